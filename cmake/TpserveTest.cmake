@@ -1,0 +1,20 @@
+# tpserve_add_gtest(<name> SOURCES <files...> LIBS <targets...> LABELS <unit|tp|e2e|gpu...>
+#                   [TIMEOUT <seconds>])
+# Builds one GoogleTest executable and registers its tests with ctest under the labels.
+include(GoogleTest)
+function(tpserve_add_gtest name)
+  cmake_parse_arguments(T "" "TIMEOUT" "SOURCES;LIBS;LABELS" ${ARGN})
+  if(NOT T_LABELS)
+    message(FATAL_ERROR "tpserve_add_gtest(${name}): give LABELS (unit, tp, e2e or gpu)")
+  endif()
+  if(NOT T_TIMEOUT)
+    set(T_TIMEOUT 300)
+  endif()
+  add_executable(${name} ${T_SOURCES})
+  target_link_libraries(${name} PRIVATE ${T_LIBS} GTest::gtest GTest::gtest_main tpserve_flags)
+  target_compile_definitions(${name} PRIVATE
+    TPSERVE_SOURCE_DIR="${PROJECT_SOURCE_DIR}" TPSERVE_BINARY_DIR="${PROJECT_BINARY_DIR}")
+  gtest_discover_tests(${name}
+    PROPERTIES LABELS "${T_LABELS}" TIMEOUT ${T_TIMEOUT}
+    DISCOVERY_TIMEOUT 60)
+endfunction()

@@ -1,0 +1,11 @@
+# Compiler flags shared by every tpserve target.
+#   tpserve_set_warnings(<target>)  -Wall -Wextra (and -Werror with TPSERVE_WERROR)
+add_library(tpserve_flags INTERFACE)
+target_compile_options(tpserve_flags INTERFACE
+  $<$<COMPILE_LANGUAGE:CXX>:-Wall -Wextra -Wno-missing-field-initializers>
+  $<$<AND:$<COMPILE_LANGUAGE:CXX>,$<BOOL:${TPSERVE_WERROR}>>:-Werror>)
+if(TPSERVE_SANITIZE)
+  target_compile_options(tpserve_flags INTERFACE
+    $<$<COMPILE_LANGUAGE:CXX>:-fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined>)
+  target_link_options(tpserve_flags INTERFACE -fsanitize=address,undefined)
+endif()

@@ -1,0 +1,25 @@
+#include "cuda/check.h"
+
+#include <cstdio>
+#include <cstdlib>
+
+namespace tpserve::cuda {
+
+void FailCuda(const char* stmt, const char* file, int line, const char* what) {
+  int device = -1;
+  cudaGetDevice(&device);  // best effort: the device is part of the report
+  std::fprintf(stderr, "CUDA error on device %d: %s\n  in %s\n  at %s:%d\n", device, what, stmt,
+               file, line);
+  std::abort();
+}
+
+int DeviceCount() {
+  int count = 0;
+  if (cudaGetDeviceCount(&count) != cudaSuccess) {
+    cudaGetLastError();  // clear the sticky "no driver" error
+    return 0;
+  }
+  return count;
+}
+
+}  // namespace tpserve::cuda

@@ -1,0 +1,40 @@
+// Error checks for CUDA runtime, cuBLAS and NCCL calls.
+//
+// CUDA_CHECK(stmt) aborts with the failing statement, file, line, device and the
+// runtime's message. These are for programming errors and broken devices inside
+// the CUDA backend; errors that a user can cause (bad input, too little memory at
+// start-up) are returned as absl::Status by the callers that can see them.
+//
+// TPSERVE_SYNC_CHECK() synchronises the device and checks for errors after a
+// kernel launch in debug builds only (NDEBUG undefined), so a faulting kernel is
+// reported at its launch site; release builds pay nothing.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+namespace tpserve::cuda {
+
+[[noreturn]] void FailCuda(const char* stmt, const char* file, int line, const char* what);
+
+// Number of usable CUDA devices; 0 when there is no driver or no device (the
+// runtime's error is treated as "no GPU", never as a crash).
+int DeviceCount();
+
+}  // namespace tpserve::cuda
+
+#define CUDA_CHECK(stmt)                                                              \
+  do {                                                                                \
+    cudaError_t tpserve_err_ = (stmt);                                                \
+    if (tpserve_err_ != cudaSuccess)                                                  \
+      ::tpserve::cuda::FailCuda(#stmt, __FILE__, __LINE__, cudaGetErrorString(tpserve_err_)); \
+  } while (0)
+
+#ifndef NDEBUG
+#define TPSERVE_SYNC_CHECK()                      \
+  do {                                            \
+    CUDA_CHECK(cudaGetLastError());               \
+    CUDA_CHECK(cudaDeviceSynchronize());          \
+  } while (0)
+#else
+#define TPSERVE_SYNC_CHECK() CUDA_CHECK(cudaGetLastError())
+#endif

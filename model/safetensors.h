@@ -1,0 +1,123 @@
+// Reading safetensors checkpoints: one file or a sharded set with
+// model.safetensors.index.json. Files are mmapped; a rank reads only its shard
+// (a row or column range of a 2-D tensor) and never materialises the whole tensor.
+//
+// File format: [u64 little-endian header length N][N bytes JSON header][data].
+// The header maps tensor names to {"dtype", "shape", "data_offsets": [begin, end]}
+// (offsets relative to the start of the data) plus an optional "__metadata__".
+// Every way a file can be broken or hostile is an error naming the file and the
+// tensor: truncated file, header length past the end, invalid JSON, offsets outside
+// the data or overlapping, shape x dtype size != byte range, unknown dtype.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <map>
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "model/dtype.h"
+
+namespace tpserve {
+
+struct TensorInfo {
+  std::string name;
+  DType dtype = DType::kF32;
+  std::vector<int64_t> shape;  // row-major
+  uint64_t begin = 0;          // byte offset of the first element, relative to the data section
+  uint64_t end = 0;            // one past the last byte
+  int64_t numel() const;
+};
+
+// Parses and validates a whole safetensors file image (header + data).
+// `file_name` is only used in error messages. Never reads outside `file`.
+absl::StatusOr<std::vector<TensorInfo>> ParseSafetensorsHeader(std::span<const uint8_t> file,
+                                                               std::string_view file_name);
+
+// One mmapped .safetensors file.
+class SafetensorsFile {
+ public:
+  static absl::StatusOr<std::unique_ptr<SafetensorsFile>> Open(const std::filesystem::path& path);
+  ~SafetensorsFile();
+  SafetensorsFile(const SafetensorsFile&) = delete;
+  SafetensorsFile& operator=(const SafetensorsFile&) = delete;
+
+  const std::filesystem::path& path() const { return path_; }
+  const TensorInfo* Find(std::string_view name) const;  // nullptr when absent
+  const std::vector<TensorInfo>& tensors() const { return tensors_; }
+  // The tensor's raw bytes inside the mapping (valid while this object lives).
+  std::span<const uint8_t> Bytes(const TensorInfo& info) const;
+
+ private:
+  SafetensorsFile() = default;
+  std::filesystem::path path_;
+  const uint8_t* map_ = nullptr;
+  size_t map_size_ = 0;
+  size_t data_offset_ = 0;  // 8 + header length
+  std::vector<TensorInfo> tensors_;
+  std::map<std::string, size_t, std::less<>> index_;
+};
+
+// All tensors of a checkpoint folder: model.safetensors, or the files named by
+// model.safetensors.index.json ("weight_map": tensor -> file). A tensor listed in
+// the index but missing from its file is an error at Open.
+class Checkpoint {
+ public:
+  static absl::StatusOr<std::unique_ptr<Checkpoint>> Open(const std::filesystem::path& dir);
+
+  bool Has(std::string_view name) const;
+  // Metadata; NotFound naming the tensor and the folder when absent.
+  absl::StatusOr<const TensorInfo*> Info(std::string_view name) const;
+  std::vector<std::string> TensorNames() const;  // sorted
+
+  // Reads rows [row_begin, row_begin + row_count) of a tensor viewed as
+  // [shape[0], prod(shape[1:])] (a 1-D tensor is [shape[0], 1]) into `out`,
+  // converting to `out_dtype`. `out` holds row_count * row_width elements.
+  absl::Status ReadRows(std::string_view name, int64_t row_begin, int64_t row_count,
+                        DType out_dtype, void* out) const;
+  // Reads columns [col_begin, col_begin + col_count) of a 2-D tensor [rows, cols]
+  // into `out` as [rows, col_count], converting to `out_dtype`.
+  absl::Status ReadCols(std::string_view name, int64_t col_begin, int64_t col_count,
+                        DType out_dtype, void* out) const;
+  // The whole tensor as float32.
+  absl::StatusOr<std::vector<float>> ReadF32(std::string_view name) const;
+
+ private:
+  struct Entry {
+    const SafetensorsFile* file;
+    const TensorInfo* info;
+  };
+  absl::StatusOr<Entry> Lookup(std::string_view name) const;
+  std::filesystem::path dir_;
+  std::vector<std::unique_ptr<SafetensorsFile>> files_;
+  std::map<std::string, Entry, std::less<>> tensors_;
+};
+
+// Writes one .safetensors file (used by tpserve-make-model and tests).
+class SafetensorsWriter {
+ public:
+  // `data` holds numel(shape) elements of `dtype`; it is copied.
+  void Add(std::string name, DType dtype, std::vector<int64_t> shape, const void* data);
+  // Convenience: converts float32 values to `dtype`.
+  void AddF32(std::string name, DType dtype, std::vector<int64_t> shape, std::span<const float> values);
+  absl::Status Write(const std::filesystem::path& path) const;
+  // Total data bytes added so far (for splitting into shards).
+  uint64_t data_bytes() const { return data_bytes_; }
+
+ private:
+  struct Pending {
+    std::string name;
+    DType dtype;
+    std::vector<int64_t> shape;
+    std::vector<uint8_t> bytes;
+  };
+  std::vector<Pending> tensors_;
+  uint64_t data_bytes_ = 0;
+};
+
+}  // namespace tpserve

@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# Installs what is needed, builds everything (CUDA code too when nvcc is present)
+# with warnings as errors, and runs the whole test suite.
+#
+#   scripts/test.sh               build in build/, run every test (GPU tests skip without a GPU)
+#   scripts/test.sh --sanitize    also build the CPU code with ASan + UBSan in build-asan/ and run
+#                                 the unit tests there
+#   scripts/test.sh -L unit       pass ctest arguments through (here: only the unit label)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+sanitize=0
+ctest_args=()
+for arg in "$@"; do
+  case "$arg" in
+    --sanitize) sanitize=1 ;;
+    *) ctest_args+=("$arg") ;;
+  esac
+done
+
+scripts/install-deps.sh
+scripts/fetch-tokenizers.sh || echo "test.sh: real tokenizers unavailable; conformance tests will skip"
+
+jobs=$(nproc)
+build=${TPSERVE_BUILD_DIR:-build}
+cmake -S . -B "$build" -G Ninja -DTPSERVE_WERROR=ON >/dev/null
+cmake --build "$build" -j "$jobs"
+ctest --test-dir "$build" --output-on-failure -j "$jobs" "${ctest_args[@]}"
+
+scripts/fuzz.sh "$build"
+
+if [[ $sanitize -eq 1 ]]; then
+  cmake -S . -B build-asan -G Ninja -DTPSERVE_WERROR=ON -DTPSERVE_SANITIZE=ON -DTPSERVE_CUDA=OFF \
+    -DTPSERVE_BUILD_BENCH=OFF -DCMAKE_BUILD_TYPE=Debug >/dev/null
+  cmake --build build-asan -j "$jobs"
+  ctest --test-dir build-asan --output-on-failure -j "$jobs" -L unit
+fi
