@@ -1,0 +1,118 @@
+// Backend: the tensors and fused operations the decoder is written against.
+//
+// The CPU backend (fp32, plain loops + BLAS GEMM) is always built and is the
+// oracle; the CUDA backend (bf16 weights and activations, fp32 accumulation)
+// implements the same interface and is checked against it op by op.
+//
+// Conventions
+// * Shapes are in the comments: T new tokens in the step, S sequences,
+//   D hidden size, F (local) intermediate size, Hq / Hkv local query / KV heads,
+//   hd head dim, Vs local vocab shard rows.
+// * Ops run on the backend's stream in issue order; inputs and outputs live on
+//   the backend's device and have its compute_dtype() unless stated otherwise.
+// * Ops never allocate. A shape mismatch is a programming error and aborts with
+//   the op's name and the shapes; anything a caller's data can get wrong (block
+//   ids, slots, positions) is checked in BeginStep and returned as a Status.
+#pragma once
+
+#include <cstdint>
+#include <initializer_list>
+#include <span>
+#include <string>
+
+#include "absl/status/status.h"
+#include "backend/step.h"
+#include "backend/tensor.h"
+
+namespace tpserve {
+
+// Local (this rank's) attention geometry. The fused qkv activation of a token is
+//   [q: Hq * hd | k: Hkv * hd | v: Hkv * hd].
+struct AttentionShape {
+  int32_t num_heads = 0;     // Hq
+  int32_t num_kv_heads = 0;  // Hkv (Hq % Hkv == 0)
+  int32_t head_dim = 0;      // hd (even)
+  int64_t qkv_width() const { return int64_t{num_heads + 2 * num_kv_heads} * head_dim; }
+};
+
+// One layer's slice of the paged KV cache on this rank.
+struct KvCacheLayer {
+  Tensor k;  // [num_blocks, block_size, Hkv, hd]
+  Tensor v;  // [num_blocks, block_size, Hkv, hd]
+};
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+
+  virtual std::string name() const = 0;    // "cpu", "cuda:0"
+  virtual Device device() const = 0;
+  virtual DType compute_dtype() const = 0;  // weights and activations: kF32 (CPU), kBF16 (CUDA)
+
+  // ---- memory ----
+  virtual Buffer Allocate(DType dtype, std::span<const int64_t> shape) = 0;
+  Buffer Allocate(DType dtype, std::initializer_list<int64_t> shape) {
+    return Allocate(dtype, std::span<const int64_t>(shape.begin(), shape.size()));
+  }
+  // Copies dst.numel() elements of `src_dtype` from host memory into dst,
+  // converting to dst.dtype.
+  virtual void CopyFromHost(const void* src, DType src_dtype, Tensor dst) = 0;
+  // Copies src to host memory as float32 (src.numel() elements).
+  virtual void CopyToHostF32(const Tensor& src, float* dst) = 0;
+  // dst = src (same shape and dtype, both on this device).
+  virtual void Copy(const Tensor& src, Tensor dst) = 0;
+  virtual void Synchronize() = 0;
+
+  // ---- step ----
+  // Validates the step against the KV cache geometry (block ids in [0,
+  // num_blocks), slots in range or -1, positions below the RoPE table, offsets
+  // consistent) and makes it current for the ops below until the next call.
+  virtual absl::Status BeginStep(const StepMetadata& step, int64_t num_blocks, int32_t block_size,
+                                 int64_t max_position) = 0;
+
+  // ---- ops on the current step ----
+  // out[t] = table[token_ids[t] - vocab_start] when the id falls in this shard
+  // [vocab_start, vocab_start + Vs), else zeros (the all-reduce fills it in).
+  virtual void Embedding(const Tensor& table /*[Vs, D]*/, int64_t vocab_start,
+                         Tensor out /*[T, D]*/) = 0;
+
+  // y = x · wᵀ (+ bias). Any M (also rows of a gathered [S, D] tensor).
+  virtual void Linear(const Tensor& x /*[M, K]*/, const Tensor& w /*[N, K]*/,
+                      const Tensor* bias /*[N] or nullptr*/, Tensor y /*[M, N]*/) = 0;
+
+  // out = x / sqrt(mean(x²) + eps) * w, row by row (statistics in fp32).
+  virtual void RmsNorm(const Tensor& x /*[M, D]*/, const Tensor& w /*[D]*/, float eps,
+                       Tensor out /*[M, D]*/) = 0;
+
+  // Fused residual add + RMSNorm: residual += x; x = RmsNorm(residual) * w.
+  virtual void AddRmsNorm(Tensor x /*[M, D] in: sublayer output, out: normalised*/,
+                          Tensor residual /*[M, D] in/out*/, const Tensor& w /*[D]*/,
+                          float eps) = 0;
+
+  // In place on the q and k parts of qkv: optional per-head RMSNorm (Qwen3;
+  // q_norm / k_norm are [hd] weights, nullptr for none), then RoPE in the
+  // rotate-half layout (pairs i and i + hd/2) at each token's position, from
+  //   rope: [max_position, hd] float32, row p = [cos(p·f_0..f_{hd/2-1}) | sin(...)].
+  virtual void QkNormRope(Tensor qkv /*[T, (Hq + 2 Hkv) · hd]*/, const AttentionShape& shape,
+                          const Tensor* q_norm, const Tensor* k_norm, float eps,
+                          const Tensor& rope /*[max_position, hd] f32*/) = 0;
+
+  // out = silu(gate) * up, with gate_up = [gate | up] along the last dim.
+  virtual void SiluMul(const Tensor& gate_up /*[M, 2F]*/, Tensor out /*[M, F]*/) = 0;
+
+  // Writes each new token's k and v (from qkv) to its slot; slot -1 is skipped.
+  virtual void StoreKv(const Tensor& qkv /*[T, (Hq + 2 Hkv) · hd]*/, const AttentionShape& shape,
+                       KvCacheLayer cache) = 0;
+
+  // Causal attention of each new token over its sequence's whole context
+  // (positions 0 .. seq_len - 1, read from the cache through the block tables;
+  // StoreKv must have run for this step's tokens). GQA: query head h reads KV
+  // head h / (Hq / Hkv). Softmax in fp32 with logits · scale.
+  virtual void Attention(const Tensor& qkv /*[T, (Hq + 2 Hkv) · hd]*/, const AttentionShape& shape,
+                         KvCacheLayer cache, float scale, Tensor out /*[T, Hq · hd]*/) = 0;
+
+  // out[s] = x[logits_indices[s]]: the rows that reach the LM head.
+  virtual void GatherRows(const Tensor& x /*[T, D]*/, Tensor out /*[S, D]*/) = 0;
+};
+
+}  // namespace tpserve
