@@ -25,17 +25,28 @@
 
 namespace tpserve {
 
+// One header entry. A header may list any safetensors dtype (I64, U8, F64, ...; a
+// real checkpoint can carry one); only F32/F16/BF16 tensors can be read, the others
+// have readable == false and `dtype` is meaningless for them.
 struct TensorInfo {
   std::string name;
   DType dtype = DType::kF32;
   std::vector<int64_t> shape;  // row-major
   uint64_t begin = 0;          // byte offset of the first element, relative to the data section
   uint64_t end = 0;            // one past the last byte
+  std::string dtype_name;      // as spelled in the header: "BF16", "I64", ...
+  size_t element_size = 0;     // bytes per element of dtype_name
+  bool readable = true;        // dtype_name is F32, F16 or BF16
   int64_t numel() const;
 };
 
+// Headers longer than this are rejected (the reference implementation's limit).
+inline constexpr uint64_t kMaxSafetensorsHeaderBytes = 100'000'000;
+
 // Parses and validates a whole safetensors file image (header + data).
 // `file_name` is only used in error messages. Never reads outside `file`.
+// Returns the tensors sorted by `begin` (the order of their bytes in the file);
+// every [begin, end) lies inside the data section and no two overlap.
 absl::StatusOr<std::vector<TensorInfo>> ParseSafetensorsHeader(std::span<const uint8_t> file,
                                                                std::string_view file_name);
 
@@ -108,6 +119,11 @@ class SafetensorsWriter {
   absl::Status Write(const std::filesystem::path& path) const;
   // Total data bytes added so far (for splitting into shards).
   uint64_t data_bytes() const { return data_bytes_; }
+  // Layout written: [u64 LE header length N][N bytes JSON, space-padded so N % 8 == 0]
+  // [tensor bytes in insertion order, back to back]. The header carries
+  // "__metadata__": {"format": "pt"}. Written to a temporary file in the same folder
+  // and renamed, so a failed Write leaves no partial file at `path`. A bad Add
+  // (negative dim, duplicate name, wrong value count) is reported by Write.
 
  private:
   struct Pending {
@@ -118,6 +134,7 @@ class SafetensorsWriter {
   };
   std::vector<Pending> tensors_;
   uint64_t data_bytes_ = 0;
+  std::string add_error_;  // first problem found by Add/AddF32, reported by Write
 };
 
 }  // namespace tpserve
