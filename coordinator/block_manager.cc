@@ -1,0 +1,175 @@
+#include "coordinator/block_manager.h"
+
+#include <algorithm>
+#include <cassert>
+#include <cstdio>
+#include <cstdlib>
+
+namespace tpserve {
+namespace {
+
+// splitmix64 finaliser: a cheap, well-mixed 64-bit step.
+uint64_t Mix(uint64_t x) {
+  x += 0x9e3779b97f4a7c15ull;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+  return x ^ (x >> 31);
+}
+
+[[noreturn]] void Fail(const char* what, BlockId id) {
+  std::fprintf(stderr, "BlockManager: %s (block %d)\n", what, id);
+  std::abort();
+}
+
+}  // namespace
+
+BlockManager::BlockManager(int64_t num_blocks, int32_t block_size, bool enable_prefix_caching)
+    : block_size_(block_size), prefix_caching_(enable_prefix_caching), blocks_(num_blocks) {
+  for (BlockId id = 0; id < num_blocks; ++id) {
+    free_.push_back(id);
+    blocks_[id].free_pos = std::prev(free_.end());
+  }
+}
+
+BlockManagerStats BlockManager::stats() const {
+  BlockManagerStats s;
+  s.num_blocks = num_blocks();
+  s.free_blocks = num_free_blocks();
+  s.cached_blocks = static_cast<int64_t>(cached_.size());
+  s.prefix_queries = prefix_queries_;
+  s.prefix_hits = prefix_hits_;
+  return s;
+}
+
+uint64_t BlockManager::HashBlock(uint64_t parent, std::span<const int32_t> tokens) {
+  uint64_t h = Mix(parent ^ 0x7470736572766531ull);
+  for (int32_t t : tokens) h = Mix(h ^ static_cast<uint32_t>(t));
+  return h;
+}
+
+std::optional<BlockId> BlockManager::Lookup(uint64_t parent, uint64_t hash,
+                                            std::span<const int32_t> tokens) const {
+  auto it = cached_.find(hash);
+  if (it == cached_.end()) return std::nullopt;
+  const Block& b = blocks_[it->second];
+  if (b.parent_hash != parent || b.tokens.size() != tokens.size() ||
+      !std::equal(tokens.begin(), tokens.end(), b.tokens.begin())) {
+    return std::nullopt;  // a hash collision: never share K/V of other tokens
+  }
+  return it->second;
+}
+
+int64_t BlockManager::CachedPrefixTokens(std::span<const int32_t> prompt) const {
+  if (!prefix_caching_) return 0;
+  // Leave at least one token to compute: its hidden state gives the first logits.
+  const int64_t max_blocks = (static_cast<int64_t>(prompt.size()) - 1) / block_size_;
+  uint64_t parent = 0;
+  int64_t blocks = 0;
+  for (; blocks < max_blocks; ++blocks) {
+    auto tokens = prompt.subspan(blocks * block_size_, block_size_);
+    const uint64_t h = HashBlock(parent, tokens);
+    if (!Lookup(parent, h, tokens)) break;
+    parent = h;
+  }
+  return blocks * block_size_;
+}
+
+BlockId BlockManager::TakeFree() {
+  const BlockId id = free_.front();
+  free_.pop_front();
+  Block& b = blocks_[id];
+  if (b.hash) {
+    cached_.erase(*b.hash);
+    b.hash.reset();
+    b.tokens.clear();
+  }
+  b.ref_count = 1;
+  return id;
+}
+
+void BlockManager::Acquire(BlockId id) {
+  Block& b = blocks_[id];
+  if (b.ref_count++ == 0) free_.erase(b.free_pos);
+}
+
+void BlockManager::Release(BlockId id) {
+  if (id < 0 || id >= num_blocks()) Fail("release of an unknown block", id);
+  Block& b = blocks_[id];
+  if (b.ref_count <= 0) Fail("double free", id);
+  if (--b.ref_count == 0) {
+    free_.push_back(id);
+    b.free_pos = std::prev(free_.end());
+  }
+}
+
+std::optional<int64_t> BlockManager::AllocatePrompt(std::span<const int32_t> tokens,
+                                                    int64_t num_tokens,
+                                                    std::vector<BlockId>& table) {
+  assert(table.empty());
+  const int64_t cached = CachedPrefixTokens(tokens.first(static_cast<size_t>(num_tokens)));
+  const int64_t cached_blocks = cached / block_size_;
+  const int64_t needed = BlocksFor(num_tokens);
+  // Cached blocks with no users sit in the free queue: reusing them consumes it too.
+  int64_t cached_free = 0;
+  uint64_t parent = 0;
+  std::vector<BlockId> hits;
+  for (int64_t i = 0; i < cached_blocks; ++i) {
+    auto block_tokens = tokens.subspan(i * block_size_, block_size_);
+    const uint64_t h = HashBlock(parent, block_tokens);
+    const BlockId id = *Lookup(parent, h, block_tokens);
+    if (blocks_[id].ref_count == 0) ++cached_free;
+    hits.push_back(id);
+    parent = h;
+  }
+  if (needed - cached_blocks + cached_free > num_free_blocks()) return std::nullopt;
+
+  if (prefix_caching_) {
+    prefix_queries_ += (num_tokens - 1) / block_size_;
+    prefix_hits_ += cached_blocks;
+  }
+  for (BlockId id : hits) {
+    Acquire(id);
+    table.push_back(id);
+  }
+  while (static_cast<int64_t>(table.size()) < needed) table.push_back(TakeFree());
+  return cached;
+}
+
+bool BlockManager::Grow(std::vector<BlockId>& table, int64_t num_tokens) {
+  const int64_t needed = BlocksFor(num_tokens) - static_cast<int64_t>(table.size());
+  if (needed <= 0) return true;
+  if (needed > num_free_blocks()) return false;
+  for (int64_t i = 0; i < needed; ++i) table.push_back(TakeFree());
+  return true;
+}
+
+void BlockManager::CommitFullBlocks(std::span<const int32_t> tokens, int64_t num_computed,
+                                    std::span<const BlockId> table, BlockHashChain& chain) {
+  if (!prefix_caching_) return;
+  const int64_t full = std::min<int64_t>(num_computed / block_size_, table.size());
+  for (; chain.blocks < full; ++chain.blocks) {
+    auto block_tokens = tokens.subspan(chain.blocks * block_size_, block_size_);
+    const uint64_t parent = chain.last_hash;
+    const uint64_t h = HashBlock(parent, block_tokens);
+    Block& b = blocks_[table[chain.blocks]];
+    // A block reused from the cache is registered already; another block may
+    // hold the same content (two identical prompts computed in one step): keep
+    // the first registration.
+    if (!b.hash && !cached_.contains(h)) {
+      b.hash = h;
+      b.parent_hash = parent;
+      b.tokens.assign(block_tokens.begin(), block_tokens.end());
+      cached_.emplace(h, table[chain.blocks]);
+    }
+    chain.last_hash = h;
+  }
+}
+
+void BlockManager::Free(std::vector<BlockId>& table) {
+  // Release the tail first so that, among equally old blocks, a prefix's later
+  // blocks are evicted before its first ones (a shorter shared prefix survives).
+  for (auto it = table.rbegin(); it != table.rend(); ++it) Release(*it);
+  table.clear();
+}
+
+}  // namespace tpserve

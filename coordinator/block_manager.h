@@ -1,0 +1,109 @@
+// The paged-KV block manager: the only owner of KV block allocation (design.md).
+//
+// Every worker holds num_blocks blocks of block_size tokens per layer; the block
+// manager decides which block each token of each sequence goes to. A sequence's
+// block table lists its blocks in order: token position p lives in
+// table[p / block_size] at offset p % block_size (slot = block * block_size + offset).
+//
+// Prefix caching: when a block is full, its hash chains the previous block's
+// hash with its token ids and the block is registered under that hash. A later
+// sequence whose prompt starts with the same tokens reuses the registered blocks
+// (reference counted) and computes only the uncached suffix. A hash hit is
+// confirmed against the stored parent hash and token ids, so a collision can
+// never hand out the wrong K/V. Blocks whose reference count drops to zero keep
+// their hash and go to the back of the free queue; allocation takes from the
+// front (least recently freed first), evicting the hash then.
+#pragma once
+
+#include <cstdint>
+#include <list>
+#include <optional>
+#include <span>
+#include <unordered_map>
+#include <vector>
+
+namespace tpserve {
+
+using BlockId = int32_t;
+
+// Where a sequence's registration of full blocks stands (kept by the caller per
+// sequence, so each step hashes only the blocks that just filled).
+struct BlockHashChain {
+  int64_t blocks = 0;      // leading full blocks already hashed
+  uint64_t last_hash = 0;  // hash of block blocks - 1 (0 before the first)
+};
+
+struct BlockManagerStats {
+  int64_t num_blocks = 0;
+  int64_t free_blocks = 0;        // allocatable now (includes cached blocks with no users)
+  int64_t cached_blocks = 0;      // blocks holding a registered hash (in use or free)
+  int64_t prefix_queries = 0;     // full prompt blocks looked up
+  int64_t prefix_hits = 0;        // of those, found in the cache
+  double prefix_hit_rate() const {
+    return prefix_queries == 0 ? 0.0 : static_cast<double>(prefix_hits) / prefix_queries;
+  }
+};
+
+class BlockManager {
+ public:
+  BlockManager(int64_t num_blocks, int32_t block_size, bool enable_prefix_caching = true);
+
+  int32_t block_size() const { return block_size_; }
+  int64_t num_blocks() const { return static_cast<int64_t>(blocks_.size()); }
+  int64_t num_free_blocks() const { return static_cast<int64_t>(free_.size()); }
+  BlockManagerStats stats() const;
+
+  // Blocks needed to hold `num_tokens` tokens.
+  int64_t BlocksFor(int64_t num_tokens) const { return (num_tokens + block_size_ - 1) / block_size_; }
+
+  // How many leading tokens of `prompt` are in cached full blocks (always leaves
+  // at least one token to compute, so the last prompt token produces logits).
+  // Does not change any state.
+  int64_t CachedPrefixTokens(std::span<const int32_t> prompt) const;
+
+  // Allocates blocks for a new sequence's first `num_tokens` tokens of `tokens`,
+  // reusing cached prefix blocks. Returns the number of tokens whose K/V is
+  // already cached (a multiple of block_size), or nullopt if there are not
+  // enough free blocks (then nothing changed). `table` must be empty.
+  std::optional<int64_t> AllocatePrompt(std::span<const int32_t> tokens, int64_t num_tokens,
+                                        std::vector<BlockId>& table);
+
+  // Grows `table` so it holds `num_tokens` tokens; false (nothing changed) when
+  // there are not enough free blocks.
+  bool Grow(std::vector<BlockId>& table, int64_t num_tokens);
+
+  // Registers the full blocks of a sequence whose first `num_computed` tokens
+  // (`tokens[0, num_computed)`) now have their K/V computed, so later sequences
+  // can share them. `chain` (per sequence, starts default) advances past them.
+  void CommitFullBlocks(std::span<const int32_t> tokens, int64_t num_computed,
+                        std::span<const BlockId> table, BlockHashChain& chain);
+
+  // Releases a finished, aborted or preempted sequence's blocks.
+  void Free(std::vector<BlockId>& table);
+
+ private:
+  struct Block {
+    int32_t ref_count = 0;
+    std::optional<uint64_t> hash;  // set while registered in the prefix cache
+    uint64_t parent_hash = 0;
+    std::vector<int32_t> tokens;   // the block's token ids, to confirm a hash hit
+    std::list<BlockId>::iterator free_pos;  // valid while ref_count == 0
+  };
+
+  static uint64_t HashBlock(uint64_t parent, std::span<const int32_t> tokens);
+  // The registered block holding exactly these tokens after `parent`, if any.
+  std::optional<BlockId> Lookup(uint64_t parent, uint64_t hash, std::span<const int32_t> tokens) const;
+  BlockId TakeFree();           // front of the free queue; evicts its hash
+  void Acquire(BlockId id);     // ref++ (removes from the free queue at 0)
+  void Release(BlockId id);     // ref-- (to the back of the free queue at 0)
+
+  int32_t block_size_;
+  bool prefix_caching_;
+  std::vector<Block> blocks_;
+  std::list<BlockId> free_;  // front: next to allocate (least recently freed)
+  std::unordered_map<uint64_t, BlockId> cached_;
+  int64_t prefix_queries_ = 0;
+  int64_t prefix_hits_ = 0;
+};
+
+}  // namespace tpserve

@@ -1,0 +1,189 @@
+#include "coordinator/block_manager.h"
+
+#include <gtest/gtest.h>
+
+#include <numeric>
+#include <random>
+#include <set>
+#include <vector>
+
+namespace tpserve {
+namespace {
+
+std::vector<int32_t> Iota(int n, int start) {
+  std::vector<int32_t> v(n);
+  std::iota(v.begin(), v.end(), start);
+  return v;
+}
+
+// Allocates and "computes" a whole prompt, registering its full blocks.
+std::vector<BlockId> RunPrompt(BlockManager& bm, const std::vector<int32_t>& prompt,
+                               int64_t* cached = nullptr) {
+  std::vector<BlockId> table;
+  auto got = bm.AllocatePrompt(prompt, static_cast<int64_t>(prompt.size()), table);
+  EXPECT_TRUE(got.has_value());
+  if (cached) *cached = got.value_or(-1);
+  BlockHashChain chain;
+  bm.CommitFullBlocks(prompt, static_cast<int64_t>(prompt.size()), table, chain);
+  return table;
+}
+
+TEST(BlockManager, AllocatesEnoughBlocksForThePrompt) {
+  BlockManager bm(8, 4);
+  std::vector<BlockId> table;
+  const auto prompt = Iota(10, 100);
+  ASSERT_EQ(bm.AllocatePrompt(prompt, 10, table), 0);
+  EXPECT_EQ(table.size(), 3u);
+  EXPECT_EQ(std::set<BlockId>(table.begin(), table.end()).size(), 3u);
+  EXPECT_EQ(bm.num_free_blocks(), 5);
+}
+
+TEST(BlockManager, SamePromptSharesItsFullBlocks) {
+  BlockManager bm(16, 4);
+  const auto prompt = Iota(10, 100);  // blocks [0..3] [4..7] [8, 9]
+  auto a = RunPrompt(bm, prompt);
+  int64_t cached = -1;
+  auto b = RunPrompt(bm, prompt, &cached);
+  EXPECT_EQ(cached, 8);
+  EXPECT_EQ(b[0], a[0]);
+  EXPECT_EQ(b[1], a[1]);
+  EXPECT_NE(b[2], a[2]);  // the partial last block is never shared
+  EXPECT_EQ(bm.num_free_blocks(), 16 - 4);
+  EXPECT_EQ(bm.stats().prefix_hits, 2);
+  EXPECT_EQ(bm.stats().prefix_queries, 4);
+  EXPECT_DOUBLE_EQ(bm.stats().prefix_hit_rate(), 0.5);
+}
+
+TEST(BlockManager, AWhollyCachedPromptStillComputesItsLastToken) {
+  BlockManager bm(16, 4);
+  const auto prompt = Iota(8, 1);  // exactly two full blocks
+  RunPrompt(bm, prompt);
+  EXPECT_EQ(bm.CachedPrefixTokens(prompt), 4);
+  int64_t cached = -1;
+  auto b = RunPrompt(bm, prompt, &cached);
+  EXPECT_EQ(cached, 4);
+  EXPECT_EQ(b.size(), 2u);
+}
+
+TEST(BlockManager, HashesChainThePrefix) {
+  BlockManager bm(16, 4);
+  auto first = Iota(9, 0);
+  RunPrompt(bm, first);
+  // Same second block, different first block: nothing may be shared.
+  auto other = first;
+  other[0] = 999;
+  EXPECT_EQ(bm.CachedPrefixTokens(other), 0);
+  // Same first block, different second block: only the first is shared.
+  auto fork = first;
+  fork[5] = 999;
+  EXPECT_EQ(bm.CachedPrefixTokens(fork), 4);
+}
+
+TEST(BlockManager, FreedBlocksKeepTheirHashUntilReused) {
+  BlockManager bm(4, 4);
+  const auto prompt = Iota(9, 50);
+  auto a = RunPrompt(bm, prompt);
+  bm.Free(a);
+  EXPECT_TRUE(a.empty());
+  EXPECT_EQ(bm.num_free_blocks(), 4);
+  EXPECT_EQ(bm.stats().cached_blocks, 2);
+  int64_t cached = -1;
+  auto b = RunPrompt(bm, prompt, &cached);
+  EXPECT_EQ(cached, 8);
+  EXPECT_EQ(bm.num_free_blocks(), 1);
+}
+
+TEST(BlockManager, EvictsTheLeastRecentlyFreedBlocksFirst) {
+  BlockManager bm(6, 2);
+  auto p1 = Iota(5, 10);  // 2 full blocks + 1
+  auto p2 = Iota(5, 20);
+  auto t1 = RunPrompt(bm, p1);
+  auto t2 = RunPrompt(bm, p2);
+  bm.Free(t1);  // freed first: evicted first
+  bm.Free(t2);
+  // Needs 3 blocks: the 3 oldest free ones, all of p1's.
+  auto t3 = RunPrompt(bm, Iota(5, 30));
+  EXPECT_EQ(bm.CachedPrefixTokens(p1), 0);
+  EXPECT_EQ(bm.CachedPrefixTokens(p2), 4);
+  bm.Free(t3);
+}
+
+TEST(BlockManager, ReusingCachedFreeBlocksCountsAgainstTheFreePool) {
+  BlockManager bm(3, 2);
+  auto p = Iota(5, 1);  // 3 blocks, 2 cacheable
+  auto t = RunPrompt(bm, p);
+  bm.Free(t);
+  std::vector<BlockId> table;
+  // Cached blocks are in the free queue; reusing them still fits exactly.
+  ASSERT_EQ(bm.AllocatePrompt(p, 5, table), 4);
+  EXPECT_EQ(bm.num_free_blocks(), 0);
+}
+
+TEST(BlockManager, FailedAllocationChangesNothing) {
+  BlockManager bm(4, 4);
+  auto t = RunPrompt(bm, Iota(9, 0));  // 3 blocks
+  std::vector<BlockId> table;
+  EXPECT_FALSE(bm.AllocatePrompt(Iota(9, 100), 9, table).has_value());
+  EXPECT_TRUE(table.empty());
+  EXPECT_EQ(bm.num_free_blocks(), 1);
+  EXPECT_FALSE(bm.Grow(t, 17));
+  EXPECT_EQ(t.size(), 3u);
+  EXPECT_TRUE(bm.Grow(t, 16));
+  EXPECT_EQ(t.size(), 4u);
+  EXPECT_EQ(bm.num_free_blocks(), 0);
+}
+
+TEST(BlockManager, AbortFreesEveryBlockOfASharedPrefixOnlyOnce) {
+  BlockManager bm(8, 4);
+  const auto prompt = Iota(12, 7);
+  auto a = RunPrompt(bm, prompt);
+  auto b = RunPrompt(bm, prompt);  // shares 2 blocks
+  EXPECT_EQ(bm.num_free_blocks(), 8 - 3 - 1);
+  bm.Free(b);  // aborted
+  EXPECT_EQ(bm.num_free_blocks(), 8 - 3);
+  bm.Free(a);
+  EXPECT_EQ(bm.num_free_blocks(), 8);
+}
+
+TEST(BlockManager, DisabledPrefixCachingSharesNothing) {
+  BlockManager bm(8, 4, /*enable_prefix_caching=*/false);
+  const auto prompt = Iota(9, 0);
+  auto a = RunPrompt(bm, prompt);
+  int64_t cached = -1;
+  auto b = RunPrompt(bm, prompt, &cached);
+  EXPECT_EQ(cached, 0);
+  EXPECT_EQ(bm.stats().cached_blocks, 0);
+}
+
+TEST(BlockManager, RandomWorkloadNeverLeaksOrDoubleAssigns) {
+  const uint32_t seed = 1234;
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  std::mt19937 rng(seed);
+  BlockManager bm(64, 3);
+  std::vector<std::vector<BlockId>> live;
+  for (int iter = 0; iter < 2000; ++iter) {
+    if (!live.empty() && (rng() % 3 == 0 || bm.num_free_blocks() < 8)) {
+      size_t i = rng() % live.size();
+      bm.Free(live[i]);
+      live.erase(live.begin() + i);
+      continue;
+    }
+    // Prompts drawn from a few shared prefixes so blocks get shared.
+    std::vector<int32_t> prompt = Iota(static_cast<int>(3 * (rng() % 4)), 1000 * (rng() % 3));
+    for (int k = 1 + rng() % 7; k > 0; --k) prompt.push_back(static_cast<int32_t>(rng() % 50));
+    std::vector<BlockId> table;
+    if (!bm.AllocatePrompt(prompt, static_cast<int64_t>(prompt.size()), table)) continue;
+    BlockHashChain chain;
+    bm.CommitFullBlocks(prompt, static_cast<int64_t>(prompt.size()), table, chain);
+    live.push_back(std::move(table));
+  }
+  // Distinct blocks in use + free blocks == all blocks.
+  std::set<BlockId> used;
+  for (auto& t : live) used.insert(t.begin(), t.end());
+  EXPECT_EQ(static_cast<int64_t>(used.size()) + bm.num_free_blocks(), 64);
+  for (auto& t : live) bm.Free(t);
+  EXPECT_EQ(bm.num_free_blocks(), 64);
+}
+
+}  // namespace
+}  // namespace tpserve
