@@ -1,0 +1,46 @@
+// Where this process sits among the workers: its rank, the world size and its
+// local rank (= its CUDA device), read from the launcher's environment.
+//
+// Sources, first match wins:
+//   1. explicit overrides (command-line flags), field by field, over 2..4;
+//   2. Open MPI (mpirun):  OMPI_COMM_WORLD_RANK, OMPI_COMM_WORLD_SIZE,
+//                          OMPI_COMM_WORLD_LOCAL_RANK, OMPI_COMM_WORLD_LOCAL_SIZE;
+//   3. MPICH / PMI:        PMI_RANK, PMI_SIZE, MPI_LOCALRANKID, MPI_LOCALNRANKS;
+//   4. torchrun / tpserve-launch: RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE
+//                          (+ MASTER_ADDR, MASTER_PORT, read whatever the source);
+//   5. nothing set: a single process (rank 0 of 1).
+// A launcher that sets the rank but not the world size (or the reverse), a
+// value that is not a non-negative integer, rank >= world size, or
+// local rank >= local world size is INVALID_ARGUMENT naming the variable.
+// When the launcher gives no local rank, the rank is used (one node).
+#pragma once
+
+#include <optional>
+#include <string>
+
+#include "absl/status/statusor.h"
+
+namespace tpserve {
+
+struct RankEnv {
+  int rank = 0;
+  int world_size = 1;
+  int local_rank = 0;
+  int local_world_size = 0;  // 0 = not given by the launcher
+  std::string master_addr;   // MASTER_ADDR, empty when unset
+  int master_port = 0;       // MASTER_PORT, 0 when unset
+  // "openmpi", "pmi", "torchrun" or "default" (nothing set), with "+override"
+  // appended when an override replaced a value.
+  std::string source;
+};
+
+struct RankOverrides {
+  std::optional<int> rank;
+  std::optional<int> world_size;
+  std::optional<int> local_rank;
+};
+
+// Reads the process environment (getenv).
+absl::StatusOr<RankEnv> ReadRankEnv(const RankOverrides& overrides = {});
+
+}  // namespace tpserve
