@@ -1,0 +1,33 @@
+// The CPU backend's paged-attention kernels: K/V store by slot and causal
+// attention through the block tables (fp32, plain loops; the oracle the CUDA
+// kernels are checked against).
+//
+// Layouts (see step.h and backend.h):
+//   qkv:      [T, (Hq + 2 Hkv) · hd]   per token [q: Hq·hd | k: Hkv·hd | v: Hkv·hd]
+//   cache.k,
+//   cache.v:  [num_blocks, block_size, Hkv, hd] f32; slot = block · block_size + offset
+//   out:      [T, Hq · hd]
+// A sequence's n new tokens sit at positions seq_len - n .. seq_len - 1; its
+// earlier positions (a cached prefix, an earlier prefill chunk) must already be
+// in the cache. Both functions trust metadata that Backend::BeginStep validated.
+#pragma once
+
+#include "backend/backend.h"
+#include "backend/step.h"
+
+namespace tpserve {
+
+// Writes the k and v of every new token t to slot step.slot_mapping[t]
+// (slot -1 = padding: skipped, the cache is not touched).
+void CpuStoreKv(const StepMetadata& step, const float* qkv /*[T, qkv_width]*/,
+                const AttentionShape& shape, KvCacheLayer cache);
+
+// out[t, h·hd .. (h+1)·hd) = softmax(q_t,h · K[0..p_t]ᵀ · scale) · V[0..p_t] for
+// every new token t at position p_t and query head h; K/V rows come from KV head
+// h / (Hq / Hkv) of the token's sequence, read through its block table. Softmax
+// in fp32 with the row maximum subtracted. CpuStoreKv must have run for the step.
+void CpuAttention(const StepMetadata& step, const float* qkv /*[T, qkv_width]*/,
+                  const AttentionShape& shape, KvCacheLayer cache, float scale,
+                  float* out /*[T, Hq · hd]*/);
+
+}  // namespace tpserve

@@ -1,0 +1,315 @@
+// CpuStoreKv / CpuAttention against a naive double-precision attention over
+// contiguous K/V, through shuffled (non-contiguous) block tables.
+#include "backend/cpu_attention.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <numeric>
+#include <random>
+#include <string>
+#include <vector>
+
+namespace tpserve {
+namespace {
+
+// One sequence of a test step: `cached` tokens already in the KV cache, `n_new`
+// computed in this step (decode sequences have n_new = 1).
+struct SeqSpec {
+  int32_t cached;
+  int32_t n_new;
+  int32_t len() const { return cached + n_new; }
+};
+
+// A step with owned storage, its K/V reference data and a paged cache.
+struct PagedBatch {
+  AttentionShape shape;
+  int32_t block_size = 0;
+  std::vector<SeqSpec> seqs;
+  // Contiguous per-sequence reference data.
+  std::vector<std::vector<float>> k, v;  // [s][L, Hkv, hd]
+  std::vector<std::vector<float>> q;     // [s][n_new, Hq, hd]
+  // Step metadata storage.
+  std::vector<int32_t> token_ids, positions, query_start, seq_lens, block_tables, logits_indices;
+  std::vector<int64_t> slot_mapping;
+  int32_t max_blocks_per_seq = 0;
+  int32_t num_prefill = 0;
+  // Cache: [num_blocks, block_size, Hkv, hd], poisoned with NaN where nothing was written.
+  int64_t num_blocks = 0;
+  std::vector<float> k_cache, v_cache;
+  std::vector<float> qkv;  // [T, qkv_width]
+
+  int64_t kv_row() const { return int64_t{shape.num_kv_heads} * shape.head_dim; }
+
+  StepMetadata Meta() const {
+    StepMetadata m;
+    m.num_prefill_seqs = num_prefill;
+    m.num_decode_seqs = static_cast<int32_t>(seqs.size()) - num_prefill;
+    m.token_ids = token_ids;
+    m.positions = positions;
+    m.slot_mapping = slot_mapping;
+    m.query_start = query_start;
+    m.seq_lens = seq_lens;
+    m.block_tables = block_tables;
+    m.max_blocks_per_seq = max_blocks_per_seq;
+    m.logits_indices = logits_indices;
+    return m;
+  }
+  KvCacheLayer Cache() {
+    const int64_t nb = num_blocks, bs = block_size, hkv = shape.num_kv_heads, hd = shape.head_dim;
+    return {Tensor(k_cache.data(), DType::kF32, Device::kCpu, {nb, bs, hkv, hd}),
+            Tensor(v_cache.data(), DType::kF32, Device::kCpu, {nb, bs, hkv, hd})};
+  }
+  int64_t Slot(size_t s, int32_t pos) const {
+    const int32_t block = block_tables[s * max_blocks_per_seq + pos / block_size];
+    return int64_t{block} * block_size + pos % block_size;
+  }
+};
+
+// Builds a step for `seqs` (prefill sequences first): random K/V/Q, a shuffled
+// block assignment with spare blocks, the cached prefixes written straight into
+// the cache (independently of CpuStoreKv) and the new tokens' qkv rows.
+PagedBatch MakeBatch(const AttentionShape& shape, int32_t block_size, std::vector<SeqSpec> seqs,
+                     int32_t num_prefill, std::mt19937_64& rng) {
+  PagedBatch b;
+  b.shape = shape;
+  b.block_size = block_size;
+  b.seqs = std::move(seqs);
+  b.num_prefill = num_prefill;
+  std::uniform_real_distribution<float> uni(-1.0f, 1.0f);
+  const int hd = shape.head_dim;
+  const int64_t kv_row = b.kv_row();
+
+  std::vector<int32_t> blocks_needed;
+  for (const SeqSpec& s : b.seqs) {
+    blocks_needed.push_back((s.len() + block_size - 1) / block_size);
+    b.max_blocks_per_seq = std::max(b.max_blocks_per_seq, blocks_needed.back() + 1);
+  }
+  b.num_blocks = std::accumulate(blocks_needed.begin(), blocks_needed.end(), int64_t{0}) + 3;
+  std::vector<int32_t> ids(b.num_blocks);
+  std::iota(ids.begin(), ids.end(), 0);
+  std::shuffle(ids.begin(), ids.end(), rng);
+  b.block_tables.assign(b.seqs.size() * b.max_blocks_per_seq, -1);
+  size_t next = 0;
+  for (size_t s = 0; s < b.seqs.size(); ++s) {
+    for (int32_t i = 0; i < blocks_needed[s]; ++i) b.block_tables[s * b.max_blocks_per_seq + i] = ids[next++];
+  }
+
+  const size_t cache_elems = size_t(b.num_blocks) * block_size * kv_row;
+  b.k_cache.assign(cache_elems, std::numeric_limits<float>::quiet_NaN());
+  b.v_cache.assign(cache_elems, std::numeric_limits<float>::quiet_NaN());
+
+  const int64_t width = shape.qkv_width();
+  const int64_t q_cols = int64_t{shape.num_heads} * hd;
+  b.query_start.push_back(0);
+  for (size_t s = 0; s < b.seqs.size(); ++s) {
+    const SeqSpec& spec = b.seqs[s];
+    std::vector<float> k(size_t(spec.len()) * kv_row), v(k.size()), q(size_t(spec.n_new) * q_cols);
+    for (float& x : k) x = uni(rng);
+    for (float& x : v) x = uni(rng);
+    for (float& x : q) x = uni(rng);
+    for (int32_t p = 0; p < spec.cached; ++p) {
+      const int64_t slot = b.Slot(s, p);
+      std::copy_n(&k[size_t(p) * kv_row], kv_row, &b.k_cache[slot * kv_row]);
+      std::copy_n(&v[size_t(p) * kv_row], kv_row, &b.v_cache[slot * kv_row]);
+    }
+    for (int32_t i = 0; i < spec.n_new; ++i) {
+      const int32_t p = spec.cached + i;
+      b.token_ids.push_back(static_cast<int32_t>(rng() % 1000));
+      b.positions.push_back(p);
+      b.slot_mapping.push_back(b.Slot(s, p));
+      const size_t row = b.qkv.size();
+      b.qkv.resize(row + width);
+      std::copy_n(&q[size_t(i) * q_cols], q_cols, &b.qkv[row]);
+      std::copy_n(&k[size_t(p) * kv_row], kv_row, &b.qkv[row + q_cols]);
+      std::copy_n(&v[size_t(p) * kv_row], kv_row, &b.qkv[row + q_cols + kv_row]);
+    }
+    b.query_start.push_back(b.query_start.back() + spec.n_new);
+    b.seq_lens.push_back(spec.len());
+    b.logits_indices.push_back(b.query_start.back() - 1);
+    b.k.push_back(std::move(k));
+    b.v.push_back(std::move(v));
+    b.q.push_back(std::move(q));
+  }
+  return b;
+}
+
+// Naive causal attention in double over the contiguous reference K/V: [T, Hq·hd].
+std::vector<double> NaiveAttention(const PagedBatch& b, double scale) {
+  const int hd = b.shape.head_dim, hq = b.shape.num_heads;
+  const int group = hq / b.shape.num_kv_heads;
+  const int64_t kv_row = b.kv_row();
+  std::vector<double> out;
+  for (size_t s = 0; s < b.seqs.size(); ++s) {
+    const SeqSpec& spec = b.seqs[s];
+    for (int32_t i = 0; i < spec.n_new; ++i) {
+      const int32_t pos = spec.cached + i;
+      for (int h = 0; h < hq; ++h) {
+        const float* q = &b.q[s][(size_t(i) * hq + h) * hd];
+        const int kvh = h / group;
+        std::vector<double> logit(pos + 1);
+        double m = -1e300;
+        for (int32_t j = 0; j <= pos; ++j) {
+          const float* k = &b.k[s][j * kv_row + kvh * hd];
+          double dot = 0;
+          for (int d = 0; d < hd; ++d) dot += double(q[d]) * k[d];
+          logit[j] = dot * scale;
+          m = std::max(m, logit[j]);
+        }
+        double sum = 0;
+        for (double& x : logit) sum += (x = std::exp(x - m));
+        for (int d = 0; d < hd; ++d) {
+          double acc = 0;
+          for (int32_t j = 0; j <= pos; ++j) acc += logit[j] * b.v[s][j * kv_row + kvh * hd + d];
+          out.push_back(acc / sum);
+        }
+      }
+    }
+  }
+  return out;
+}
+
+struct AttnCase {
+  int32_t hq, hkv, hd, block_size;
+};
+
+std::string Describe(const AttnCase& c, uint64_t seed) {
+  return "Hq=" + std::to_string(c.hq) + " Hkv=" + std::to_string(c.hkv) + " hd=" +
+         std::to_string(c.hd) + " block_size=" + std::to_string(c.block_size) +
+         " seed=" + std::to_string(seed);
+}
+
+TEST(CpuAttention, MixedBatchMatchesNaiveThroughShuffledBlockTables) {
+  const AttnCase cases[] = {
+      {3, 3, 64, 16},   // MHA, odd head count
+      {12, 3, 128, 3},  // GQA 4:1, odd KV heads
+      {4, 1, 10, 1},    // GQA 4:1 (MQA), small head dim not a multiple of 8, one token per block
+      {7, 7, 6, 3},     // odd everything
+      {6, 2, 64, 16},   // GQA 3:1
+  };
+  for (const AttnCase& c : cases) {
+    const uint64_t seed = std::random_device{}();
+    SCOPED_TRACE(Describe(c, seed));
+    std::mt19937_64 rng(seed);
+    const int32_t bs = c.block_size;
+    // 2 prefill sequences (one from scratch, longer than a query tile; one after a
+    // cached prefix of two blocks and a bit) + 3 decode sequences.
+    const std::vector<SeqSpec> seqs = {
+        {0, 41}, {2 * bs + 1, 5}, {22, 1}, {0, 1}, {bs + 30, 1}};
+    const AttentionShape shape{c.hq, c.hkv, c.hd};
+    PagedBatch b = MakeBatch(shape, bs, seqs, 2, rng);
+    const StepMetadata step = b.Meta();
+    const float scale = 1.0f / std::sqrt(float(c.hd));
+    std::vector<float> out(size_t(step.num_tokens()) * c.hq * c.hd, -1.0f);
+    CpuStoreKv(step, b.qkv.data(), shape, b.Cache());
+    CpuAttention(step, b.qkv.data(), shape, b.Cache(), scale, out.data());
+    const std::vector<double> ref = NaiveAttention(b, scale);
+    ASSERT_EQ(ref.size(), out.size());
+    int bad = 0;
+    for (size_t i = 0; i < out.size() && bad < 5; ++i) {
+      if (!(std::abs(out[i] - ref[i]) <= 2e-6 + 2e-5 * std::abs(ref[i]))) {
+        ADD_FAILURE() << "element " << i << ": got " << out[i] << ", want " << ref[i];
+        ++bad;
+      }
+    }
+  }
+}
+
+TEST(CpuAttention, CachedPrefixGivesSameOutputAsWholePrompt) {
+  const uint64_t seed = std::random_device{}();
+  SCOPED_TRACE("seed=" + std::to_string(seed));
+  std::mt19937_64 rng(seed);
+  const AttentionShape shape{8, 2, 64};
+  const int32_t bs = 16, prefix = 2 * bs, suffix = 5;
+  const float scale = 0.125f;
+  const int64_t out_width = int64_t{shape.num_heads} * shape.head_dim;
+
+  // The whole prompt in one step.
+  PagedBatch whole = MakeBatch(shape, bs, {{0, prefix + suffix}}, 1, rng);
+  std::vector<float> out_whole(size_t(prefix + suffix) * out_width);
+  CpuStoreKv(whole.Meta(), whole.qkv.data(), shape, whole.Cache());
+  CpuAttention(whole.Meta(), whole.qkv.data(), shape, whole.Cache(), scale, out_whole.data());
+
+  // The same prompt in two steps through another (shuffled) block table: the
+  // prefix first, then the suffix attending to the cached prefix blocks.
+  // (Its block table has room for the whole prompt; the first step is cut to the prefix.)
+  PagedBatch first = MakeBatch(shape, bs, {{0, prefix + suffix}}, 1, rng);
+  const int64_t width = shape.qkv_width();
+  first.seqs = {{0, prefix}};
+  first.qkv.assign(whole.qkv.begin(), whole.qkv.begin() + prefix * width);
+  first.token_ids.resize(prefix);
+  first.positions.resize(prefix);
+  first.slot_mapping.resize(prefix);
+  first.query_start = {0, prefix};
+  first.seq_lens = {prefix};
+  first.logits_indices = {prefix - 1};
+  std::vector<float> out_first(size_t(prefix) * out_width);
+  CpuStoreKv(first.Meta(), first.qkv.data(), shape, first.Cache());
+  CpuAttention(first.Meta(), first.qkv.data(), shape, first.Cache(), scale, out_first.data());
+
+  PagedBatch second = first;  // same cache contents and block table
+  second.seqs = {{prefix, suffix}};
+  second.qkv.assign(whole.qkv.begin() + prefix * width, whole.qkv.end());
+  second.token_ids.assign(whole.token_ids.begin() + prefix, whole.token_ids.end());
+  second.positions.assign(whole.positions.begin() + prefix, whole.positions.end());
+  second.query_start = {0, suffix};
+  second.seq_lens = {prefix + suffix};
+  second.logits_indices = {suffix - 1};
+  second.slot_mapping.clear();
+  for (int32_t p = prefix; p < prefix + suffix; ++p) second.slot_mapping.push_back(second.Slot(0, p));
+  std::vector<float> out_second(size_t(suffix) * out_width);
+  CpuStoreKv(second.Meta(), second.qkv.data(), shape, second.Cache());
+  CpuAttention(second.Meta(), second.qkv.data(), shape, second.Cache(), scale, out_second.data());
+
+  for (int64_t i = 0; i < prefix * out_width; ++i) {
+    ASSERT_NEAR(out_first[i], out_whole[i], 1e-6) << "prefix element " << i;
+  }
+  for (int64_t i = 0; i < suffix * out_width; ++i) {
+    ASSERT_NEAR(out_second[i], out_whole[prefix * out_width + i], 1e-6) << "suffix element " << i;
+  }
+}
+
+TEST(CpuStoreKv, WritesOnlyMappedSlotsAndSkipsPadding) {
+  const uint64_t seed = std::random_device{}();
+  SCOPED_TRACE("seed=" + std::to_string(seed));
+  std::mt19937_64 rng(seed);
+  const AttentionShape shape{6, 3, 10};
+  const int32_t bs = 3;
+  PagedBatch b = MakeBatch(shape, bs, {{0, 7}, {4, 1}, {0, 1}}, 1, rng);
+  const float poison = -777.0f;
+  std::fill(b.k_cache.begin(), b.k_cache.end(), poison);
+  std::fill(b.v_cache.begin(), b.v_cache.end(), poison);
+  // Tokens 1 and 4 of the prefill and the last decode token are padding.
+  for (int t : {1, 4, 8}) b.slot_mapping[t] = -1;
+  CpuStoreKv(b.Meta(), b.qkv.data(), shape, b.Cache());
+
+  const int64_t kv_row = b.kv_row();
+  const int64_t q_cols = int64_t{shape.num_heads} * shape.head_dim;
+  const int64_t width = shape.qkv_width();
+  std::vector<bool> written(size_t(b.num_blocks) * bs, false);
+  for (size_t t = 0; t < b.slot_mapping.size(); ++t) {
+    const int64_t slot = b.slot_mapping[t];
+    if (slot < 0) continue;
+    written[slot] = true;
+    for (int64_t e = 0; e < kv_row; ++e) {
+      ASSERT_EQ(b.k_cache[slot * kv_row + e], b.qkv[t * width + q_cols + e]) << "token " << t;
+      ASSERT_EQ(b.v_cache[slot * kv_row + e], b.qkv[t * width + q_cols + kv_row + e]) << "token " << t;
+    }
+  }
+  int untouched_slots = 0;
+  for (size_t slot = 0; slot < written.size(); ++slot) {
+    if (written[slot]) continue;
+    ++untouched_slots;
+    for (int64_t e = 0; e < kv_row; ++e) {
+      ASSERT_EQ(b.k_cache[slot * kv_row + e], poison) << "slot " << slot << " was written";
+      ASSERT_EQ(b.v_cache[slot * kv_row + e], poison) << "slot " << slot << " was written";
+    }
+  }
+  EXPECT_GE(untouched_slots, 3 + 4);  // the padding tokens' slots, the cached prefix, spare blocks
+}
+
+}  // namespace
+}  // namespace tpserve
