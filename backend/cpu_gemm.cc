@@ -1,0 +1,114 @@
+#include "backend/cpu_gemm.h"
+
+#include <algorithm>
+#include <climits>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+
+#if TPSERVE_HAVE_OPENBLAS
+#include <cblas.h>
+#endif
+
+namespace tpserve {
+namespace {
+
+constexpr int64_t kBlockK = 512;  // a K block of 4 x rows (8 KiB) stays in L1
+constexpr int kLanes = 8;         // independent partial sums: vectorisable, fewer rounding steps
+
+// out[r] = Σ_k x[r][k] · w[k] for r < MR, over one K block of length kc.
+template <int MR>
+inline void DotRows(const float* x /*[MR, ldx]*/, int64_t ldx, const float* w /*[kc]*/,
+                    int64_t kc, float* out /*[MR], accumulated into*/, int64_t ldo) {
+  float acc[MR][kLanes] = {};
+  int64_t k = 0;
+  for (; k + kLanes <= kc; k += kLanes) {
+    for (int r = 0; r < MR; ++r) {
+      const float* xr = x + r * ldx + k;
+      for (int l = 0; l < kLanes; ++l) acc[r][l] += xr[l] * w[k + l];
+    }
+  }
+  for (; k < kc; ++k) {
+    for (int r = 0; r < MR; ++r) acc[r][0] += x[r * ldx + k] * w[k];
+  }
+  for (int r = 0; r < MR; ++r) {
+    float s = 0.f;
+    for (int l = 0; l < kLanes; ++l) s += acc[r][l];
+    out[r * ldo] += s;
+  }
+}
+
+void InitOutput(const float* bias, float* y, int64_t M, int64_t N) {
+  for (int64_t m = 0; m < M; ++m) {
+    if (bias) {
+      std::memcpy(y + m * N, bias, static_cast<size_t>(N) * sizeof(float));
+    } else {
+      std::fill(y + m * N, y + (m + 1) * N, 0.f);
+    }
+  }
+}
+
+}  // namespace
+
+void CpuGemmFallback(const float* x, const float* w, const float* bias, float* y, int64_t M,
+                     int64_t N, int64_t K) {
+  InitOutput(bias, y, M, N);
+  for (int64_t k0 = 0; k0 < K; k0 += kBlockK) {
+    const int64_t kc = std::min(kBlockK, K - k0);
+    int64_t m = 0;
+    for (; m + 4 <= M; m += 4) {
+      for (int64_t n = 0; n < N; ++n) {
+        DotRows<4>(x + m * K + k0, K, w + n * K + k0, kc, y + m * N + n, N);
+      }
+    }
+    for (; m < M; ++m) {
+      for (int64_t n = 0; n < N; ++n) {
+        DotRows<1>(x + m * K + k0, K, w + n * K + k0, kc, y + m * N + n, N);
+      }
+    }
+  }
+}
+
+#if TPSERVE_HAVE_OPENBLAS
+
+void CpuGemm(const float* x, const float* w, const float* bias, float* y, int64_t M, int64_t N,
+             int64_t K) {
+  if (M == 0 || N == 0) return;
+  if (K == 0) return InitOutput(bias, y, M, N);
+  if (M > INT_MAX || N > INT_MAX || K > INT_MAX) {
+    std::fprintf(stderr, "CpuGemm: M=%lld N=%lld K=%lld exceed OpenBLAS's 32-bit sizes\n",
+                 static_cast<long long>(M), static_cast<long long>(N), static_cast<long long>(K));
+    std::abort();
+  }
+  float beta = 0.f;
+  if (bias) {
+    InitOutput(bias, y, M, N);
+    beta = 1.f;
+  }
+  const int m = static_cast<int>(M), n = static_cast<int>(N), k = static_cast<int>(K);
+  if (M == 1) {
+    // Decode of a single token: y = W · x.
+    cblas_sgemv(CblasRowMajor, CblasNoTrans, n, k, 1.f, w, k, x, 1, beta, y, 1);
+  } else {
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, m, n, k, 1.f, x, k, w, k, beta, y, n);
+  }
+}
+
+void CpuGemmSetNumThreads(int num_threads) { openblas_set_num_threads(std::max(1, num_threads)); }
+
+const char* CpuGemmImplementation() { return "openblas"; }
+
+#else
+
+void CpuGemm(const float* x, const float* w, const float* bias, float* y, int64_t M, int64_t N,
+             int64_t K) {
+  CpuGemmFallback(x, w, bias, y, M, N, K);
+}
+
+void CpuGemmSetNumThreads(int) {}
+
+const char* CpuGemmImplementation() { return "fallback"; }
+
+#endif
+
+}  // namespace tpserve
