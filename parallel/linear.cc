@@ -19,7 +19,8 @@ absl::StatusOr<Buffer> LoadStacked(const ShardContext& ctx, std::span<const std:
     if (!spec.ok()) return spec.status();
     if (spec->kind != ShardKind::kRows) {
       return absl::InvalidArgumentError(absl::StrCat("tensor '", std::string(name), "' is split by ",
-                                                     std::string(ShardKindName(spec->kind)), ", not by rows"));
+                                                     std::string(ShardKindName(spec->kind)),
+                                                     ", not by rows"));
     }
     rows += spec->local_shape[0];
     specs.push_back(*std::move(spec));
@@ -42,9 +43,9 @@ absl::Status ExpectKind(const ShardContext& ctx, std::string_view name, ShardKin
   absl::StatusOr<ShardSpec> spec = ResolveShard(ctx, name);
   if (!spec.ok()) return spec.status();
   if (spec->kind != kind) {
-    return absl::InvalidArgumentError(absl::StrCat("tensor '", std::string(name), "' is split by ", std::string(ShardKindName(spec->kind)),
-                                                   "; ", std::string(layer), " needs a tensor split by ",
-                                                   std::string(ShardKindName(kind))));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "tensor '", std::string(name), "' is split by ", std::string(ShardKindName(spec->kind)), "; ",
+        std::string(layer), " needs a tensor split by ", std::string(ShardKindName(kind))));
   }
   return absl::OkStatus();
 }
@@ -53,8 +54,9 @@ absl::Status ExpectKind(const ShardContext& ctx, std::string_view name, ShardKin
 
 // ---- ColumnParallelLinear ----
 
-absl::StatusOr<ColumnParallelLinear> ColumnParallelLinear::Load(const ShardContext& ctx, std::string_view prefix,
-                                                                Backend& backend, bool with_bias) {
+absl::StatusOr<ColumnParallelLinear> ColumnParallelLinear::Load(const ShardContext& ctx,
+                                                                std::string_view prefix, Backend& backend,
+                                                                bool with_bias) {
   const std::string w = absl::StrCat(std::string(prefix), ".weight");
   if (absl::Status s = ExpectKind(ctx, w, ShardKind::kRows, "ColumnParallelLinear"); !s.ok()) return s;
   ColumnParallelLinear layer;
@@ -93,8 +95,8 @@ void MergedColumnParallelLinear::Forward(Backend& backend, const Tensor& x, Tens
 
 // ---- QKVParallelLinear ----
 
-absl::StatusOr<QKVParallelLinear> QKVParallelLinear::Load(const ShardContext& ctx, std::string_view attn_prefix,
-                                                          Backend& backend) {
+absl::StatusOr<QKVParallelLinear> QKVParallelLinear::Load(const ShardContext& ctx,
+                                                          std::string_view attn_prefix, Backend& backend) {
   const std::array<std::string, 3> projs = {absl::StrCat(std::string(attn_prefix), ".q_proj"),
                                             absl::StrCat(std::string(attn_prefix), ".k_proj"),
                                             absl::StrCat(std::string(attn_prefix), ".v_proj")};
@@ -110,7 +112,8 @@ absl::StatusOr<QKVParallelLinear> QKVParallelLinear::Load(const ShardContext& ct
   for (const std::string& b : biases) {
     const bool has = ctx.checkpoint.Has(b);
     if (ctx.config.qkv_bias && !has) {
-      return absl::NotFoundError(absl::StrCat("tensor '", b, "' is not in the checkpoint but config.json asks ",
+      return absl::NotFoundError(absl::StrCat("tensor '", b,
+                                              "' is not in the checkpoint but config.json asks ",
                                               "for q/k/v biases (Qwen2 / attention_bias); the checkpoint ",
                                               "and its config.json do not belong together"));
     }
@@ -132,8 +135,8 @@ absl::StatusOr<QKVParallelLinear> QKVParallelLinear::Load(const ShardContext& ct
   layer.shape_.head_dim = static_cast<int32_t>(hd);
   if (layer.shape_.qkv_width() != layer.weight().dim(0)) {
     return absl::InternalError(absl::StrCat("QKVParallelLinear ", std::string(attn_prefix), ": local rows ",
-                                            layer.weight().dim(0), " != (Hq + 2 Hkv) · hd = ",
-                                            layer.shape_.qkv_width()));
+                                            layer.weight().dim(0),
+                                            " != (Hq + 2 Hkv) · hd = ", layer.shape_.qkv_width()));
   }
   return layer;
 }

@@ -30,10 +30,10 @@ class ColumnParallelLinear {
 
   void Forward(Backend& backend, const Tensor& x /*[M, K]*/, Tensor y /*[M, N_local]*/) const;
 
-  const Tensor& weight() const { return weight_.tensor(); }  // [N_local, K]
+  const Tensor& weight() const { return weight_.tensor(); }                         // [N_local, K]
   const Tensor* bias() const { return bias_.empty() ? nullptr : &bias_.tensor(); }  // [N_local]
-  int64_t out_features() const { return weight().dim(0); }  // N_local
-  int64_t in_features() const { return weight().dim(1); }   // K
+  int64_t out_features() const { return weight().dim(0); }                          // N_local
+  int64_t in_features() const { return weight().dim(1); }                           // K
 
  private:
   Buffer weight_;  // [N_local, K]
@@ -72,7 +72,7 @@ class QKVParallelLinear {
 
   const Tensor& weight() const { return weight_.tensor(); }  // [(Hq_local + 2·Hkv_local)·hd, D]
   const Tensor* bias() const { return bias_.empty() ? nullptr : &bias_.tensor(); }  // [(Hq_l + 2·Hkv_l)·hd]
-  const AttentionShape& shape() const { return shape_; }     // local heads
+  const AttentionShape& shape() const { return shape_; }                            // local heads
 
  private:
   Buffer weight_;  // [(Hq_local + 2·Hkv_local)·hd, D] = [q shard ; k shard ; v shard]
@@ -94,10 +94,10 @@ class RowParallelLinear {
   absl::Status Forward(Backend& backend, Communicator& comm, const Tensor& x /*[M, K_local]*/,
                        Tensor y /*[M, N]*/) const;
 
-  const Tensor& weight() const { return weight_.tensor(); }  // [N, K_local]
+  const Tensor& weight() const { return weight_.tensor(); }                         // [N, K_local]
   const Tensor* bias() const { return bias_.empty() ? nullptr : &bias_.tensor(); }  // [N]
-  int64_t out_features() const { return weight().dim(0); }  // N
-  int64_t in_features() const { return weight().dim(1); }   // K_local
+  int64_t out_features() const { return weight().dim(0); }                          // N
+  int64_t in_features() const { return weight().dim(1); }                           // K_local
 
  private:
   Buffer weight_;  // [N, K_local]

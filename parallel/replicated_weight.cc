@@ -5,11 +5,12 @@
 namespace tpserve {
 
 absl::StatusOr<ReplicatedWeight> ReplicatedWeight::Load(const ShardContext& ctx, std::string_view name,
-                                                         Backend& backend) {
+                                                        Backend& backend) {
   absl::StatusOr<ShardSpec> spec = ResolveShard(ctx, name);
   if (!spec.ok()) return spec.status();
   if (spec->kind != ShardKind::kReplicated) {
-    return absl::InvalidArgumentError(absl::StrCat("tensor '", std::string(name), "' is split by ", std::string(ShardKindName(spec->kind)),
+    return absl::InvalidArgumentError(absl::StrCat("tensor '", std::string(name), "' is split by ",
+                                                   std::string(ShardKindName(spec->kind)),
                                                    ", not replicated; load it with a parallel layer"));
   }
   ReplicatedWeight w;

@@ -11,7 +11,8 @@ absl::StatusOr<ShardSpec> ResolveShard(const ShardContext& ctx, std::string_view
   absl::StatusOr<const TensorInfo*> info = ctx.checkpoint.Info(name);
   if (!info.ok()) return info.status();
   if (!(*info)->readable) {
-    return absl::InvalidArgumentError(absl::StrCat("tensor '", std::string(name), "' has dtype ", (*info)->dtype_name,
+    return absl::InvalidArgumentError(absl::StrCat("tensor '", std::string(name), "' has dtype ",
+                                                   (*info)->dtype_name,
                                                    "; weights must be F32, F16 or BF16"));
   }
   return ShardFor(name, (*info)->shape, ctx.rank, ctx.world_size, ctx.config);
@@ -22,9 +23,9 @@ absl::Status LoadShardInto(const ShardContext& ctx, std::string_view name, const
   int64_t local_numel = 1;
   for (int64_t d : spec.local_shape) local_numel *= d;
   if (dst.numel() != local_numel || dst.dtype != backend.compute_dtype()) {
-    return absl::InternalError(absl::StrCat("loading tensor '", std::string(name), "': destination ", dst.ShapeString(),
-                                            " ", std::string(DTypeName(dst.dtype)), " does not fit the shard ",
-                                            ShapeToString(spec.local_shape), " ",
+    return absl::InternalError(absl::StrCat("loading tensor '", std::string(name), "': destination ",
+                                            dst.ShapeString(), " ", std::string(DTypeName(dst.dtype)),
+                                            " does not fit the shard ", ShapeToString(spec.local_shape), " ",
                                             std::string(DTypeName(backend.compute_dtype()))));
   }
   if (local_numel == 0) return absl::OkStatus();

@@ -28,7 +28,8 @@ struct Parsed {
 absl::StatusOr<Parsed> Parse(std::string_view name) {
   const size_t last_dot = name.rfind('.');
   if (last_dot == std::string_view::npos) {
-    return absl::InvalidArgumentError(absl::StrCat("tensor '", std::string(name), "': not a <module>.weight/.bias std::string(name)"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("tensor '", std::string(name), "': not a <module>.weight/.bias std::string(name)"));
   }
   const std::string_view param = name.substr(last_dot + 1);
   const std::string_view path = name.substr(0, last_dot);
@@ -36,8 +37,8 @@ absl::StatusOr<Parsed> Parse(std::string_view name) {
   const std::string_view module = prev_dot == std::string_view::npos ? path : path.substr(prev_dot + 1);
   const bool bias = param == "bias";
   if (!bias && param != "weight") {
-    return absl::InvalidArgumentError(
-        absl::StrCat("tensor '", std::string(name), "': expected a std::string(name) ending in .weight or .bias"));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "tensor '", std::string(name), "': expected a std::string(name) ending in .weight or .bias"));
   }
   struct Entry {
     std::string_view module;
@@ -45,23 +46,30 @@ absl::StatusOr<Parsed> Parse(std::string_view name) {
     bool may_have_bias;
   };
   static constexpr Entry kModules[] = {
-      {"embed_tokens", Role::kVocab, false},   {"lm_head", Role::kVocab, false},
-      {"q_proj", Role::kQ, true},              {"k_proj", Role::kKv, true},
-      {"v_proj", Role::kKv, true},             {"o_proj", Role::kO, true},
-      {"gate_proj", Role::kGateUp, true},      {"up_proj", Role::kGateUp, true},
-      {"down_proj", Role::kDown, true},        {"input_layernorm", Role::kHiddenNorm, false},
-      {"post_attention_layernorm", Role::kHiddenNorm, false}, {"norm", Role::kHiddenNorm, false},
-      {"q_norm", Role::kHeadNorm, false},      {"k_norm", Role::kHeadNorm, false},
+      {"embed_tokens", Role::kVocab, false},
+      {"lm_head", Role::kVocab, false},
+      {"q_proj", Role::kQ, true},
+      {"k_proj", Role::kKv, true},
+      {"v_proj", Role::kKv, true},
+      {"o_proj", Role::kO, true},
+      {"gate_proj", Role::kGateUp, true},
+      {"up_proj", Role::kGateUp, true},
+      {"down_proj", Role::kDown, true},
+      {"input_layernorm", Role::kHiddenNorm, false},
+      {"post_attention_layernorm", Role::kHiddenNorm, false},
+      {"norm", Role::kHiddenNorm, false},
+      {"q_norm", Role::kHeadNorm, false},
+      {"k_norm", Role::kHeadNorm, false},
   };
   for (const Entry& e : kModules) {
     if (module != e.module) continue;
     if (bias && !e.may_have_bias) break;
     return Parsed{e.role, bias};
   }
-  return absl::InvalidArgumentError(absl::StrCat(
-      "tensor '", std::string(name),
-      "': no tensor-parallel sharding rule for it (known: embed_tokens, lm_head, q/k/v/o_proj, "
-      "gate/up/down_proj, input_layernorm, post_attention_layernorm, norm, q_norm, k_norm)"));
+  return absl::InvalidArgumentError(
+      absl::StrCat("tensor '", std::string(name),
+                   "': no tensor-parallel sharding rule for it (known: embed_tokens, lm_head, q/k/v/o_proj, "
+                   "gate/up/down_proj, input_layernorm, post_attention_layernorm, norm, q_norm, k_norm)"));
 }
 
 absl::Status CheckRank(int rank, int world_size) {
@@ -76,26 +84,26 @@ absl::Status CheckRank(int rank, int world_size) {
 // `subject` starts the message: "tensor 'model.layers.0.mlp.up_proj.weight'".
 absl::StatusOr<int64_t> Split(std::string_view subject, int64_t n, std::string_view what, int tp) {
   if (n % tp != 0) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        std::string(subject), ": ", std::string(what), " = ", n, " does not split over tp = ", tp,
-        "; use a tensor-parallel size that divides ", n));
+    return absl::InvalidArgumentError(absl::StrCat(std::string(subject), ": ", std::string(what), " = ", n,
+                                                   " does not split over tp = ", tp,
+                                                   "; use a tensor-parallel size that divides ", n));
   }
   return n / tp;
 }
 
 // Range of KV heads [first, first + count) held by `rank`.
-absl::StatusOr<std::pair<int64_t, int64_t>> KvHeads(std::string_view subject, int64_t hkv, int rank,
-                                                    int tp) {
+absl::StatusOr<std::pair<int64_t, int64_t>> KvHeads(std::string_view subject, int64_t hkv, int rank, int tp) {
   if (tp <= hkv) {
     absl::StatusOr<int64_t> per = Split(subject, hkv, "num_key_value_heads", tp);
     if (!per.ok()) return per.status();
     return std::pair<int64_t, int64_t>{rank * *per, *per};
   }
   if (tp % hkv != 0) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        std::string(subject), ": tp = ", tp, " is larger than num_key_value_heads = ", hkv,
-        " but not a multiple of it, so the KV heads cannot be replicated evenly; use a tp that "
-        "divides or is a multiple of ", hkv));
+    return absl::InvalidArgumentError(
+        absl::StrCat(std::string(subject), ": tp = ", tp, " is larger than num_key_value_heads = ", hkv,
+                     " but not a multiple of it, so the KV heads cannot be replicated evenly; use a tp that "
+                     "divides or is a multiple of ",
+                     hkv));
   }
   return std::pair<int64_t, int64_t>{rank / (tp / hkv), 1};
 }
@@ -104,9 +112,12 @@ absl::StatusOr<std::pair<int64_t, int64_t>> KvHeads(std::string_view subject, in
 
 std::string_view ShardKindName(ShardKind kind) {
   switch (kind) {
-    case ShardKind::kReplicated: return "replicated";
-    case ShardKind::kRows: return "rows";
-    case ShardKind::kCols: return "cols";
+    case ShardKind::kReplicated:
+      return "replicated";
+    case ShardKind::kRows:
+      return "rows";
+    case ShardKind::kCols:
+      return "cols";
   }
   return "?";
 }
@@ -126,14 +137,22 @@ absl::StatusOr<std::vector<int64_t>> ExpectedShape(std::string_view name, const 
     return p->bias ? std::vector<int64_t>{rows} : std::vector<int64_t>{rows, cols};
   };
   switch (p->role) {
-    case Role::kVocab: return std::vector<int64_t>{c.vocab_size, D};
-    case Role::kQ: return mat(q, D);
-    case Role::kKv: return mat(kv, D);
-    case Role::kO: return mat(D, q);  // the bias of o_proj is [D]
-    case Role::kGateUp: return mat(F, D);
-    case Role::kDown: return mat(D, F);
-    case Role::kHiddenNorm: return std::vector<int64_t>{D};
-    case Role::kHeadNorm: return std::vector<int64_t>{c.head_dim};
+    case Role::kVocab:
+      return std::vector<int64_t>{c.vocab_size, D};
+    case Role::kQ:
+      return mat(q, D);
+    case Role::kKv:
+      return mat(kv, D);
+    case Role::kO:
+      return mat(D, q);  // the bias of o_proj is [D]
+    case Role::kGateUp:
+      return mat(F, D);
+    case Role::kDown:
+      return mat(D, F);
+    case Role::kHiddenNorm:
+      return std::vector<int64_t>{D};
+    case Role::kHeadNorm:
+      return std::vector<int64_t>{c.head_dim};
   }
   return absl::InternalError("unreachable");
 }
@@ -146,12 +165,12 @@ absl::StatusOr<ShardSpec> ShardFor(std::string_view name, std::span<const int64_
   absl::StatusOr<std::vector<int64_t>> expected = ExpectedShape(name, c);
   if (!expected.ok()) return expected.status();
   if (!std::equal(full_shape.begin(), full_shape.end(), expected->begin(), expected->end())) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "tensor '", std::string(name), "' has shape ", ShapeToString(full_shape), " but config.json implies ",
-        ShapeToString(*expected), " (hidden_size ", c.hidden_size, ", intermediate_size ",
-        c.intermediate_size, ", heads ", c.num_heads, ", kv heads ", c.num_kv_heads, ", head_dim ",
-        c.head_dim, ", vocab_size ", c.vocab_size,
-        "); the checkpoint and its config.json do not belong together"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("tensor '", std::string(name), "' has shape ", ShapeToString(full_shape),
+                     " but config.json implies ", ShapeToString(*expected), " (hidden_size ", c.hidden_size,
+                     ", intermediate_size ", c.intermediate_size, ", heads ", c.num_heads, ", kv heads ",
+                     c.num_kv_heads, ", head_dim ", c.head_dim, ", vocab_size ", c.vocab_size,
+                     "); the checkpoint and its config.json do not belong together"));
   }
   const Parsed p = *Parse(name);
   const std::string subject = absl::StrCat("tensor '", std::string(name), "'");

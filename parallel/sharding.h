@@ -68,11 +68,11 @@ absl::StatusOr<ShardSpec> ShardFor(std::string_view name, std::span<const int64_
 // KV cache): InvalidArgument naming the config field and the tp size when H,
 // Hkv or F do not split over tp.
 struct LocalShape {
-  int64_t num_heads = 0;       // H / tp
-  int64_t num_kv_heads = 0;    // Hkv / tp, or 1 when tp > Hkv
-  int64_t intermediate = 0;    // F / tp
-  int64_t vocab_rows = 0;      // ceil(V / tp)
-  int64_t vocab_start = 0;     // rank · vocab_rows
+  int64_t num_heads = 0;     // H / tp
+  int64_t num_kv_heads = 0;  // Hkv / tp, or 1 when tp > Hkv
+  int64_t intermediate = 0;  // F / tp
+  int64_t vocab_rows = 0;    // ceil(V / tp)
+  int64_t vocab_start = 0;   // rank · vocab_rows
 };
 absl::StatusOr<LocalShape> LocalShapeFor(const ModelConfig& config, int rank, int world_size);
 

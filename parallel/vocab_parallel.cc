@@ -12,7 +12,8 @@ constexpr std::string_view kLmHeadName = "lm_head.weight";
 
 // ---- VocabParallelEmbedding ----
 
-absl::StatusOr<VocabParallelEmbedding> VocabParallelEmbedding::Load(const ShardContext& ctx, Backend& backend) {
+absl::StatusOr<VocabParallelEmbedding> VocabParallelEmbedding::Load(const ShardContext& ctx,
+                                                                    Backend& backend) {
   absl::StatusOr<ShardSpec> spec = ResolveShard(ctx, kEmbedName);
   if (!spec.ok()) return spec.status();
   VocabParallelEmbedding e;
@@ -40,9 +41,9 @@ absl::StatusOr<ParallelLMHead> ParallelLMHead::Load(const ShardContext& ctx, Bac
     return head;
   }
   if (!ctx.checkpoint.Has(kLmHeadName)) {
-    return absl::NotFoundError(absl::StrCat("tensor '", std::string(kLmHeadName), "' is not in the checkpoint and config.json ",
-                                            "has tie_word_embeddings false; set it to true if the model ",
-                                            "reuses embed_tokens as its LM head"));
+    return absl::NotFoundError(absl::StrCat(
+        "tensor '", std::string(kLmHeadName), "' is not in the checkpoint and config.json ",
+        "has tie_word_embeddings false; set it to true if the model ", "reuses embed_tokens as its LM head"));
   }
   absl::StatusOr<Buffer> w = LoadShard(ctx, kLmHeadName, backend);
   if (!w.ok()) return w.status();
@@ -69,12 +70,13 @@ absl::Status ParallelLMHead::Forward(Backend& backend, Communicator& comm, const
   const int64_t s = hidden.dim(0), vs = vocab_rows(), v = vocab_size_;
   const int world = comm.world_size();
   if (s > ws.max_seqs) {
-    return absl::InvalidArgumentError(absl::StrCat("ParallelLMHead: ", s, " sequences but the workspace holds ",
-                                                   ws.max_seqs, "; allocate it for the largest batch"));
+    return absl::InvalidArgumentError(absl::StrCat("ParallelLMHead: ", s,
+                                                   " sequences but the workspace holds ", ws.max_seqs,
+                                                   "; allocate it for the largest batch"));
   }
   if (comm.rank() == 0 && static_cast<int64_t>(logits.size()) < s * v) {
-    return absl::InvalidArgumentError(absl::StrCat("ParallelLMHead: logits hold ", logits.size(),
-                                                   " floats, need [", s, ", ", v, "]"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("ParallelLMHead: logits hold ", logits.size(), " floats, need [", s, ", ", v, "]"));
   }
   Tensor local = ws.local.tensor().Rows(0, s);  // [S, Vs]
   backend.Linear(hidden, weight_, nullptr, local);

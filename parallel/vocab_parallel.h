@@ -27,7 +27,7 @@ class VocabParallelEmbedding {
 
   const Tensor& weight() const { return weight_.tensor(); }  // [Vs, D]
   int64_t vocab_start() const { return vocab_start_; }
-  int64_t vocab_size() const { return vocab_size_; }         // V (unpadded)
+  int64_t vocab_size() const { return vocab_size_; }  // V (unpadded)
 
  private:
   Buffer weight_;  // [Vs, D], rows >= V - vocab_start are zero
@@ -39,9 +39,9 @@ class VocabParallelEmbedding {
 // `max_seqs` sequences (by ParallelLMHead::AllocateWorkspace).
 struct LmHeadWorkspace {
   int64_t max_seqs = 0;
-  Buffer local;               // [max_seqs, Vs]: this rank's logits
-  Buffer gathered;            // rank 0: [tp, max_seqs, Vs]; empty elsewhere
-  std::vector<float> host;    // rank 0: tp · max_seqs · Vs floats; empty elsewhere
+  Buffer local;             // [max_seqs, Vs]: this rank's logits
+  Buffer gathered;          // rank 0: [tp, max_seqs, Vs]; empty elsewhere
+  std::vector<float> host;  // rank 0: tp · max_seqs · Vs floats; empty elsewhere
 };
 
 // logits = hidden · embeddingᵀ over the vocab, gathered to rank 0.

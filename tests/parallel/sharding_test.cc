@@ -89,7 +89,8 @@ TEST(ShardingTest, QueryRowsByHeads) {
 TEST(ShardingTest, KvRowsByHeadsWhenTpAtMostKvHeads) {
   for (int tp : {1, 2}) {
     for (int r = 0; r < tp; ++r) {
-      for (const char* name : {"model.layers.0.self_attn.k_proj.weight", "model.layers.0.self_attn.v_proj.weight"}) {
+      for (const char* name :
+           {"model.layers.0.self_attn.k_proj.weight", "model.layers.0.self_attn.v_proj.weight"}) {
         const ShardSpec s = Shard(name, r, tp);
         EXPECT_EQ(s.kind, ShardKind::kRows);
         EXPECT_EQ(s.begin, r * (2 / tp) * 6);
@@ -160,9 +161,10 @@ TEST(ShardingTest, MlpGateUpRowsDownColumns) {
 }
 
 TEST(ShardingTest, NormsReplicated) {
-  for (const char* name : {"model.layers.0.input_layernorm.weight", "model.layers.0.post_attention_layernorm.weight",
-                           "model.norm.weight", "model.layers.0.self_attn.q_norm.weight",
-                           "model.layers.0.self_attn.k_norm.weight"}) {
+  for (const char* name :
+       {"model.layers.0.input_layernorm.weight", "model.layers.0.post_attention_layernorm.weight",
+        "model.norm.weight", "model.layers.0.self_attn.q_norm.weight",
+        "model.layers.0.self_attn.k_norm.weight"}) {
     const ShardSpec s = Shard(name, 3, 4);
     EXPECT_EQ(s.kind, ShardKind::kReplicated) << name;
     EXPECT_EQ(s.begin, 0);

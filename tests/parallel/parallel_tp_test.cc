@@ -1,0 +1,241 @@
+// Tensor-parallel layers with real processes over gloo: for tp = 1, 2, 4 each
+// rank (parallel_rank, one process per rank, FileStore rendezvous) loads its
+// shards from a random checkpoint and runs every layer's Forward; this test
+// compares what each rank wrote with the unsharded computation done here in
+// double from the full weights (Checkpoint::ReadF32). Relative error <= 1e-4.
+//
+// The expected local outputs of the column-parallel layers are derived from
+// what attention needs, not from the sharding code: rank r's query heads are
+// the r-th block of H/tp heads, and its KV heads are the ones those query
+// heads read under GQA (query head g reads KV head g / (H / Hkv)).
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cmath>
+#include <fstream>
+#include <random>
+#include <sstream>
+#include <thread>
+
+#include "model/safetensors.h"
+#include "tests/parallel/tp_case.h"
+
+namespace tpserve::testing {
+namespace {
+
+namespace fs = std::filesystem;
+
+// Runs `world` parallel_rank processes; returns "" or what went wrong (with their logs).
+std::string RunRanks(const TpCase& tc, const fs::path& dir, int world, uint32_t seed) {
+  const fs::path store = dir / ("store-tp" + std::to_string(world));
+  fs::create_directories(store);
+  std::vector<pid_t> pids;
+  for (int r = 0; r < world; ++r) {
+    const std::string log =
+        (dir / ("rank" + std::to_string(r) + "-tp" + std::to_string(world) + ".log")).string();
+    std::vector<std::string> args = {
+        PARALLEL_RANK_PATH,    tc.name,      dir.string(),        store.string(), std::to_string(r),
+        std::to_string(world), dir.string(), std::to_string(seed)};
+    const pid_t pid = fork();
+    if (pid == 0) {
+      FILE* f = std::freopen(log.c_str(), "w", stderr);
+      (void)f;
+      dup2(fileno(stderr), fileno(stdout));
+      std::vector<char*> argv;
+      for (std::string& a : args) argv.push_back(a.data());
+      argv.push_back(nullptr);
+      execv(argv[0], argv.data());
+      std::perror("execv");
+      _exit(127);
+    }
+    pids.push_back(pid);
+  }
+  std::string failure;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(120);
+  for (int r = 0; r < world; ++r) {
+    int status = 0;
+    while (true) {
+      const pid_t done = waitpid(pids[r], &status, WNOHANG);
+      if (done == pids[r]) break;
+      if (std::chrono::steady_clock::now() > deadline) {
+        kill(pids[r], SIGKILL);
+        waitpid(pids[r], &status, 0);
+        failure += "rank " + std::to_string(r) + " timed out after 120 s\n";
+        break;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+      std::ifstream in(dir / ("rank" + std::to_string(r) + "-tp" + std::to_string(world) + ".log"));
+      std::stringstream text;
+      text << in.rdbuf();
+      failure +=
+          "rank " + std::to_string(r) + " failed (status " + std::to_string(status) + "): " + text.str();
+    }
+  }
+  return failure;
+}
+
+// max |got - want| / max |want| over all elements.
+double RelativeError(const std::vector<float>& got, const std::vector<double>& want) {
+  double err = 0, scale = 1e-30;
+  for (size_t i = 0; i < want.size(); ++i) {
+    err = std::max(err, std::abs(got[i] - want[i]));
+    scale = std::max(scale, std::abs(want[i]));
+  }
+  return err / scale;
+}
+
+// y[m, n] = sum_k x[m, k] w[n, k] (+ b[n]), in double.
+std::vector<double> MatMulT(const std::vector<double>& x, const std::vector<float>& w,
+                            const std::vector<float>* b, int64_t m, int64_t n, int64_t k) {
+  std::vector<double> y(static_cast<size_t>(m * n));
+  for (int64_t i = 0; i < m; ++i) {
+    for (int64_t j = 0; j < n; ++j) {
+      double acc = b ? (*b)[j] : 0.0;
+      for (int64_t l = 0; l < k; ++l) acc += x[i * k + l] * double{w[j * k + l]};
+      y[i * n + j] = acc;
+    }
+  }
+  return y;
+}
+
+// Columns [begin, begin + count) of a [rows, cols] matrix.
+std::vector<double> Cols(const std::vector<double>& a, int64_t rows, int64_t cols, int64_t begin,
+                         int64_t count) {
+  std::vector<double> out;
+  for (int64_t r = 0; r < rows; ++r) {
+    out.insert(out.end(), a.begin() + r * cols + begin, a.begin() + r * cols + begin + count);
+  }
+  return out;
+}
+
+// Row-wise concatenation of [rows, *] matrices.
+std::vector<double> Concat(const std::vector<std::pair<std::vector<double>, int64_t>>& parts, int64_t rows) {
+  std::vector<double> out;
+  for (int64_t r = 0; r < rows; ++r) {
+    for (const auto& [m, width] : parts)
+      out.insert(out.end(), m.begin() + r * width, m.begin() + (r + 1) * width);
+  }
+  return out;
+}
+
+class ParallelTpTest : public ::testing::TestWithParam<std::tuple<std::string, int>> {};
+
+TEST_P(ParallelTpTest, EveryLayerMatchesTheUnshardedComputation) {
+  const auto& [case_name, tp] = GetParam();
+  const uint32_t seed = std::random_device{}();
+  SCOPED_TRACE("seed " + std::to_string(seed) + ", case " + case_name + ", tp " + std::to_string(tp));
+  const TpCase tc = *CaseByName(case_name);
+  const ModelConfig& c = tc.config;
+  std::string tmpl = (fs::temp_directory_path() / "tpserve-parallel-XXXXXX").string();
+  ASSERT_NE(mkdtemp(tmpl.data()), nullptr);
+  const fs::path dir = tmpl;
+  ASSERT_TRUE(WriteCaseFiles(tc, dir, seed).ok());
+  const std::string failure = RunRanks(tc, dir, tp, seed);
+  ASSERT_EQ(failure, "");
+
+  // The reference, in double, from the full tensors.
+  auto ckpt = Checkpoint::Open(dir);
+  auto inputs = Checkpoint::Open(dir / "inputs.safetensors");
+  ASSERT_TRUE(ckpt.ok() && inputs.ok());
+  auto full = [&](const std::string& name) {
+    absl::StatusOr<std::vector<float>> v = (*ckpt)->ReadF32(name);
+    EXPECT_TRUE(v.ok()) << v.status();
+    return v.ok() ? *v : std::vector<float>();
+  };
+  const int64_t T = kTokens, S = kSeqs, D = c.hidden_size, F = c.intermediate_size, V = c.vocab_size;
+  const int64_t hd = c.head_dim, H = c.num_heads, Hkv = c.num_kv_heads;
+  const std::vector<float> xf = *(*inputs)->ReadF32("x");
+  const std::vector<double> x(xf.begin(), xf.end());
+  const std::string p = "model.layers.0.";
+  std::vector<float> bq, bk, bv, bo;
+  if (c.qkv_bias) {
+    bq = full(p + "self_attn.q_proj.bias");
+    bk = full(p + "self_attn.k_proj.bias");
+    bv = full(p + "self_attn.v_proj.bias");
+  }
+  if (tc.o_proj_bias) bo = full(p + "self_attn.o_proj.bias");
+  const auto q_ref =
+      MatMulT(x, full(p + "self_attn.q_proj.weight"), c.qkv_bias ? &bq : nullptr, T, H * hd, D);
+  const auto k_ref =
+      MatMulT(x, full(p + "self_attn.k_proj.weight"), c.qkv_bias ? &bk : nullptr, T, Hkv * hd, D);
+  const auto v_ref =
+      MatMulT(x, full(p + "self_attn.v_proj.weight"), c.qkv_bias ? &bv : nullptr, T, Hkv * hd, D);
+  const auto attn_ref =
+      MatMulT(q_ref, full(p + "self_attn.o_proj.weight"), tc.o_proj_bias ? &bo : nullptr, T, D, H * hd);
+  const auto gate_ref = MatMulT(x, full(p + "mlp.gate_proj.weight"), nullptr, T, F, D);
+  const auto up_ref = MatMulT(x, full(p + "mlp.up_proj.weight"), nullptr, T, F, D);
+  std::vector<double> act(gate_ref.size());
+  for (size_t i = 0; i < act.size(); ++i) act[i] = gate_ref[i] / (1 + std::exp(-gate_ref[i])) * up_ref[i];
+  const auto mlp_ref = MatMulT(act, full(p + "mlp.down_proj.weight"), nullptr, T, D, F);
+  const std::vector<float> table = full("model.embed_tokens.weight");
+  const std::vector<float> head = c.tie_word_embeddings ? table : full("lm_head.weight");
+  const auto logits_ref = MatMulT(std::vector<double>(x.begin(), x.begin() + S * D), head, nullptr, S, V, D);
+  std::vector<double> embed_ref;
+  for (int32_t id : CaseTokenIds(tc, seed))
+    embed_ref.insert(embed_ref.end(), table.begin() + id * D, table.begin() + (id + 1) * D);
+  const std::vector<float> norm_f = full("model.norm.weight");
+
+  const int64_t hq_l = H / tp, hkv_l = tp <= Hkv ? Hkv / tp : 1, f_l = F / tp;
+  const int64_t group = H / Hkv;  // query heads per KV head
+  for (int r = 0; r < tp; ++r) {
+    SCOPED_TRACE("rank " + std::to_string(r));
+    auto out = Checkpoint::Open(dir / ("rank" + std::to_string(r) + ".safetensors"));
+    ASSERT_TRUE(out.ok()) << out.status();
+    auto got = [&](const std::string& name, std::vector<int64_t> shape) {
+      absl::StatusOr<const TensorInfo*> info = (*out)->Info(name);
+      EXPECT_TRUE(info.ok()) << name;
+      if (!info.ok()) return std::vector<float>();
+      EXPECT_EQ((*info)->shape, shape) << name;
+      return *(*out)->ReadF32(name);
+    };
+    EXPECT_LE(RelativeError(got("embed", {T, D}), embed_ref), 1e-6);
+    // qkv: this rank's query heads, then for each local KV slot the head its query heads read.
+    std::vector<std::pair<std::vector<double>, int64_t>> parts;
+    parts.emplace_back(Cols(q_ref, T, H * hd, r * hq_l * hd, hq_l * hd), hq_l * hd);
+    std::vector<std::pair<std::vector<double>, int64_t>> ks, vs;
+    for (int64_t j = 0; j < hkv_l; ++j) {
+      const int64_t first_q = r * hq_l + j * (hq_l / hkv_l);  // a global query head served by local KV j
+      const int64_t kv_head = first_q / group;
+      ks.emplace_back(Cols(k_ref, T, Hkv * hd, kv_head * hd, hd), hd);
+      vs.emplace_back(Cols(v_ref, T, Hkv * hd, kv_head * hd, hd), hd);
+    }
+    parts.insert(parts.end(), ks.begin(), ks.end());
+    parts.insert(parts.end(), vs.begin(), vs.end());
+    const int64_t w_l = (hq_l + 2 * hkv_l) * hd;
+    EXPECT_LE(RelativeError(got("qkv", {T, w_l}), Concat(parts, T)), 1e-4);
+    EXPECT_LE(RelativeError(got("attn_out", {T, D}), attn_ref), 1e-4);
+    const auto gate_l = Cols(gate_ref, T, F, r * f_l, f_l);
+    EXPECT_LE(RelativeError(got("gate", {T, f_l}), gate_l), 1e-4);
+    EXPECT_LE(RelativeError(got("gate_up", {T, 2 * f_l}),
+                            Concat({{gate_l, f_l}, {Cols(up_ref, T, F, r * f_l, f_l), f_l}}, T)),
+              1e-4);
+    EXPECT_LE(RelativeError(got("mlp_out", {T, D}), mlp_ref), 1e-4);
+    EXPECT_LE(RelativeError(got("norm", {D}), std::vector<double>(norm_f.begin(), norm_f.end())), 0.0);
+    if (r == 0) {
+      EXPECT_LE(RelativeError(got("logits", {S, V}), logits_ref), 1e-4);
+    } else {
+      EXPECT_FALSE((*out)->Has("logits"));
+    }
+  }
+  fs::remove_all(dir);
+}
+
+std::vector<std::tuple<std::string, int>> Params() {
+  std::vector<std::tuple<std::string, int>> out;
+  for (const TpCase& c : AllCases()) {
+    for (int tp : {1, 2, 4}) out.emplace_back(c.name, tp);
+  }
+  return out;
+}
+
+INSTANTIATE_TEST_SUITE_P(Cases, ParallelTpTest, ::testing::ValuesIn(Params()), [](const auto& info) {
+  return std::get<0>(info.param) + "_tp" + std::to_string(std::get<1>(info.param));
+});
+
+}  // namespace
+}  // namespace tpserve::testing
