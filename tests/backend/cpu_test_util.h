@@ -7,6 +7,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <random>
 #include <span>
 #include <string>
@@ -17,8 +18,12 @@
 
 namespace tpserve::testing {
 
-// A fresh seed per call (printed through SCOPED_TRACE by the tests).
-inline uint64_t FreshSeed() { return (uint64_t{std::random_device{}()} << 32) | std::random_device{}(); }
+// A fresh seed per call (printed through SCOPED_TRACE by the tests); set
+// TPSERVE_TEST_SEED=<seed> to replay a failure.
+inline uint64_t FreshSeed() {
+  if (const char* env = std::getenv("TPSERVE_TEST_SEED")) return std::strtoull(env, nullptr, 10);
+  return (uint64_t{std::random_device{}()} << 32) | std::random_device{}();
+}
 
 inline std::vector<float> RandomFloats(std::mt19937_64& rng, int64_t n, float lo = -1.f,
                                        float hi = 1.f) {
