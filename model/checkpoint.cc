@@ -25,6 +25,7 @@ constexpr const char* kSingleName = "model.safetensors";
 // size (possible in a hand-made file: nothing forces 8 + N to be a multiple of 4)
 // goes through an aligned staging buffer.
 void ConvertFromMapping(const uint8_t* src, DType from, void* dst, DType to, size_t n) {
+  if (n == 0) return;  // an empty slice may come with a null `dst`
   const size_t from_size = DTypeSize(from);
   if (reinterpret_cast<uintptr_t>(src) % from_size == 0) {
     ConvertDType(src, from, dst, to, n);

@@ -82,7 +82,7 @@ void SafetensorsWriter::AddF32(std::string name, DType dtype, std::vector<int64_
     return;
   }
   std::vector<uint8_t> converted(values.size() * DTypeSize(dtype));
-  ConvertDType(values.data(), DType::kF32, converted.data(), dtype, values.size());
+  if (!values.empty()) ConvertDType(values.data(), DType::kF32, converted.data(), dtype, values.size());
   Add(std::move(name), dtype, std::move(shape), converted.data());
 }
 
