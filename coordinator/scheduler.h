@@ -1,0 +1,94 @@
+// Continuous batching (design.md "Steps"): each iteration builds one step of at
+// most max_num_batched_tokens new tokens over at most max_num_seqs sequences.
+//
+// Order within an iteration, first come first served:
+//   1. running sequences in arrival order: one token for a decode, the next
+//      chunk of the prompt for a sequence still in prefill (chunked prefill, so
+//      a long prompt never stalls the running decodes for more than a step);
+//      when KV blocks run out the most recently arrived running sequence is
+//      preempted by recompute (its blocks freed, it goes back to the front of
+//      the queue and later recomputes prompt + output, mostly from the prefix
+//      cache), so greedy outputs never change;
+//   2. waiting sequences in arrival order, while budget, sequence slots and
+//      blocks last; a sequence that cannot be admitted blocks those behind it.
+// Sequences are listed with prefills (including chunks) before decodes, the
+// order the workers' step metadata wants.
+#pragma once
+
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <span>
+#include <utility>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/status.h"
+#include "coordinator/block_manager.h"
+#include "coordinator/sequence.h"
+
+namespace tpserve {
+
+struct SchedulerConfig {
+  int64_t max_num_batched_tokens = 2048;  // token budget of one step
+  int32_t max_num_seqs = 256;             // running sequences at once
+  int32_t max_queue = 1024;               // waiting sequences beyond this are refused
+};
+
+struct ScheduledSequence {
+  Sequence* seq = nullptr;
+  int64_t num_tokens = 0;           // tokens computed this step, from seq->num_computed_tokens
+  bool is_new = false;              // the workers do not know it yet: send everything
+  std::vector<BlockId> new_blocks;  // block ids the workers do not know yet (all when is_new)
+  bool sample = false;              // the step reaches its last token: a new token is sampled
+};
+
+struct ScheduledStep {
+  std::vector<ScheduledSequence> sequences;  // prefills (and chunks) first, then decodes
+  int32_t num_prefills = 0;
+  int64_t num_tokens = 0;
+  std::vector<uint64_t> dropped;     // finished, aborted or preempted since the last step
+  std::vector<uint64_t> unservable;  // too long for the whole KV cache: finish them with an error
+  bool empty() const { return sequences.empty() && dropped.empty(); }
+};
+
+class Scheduler {
+ public:
+  Scheduler(BlockManager& blocks, SchedulerConfig config);
+
+  // Queues a new sequence (prompt in `tokens`). RESOURCE_EXHAUSTED when the
+  // queue holds max_queue sequences already.
+  absl::Status Add(uint64_t id, std::vector<int32_t> prompt);
+
+  // Builds the next step. Sequences listed in the previous step must have been
+  // completed with OnStepDone first.
+  ScheduledStep Schedule();
+
+  // Applies a completed step: computed counts advance, `sampled` tokens (by
+  // sequence id) are appended, newly full blocks join the prefix cache.
+  void OnStepDone(const ScheduledStep& step, std::span<const std::pair<uint64_t, int32_t>> sampled);
+
+  // Ends a sequence (finished, aborted, cancelled): frees its blocks now; the
+  // workers drop it with the next step. False when the id is unknown.
+  bool Finish(uint64_t id);
+
+  const Sequence* Find(uint64_t id) const;
+  int32_t num_running() const { return static_cast<int32_t>(running_.size()); }
+  int32_t num_waiting() const { return static_cast<int32_t>(waiting_.size()); }
+  bool idle() const { return running_.empty() && waiting_.empty() && dropped_.empty(); }
+  const BlockManager& blocks() const { return blocks_; }
+
+ private:
+  void Preempt(Sequence* seq);
+  void ReleaseBlocks(Sequence* seq);
+  ScheduledSequence Plan(Sequence* seq, int64_t num_tokens);
+
+  BlockManager& blocks_;
+  SchedulerConfig config_;
+  absl::flat_hash_map<uint64_t, std::unique_ptr<Sequence>> sequences_;
+  std::vector<Sequence*> running_;  // arrival order
+  std::deque<Sequence*> waiting_;   // arrival order; preempted sequences go to the front
+  std::vector<uint64_t> dropped_;
+};
+
+}  // namespace tpserve

@@ -1,0 +1,41 @@
+// A request's sequence as the scheduler tracks it: its tokens, how many of them
+// have K/V in the cache, its block table, and what the workers already know.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "coordinator/block_manager.h"
+
+namespace tpserve {
+
+enum class SequenceStatus { kWaiting, kRunning, kFinished };
+
+struct Sequence {
+  uint64_t id = 0;
+  std::vector<int32_t> tokens;      // [num_prompt_tokens + outputs] prompt, then generated tokens
+  int64_t num_prompt_tokens = 0;
+  int64_t num_computed_tokens = 0;  // leading tokens whose K/V is in the cache
+  int64_t num_cached_tokens = 0;    // prompt tokens served by the prefix cache at first admission
+  std::vector<BlockId> block_table; // token p lives in block_table[p / block_size]
+  BlockHashChain hash_chain;        // full blocks registered in the prefix cache so far
+  SequenceStatus status = SequenceStatus::kWaiting;
+  int32_t num_preemptions = 0;
+  bool admitted_before = false;     // num_cached_tokens is set at the first admission only
+
+  // What the workers hold: nothing until the sequence is first scheduled (and
+  // again after a preemption); then the first `blocks_on_workers` entries of
+  // the block table.
+  bool on_workers = false;
+  size_t blocks_on_workers = 0;
+
+  int64_t num_output_tokens() const {
+    return static_cast<int64_t>(tokens.size()) - num_prompt_tokens;
+  }
+  std::span<const int32_t> output_tokens() const {
+    return std::span<const int32_t>(tokens).subspan(static_cast<size_t>(num_prompt_tokens));
+  }
+};
+
+}  // namespace tpserve

@@ -1,0 +1,218 @@
+#include "coordinator/scheduler.h"
+
+#include <gtest/gtest.h>
+
+#include <map>
+#include <numeric>
+#include <random>
+
+namespace tpserve {
+namespace {
+
+std::vector<int32_t> Prompt(int n, int start) {
+  std::vector<int32_t> v(n);
+  std::iota(v.begin(), v.end(), start);
+  return v;
+}
+
+// A stand-in for the model: the next token is a function of every token before it,
+// so a wrong context (lost or duplicated tokens) changes the output.
+int32_t NextToken(std::span<const int32_t> context) {
+  uint64_t h = 1469598103934665603ull;
+  for (int32_t t : context) h = (h ^ static_cast<uint32_t>(t)) * 1099511628211ull;
+  return static_cast<int32_t>(h % 1000);
+}
+
+// Runs one step: checks the plan against the sequences and returns sampled tokens.
+std::vector<std::pair<uint64_t, int32_t>> RunStep(Scheduler& sched, const ScheduledStep& step) {
+  std::vector<std::pair<uint64_t, int32_t>> sampled;
+  for (size_t i = 0; i < step.sequences.size(); ++i) {
+    const ScheduledSequence& s = step.sequences[i];
+    const Sequence& seq = *s.seq;
+    EXPECT_EQ(i < static_cast<size_t>(step.num_prefills), s.num_tokens > 1);
+    // Every token computed this step has a block.
+    EXPECT_GE(static_cast<int64_t>(seq.block_table.size()) * sched.blocks().block_size(),
+              seq.num_computed_tokens + s.num_tokens);
+    if (s.sample) {
+      auto context = std::span<const int32_t>(seq.tokens).first(
+          static_cast<size_t>(seq.num_computed_tokens + s.num_tokens));
+      sampled.emplace_back(seq.id, NextToken(context));
+    }
+  }
+  return sampled;
+}
+
+// Generates `max_tokens` for every prompt and returns the outputs by id.
+std::map<uint64_t, std::vector<int32_t>> Generate(Scheduler& sched,
+                                                  const std::vector<std::vector<int32_t>>& prompts,
+                                                  int max_tokens, int* preemptions = nullptr) {
+  for (size_t i = 0; i < prompts.size(); ++i) EXPECT_TRUE(sched.Add(i, prompts[i]).ok());
+  std::map<uint64_t, std::vector<int32_t>> out;
+  for (int iter = 0; iter < 100000 && !sched.idle(); ++iter) {
+    ScheduledStep step = sched.Schedule();
+    EXPECT_TRUE(step.unservable.empty());
+    auto sampled = RunStep(sched, step);
+    sched.OnStepDone(step, sampled);
+    for (auto& s : step.sequences) {
+      if (preemptions) *preemptions = std::max(*preemptions, s.seq->num_preemptions);
+    }
+    for (auto& [id, token] : sampled) {
+      const Sequence* seq = sched.Find(id);
+      if (seq->num_output_tokens() >= max_tokens) {
+        out[id].assign(seq->output_tokens().begin(), seq->output_tokens().end());
+        sched.Finish(id);
+      }
+    }
+  }
+  EXPECT_TRUE(sched.idle());
+  return out;
+}
+
+TEST(Scheduler, PrefillThenDecode) {
+  BlockManager bm(16, 4);
+  Scheduler sched(bm, {.max_num_batched_tokens = 64});
+  ASSERT_TRUE(sched.Add(7, Prompt(6, 1)).ok());
+  ScheduledStep s1 = sched.Schedule();
+  ASSERT_EQ(s1.sequences.size(), 1u);
+  EXPECT_EQ(s1.num_prefills, 1);
+  EXPECT_EQ(s1.sequences[0].num_tokens, 6);
+  EXPECT_TRUE(s1.sequences[0].is_new);
+  EXPECT_TRUE(s1.sequences[0].sample);
+  EXPECT_EQ(s1.sequences[0].new_blocks.size(), 2u);
+  sched.OnStepDone(s1, std::vector<std::pair<uint64_t, int32_t>>{{7, 42}});
+
+  ScheduledStep s2 = sched.Schedule();
+  ASSERT_EQ(s2.sequences.size(), 1u);
+  EXPECT_EQ(s2.num_prefills, 0);
+  EXPECT_EQ(s2.sequences[0].num_tokens, 1);
+  EXPECT_FALSE(s2.sequences[0].is_new);
+  EXPECT_TRUE(s2.sequences[0].new_blocks.empty());  // position 6 still fits block 1
+  sched.OnStepDone(s2, std::vector<std::pair<uint64_t, int32_t>>{{7, 43}});
+  sched.OnStepDone(sched.Schedule(), std::vector<std::pair<uint64_t, int32_t>>{{7, 44}});
+  ScheduledStep s4 = sched.Schedule();  // position 8: a new block
+  EXPECT_EQ(s4.sequences[0].new_blocks.size(), 1u);
+}
+
+TEST(Scheduler, ChunkedPrefillKeepsDecodesRunning) {
+  BlockManager bm(64, 4);
+  Scheduler sched(bm, {.max_num_batched_tokens = 8});
+  ASSERT_TRUE(sched.Add(1, Prompt(3, 1)).ok());
+  auto s = sched.Schedule();
+  sched.OnStepDone(s, RunStep(sched, s));
+  ASSERT_TRUE(sched.Add(2, Prompt(20, 100)).ok());
+  std::vector<int64_t> chunks;
+  for (int i = 0; i < 3; ++i) {
+    auto step = sched.Schedule();
+    // The decode of sequence 1 runs every step; the long prompt fills the rest.
+    ASSERT_EQ(step.sequences.size(), 2u);
+    EXPECT_EQ(step.sequences[1].seq->id, 1u);
+    EXPECT_EQ(step.sequences[1].num_tokens, 1);
+    EXPECT_EQ(step.sequences[0].seq->id, 2u);
+    chunks.push_back(step.sequences[0].num_tokens);
+    EXPECT_EQ(step.sequences[0].sample, i == 2);
+    EXPECT_EQ(step.sequences[0].is_new, i == 0);
+    EXPECT_LE(step.num_tokens, 8);
+    sched.OnStepDone(step, RunStep(sched, step));
+  }
+  EXPECT_EQ(chunks, (std::vector<int64_t>{7, 7, 6}));
+}
+
+TEST(Scheduler, CapsRunningSequencesAndQueue) {
+  BlockManager bm(64, 4);
+  Scheduler sched(bm, {.max_num_batched_tokens = 1000, .max_num_seqs = 2, .max_queue = 3});
+  for (int i = 0; i < 3; ++i) ASSERT_TRUE(sched.Add(i, Prompt(5, i)).ok());
+  absl::Status full = sched.Add(9, Prompt(5, 0));
+  EXPECT_EQ(full.code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_NE(full.message().find("--max-queue"), std::string::npos);
+  auto step = sched.Schedule();
+  EXPECT_EQ(step.sequences.size(), 2u);
+  EXPECT_EQ(sched.num_waiting(), 1);
+  EXPECT_EQ(sched.Add(9, {}).code(), absl::StatusCode::kInvalidArgument);
+}
+
+TEST(Scheduler, PreemptionUnderATinyPoolKeepsOutputs) {
+  std::vector<std::vector<int32_t>> prompts;
+  std::mt19937 rng(5);
+  for (int i = 0; i < 12; ++i) prompts.push_back(Prompt(3 + rng() % 20, 50 * i));
+
+  BlockManager big(1024, 4);
+  Scheduler roomy(big, {.max_num_batched_tokens = 64, .max_num_seqs = 16});
+  auto expected = Generate(roomy, prompts, 24);
+
+  BlockManager tiny(16, 4);  // 64 token slots for 12 sequences of up to 46 tokens
+  Scheduler tight(tiny, {.max_num_batched_tokens = 64, .max_num_seqs = 16});
+  int preemptions = 0;
+  auto got = Generate(tight, prompts, 24, &preemptions);
+  EXPECT_GT(preemptions, 0) << "the tiny pool should have forced preemption";
+  EXPECT_EQ(got, expected);
+  EXPECT_EQ(tiny.num_free_blocks(), 16);
+  EXPECT_EQ(big.num_free_blocks(), 1024);
+}
+
+TEST(Scheduler, PreemptedSequencesAreDroppedAndResentWhole) {
+  BlockManager bm(4, 2);
+  Scheduler sched(bm, {.max_num_batched_tokens = 64});
+  ASSERT_TRUE(sched.Add(1, Prompt(3, 0)).ok());  // 2 blocks
+  ASSERT_TRUE(sched.Add(2, Prompt(3, 10)).ok()); // 2 blocks: the pool is full
+  auto s1 = sched.Schedule();
+  ASSERT_EQ(s1.sequences.size(), 2u);
+  sched.OnStepDone(s1, RunStep(sched, s1));
+  // Both need a third block at position 4... first position 3 fits; then 4 does not.
+  auto s2 = sched.Schedule();
+  sched.OnStepDone(s2, RunStep(sched, s2));
+  auto s3 = sched.Schedule();
+  ASSERT_EQ(s3.sequences.size(), 1u);
+  EXPECT_EQ(s3.sequences[0].seq->id, 1u);
+  EXPECT_EQ(s3.dropped, (std::vector<uint64_t>{2}));
+  EXPECT_EQ(sched.Find(2)->num_preemptions, 1);
+  EXPECT_EQ(sched.Find(2)->status, SequenceStatus::kWaiting);
+}
+
+TEST(Scheduler, PrefixCacheServesTheSecondIdenticalPrompt) {
+  BlockManager bm(64, 4);
+  Scheduler sched(bm, {.max_num_batched_tokens = 64});
+  auto out1 = Generate(sched, {Prompt(13, 3)}, 4);
+  ASSERT_TRUE(sched.Add(5, Prompt(13, 3)).ok());
+  auto step = sched.Schedule();
+  ASSERT_EQ(step.sequences.size(), 1u);
+  EXPECT_EQ(step.sequences[0].seq->num_cached_tokens, 12);
+  EXPECT_EQ(step.sequences[0].num_tokens, 1);
+  EXPECT_TRUE(step.sequences[0].is_new);
+}
+
+TEST(Scheduler, FinishFreesBlocksAndTellsTheWorkers) {
+  BlockManager bm(16, 4);
+  Scheduler sched(bm, {.max_num_batched_tokens = 64});
+  ASSERT_TRUE(sched.Add(1, Prompt(9, 0)).ok());
+  ASSERT_TRUE(sched.Add(2, Prompt(9, 100)).ok());
+  auto s = sched.Schedule();
+  sched.OnStepDone(s, RunStep(sched, s));
+  EXPECT_EQ(bm.num_free_blocks(), 16 - 6);
+  EXPECT_TRUE(sched.Finish(1));   // e.g. the client cancelled
+  EXPECT_FALSE(sched.Finish(1));
+  EXPECT_EQ(bm.num_free_blocks(), 16 - 3);
+  auto next = sched.Schedule();
+  EXPECT_EQ(next.dropped, (std::vector<uint64_t>{1}));
+  ASSERT_EQ(next.sequences.size(), 1u);
+  EXPECT_EQ(next.sequences[0].seq->id, 2u);
+  // A waiting sequence can be finished too, and the workers never heard of it.
+  ASSERT_TRUE(sched.Add(3, Prompt(4, 0)).ok());
+  EXPECT_TRUE(sched.Finish(3));
+  sched.OnStepDone(next, RunStep(sched, next));
+  EXPECT_TRUE(sched.Schedule().dropped.empty());
+}
+
+TEST(Scheduler, APromptLargerThanTheWholeCacheIsUnservable) {
+  BlockManager bm(2, 4);
+  Scheduler sched(bm, {.max_num_batched_tokens = 64});
+  ASSERT_TRUE(sched.Add(1, Prompt(9, 0)).ok());
+  ASSERT_TRUE(sched.Add(2, Prompt(5, 0)).ok());
+  auto step = sched.Schedule();
+  EXPECT_EQ(step.unservable, (std::vector<uint64_t>{1}));
+  ASSERT_EQ(step.sequences.size(), 1u);
+  EXPECT_EQ(step.sequences[0].seq->id, 2u);
+  EXPECT_EQ(sched.Find(1), nullptr);
+}
+
+}  // namespace
+}  // namespace tpserve
