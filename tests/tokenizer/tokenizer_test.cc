@@ -167,6 +167,17 @@ TEST(Tokenizer, RoundTripsArbitraryText) {
   }
 }
 
+TEST(Tokenizer, HugeRunsOfOneClass) {
+  // Deep regex backtracking (\s+(?!\S) over a long run) and a long BPE word.
+  auto t = Toy();
+  for (const std::string& s : {std::string(300000, ' ') + "x", std::string(200000, 'a'), std::string(100000, '\n') + "\t"}) {
+    const Ids ids = t->Encode(s, false);
+    EXPECT_LT(ids.size(), s.size() + 1);
+    EXPECT_EQ(*t->Decode(ids, false), s);
+  }
+  EXPECT_EQ(t->Encode(std::string(6, 'a'), false), (Ids{testing::kAa, testing::kAa, testing::kAa}));
+}
+
 TEST(Tokenizer, EncodeIsThreadSafe) {
   auto t = Toy();
   std::vector<std::string> texts;
