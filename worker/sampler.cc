@@ -1,0 +1,210 @@
+#include "worker/sampler.h"
+
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <numeric>
+
+#include "absl/strings/str_cat.h"
+
+namespace tpserve {
+namespace {
+
+uint64_t SplitMix64(uint64_t x) {
+  x += 0x9E3779B97F4A7C15ull;
+  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+  return x ^ (x >> 31);
+}
+
+// Seeds for requests without one: a random base from the OS, then a counter
+// mixed through SplitMix64 so that concurrent sequences never share a stream.
+uint64_t FreshSeed() {
+  static std::atomic<uint64_t> counter{[] {
+    std::random_device rd;
+    return (uint64_t{rd()} << 32) ^ rd();
+  }()};
+  return SplitMix64(counter.fetch_add(1, std::memory_order_relaxed));
+}
+
+absl::Status Invalid(const char* field, double value, const char* range) {
+  return absl::InvalidArgumentError(absl::StrCat("sampling parameter ", field, " = ", value,
+                                                 " is invalid: it must be ", range));
+}
+
+// Index of the largest value; ties to the lowest index.
+int32_t Argmax(std::span<const float> x) {
+  int32_t best = 0;
+  for (int32_t i = 1; i < static_cast<int32_t>(x.size()); ++i) {
+    if (x[i] > x[best]) best = i;
+  }
+  return best;
+}
+
+// Steps 2-4 of sampler.h for temperature > 0: filters on softmax(x / T), then
+// an inverse-CDF draw at `u` over the kept tokens in id order.
+// `weight` and `kept` are scratch buffers.
+int32_t DrawFiltered(std::span<const float> x, const SamplingParams& p, double u,
+                     std::vector<double>& weight, std::vector<int32_t>& kept) {
+  const int32_t vocab = static_cast<int32_t>(x.size());
+  const double max_x = x[Argmax(x)];
+  const double inv_t = 1.0 / p.temperature;
+  weight.resize(vocab);  // unnormalised softmax(x / T), the maximum is 1
+  for (int32_t i = 0; i < vocab; ++i) weight[i] = std::exp((double{x[i]} - max_x) * inv_t);
+
+  kept.resize(vocab);
+  std::iota(kept.begin(), kept.end(), 0);
+  if (p.min_p > 0) {  // prob ≥ min_p · max prob, i.e. weight ≥ min_p
+    std::erase_if(kept, [&](int32_t i) { return weight[i] < p.min_p; });
+  }
+  auto more_likely = [&](int32_t a, int32_t b) {
+    return weight[a] > weight[b] || (weight[a] == weight[b] && a < b);
+  };
+  bool sorted_by_id = true;
+  if (p.top_k > 0 && static_cast<size_t>(p.top_k) < kept.size()) {
+    std::nth_element(kept.begin(), kept.begin() + p.top_k, kept.end(), more_likely);
+    kept.resize(p.top_k);
+    sorted_by_id = false;
+  }
+  if (p.top_p < 1.0f) {
+    std::sort(kept.begin(), kept.end(), more_likely);
+    double total = 0;
+    for (int32_t i : kept) total += weight[i];
+    const double mass = double{p.top_p} * total;
+    double before = 0;  // mass of the more likely tokens
+    size_t n = 0;
+    while (n < kept.size() && (n == 0 || before < mass)) before += weight[kept[n++]];
+    kept.resize(n);
+    sorted_by_id = false;
+  }
+  if (!sorted_by_id) std::sort(kept.begin(), kept.end());
+
+  double total = 0;
+  for (int32_t i : kept) total += weight[i];
+  const double target = u * total;
+  double cum = 0;
+  for (int32_t i : kept) {
+    cum += weight[i];
+    if (cum > target) return i;
+  }
+  return kept.back();  // rounding: u · total reached the very end
+}
+
+// Raw log-probs: the chosen token's and the top n of log-softmax(raw), in double.
+void FillLogprobs(std::span<const float> raw, int32_t n, SampledToken& out,
+                  std::vector<int32_t>& order) {
+  const int32_t vocab = static_cast<int32_t>(raw.size());
+  const double max_x = raw[Argmax(raw)];
+  double sum = 0;
+  for (float x : raw) sum += std::exp(double{x} - max_x);
+  const double log_z = max_x + std::log(sum);
+  out.logprob = static_cast<float>(double{raw[out.token]} - log_z);
+  n = std::min(n, vocab);
+  out.top.clear();
+  if (n == 0) return;
+  order.resize(vocab);
+  std::iota(order.begin(), order.end(), 0);
+  std::partial_sort(order.begin(), order.begin() + n, order.end(), [&](int32_t a, int32_t b) {
+    return raw[a] > raw[b] || (raw[a] == raw[b] && a < b);
+  });
+  for (int32_t i = 0; i < n; ++i) {
+    out.top.emplace_back(order[i], static_cast<float>(double{raw[order[i]]} - log_z));
+  }
+}
+
+}  // namespace
+
+absl::Status ValidateSamplingParams(const SamplingParams& p) {
+  if (!(p.temperature >= 0) || !std::isfinite(p.temperature)) {
+    return Invalid("temperature", p.temperature, "a finite number >= 0 (0 = greedy)");
+  }
+  if (p.top_k < -1) return Invalid("top_k", p.top_k, ">= 1, or -1 or 0 to disable it");
+  if (!(p.top_p > 0 && p.top_p <= 1)) return Invalid("top_p", p.top_p, "in (0, 1] (1 = off)");
+  if (!(p.min_p >= 0 && p.min_p <= 1)) return Invalid("min_p", p.min_p, "in [0, 1] (0 = off)");
+  if (!(p.repetition_penalty > 0) || !std::isfinite(p.repetition_penalty)) {
+    return Invalid("repetition_penalty", p.repetition_penalty, "a finite number > 0 (1 = off)");
+  }
+  if (!(p.presence_penalty >= -2 && p.presence_penalty <= 2)) {
+    return Invalid("presence_penalty", p.presence_penalty, "in [-2, 2] (0 = off)");
+  }
+  if (!(p.frequency_penalty >= -2 && p.frequency_penalty <= 2)) {
+    return Invalid("frequency_penalty", p.frequency_penalty, "in [-2, 2] (0 = off)");
+  }
+  if (p.logprobs < -1) return Invalid("logprobs", p.logprobs, ">= 0, or -1 for none");
+  return absl::OkStatus();
+}
+
+SequenceSamplingState::SequenceSamplingState(const SamplingParams& params,
+                                             std::span<const int32_t> prompt,
+                                             std::span<const int32_t> output)
+    : params_(params), rng_(params.seed ? *params.seed : FreshSeed()) {
+  if (params_.repetition_penalty != 1.0f) prompt_tokens_.insert(prompt.begin(), prompt.end());
+  for (int32_t token : output) AppendOutput(token);
+}
+
+int32_t SequenceSamplingState::OutputCount(int32_t token) const {
+  auto it = output_counts_.find(token);
+  return it == output_counts_.end() ? 0 : it->second;
+}
+
+double SequenceSamplingState::NextUniform() {
+  return static_cast<double>(rng_() >> 11) * 0x1.0p-53;
+}
+
+void ApplyPenalties(const SequenceSamplingState& seq, std::span<float> logits) {
+  const SamplingParams& p = seq.params();
+  const int64_t vocab = static_cast<int64_t>(logits.size());
+  auto in_vocab = [&](int32_t t) { return t >= 0 && t < vocab; };
+  if (p.repetition_penalty != 1.0f) {
+    const float r = p.repetition_penalty;
+    auto penalise = [&](int32_t t) { logits[t] = logits[t] > 0 ? logits[t] / r : logits[t] * r; };
+    for (int32_t t : seq.prompt_tokens_) {
+      if (in_vocab(t)) penalise(t);
+    }
+    for (const auto& [t, count] : seq.output_counts_) {
+      if (in_vocab(t) && !seq.InPrompt(t)) penalise(t);
+    }
+  }
+  if (p.frequency_penalty != 0.0f || p.presence_penalty != 0.0f) {
+    for (const auto& [t, count] : seq.output_counts_) {
+      if (!in_vocab(t) || count == 0) continue;
+      logits[t] -= p.frequency_penalty * static_cast<float>(count) + p.presence_penalty;
+    }
+  }
+}
+
+std::vector<SampledToken> Sample(std::span<const float> logits, int64_t row_stride,
+                                 int64_t vocab_size, std::span<SequenceSamplingState* const> seqs) {
+  const int64_t num_rows = static_cast<int64_t>(seqs.size());
+  if (vocab_size <= 0 || row_stride < vocab_size ||
+      static_cast<int64_t>(logits.size()) < num_rows * row_stride) {
+    std::fprintf(stderr,
+                 "Sample: logits of %zu floats do not hold %lld rows of stride %lld with %lld "
+                 "tokens\n",
+                 logits.size(), static_cast<long long>(num_rows),
+                 static_cast<long long>(row_stride), static_cast<long long>(vocab_size));
+    std::abort();
+  }
+  std::vector<SampledToken> result(num_rows);
+  std::vector<float> work;       // [V] penalised logits
+  std::vector<double> weight;    // [V] scratch for DrawFiltered
+  std::vector<int32_t> indices;  // [V] scratch
+  for (int64_t s = 0; s < num_rows; ++s) {
+    SequenceSamplingState& seq = *seqs[s];
+    const SamplingParams& p = seq.params();
+    const std::span<const float> raw = logits.subspan(s * row_stride, vocab_size);
+    work.assign(raw.begin(), raw.end());
+    ApplyPenalties(seq, work);
+    const double u = seq.NextUniform();  // drawn for greedy too: one per token, always
+    SampledToken& out = result[s];
+    out.token = p.temperature < kGreedyTemperature ? Argmax(work)
+                                                   : DrawFiltered(work, p, u, weight, indices);
+    if (p.logprobs >= 0) FillLogprobs(raw, p.logprobs, out, indices);
+    seq.AppendOutput(out.token);
+  }
+  return result;
+}
+
+}  // namespace tpserve

@@ -1,0 +1,103 @@
+// Sampling on rank 0: from the gathered host logits of the last token of each
+// sequence to the next token ids (and log-probs when asked).
+//
+// Per row, in vLLM's order:
+//   1. penalties on the raw logits x (counts from this sequence's history):
+//        repetition r, over tokens seen in the prompt OR the output:
+//                      x > 0 ? x / r : x · r
+//        frequency f:  x -= f · count_in_output(token)
+//        presence p:   x -= p · (count_in_output(token) > 0)
+//   2. greedy when temperature < kGreedyTemperature: argmax, ties to the lowest id;
+//      otherwise x /= temperature and
+//   3. filters on softmax(x): min-p (keep prob ≥ min_p · max prob), then top-k
+//      (the k largest), then top-p (the smallest most-likely set whose mass
+//      reaches top_p, renormalised after the earlier filters); ties in sorted
+//      order break to the lower id, and at least one token always survives;
+//   4. one uniform draw from the sequence's own RNG, inverse CDF over the kept
+//      tokens in id order.
+// Each sequence owns its RNG (std::mt19937_64, seeded from SamplingParams::seed
+// or from a process-wide random source) and advances it exactly once per
+// sampled token, greedy included, so a seeded request yields the same tokens
+// whatever else is in the batch and wherever its row is.
+//
+// Log-probs are vLLM's default ("raw"): log-softmax of the model's logits
+// before penalties, temperature and filters, computed in double.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <random>
+#include <span>
+#include <utility>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
+#include "absl/status/status.h"
+
+namespace tpserve {
+
+// Temperatures below this sample greedily (vLLM's _SAMPLING_EPS).
+inline constexpr float kGreedyTemperature = 1e-5f;
+
+struct SamplingParams {
+  float temperature = 1.0f;         // 0 (below kGreedyTemperature) = greedy
+  int32_t top_k = -1;               // -1 or 0 = off; k > 0 keeps the k most likely tokens
+  float top_p = 1.0f;               // (0, 1]; 1 = off
+  float min_p = 0.0f;               // [0, 1]; 0 = off
+  float repetition_penalty = 1.0f;  // > 0; 1 = off; prompt and output tokens
+  float presence_penalty = 0.0f;    // [-2, 2]; output tokens only
+  float frequency_penalty = 0.0f;   // [-2, 2]; output tokens only
+  std::optional<uint64_t> seed;     // none = a fresh seed from the process-wide source
+  int32_t logprobs = -1;            // -1 = none; n >= 0: the chosen token's and the top n
+};
+
+// OK, or INVALID_ARGUMENT naming the field, its value and the accepted range.
+absl::Status ValidateSamplingParams(const SamplingParams& params);
+
+// What a sequence needs to be sampled: its parameters, its RNG and the tokens
+// seen so far (for the penalties).
+class SequenceSamplingState {
+ public:
+  // `prompt` feeds the repetition penalty (kept only when it is on);
+  // `output` restores the tokens already generated (e.g. after preemption).
+  explicit SequenceSamplingState(const SamplingParams& params,
+                                 std::span<const int32_t> prompt = {},
+                                 std::span<const int32_t> output = {});
+
+  const SamplingParams& params() const { return params_; }
+  // Records a generated token (Sample does this for the token it returns).
+  void AppendOutput(int32_t token) { ++output_counts_[token]; }
+  int32_t OutputCount(int32_t token) const;
+  bool InPrompt(int32_t token) const { return prompt_tokens_.contains(token); }
+  // The next uniform double in [0, 1) from this sequence's RNG (53 random bits).
+  double NextUniform();
+
+ private:
+  friend void ApplyPenalties(const SequenceSamplingState& seq, std::span<float> logits);
+
+  SamplingParams params_;
+  std::mt19937_64 rng_;
+  absl::flat_hash_set<int32_t> prompt_tokens_;          // distinct prompt ids (repetition only)
+  absl::flat_hash_map<int32_t, int32_t> output_counts_;  // token id -> times generated
+};
+
+struct SampledToken {
+  int32_t token = -1;
+  float logprob = 0;                             // of `token`, when params.logprobs >= 0
+  std::vector<std::pair<int32_t, float>> top;    // [n] (id, logprob), most likely first
+};
+
+// Applies the penalties of `seq` to one row of raw logits in place (step 1 above).
+void ApplyPenalties(const SequenceSamplingState& seq, std::span<float> logits /*[V]*/);
+
+// Samples one token per sequence and records it in that sequence's state.
+//   logits: [S, row_stride] host float32, row s for seqs[s]; only the first
+//           vocab_size columns are tokens (the rest, e.g. the vocab padding of
+//           the tensor-parallel LM head, is ignored). Not modified.
+// Returns [S] tokens. Shapes that do not fit abort (a programming error).
+std::vector<SampledToken> Sample(std::span<const float> logits, int64_t row_stride,
+                                 int64_t vocab_size,
+                                 std::span<SequenceSamplingState* const> seqs);
+
+}  // namespace tpserve
