@@ -66,6 +66,10 @@ absl::StatusOr<std::unique_ptr<Checkpoint>> Checkpoint::Open(const std::filesyst
     absl::StatusOr<std::unique_ptr<SafetensorsFile>> file = SafetensorsFile::Open(dir);
     if (!file.ok()) return file.status();
     ckpt->files_.push_back(std::move(*file));
+  } else if (std::filesystem::exists(dir / kSingleName, ec)) {
+    absl::StatusOr<std::unique_ptr<SafetensorsFile>> file = SafetensorsFile::Open(dir / kSingleName);
+    if (!file.ok()) return file.status();
+    ckpt->files_.push_back(std::move(*file));
   } else if (std::filesystem::exists(index_path, ec)) {
     std::ifstream in(index_path, std::ios::binary);
     if (!in) return absl::NotFoundError(absl::StrCat("cannot read ", index_path.string()));
@@ -107,10 +111,6 @@ absl::StatusOr<std::unique_ptr<Checkpoint>> Checkpoint::Open(const std::filesyst
       ckpt->tensors_.emplace(tensor, Entry{it->second, info});
     }
     return ckpt;
-  } else if (std::filesystem::exists(dir / kSingleName, ec)) {
-    absl::StatusOr<std::unique_ptr<SafetensorsFile>> file = SafetensorsFile::Open(dir / kSingleName);
-    if (!file.ok()) return file.status();
-    ckpt->files_.push_back(std::move(*file));
   } else {
     return absl::NotFoundError(absl::StrCat("no ", kSingleName, " or ", kIndexName, " in ", dir.string(),
                                             "; pass a Hugging Face checkpoint folder"));

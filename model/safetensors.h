@@ -74,9 +74,13 @@ class SafetensorsFile {
   std::map<std::string, size_t, std::less<>> index_;
 };
 
-// All tensors of a checkpoint folder: model.safetensors, or the files named by
-// model.safetensors.index.json ("weight_map": tensor -> file). A tensor listed in
-// the index but missing from its file is an error at Open.
+// All tensors of a checkpoint folder: model.safetensors, or (when that is absent, as
+// Hugging Face transformers decides) the files named by model.safetensors.index.json
+// ("weight_map": tensor -> file name in the folder); only the tensors the index lists
+// are visible. A tensor listed in the index but missing from its file, a missing or
+// broken shard, or a file name leading out of the folder is an error at Open. Open
+// also accepts the path of one .safetensors file. Reads check dtype (F32/F16/BF16
+// only) and ranges and never touch bytes outside the requested slice.
 class Checkpoint {
  public:
   static absl::StatusOr<std::unique_ptr<Checkpoint>> Open(const std::filesystem::path& dir);

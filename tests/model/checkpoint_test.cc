@@ -158,6 +158,17 @@ TEST(CheckpointTest, ShardedAcrossThreeFiles) {
   EXPECT_FALSE((*c)->Has("layers.9.w0"));
 }
 
+TEST(CheckpointTest, SingleFileWinsOverIndexLikeTransformers) {
+  const std::filesystem::path dir = FreshDir("both");
+  SafetensorsWriter w;
+  w.AddF32("single", DType::kF32, {1}, RandomValues(1, kSeed + 10));
+  ASSERT_TRUE(w.Write(dir / "model.safetensors").ok());
+  WriteIndex(dir, R"({"weight_map":{"sharded":"model-00001-of-00001.safetensors"}})");
+  absl::StatusOr<std::unique_ptr<Checkpoint>> c = Checkpoint::Open(dir);
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ((*c)->TensorNames(), std::vector<std::string>{"single"});
+}
+
 // ---- errors ----
 
 #define EXPECT_MENTIONS(status, text)                                        \
