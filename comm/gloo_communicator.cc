@@ -16,6 +16,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
 #include "comm/collective_args.h"
 #include "comm/device_copy.h"
 #include "comm/gloo_store.h"
@@ -29,6 +30,9 @@ using comm_internal::CheckTensor;
 using comm_internal::CopyBytes;
 using Clock = std::chrono::steady_clock;
 
+std::string RankKey(int r) { return absl::StrCat("arrived/", r); }
+std::string PairsKey(int r) { return absl::StrCat("pairs/", r); }
+
 void SumFloats(void* c, const void* a, const void* b, size_t n) {
   float* out = static_cast<float*>(c);
   const float* x = static_cast<const float*>(a);
@@ -39,8 +43,8 @@ void SumFloats(void* c, const void* a, const void* b, size_t n) {
 class GlooCommunicator : public Communicator {
  public:
   GlooCommunicator(std::shared_ptr<gloo::Context> context, std::chrono::milliseconds timeout,
-                   std::vector<std::string> peer_hosts)
-      : context_(std::move(context)), timeout_(timeout), peer_hosts_(std::move(peer_hosts)) {}
+                   std::vector<std::string> pair_addrs)
+      : context_(std::move(context)), timeout_(timeout), pair_addrs_(std::move(pair_addrs)) {}
 
   int rank() const override { return context_->rank; }
   int world_size() const override { return context_->size; }
@@ -189,12 +193,17 @@ class GlooCommunicator : public Communicator {
   absl::Status ErrorStatus(const char* op, std::string_view what) const {
     std::string msg =
         absl::StrCat(op, " on rank ", rank(), " of ", world_size(), " failed: ", std::string(what));
-    // gloo names the peer by address; translate it into a rank where we can.
+    // gloo names the peer by its "[ip]:port"; every rank published the
+    // addresses of its pairs (PairsKey), so translate that into a rank.
+    std::vector<int> peers;
     for (int r = 0; r < world_size(); ++r) {
-      if (r != rank() && !peer_hosts_[r].empty() && what.find(peer_hosts_[r]) != what.npos) {
-        absl::StrAppend(&msg, " (peer: rank ", r, ")");
+      if (r == rank()) continue;
+      for (absl::string_view a : absl::StrSplit(pair_addrs_[r], '\n', absl::SkipEmpty())) {
+        if (what.find(std::string_view(a.data(), a.size())) != what.npos) peers.push_back(r);
       }
     }
+    if (peers.empty() && world_size() == 2) peers.push_back(1 - rank());
+    if (!peers.empty()) absl::StrAppend(&msg, " (peer: rank ", absl::StrJoin(peers, ", "), ")");
     absl::StrAppend(&msg,
                     ". A peer rank died, stopped calling collectives or is unreachable; this "
                     "communicator is unusable now (restart the workers)");
@@ -204,14 +213,12 @@ class GlooCommunicator : public Communicator {
 
   std::shared_ptr<gloo::Context> context_;
   std::chrono::milliseconds timeout_;
-  std::vector<std::string> peer_hosts_;  // [world]: "[ip]:port" each rank listens on
+  std::vector<std::string> pair_addrs_;  // [world]: "[ip]:port\n" of each rank's pairs
   absl::Status broken_;
   std::vector<float> floats_;   // [numel] f32 staging for AllReduceSum
   std::vector<char> bytes_;     // [nbytes] host copy of a device tensor
   std::vector<char> gathered_;  // [world * nbytes] host output for device tensors
 };
-
-std::string RankKey(int r) { return absl::StrCat("arrived/", r); }
 
 }  // namespace
 
@@ -250,14 +257,13 @@ absl::StatusOr<std::unique_ptr<Communicator>> MakeGlooCommunicator(Store& store,
   const std::string self = device->str();
   if (absl::Status s = store.Set(RankKey(rank), self); !s.ok()) return s;
   const auto deadline = Clock::now() + options.timeout;
-  std::vector<std::string> hosts(world_size);
   std::vector<int> missing;
   for (int r = 0; r < world_size; ++r) {
     auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
     if (!missing.empty() || left.count() < 0) left = std::chrono::milliseconds(0);
     absl::StatusOr<std::string> host = store.Get(RankKey(r), left);
     if (host.ok()) {
-      hosts[r] = *host;
+      continue;
     } else if (absl::IsDeadlineExceeded(host.status())) {
       missing.push_back(r);
     } else {
@@ -281,8 +287,20 @@ absl::StatusOr<std::unique_ptr<Communicator>> MakeGlooCommunicator(Store& store,
     return absl::UnavailableError(absl::StrCat("gloo rendezvous: rank ", rank, " of ", world_size,
                                                " could not connect to its peers: ", e.what()));
   }
+  // Publish the address of each of this rank's pairs, so that a peer's error
+  // message (which names an address) can be turned into this rank's number.
+  std::string pairs;
+  for (int r = 0; r < world_size; ++r) {
+    if (r != rank) absl::StrAppend(&pairs, context->getPair(r)->address().str(), "\n");
+  }
+  if (absl::Status s = store.Set(PairsKey(rank), pairs); !s.ok()) return s;
+  std::vector<std::string> pair_addrs(world_size);
+  for (int r = 0; r < world_size; ++r) {
+    // Only for error messages: a peer that is slow to publish is not an error.
+    if (r != rank) pair_addrs[r] = store.Get(PairsKey(r), options.timeout).value_or("");
+  }
   return std::unique_ptr<Communicator>(
-      new GlooCommunicator(std::move(context), options.timeout, std::move(hosts)));
+      new GlooCommunicator(std::move(context), options.timeout, std::move(pair_addrs)));
 }
 
 }  // namespace tpserve
