@@ -1,0 +1,83 @@
+// Turns one request's sampled tokens into streamed text and decides when it stops.
+//
+// Per token, in order:
+//   1. EOS ids (unless ignore_eos) and stop_token_ids end the request; the token
+//      id is reported but its text is not streamed. Both wait for min_tokens.
+//   2. Otherwise the token goes through the incremental detokenizer. Stop
+//      strings are matched across token boundaries: text that could still be
+//      the start of a stop string is withheld until it can no longer match; a
+//      match ends the request, and the stop string is left out of the stream
+//      unless include_stop_str_in_output (text after it is always dropped).
+//   3. max_tokens and the model's maximum length end it with LENGTH.
+// The streamed pieces are valid UTF-8 and, for a request that ends by LENGTH or
+// EOS, concatenate to the detokenized output.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "tokenizer/detokenizer.h"
+#include "tokenizer/tokenizer.h"
+
+namespace tpserve {
+
+enum class FinishReason { kNone, kLength, kEos, kStop, kAborted };
+
+struct StopParams {
+  int64_t max_tokens = 0;  // > 0, already capped by the model's maximum length
+  int64_t min_tokens = 0;
+  std::vector<std::string> stop;
+  std::vector<int32_t> stop_token_ids;
+  bool ignore_eos = false;
+  bool include_stop_str_in_output = false;
+  bool skip_special_tokens = true;
+};
+
+// Limits a request's stop strings must respect (checked before admission).
+inline constexpr int kMaxStopStrings = 16;
+inline constexpr size_t kMaxStopStringBytes = 256;
+absl::Status ValidateStopStrings(const std::vector<std::string>& stop);
+
+struct OutputDelta {
+  std::string text;                    // newly final text (may be empty)
+  FinishReason finish = FinishReason::kNone;
+  std::string matched_stop;            // the stop string, or the stop token's text
+};
+
+class OutputProcessor {
+ public:
+  // `tokenizer` must outlive this object. `eos_token_ids` from the model's
+  // generation config. `max_total_tokens` is the model's maximum length and
+  // `num_prompt_tokens` the prompt's length.
+  OutputProcessor(const Tokenizer& tokenizer, StopParams params,
+                  std::vector<int32_t> eos_token_ids, int64_t num_prompt_tokens,
+                  int64_t max_total_tokens);
+
+  // Feeds the next sampled token. After a delta with finish != kNone the
+  // request is over and Append must not be called again.
+  OutputDelta Append(int32_t token);
+  int64_t num_output_tokens() const { return num_output_; }
+  bool finished() const { return finished_; }
+
+ private:
+  // Emits text that can no longer start a stop string; returns a finishing
+  // delta when `held_` now contains a complete stop string.
+  OutputDelta Release(std::string text, bool final);
+  size_t HoldBack() const;  // bytes at the end of held_ that may begin a stop string
+  OutputDelta Finish(OutputDelta delta, FinishReason reason);
+
+  const Tokenizer& tokenizer_;
+  StopParams params_;
+  std::vector<int32_t> eos_;
+  IncrementalDetokenizer detok_;
+  int64_t num_prompt_;
+  int64_t max_total_;
+  int64_t num_output_ = 0;
+  std::string held_;  // detokenized text not yet streamed (a possible stop-string start)
+  bool finished_ = false;
+};
+
+}  // namespace tpserve
