@@ -15,6 +15,7 @@
 
 #include <chrono>
 #include <cmath>
+#include <cstdlib>
 #include <fstream>
 #include <random>
 #include <sstream>
@@ -127,7 +128,9 @@ class ParallelTpTest : public ::testing::TestWithParam<std::tuple<std::string, i
 
 TEST_P(ParallelTpTest, EveryLayerMatchesTheUnshardedComputation) {
   const auto& [case_name, tp] = GetParam();
-  const uint32_t seed = std::random_device{}();
+  // Fresh inputs each run; TPSERVE_TEST_SEED=<n> replays a failure.
+  const char* seed_env = std::getenv("TPSERVE_TEST_SEED");
+  const uint32_t seed = seed_env ? static_cast<uint32_t>(std::strtoul(seed_env, nullptr, 10)) : std::random_device{}();
   SCOPED_TRACE("seed " + std::to_string(seed) + ", case " + case_name + ", tp " + std::to_string(tp));
   const TpCase tc = *CaseByName(case_name);
   const ModelConfig& c = tc.config;
