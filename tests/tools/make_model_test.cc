@@ -21,6 +21,7 @@
 #include "model/safetensors.h"
 #include "nlohmann/json.hpp"
 #include "tokenizer/chat_template.h"
+#include "tokenizer/tokenizer.h"
 #include "tools/make_model/make_model.h"
 
 extern char** environ;
@@ -305,6 +306,47 @@ TEST(MakeModelTest, SmallTokenizerIsHuggingFaceByteLevelBpe) {
   std::vector<std::string> specials;
   for (const Json& t : qtok["added_tokens"]) specials.push_back(t["content"]);
   EXPECT_THAT(specials, ::testing::ElementsAre("<|endoftext|>", "<|im_start|>", "<|im_end|>"));
+}
+
+// The project's tokenizer loads the generated files and behaves like the family's:
+// common English is a few tokens, text round-trips, special tokens are recognised,
+// Llama 3 prepends <|begin_of_text|> with add_special_tokens and Qwen adds nothing.
+TEST(MakeModelTest, SmallTokenizerLoadsAndEncodes) {
+  const std::string text = "The answer is simple. What is the capital of France?";
+  for (const char* arch : {"llama", "qwen3"}) {
+    const fs::path dir = MakeModel(std::string("tok_load_") + arch, std::string("--arch ") + arch + " --layers 1");
+    absl::StatusOr<std::unique_ptr<Tokenizer>> tok = Tokenizer::Load(dir);
+    ASSERT_TRUE(tok.ok()) << tok.status();
+    const ModelConfig cfg = LoadModelConfig(dir).value();
+    EXPECT_LE((*tok)->vocab_size(), cfg.vocab_size);
+
+    const std::vector<int32_t> ids = (*tok)->Encode(text, /*add_special_tokens=*/false);
+    EXPECT_LT(ids.size(), text.size() / 3) << arch << ": common words should be few tokens";
+    EXPECT_EQ((*tok)->Decode(ids, false).value(), text);
+    const std::string odd = "  tabs\tand\r\nCRLF, 12345, caf\xC3\xA9 \xF0\x9F\x99\x82 \xE6\x97\xA5\xE6\x9C\xAC";
+    EXPECT_EQ((*tok)->Decode((*tok)->Encode(odd, false), false).value(), odd) << arch;
+
+    const std::vector<int32_t> with = (*tok)->Encode(text, /*add_special_tokens=*/true);
+    const bool llama = std::string(arch) == "llama";
+    ASSERT_EQ(with.size(), ids.size() + (llama ? 1 : 0)) << arch;
+    if (llama) {
+      EXPECT_EQ(with[0], cfg.bos_token_id.value());
+    }
+
+    // The rendered chat prompt's markers are single special tokens.
+    const ChatFormat format = DetectChatFormat(dir).value();
+    const std::vector<ChatMessage> chat = {{"user", "Hello!"}};
+    const std::string prompt = RenderChat(format, chat).value();
+    const std::vector<int32_t> prompt_ids = (*tok)->Encode(prompt, /*add_special_tokens=*/false);
+    const std::string marker = llama ? "<|start_header_id|>" : "<|im_start|>";
+    const int32_t marker_id = (*tok)->TokenToId(marker).value();
+    EXPECT_TRUE((*tok)->IsSpecial(marker_id));
+    EXPECT_EQ(std::count(prompt_ids.begin(), prompt_ids.end(), marker_id), 2) << arch;
+    if (llama) {
+      EXPECT_EQ(prompt_ids[0], cfg.bos_token_id.value());
+    }
+    EXPECT_EQ((*tok)->Decode(prompt_ids, false).value(), prompt);
+  }
 }
 
 TEST(MakeModelTest, CopiesATokenizerFolder) {
