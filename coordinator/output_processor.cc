@@ -48,7 +48,7 @@ size_t OutputProcessor::HoldBack() const {
   return keep;
 }
 
-OutputDelta OutputProcessor::Finish(OutputDelta delta, FinishReason reason) {
+OutputDelta OutputProcessor::Finish(OutputDelta delta, StopReason reason) {
   delta.finish = reason;
   finished_ = true;
   return delta;
@@ -75,7 +75,7 @@ OutputDelta OutputProcessor::Release(std::string text, bool final) {
       if (params_.include_stop_str_in_output) delta.text += *matched;
       delta.matched_stop = *matched;
       held_.clear();
-      return Finish(std::move(delta), FinishReason::kStop);
+      return Finish(std::move(delta), StopReason::kStop);
     }
   }
   const size_t keep = (final || !check_stops) ? 0 : HoldBack();
@@ -92,21 +92,21 @@ OutputDelta OutputProcessor::Append(int32_t token) {
                                     token) != params_.stop_token_ids.end();
   if (may_stop && (is_eos || is_stop_id)) {
     OutputDelta delta = Release(detok_.Finish(), /*final=*/true);
-    if (delta.finish != FinishReason::kNone) return delta;
+    if (delta.finish != StopReason::kNone) return delta;
     if (is_stop_id && !is_eos) {
       auto text = tokenizer_.Decode(std::span<const int32_t>(&token, 1), false);
       delta.matched_stop = text.ok() ? *text : "";
-      return Finish(std::move(delta), FinishReason::kStop);
+      return Finish(std::move(delta), StopReason::kStop);
     }
-    return Finish(std::move(delta), FinishReason::kEos);
+    return Finish(std::move(delta), StopReason::kEos);
   }
   const bool at_length =
       num_output_ >= params_.max_tokens || num_prompt_ + num_output_ >= max_total_;
   std::string text = detok_.Add(token);
   if (at_length) text += detok_.Finish();
   OutputDelta delta = Release(std::move(text), at_length);
-  if (delta.finish != FinishReason::kNone) return delta;
-  if (at_length) return Finish(std::move(delta), FinishReason::kLength);
+  if (delta.finish != StopReason::kNone) return delta;
+  if (at_length) return Finish(std::move(delta), StopReason::kLength);
   return delta;
 }
 

@@ -24,7 +24,7 @@
 
 namespace tpserve {
 
-enum class FinishReason { kNone, kLength, kEos, kStop, kAborted };
+enum class StopReason { kNone, kLength, kEos, kStop, kAborted };
 
 struct StopParams {
   int64_t max_tokens = 0;  // > 0, already capped by the model's maximum length
@@ -43,7 +43,7 @@ absl::Status ValidateStopStrings(const std::vector<std::string>& stop);
 
 struct OutputDelta {
   std::string text;                    // newly final text (may be empty)
-  FinishReason finish = FinishReason::kNone;
+  StopReason finish = StopReason::kNone;
   std::string matched_stop;            // the stop string, or the stop token's text
 };
 
@@ -67,7 +67,7 @@ class OutputProcessor {
   // delta when `held_` now contains a complete stop string.
   OutputDelta Release(std::string text, bool final);
   size_t HoldBack() const;  // bytes at the end of held_ that may begin a stop string
-  OutputDelta Finish(OutputDelta delta, FinishReason reason);
+  OutputDelta Finish(OutputDelta delta, StopReason reason);
 
   const Tokenizer& tokenizer_;
   StopParams params_;

@@ -22,7 +22,7 @@ class OutputProcessorTest : public ::testing::Test {
   struct Run {
     std::vector<std::string> pieces;
     std::string text;
-    FinishReason finish = FinishReason::kNone;
+    StopReason finish = StopReason::kNone;
     std::string matched;
     int tokens_fed = 0;
   };
@@ -38,7 +38,7 @@ class OutputProcessorTest : public ::testing::Test {
       ++run.tokens_fed;
       run.pieces.push_back(d.text);
       run.text += d.text;
-      if (d.finish != FinishReason::kNone) {
+      if (d.finish != StopReason::kNone) {
         run.finish = d.finish;
         run.matched = d.matched_stop;
         EXPECT_TRUE(proc.finished());
@@ -63,27 +63,27 @@ TEST_F(OutputProcessorTest, StreamsTextUntilEos) {
   ids.push_back('!');  // never reached
   Run run = Feed({}, ids);
   EXPECT_EQ(run.text, "Hello world");
-  EXPECT_EQ(run.finish, FinishReason::kEos);
+  EXPECT_EQ(run.finish, StopReason::kEos);
   EXPECT_EQ(run.tokens_fed, 12);
 }
 
 TEST_F(OutputProcessorTest, MaxTokensEndsWithLength) {
   Run run = Feed({.max_tokens = 4}, Bytes("abcdefgh"));
   EXPECT_EQ(run.text, "abcd");
-  EXPECT_EQ(run.finish, FinishReason::kLength);
+  EXPECT_EQ(run.finish, StopReason::kLength);
   EXPECT_EQ(run.tokens_fed, 4);
 }
 
 TEST_F(OutputProcessorTest, ModelMaximumLengthEndsWithLength) {
   Run run = Feed({}, Bytes("abcdefgh"), /*prompt=*/10, /*max_total=*/13);
   EXPECT_EQ(run.text, "abc");
-  EXPECT_EQ(run.finish, FinishReason::kLength);
+  EXPECT_EQ(run.finish, StopReason::kLength);
 }
 
 TEST_F(OutputProcessorTest, StopStringAcrossTokensIsWithheldAndExcluded) {
   Run run = Feed({.stop = {"STOP"}}, Bytes("ab STOP cd"));
   EXPECT_EQ(run.text, "ab ");
-  EXPECT_EQ(run.finish, FinishReason::kStop);
+  EXPECT_EQ(run.finish, StopReason::kStop);
   EXPECT_EQ(run.matched, "STOP");
   for (const std::string& p : run.pieces) EXPECT_EQ(p.find('S'), std::string::npos) << p;
 }
@@ -100,7 +100,7 @@ TEST_F(OutputProcessorTest, APartialMatchIsReleasedOnceItCannotMatch) {
   EXPECT_EQ(run.pieces[1], "");    // "xy" too
   EXPECT_EQ(run.pieces[2], "xyq");
   EXPECT_EQ(run.pieces[3], "r");
-  EXPECT_EQ(run.finish, FinishReason::kLength);
+  EXPECT_EQ(run.finish, StopReason::kLength);
 }
 
 TEST_F(OutputProcessorTest, WithheldTextIsFlushedAtTheEnd) {
@@ -108,7 +108,7 @@ TEST_F(OutputProcessorTest, WithheldTextIsFlushedAtTheEnd) {
   ids.push_back(kEnd);
   Run run = Feed({.stop = {"xyz"}}, ids);
   EXPECT_EQ(run.text, "ab x");
-  EXPECT_EQ(run.finish, FinishReason::kEos);
+  EXPECT_EQ(run.finish, StopReason::kEos);
   Run length = Feed({.max_tokens = 4, .stop = {"xyz"}}, Bytes("ab x"));
   EXPECT_EQ(length.text, "ab x");
 }
@@ -134,21 +134,21 @@ TEST_F(OutputProcessorTest, MinTokensDefersEosAndStops) {
   std::vector<int32_t> ids = {kEnd, 'a', kEnd};
   Run run = Feed({.min_tokens = 2}, ids);
   EXPECT_EQ(run.tokens_fed, 3);
-  EXPECT_EQ(run.finish, FinishReason::kEos);
+  EXPECT_EQ(run.finish, StopReason::kEos);
   EXPECT_EQ(run.text, "a");  // the early special token's text is skipped
 }
 
 TEST_F(OutputProcessorTest, IgnoreEosKeepsGoing) {
   std::vector<int32_t> ids = {'a', kEnd, 'b'};
   Run run = Feed({.max_tokens = 3, .ignore_eos = true}, ids);
-  EXPECT_EQ(run.finish, FinishReason::kLength);
+  EXPECT_EQ(run.finish, StopReason::kLength);
   EXPECT_EQ(run.text, "ab");
 }
 
 TEST_F(OutputProcessorTest, StopTokenIdsEndWithTheirText) {
   Run run = Feed({.stop_token_ids = {'!'}}, Bytes("hi!there"));
   EXPECT_EQ(run.text, "hi");
-  EXPECT_EQ(run.finish, FinishReason::kStop);
+  EXPECT_EQ(run.finish, StopReason::kStop);
   EXPECT_EQ(run.matched, "!");
 }
 
