@@ -39,7 +39,11 @@ import os
 import struct
 import sys
 
-import numpy as np
+try:
+    import numpy as np
+except ImportError:
+    sys.exit(f"reference_forward: {sys.executable} has no numpy; install Debian's python3-numpy "
+             "(scripts/install-deps.sh) and run this script with /usr/bin/python3")
 
 
 class CheckpointError(Exception):

@@ -251,6 +251,22 @@ TEST(MakeModelTest, Qwen2BiasOddVocabTied) {
   ExpectContextMatters(dir, cfg.vocab_size);
 }
 
+TEST(MakeModelTest, ReferenceForwardRejectsBrokenInputs) {
+  const fs::path dir = MakeModel("ref_bad", "--arch qwen3 --layers 1 --shards 2");
+  const std::string ref = ShellQuote(TPSERVE_PYTHON3) + " " +
+                          ShellQuote(std::string(TPSERVE_SOURCE_DIR) + "/tools/reference_forward.py") + " ";
+  const int64_t vocab = LoadModelConfig(dir).value().vocab_size;
+  RunResult r = RunCommand(ref + ShellQuote(dir.string()) + " --prompt-ids " + std::to_string(vocab) + " --steps 2");
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_THAT(r.output, HasSubstr("outside the vocabulary"));
+  r = RunCommand(ref + ShellQuote(dir.string()) + " --prompt-ids 1,x --steps 2");
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  fs::remove(dir / "model-00002-of-00002.safetensors");
+  r = RunCommand(ref + ShellQuote(dir.string()) + " --prompt-ids 1,2 --steps 2");
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_THAT(r.output, HasSubstr("model-00002-of-00002.safetensors"));
+}
+
 TEST(MakeModelTest, WeightsDoNotDependOnShardingButOnSeed) {
   const fs::path one = MakeModel("seed1_one", "--arch llama --layers 3 --seed 1 --shards 1");
   const fs::path four = MakeModel("seed1_four", "--arch llama --layers 3 --seed 1 --shards 4");
