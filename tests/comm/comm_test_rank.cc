@@ -58,6 +58,7 @@ absl::StatusOr<std::unique_ptr<Communicator>> Connect(Store& store, int rank, in
     *sync = [raw] { return raw->Synchronize(); };
     return std::unique_ptr<Communicator>(std::move(*comm));
 #else
+    (void)sync;
     return absl::FailedPreconditionError("built without NCCL");
 #endif
   }
