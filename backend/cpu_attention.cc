@@ -50,6 +50,15 @@ inline float Dot(const float* a, const float* b, int n) {
   return ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7])) + tail;
 }
 
+// a[i] += p · v[i], in blocks of eight (vectorisable at -O2).
+inline void Axpy(float p, const float* __restrict v, float* __restrict a, int n) {
+  int i = 0;
+  for (; i + 8 <= n; i += 8) {
+    for (int l = 0; l < 8; ++l) a[i + l] += p * v[i + l];
+  }
+  for (; i < n; ++i) a[i] += p * v[i];
+}
+
 }  // namespace
 
 void CpuStoreKv(const StepMetadata& step, const float* qkv, const AttentionShape& shape,
@@ -146,9 +155,7 @@ void CpuAttention(const StepMetadata& step, const float* qkv, const AttentionSha
           const float* v = v_rows[j] + int64_t{g} * hd;
           for (int r = 0; r < rows; ++r) {
             if (j >= ctx[r]) continue;
-            const float p = scores[size_t(r) * tile_len + j];
-            float* a = &acc[size_t(r) * hd];
-            for (int d = 0; d < hd; ++d) a[d] += p * v[d];
+            Axpy(scores[size_t(r) * tile_len + j], v, &acc[size_t(r) * hd], hd);
           }
         }
         for (int r = 0; r < rows; ++r) {
