@@ -1,0 +1,60 @@
+#include "launcher/child_env.h"
+
+#include <map>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+
+extern char** environ;
+
+namespace tpserve {
+namespace {
+
+bool IsOuterRankVariable(const std::string& name) {
+  return absl::StartsWith(name, "OMPI_COMM_WORLD_") || name == "PMI_RANK" || name == "PMI_SIZE" ||
+         name == "MPI_LOCALRANKID" || name == "MPI_LOCALNRANKS";
+}
+
+}  // namespace
+
+std::vector<std::string> RankEnvironment(const LaunchOptions& options, int local_rank,
+                                         const std::vector<std::string>& parent_env) {
+  // name -> value, keeping first-seen order for the inherited part.
+  std::vector<std::string> order;
+  std::map<std::string, std::string> values;
+  auto set = [&](const std::string& entry) {
+    const size_t eq = entry.find('=');
+    if (eq == std::string::npos || eq == 0) return;  // not NAME=value: drop it
+    std::string name = entry.substr(0, eq);
+    if (values.find(name) == values.end()) order.push_back(name);
+    values[name] = entry.substr(eq + 1);
+  };
+  for (const std::string& entry : parent_env) {
+    const size_t eq = entry.find('=');
+    if (eq != std::string::npos && IsOuterRankVariable(entry.substr(0, eq))) continue;
+    set(entry);
+  }
+  const std::string n = absl::StrCat(options.nproc_per_node), r = absl::StrCat(local_rank);
+  for (const std::string& entry : {
+           absl::StrCat("RANK=", r), absl::StrCat("LOCAL_RANK=", r), absl::StrCat("WORLD_SIZE=", n),
+           absl::StrCat("LOCAL_WORLD_SIZE=", n), std::string("GROUP_RANK=0"), std::string("GROUP_WORLD_SIZE=1"),
+           absl::StrCat("ROLE_RANK=", r), absl::StrCat("ROLE_WORLD_SIZE=", n), std::string("ROLE_NAME=default"),
+           absl::StrCat("MASTER_ADDR=", options.master_addr), absl::StrCat("MASTER_PORT=", options.master_port),
+           std::string("TORCHELASTIC_RESTART_COUNT=0"), std::string("TORCHELASTIC_MAX_RESTARTS=0"),
+           std::string("TORCHELASTIC_RUN_ID=none"), std::string("TPSERVE_LAUNCHER=1")}) {
+    set(entry);
+  }
+  for (const std::string& entry : options.extra_env) set(entry);
+  std::vector<std::string> env;
+  env.reserve(order.size());
+  for (const std::string& name : order) env.push_back(absl::StrCat(name, "=", values[name]));
+  return env;
+}
+
+std::vector<std::string> CurrentEnvironment() {
+  std::vector<std::string> env;
+  for (char** e = environ; e != nullptr && *e != nullptr; ++e) env.emplace_back(*e);
+  return env;
+}
+
+}  // namespace tpserve

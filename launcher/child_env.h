@@ -1,0 +1,30 @@
+// The environment of one launched rank: the launcher's own environment, less
+// any rank variables of an outer launcher (mpirun, PMI, torchrun), plus the
+// torchrun variables that comm/rank_env.h reads.
+//
+// Set for every rank r of N on this (single) node:
+//   RANK=r LOCAL_RANK=r WORLD_SIZE=N LOCAL_WORLD_SIZE=N GROUP_RANK=0 GROUP_WORLD_SIZE=1
+//   ROLE_RANK=r ROLE_WORLD_SIZE=N ROLE_NAME=default MASTER_ADDR MASTER_PORT
+//   TORCHELASTIC_RESTART_COUNT=0 TORCHELASTIC_MAX_RESTARTS=0 TORCHELASTIC_RUN_ID=none
+//   TPSERVE_LAUNCHER=1
+// Removed: OMPI_COMM_WORLD_*, PMI_RANK, PMI_SIZE, MPI_LOCALRANKID, MPI_LOCALNRANKS
+// (rank_env.h reads those before the torchrun ones, so a launcher that itself
+// runs under mpirun would otherwise hand every child the launcher's rank).
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "launcher/launch_options.h"
+
+namespace tpserve {
+
+// parent_env: "NAME=value" entries (e.g. from environ). Later entries of the
+// result override nothing: each name appears once. extra_env comes last and wins.
+std::vector<std::string> RankEnvironment(const LaunchOptions& options, int local_rank,
+                                         const std::vector<std::string>& parent_env);
+
+// The process's own environment as "NAME=value" entries.
+std::vector<std::string> CurrentEnvironment();
+
+}  // namespace tpserve

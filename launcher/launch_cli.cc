@@ -1,0 +1,105 @@
+#include "launcher/launch_cli.h"
+
+#include <algorithm>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+
+namespace tpserve {
+namespace {
+
+absl::StatusOr<int> ParseInt(const std::string& flag, const std::string& value, int lo, int hi) {
+  int v = 0;
+  if (!absl::SimpleAtoi(value, &v) || v < lo || v > hi) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--", flag, " must be an integer in ", lo, "..", hi, " (got '", value, "')"));
+  }
+  return v;
+}
+
+}  // namespace
+
+std::string LaunchUsage() {
+  return "usage: tpserve-launch --nproc-per-node N [--master-addr ADDR] [--master-port PORT]\n"
+         "                      [--log-dir DIR] [--no-prefix] [--grace-seconds S] -- PROGRAM ARGS...\n"
+         "Starts N copies of PROGRAM with the torchrun environment (RANK, LOCAL_RANK, WORLD_SIZE,\n"
+         "LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT, ...; TPSERVE_LAUNCHER=1). SIGINT/SIGTERM/SIGHUP\n"
+         "are forwarded to every rank (SIGKILL after the grace period; a second signal kills at once).\n"
+         "When one rank fails the others are stopped and the launcher exits with that rank's status.\n"
+         "  --nproc-per-node N   ranks to start (required)\n"
+         "  --master-addr ADDR   MASTER_ADDR for the ranks (default 127.0.0.1)\n"
+         "  --master-port PORT   MASTER_PORT for the ranks (default 29500)\n"
+         "  --log-dir DIR        write DIR/rank-R.stdout and DIR/rank-R.stderr instead of the terminal\n"
+         "  --no-prefix          pass the ranks' output through without the \"[rank R] \" prefix\n"
+         "  --grace-seconds S    time between SIGTERM and SIGKILL when stopping (default 10)\n";
+}
+
+absl::StatusOr<LaunchCommand> ParseLaunchArgs(const std::vector<std::string>& args) {
+  LaunchCommand cmd;
+  LaunchOptions& o = cmd.options;
+  bool have_nproc = false;
+  size_t i = 0;
+  for (; i < args.size(); ++i) {
+    const std::string& arg = args[i];
+    if (arg == "--") {
+      ++i;
+      break;
+    }
+    if (arg == "-h" || arg == "--help") {
+      cmd.help = true;
+      return cmd;
+    }
+    if (arg.rfind("--", 0) != 0) break;  // the program
+    std::string flag = arg.substr(2), value;
+    const size_t eq = flag.find('=');
+    const bool inline_value = eq != std::string::npos;
+    if (inline_value) {
+      value = flag.substr(eq + 1);
+      flag.resize(eq);
+    }
+    std::replace(flag.begin(), flag.end(), '_', '-');
+    if (flag == "no-prefix") {
+      if (inline_value) return absl::InvalidArgumentError("--no-prefix takes no value");
+      o.output = OutputMode::kInherit;
+      continue;
+    }
+    if (flag != "nproc-per-node" && flag != "master-addr" && flag != "master-port" && flag != "log-dir" &&
+        flag != "grace-seconds") {
+      return absl::InvalidArgumentError(absl::StrCat("unknown flag '", arg, "' (see --help)"));
+    }
+    if (!inline_value) {
+      if (i + 1 >= args.size()) return absl::InvalidArgumentError(absl::StrCat("--", flag, " needs a value"));
+      value = args[++i];
+    }
+    if (flag == "nproc-per-node") {
+      absl::StatusOr<int> n = ParseInt(flag, value, 1, 4096);
+      if (!n.ok()) return n.status();
+      o.nproc_per_node = *n;
+      have_nproc = true;
+    } else if (flag == "master-addr") {
+      if (value.empty()) return absl::InvalidArgumentError("--master-addr must not be empty");
+      o.master_addr = value;
+    } else if (flag == "master-port") {
+      absl::StatusOr<int> p = ParseInt(flag, value, 1, 65535);
+      if (!p.ok()) return p.status();
+      o.master_port = *p;
+    } else if (flag == "log-dir") {
+      if (value.empty()) return absl::InvalidArgumentError("--log-dir must not be empty");
+      o.log_dir = value;
+    } else {  // grace-seconds
+      double s = 0;
+      if (!absl::SimpleAtod(value, &s) || !(s >= 0) || s > 86400) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("--grace-seconds must be a number of seconds in 0..86400 (got '", value, "')"));
+      }
+      o.grace = absl::Seconds(s);
+    }
+  }
+  if (!have_nproc) return absl::InvalidArgumentError("--nproc-per-node N is required");
+  if (!o.log_dir.empty()) o.output = OutputMode::kLogFiles;
+  o.argv.assign(args.begin() + static_cast<std::ptrdiff_t>(i), args.end());
+  if (o.argv.empty()) return absl::InvalidArgumentError("no program given: put it after '--'");
+  return cmd;
+}
+
+}  // namespace tpserve

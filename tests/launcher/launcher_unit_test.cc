@@ -1,0 +1,186 @@
+// Pure parts of the launcher: the rank environment, the command line, output
+// line prefixing, program lookup and the group outcome's messages.
+#include <sys/stat.h>
+
+#include <csignal>
+#include <fstream>
+#include <random>
+
+#include "absl/strings/str_cat.h"
+#include "gtest/gtest.h"
+#include "launcher/child_env.h"
+#include "launcher/find_program.h"
+#include "launcher/launch_cli.h"
+#include "launcher/line_prefixer.h"
+#include "launcher/rank_exit.h"
+#include "tests/launcher/test_process.h"
+
+namespace tpserve {
+namespace {
+
+using launcher_test::EnvValue;
+
+std::string Dump(const std::vector<std::string>& env) {
+  std::string s;
+  for (const std::string& e : env) s += e + "\n";
+  return s;
+}
+
+TEST(RankEnvironment, SetsTorchrunVariablesAndDropsOuterLaunchers) {
+  LaunchOptions o;
+  o.nproc_per_node = 7;
+  o.master_addr = "10.0.0.3";
+  o.master_port = 4111;
+  o.extra_env = {"EXTRA=1", "RANK=overridden-by-extra"};
+  const std::vector<std::string> parent = {"PATH=/bin", "RANK=99", "OMPI_COMM_WORLD_RANK=5",
+                                           "OMPI_COMM_WORLD_SIZE=9", "PMI_RANK=2", "PMI_SIZE=4",
+                                           "MPI_LOCALRANKID=1", "MPI_LOCALNRANKS=2", "A=b=c", "broken"};
+  const std::string env = Dump(RankEnvironment(o, 5, parent));
+  EXPECT_EQ(EnvValue(env, "PATH"), "/bin");
+  EXPECT_EQ(EnvValue(env, "A"), "b=c");
+  EXPECT_EQ(EnvValue(env, "RANK"), "overridden-by-extra");
+  EXPECT_EQ(EnvValue(env, "EXTRA"), "1");
+  EXPECT_EQ(EnvValue(env, "LOCAL_RANK"), "5");
+  EXPECT_EQ(EnvValue(env, "WORLD_SIZE"), "7");
+  EXPECT_EQ(EnvValue(env, "LOCAL_WORLD_SIZE"), "7");
+  EXPECT_EQ(EnvValue(env, "GROUP_RANK"), "0");
+  EXPECT_EQ(EnvValue(env, "ROLE_RANK"), "5");
+  EXPECT_EQ(EnvValue(env, "ROLE_WORLD_SIZE"), "7");
+  EXPECT_EQ(EnvValue(env, "MASTER_ADDR"), "10.0.0.3");
+  EXPECT_EQ(EnvValue(env, "MASTER_PORT"), "4111");
+  EXPECT_EQ(EnvValue(env, "TPSERVE_LAUNCHER"), "1");
+  for (const char* gone : {"OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "PMI_RANK", "PMI_SIZE",
+                           "MPI_LOCALRANKID", "MPI_LOCALNRANKS", "broken"}) {
+    EXPECT_FALSE(EnvValue(env, gone).has_value()) << gone;
+  }
+  // Each name once.
+  EXPECT_EQ(env.find("RANK=99"), std::string::npos);
+}
+
+TEST(LaunchArgs, ParsesTorchrunStyleFlags) {
+  auto cmd = ParseLaunchArgs({"--nproc_per_node=3", "--master-addr", "h", "--master-port=1234", "--grace-seconds",
+                              "0.25", "--log-dir", "/tmp/x", "--", "prog", "--nproc-per-node", "9"});
+  ASSERT_TRUE(cmd.ok()) << cmd.status();
+  EXPECT_EQ(cmd->options.nproc_per_node, 3);
+  EXPECT_EQ(cmd->options.master_addr, "h");
+  EXPECT_EQ(cmd->options.master_port, 1234);
+  EXPECT_EQ(cmd->options.grace, absl::Milliseconds(250));
+  EXPECT_EQ(cmd->options.output, OutputMode::kLogFiles);
+  EXPECT_EQ(cmd->options.argv, (std::vector<std::string>{"prog", "--nproc-per-node", "9"}));
+
+  auto bare = ParseLaunchArgs({"--nproc-per-node", "2", "--no-prefix", "prog", "-x"});
+  ASSERT_TRUE(bare.ok()) << bare.status();
+  EXPECT_EQ(bare->options.output, OutputMode::kInherit);
+  EXPECT_EQ(bare->options.argv, (std::vector<std::string>{"prog", "-x"}));
+  EXPECT_TRUE(ParseLaunchArgs({"--help"})->help);
+}
+
+TEST(LaunchArgs, RejectsBadCommandLinesNamingTheFlag) {
+  const std::vector<std::pair<std::vector<std::string>, std::string>> cases = {
+      {{"--", "prog"}, "--nproc-per-node"},
+      {{"--nproc-per-node", "0", "--", "p"}, "--nproc-per-node"},
+      {{"--nproc-per-node", "x", "--", "p"}, "--nproc-per-node"},
+      {{"--nproc-per-node", "2", "--master-port", "70000", "--", "p"}, "--master-port"},
+      {{"--nproc-per-node", "2", "--grace-seconds", "-1", "--", "p"}, "--grace-seconds"},
+      {{"--nproc-per-node", "2", "--bogus", "--", "p"}, "--bogus"},
+      {{"--nproc-per-node", "2", "--"}, "no program"},
+      {{"--nproc-per-node"}, "needs a value"},
+  };
+  for (const auto& [args, needle] : cases) {
+    auto cmd = ParseLaunchArgs(args);
+    ASSERT_FALSE(cmd.ok()) << needle;
+    EXPECT_EQ(cmd.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_NE(cmd.status().message().find(needle), std::string::npos) << cmd.status();
+  }
+}
+
+TEST(LinePrefixer, PrefixesWholeLinesWhateverTheChunking) {
+  std::mt19937 rng(20240611);
+  std::string input;
+  for (int line = 0; line < 37; ++line) input += absl::StrCat("line ", line, std::string(line % 11, 'x'), "\n");
+  input += "tail without newline";
+  std::string expected;
+  for (int line = 0; line < 37; ++line) {
+    expected += absl::StrCat("[rank 3] line ", line, std::string(line % 11, 'x'), "\n");
+  }
+  expected += "[rank 3] tail without newline\n";
+  for (int trial = 0; trial < 19; ++trial) {
+    LinePrefixer p("[rank 3] ");
+    std::string out;
+    size_t pos = 0;
+    while (pos < input.size()) {
+      const size_t n = std::min<size_t>(input.size() - pos, 1 + rng() % 23);
+      out += p.Feed(std::string_view(input).substr(pos, n));
+      pos += n;
+    }
+    out += p.Flush();
+    ASSERT_EQ(out, expected) << "trial " << trial;
+  }
+}
+
+TEST(LinePrefixer, CutsOverlongLines) {
+  LinePrefixer p("> ", 4);
+  EXPECT_EQ(p.Feed("abcdefghi"), "> abcd\n> efgh\n");
+  EXPECT_EQ(p.Feed("j\n"), "> ij\n");
+  EXPECT_EQ(p.Flush(), "");
+  EXPECT_EQ(p.Feed("abc"), "");
+  EXPECT_EQ(p.Feed("d"), "> abcd\n");
+}
+
+TEST(FindProgram, LooksUpPathAndExplainsFailures) {
+  const std::string dir = launcher_test::MakeTempDir();
+  const std::string plain = dir + "/not-executable";
+  std::ofstream(plain) << "#!/bin/sh\n";
+  chmod(plain.c_str(), 0644);
+  auto sh = FindProgram("sh", "/nonexistent:/bin:/usr/bin");
+  ASSERT_TRUE(sh.ok()) << sh.status();
+  EXPECT_EQ(*sh, "/bin/sh");
+  auto missing = FindProgram("tpserve-no-such-program", "/bin");
+  EXPECT_EQ(missing.status().code(), absl::StatusCode::kNotFound);
+  EXPECT_NE(missing.status().message().find("tpserve-no-such-program"), std::string::npos);
+  EXPECT_EQ(ExecFailureStatus(missing.status()), 127);
+  if (geteuid() != 0) {  // root may execute anything
+    auto denied = FindProgram(plain, "");
+    EXPECT_EQ(denied.status().code(), absl::StatusCode::kPermissionDenied) << denied.status();
+    EXPECT_EQ(ExecFailureStatus(denied.status()), 126);
+  }
+  EXPECT_EQ(FindProgram(dir, "").status().code(), absl::StatusCode::kPermissionDenied);  // a folder
+  EXPECT_EQ(FindProgram(dir + "/nothing", "").status().code(), absl::StatusCode::kNotFound);
+}
+
+RankExit Exit(int rank, int code, int sig, bool stopped, int t, bool killed = false) {
+  RankExit e;
+  e.rank = rank;
+  e.pid = 100 + rank;
+  e.exit_code = code;
+  e.signal = sig;
+  e.stopped = stopped;
+  e.killed_after_grace = killed;
+  e.when = absl::FromUnixSeconds(t);
+  return e;
+}
+
+TEST(GroupOutcome, NamesTheFirstRankThatFailedOnItsOwn) {
+  EXPECT_TRUE(GroupOutcome({Exit(0, 0, 0, false, 1), Exit(1, 0, 0, false, 2)}, absl::Seconds(1)).ok());
+  // Rank 2 failed first (t=1); rank 0 failed later on its own; rank 1 was stopped and killed.
+  const absl::Status s = GroupOutcome({Exit(0, 5, 0, false, 3), Exit(1, -1, SIGKILL, true, 4, true),
+                                       Exit(2, -1, SIGSEGV, false, 1)},
+                                      absl::Seconds(10));
+  EXPECT_EQ(s.code(), absl::StatusCode::kAborted);
+  EXPECT_NE(s.message().find("rank 2 (pid 102) was killed by signal 11 (SIGSEGV)"), std::string::npos) << s;
+  EXPECT_NE(s.message().find("stopped the other 1 rank (rank 1 ignored SIGTERM for 10s"), std::string::npos) << s;
+  EXPECT_EQ(Exit(1, 3, 0, false, 0).Describe(), "rank 1 (pid 101) exited with status 3");
+  EXPECT_EQ(Exit(1, 3, 0, false, 0).ShellStatus(), 3);
+  EXPECT_EQ(Exit(1, -1, SIGTERM, false, 0).ShellStatus(), 143);
+}
+
+TEST(GroupOutcome, AskedForStopsAreOkUnlessSigkillWasNeeded) {
+  EXPECT_TRUE(GroupOutcome({Exit(0, -1, SIGTERM, true, 1), Exit(1, 1, 0, true, 2)}, absl::Seconds(1)).ok());
+  const absl::Status s =
+      GroupOutcome({Exit(0, 0, 0, true, 1), Exit(1, -1, SIGKILL, true, 2, true)}, absl::Milliseconds(300));
+  EXPECT_EQ(s.code(), absl::StatusCode::kDeadlineExceeded);
+  EXPECT_NE(s.message().find("rank 1 did not exit within 300ms"), std::string::npos) << s;
+}
+
+}  // namespace
+}  // namespace tpserve
