@@ -69,14 +69,24 @@ int32_t DrawFiltered(std::span<const float> x, const SamplingParams& p, double u
     sorted_by_id = false;
   }
   if (p.top_p < 1.0f) {
-    std::sort(kept.begin(), kept.end(), more_likely);
     double total = 0;
     for (int32_t i : kept) total += weight[i];
     const double mass = double{p.top_p} * total;
-    double before = 0;  // mass of the more likely tokens
-    size_t n = 0;
-    while (n < kept.size() && (n == 0 || before < mass)) before += weight[kept[n++]];
-    kept.resize(n);
+    // Sort only the most likely m tokens, growing m until they hold the mass
+    // (a full sort of a 150k vocabulary costs far more than the usual nucleus).
+    size_t m = std::min<size_t>(kept.size(), 1024);
+    for (;;) {
+      if (m < kept.size()) std::nth_element(kept.begin(), kept.begin() + m, kept.end(), more_likely);
+      std::sort(kept.begin(), kept.begin() + m, more_likely);
+      double before = 0;  // mass of the more likely tokens
+      size_t n = 0;
+      while (n < m && (n == 0 || before < mass)) before += weight[kept[n++]];
+      if (before >= mass || m == kept.size()) {
+        kept.resize(n);
+        break;
+      }
+      m = std::min(kept.size(), m * 8);
+    }
     sorted_by_id = false;
   }
   if (!sorted_by_id) std::sort(kept.begin(), kept.end());

@@ -149,6 +149,36 @@ TEST(Sampler, MinPTopKAndTopPKeepExactlyTheirTokens) {
   EXPECT_LT(ChiSquare(Histogram(both, logits, n), renormalised(1)), 30.0);
 }
 
+TEST(Sampler, TopPNucleusLargerThanTheFirstPartialSort) {
+  const uint64_t seed = FreshTestSeed();
+  SCOPED_TRACE("seed=" + std::to_string(seed));
+  std::mt19937_64 rng(seed);
+  const int64_t vocab = 4099;
+  const std::vector<float> x = RandomLogits(rng, vocab, 0.5f);  // a flat distribution
+  SamplingParams p;
+  p.top_p = 0.6f;
+  // The nucleus by a full sort in double.
+  const double max_x = *std::max_element(x.begin(), x.end());
+  std::vector<double> w(vocab);
+  double total = 0;
+  for (int64_t i = 0; i < vocab; ++i) total += (w[i] = std::exp(double(x[i]) - max_x));
+  std::vector<int32_t> order(vocab);
+  for (int32_t i = 0; i < vocab; ++i) order[i] = i;
+  std::sort(order.begin(), order.end(), [&](int32_t a, int32_t b) { return w[a] > w[b]; });
+  std::vector<int32_t> rank(vocab);
+  for (int32_t r = 0; r < vocab; ++r) rank[order[r]] = r;
+  int32_t nucleus = 0;
+  for (double before = 0; before < 0.6 * total; ++nucleus) before += w[order[nucleus]];
+  ASSERT_GT(nucleus, 1500) << "the test needs a nucleus beyond the first 1024 sorted tokens";
+  SequenceSamplingState seq(p);
+  int beyond_1024 = 0;
+  for (int32_t t : Draws(seq, x, 400)) {
+    EXPECT_LT(rank[t], nucleus + 1) << "token " << t << " is outside the top-p nucleus";
+    beyond_1024 += rank[t] >= 1024;
+  }
+  EXPECT_GT(beyond_1024, 0);
+}
+
 TEST(Sampler, SameSeedSameTokensWhateverTheBatch) {
   const uint64_t seed = FreshTestSeed();
   SCOPED_TRACE("seed=" + std::to_string(seed));
