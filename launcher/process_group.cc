@@ -20,36 +20,15 @@
 #include "absl/time/clock.h"
 #include "launcher/child_env.h"
 #include "launcher/find_program.h"
-#include "launcher/line_prefixer.h"
+#include "launcher/rank_output.h"
 #include "launcher/spawn.h"
 
 namespace tpserve {
 namespace {
 
-void CloseFd(int& fd) {
-  if (fd >= 0) close(fd);
-  fd = -1;
-}
-
-void WriteAll(int fd, std::string_view bytes) {
-  while (!bytes.empty()) {
-    const ssize_t n = write(fd, bytes.data(), bytes.size());
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) return;  // the reader is gone: drop the output, keep the ranks running
-    bytes.remove_prefix(static_cast<size_t>(n));
-  }
-}
-
 absl::Status ErrnoError(const std::string& what) {
   return absl::InternalError(absl::StrCat(what, ": ", std::strerror(errno)));
 }
-
-// One prefixed output stream of one rank: read end of its pipe -> our fd.
-struct Stream {
-  int fd = -1;      // read end, non-blocking; -1 once at EOF
-  int target = 1;   // where prefixed lines go (1 or 2)
-  LinePrefixer prefixer;
-};
 
 }  // namespace
 
@@ -71,7 +50,7 @@ struct ProcessGroup::State {
   bool finished = false;
   absl::Status outcome;
 
-  std::vector<Stream> streams;              // monitor thread only
+  std::vector<PrefixedStream> streams;      // monitor thread only
   int wake_r = -1, wake_w = -1;             // RequestStop() wakes the monitor
   int done_r = -1, done_w = -1;             // readable once finished
   std::thread monitor;
@@ -100,11 +79,16 @@ struct ProcessGroup::State {
   std::optional<RankExit> TryReap(int r) {
     int status = 0;
     const pid_t got = waitpid(pids[r], &status, WNOHANG);
-    if (got != pids[r]) return std::nullopt;
+    // ECHILD: SIGCHLD is SIG_IGN in this process, so the kernel reaped the rank
+    // and its status is lost (RankExit says so); anything else: still running.
+    const bool status_lost = got < 0 && errno == ECHILD;
+    if (got != pids[r] && !status_lost) return std::nullopt;
     RankExit e;
     e.rank = r;
     e.pid = pids[r];
-    if (WIFSIGNALED(status)) e.signal = WTERMSIG(status);
+    e.status_lost = status_lost;
+    if (status_lost) e.exit_code = -1;
+    else if (WIFSIGNALED(status)) e.signal = WTERMSIG(status);
     else e.exit_code = WEXITSTATUS(status);
     e.stopped = stopping;
     e.killed_after_grace = killed[r];
@@ -118,7 +102,6 @@ struct ProcessGroup::State {
 
   absl::Status SpawnAll();
   void Run();
-  void PumpStreams(const std::vector<pollfd>& ready, bool drain);
 };
 
 absl::Status ProcessGroup::State::SpawnAll() {
@@ -130,40 +113,12 @@ absl::Status ProcessGroup::State::SpawnAll() {
   killed.assign(n, false);
   for (int r = 0; r < n; ++r) {
     SpawnRequest req{program, options.argv, RankEnvironment(options, r, parent_env)};
-    int in = open("/dev/null", O_RDONLY | O_CLOEXEC);
-    if (in < 0) return ErrnoError("cannot open /dev/null for the ranks' stdin");
-    int child_fds[2] = {-1, -1};  // stdout, stderr for the child; closed here after the spawn
-    if (options.output == OutputMode::kLogFiles) {
-      for (int s = 0; s < 2; ++s) {
-        const std::string file = absl::StrCat(options.log_dir, "/rank-", r, s == 0 ? ".stdout" : ".stderr");
-        child_fds[s] = open(file.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-        if (child_fds[s] < 0) {
-          absl::Status st = ErrnoError(absl::StrCat("cannot create log file ", file, " (check --log-dir)"));
-          CloseFd(in);
-          CloseFd(child_fds[0]);
-          return st;
-        }
-      }
-    } else if (options.output == OutputMode::kPrefix) {
-      for (int s = 0; s < 2; ++s) {
-        int p[2];
-        if (pipe2(p, O_CLOEXEC) != 0) {
-          CloseFd(in);
-          CloseFd(child_fds[0]);
-          return ErrnoError("pipe2 for a rank's output failed");
-        }
-        fcntl(p[0], F_SETFL, fcntl(p[0], F_GETFL) | O_NONBLOCK);
-        child_fds[s] = p[1];
-        streams.push_back(Stream{p[0], s + 1, LinePrefixer(absl::StrCat("[rank ", r, "] "))});
-      }
-    }
-    req.stdin_fd = in;
-    if (child_fds[0] >= 0) req.stdout_fd = child_fds[0];
-    if (child_fds[1] >= 0) req.stderr_fd = child_fds[1];
+    ChildStdio stdio;
+    if (absl::Status st = OpenRankStdio(options, r, stdio, streams); !st.ok()) return st;
+    req.stdin_fd = stdio.in;
+    if (stdio.out >= 0) req.stdout_fd = stdio.out;
+    if (stdio.err >= 0) req.stderr_fd = stdio.err;
     absl::StatusOr<pid_t> pid = SpawnChild(req);
-    CloseFd(in);
-    CloseFd(child_fds[0]);
-    CloseFd(child_fds[1]);
     if (!pid.ok()) return pid.status();
     const int pidfd = static_cast<int>(syscall(SYS_pidfd_open, *pid, 0));  // glibc 2.36's C++ header lacks it
     absl::MutexLock lock(&mu);
@@ -178,31 +133,6 @@ absl::Status ProcessGroup::State::SpawnAll() {
   return absl::OkStatus();
 }
 
-void ProcessGroup::State::PumpStreams(const std::vector<pollfd>& ready, bool drain) {
-  char buf[16384];
-  for (Stream& s : streams) {
-    if (s.fd < 0) continue;
-    bool readable = drain;
-    for (const pollfd& p : ready) {
-      if (p.fd == s.fd && p.revents != 0) readable = true;
-    }
-    if (!readable) continue;
-    for (;;) {  // until EAGAIN (nothing more now) or EOF
-      const ssize_t n = read(s.fd, buf, sizeof buf);
-      if (n < 0 && errno == EINTR) continue;
-      if (n > 0) {
-        WriteAll(s.target, s.prefixer.Feed(std::string_view(buf, static_cast<size_t>(n))));
-        continue;
-      }
-      if (n == 0 || errno != EAGAIN || drain) {  // EOF, error, or the ranks are gone
-        WriteAll(s.target, s.prefixer.Flush());
-        if (n == 0 || errno != EAGAIN) CloseFd(s.fd);
-      }
-      break;
-    }
-  }
-}
-
 void ProcessGroup::State::Run() {
   absl::Status st = SpawnAll();
   {
@@ -215,7 +145,7 @@ void ProcessGroup::State::Run() {
         if (pids[r] > 0) waitpid(pids[r], nullptr, 0);
         CloseFd(pidfds[r]);
       }
-      for (Stream& s : streams) CloseFd(s.fd);
+      for (PrefixedStream& s : streams) CloseFd(s.fd);
       finished = true;
       outcome = st;
       return;
@@ -237,7 +167,7 @@ void ProcessGroup::State::Run() {
         timeout_ms = static_cast<int>(absl::ToInt64Milliseconds(left + absl::Milliseconds(1)));
       }
     }
-    for (const Stream& s : streams) {
+    for (const PrefixedStream& s : streams) {
       if (s.fd >= 0) fds.push_back({s.fd, POLLIN, 0});
     }
     if (poll(fds.data(), fds.size(), timeout_ms) < 0 && errno != EINTR) break;
@@ -246,7 +176,7 @@ void ProcessGroup::State::Run() {
       while (read(wake_r, drain, sizeof drain) > 0) {
       }
     }
-    PumpStreams(fds, /*drain=*/false);
+    PumpStreams(streams, fds, /*drain=*/false);
     std::vector<RankExit> reaped;
     {
       absl::MutexLock lock(&mu);
@@ -266,8 +196,8 @@ void ProcessGroup::State::Run() {
       for (const RankExit& e : reaped) options.on_exit(e);
     }
   }
-  PumpStreams({}, /*drain=*/true);  // what the ranks wrote just before they ended
-  for (Stream& s : streams) CloseFd(s.fd);
+  PumpStreams(streams, {}, /*drain=*/true);  // what the ranks wrote just before they ended
+  for (PrefixedStream& s : streams) CloseFd(s.fd);
   absl::MutexLock lock(&mu);
   std::vector<RankExit> all;
   for (const std::optional<RankExit>& e : exits) {

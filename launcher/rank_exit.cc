@@ -29,6 +29,10 @@ std::string SignalName(int sig) {
 
 std::string RankExit::Describe() const {
   std::string who = absl::StrCat("rank ", rank, " (pid ", pid, ")");
+  if (status_lost) {
+    return absl::StrCat(who, " ended with an unknown status (SIGCHLD is ignored in this process, so the kernel "
+                             "reaped it: do not set SIGCHLD to SIG_IGN when launching ranks)");
+  }
   if (signal != 0) return absl::StrCat(who, " was killed by signal ", signal, " (", SignalName(signal), ")");
   return absl::StrCat(who, " exited with status ", exit_code);
 }

@@ -20,13 +20,17 @@ struct RankExit {
   // forwarded signal, or another rank's failure): how it ended was asked for.
   bool stopped = false;
   bool killed_after_grace = false;  // it outlived the grace period and got SIGKILL
+  // Its status could not be read: the process ignores SIGCHLD (SIG_IGN), so the
+  // kernel reaped the rank itself. Counts as a failure (exit_code -1, signal 0).
+  bool status_lost = false;
   absl::Time when;                  // when it was reaped
 
   bool ok() const { return exit_code == 0; }
-  // "rank 1 (pid 4242) exited with status 3" / "... was killed by signal 9 (SIGKILL)".
+  // "rank 1 (pid 4242) exited with status 3" / "... was killed by signal 9 (SIGKILL)"
+  // / "... ended with an unknown status (...)".
   std::string Describe() const;
   // The shell convention: the exit code, or 128 + signal.
-  int ShellStatus() const { return signal != 0 ? 128 + signal : exit_code; }
+  int ShellStatus() const { return signal != 0 ? 128 + signal : exit_code < 0 ? 1 : exit_code; }
 };
 
 // "SIGTERM" for 15 (the name when it is a common one, else "signal N").

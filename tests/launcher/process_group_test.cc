@@ -182,6 +182,18 @@ TEST_F(ProcessGroupTest, LogFilesHoldEachRanksOutput) {
   }
 }
 
+TEST_F(ProcessGroupTest, IgnoredSigchldIsReportedNotHung) {
+  // With SIGCHLD set to SIG_IGN the kernel reaps the ranks and their status is lost.
+  struct sigaction ignore {}, old {};
+  ignore.sa_handler = SIG_IGN;
+  sigaction(SIGCHLD, &ignore, &old);
+  auto group = LaunchLocal(Shell(2, "exit 0"));
+  absl::Status s = group.ok() ? group->Wait() : group.status();
+  sigaction(SIGCHLD, &old, nullptr);
+  EXPECT_EQ(s.code(), absl::StatusCode::kAborted) << s;
+  EXPECT_NE(s.message().find("unknown status (SIGCHLD is ignored"), std::string::npos) << s;
+}
+
 TEST_F(ProcessGroupTest, AProgramThatCannotRunIsAClearErrorBeforeAnyRankStarts) {
   LaunchOptions o = Shell(2, "");
   o.argv = {"tpserve-no-such-program", "--flag"};
