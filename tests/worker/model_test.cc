@@ -1,0 +1,210 @@
+// The decoder on one rank (tp = 1, in process): paged attention over cached
+// prefixes, mixed prefill + decode batches, and load/step errors.
+#include "worker/model.h"
+
+#include <fstream>
+#include <random>
+
+#include "backend/cpu_backend.h"
+#include "gtest/gtest.h"
+#include "model/safetensors.h"
+#include "tests/worker/worker_test_util.h"
+
+namespace tpserve {
+namespace {
+
+using testing_util::RelativeError;
+using testing_util::TempDir;
+
+// One sequence's part of a step: `tokens` new tokens from position `start`,
+// stored through `blocks`.
+struct SeqPart {
+  std::vector<int32_t> tokens;
+  int32_t start = 0;
+  std::vector<int32_t> blocks;
+};
+
+// Owns the arrays a StepMetadata points into. Parts with more than one token,
+// or starting at 0, count as prefill and must come first.
+struct StepArrays {
+  std::vector<int32_t> token_ids, positions, query_start{0}, seq_lens, block_tables, logits_indices;
+  std::vector<int64_t> slots;
+  StepMetadata meta;
+  StepArrays(const std::vector<SeqPart>& parts, int32_t block_size) {
+    int32_t max_blocks = 0;
+    for (const SeqPart& p : parts) max_blocks = std::max(max_blocks, static_cast<int32_t>(p.blocks.size()));
+    for (const SeqPart& p : parts) {
+      for (size_t i = 0; i < p.tokens.size(); ++i) {
+        const int32_t pos = p.start + static_cast<int32_t>(i);
+        token_ids.push_back(p.tokens[i]);
+        positions.push_back(pos);
+        slots.push_back(int64_t{p.blocks[pos / block_size]} * block_size + pos % block_size);
+      }
+      query_start.push_back(static_cast<int32_t>(token_ids.size()));
+      seq_lens.push_back(p.start + static_cast<int32_t>(p.tokens.size()));
+      std::vector<int32_t> row = p.blocks;
+      row.resize(max_blocks, -1);
+      block_tables.insert(block_tables.end(), row.begin(), row.end());
+      logits_indices.push_back(query_start.back() - 1);
+      if (p.tokens.size() > 1 || p.start == 0) ++meta.num_prefill_seqs;
+      else ++meta.num_decode_seqs;
+    }
+    meta.token_ids = token_ids;
+    meta.positions = positions;
+    meta.slot_mapping = slots;
+    meta.query_start = query_start;
+    meta.seq_lens = seq_lens;
+    meta.block_tables = block_tables;
+    meta.max_blocks_per_seq = max_blocks;
+    meta.logits_indices = logits_indices;
+  }
+};
+
+class ModelTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    dir_ = new TempDir();
+    // Qwen3 (q/k norm), GQA 4/2, odd vocab; Llama with llama3 rope scaling.
+    testing_util::MakeModel(dir_->path() / "qwen3",
+                            "--arch qwen3 --hidden 64 --intermediate 96 --layers 2 --heads 4 --kv-heads 2 "
+                            "--head-dim 32 --vocab 301 --dtype f32 --tie 0 --seed 11");
+    testing_util::MakeModel(dir_->path() / "llama",
+                            "--arch llama --hidden 96 --intermediate 160 --layers 2 --heads 6 --kv-heads 2 "
+                            "--vocab 263 --dtype bf16 --tie 1 --seed 12 --rope-scaling llama3");
+  }
+  static void TearDownTestSuite() { delete dir_; }
+
+  std::unique_ptr<Model> Load(const std::string& name, ModelOptions options = {}) {
+    absl::StatusOr<std::unique_ptr<Model>> m = Model::Load(dir_->path() / name, *backend_, *comm_, options);
+    EXPECT_TRUE(m.ok()) << m.status();
+    return m.ok() ? *std::move(m) : nullptr;
+  }
+  KvCache Cache(const Model& m, int64_t blocks, int32_t block_size) {
+    absl::StatusOr<KvCache> c = KvCache::Allocate(*backend_, m.kv_cache_shape(blocks, block_size));
+    EXPECT_TRUE(c.ok()) << c.status();
+    return *std::move(c);
+  }
+  Logits Run(Model& m, KvCache& cache, const std::vector<SeqPart>& parts) {
+    StepArrays step(parts, cache.block_size());
+    absl::StatusOr<std::optional<Logits>> out = m.Forward(step.meta, cache);
+    EXPECT_TRUE(out.ok()) << out.status();
+    if (!out.ok() || !out->has_value()) return Logits{};
+    return **out;
+  }
+  static std::vector<int32_t> RandomTokens(std::mt19937& rng, int n, int vocab) {
+    std::vector<int32_t> t(static_cast<size_t>(n));
+    for (int32_t& x : t) x = static_cast<int32_t>(rng() % static_cast<uint32_t>(vocab));
+    return t;
+  }
+
+  static TempDir* dir_;
+  std::unique_ptr<Backend> backend_ = MakeCpuBackend();
+  std::unique_ptr<Communicator> comm_ = MakeSoloCommunicator();
+};
+TempDir* ModelTest::dir_ = nullptr;
+
+std::vector<int32_t> Slice(const std::vector<int32_t>& v, size_t begin, size_t end) {
+  return std::vector<int32_t>(v.begin() + static_cast<std::ptrdiff_t>(begin), v.begin() + static_cast<std::ptrdiff_t>(end));
+}
+
+TEST_F(ModelTest, PrefillInTwoChunksMatchesTheWholePrompt) {
+  const uint32_t seed = std::random_device{}();
+  SCOPED_TRACE(testing::Message() << "seed " << seed);
+  std::mt19937 rng(seed);
+  for (const std::string name : {"qwen3", "llama"}) {
+    SCOPED_TRACE(name);
+    std::unique_ptr<Model> m = Load(name);
+    ASSERT_NE(m, nullptr);
+    const int32_t bs = 4;
+    const std::vector<int32_t> prompt = RandomTokens(rng, 23, 250);
+    const std::vector<int32_t> blocks{5, 0, 3, 8, 1, 7};  // scattered on purpose
+    KvCache whole_cache = Cache(*m, 9, bs);
+    const Logits whole = Run(*m, whole_cache, {{prompt, 0, blocks}});
+    for (size_t split : {1u, 8u, 11u, 22u}) {
+      KvCache cache = Cache(*m, 9, bs);
+      Run(*m, cache, {{Slice(prompt, 0, split), 0, blocks}});
+      const Logits second = Run(*m, cache, {{Slice(prompt, split, prompt.size()), static_cast<int32_t>(split), blocks}});
+      ASSERT_EQ(second.values.size(), whole.values.size());
+      EXPECT_LE(RelativeError(second.values, whole.values), 1e-5) << "split " << split;
+    }
+  }
+}
+
+TEST_F(ModelTest, SequenceSharingCachedBlocksInAMixedBatchMatchesFreshComputation) {
+  const uint32_t seed = std::random_device{}();
+  SCOPED_TRACE(testing::Message() << "seed " << seed);
+  std::mt19937 rng(seed);
+  std::unique_ptr<Model> m = Load("qwen3");
+  ASSERT_NE(m, nullptr);
+  const int32_t bs = 4;
+  // A: 20 tokens in blocks {3, 7, 1, 9, 0}. B: A's first 16 tokens + 7 of its own.
+  const std::vector<int32_t> a = RandomTokens(rng, 20, 301);
+  std::vector<int32_t> b = Slice(a, 0, 16);
+  for (int32_t t : RandomTokens(rng, 7, 301)) b.push_back(t);
+  const int32_t a_next = 42;
+  std::vector<int32_t> a_full = a;
+  a_full.push_back(a_next);
+
+  // References, each computed whole in a fresh cache.
+  KvCache ref_cache = Cache(*m, 16, bs);
+  const Logits b_ref = Run(*m, ref_cache, {{b, 0, {0, 1, 2, 3, 4, 5}}});
+  KvCache ref_cache2 = Cache(*m, 16, bs);
+  const Logits a_ref = Run(*m, ref_cache2, {{a_full, 0, {0, 1, 2, 3, 4, 5}}});
+
+  KvCache cache = Cache(*m, 16, bs);
+  const std::vector<int32_t> a_blocks{3, 7, 1, 9, 0, 12};
+  Run(*m, cache, {{a, 0, Slice(a_blocks, 0, 5)}});
+  // One step: B prefills only its suffix over A's 4 full blocks, A decodes one token.
+  const std::vector<int32_t> b_blocks{3, 7, 1, 9, 14, 6};
+  const Logits mixed = Run(*m, cache, {{Slice(b, 16, b.size()), 16, b_blocks}, {{a_next}, 20, a_blocks}});
+  ASSERT_EQ(mixed.num_seqs, 2);
+  EXPECT_LE(RelativeError(mixed.row(0), b_ref.row(0)), 1e-5);
+  EXPECT_LE(RelativeError(mixed.row(1), a_ref.row(0)), 1e-5);
+  // The shared blocks were not disturbed: A decodes again and still agrees.
+  std::vector<int32_t> a_full2 = a_full;
+  a_full2.push_back(7);
+  KvCache ref_cache3 = Cache(*m, 16, bs);
+  const Logits a_ref2 = Run(*m, ref_cache3, {{a_full2, 0, {0, 1, 2, 3, 4, 5}}});
+  const Logits a_dec = Run(*m, cache, {{{7}, 21, a_blocks}});
+  EXPECT_LE(RelativeError(a_dec.row(0), a_ref2.row(0)), 1e-5);
+}
+
+TEST_F(ModelTest, IntermediatesAreNamedPerLayer) {
+  std::unique_ptr<Model> m = Load("qwen3");
+  ASSERT_NE(m, nullptr);
+  std::vector<std::string> seen;
+  m->set_intermediate_hook([&](std::string_view name, int layer, const Tensor& t) {
+    seen.push_back(std::string(name) + "@" + std::to_string(layer) + t.ShapeString());
+  });
+  KvCache cache = Cache(*m, 4, 4);
+  Run(*m, cache, {{{1, 2, 3}, 0, {2}}});
+  EXPECT_EQ(seen.size(), 1 + 2 * 9 + 2u);  // embed, 9 per layer, final_norm, last_hidden
+  EXPECT_EQ(seen.front(), "embed@-1[3, 64]");
+  EXPECT_NE(std::find(seen.begin(), seen.end(), "qkv@1[3, 256]"), seen.end());  // (4 + 2*2) * 32
+  EXPECT_EQ(seen.back(), "last_hidden@-1[1, 64]");
+}
+
+TEST_F(ModelTest, BadStepsAreInvalidArgument) {
+  ModelOptions options;
+  options.max_num_tokens = 8;
+  options.max_num_seqs = 2;
+  std::unique_ptr<Model> m = Load("qwen3", options);
+  ASSERT_NE(m, nullptr);
+  KvCache cache = Cache(*m, 4, 4);
+  auto forward = [&](const std::vector<SeqPart>& parts) {
+    StepArrays step(parts, 4);
+    return m->Forward(step.meta, cache).status();
+  };
+  EXPECT_EQ(forward({{std::vector<int32_t>(9, 1), 0, {0, 1, 2}}}).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(forward({{{1}, 0, {0}}, {{1}, 0, {1}}, {{1}, 0, {2}}}).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(forward({{{1, 2}, 0, {4}}}).code(), absl::StatusCode::kInvalidArgument);  // block 4 of 4
+  absl::StatusOr<KvCache> other = KvCache::Allocate(*backend_, KvCacheShape{3, 4, 4, 2, 32});
+  ASSERT_TRUE(other.ok());
+  StepArrays step({{{1, 2}, 0, {0}}}, 4);
+  const absl::Status s = m->Forward(step.meta, *other).status();
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("kv_cache_shape"), std::string::npos) << s;
+}
+
+}  // namespace
+}  // namespace tpserve

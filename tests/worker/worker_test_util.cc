@@ -1,0 +1,74 @@
+#include "tests/worker/worker_test_util.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <random>
+
+#include "gtest/gtest.h"
+
+namespace tpserve::testing_util {
+
+TempDir::TempDir() {
+  const char* base = std::getenv("TEST_TMPDIR");
+  std::string templ = std::string(base != nullptr && *base ? base : "/tmp") + "/tpserve-worker-XXXXXX";
+  if (mkdtemp(templ.data()) == nullptr) {
+    ADD_FAILURE() << "mkdtemp " << templ << " failed";
+  }
+  path_ = templ;
+}
+
+TempDir::~TempDir() {
+  std::error_code ignored;
+  std::filesystem::remove_all(path_, ignored);
+}
+
+std::string MakeModelTool() { return std::string(TPSERVE_BINARY_DIR) + "/tools/make_model/tpserve-make-model"; }
+std::string GenerateTool() { return std::string(TPSERVE_BINARY_DIR) + "/tools/engine_cli/tpserve-generate"; }
+
+int RunCommand(const std::string& command, std::string* out) {
+  FILE* pipe = popen(command.c_str(), "r");
+  if (pipe == nullptr) return -1;
+  std::array<char, 65536> buf;
+  std::string text;
+  size_t n = 0;
+  while ((n = fread(buf.data(), 1, buf.size(), pipe)) > 0) text.append(buf.data(), n);
+  const int status = pclose(pipe);
+  if (out != nullptr) *out = std::move(text);
+  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
+void MakeModel(const std::filesystem::path& dir, const std::string& args) {
+  const std::string cmd = MakeModelTool() + " " + dir.string() + " " + args + " >/dev/null";
+  ASSERT_EQ(RunCommand(cmd), 0) << cmd;
+}
+
+double RelativeError(std::span<const float> a, std::span<const float> b) {
+  if (a.size() != b.size()) return INFINITY;
+  double diff = 0, scale = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    diff = std::max(diff, std::abs(static_cast<double>(a[i]) - b[i]));
+    scale = std::max(scale, std::abs(static_cast<double>(b[i])));
+  }
+  return scale > 0 ? diff / scale : diff;
+}
+
+int64_t Argmax(std::span<const float> v) {
+  return std::max_element(v.begin(), v.end()) - v.begin();
+}
+
+int64_t PeakRssKb() {
+  std::ifstream status("/proc/self/status");
+  std::string line;
+  while (std::getline(status, line)) {
+    if (line.rfind("VmHWM:", 0) == 0) return std::stoll(line.substr(6));
+  }
+  return -1;
+}
+
+}  // namespace tpserve::testing_util

@@ -1,0 +1,47 @@
+// Helpers shared by the worker tests: temporary folders, generated models
+// (tpserve-make-model), running the tools, comparing logits.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <span>
+#include <string>
+#include <vector>
+
+namespace tpserve::testing_util {
+
+// A fresh directory under the test's temporary folder, removed by the destructor.
+class TempDir {
+ public:
+  TempDir();
+  ~TempDir();
+  TempDir(const TempDir&) = delete;
+  TempDir& operator=(const TempDir&) = delete;
+  const std::filesystem::path& path() const { return path_; }
+
+ private:
+  std::filesystem::path path_;
+};
+
+// The build's tools.
+std::string MakeModelTool();  // tpserve-make-model
+std::string GenerateTool();   // tpserve-generate
+
+// Runs `command` through /bin/sh; returns its exit status and puts stdout in *out
+// (stderr goes to the test's stderr).
+int RunCommand(const std::string& command, std::string* out = nullptr);
+
+// Writes a model with tpserve-make-model into `dir` (`args` after OUT, e.g.
+// "--arch qwen3 --hidden 64 ..."); fails the test on error.
+void MakeModel(const std::filesystem::path& dir, const std::string& args);
+
+// max |a - b| / max |b|: the relative error the tensor-parallel tests bound.
+double RelativeError(std::span<const float> a, std::span<const float> b);
+
+// Index of the largest value (first on ties).
+int64_t Argmax(std::span<const float> v);
+
+// Peak resident set of this process (VmHWM) in kB.
+int64_t PeakRssKb();
+
+}  // namespace tpserve::testing_util

@@ -1,0 +1,212 @@
+#include "worker/model.h"
+
+#include <cmath>
+
+#include "absl/strings/str_cat.h"
+#include "model/safetensors.h"
+#include "parallel/sharding.h"
+#include "worker/rope.h"
+
+namespace tpserve {
+namespace {
+
+#define TPSERVE_RETURN_IF_ERROR(expr)          \
+  do {                                         \
+    if (absl::Status s_ = (expr); !s_.ok()) {  \
+      return s_;                               \
+    }                                          \
+  } while (0)
+
+// Assigns the value of a StatusOr to `lhs` or returns its error.
+template <typename T, typename U>
+absl::Status Assign(absl::StatusOr<T> result, U& lhs) {
+  if (!result.ok()) return result.status();
+  lhs = *std::move(result);
+  return absl::OkStatus();
+}
+
+Tensor Rows(const Buffer& b, int64_t n) { return b.tensor().Rows(0, n); }
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<Model>> Model::Load(const std::filesystem::path& dir,
+                                                   Backend& backend, Communicator& comm,
+                                                   const ModelOptions& options) {
+  if (options.max_num_tokens <= 0 || options.max_num_seqs <= 0 || options.max_position < 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "ModelOptions: max_num_tokens (", options.max_num_tokens, ") and max_num_seqs (",
+        options.max_num_seqs, ") must be positive and max_position (", options.max_position,
+        ") not negative"));
+  }
+  std::unique_ptr<Model> model(new Model(backend, comm));
+  model->options_ = options;
+  TPSERVE_RETURN_IF_ERROR(Assign(LoadModelConfig(dir), model->config_));
+  const ModelConfig& c = model->config_;
+  LocalShape local;
+  TPSERVE_RETURN_IF_ERROR(Assign(LocalShapeFor(c, comm.rank(), comm.world_size()), local));
+  if (c.head_dim <= 0 || c.head_dim % 2 != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(dir.string(), "/config.json: head_dim ",
+                                                   c.head_dim, " must be even for RoPE"));
+  }
+  model->attn_shape_ = AttentionShape{static_cast<int32_t>(local.num_heads),
+                                      static_cast<int32_t>(local.num_kv_heads),
+                                      static_cast<int32_t>(c.head_dim)};
+  model->local_intermediate_ = local.intermediate;
+  model->eps_ = static_cast<float>(c.rms_norm_eps);
+  model->max_position_ =
+      options.max_position > 0 ? options.max_position : c.max_position_embeddings;
+  if (model->max_position_ <= 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        dir.string(), "/config.json: max_position_embeddings is ", c.max_position_embeddings,
+        "; set it or pass ModelOptions::max_position"));
+  }
+
+  {
+    std::unique_ptr<Checkpoint> checkpoint;
+    TPSERVE_RETURN_IF_ERROR(Assign(Checkpoint::Open(dir), checkpoint));
+    TPSERVE_RETURN_IF_ERROR(model->LoadWeights(*checkpoint));
+  }  // the mapping is released here: only the shards stay resident
+
+  const std::vector<float> rope =
+      BuildRopeTable(model->max_position_, c.head_dim, c.rope_theta, c.rope_scaling);
+  model->rope_ = backend.Allocate(DType::kF32, {model->max_position_, c.head_dim});
+  backend.CopyFromHost(rope.data(), DType::kF32, model->rope_.tensor());
+  model->AllocateActivations();
+  backend.Synchronize();
+  return model;
+}
+
+absl::Status Model::LoadWeights(const Checkpoint& checkpoint) {
+  const ShardContext ctx{checkpoint, config_, comm_.rank(), comm_.world_size()};
+  TPSERVE_RETURN_IF_ERROR(Assign(VocabParallelEmbedding::Load(ctx, backend_), embed_));
+  layers_.reserve(static_cast<size_t>(config_.num_layers));
+  for (int64_t l = 0; l < config_.num_layers; ++l) {
+    const std::string p = absl::StrCat("model.layers.", l);
+    Layer layer;
+    TPSERVE_RETURN_IF_ERROR(Assign(
+        ReplicatedWeight::Load(ctx, p + ".input_layernorm.weight", backend_), layer.input_norm));
+    TPSERVE_RETURN_IF_ERROR(
+        Assign(QKVParallelLinear::Load(ctx, p + ".self_attn", backend_), layer.qkv));
+    if (config_.qk_norm) {
+      TPSERVE_RETURN_IF_ERROR(Assign(
+          ReplicatedWeight::Load(ctx, p + ".self_attn.q_norm.weight", backend_), layer.q_norm));
+      TPSERVE_RETURN_IF_ERROR(Assign(
+          ReplicatedWeight::Load(ctx, p + ".self_attn.k_norm.weight", backend_), layer.k_norm));
+    }
+    TPSERVE_RETURN_IF_ERROR(
+        Assign(RowParallelLinear::Load(ctx, p + ".self_attn.o_proj", backend_), layer.o_proj));
+    TPSERVE_RETURN_IF_ERROR(Assign(
+        ReplicatedWeight::Load(ctx, p + ".post_attention_layernorm.weight", backend_),
+        layer.post_norm));
+    TPSERVE_RETURN_IF_ERROR(
+        Assign(MergedColumnParallelLinear::Load(ctx, p + ".mlp", backend_), layer.gate_up));
+    TPSERVE_RETURN_IF_ERROR(
+        Assign(RowParallelLinear::Load(ctx, p + ".mlp.down_proj", backend_), layer.down));
+    layers_.push_back(std::move(layer));
+  }
+  TPSERVE_RETURN_IF_ERROR(
+      Assign(ReplicatedWeight::Load(ctx, "model.norm.weight", backend_), final_norm_));
+  TPSERVE_RETURN_IF_ERROR(Assign(ParallelLMHead::Load(ctx, backend_, *embed_), lm_head_));
+  return absl::OkStatus();
+}
+
+void Model::AllocateActivations() {
+  const int64_t n = options_.max_num_tokens;
+  const int64_t d = config_.hidden_size;
+  const DType dt = backend_.compute_dtype();
+  residual_ = backend_.Allocate(dt, {n, d});
+  hidden_ = backend_.Allocate(dt, {n, d});
+  qkv_ = backend_.Allocate(dt, {n, attn_shape_.qkv_width()});
+  attn_ = backend_.Allocate(dt, {n, int64_t{attn_shape_.num_heads} * attn_shape_.head_dim});
+  gate_up_ = backend_.Allocate(dt, {n, 2 * local_intermediate_});
+  act_ = backend_.Allocate(dt, {n, local_intermediate_});
+  last_ = backend_.Allocate(dt, {options_.max_num_seqs, d});
+  lm_ws_ = lm_head_->AllocateWorkspace(backend_, options_.max_num_seqs, comm_.rank(),
+                                       comm_.world_size());
+}
+
+KvCacheShape Model::kv_cache_shape(int64_t num_blocks, int32_t block_size) const {
+  return KvCacheShape{config_.num_layers, num_blocks, block_size, attn_shape_.num_kv_heads,
+                      attn_shape_.head_dim};
+}
+
+absl::StatusOr<std::optional<Logits>> Model::Forward(const StepMetadata& step, KvCache& cache) {
+  const int64_t t = step.num_tokens();
+  const int64_t s = step.num_seqs();
+  if (t <= 0 || t > options_.max_num_tokens || s <= 0 || s > options_.max_num_seqs) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "Model::Forward: a step of ", t, " tokens and ", s, " sequences; the model was loaded for 1..",
+        options_.max_num_tokens, " tokens (ModelOptions::max_num_tokens) and 1..",
+        options_.max_num_seqs, " sequences (max_num_seqs)"));
+  }
+  const KvCacheShape& kv = cache.shape();
+  if (kv.num_layers != config_.num_layers || kv.num_kv_heads != attn_shape_.num_kv_heads ||
+      kv.head_dim != attn_shape_.head_dim) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "Model::Forward: the KV cache has ", kv.num_layers, " layers x ", kv.num_kv_heads,
+        " KV heads x head_dim ", kv.head_dim, "; this rank needs ", config_.num_layers, " x ",
+        attn_shape_.num_kv_heads, " x ", attn_shape_.head_dim, " (use Model::kv_cache_shape)"));
+  }
+  TPSERVE_RETURN_IF_ERROR(
+      backend_.BeginStep(step, kv.num_blocks, kv.block_size, max_position_));
+
+  const Tensor residual = Rows(residual_, t);  // [T, D]
+  const Tensor x = Rows(hidden_, t);           // [T, D]
+  const Tensor qkv = Rows(qkv_, t);            // [T, (Hq + 2 Hkv) hd]
+  const Tensor attn = Rows(attn_, t);          // [T, Hq hd]
+  const Tensor gate_up = Rows(gate_up_, t);    // [T, 2F]
+  const Tensor act = Rows(act_, t);            // [T, F]
+  const float scale = 1.0f / std::sqrt(static_cast<float>(attn_shape_.head_dim));
+
+  TPSERVE_RETURN_IF_ERROR(embed_->Forward(backend_, comm_, residual));
+  Dump("embed", -1, residual);
+  for (size_t l = 0; l < layers_.size(); ++l) {
+    const Layer& layer = layers_[l];
+    const int li = static_cast<int>(l);
+    if (l == 0) {
+      backend_.RmsNorm(residual, layer.input_norm, eps_, x);
+    } else {
+      backend_.AddRmsNorm(x, residual, layer.input_norm, eps_);
+    }
+    Dump("attn_norm", li, x);
+    layer.qkv.Forward(backend_, x, qkv);
+    Dump("qkv", li, qkv);
+    backend_.QkNormRope(qkv, attn_shape_, layer.q_norm ? &layer.q_norm->tensor() : nullptr,
+                        layer.k_norm ? &layer.k_norm->tensor() : nullptr, eps_, rope_);
+    Dump("qk_rope", li, qkv);
+    const KvCacheLayer kv_layer = cache.layer(static_cast<int64_t>(l));
+    backend_.StoreKv(qkv, attn_shape_, kv_layer);
+    backend_.Attention(qkv, attn_shape_, kv_layer, scale, attn);
+    Dump("attn_out", li, attn);
+    TPSERVE_RETURN_IF_ERROR(layer.o_proj.Forward(backend_, comm_, attn, x));
+    Dump("o_proj", li, x);
+    backend_.AddRmsNorm(x, residual, layer.post_norm, eps_);
+    Dump("ffn_norm", li, x);
+    layer.gate_up.Forward(backend_, x, gate_up);
+    Dump("gate_up", li, gate_up);
+    backend_.SiluMul(gate_up, act);
+    Dump("act", li, act);
+    TPSERVE_RETURN_IF_ERROR(layer.down.Forward(backend_, comm_, act, x));
+    Dump("down", li, x);
+  }
+  backend_.AddRmsNorm(x, residual, *final_norm_, eps_);
+  Dump("final_norm", -1, x);
+  const Tensor last = Rows(last_, s);  // [S, D]
+  backend_.GatherRows(x, last);
+  Dump("last_hidden", -1, last);
+
+  std::optional<Logits> logits;
+  std::span<float> out;
+  if (comm_.rank() == 0) {
+    logits.emplace();
+    logits->num_seqs = s;
+    logits->vocab_size = config_.vocab_size;
+    logits->values.resize(static_cast<size_t>(s * config_.vocab_size));
+    out = logits->values;
+  }
+  TPSERVE_RETURN_IF_ERROR(lm_head_->Forward(backend_, comm_, last, lm_ws_, out));
+  backend_.Synchronize();
+  return logits;
+}
+
+}  // namespace tpserve

@@ -1,0 +1,142 @@
+// Model: the decoder of Llama 3.x, Qwen2 and Qwen3 on one tensor-parallel rank.
+//
+// One forward step (shapes per rank; T new tokens, S sequences, D hidden,
+// Hq/Hkv local heads, hd head dim, F local intermediate, V vocab):
+//
+//   residual = embed(token_ids)                         [T, D]  vocab-parallel, all-reduce
+//   for each layer l:
+//     x = l == 0 ? RmsNorm(residual) : AddRmsNorm(x, residual)   input_layernorm
+//     qkv = x · Wqkvᵀ (+ b, Qwen2)                      [T, (Hq + 2 Hkv) hd]
+//     q, k = RoPE(q/k RmsNorm (Qwen3))                  in place, rope table [max_position, hd]
+//     StoreKv(k, v → slots); attn = Attention(q, cache) [T, Hq hd]  scale 1/sqrt(hd)
+//     x = attn · Woᵀ                                    [T, D]  row-parallel, all-reduce
+//     x = AddRmsNorm(x, residual)                       post_attention_layernorm
+//     gate_up = x · [Wg; Wu]ᵀ                           [T, 2F]
+//     x = down(silu(gate) * up)                         [T, D]  row-parallel, all-reduce
+//   x = AddRmsNorm(x, residual)                         model.norm
+//   last = x[logits_indices]                            [S, D]
+//   logits = last · Wlmᵀ                                [S, V]  gathered to rank 0
+//
+// Every rank runs the same steps in the same order (the collectives pair up).
+// Activation buffers are allocated once at Load for options.max_num_tokens
+// tokens and options.max_num_seqs sequences and reused by every step.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string_view>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "backend/backend.h"
+#include "comm/communicator.h"
+#include "model/config.h"
+#include "parallel/linear.h"
+#include "parallel/replicated_weight.h"
+#include "parallel/vocab_parallel.h"
+#include "worker/kv_cache.h"
+
+namespace tpserve {
+
+struct ModelOptions {
+  int64_t max_num_tokens = 2048;  // most new tokens in one step (activation rows)
+  int64_t max_num_seqs = 256;     // most sequences in one step (LM-head rows)
+  // Positions the RoPE table covers (and so the longest sequence);
+  // 0 = config.max_position_embeddings.
+  int64_t max_position = 0;
+};
+
+// Full-vocabulary logits of the last new token of each sequence, on rank 0.
+struct Logits {
+  int64_t num_seqs = 0;     // S
+  int64_t vocab_size = 0;   // V
+  std::vector<float> values;  // [S, V] row-major
+  std::span<const float> row(int64_t s) const {
+    return std::span<const float>(values).subspan(static_cast<size_t>(s * vocab_size),
+                                                  static_cast<size_t>(vocab_size));
+  }
+};
+
+// Called with each named intermediate as it is produced (for dumping and
+// diffing layer by layer, e.g. CPU against CUDA). layer is -1 outside the
+// layers. Names: "embed", "attn_norm", "qkv", "qk_rope", "attn_out", "o_proj",
+// "ffn_norm", "gate_up", "act", "down", "final_norm", "last_hidden".
+// The tensor is valid only during the call (the buffer is reused).
+using IntermediateHook = std::function<void(std::string_view name, int layer, const Tensor&)>;
+
+class Model {
+ public:
+  // Reads <dir>/config.json and this rank's shard of every weight from the
+  // safetensors in <dir> (comm.rank() of comm.world_size()). Errors name the
+  // file, tensor or config field: an unsupported architecture, a missing tensor
+  // (NOT_FOUND), a shape that does not match config.json, a tp size that does
+  // not divide the heads or the intermediate size.
+  static absl::StatusOr<std::unique_ptr<Model>> Load(const std::filesystem::path& dir,
+                                                     Backend& backend, Communicator& comm,
+                                                     const ModelOptions& options = {});
+
+  const ModelConfig& config() const { return config_; }
+  const ModelOptions& options() const { return options_; }
+  // This rank's attention geometry (local heads) and KV cache shape for
+  // `num_blocks` blocks of `block_size` tokens.
+  const AttentionShape& attention_shape() const { return attn_shape_; }
+  KvCacheShape kv_cache_shape(int64_t num_blocks, int32_t block_size) const;
+  // Rows of the RoPE table: positions must be below this.
+  int64_t max_position() const { return max_position_; }
+
+  // Runs one step. Returns the logits on rank 0 and nullopt on the other ranks.
+  // INVALID_ARGUMENT for a step the backend rejects (block ids, slots,
+  // positions) or one larger than the options; a failed collective as it came.
+  absl::StatusOr<std::optional<Logits>> Forward(const StepMetadata& step, KvCache& cache);
+
+  void set_intermediate_hook(IntermediateHook hook) { hook_ = std::move(hook); }
+
+ private:
+  struct Layer {
+    ReplicatedWeight input_norm;          // [D]
+    QKVParallelLinear qkv;                // [(Hq + 2 Hkv) hd, D]
+    std::optional<ReplicatedWeight> q_norm, k_norm;  // [hd] (Qwen3)
+    RowParallelLinear o_proj;             // [D, Hq hd]
+    ReplicatedWeight post_norm;           // [D]
+    MergedColumnParallelLinear gate_up;   // [2F, D]
+    RowParallelLinear down;               // [D, F]
+  };
+  Model(Backend& backend, Communicator& comm) : backend_(backend), comm_(comm) {}
+  absl::Status LoadWeights(const Checkpoint& checkpoint);
+  void AllocateActivations();
+  void Dump(std::string_view name, int layer, const Tensor& t) const {
+    if (hook_) hook_(name, layer, t);
+  }
+
+  Backend& backend_;
+  Communicator& comm_;
+  ModelConfig config_;
+  ModelOptions options_;
+  AttentionShape attn_shape_;
+  int64_t local_intermediate_ = 0;  // F
+  int64_t max_position_ = 0;
+  float eps_ = 1e-6f;
+
+  std::optional<VocabParallelEmbedding> embed_;  // [Vs, D]
+  std::vector<Layer> layers_;
+  std::optional<ReplicatedWeight> final_norm_;   // [D]
+  std::optional<ParallelLMHead> lm_head_;        // [Vs, D] (shares embed_ when tied)
+  Buffer rope_;                                  // [max_position, hd] f32
+
+  // Activations, sized for max_num_tokens (N) and max_num_seqs (M) once.
+  Buffer residual_;  // [N, D]
+  Buffer hidden_;    // [N, D]
+  Buffer qkv_;       // [N, (Hq + 2 Hkv) hd]
+  Buffer attn_;      // [N, Hq hd]
+  Buffer gate_up_;   // [N, 2F]
+  Buffer act_;       // [N, F]
+  Buffer last_;      // [M, D]
+  LmHeadWorkspace lm_ws_;
+  IntermediateHook hook_;
+};
+
+}  // namespace tpserve
