@@ -4,6 +4,7 @@
 #include <sys/wait.h>
 
 #include <csignal>
+#include <filesystem>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -23,6 +24,7 @@ using launcher_test::WaitProcess;
 
 class LaunchToolTest : public ::testing::Test {
  protected:
+  ~LaunchToolTest() override { std::filesystem::remove_all(dir_); }
   std::string dir_ = launcher_test::MakeTempDir();
   std::string out_ = dir_ + "/launcher.stdout", err_ = dir_ + "/launcher.stderr";
 

@@ -3,6 +3,7 @@
 #include <sys/stat.h>
 
 #include <csignal>
+#include <filesystem>
 #include <fstream>
 #include <random>
 
@@ -146,6 +147,7 @@ TEST(FindProgram, LooksUpPathAndExplainsFailures) {
   }
   EXPECT_EQ(FindProgram(dir, "").status().code(), absl::StatusCode::kPermissionDenied);  // a folder
   EXPECT_EQ(FindProgram(dir + "/nothing", "").status().code(), absl::StatusCode::kNotFound);
+  std::filesystem::remove_all(dir);
 }
 
 RankExit Exit(int rank, int code, int sig, bool stopped, int t, bool killed = false) {

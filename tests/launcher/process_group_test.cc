@@ -7,6 +7,7 @@
 
 #include <atomic>
 #include <csignal>
+#include <filesystem>
 #include <cstdlib>
 #include <fstream>
 
@@ -27,6 +28,7 @@ using launcher_test::WaitGone;
 
 class ProcessGroupTest : public ::testing::Test {
  protected:
+  ~ProcessGroupTest() override { std::filesystem::remove_all(dir_); }
   std::string dir_ = launcher_test::MakeTempDir();
 
   // nproc ranks of `/bin/sh -c script`, with D=<temp dir> in their environment.
