@@ -94,6 +94,7 @@ class GlooCommunicator : public Communicator {
     }
     s = Run("Gather", [&] {
       gloo::GatherOptions opts(context_);
+      opts.setTag(NextTag());
       opts.setInput(const_cast<char*>(src), bytes);
       if (root) opts.setOutput(dst, bytes * world_size());
       opts.setRoot(0);
@@ -121,6 +122,7 @@ class GlooCommunicator : public Communicator {
     }
     s = Run("AllGather", [&] {
       gloo::AllgatherOptions opts(context_);
+      opts.setTag(NextTag());
       opts.setInput(const_cast<char*>(src), bytes);
       opts.setOutput(dst, bytes * world_size());
       opts.setTimeout(timeout_);
@@ -144,6 +146,7 @@ class GlooCommunicator : public Communicator {
     }
     absl::Status s = Run("Broadcast", [&] {
       gloo::BroadcastOptions opts(context_);
+      opts.setTag(NextTag());
       opts.setOutput(buf, bytes);
       opts.setRoot(root);
       opts.setTimeout(timeout_);
@@ -157,6 +160,7 @@ class GlooCommunicator : public Communicator {
     if (!broken_.ok()) return broken_;
     return Run("Barrier", [&] {
       gloo::BarrierOptions opts(context_);
+      opts.setTag(NextTag());
       opts.setTimeout(timeout_);
       gloo::barrier(opts);
     });
@@ -165,6 +169,7 @@ class GlooCommunicator : public Communicator {
  private:
   void AllReduceFloats(float* data, size_t n) {
     gloo::AllreduceOptions opts(context_);
+    opts.setTag(NextTag());
     opts.setOutput(data, n);
     opts.setReduceFunction(&SumFloats);
     opts.setTimeout(timeout_);
@@ -211,7 +216,13 @@ class GlooCommunicator : public Communicator {
     return absl::UnavailableError(msg);
   }
 
+  // Every collective gets its own tag, as PyTorch's gloo process group does:
+  // all ranks issue collectives in the same order, so the counters agree, and a
+  // fast rank's next collective can never be matched with a slow rank's current one.
+  uint32_t NextTag() { return next_tag_++; }
+
   std::shared_ptr<gloo::Context> context_;
+  uint32_t next_tag_ = 0;
   std::chrono::milliseconds timeout_;
   std::vector<std::string> pair_addrs_;  // [world]: "[ip]:port\n" of each rank's pairs
   absl::Status broken_;
