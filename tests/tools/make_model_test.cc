@@ -281,6 +281,15 @@ TEST(MakeModelTest, WeightsDoNotDependOnShardingButOnSeed) {
   // Tensors differ from each other too (each has its own stream).
   EXPECT_NE((*a)->ReadF32("model.layers.0.mlp.up_proj.weight").value(),
             (*a)->ReadF32("model.layers.0.mlp.gate_proj.weight").value());
+
+  // Rewriting a folder with one file removes the old shards and index.
+  const RunResult again = RunCommand(ShellQuote(TPSERVE_MAKE_MODEL) + " " + ShellQuote(four.string()) +
+                                     " --arch llama --layers 3 --seed 1");
+  ASSERT_EQ(again.exit_code, 0) << again.output;
+  EXPECT_FALSE(fs::exists(four / "model.safetensors.index.json"));
+  EXPECT_FALSE(fs::exists(four / "model-00001-of-00004.safetensors"));
+  EXPECT_TRUE(fs::exists(four / "model.safetensors"));
+  EXPECT_TRUE(Checkpoint::Open(four).ok());
 }
 
 TEST(MakeModelTest, SmallTokenizerIsHuggingFaceByteLevelBpe) {

@@ -453,7 +453,6 @@ absl::Status MakeModel(const MakeModelOptions& options) {
   std::error_code ec;
   std::filesystem::create_directories(o.out, ec);
   if (ec) return absl::InternalError(Cat("cannot create ", o.out.string(), ": ", ec.message()));
-  if (absl::Status s = RemoveStaleWeights(o.out); !s.ok()) return s;
 
   // Tokenizer first: the vocabulary must cover it.
   const TokenizerFamily family = o.arch == Architecture::kLlama ? TokenizerFamily::kLlama3 : TokenizerFamily::kQwen;
@@ -482,6 +481,8 @@ absl::Status MakeModel(const MakeModelOptions& options) {
     return absl::InternalError(Cat("the generated config.json does not parse: ", cfg.status().message()));
   }
 
+  // Weight files of a previous run (another shard count) would confuse a loader.
+  if (absl::Status s = RemoveStaleWeights(o.out); !s.ok()) return s;
   const std::vector<TensorSpec> tensors = PlanTensors(o);
   const std::vector<std::vector<size_t>> shards = PlanShards(o, tensors);
   OJson weight_map = OJson::object();
