@@ -61,11 +61,7 @@ absl::StatusOr<std::unique_ptr<Model>> Model::Load(const std::filesystem::path& 
         "; set it or pass ModelOptions::max_position"));
   }
 
-  {
-    std::unique_ptr<Checkpoint> checkpoint;
-    TPSERVE_RETURN_IF_ERROR(Assign(Checkpoint::Open(dir), checkpoint));
-    TPSERVE_RETURN_IF_ERROR(model->LoadWeights(*checkpoint));
-  }  // the mapping is released here: only the shards stay resident
+  TPSERVE_RETURN_IF_ERROR(model->LoadWeights(dir));
 
   const std::vector<float> rope =
       BuildRopeTable(model->max_position_, c.head_dim, c.rope_theta, c.rope_scaling);
@@ -76,11 +72,22 @@ absl::StatusOr<std::unique_ptr<Model>> Model::Load(const std::filesystem::path& 
   return model;
 }
 
-absl::Status Model::LoadWeights(const Checkpoint& checkpoint) {
-  const ShardContext ctx{checkpoint, config_, comm_.rank(), comm_.world_size()};
-  TPSERVE_RETURN_IF_ERROR(Assign(VocabParallelEmbedding::Load(ctx, backend_), embed_));
+// The checkpoint is opened afresh for the embedding, for each layer and for
+// the head: reading a shard faults in (and maps) more file pages than the
+// shard itself (the kernel maps pages around each fault, and a column slice
+// touches every row), and they stay in this process's RSS until the mapping
+// goes. Closing the mapping after each group keeps at most one layer's
+// touched pages resident besides the shards.
+absl::Status Model::LoadWeights(const std::filesystem::path& dir) {
+  std::unique_ptr<Checkpoint> checkpoint;
+  TPSERVE_RETURN_IF_ERROR(Assign(Checkpoint::Open(dir), checkpoint));
+  TPSERVE_RETURN_IF_ERROR(
+      Assign(VocabParallelEmbedding::Load(Context(*checkpoint), backend_), embed_));
   layers_.reserve(static_cast<size_t>(config_.num_layers));
   for (int64_t l = 0; l < config_.num_layers; ++l) {
+    checkpoint.reset();
+    TPSERVE_RETURN_IF_ERROR(Assign(Checkpoint::Open(dir), checkpoint));
+    const ShardContext ctx = Context(*checkpoint);
     const std::string p = absl::StrCat("model.layers.", l);
     Layer layer;
     TPSERVE_RETURN_IF_ERROR(Assign(
@@ -104,6 +111,9 @@ absl::Status Model::LoadWeights(const Checkpoint& checkpoint) {
         Assign(RowParallelLinear::Load(ctx, p + ".mlp.down_proj", backend_), layer.down));
     layers_.push_back(std::move(layer));
   }
+  checkpoint.reset();
+  TPSERVE_RETURN_IF_ERROR(Assign(Checkpoint::Open(dir), checkpoint));
+  const ShardContext ctx = Context(*checkpoint);
   TPSERVE_RETURN_IF_ERROR(
       Assign(ReplicatedWeight::Load(ctx, "model.norm.weight", backend_), final_norm_));
   TPSERVE_RETURN_IF_ERROR(Assign(ParallelLMHead::Load(ctx, backend_, *embed_), lm_head_));

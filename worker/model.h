@@ -106,7 +106,10 @@ class Model {
     RowParallelLinear down;               // [D, F]
   };
   Model(Backend& backend, Communicator& comm) : backend_(backend), comm_(comm) {}
-  absl::Status LoadWeights(const Checkpoint& checkpoint);
+  absl::Status LoadWeights(const std::filesystem::path& dir);
+  ShardContext Context(const Checkpoint& checkpoint) const {
+    return ShardContext{checkpoint, config_, comm_.rank(), comm_.world_size()};
+  }
   void AllocateActivations();
   void Dump(std::string_view name, int layer, const Tensor& t) const {
     if (hook_) hook_(name, layer, t);
