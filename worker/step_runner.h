@@ -1,0 +1,102 @@
+// StepRunner: the worker's side of the coordinator's steps (design.md "Steps").
+//
+// The coordinator owns scheduling and block allocation; every rank keeps the
+// per-sequence state a step needs (block table, tokens already in the KV cache,
+// and on rank 0 the sampling state) and applies each step as a diff:
+//
+//   1. drop `finished` (finished, aborted or preempted sequences);
+//   2. add `new_sequences` (first scheduled, or recomputed after a preemption:
+//      prompt + output so far, of which num_computed_tokens are already cached,
+//      e.g. a prefix-cache hit), and append `new_block_ids` of `continuing` ones;
+//   3. run one forward over the tokens to compute of every sequence in `order`;
+//   4. on rank 0, sample one token for every sequence with sample = true.
+//
+// Step layout (backend/step.h): sequences in `order`; those up to and including
+// the last one with more than one token to compute form the prefill group, the
+// rest are one-token decodes. Any order therefore gives a valid step; the
+// coordinator lists multi-token sequences first (worker.proto).
+//
+// The LM head produces one logits row per sequence (StepMetadata wants one
+// logits index per sequence), so a non-final prefill chunk (sample = false)
+// still gets a row: it is computed and ignored.
+//
+// A plan is checked completely before anything changes: a bad plan is
+// INVALID_ARGUMENT naming the sequence and field, and leaves the state as it
+// was, so the worker can report it and go on. A failed forward (a collective)
+// is returned as it came, also without changing the state.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/statusor.h"
+#include "worker/kv_cache.h"
+#include "worker/model.h"
+#include "worker/sampler.h"
+
+namespace tpserve {
+
+// A sequence the workers have not seen (worker.proto NewSequence).
+struct NewSequencePlan {
+  uint64_t seq_id = 0;
+  std::vector<int32_t> prompt;     // the prompt (repetition penalty)
+  std::vector<int32_t> output;     // tokens generated before a preemption (penalties;
+                                   // the seeded RNG is advanced past them)
+  std::vector<int32_t> token_ids;  // to compute now: (prompt + output)[num_computed, +n)
+  int64_t num_computed_tokens = 0; // already in the KV cache (cached prefix)
+  std::vector<int32_t> block_ids;  // its block table so far
+  SamplingParams sampling;
+  bool sample = false;             // false for a non-final prefill chunk
+};
+
+// A sequence the workers know: what changed since its last step.
+struct ContinuingSequencePlan {
+  uint64_t seq_id = 0;
+  std::vector<int32_t> new_block_ids;  // appended to its block table
+  std::vector<int32_t> token_ids;      // the next prefill chunk, or the last sampled token
+  bool sample = false;
+};
+
+struct StepPlan {
+  std::vector<uint64_t> finished;  // dropped first; unknown ids are ignored
+  std::vector<NewSequencePlan> new_sequences;
+  std::vector<ContinuingSequencePlan> continuing;
+  std::vector<uint64_t> order;  // every scheduled id once, multi-token sequences first
+};
+
+struct StepToken {
+  uint64_t seq_id = 0;
+  SampledToken sampled;  // token, and log-probs when the sequence asked for them
+};
+
+class StepRunner {
+ public:
+  // `model` and `cache` must outlive the runner. `rank` 0 samples.
+  StepRunner(Model& model, KvCache& cache, int rank) : model_(model), cache_(cache), rank_(rank) {}
+
+  // Applies `plan` and runs it. Rank 0 returns one token per sampled sequence,
+  // in `order`; other ranks return an empty vector.
+  absl::StatusOr<std::vector<StepToken>> Run(const StepPlan& plan);
+
+  // Sequences currently held (for tests and the worker's log).
+  int64_t num_sequences() const { return static_cast<int64_t>(seqs_.size()); }
+  bool contains(uint64_t seq_id) const { return seqs_.contains(seq_id); }
+  // Forgets every sequence.
+  void Clear() { seqs_.clear(); }
+
+ private:
+  struct Sequence {
+    std::vector<int32_t> block_table;  // block ids, position p in block_table[p / block_size]
+    int64_t num_computed = 0;          // tokens whose K/V are in the cache
+    std::unique_ptr<SequenceSamplingState> sampling;  // rank 0 only
+  };
+
+  Model& model_;
+  KvCache& cache_;
+  int rank_;
+  absl::flat_hash_map<uint64_t, Sequence> seqs_;
+};
+
+}  // namespace tpserve
