@@ -1,0 +1,317 @@
+#include "coordinator/engine_loop.h"
+
+#include <optional>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "coordinator/log.h"
+#include "coordinator/step_builder.h"
+
+namespace tpserve {
+
+namespace v1 = tpserve::v1;
+namespace iv1 = tpserve::internal::v1;
+
+struct EngineLoop::Live {
+  Live(const Tokenizer& tokenizer, const EngineLoopOptions& options, std::string id,
+       PreparedRequest req, std::shared_ptr<ResponseQueue> queue)
+      : request_id(std::move(id)),
+        request(std::move(req)),
+        out(std::move(queue)),
+        processor(tokenizer, request.stop, options.eos_token_ids,
+                  static_cast<int64_t>(request.prompt.size()), options.max_model_len) {}
+
+  std::string request_id;
+  PreparedRequest request;
+  std::shared_ptr<ResponseQueue> out;
+  OutputProcessor processor;
+  absl::Time arrival = absl::Now();
+  std::optional<absl::Time> first_scheduled;
+  std::optional<absl::Time> first_token;
+};
+
+EngineLoop::EngineLoop(const Tokenizer& tokenizer, EngineLoopOptions options, RunStepFn run_step)
+    : tokenizer_(tokenizer),
+      options_(std::move(options)),
+      run_step_(std::move(run_step)),
+      blocks_(options_.num_blocks, options_.block_size, options_.enable_prefix_caching),
+      scheduler_(blocks_, options_.scheduler) {
+  Publish();
+}
+
+EngineLoop::~EngineLoop() { Stop(); }
+
+void EngineLoop::Start() { thread_ = std::thread([this] { Run(); }); }
+
+void EngineLoop::Stop() {
+  {
+    absl::MutexLock lock(&mu_);
+    stop_ = true;
+    cv_.SignalAll();
+  }
+  if (thread_.joinable()) thread_.join();
+}
+
+absl::Status EngineLoop::Submit(const std::string& request_id, PreparedRequest request,
+                                std::shared_ptr<ResponseQueue> out) {
+  absl::MutexLock lock(&mu_);
+  if (!failed_.ok()) return failed_;
+  if (!admission_.ok()) return admission_;
+  if (stop_) return absl::UnavailableError("the server is shutting down");
+  if (ids_.contains(request_id)) {
+    return absl::AlreadyExistsError(
+        absl::StrCat("request_id \"", request_id, "\" is already running; use a unique id"));
+  }
+  const int64_t waiting = stats_.waiting + static_cast<int64_t>(inbox_.size());
+  if (waiting >= options_.scheduler.max_queue) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "the admission queue is full (", options_.scheduler.max_queue,
+        " requests waiting, --max-queue); retry later"));
+  }
+  const uint64_t seq_id = next_seq_id_++;
+  ids_[request_id] = seq_id;
+  inbox_.push_back({seq_id, std::make_unique<Live>(tokenizer_, options_, request_id,
+                                                   std::move(request), std::move(out))});
+  cv_.SignalAll();
+  return absl::OkStatus();
+}
+
+bool EngineLoop::Abort(const std::string& request_id, absl::Status why) {
+  absl::MutexLock lock(&mu_);
+  auto it = ids_.find(request_id);
+  if (it == ids_.end()) return false;
+  aborts_.emplace_back(it->second, std::move(why));
+  cv_.SignalAll();
+  return true;
+}
+
+void EngineLoop::AbortAll(absl::Status why) {
+  absl::MutexLock lock(&mu_);
+  for (const auto& [id, seq_id] : ids_) aborts_.emplace_back(seq_id, why);
+  cv_.SignalAll();
+}
+
+void EngineLoop::CloseAdmission(absl::Status why) {
+  absl::MutexLock lock(&mu_);
+  if (admission_.ok()) admission_ = std::move(why);
+}
+
+void EngineLoop::Fail(absl::Status why) {
+  absl::MutexLock lock(&mu_);
+  if (failed_.ok()) failed_ = std::move(why);
+  cv_.SignalAll();
+}
+
+bool EngineLoop::WaitIdle(absl::Time deadline) {
+  absl::MutexLock lock(&mu_);
+  while (!ids_.empty()) {
+    if (cv_.WaitWithDeadline(&mu_, deadline)) break;
+  }
+  return ids_.empty();
+}
+
+EngineStats EngineLoop::stats() const {
+  absl::MutexLock lock(&mu_);
+  EngineStats s = stats_;
+  s.waiting += static_cast<int32_t>(inbox_.size());
+  return s;
+}
+
+void EngineLoop::Publish() {
+  const BlockManagerStats b = blocks_.stats();
+  absl::MutexLock lock(&mu_);
+  stats_.num_blocks = b.num_blocks;
+  stats_.free_blocks = b.free_blocks;
+  stats_.prefix_cache_hit_rate = b.prefix_hit_rate();
+  stats_.running = scheduler_.num_running();
+  stats_.waiting = scheduler_.num_waiting();
+  stats_.steps = static_cast<int64_t>(next_step_id_ - 1);
+}
+
+void EngineLoop::Run() {
+  bool stalled = false;
+  while (true) {
+    std::vector<Inbound> adds;
+    std::vector<std::pair<uint64_t, absl::Status>> aborts;
+    absl::Status failed;
+    {
+      absl::MutexLock lock(&mu_);
+      // Idle: nothing scheduled and nothing new. Block until the inbox changes.
+      // After a step that ran nothing (cannot normally happen while work is
+      // queued) wait a little rather than spin.
+      const absl::Time until = stalled ? absl::Now() + absl::Milliseconds(5) : absl::InfiniteFuture();
+      while (!stop_ && inbox_.empty() && aborts_.empty()) {
+        const bool work = failed_.ok() ? !scheduler_.idle() : !live_.empty();
+        if (work && !stalled) break;
+        if (cv_.WaitWithDeadline(&mu_, until)) break;
+      }
+      if (stop_) break;
+      adds.swap(inbox_);
+      aborts.swap(aborts_);
+      failed = failed_;
+    }
+    stalled = !Iterate(std::move(adds), std::move(aborts), failed);
+    Publish();
+  }
+  // Stopping: nothing more runs; every request still live ends now.
+  std::vector<Inbound> adds;
+  {
+    absl::MutexLock lock(&mu_);
+    adds.swap(inbox_);
+  }
+  for (Inbound& in : adds) live_.emplace(in.seq_id, std::move(in.live));
+  std::vector<uint64_t> ids;
+  for (const auto& [id, live] : live_) ids.push_back(id);
+  for (uint64_t id : ids) End(id, absl::UnavailableError("the server is shutting down"));
+  Publish();
+}
+
+void EngineLoop::End(uint64_t seq_id, absl::Status status) {
+  auto it = live_.find(seq_id);
+  if (it == live_.end()) return;
+  std::unique_ptr<Live> live = std::move(it->second);
+  live_.erase(it);
+  scheduler_.Finish(seq_id);
+  {
+    absl::MutexLock lock(&mu_);
+    ids_.erase(live->request_id);
+    cv_.SignalAll();
+  }
+  live->out->End(std::move(status));
+}
+
+void EngineLoop::Complete(uint64_t seq_id, StopReason reason, std::string matched_stop) {
+  auto it = live_.find(seq_id);
+  if (it == live_.end()) return;
+  Live& live = *it->second;
+  const absl::Time now = absl::Now();
+  v1::GenerateResponse response;
+  response.set_request_id(live.request_id);
+  v1::Complete* c = response.mutable_complete();
+  switch (reason) {
+    case StopReason::kLength: c->set_finish_reason(v1::LENGTH); break;
+    case StopReason::kEos: c->set_finish_reason(v1::EOS); break;
+    case StopReason::kStop: c->set_finish_reason(v1::STOP_SEQUENCE); break;
+    case StopReason::kAborted:
+    case StopReason::kNone: c->set_finish_reason(v1::ABORTED); break;
+  }
+  c->set_matched_stop(std::move(matched_stop));
+  const Sequence* seq = scheduler_.Find(seq_id);
+  c->mutable_usage()->set_prompt_tokens(static_cast<uint32_t>(live.request.prompt.size()));
+  c->mutable_usage()->set_completion_tokens(static_cast<uint32_t>(live.processor.num_output_tokens()));
+  c->mutable_usage()->set_cached_tokens(seq ? static_cast<uint32_t>(seq->num_cached_tokens) : 0);
+  v1::Timing* t = c->mutable_timing();
+  t->set_queue_seconds(absl::ToDoubleSeconds(live.first_scheduled.value_or(now) - live.arrival));
+  if (live.first_token) t->set_time_to_first_token_seconds(absl::ToDoubleSeconds(*live.first_token - live.arrival));
+  t->set_total_seconds(absl::ToDoubleSeconds(now - live.arrival));
+  live.out->Push(std::move(response));
+  End(seq_id, absl::OkStatus());
+}
+
+bool EngineLoop::Iterate(std::vector<Inbound> adds,
+                         std::vector<std::pair<uint64_t, absl::Status>> aborts,
+                         const absl::Status& failed) {
+  for (Inbound& in : adds) {
+    std::vector<int32_t> prompt = in.live->request.prompt;
+    absl::Status added = failed.ok() ? scheduler_.Add(in.seq_id, std::move(prompt)) : failed;
+    live_.emplace(in.seq_id, std::move(in.live));
+    if (!added.ok()) End(in.seq_id, added);
+  }
+  for (auto& [seq_id, why] : aborts) {
+    if (why.ok()) {
+      Complete(seq_id, StopReason::kAborted, "");
+    } else {
+      End(seq_id, std::move(why));
+    }
+  }
+  if (!failed.ok()) {  // a worker was lost: nothing can run any more
+    std::vector<uint64_t> ids;
+    for (const auto& [id, live] : live_) ids.push_back(id);
+    for (uint64_t id : ids) End(id, failed);
+    return true;
+  }
+
+  ScheduledStep step = scheduler_.Schedule();
+  for (uint64_t id : step.unservable) {
+    const auto it = live_.find(id);
+    const int64_t need = it == live_.end() ? 0 : blocks_.BlocksFor(static_cast<int64_t>(
+                                                     it->second->request.prompt.size()));
+    End(id, absl::ResourceExhaustedError(absl::StrCat(
+                "the sequence needs ", need, " KV blocks but the whole cache holds ",
+                blocks_.num_blocks(), "; shorten the prompt or give the workers more memory")));
+  }
+  if (step.sequences.empty() && step.dropped.empty()) return !step.unservable.empty() || !adds.empty() || !aborts.empty();
+
+  const iv1::Step proto = BuildStep(step, next_step_id_++, [this](uint64_t id) -> const iv1::SamplingParams& {
+    return live_.at(id)->request.sampling;
+  });
+  const absl::Time started = absl::Now();
+  for (const ScheduledSequence& s : step.sequences) {
+    Live& live = *live_.at(s.seq->id);
+    if (!live.first_scheduled) live.first_scheduled = started;
+  }
+  absl::StatusOr<iv1::StepResult> result = run_step_(proto);
+  if (!result.ok()) {
+    if (absl::IsUnavailable(result.status())) {
+      Fail(result.status());
+      std::vector<uint64_t> ids;
+      for (const auto& [id, live] : live_) ids.push_back(id);
+      for (uint64_t id : ids) End(id, result.status());
+      return true;
+    }
+    CoordinatorLog(absl::StrCat("step ", proto.step_id(), " failed: ", result.status().message()));
+    const absl::Status internal = absl::InternalError(
+        absl::StrCat("step ", proto.step_id(), " failed on the workers: ", result.status().message()));
+    for (const ScheduledSequence& s : step.sequences) End(s.seq->id, internal);
+    return true;
+  }
+
+  absl::flat_hash_map<uint64_t, const iv1::SampledToken*> by_seq;
+  for (const iv1::SampledToken& t : result->tokens()) by_seq[t.seq_id()] = &t;
+  std::vector<std::pair<uint64_t, int32_t>> sampled;
+  std::vector<uint64_t> missing;
+  for (const ScheduledSequence& s : step.sequences) {
+    if (!s.sample) continue;
+    auto it = by_seq.find(s.seq->id);
+    if (it == by_seq.end()) {
+      missing.push_back(s.seq->id);
+    } else {
+      sampled.emplace_back(s.seq->id, it->second->token_id());
+    }
+  }
+  scheduler_.OnStepDone(step, sampled);
+  for (uint64_t id : missing) {
+    End(id, absl::InternalError(absl::StrCat("step ", proto.step_id(),
+                                             ": rank 0 returned no token for this sequence")));
+  }
+
+  const absl::Time now = absl::Now();
+  for (const auto& [id, token] : sampled) {
+    auto it = live_.find(id);
+    if (it == live_.end()) continue;
+    Live& live = *it->second;
+    if (!live.first_token) live.first_token = now;
+    OutputDelta delta = live.processor.Append(token);
+    v1::GenerateResponse response;
+    response.set_request_id(live.request_id);
+    v1::Chunk* chunk = response.mutable_chunk();
+    chunk->add_token_ids(static_cast<uint32_t>(token));
+    chunk->set_text(std::move(delta.text));
+    if (live.request.logprobs >= 0) {
+      const iv1::SampledToken& t = *by_seq.at(id);
+      v1::TokenLogprob* lp = chunk->add_logprobs();
+      lp->set_token_id(static_cast<uint32_t>(t.token_id()));
+      lp->set_logprob(t.logprob());
+      for (int k = 0; k < t.top_ids_size() && k < t.top_logprobs_size(); ++k) {
+        v1::TopLogprob* top = lp->add_top();
+        top->set_token_id(static_cast<uint32_t>(t.top_ids(k)));
+        top->set_logprob(t.top_logprobs(k));
+      }
+    }
+    live.out->Push(std::move(response));
+    if (delta.finish != StopReason::kNone) Complete(id, delta.finish, std::move(delta.matched_stop));
+  }
+  return true;
+}
+
+}  // namespace tpserve

@@ -1,0 +1,56 @@
+// A public Generate request checked and turned into what the engine loop runs:
+// prompt token ids, the workers' sampling parameters and the stop parameters.
+//
+// Every rejection is INVALID_ARGUMENT whose message starts with the request
+// field it is about (proto names: "prompt", "prompt_token_ids.ids[3]",
+// "chat.messages[1].role", "sampling.temperature", "stopping.max_tokens",
+// "stopping.stop", "logprobs", ...) and says what is accepted.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "coordinator/output_processor.h"
+#include "model/config.h"
+#include "tokenizer/chat_template.h"
+#include "tokenizer/tokenizer.h"
+#include "tpserve/internal/v1/worker.pb.h"
+#include "tpserve/v1/generation.pb.h"
+
+namespace tpserve {
+
+// What a request may ask for; fixed when the coordinator starts.
+struct RequestLimits {
+  int32_t vocab_size = 0;         // token ids must be below this
+  int64_t max_model_len = 0;      // prompt + generated tokens
+  int32_t max_logprobs = 20;      // alternatives per token
+  GenerationDefaults defaults;    // generation_config.json, for unset sampling fields
+};
+
+struct PreparedRequest {
+  std::vector<int32_t> prompt;                        // [num_prompt_tokens] token ids
+  tpserve::internal::v1::SamplingParams sampling;     // as the workers take them
+  StopParams stop;                                    // max_tokens resolved (> 0)
+  int32_t logprobs = -1;                              // -1 = none
+};
+
+// Checks the fields that need no tokenization (sampling, stopping, logprobs,
+// token ids, chat roles); the prompt length is checked by PrepareRequest.
+absl::Status ValidateRequestFields(const tpserve::v1::GenerateRequest& request,
+                                   const RequestLimits& limits);
+
+// Tokenizes the chat messages: rendered with `format`, encoded without adding
+// special tokens (the rendering carries them).
+absl::StatusOr<std::vector<int32_t>> EncodeChat(const tpserve::v1::Chat& chat,
+                                                const Tokenizer& tokenizer, ChatFormat format);
+
+// Validates, tokenizes (a text prompt with add_special_tokens = true) and
+// resolves defaults: max_tokens defaults to what is left of max_model_len.
+absl::StatusOr<PreparedRequest> PrepareRequest(const tpserve::v1::GenerateRequest& request,
+                                               const Tokenizer& tokenizer, ChatFormat format,
+                                               const RequestLimits& limits);
+
+}  // namespace tpserve

@@ -1,0 +1,36 @@
+// Brings the connected workers from Hello to ready (design.md "Start-up"):
+// Load (each rank loads its shard; rendezvous through the pool's store), Profile
+// (the KV blocks that fit on each rank; the minimum wins), AllocateKv, WarmUp.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "coordinator/worker_pool.h"
+
+namespace tpserve {
+
+struct StartupOptions {
+  std::string model_dir;              // absolute: the workers may run elsewhere
+  std::string backend;                // "cpu" or "cuda"
+  uint32_t tensor_parallel_size = 1;
+  std::string store_prefix;           // rendezvous key prefix of this job
+  uint32_t block_size = 16;
+  uint32_t max_num_batched_tokens = 2048;
+  uint32_t max_num_seqs = 256;
+  uint32_t max_model_len = 0;
+  float gpu_memory_utilization = 0.9f;
+  int64_t num_blocks_override = 0;    // > 0: allocate this many blocks instead of the profiled minimum
+};
+
+struct StartupResult {
+  int64_t num_blocks = 0;             // allocated on every rank
+  int64_t profiled_blocks = 0;        // the minimum the ranks reported
+  uint64_t weight_bytes = 0;          // rank 0's shard
+};
+
+// Errors name the phase and carry the workers' messages.
+absl::StatusOr<StartupResult> StartWorkers(WorkerPool& pool, const StartupOptions& options);
+
+}  // namespace tpserve

@@ -1,0 +1,293 @@
+// Hello validation and the worker sessions, with fake workers that speak the
+// protocol over loopback gRPC (the real tpserve-worker is exercised by the e2e tests).
+#include "coordinator/worker_pool.h"
+
+#include <gtest/gtest.h>
+#include <grpcpp/grpcpp.h>
+
+#include <atomic>
+#include <functional>
+#include <memory>
+#include <string>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "coordinator/worker_roster.h"
+
+namespace tpserve {
+namespace {
+
+namespace iv1 = tpserve::internal::v1;
+
+iv1::Hello MakeHello(uint32_t rank, uint32_t world, uint32_t version = kWorkerProtocolVersion) {
+  iv1::Hello h;
+  h.set_protocol_version(version);
+  h.set_rank(rank);
+  h.set_world_size(world);
+  h.set_local_rank(rank);
+  h.set_host("testhost");
+  h.set_device("cpu");
+  h.set_pid(1000 + rank);
+  return h;
+}
+
+TEST(WorkerRosterTest, AdmitsEachRankOnceAndNamesWhatIsMissing) {
+  WorkerRoster roster(4);
+  EXPECT_EQ(roster.DescribeMissing(), "ranks 0, 1, 2, 3 of 4 have not connected");
+  ASSERT_TRUE(roster.Admit(MakeHello(2, 4)).ok());
+  ASSERT_TRUE(roster.Admit(MakeHello(0, 4)).ok());
+  EXPECT_EQ(roster.missing(), (std::vector<int>{1, 3}));
+  EXPECT_EQ(roster.DescribeMissing(), "ranks 1, 3 of 4 have not connected");
+
+  absl::Status dup = roster.Admit(MakeHello(2, 4));
+  EXPECT_EQ(dup.code(), absl::StatusCode::kAlreadyExists);
+  EXPECT_NE(dup.message().find("rank 2 is already connected"), absl::string_view::npos) << dup;
+
+  absl::Status world = roster.Admit(MakeHello(1, 3));
+  EXPECT_EQ(world.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_NE(world.message().find("world size 3"), absl::string_view::npos) << world;
+  EXPECT_NE(world.message().find("--tp 4"), absl::string_view::npos) << world;
+
+  absl::Status version = roster.Admit(MakeHello(1, 4, kWorkerProtocolVersion + 1));
+  EXPECT_EQ(version.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_NE(version.message().find("protocol version"), absl::string_view::npos) << version;
+
+  EXPECT_EQ(roster.Admit(MakeHello(4, 4)).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_FALSE(roster.complete());
+  ASSERT_TRUE(roster.Admit(MakeHello(1, 4)).ok());
+  ASSERT_TRUE(roster.Admit(MakeHello(3, 4)).ok());
+  EXPECT_TRUE(roster.complete());
+  EXPECT_EQ(roster.DescribeMissing(), "ranks  of 4 have not connected");  // nothing missing
+}
+
+// A fake worker: says Hello, then answers every command with `answer`.
+class FakeWorker {
+ public:
+  using Answer = std::function<iv1::WorkerMessage(const iv1::CoordinatorMessage&)>;
+  FakeWorker(const std::string& address, iv1::Hello hello, Answer answer)
+      : stub_(iv1::Worker::NewStub(grpc::CreateChannel(address, grpc::InsecureChannelCredentials()))) {
+    thread_ = std::thread([this, hello, answer] {
+      auto stream = stub_->Session(&context_);
+      iv1::WorkerMessage first;
+      *first.mutable_hello() = hello;
+      stream->Write(first);
+      iv1::CoordinatorMessage command;
+      while (stream->Read(&command)) {
+        ++commands_;
+        iv1::WorkerMessage reply = answer(command);
+        reply.set_seq(command.seq());
+        if (!stream->Write(reply)) break;
+      }
+      stream->WritesDone();
+      status_ = stream->Finish();
+      done_ = true;
+    });
+  }
+  ~FakeWorker() {
+    context_.TryCancel();
+    thread_.join();
+  }
+  void Kill() { context_.TryCancel(); }  // what the coordinator sees when the process dies
+  // The status the coordinator ended the session with (after it ended).
+  grpc::Status WaitStatus() {
+    while (!done_) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    return status_;
+  }
+  int commands() const { return commands_; }
+
+ private:
+  std::unique_ptr<iv1::Worker::Stub> stub_;
+  grpc::ClientContext context_;
+  std::thread thread_;
+  std::atomic<bool> done_{false};
+  std::atomic<int> commands_{0};
+  grpc::Status status_;
+};
+
+iv1::WorkerMessage Ack(const iv1::CoordinatorMessage& command) {
+  iv1::WorkerMessage m;
+  if (command.has_profile()) {
+    m.mutable_profile()->set_max_num_blocks(100);
+  } else if (command.has_step()) {
+    m.mutable_step()->set_step_id(command.step().step_id());
+  } else {
+    m.mutable_ack();
+  }
+  return m;
+}
+
+class WorkerPoolTest : public ::testing::Test {
+ protected:
+  void Start(int world) {
+    pool_ = std::make_unique<WorkerPool>(world);
+    grpc::ServerBuilder builder;
+    int port = 0;
+    builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
+    builder.RegisterService(pool_.get());
+    server_ = builder.BuildAndStart();
+    ASSERT_NE(port, 0);
+    address_ = absl::StrCat("127.0.0.1:", port);
+  }
+  void TearDown() override {
+    workers_.clear();
+    if (pool_) pool_->Close();
+    if (server_) server_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
+  }
+  FakeWorker& AddWorker(iv1::Hello hello, FakeWorker::Answer answer = Ack) {
+    workers_.push_back(std::make_unique<FakeWorker>(address_, std::move(hello), std::move(answer)));
+    return *workers_.back();
+  }
+  absl::Status WaitAll(absl::Duration timeout = absl::Seconds(10)) {
+    std::atomic<bool> cancel{false};
+    return pool_->WaitForWorkers(timeout, cancel);
+  }
+
+  std::unique_ptr<WorkerPool> pool_;
+  std::unique_ptr<grpc::Server> server_;
+  std::string address_;
+  std::vector<std::unique_ptr<FakeWorker>> workers_;
+};
+
+TEST_F(WorkerPoolTest, RunsCommandsOnEveryRankInOrder) {
+  Start(2);
+  AddWorker(MakeHello(1, 2));
+  AddWorker(MakeHello(0, 2));
+  ASSERT_TRUE(WaitAll().ok());
+  ASSERT_EQ(pool_->workers().size(), 2u);
+  EXPECT_EQ(pool_->workers()[0].rank(), 0u);
+  iv1::CoordinatorMessage profile;
+  profile.mutable_profile()->set_gpu_memory_utilization(0.5f);
+  auto replies = pool_->RunOnAll(profile);
+  ASSERT_TRUE(replies.ok()) << replies.status();
+  ASSERT_EQ(replies->size(), 2u);
+  EXPECT_EQ((*replies)[1].profile().max_num_blocks(), 100u);
+  for (uint64_t i = 1; i <= 5; ++i) {
+    iv1::CoordinatorMessage step;
+    step.mutable_step()->set_step_id(i);
+    auto r = pool_->RunOnAll(step);
+    ASSERT_TRUE(r.ok()) << r.status();
+    EXPECT_EQ((*r)[0].step().step_id(), i);
+  }
+  EXPECT_EQ(workers_[0]->commands(), 6);
+}
+
+TEST_F(WorkerPoolTest, RefusesDuplicateRankWrongWorldSizeAndVersionWithAMessage) {
+  Start(2);
+  AddWorker(MakeHello(0, 2));
+  ASSERT_TRUE(absl::IsDeadlineExceeded(WaitAll(absl::Milliseconds(300))));  // rank 1 missing
+  grpc::Status dup = AddWorker(MakeHello(0, 2)).WaitStatus();
+  EXPECT_EQ(dup.error_code(), grpc::StatusCode::ALREADY_EXISTS);
+  EXPECT_NE(dup.error_message().find("rank 0 is already connected"), std::string::npos) << dup.error_message();
+  grpc::Status world = AddWorker(MakeHello(1, 3)).WaitStatus();
+  EXPECT_EQ(world.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+  EXPECT_NE(world.error_message().find("world size 3"), std::string::npos) << world.error_message();
+  grpc::Status version = AddWorker(MakeHello(1, 2, 999)).WaitStatus();
+  EXPECT_EQ(version.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+  EXPECT_NE(version.error_message().find("protocol version 999"), std::string::npos) << version.error_message();
+  // The refusals took no slot: the right rank 1 still completes the pool.
+  AddWorker(MakeHello(1, 2));
+  EXPECT_TRUE(WaitAll().ok());
+}
+
+TEST_F(WorkerPoolTest, StartupTimeoutNamesTheMissingRanks) {
+  Start(3);
+  AddWorker(MakeHello(1, 3));
+  absl::Status s = WaitAll(absl::Milliseconds(400));
+  EXPECT_EQ(s.code(), absl::StatusCode::kDeadlineExceeded);
+  EXPECT_NE(s.message().find("ranks 0, 2 of 3 have not connected"), absl::string_view::npos) << s;
+  EXPECT_NE(s.message().find("--worker-timeout"), absl::string_view::npos) << s;
+}
+
+TEST_F(WorkerPoolTest, ALostWorkerFailsTheCommandAndIsNamed) {
+  Start(2);
+  std::atomic<int> lost_calls{0};
+  pool_->SetOnLost([&](const absl::Status&) { ++lost_calls; });
+  AddWorker(MakeHello(0, 2));
+  FakeWorker& doomed = AddWorker(MakeHello(1, 2), [](const iv1::CoordinatorMessage& c) {
+    if (c.has_step()) std::this_thread::sleep_for(std::chrono::seconds(2));  // killed before it answers
+    return Ack(c);
+  });
+  ASSERT_TRUE(WaitAll().ok());
+  std::thread killer([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    doomed.Kill();
+  });
+  iv1::CoordinatorMessage step;
+  step.mutable_step()->set_step_id(1);
+  auto r = pool_->RunOnAll(step);
+  killer.join();
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kUnavailable);
+  EXPECT_NE(r.status().message().find("worker rank 1"), absl::string_view::npos) << r.status();
+  EXPECT_NE(r.status().message().find("died"), absl::string_view::npos) << r.status();
+  EXPECT_EQ(pool_->lost().code(), absl::StatusCode::kUnavailable);
+  EXPECT_EQ(lost_calls.load(), 1);
+  EXPECT_EQ(pool_->RunOnAll(step).status().code(), absl::StatusCode::kUnavailable);
+  // Unblock the fake worker's handler so teardown can join it.
+  workers_.pop_back();
+}
+
+TEST_F(WorkerPoolTest, AnIdleWorkerThatHangsUpIsNoticed) {
+  Start(1);
+  std::atomic<bool> lost{false};
+  pool_->SetOnLost([&](const absl::Status&) { lost = true; });
+  FakeWorker& w = AddWorker(MakeHello(0, 1));
+  ASSERT_TRUE(WaitAll().ok());
+  w.Kill();
+  for (int i = 0; i < 200 && !lost; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  EXPECT_TRUE(lost.load()) << "the pool did not notice an idle worker's connection closing";
+}
+
+TEST_F(WorkerPoolTest, AWorkerErrorIsInternalNamingTheRank) {
+  Start(2);
+  AddWorker(MakeHello(0, 2));
+  AddWorker(MakeHello(1, 2), [](const iv1::CoordinatorMessage& c) {
+    iv1::WorkerMessage m = Ack(c);
+    if (c.has_load()) m.set_error("config.json: num_attention_heads 5 is not divisible by tp 2");
+    return m;
+  });
+  ASSERT_TRUE(WaitAll().ok());
+  iv1::CoordinatorMessage load;
+  load.mutable_load()->set_model_dir("/m");
+  auto r = pool_->RunOnAll(load);
+  ASSERT_EQ(r.status().code(), absl::StatusCode::kInternal);
+  EXPECT_NE(r.status().message().find("rank 1: config.json: num_attention_heads"), absl::string_view::npos)
+      << r.status();
+  // The session is still good for the next command.
+  iv1::CoordinatorMessage warm;
+  warm.mutable_warm_up();
+  EXPECT_TRUE(pool_->RunOnAll(warm).ok());
+}
+
+TEST_F(WorkerPoolTest, StoreGetWaitsForTheKey) {
+  Start(1);
+  auto stub = iv1::Worker::NewStub(grpc::CreateChannel(address_, grpc::InsecureChannelCredentials()));
+  std::thread setter([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    grpc::ClientContext c;
+    iv1::StoreSetRequest req;
+    req.set_key("job/nccl_id");
+    req.set_value(std::string("\0\1\2", 3));
+    iv1::StoreSetResponse resp;
+    EXPECT_TRUE(stub->StoreSet(&c, req, &resp).ok());
+  });
+  grpc::ClientContext c;
+  iv1::StoreGetRequest req;
+  req.set_key("job/nccl_id");
+  req.set_timeout_ms(5000);
+  iv1::StoreGetResponse resp;
+  grpc::Status s = stub->StoreGet(&c, req, &resp);
+  setter.join();
+  ASSERT_TRUE(s.ok()) << s.error_message();
+  EXPECT_EQ(resp.value(), std::string("\0\1\2", 3));
+
+  grpc::ClientContext c2;
+  req.set_key("never");
+  req.set_timeout_ms(100);
+  s = stub->StoreGet(&c2, req, &resp);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::DEADLINE_EXCEEDED);
+  EXPECT_NE(s.error_message().find("\"never\""), std::string::npos) << s.error_message();
+}
+
+}  // namespace
+}  // namespace tpserve

@@ -1,0 +1,324 @@
+// tpserve-client: talks to a tpserve-coordinator.
+//
+//   tpserve-client generate --server ADDR (--prompt TEXT | --prompt-ids 1,2,3 | --chat TEXT)
+//       [--system TEXT] [--max-tokens N] [--temperature T] [--top-p P] [--top-k K]
+//       [--min-p P] [--seed S] [--stop STR]... [--ignore-eos] [--logprobs N]
+//       [--request-id ID] [--timeout SECONDS] [--json]
+//   tpserve-client info   --server ADDR      (model and server info as one JSON object)
+//   tpserve-client health --server ADDR      (SERVING / NOT_SERVING; exit 0 only when SERVING)
+//   tpserve-client abort  --server ADDR --request-id ID
+//
+// generate prints the text as it streams, then a summary line on stderr; with
+// --json one JSON line per chunk {"token_ids": [...], "text": "..."} and a final
+// {"finish_reason", "matched_stop", "usage", "timing"} line. An error prints
+// "tpserve-client: CODE: message" and exits 1 (2 for bad usage).
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <iostream>
+#include <memory>
+#include <set>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <grpcpp/grpcpp.h>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/flags/usage.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "health.grpc.pb.h"
+#include "nlohmann/json.hpp"
+#include "tpserve/v1/generation.grpc.pb.h"
+
+ABSL_FLAG(std::string, server, "127.0.0.1:50051", "coordinator address HOST:PORT");
+ABSL_FLAG(std::string, prompt, "", "prompt text");
+ABSL_FLAG(std::string, prompt_ids, "", "prompt token ids, comma separated");
+ABSL_FLAG(std::string, chat, "", "a user message (rendered with the model's chat format)");
+ABSL_FLAG(std::string, system, "", "a system message before --chat");
+ABSL_FLAG(int64_t, max_tokens, 0, "tokens to generate (unset: up to the model's maximum length)");
+ABSL_FLAG(double, temperature, 1.0, "0 = greedy (unset: the model's default)");
+ABSL_FLAG(double, top_p, 1.0, "nucleus sampling mass in (0, 1]");
+ABSL_FLAG(int32_t, top_k, -1, "keep the k most likely tokens (-1 = off)");
+ABSL_FLAG(double, min_p, 0.0, "min-p filter in [0, 1]");
+ABSL_FLAG(uint64_t, seed, 0, "sampling seed (same seed, same tokens)");
+ABSL_FLAG(bool, ignore_eos, false, "keep generating past end-of-sequence tokens");
+ABSL_FLAG(int32_t, logprobs, -1, "log-probs of the chosen token and this many alternatives");
+ABSL_FLAG(std::string, request_id, "", "request id (generate: optional; abort: required)");
+ABSL_FLAG(double, timeout, 0, "deadline in seconds (0 = none)");
+ABSL_FLAG(bool, json, false, "JSON lines instead of text");
+
+namespace {
+
+namespace v1 = tpserve::v1;
+
+const char* CodeName(grpc::StatusCode code) {
+  switch (code) {
+    case grpc::StatusCode::OK: return "OK";
+    case grpc::StatusCode::CANCELLED: return "CANCELLED";
+    case grpc::StatusCode::UNKNOWN: return "UNKNOWN";
+    case grpc::StatusCode::INVALID_ARGUMENT: return "INVALID_ARGUMENT";
+    case grpc::StatusCode::DEADLINE_EXCEEDED: return "DEADLINE_EXCEEDED";
+    case grpc::StatusCode::NOT_FOUND: return "NOT_FOUND";
+    case grpc::StatusCode::ALREADY_EXISTS: return "ALREADY_EXISTS";
+    case grpc::StatusCode::PERMISSION_DENIED: return "PERMISSION_DENIED";
+    case grpc::StatusCode::RESOURCE_EXHAUSTED: return "RESOURCE_EXHAUSTED";
+    case grpc::StatusCode::FAILED_PRECONDITION: return "FAILED_PRECONDITION";
+    case grpc::StatusCode::ABORTED: return "ABORTED";
+    case grpc::StatusCode::OUT_OF_RANGE: return "OUT_OF_RANGE";
+    case grpc::StatusCode::UNIMPLEMENTED: return "UNIMPLEMENTED";
+    case grpc::StatusCode::INTERNAL: return "INTERNAL";
+    case grpc::StatusCode::UNAVAILABLE: return "UNAVAILABLE";
+    case grpc::StatusCode::DATA_LOSS: return "DATA_LOSS";
+    case grpc::StatusCode::UNAUTHENTICATED: return "UNAUTHENTICATED";
+    default: return "UNKNOWN";
+  }
+}
+
+int RpcError(const grpc::Status& status) {
+  std::fprintf(stderr, "tpserve-client: %s: %s\n", CodeName(status.error_code()),
+               status.error_message().c_str());
+  return 1;
+}
+
+int Usage(std::string_view message) {
+  std::fprintf(stderr, "tpserve-client: %.*s\n", static_cast<int>(message.size()), message.data());
+  return 2;
+}
+
+// Flag names seen on the command line (underscored), so unset fields stay unset.
+std::set<std::string>& GivenFlags() {
+  static std::set<std::string> given;
+  return given;
+}
+bool Given(const std::string& name) { return GivenFlags().contains(name); }
+
+void SetDeadline(grpc::ClientContext& context) {
+  const double timeout = absl::GetFlag(FLAGS_timeout);
+  if (timeout > 0) {
+    context.set_deadline(std::chrono::system_clock::now() +
+                         std::chrono::microseconds(static_cast<int64_t>(timeout * 1e6)));
+  }
+}
+
+std::string FinishName(v1::FinishReason reason) {
+  switch (reason) {
+    case v1::LENGTH: return "length";
+    case v1::EOS: return "eos";
+    case v1::STOP_SEQUENCE: return "stop";
+    case v1::ABORTED: return "aborted";
+    default: return "unspecified";
+  }
+}
+
+int Generate(v1::Generation::Stub& stub, const std::vector<std::string>& stops) {
+  v1::GenerateRequest request;
+  request.set_request_id(absl::GetFlag(FLAGS_request_id));
+  const int inputs = Given("prompt") + Given("prompt_ids") + Given("chat");
+  if (inputs != 1) return Usage("generate: give exactly one of --prompt, --prompt-ids or --chat");
+  if (Given("prompt")) {
+    request.set_prompt(absl::GetFlag(FLAGS_prompt));
+  } else if (Given("prompt_ids")) {
+    for (absl::string_view piece : absl::StrSplit(absl::GetFlag(FLAGS_prompt_ids), ',', absl::SkipWhitespace())) {
+      uint32_t id = 0;
+      if (!absl::SimpleAtoi(piece, &id)) {
+        return Usage(absl::StrCat("--prompt-ids: \"", piece, "\" is not a token id"));
+      }
+      request.mutable_prompt_token_ids()->add_ids(id);
+    }
+  } else {
+    v1::Chat* chat = request.mutable_chat();
+    chat->set_add_generation_prompt(true);
+    if (Given("system")) {
+      v1::ChatMessage* m = chat->add_messages();
+      m->set_role("system");
+      m->set_content(absl::GetFlag(FLAGS_system));
+    }
+    v1::ChatMessage* m = chat->add_messages();
+    m->set_role("user");
+    m->set_content(absl::GetFlag(FLAGS_chat));
+  }
+  v1::SamplingParams* s = request.mutable_sampling();
+  if (Given("temperature")) s->set_temperature(static_cast<float>(absl::GetFlag(FLAGS_temperature)));
+  if (Given("top_p")) s->set_top_p(static_cast<float>(absl::GetFlag(FLAGS_top_p)));
+  if (Given("top_k")) s->set_top_k(absl::GetFlag(FLAGS_top_k));
+  if (Given("min_p")) s->set_min_p(static_cast<float>(absl::GetFlag(FLAGS_min_p)));
+  if (Given("seed")) s->set_seed(absl::GetFlag(FLAGS_seed));
+  v1::StoppingParams* st = request.mutable_stopping();
+  if (Given("max_tokens")) {
+    const int64_t n = absl::GetFlag(FLAGS_max_tokens);
+    if (n < 0) return Usage("--max-tokens must not be negative");
+    st->set_max_tokens(static_cast<uint32_t>(n));
+  }
+  for (const std::string& stop : stops) st->add_stop(stop);
+  st->set_ignore_eos(absl::GetFlag(FLAGS_ignore_eos));
+  if (Given("logprobs")) {
+    if (absl::GetFlag(FLAGS_logprobs) < 0) return Usage("--logprobs must not be negative");
+    request.set_logprobs(static_cast<uint32_t>(absl::GetFlag(FLAGS_logprobs)));
+  }
+
+  const bool json = absl::GetFlag(FLAGS_json);
+  grpc::ClientContext context;
+  SetDeadline(context);
+  std::unique_ptr<grpc::ClientReader<v1::GenerateResponse>> reader = stub.Generate(&context, request);
+  v1::GenerateResponse response;
+  bool completed = false;
+  while (reader->Read(&response)) {
+    if (response.has_chunk()) {
+      const v1::Chunk& chunk = response.chunk();
+      if (json) {
+        nlohmann::json line = {{"token_ids", std::vector<uint32_t>(chunk.token_ids().begin(), chunk.token_ids().end())},
+                               {"text", chunk.text()}};
+        if (!chunk.logprobs().empty()) {
+          nlohmann::json lps = nlohmann::json::array();
+          for (const v1::TokenLogprob& lp : chunk.logprobs()) {
+            nlohmann::json top = nlohmann::json::array();
+            for (const v1::TopLogprob& t : lp.top()) top.push_back({{"token_id", t.token_id()}, {"logprob", t.logprob()}});
+            lps.push_back({{"token_id", lp.token_id()}, {"logprob", lp.logprob()}, {"top", top}});
+          }
+          line["logprobs"] = lps;
+        }
+        std::cout << line.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) << "\n" << std::flush;
+      } else {
+        std::cout << chunk.text() << std::flush;
+      }
+    } else if (response.has_complete()) {
+      completed = true;
+      const v1::Complete& c = response.complete();
+      if (json) {
+        nlohmann::json line = {
+            {"request_id", response.request_id()},
+            {"finish_reason", FinishName(c.finish_reason())},
+            {"matched_stop", c.matched_stop()},
+            {"usage", {{"prompt_tokens", c.usage().prompt_tokens()},
+                       {"completion_tokens", c.usage().completion_tokens()},
+                       {"cached_tokens", c.usage().cached_tokens()}}},
+            {"timing", {{"queue_seconds", c.timing().queue_seconds()},
+                        {"time_to_first_token_seconds", c.timing().time_to_first_token_seconds()},
+                        {"total_seconds", c.timing().total_seconds()}}}};
+        std::cout << line.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) << "\n" << std::flush;
+      } else {
+        std::cout << "\n" << std::flush;
+        std::fprintf(stderr,
+                     "[%s; prompt %u, completion %u, cached %u tokens; queue %.3f s, first token %.3f s, "
+                     "total %.3f s]\n",
+                     FinishName(c.finish_reason()).c_str(), c.usage().prompt_tokens(),
+                     c.usage().completion_tokens(), c.usage().cached_tokens(), c.timing().queue_seconds(),
+                     c.timing().time_to_first_token_seconds(), c.timing().total_seconds());
+      }
+    }
+  }
+  grpc::Status status = reader->Finish();
+  if (!json && !completed) std::cout << "\n" << std::flush;
+  if (!status.ok()) return RpcError(status);
+  return 0;
+}
+
+int Info(v1::Generation::Stub& stub) {
+  v1::ModelInfo model;
+  {
+    grpc::ClientContext context;
+    SetDeadline(context);
+    grpc::Status s = stub.GetModelInfo(&context, v1::ModelInfoRequest(), &model);
+    if (!s.ok()) return RpcError(s);
+  }
+  v1::ServerInfo server;
+  {
+    grpc::ClientContext context;
+    SetDeadline(context);
+    grpc::Status s = stub.GetServerInfo(&context, v1::ServerInfoRequest(), &server);
+    if (!s.ok()) return RpcError(s);
+  }
+  nlohmann::json out = {
+      {"model", {{"model_path", model.model_path()},
+                 {"architecture", model.architecture()},
+                 {"vocab_size", model.vocab_size()},
+                 {"max_model_len", model.max_model_len()},
+                 {"eos_token_ids", std::vector<uint32_t>(model.eos_token_ids().begin(), model.eos_token_ids().end())},
+                 {"chat_format", model.chat_format()}}},
+      {"server", {{"version", server.version()},
+                  {"tensor_parallel_size", server.tensor_parallel_size()},
+                  {"backend", server.backend()},
+                  {"block_size", server.block_size()},
+                  {"num_blocks", server.num_blocks()},
+                  {"free_blocks", server.free_blocks()},
+                  {"running", server.running()},
+                  {"waiting", server.waiting()},
+                  {"prefix_cache_hit_rate", server.prefix_cache_hit_rate()},
+                  {"workers", std::vector<std::string>(server.workers().begin(), server.workers().end())}}}};
+  std::cout << out.dump(2) << "\n";
+  return 0;
+}
+
+int Health(const std::shared_ptr<grpc::Channel>& channel) {
+  auto stub = grpc::health::v1::Health::NewStub(channel);
+  grpc::ClientContext context;
+  context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(
+      absl::GetFlag(FLAGS_timeout) > 0 ? static_cast<int64_t>(std::ceil(absl::GetFlag(FLAGS_timeout))) : 10));
+  grpc::health::v1::HealthCheckRequest request;
+  grpc::health::v1::HealthCheckResponse response;
+  grpc::Status s = stub->Check(&context, request, &response);
+  if (!s.ok()) return RpcError(s);
+  std::cout << grpc::health::v1::HealthCheckResponse::ServingStatus_Name(response.status()) << "\n";
+  return response.status() == grpc::health::v1::HealthCheckResponse::SERVING ? 0 : 1;
+}
+
+int Abort(v1::Generation::Stub& stub) {
+  if (!Given("request_id")) return Usage("abort: give --request-id");
+  grpc::ClientContext context;
+  SetDeadline(context);
+  v1::AbortRequest request;
+  request.set_request_id(absl::GetFlag(FLAGS_request_id));
+  v1::AbortResponse response;
+  grpc::Status s = stub.Abort(&context, request, &response);
+  if (!s.ok()) return RpcError(s);
+  std::cout << (response.found() ? "aborted" : "not found") << "\n";
+  return response.found() ? 0 : 1;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  absl::SetProgramUsageMessage(
+      "tpserve-client generate|info|health|abort --server HOST:PORT [options]; see --help");
+  // --stop may repeat: take every occurrence out before absl parses the rest.
+  // Flag names are written with dashes (--max-tokens); absl wants underscores.
+  std::vector<std::string> stops;
+  std::vector<std::string> args;
+  for (int i = 0; i < argc; ++i) {
+    std::string a = argv[i];
+    if (i > 0 && a.rfind("--", 0) == 0 && a.size() > 2) {
+      const size_t eq = a.find('=');
+      std::string name = a.substr(2, eq == std::string::npos ? std::string::npos : eq - 2);
+      std::replace(name.begin(), name.end(), '-', '_');
+      a = "--" + name + (eq == std::string::npos ? "" : a.substr(eq));
+      GivenFlags().insert(name.rfind("no", 0) == 0 ? name.substr(2) : name);
+      if (name == "stop") {
+        if (eq != std::string::npos) {
+          stops.push_back(a.substr(eq + 1));
+        } else if (i + 1 < argc) {
+          stops.emplace_back(argv[++i]);
+        } else {
+          return Usage("--stop needs a value");
+        }
+        continue;
+      }
+    }
+    args.push_back(std::move(a));
+  }
+  std::vector<char*> rest;
+  for (std::string& a : args) rest.push_back(a.data());
+  std::vector<char*> positional = absl::ParseCommandLine(static_cast<int>(rest.size()), rest.data());
+  if (positional.size() != 2) return Usage("give one command: generate, info, health or abort (see --help)");
+  const std::string command = positional[1];
+  auto channel = grpc::CreateChannel(absl::GetFlag(FLAGS_server), grpc::InsecureChannelCredentials());
+  auto stub = v1::Generation::NewStub(channel);
+  if (command == "generate") return Generate(*stub, stops);
+  if (command == "info") return Info(*stub);
+  if (command == "health") return Health(channel);
+  if (command == "abort") return Abort(*stub);
+  return Usage(absl::StrCat("unknown command \"", command, "\"; use generate, info, health or abort"));
+}
