@@ -1,0 +1,335 @@
+// StepRunner: the coordinator's step diffs (new / continuing / finished) give
+// the same tokens as the offline engine, through chunked prefill, a cached
+// prefix shared with another sequence, decodes and a preemption; bad plans are
+// rejected without changing the state.
+#include "worker/step_runner.h"
+
+#include <algorithm>
+#include <random>
+#include <string>
+
+#include "backend/cpu_backend.h"
+#include "gtest/gtest.h"
+#include "tests/worker/worker_test_util.h"
+#include "worker/engine.h"
+
+namespace tpserve {
+namespace {
+
+using testing_util::TempDir;
+
+constexpr int32_t kVocab = 301;
+constexpr int32_t kBlockSize = 4;
+constexpr int64_t kNumBlocks = 97;
+
+uint64_t TestSeed() {
+  if (const char* s = std::getenv("TPSERVE_TEST_SEED"); s != nullptr && *s) return std::stoull(s);
+  return std::random_device{}();
+}
+
+// What the coordinator knows of one sequence (a miniature of its scheduler).
+struct Seq {
+  uint64_t id = 0;
+  std::vector<int32_t> prompt;
+  std::vector<int32_t> output;
+  int64_t computed = 0;         // tokens in the KV cache
+  std::vector<int32_t> blocks;  // block table
+  size_t blocks_sent = 0;       // entries of `blocks` the workers have
+  bool known = false;           // the workers hold it
+  SamplingParams sampling;
+  int64_t max_tokens = 0;
+  int64_t all_size() const { return std::ssize(prompt) + std::ssize(output); }
+  int32_t at(int64_t p) const {
+    return p < std::ssize(prompt) ? prompt[static_cast<size_t>(p)] : output[static_cast<size_t>(p - std::ssize(prompt))];
+  }
+  bool done() const { return std::ssize(output) >= max_tokens; }
+};
+
+class StepRunnerTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    dir_ = new TempDir();
+    testing_util::MakeModel(dir_->path() / "m",
+                            "--arch qwen3 --hidden 64 --intermediate 96 --layers 2 --heads 4 --kv-heads 2 "
+                            "--head-dim 32 --vocab 301 --dtype f32 --tie 0 --seed 23");
+  }
+  static void TearDownTestSuite() { delete dir_; }
+
+  void SetUp() override {
+    seed_ = TestSeed();
+    rng_.seed(seed_);
+    backend_ = MakeCpuBackend();
+    comm_ = MakeSoloCommunicator();
+    ModelOptions options;
+    options.max_num_tokens = 64;
+    options.max_num_seqs = 8;
+    absl::StatusOr<std::unique_ptr<Model>> model = Model::Load(dir_->path() / "m", *backend_, *comm_, options);
+    ASSERT_TRUE(model.ok()) << model.status();
+    model_ = *std::move(model);
+    absl::StatusOr<KvCache> cache = KvCache::Allocate(*backend_, model_->kv_cache_shape(kNumBlocks, kBlockSize));
+    ASSERT_TRUE(cache.ok()) << cache.status();
+    cache_ = std::make_unique<KvCache>(*std::move(cache));
+    runner_ = std::make_unique<StepRunner>(*model_, *cache_, /*rank=*/0);
+  }
+
+  std::vector<int32_t> RandomTokens(int n) {
+    std::vector<int32_t> t(static_cast<size_t>(n));
+    for (int32_t& x : t) x = static_cast<int32_t>(rng_() % kVocab);
+    return t;
+  }
+
+  // The offline engine's tokens for `seqs` (prompts, sampling, max_tokens).
+  std::vector<std::vector<int32_t>> EngineTokens(const std::vector<Seq>& seqs) {
+    std::vector<GenerationRequest> reqs;
+    for (const Seq& s : seqs) {
+      GenerationRequest r;
+      r.prompt = s.prompt;
+      r.sampling = s.sampling;
+      r.max_tokens = s.max_tokens;
+      r.ignore_eos = true;
+      reqs.push_back(r);
+    }
+    EngineOptions options;
+    options.block_size = 16;
+    absl::StatusOr<std::unique_ptr<Engine>> engine = Engine::Create(dir_->path() / "m", *backend_, *comm_, options);
+    EXPECT_TRUE(engine.ok()) << engine.status();
+    if (!engine.ok()) return {};
+    absl::StatusOr<std::vector<GenerationResult>> out = (*engine)->Generate(reqs);
+    EXPECT_TRUE(out.ok()) << out.status();
+    std::vector<std::vector<int32_t>> tokens;
+    if (out.ok()) {
+      for (const GenerationResult& r : *out) tokens.push_back(r.tokens);
+    }
+    return tokens;
+  }
+
+  // Builds the step that computes `n` more tokens of each scheduled sequence
+  // (allocating the blocks they need), runs it and appends the sampled tokens.
+  // Returns the number of tokens sampled.
+  size_t Step(const std::vector<std::pair<Seq*, int64_t>>& scheduled, std::vector<uint64_t> finished = {}) {
+    StepPlan plan;
+    plan.finished = std::move(finished);
+    std::vector<std::pair<Seq*, int64_t>> order = scheduled;
+    std::stable_partition(order.begin(), order.end(), [](const auto& p) { return p.second > 1; });
+    for (auto& [seq, n] : order) {
+      const int64_t end = seq->computed + n;
+      while (std::ssize(seq->blocks) * kBlockSize < end) seq->blocks.push_back(next_block_++);
+      std::vector<int32_t> tokens;
+      for (int64_t p = seq->computed; p < end; ++p) tokens.push_back(seq->at(p));
+      const bool sample = end == seq->all_size();
+      if (!seq->known) {
+        NewSequencePlan s;
+        s.seq_id = seq->id;
+        s.prompt = seq->prompt;
+        s.output = seq->output;
+        s.token_ids = tokens;
+        s.num_computed_tokens = seq->computed;
+        s.block_ids = seq->blocks;
+        s.sampling = seq->sampling;
+        s.sample = sample;
+        plan.new_sequences.push_back(std::move(s));
+      } else {
+        ContinuingSequencePlan s;
+        s.seq_id = seq->id;
+        s.new_block_ids.assign(seq->blocks.begin() + static_cast<std::ptrdiff_t>(seq->blocks_sent), seq->blocks.end());
+        s.token_ids = tokens;
+        s.sample = sample;
+        plan.continuing.push_back(std::move(s));
+      }
+      plan.order.push_back(seq->id);
+    }
+    absl::StatusOr<std::vector<StepToken>> got = runner_->Run(plan);
+    EXPECT_TRUE(got.ok()) << got.status();
+    if (!got.ok()) return 0;
+    for (auto& [seq, n] : order) {
+      seq->known = true;
+      seq->blocks_sent = seq->blocks.size();
+      seq->computed += n;
+    }
+    for (const StepToken& t : *got) {
+      auto it = std::find_if(order.begin(), order.end(), [&](const auto& p) { return p.first->id == t.seq_id; });
+      EXPECT_NE(it, order.end()) << "token for unscheduled sequence " << t.seq_id;
+      if (it == order.end()) continue;
+      EXPECT_EQ(it->first->computed, it->first->all_size()) << "sequence " << t.seq_id << " sampled mid-prefill";
+      it->first->output.push_back(t.sampled.token);
+    }
+    return got->size();
+  }
+
+  // Decodes every unfinished sequence until all are done, sending the
+  // finished ones in the next step's `finished`.
+  void DecodeToEnd(std::vector<Seq*> seqs) {
+    std::vector<uint64_t> finished;
+    for (int guard = 0; guard < 100; ++guard) {
+      std::vector<std::pair<Seq*, int64_t>> scheduled;
+      for (Seq* s : seqs) {
+        if (s->done()) {
+          if (s->known) {
+            finished.push_back(s->id);
+            s->known = false;
+          }
+          continue;
+        }
+        scheduled.emplace_back(s, s->all_size() - s->computed);
+      }
+      if (scheduled.empty()) break;
+      Step(scheduled, std::exchange(finished, {}));
+    }
+    if (!finished.empty()) Step({}, finished);
+  }
+
+  static TempDir* dir_;
+  uint64_t seed_ = 0;
+  std::mt19937_64 rng_;
+  std::unique_ptr<Backend> backend_;
+  std::unique_ptr<Communicator> comm_;
+  std::unique_ptr<Model> model_;
+  std::unique_ptr<KvCache> cache_;
+  std::unique_ptr<StepRunner> runner_;
+  int32_t next_block_ = 3;  // odd start: block ids are the coordinator's, not 0..n
+};
+TempDir* StepRunnerTest::dir_ = nullptr;
+
+TEST_F(StepRunnerTest, ChunkedPrefillCachedPrefixAndDecodesMatchTheEngine) {
+  SCOPED_TRACE("TPSERVE_TEST_SEED=" + std::to_string(seed_));
+  SamplingParams greedy;
+  greedy.temperature = 0;
+  Seq a{.id = 101, .prompt = RandomTokens(13), .sampling = greedy, .max_tokens = 7};
+  Seq b{.id = 7, .prompt = RandomTokens(29), .sampling = greedy, .max_tokens = 9};
+  Seq c{.id = 55, .prompt = {}, .sampling = greedy, .max_tokens = 6};
+  c.prompt.assign(a.prompt.begin(), a.prompt.begin() + 8);  // two full blocks shared with a
+  for (int32_t t : RandomTokens(6)) c.prompt.push_back(t);
+  Seq d{.id = 3, .prompt = RandomTokens(1), .sampling = greedy, .max_tokens = 5};  // one-token prompt
+  const std::vector<std::vector<int32_t>> want = EngineTokens({a, b, c, d});
+  ASSERT_EQ(want.size(), 4u);
+
+  // a: whole prompt; b: first chunk of 10, not sampled.
+  EXPECT_EQ(Step({{&b, 10}, {&a, 13}}), 1u);
+  EXPECT_EQ(a.output.size(), 1u);
+  EXPECT_TRUE(b.output.empty());
+  // a decodes; b's second chunk (9 tokens) is still mid-prompt; d is a one-token prefill.
+  EXPECT_EQ(Step({{&a, 1}, {&b, 9}, {&d, 1}}), 2u);
+  // b's last chunk; c arrives with a cached prefix: a's first two blocks.
+  c.blocks.assign(a.blocks.begin(), a.blocks.begin() + 2);
+  c.computed = 8;
+  EXPECT_EQ(Step({{&a, 1}, {&b, 10}, {&c, 6}, {&d, 1}}), 4u);
+  EXPECT_EQ(runner_->num_sequences(), 4);
+  DecodeToEnd({&a, &b, &c, &d});
+  EXPECT_EQ(runner_->num_sequences(), 0);
+
+  EXPECT_EQ(a.output, want[0]) << "a: whole prompt, then decodes";
+  EXPECT_EQ(b.output, want[1]) << "b: prefill in three chunks";
+  EXPECT_EQ(c.output, want[2]) << "c: cached prefix of 8 tokens in a's blocks";
+  EXPECT_EQ(d.output, want[3]) << "d: one-token prompt";
+}
+
+TEST_F(StepRunnerTest, PreemptedSeededSequenceResumesWithTheSameTokens) {
+  SCOPED_TRACE("TPSERVE_TEST_SEED=" + std::to_string(seed_));
+  SamplingParams p;
+  p.temperature = 1.3f;  // flat: every draw matters
+  p.top_k = 40;
+  p.repetition_penalty = 1.3f;
+  p.frequency_penalty = 0.5f;
+  p.seed = rng_();
+  Seq whole{.id = 1, .prompt = RandomTokens(11), .sampling = p, .max_tokens = 12};
+  const std::vector<std::vector<int32_t>> want = EngineTokens({whole});
+  ASSERT_EQ(want.size(), 1u);
+
+  Seq s = whole;
+  s.id = 2;
+  Step({{&s, 11}});
+  while (s.output.size() < 5) Step({{&s, 1}});
+  // Preempted: dropped, its blocks freed, later recomputed from prompt + output
+  // in two chunks (the first not sampled) in fresh blocks.
+  s.known = false;
+  s.computed = 0;
+  s.blocks.clear();
+  s.blocks_sent = 0;
+  EXPECT_EQ(Step({}, {s.id}), 0u);
+  EXPECT_FALSE(runner_->contains(s.id));
+  EXPECT_EQ(Step({{&s, 6}}), 0u);
+  EXPECT_EQ(Step({{&s, s.all_size() - 6}}), 1u);
+  DecodeToEnd({&s});
+  EXPECT_EQ(s.output, want[0]) << "preempted after 5 tokens and recomputed";
+}
+
+TEST_F(StepRunnerTest, BadPlansAreRejectedAndChangeNothing) {
+  SCOPED_TRACE("TPSERVE_TEST_SEED=" + std::to_string(seed_));
+  SamplingParams greedy;
+  greedy.temperature = 0;
+  Seq a{.id = 9, .prompt = RandomTokens(8), .sampling = greedy, .max_tokens = 3};
+  const std::vector<std::vector<int32_t>> want = EngineTokens({a});
+  Step({{&a, 8}});
+  ASSERT_EQ(a.output.size(), 1u);
+  // Its first decode (position 8) needs a third block.
+  while (std::ssize(a.blocks) * kBlockSize < 9) a.blocks.push_back(next_block_++);
+  const std::vector<int32_t> new_blocks(a.blocks.begin() + static_cast<std::ptrdiff_t>(a.blocks_sent), a.blocks.end());
+  auto decode = [&] {
+    StepPlan plan;
+    plan.continuing.push_back({.seq_id = a.id, .new_block_ids = new_blocks, .token_ids = {a.output.back()}, .sample = true});
+    plan.order = {a.id};
+    return plan;
+  };
+  auto expect_invalid = [&](const StepPlan& plan, const std::string& needle) {
+    absl::StatusOr<std::vector<StepToken>> got = runner_->Run(plan);
+    ASSERT_FALSE(got.ok()) << "accepted a plan that should fail with: " << needle;
+    EXPECT_EQ(got.status().code(), absl::StatusCode::kInvalidArgument) << got.status();
+    EXPECT_NE(got.status().message().find(needle), std::string::npos) << got.status();
+  };
+  StepPlan p = decode();
+  p.continuing[0].seq_id = 77;
+  p.order = {77};
+  expect_invalid(p, "does not hold it");
+  p = decode();
+  p.order = {};
+  expect_invalid(p, "order lists 0");
+  p = decode();
+  p.continuing[0].token_ids = {kVocab};
+  expect_invalid(p, "outside the vocabulary");
+  p = decode();
+  p.continuing[0].new_block_ids = {};
+  expect_invalid(p, "send the missing block ids");
+  p = decode();
+  p.continuing[0].new_block_ids = {int32_t{kNumBlocks}};
+  expect_invalid(p, "outside the KV cache");
+  p = decode();
+  p.finished = {a.id};
+  expect_invalid(p, "continuing and finished");
+  p = decode();
+  p.new_sequences.push_back({.seq_id = a.id, .prompt = a.prompt, .token_ids = a.prompt, .block_ids = a.blocks});
+  p.order.push_back(a.id);
+  expect_invalid(p, "already holds it");
+  p = decode();
+  p.new_sequences.push_back({.seq_id = 500, .prompt = {1, 2, 3}, .token_ids = {1, 3}, .block_ids = {0}});
+  p.order.push_back(500);
+  expect_invalid(p, "prompt + output has 2");
+  p = decode();
+  p.new_sequences.push_back({.seq_id = 500, .prompt = {1, 2, 3}, .token_ids = {1, 2, 3}, .block_ids = {0}});
+  p.new_sequences.back().sampling.top_p = 0;
+  p.order.push_back(500);
+  expect_invalid(p, "top_p");
+  EXPECT_EQ(runner_->num_sequences(), 1);
+  EXPECT_FALSE(runner_->contains(500));
+
+  // The state is untouched: the real decode continues as the engine does.
+  DecodeToEnd({&a});
+  EXPECT_EQ(a.output, want[0]);
+  // Unknown finished ids are ignored.
+  absl::StatusOr<std::vector<StepToken>> got = runner_->Run(StepPlan{.finished = {12345}});
+  EXPECT_TRUE(got.ok()) << got.status();
+}
+
+TEST_F(StepRunnerTest, OtherRanksReturnNoTokens) {
+  StepRunner rank1(*model_, *cache_, /*rank=*/1);
+  StepPlan plan;
+  NewSequencePlan s{.seq_id = 4, .prompt = {5, 6, 7}, .token_ids = {5, 6, 7}, .block_ids = {2}, .sample = true};
+  plan.new_sequences.push_back(s);
+  plan.order = {4};
+  absl::StatusOr<std::vector<StepToken>> got = rank1.Run(plan);
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_TRUE(got->empty());
+  EXPECT_TRUE(rank1.contains(4));
+}
+
+}  // namespace
+}  // namespace tpserve

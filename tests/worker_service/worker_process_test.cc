@@ -1,0 +1,398 @@
+// tpserve-worker as real processes against a stand-in coordinator that speaks
+// worker.proto: two ranks load a generated model over gloo (rendezvous through
+// StoreSet/StoreGet), profile, allocate the KV cache and run steps (chunked
+// prefill, decodes, a finished sequence); rank 0's greedy tokens equal the
+// offline engine's. Also: a bad step is an error reply and the worker goes on;
+// no coordinator, a refused Hello and a coordinator that goes away end the
+// worker with exit 1 and a line that says why; SIGTERM ends it with exit 0.
+#include <signal.h>
+#include <sys/socket.h>
+#include <netinet/in.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "backend/cpu_backend.h"
+#include "gtest/gtest.h"
+#include "tests/launcher/test_process.h"
+#include "tests/worker/worker_test_util.h"
+#include "tests/worker_service/fake_coordinator.h"
+#include "worker/engine.h"
+
+namespace tpserve::worker_service_test {
+namespace {
+
+using launcher_test::ReadFile;
+using launcher_test::StartProcess;
+using launcher_test::WaitProcess;
+using testing_util::TempDir;
+
+constexpr int32_t kVocab = 301;
+constexpr uint32_t kBlockSize = 4;
+
+std::string WorkerBinary() { return std::string(TPSERVE_BINARY_DIR) + "/tools/worker/tpserve-worker"; }
+
+uint64_t TestSeed() {
+  if (const char* s = std::getenv("TPSERVE_TEST_SEED"); s != nullptr && *s) return std::stoull(s);
+  return std::random_device{}();
+}
+
+// A TCP port nothing listens on (bound, then closed).
+int FreePort() {
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof(addr);
+  bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
+  getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
+  close(fd);
+  return ntohs(addr.sin_port);
+}
+
+int ExitCode(std::optional<int> status) {
+  if (!status) return -1000;  // killed at the deadline
+  return WIFEXITED(*status) ? WEXITSTATUS(*status) : 128 + WTERMSIG(*status);
+}
+
+class WorkerProcessTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    dir_ = new TempDir();
+    testing_util::MakeModel(dir_->path() / "m",
+                            "--arch qwen3 --hidden 64 --intermediate 96 --layers 2 --heads 4 --kv-heads 2 "
+                            "--head-dim 32 --vocab 301 --dtype f32 --tie 0 --seed 41");
+  }
+  static void TearDownTestSuite() { delete dir_; }
+
+  void TearDown() override {
+    for (pid_t pid : pids_) {
+      if (kill(pid, 0) == 0) kill(pid, SIGKILL);
+      waitpid(pid, nullptr, 0);
+    }
+  }
+
+  // Starts rank `rank` of `world`; its stderr goes to log(rank).
+  pid_t StartWorker(const std::string& address, int rank, int world, const std::vector<std::string>& extra = {}) {
+    std::vector<std::string> argv = {WorkerBinary(),     "--coordinator", address, "--rank", std::to_string(rank),
+                                     "--world-size",     std::to_string(world), "--local-rank", std::to_string(rank),
+                                     "--threads", "1"};
+    argv.insert(argv.end(), extra.begin(), extra.end());
+    const pid_t pid = StartProcess(argv, {}, Log(rank) + ".out", Log(rank));
+    EXPECT_GT(pid, 0);
+    pids_.push_back(pid);
+    return pid;
+  }
+  std::string Log(int rank) const { return (logs_.path() / absl::StrCat("rank", rank, ".err")).string(); }
+  // Waits for `pid` (it is then no longer killed in TearDown) and returns its exit code.
+  int Wait(pid_t pid, absl::Duration timeout) {
+    const int code = ExitCode(WaitProcess(pid, timeout));
+    pids_.erase(std::remove(pids_.begin(), pids_.end(), pid), pids_.end());
+    return code;
+  }
+
+  static iv1::CoordinatorMessage LoadCommand(uint32_t tp) {
+    iv1::CoordinatorMessage m;
+    iv1::Load* load = m.mutable_load();
+    load->set_model_dir((dir_->path() / "m").string());
+    load->set_backend("cpu");
+    load->set_tensor_parallel_size(tp);
+    load->set_store_prefix("job-1");
+    load->set_block_size(kBlockSize);
+    load->set_max_num_batched_tokens(64);
+    load->set_max_num_seqs(8);
+    load->set_max_model_len(128);
+    return m;
+  }
+
+  static TempDir* dir_;
+  TempDir logs_;
+  std::vector<pid_t> pids_;
+};
+TempDir* WorkerProcessTest::dir_ = nullptr;
+
+// What the stand-in coordinator knows of a sequence.
+struct Seq {
+  uint64_t id = 0;
+  std::vector<int32_t> prompt, output;
+  int64_t computed = 0;
+  std::vector<int32_t> blocks;
+  size_t blocks_sent = 0;
+  bool known = false;
+  int64_t max_tokens = 0;
+  int64_t size() const { return std::ssize(prompt) + std::ssize(output); }
+  int32_t at(int64_t p) const {
+    return p < std::ssize(prompt) ? prompt[static_cast<size_t>(p)] : output[static_cast<size_t>(p - std::ssize(prompt))];
+  }
+};
+
+// Builds the Step that computes n more tokens of each scheduled sequence
+// (multi-token ones first) and allocates their blocks.
+iv1::CoordinatorMessage BuildStep(uint64_t step_id, std::vector<std::pair<Seq*, int64_t>> scheduled,
+                                  const std::vector<uint64_t>& finished, int32_t& next_block) {
+  iv1::CoordinatorMessage m;
+  iv1::Step* step = m.mutable_step();
+  step->set_step_id(step_id);
+  for (uint64_t id : finished) step->add_finished(id);
+  std::stable_partition(scheduled.begin(), scheduled.end(), [](const auto& p) { return p.second > 1; });
+  for (auto& [seq, n] : scheduled) {
+    const int64_t end = seq->computed + n;
+    while (std::ssize(seq->blocks) * kBlockSize < end) seq->blocks.push_back(next_block++);
+    const bool sample = end == seq->size();
+    if (!seq->known) {
+      iv1::NewSequence* s = step->add_new_sequences();
+      s->set_seq_id(seq->id);
+      for (int32_t t : seq->prompt) s->add_prompt_token_ids(t);
+      for (int32_t t : seq->output) s->add_output_token_ids(t);
+      for (int64_t p = seq->computed; p < end; ++p) s->add_token_ids(seq->at(p));
+      s->set_num_computed_tokens(static_cast<uint32_t>(seq->computed));
+      for (int32_t b : seq->blocks) s->add_block_ids(b);
+      s->mutable_sampling()->set_temperature(0);
+      s->mutable_sampling()->set_top_p(1);
+      s->mutable_sampling()->set_top_k(-1);
+      s->mutable_sampling()->set_repetition_penalty(1);
+      s->mutable_sampling()->set_logprobs(2);
+      s->set_sample(sample);
+    } else {
+      iv1::ContinuingSequence* s = step->add_continuing();
+      s->set_seq_id(seq->id);
+      for (size_t b = seq->blocks_sent; b < seq->blocks.size(); ++b) s->add_new_block_ids(seq->blocks[b]);
+      for (int64_t p = seq->computed; p < end; ++p) s->add_token_ids(seq->at(p));
+      s->set_sample(sample);
+    }
+    step->add_order(seq->id);
+    seq->known = true;
+    seq->blocks_sent = seq->blocks.size();
+    seq->computed = end;
+  }
+  return m;
+}
+
+TEST_F(WorkerProcessTest, TwoRanksServeStepsWithTheEnginesGreedyTokens) {
+  const uint64_t seed = TestSeed();
+  SCOPED_TRACE("TPSERVE_TEST_SEED=" + std::to_string(seed));
+  std::mt19937_64 rng(seed);
+  FakeCoordinator coordinator(2);
+  const pid_t rank0 = StartWorker(coordinator.address(), 0, 2);
+  const pid_t rank1 = StartWorker(coordinator.address(), 1, 2);
+  ASSERT_TRUE(coordinator.WaitForWorkers(absl::Seconds(30))) << ReadFile(Log(0)) << ReadFile(Log(1));
+  const std::vector<iv1::Hello> hellos = coordinator.hellos();
+  for (int r = 0; r < 2; ++r) {
+    EXPECT_EQ(hellos[r].rank(), static_cast<uint32_t>(r));
+    EXPECT_EQ(hellos[r].world_size(), 2u);
+    EXPECT_EQ(hellos[r].local_rank(), static_cast<uint32_t>(r));
+    EXPECT_EQ(hellos[r].protocol_version(), 1u);
+    EXPECT_EQ(hellos[r].device(), "cpu");
+    EXPECT_GT(hellos[r].free_memory(), 0u);
+    EXPECT_FALSE(hellos[r].host().empty());
+  }
+  EXPECT_EQ(hellos[0].pid(), static_cast<uint32_t>(rank0));
+  EXPECT_EQ(hellos[1].pid(), static_cast<uint32_t>(rank1));
+
+  auto run = [&](iv1::CoordinatorMessage m) {
+    absl::StatusOr<std::vector<iv1::WorkerMessage>> replies = coordinator.RunOnAll(std::move(m));
+    EXPECT_TRUE(replies.ok()) << replies.status() << "\n" << ReadFile(Log(0)) << ReadFile(Log(1));
+    return replies.ok() ? *replies : std::vector<iv1::WorkerMessage>{};
+  };
+  auto expect_ok = [&](const std::vector<iv1::WorkerMessage>& replies, const char* what) {
+    ASSERT_EQ(replies.size(), 2u) << what;
+    for (const iv1::WorkerMessage& r : replies) EXPECT_EQ(r.error(), "") << what;
+  };
+  std::vector<iv1::WorkerMessage> replies = run(LoadCommand(2));
+  expect_ok(replies, "Load");
+  ASSERT_TRUE(replies[0].has_loaded());
+
+  iv1::CoordinatorMessage profile;
+  profile.mutable_profile()->set_gpu_memory_utilization(0.9f);
+  replies = run(profile);
+  expect_ok(replies, "Profile");
+  uint64_t blocks = UINT64_MAX;
+  for (const iv1::WorkerMessage& r : replies) {
+    ASSERT_TRUE(r.has_profile());
+    // K and V of 2 layers, 4 tokens, 1 local KV head of 32 floats.
+    EXPECT_EQ(r.profile().block_bytes(), 2u * 2 * kBlockSize * 1 * 32 * 4);
+    EXPECT_GT(r.profile().max_num_blocks(), 0u);
+    EXPECT_LE(r.profile().max_num_blocks(), 8u * 128 / kBlockSize) << "max_num_seqs x max_model_len caps it";
+    blocks = std::min(blocks, r.profile().max_num_blocks());
+  }
+  iv1::CoordinatorMessage allocate;
+  allocate.mutable_allocate_kv()->set_num_blocks(blocks);
+  expect_ok(run(allocate), "AllocateKv");
+  iv1::CoordinatorMessage warm;
+  warm.mutable_warm_up();
+  expect_ok(run(warm), "WarmUp");
+
+  auto random_tokens = [&](int n) {
+    std::vector<int32_t> t(static_cast<size_t>(n));
+    for (int32_t& x : t) x = static_cast<int32_t>(rng() % kVocab);
+    return t;
+  };
+  Seq a{.id = 11, .prompt = random_tokens(13), .max_tokens = 6};
+  Seq b{.id = 4, .prompt = random_tokens(23), .max_tokens = 8};
+
+  // The engine's greedy tokens (one process, tp = 1).
+  std::vector<std::vector<int32_t>> want;
+  {
+    std::unique_ptr<Backend> backend = MakeCpuBackend();
+    std::unique_ptr<Communicator> comm = MakeSoloCommunicator();
+    absl::StatusOr<std::unique_ptr<Engine>> engine = Engine::Create(dir_->path() / "m", *backend, *comm, {});
+    ASSERT_TRUE(engine.ok()) << engine.status();
+    std::vector<GenerationRequest> reqs(2);
+    reqs[0].prompt = a.prompt;
+    reqs[1].prompt = b.prompt;
+    for (size_t i = 0; i < 2; ++i) {
+      reqs[i].sampling.temperature = 0;
+      reqs[i].ignore_eos = true;
+      reqs[i].max_tokens = i == 0 ? a.max_tokens : b.max_tokens;
+    }
+    absl::StatusOr<std::vector<GenerationResult>> out = (*engine)->Generate(reqs);
+    ASSERT_TRUE(out.ok()) << out.status();
+    for (const GenerationResult& r : *out) want.push_back(r.tokens);
+  }
+
+  int32_t next_block = 1;
+  uint64_t step_id = 0;
+  auto step = [&](std::vector<std::pair<Seq*, int64_t>> scheduled, std::vector<uint64_t> finished = {}) {
+    std::vector<iv1::WorkerMessage> r = run(BuildStep(++step_id, scheduled, finished, next_block));
+    expect_ok(r, "Step");
+    if (r.size() != 2) return;
+    EXPECT_EQ(r[1].step().tokens_size(), 0) << "only rank 0 samples";
+    EXPECT_EQ(r[0].step().step_id(), step_id);
+    for (const iv1::SampledToken& t : r[0].step().tokens()) {
+      Seq* seq = t.seq_id() == a.id ? &a : t.seq_id() == b.id ? &b : nullptr;
+      ASSERT_NE(seq, nullptr) << "token for unknown sequence " << t.seq_id();
+      EXPECT_EQ(seq->computed, seq->size()) << "sampled mid-prefill";
+      EXPECT_EQ(t.top_ids_size(), 2) << "logprobs = 2 asks for two alternatives";
+      EXPECT_EQ(t.top_ids(0), t.token_id()) << "greedy takes the most likely token";
+      EXPECT_LE(t.logprob(), 0.0f);
+      seq->output.push_back(t.token_id());
+    }
+  };
+  step({{&a, 13}, {&b, 10}});  // a whole, b's first chunk (not sampled)
+  EXPECT_EQ(a.output.size(), 1u);
+  EXPECT_TRUE(b.output.empty());
+  step({{&a, 1}, {&b, 13}});  // a decodes, b's last chunk
+  ASSERT_EQ(b.output.size(), 1u);
+
+  // A step the workers cannot apply is an error reply on every rank, and changes nothing.
+  iv1::CoordinatorMessage bad;
+  bad.mutable_step()->set_step_id(999);
+  iv1::ContinuingSequence* ghost = bad.mutable_step()->add_continuing();
+  ghost->set_seq_id(12345);
+  ghost->add_token_ids(1);
+  bad.mutable_step()->add_order(12345);
+  for (const iv1::WorkerMessage& r : run(bad)) {
+    EXPECT_NE(r.error().find("does not hold it"), std::string::npos) << r.error();
+  }
+
+  std::vector<uint64_t> finished;
+  for (int guard = 0; guard < 20; ++guard) {
+    std::vector<std::pair<Seq*, int64_t>> scheduled;
+    for (Seq* s : {&a, &b}) {
+      if (std::ssize(s->output) >= s->max_tokens) {
+        if (s->known) {
+          finished.push_back(s->id);
+          s->known = false;
+        }
+      } else {
+        scheduled.emplace_back(s, 1);
+      }
+    }
+    if (scheduled.empty()) break;
+    step(scheduled, std::exchange(finished, {}));
+  }
+  EXPECT_EQ(a.output, want[0]);
+  EXPECT_EQ(b.output, want[1]);
+
+  iv1::CoordinatorMessage shutdown;
+  shutdown.mutable_shutdown();
+  expect_ok(run(shutdown), "Shutdown");
+  EXPECT_EQ(Wait(rank0, absl::Seconds(20)), 0) << ReadFile(Log(0));
+  EXPECT_EQ(Wait(rank1, absl::Seconds(20)), 0) << ReadFile(Log(1));
+  EXPECT_NE(ReadFile(Log(0)).find("shut down by the coordinator"), std::string::npos) << ReadFile(Log(0));
+}
+
+TEST_F(WorkerProcessTest, CommandsOutOfOrderAreErrorRepliesNotCrashes) {
+  FakeCoordinator coordinator(1);
+  const pid_t pid = StartWorker(coordinator.address(), 0, 1);
+  ASSERT_TRUE(coordinator.WaitForWorkers(absl::Seconds(30))) << ReadFile(Log(0));
+  iv1::CoordinatorMessage step;
+  step.mutable_step()->set_step_id(1);
+  absl::StatusOr<std::vector<iv1::WorkerMessage>> r = coordinator.RunOnAll(step);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_NE((*r)[0].error().find("Step before AllocateKv"), std::string::npos) << (*r)[0].error();
+  iv1::CoordinatorMessage load = LoadCommand(1);
+  load.mutable_load()->set_backend("tpu");
+  r = coordinator.RunOnAll(load);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_NE((*r)[0].error().find("unknown backend \"tpu\""), std::string::npos) << (*r)[0].error();
+  load.mutable_load()->set_backend("cpu");
+  load.mutable_load()->set_model_dir((dir_->path() / "missing").string());
+  r = coordinator.RunOnAll(load);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_NE((*r)[0].error().find("missing"), std::string::npos) << (*r)[0].error();
+  // Still serving: a good Load works.
+  r = coordinator.RunOnAll(LoadCommand(1));
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ((*r)[0].error(), "");
+  iv1::CoordinatorMessage shutdown;
+  shutdown.mutable_shutdown();
+  ASSERT_TRUE(coordinator.RunOnAll(shutdown).ok());
+  EXPECT_EQ(Wait(pid, absl::Seconds(20)), 0) << ReadFile(Log(0));
+}
+
+TEST_F(WorkerProcessTest, NoCoordinatorIsExitOneNamingTheAddress) {
+  const std::string address = absl::StrCat("127.0.0.1:", FreePort());
+  const pid_t pid = StartWorker(address, 0, 1, {"--connect-timeout", "1s"});
+  EXPECT_EQ(Wait(pid, absl::Seconds(20)), 1);
+  const std::string log = ReadFile(Log(0));
+  EXPECT_NE(log.find("the coordinator at " + address + " did not answer within 1s"), std::string::npos) << log;
+}
+
+TEST_F(WorkerProcessTest, KeepsDiallingACoordinatorThatStartsLate) {
+  const int port = FreePort();
+  const pid_t pid = StartWorker(absl::StrCat("127.0.0.1:", port), 0, 1, {"--connect-timeout", "30s"});
+  absl::SleepFor(absl::Milliseconds(1500));
+  FakeCoordinator coordinator(1, port);
+  ASSERT_TRUE(coordinator.WaitForWorkers(absl::Seconds(20))) << ReadFile(Log(0));
+  iv1::CoordinatorMessage shutdown;
+  shutdown.mutable_shutdown();
+  ASSERT_TRUE(coordinator.RunOnAll(shutdown).ok());
+  EXPECT_EQ(Wait(pid, absl::Seconds(20)), 0) << ReadFile(Log(0));
+}
+
+TEST_F(WorkerProcessTest, RefusedHelloIsExitOneWithTheReason) {
+  FakeCoordinator coordinator(1, 0, "worker speaks protocol version 1 but this coordinator speaks 2");
+  const pid_t pid = StartWorker(coordinator.address(), 0, 1);
+  EXPECT_EQ(Wait(pid, absl::Seconds(20)), 1);
+  const std::string log = ReadFile(Log(0));
+  EXPECT_NE(log.find("this coordinator speaks 2"), std::string::npos) << log;
+}
+
+TEST_F(WorkerProcessTest, CoordinatorGoingAwayIsExitOne) {
+  auto coordinator = std::make_unique<FakeCoordinator>(1);
+  const pid_t pid = StartWorker(coordinator->address(), 0, 1);
+  ASSERT_TRUE(coordinator->WaitForWorkers(absl::Seconds(30))) << ReadFile(Log(0));
+  ASSERT_TRUE(coordinator->RunOnAll(LoadCommand(1)).ok());
+  coordinator.reset();  // the coordinator dies
+  EXPECT_EQ(Wait(pid, absl::Seconds(20)), 1);
+  const std::string log = ReadFile(Log(0));
+  EXPECT_NE(log.find("ended without Shutdown"), std::string::npos) << log;
+}
+
+TEST_F(WorkerProcessTest, SigtermIsACleanExit) {
+  FakeCoordinator coordinator(1);
+  const pid_t pid = StartWorker(coordinator.address(), 0, 1);
+  ASSERT_TRUE(coordinator.WaitForWorkers(absl::Seconds(30))) << ReadFile(Log(0));
+  kill(pid, SIGTERM);
+  EXPECT_EQ(Wait(pid, absl::Seconds(20)), 0) << ReadFile(Log(0));
+  EXPECT_NE(ReadFile(Log(0)).find("stopped by a signal"), std::string::npos) << ReadFile(Log(0));
+}
+
+}  // namespace
+}  // namespace tpserve::worker_service_test

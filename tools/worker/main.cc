@@ -1,0 +1,116 @@
+// tpserve-worker --coordinator HOST:PORT [--rank R --world-size N --local-rank L]
+//                [--connect-timeout 60s] [--comm-host 127.0.0.1] [--threads 0]
+//
+// One tensor-parallel rank. Started by `mpirun -np N tpserve-worker ...`, by
+// `tpserve-launch --nproc-per-node N -- tpserve-worker ...` or by the
+// coordinator's --spawn-workers; reads its rank from the launcher's environment
+// (comm/rank_env.h) unless the flags say otherwise, dials the coordinator and
+// serves its commands until Shutdown (exit 0). SIGTERM / SIGINT end it cleanly
+// (exit 0); a coordinator that cannot be reached or goes away, or a failed
+// collective, is exit 1 with the reason on stderr.
+#include <signal.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <cstddef>
+#include <cstdio>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/flags/usage.h"
+#include "comm/rank_env.h"
+#include "worker_service/session.h"
+
+ABSL_FLAG(std::string, coordinator, "", "the coordinator's worker address, HOST:PORT (required)");
+ABSL_FLAG(int, rank, -1, "this worker's rank (default: from mpirun / PMI / torchrun environment)");
+ABSL_FLAG(int, world_size, -1, "number of ranks (default: from the launcher's environment)");
+ABSL_FLAG(int, local_rank, -1, "rank on this host = device index (default: from the environment)");
+ABSL_FLAG(absl::Duration, connect_timeout, absl::Seconds(60), "how long to keep dialling the coordinator");
+ABSL_FLAG(std::string, comm_host, "127.0.0.1",
+          "address this rank's gloo transport listens on (a routable one when ranks span hosts)");
+ABSL_FLAG(int, threads, 0, "CPU backend GEMM threads (0 = cores / ranks on this host)");
+
+namespace {
+
+int g_signal_pipe[2] = {-1, -1};
+
+void OnSignal(int) {
+  const char byte = 1;
+  (void)!write(g_signal_pipe[1], &byte, 1);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  absl::SetProgramUsageMessage(
+      "serves one tensor-parallel rank for tpserve-coordinator.\n"
+      "  mpirun -np N tpserve-worker --coordinator HOST:PORT\n"
+      "  tpserve-launch --nproc-per-node N -- tpserve-worker --coordinator HOST:PORT");
+  // Flags are spelled with dashes (--connect-timeout); absl wants underscores.
+  std::vector<std::string> args(argv, argv + argc);
+  for (size_t i = 1; i < args.size(); ++i) {
+    std::string& a = args[i];
+    if (a.rfind("--", 0) != 0) continue;
+    const size_t end = std::min(a.find('='), a.size());
+    std::replace(a.begin() + 2, a.begin() + static_cast<std::ptrdiff_t>(end), '-', '_');
+  }
+  std::vector<char*> cargs;
+  for (std::string& a : args) cargs.push_back(a.data());
+  std::vector<char*> rest = absl::ParseCommandLine(static_cast<int>(cargs.size()), cargs.data());
+  if (rest.size() > 1) {
+    std::fprintf(stderr, "tpserve-worker: unexpected argument '%s'; see --help\n", rest[1]);
+    return 2;
+  }
+  tpserve::SessionOptions options;
+  options.coordinator = absl::GetFlag(FLAGS_coordinator);
+  if (options.coordinator.empty()) {
+    std::fprintf(stderr, "tpserve-worker: --coordinator HOST:PORT is required (the coordinator's worker address)\n");
+    return 2;
+  }
+  tpserve::RankOverrides overrides;
+  if (absl::GetFlag(FLAGS_rank) >= 0) overrides.rank = absl::GetFlag(FLAGS_rank);
+  if (absl::GetFlag(FLAGS_world_size) >= 0) overrides.world_size = absl::GetFlag(FLAGS_world_size);
+  if (absl::GetFlag(FLAGS_local_rank) >= 0) overrides.local_rank = absl::GetFlag(FLAGS_local_rank);
+  absl::StatusOr<tpserve::RankEnv> env = tpserve::ReadRankEnv(overrides);
+  if (!env.ok()) {
+    std::fprintf(stderr, "tpserve-worker: %s\n", std::string(env.status().message()).c_str());
+    return 2;
+  }
+  options.worker.rank = *env;
+  options.connect_timeout = absl::GetFlag(FLAGS_connect_timeout);
+  options.worker.comm_host = absl::GetFlag(FLAGS_comm_host);
+  options.worker.cpu_threads = absl::GetFlag(FLAGS_threads);
+
+  // SIGTERM / SIGINT: the handler only writes a byte to a pipe (libraries
+  // such as OpenBLAS start threads before main, so masking the signals and
+  // sigwait-ing in one thread would not catch them all); a thread reads it and
+  // stops the session.
+  if (pipe(g_signal_pipe) != 0) {
+    std::perror("tpserve-worker: pipe");
+    return 1;
+  }
+  struct sigaction action {};
+  action.sa_handler = OnSignal;
+  sigemptyset(&action.sa_mask);
+  sigaction(SIGTERM, &action, nullptr);
+  sigaction(SIGINT, &action, nullptr);
+  tpserve::SessionStopper stopper;
+  std::atomic<bool> done{false};
+  std::thread waiter([&] {
+    char byte = 0;
+    while (read(g_signal_pipe[0], &byte, 1) < 0 && errno == EINTR) {
+    }
+    if (!done.load()) stopper.Stop();
+  });
+  const int code = tpserve::RunWorkerSession(options, stopper);
+  done.store(true);
+  const char byte = 0;
+  (void)!write(g_signal_pipe[1], &byte, 1);  // wake the waiter
+  waiter.join();
+  return code;
+}

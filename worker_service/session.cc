@@ -1,0 +1,146 @@
+#include "worker_service/session.h"
+
+#include <cstdio>
+#include <memory>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "grpcpp/grpcpp.h"
+#include "worker_service/coordinator_store.h"
+
+namespace tpserve {
+namespace iv1 = tpserve::internal::v1;
+namespace {
+
+void Log(int rank, const std::string& line) {
+  std::fprintf(stderr, "tpserve-worker[rank %d]: %s\n", rank, line.c_str());
+}
+
+const char* CommandName(const iv1::CoordinatorMessage& m) {
+  switch (m.command_case()) {
+    case iv1::CoordinatorMessage::kLoad: return "Load";
+    case iv1::CoordinatorMessage::kProfile: return "Profile";
+    case iv1::CoordinatorMessage::kAllocateKv: return "AllocateKv";
+    case iv1::CoordinatorMessage::kWarmUp: return "WarmUp";
+    case iv1::CoordinatorMessage::kStep: return "Step";
+    case iv1::CoordinatorMessage::kShutdown: return "Shutdown";
+    default: return "unknown";
+  }
+}
+
+std::string Describe(const grpc::Status& s) {
+  return absl::StrCat("gRPC status ", static_cast<int>(s.error_code()), " \"", s.error_message(), "\"");
+}
+
+}  // namespace
+
+void SessionStopper::Stop() {
+  absl::MutexLock lock(&mu_);
+  stopped_ = true;
+  if (context_ != nullptr) context_->TryCancel();
+}
+
+bool SessionStopper::stopped() const {
+  absl::MutexLock lock(&mu_);
+  return stopped_;
+}
+
+void SessionStopper::Attach(grpc::ClientContext* context) {
+  absl::MutexLock lock(&mu_);
+  context_ = context;
+  if (context_ != nullptr && stopped_) context_->TryCancel();
+}
+
+int RunWorkerSession(const SessionOptions& options, SessionStopper& stopper) {
+  const int rank = options.worker.rank.rank;
+  const std::string& address = options.coordinator;
+  grpc::ChannelArguments args;
+  args.SetMaxReceiveMessageSize(-1);  // a step of long prompts may exceed 4 MB
+  args.SetMaxSendMessageSize(-1);
+  // Retry the connection quickly while the coordinator starts.
+  args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
+  args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 100);
+  args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
+  std::shared_ptr<grpc::Channel> channel = grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), args);
+
+  Log(rank, absl::StrCat("rank ", rank, " of ", options.worker.rank.world_size, " (local rank ",
+                         options.worker.rank.local_rank, ", from ", options.worker.rank.source,
+                         "), dialling the coordinator at ", address));
+  const absl::Time deadline = absl::Now() + options.connect_timeout;
+  while (!channel->WaitForConnected(absl::ToChronoTime(std::min(deadline, absl::Now() + absl::Milliseconds(250))))) {
+    if (stopper.stopped()) {
+      Log(rank, "stopped before the coordinator answered");
+      return 0;
+    }
+    if (absl::Now() >= deadline) {
+      Log(rank, absl::StrCat("the coordinator at ", address, " did not answer within ",
+                             absl::FormatDuration(options.connect_timeout),
+                             "; is tpserve-coordinator running and listening there (its --listen)? "
+                             "Raise --connect-timeout if it starts slowly"));
+      return 1;
+    }
+  }
+
+  std::shared_ptr<iv1::Worker::Stub> stub = iv1::Worker::NewStub(channel);
+  CoordinatorStore store(stub, address);
+  CommandHandler handler(options.worker, store);
+
+  grpc::ClientContext context;
+  stopper.Attach(&context);
+  std::unique_ptr<grpc::ClientReaderWriter<iv1::WorkerMessage, iv1::CoordinatorMessage>> stream =
+      stub->Session(&context);
+  iv1::WorkerMessage hello;
+  *hello.mutable_hello() = handler.MakeHello();
+  int exit_code = -1;
+  bool clean_end = false;
+  if (stream->Write(hello)) {
+    iv1::CoordinatorMessage command;
+    while (exit_code < 0 && stream->Read(&command)) {
+      CommandHandler::Outcome outcome = handler.Handle(command);
+      if (!outcome.reply.error().empty()) {
+        Log(rank, absl::StrCat(CommandName(command), " (seq ", command.seq(), ") failed: ", outcome.reply.error()));
+      } else if (command.command_case() != iv1::CoordinatorMessage::kStep) {
+        Log(rank, absl::StrCat(CommandName(command), " done"));
+      }
+      if (!stream->Write(outcome.reply)) break;
+      if (outcome.exit_code) {
+        exit_code = *outcome.exit_code;
+        clean_end = command.command_case() == iv1::CoordinatorMessage::kShutdown;
+      }
+    }
+  }
+  if (exit_code >= 0) {
+    // Let the coordinator close the stream; do not wait for ever.
+    stream->WritesDone();
+    absl::Mutex mu;
+    bool finished = false;
+    std::thread watchdog([&] {
+      absl::MutexLock lock(&mu);
+      if (!mu.AwaitWithTimeout(absl::Condition(&finished), absl::Seconds(5))) context.TryCancel();
+    });
+    iv1::CoordinatorMessage ignored;
+    while (stream->Read(&ignored)) {
+    }
+    (void)stream->Finish();
+    {
+      absl::MutexLock lock(&mu);
+      finished = true;
+    }
+    watchdog.join();
+    stopper.Attach(nullptr);
+    Log(rank, clean_end ? "shut down by the coordinator" : absl::StrCat("exiting with code ", exit_code));
+    return exit_code;
+  }
+  const grpc::Status status = stream->Finish();
+  stopper.Attach(nullptr);
+  if (stopper.stopped()) {
+    Log(rank, "stopped by a signal");
+    return 0;
+  }
+  Log(rank, absl::StrCat("the session with the coordinator at ", address, " ended without Shutdown (",
+                         Describe(status), "); the coordinator refused this worker or went away, exiting"));
+  return 1;
+}
+
+}  // namespace tpserve

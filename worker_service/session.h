@@ -1,0 +1,50 @@
+// The worker process's life (tpserve-worker): dial the coordinator, open the
+// Session stream, say Hello, answer every command in order until Shutdown.
+//
+//   * The coordinator is dialled again and again until `connect_timeout`
+//     passes (it may still be starting); then the error names the address.
+//   * A Hello the coordinator refuses (duplicate rank, wrong world size,
+//     protocol version) ends the stream with its reason: logged, exit 1.
+//   * The stream breaking without Shutdown (the coordinator died) is logged
+//     with the gRPC status: exit 1.
+//   * A failed collective: the error is replied, then exit 1.
+//   * Stop() (SIGTERM, SIGINT) cancels the stream: exit 0.
+#pragma once
+
+#include <string>
+
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "worker_service/command_handler.h"
+
+namespace grpc {
+class ClientContext;
+}
+
+namespace tpserve {
+
+struct SessionOptions {
+  std::string coordinator;                       // HOST:PORT
+  absl::Duration connect_timeout = absl::Seconds(60);
+  WorkerOptions worker;
+};
+
+// Lets another thread (the signal handler's) end a running session.
+class SessionStopper {
+ public:
+  void Stop();
+  bool stopped() const;
+  // The context of the RPC in flight, cancelled by Stop (nullptr: none).
+  void Attach(grpc::ClientContext* context);
+
+ private:
+  mutable absl::Mutex mu_;
+  bool stopped_ ABSL_GUARDED_BY(mu_) = false;
+  grpc::ClientContext* context_ ABSL_GUARDED_BY(mu_) = nullptr;
+};
+
+// Runs the worker until Shutdown, Stop or an error; returns the exit code.
+// Logs to stderr, each line prefixed "tpserve-worker[rank R]: ".
+int RunWorkerSession(const SessionOptions& options, SessionStopper& stopper);
+
+}  // namespace tpserve
