@@ -118,8 +118,12 @@ EngineStats EngineLoop::stats() const {
 }
 
 void EngineLoop::Publish() {
-  const BlockManagerStats b = blocks_.stats();
   absl::MutexLock lock(&mu_);
+  PublishLocked();
+}
+
+void EngineLoop::PublishLocked() {
+  const BlockManagerStats b = blocks_.stats();
   stats_.num_blocks = b.num_blocks;
   stats_.free_blocks = b.free_blocks;
   stats_.prefix_cache_hit_rate = b.prefix_hit_rate();
@@ -175,6 +179,7 @@ void EngineLoop::End(uint64_t seq_id, absl::Status status) {
   {
     absl::MutexLock lock(&mu_);
     ids_.erase(live->request_id);
+    PublishLocked();  // a client that sees the end then asks GetServerInfo sees its blocks freed
     cv_.SignalAll();
   }
   live->out->End(std::move(status));

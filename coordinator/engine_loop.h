@@ -100,6 +100,7 @@ class EngineLoop {
   void End(uint64_t seq_id, absl::Status status);                 // error end
   void Complete(uint64_t seq_id, StopReason reason, std::string matched_stop);
   void Publish();  // stats snapshot
+  void PublishLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const Tokenizer& tokenizer_;
   EngineLoopOptions options_;

@@ -1,0 +1,337 @@
+// The engine loop against a fake set of workers that keeps per-sequence state
+// from the step diffs exactly as a worker must, and "samples" a token that is a
+// pure function of everything the sequence computed so far. The outputs are
+// then independent of batching, chunking, prefix caching and preemption, and
+// any inconsistency between what the coordinator sends and what it believes
+// the workers hold shows up as a wrong token.
+#include "coordinator/engine_loop.h"
+
+#include <gtest/gtest.h>
+
+#include <memory>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/strings/str_cat.h"
+#include "tests/tokenizer/toy_tokenizer.h"
+
+namespace tpserve {
+namespace {
+
+namespace v1 = tpserve::v1;
+namespace iv1 = tpserve::internal::v1;
+
+// The fake model: next token from the whole sequence so far (letters a..z).
+int32_t NextToken(const std::vector<int32_t>& seq) {
+  uint64_t h = 1469598103934665603ull;
+  for (int32_t t : seq) h = (h ^ static_cast<uint64_t>(t)) * 1099511628211ull;
+  return 'a' + static_cast<int32_t>(h % 26);
+}
+
+std::vector<int32_t> Expected(std::vector<int32_t> prompt, int n) {
+  std::vector<int32_t> out;
+  for (int i = 0; i < n; ++i) {
+    out.push_back(NextToken(prompt));
+    prompt.push_back(out.back());
+  }
+  return out;
+}
+
+class FakeWorkers {
+ public:
+  absl::StatusOr<iv1::StepResult> Run(const iv1::Step& step) {
+    absl::MutexLock lock(&mu_);
+    ++steps_;
+    if (!fail_next_.ok()) {
+      absl::Status s = fail_next_;
+      fail_next_ = absl::OkStatus();
+      return s;
+    }
+    for (uint64_t id : step.finished()) seqs_.erase(id);
+    iv1::StepResult result;
+    result.set_step_id(step.step_id());
+    absl::flat_hash_map<uint64_t, bool> sample;
+    for (const iv1::NewSequence& n : step.new_sequences()) {
+      if (seqs_.contains(n.seq_id())) return absl::InternalError(absl::StrCat("seq ", n.seq_id(), " sent twice"));
+      std::vector<int32_t> all(n.prompt_token_ids().begin(), n.prompt_token_ids().end());
+      all.insert(all.end(), n.output_token_ids().begin(), n.output_token_ids().end());
+      if (static_cast<size_t>(n.num_computed_tokens()) + static_cast<size_t>(n.token_ids_size()) != all.size() && n.sample()) {
+        return absl::InternalError("a sampled new sequence must reach its last token");
+      }
+      std::vector<int32_t>& s = seqs_[n.seq_id()];
+      s.assign(all.begin(), all.begin() + n.num_computed_tokens());
+      s.insert(s.end(), n.token_ids().begin(), n.token_ids().end());
+      sample[n.seq_id()] = n.sample();
+    }
+    for (const iv1::ContinuingSequence& c : step.continuing()) {
+      auto it = seqs_.find(c.seq_id());
+      if (it == seqs_.end()) return absl::InternalError(absl::StrCat("unknown seq ", c.seq_id()));
+      it->second.insert(it->second.end(), c.token_ids().begin(), c.token_ids().end());
+      sample[c.seq_id()] = c.sample();
+    }
+    for (uint64_t id : step.order()) {
+      if (!sample.at(id)) continue;
+      iv1::SampledToken* t = result.add_tokens();
+      t->set_seq_id(id);
+      const std::vector<int32_t>& s = seqs_.at(id);
+      t->set_token_id(eos_after_ > 0 && static_cast<int>(s.size()) >= eos_after_ ? testing::kEnd : NextToken(s));
+      t->set_logprob(-0.5f);
+      t->add_top_ids(t->token_id());
+      t->add_top_logprobs(-0.5f);
+    }
+    if (delay_ > absl::ZeroDuration()) absl::SleepFor(delay_);
+    return result;
+  }
+
+  absl::Mutex mu_;
+  absl::flat_hash_map<uint64_t, std::vector<int32_t>> seqs_;
+  absl::Status fail_next_;
+  absl::Duration delay_;
+  int eos_after_ = 0;  // > 0: sample EOS once a sequence holds this many tokens
+  int steps_ = 0;
+};
+
+struct Outcome {
+  std::vector<int32_t> tokens;
+  std::string text;
+  absl::Status end;
+  bool completed = false;
+  v1::Complete complete;
+};
+
+Outcome Drain(ResponseQueue& q) {
+  Outcome o;
+  v1::GenerateResponse r;
+  while (true) {
+    switch (q.Pop(absl::Seconds(30), &r, &o.end)) {
+      case ResponseQueue::Next::kMessage:
+        if (r.has_chunk()) {
+          for (uint32_t t : r.chunk().token_ids()) o.tokens.push_back(static_cast<int32_t>(t));
+          o.text += r.chunk().text();
+        } else {
+          o.completed = true;
+          o.complete = r.complete();
+        }
+        break;
+      case ResponseQueue::Next::kEnd:
+        return o;
+      case ResponseQueue::Next::kTimeout:
+        o.end = absl::DeadlineExceededError("test: no end within 30 s");
+        return o;
+    }
+  }
+}
+
+class EngineLoopTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    auto tok = Tokenizer::FromJsonText(testing::ToyTokenizerJson().dump(), "toy");
+    ASSERT_TRUE(tok.ok()) << tok.status();
+    tokenizer_ = std::move(*tok);
+  }
+  void Start(int64_t num_blocks, int32_t block_size = 4, int64_t budget = 32, int32_t max_seqs = 64,
+             int32_t max_queue = 1000) {
+    EngineLoopOptions o;
+    o.scheduler = {.max_num_batched_tokens = budget, .max_num_seqs = max_seqs, .max_queue = max_queue};
+    o.num_blocks = num_blocks;
+    o.block_size = block_size;
+    o.max_model_len = 4096;
+    o.eos_token_ids = {testing::kEnd};
+    engine_ = std::make_unique<EngineLoop>(*tokenizer_, o, [this](const iv1::Step& s) { return workers_.Run(s); });
+    engine_->Start();
+  }
+  static PreparedRequest Request(std::vector<int32_t> prompt, int64_t max_tokens) {
+    PreparedRequest r;
+    r.prompt = std::move(prompt);
+    r.stop.max_tokens = max_tokens;
+    r.sampling.set_temperature(0);
+    return r;
+  }
+  std::shared_ptr<ResponseQueue> Submit(const std::string& id, PreparedRequest r) {
+    auto q = std::make_shared<ResponseQueue>();
+    absl::Status s = engine_->Submit(id, std::move(r), q);
+    EXPECT_TRUE(s.ok()) << s;
+    return q;
+  }
+
+  std::unique_ptr<Tokenizer> tokenizer_;
+  FakeWorkers workers_;
+  std::unique_ptr<EngineLoop> engine_;
+};
+
+TEST_F(EngineLoopTest, ConcurrentRequestsUnderATinyKvPoolGetTheirOwnOutputs) {
+  const uint32_t seed = std::random_device{}();
+  SCOPED_TRACE(::testing::Message() << "seed " << seed);
+  std::mt19937 rng(seed);
+  Start(/*num_blocks=*/19, /*block_size=*/4, /*budget=*/13);
+  struct Case {
+    std::vector<int32_t> prompt;
+    int n;
+    std::shared_ptr<ResponseQueue> q;
+  };
+  std::vector<Case> cases(37);
+  for (size_t i = 0; i < cases.size(); ++i) {
+    cases[i].prompt.resize(1 + rng() % 23);
+    for (auto& t : cases[i].prompt) t = 'a' + static_cast<int32_t>(rng() % 3);  // shared prefixes
+    cases[i].n = 1 + static_cast<int>(rng() % 17);
+    cases[i].q = Submit(absl::StrCat("r", i), Request(cases[i].prompt, cases[i].n));
+  }
+  for (size_t i = 0; i < cases.size(); ++i) {
+    Outcome o = Drain(*cases[i].q);
+    ASSERT_TRUE(o.end.ok()) << "request " << i << ": " << o.end;
+    ASSERT_TRUE(o.completed);
+    EXPECT_EQ(o.tokens, Expected(cases[i].prompt, cases[i].n)) << "request " << i;
+    EXPECT_EQ(o.text, std::string(o.tokens.begin(), o.tokens.end()));
+    EXPECT_EQ(o.complete.finish_reason(), v1::LENGTH);
+    EXPECT_EQ(o.complete.usage().prompt_tokens(), cases[i].prompt.size());
+    EXPECT_EQ(o.complete.usage().completion_tokens(), static_cast<uint32_t>(cases[i].n));
+    EXPECT_GE(o.complete.timing().total_seconds(), o.complete.timing().time_to_first_token_seconds());
+  }
+  ASSERT_TRUE(engine_->WaitIdle(absl::Now() + absl::Seconds(5)));
+  const EngineStats s = engine_->stats();
+  EXPECT_EQ(s.free_blocks, s.num_blocks);
+  EXPECT_EQ(s.running, 0);
+  EXPECT_EQ(s.waiting, 0);
+}
+
+TEST_F(EngineLoopTest, SamePromptTwiceIsServedFromThePrefixCache) {
+  Start(64);
+  const std::vector<int32_t> prompt = {'a', 'b', 'c', 'd', 'e', 'f', 'g', 'h', 'i', 'j', 'k'};
+  Outcome first = Drain(*Submit("a", Request(prompt, 5)));
+  Outcome second = Drain(*Submit("b", Request(prompt, 5)));
+  ASSERT_TRUE(first.end.ok() && second.end.ok());
+  EXPECT_EQ(first.complete.usage().cached_tokens(), 0u);
+  EXPECT_EQ(second.complete.usage().cached_tokens(), 8u);  // two full blocks of 4
+  EXPECT_EQ(first.tokens, second.tokens);
+  EXPECT_GT(engine_->stats().prefix_cache_hit_rate, 0.0);
+}
+
+TEST_F(EngineLoopTest, EosEndsTheRequestWithoutItsText) {
+  workers_.eos_after_ = 6;
+  Start(64);
+  PreparedRequest r = Request({'x', 'y', 'z'}, 100);
+  r.logprobs = 1;
+  Outcome o = Drain(*Submit("a", std::move(r)));
+  ASSERT_TRUE(o.end.ok()) << o.end;
+  EXPECT_EQ(o.complete.finish_reason(), v1::EOS);
+  ASSERT_EQ(o.tokens.size(), 4u);
+  EXPECT_EQ(o.tokens.back(), testing::kEnd);
+  EXPECT_EQ(o.text.size(), 3u);
+}
+
+TEST_F(EngineLoopTest, AbortEndsWithAbortedAndFreesTheBlocks) {
+  workers_.delay_ = absl::Milliseconds(5);
+  Start(64);
+  auto q = Submit("long", Request({'a', 'b', 'c', 'd', 'e'}, 3000));
+  v1::GenerateResponse r;
+  absl::Status end;
+  ASSERT_EQ(q->Pop(absl::Seconds(10), &r, &end), ResponseQueue::Next::kMessage);  // it runs
+  EXPECT_GT(engine_->stats().num_blocks - engine_->stats().free_blocks, 0);
+  EXPECT_TRUE(engine_->Abort("long", absl::OkStatus()));
+  EXPECT_FALSE(engine_->Abort("nope", absl::OkStatus()));
+  Outcome o = Drain(*q);
+  ASSERT_TRUE(o.end.ok()) << o.end;
+  ASSERT_TRUE(o.completed);
+  EXPECT_EQ(o.complete.finish_reason(), v1::ABORTED);
+  ASSERT_TRUE(engine_->WaitIdle(absl::Now() + absl::Seconds(5)));
+  EXPECT_EQ(engine_->stats().free_blocks, 64);
+  // The workers were told to drop it.
+  for (int i = 0; i < 100; ++i) {
+    {
+      absl::MutexLock lock(&workers_.mu_);
+      if (workers_.seqs_.empty()) break;
+    }
+    Submit(absl::StrCat("poke", i), Request({'q'}, 1));  // a step carries the drop
+    absl::SleepFor(absl::Milliseconds(10));
+  }
+  absl::MutexLock lock(&workers_.mu_);
+  EXPECT_TRUE(workers_.seqs_.empty());
+}
+
+TEST_F(EngineLoopTest, CancellationEndsTheStreamWithTheGivenStatus) {
+  workers_.delay_ = absl::Milliseconds(5);
+  Start(64);
+  auto q = Submit("c", Request({'a'}, 3000));
+  absl::SleepFor(absl::Milliseconds(30));
+  engine_->Abort("c", absl::CancelledError("the client cancelled"));
+  Outcome o = Drain(*q);
+  EXPECT_EQ(o.end.code(), absl::StatusCode::kCancelled);
+  EXPECT_FALSE(o.completed);
+}
+
+TEST_F(EngineLoopTest, QueueFullIsResourceExhausted) {
+  workers_.delay_ = absl::Milliseconds(20);
+  Start(64, 4, 32, /*max_seqs=*/1, /*max_queue=*/2);
+  std::vector<std::shared_ptr<ResponseQueue>> qs;
+  absl::Status refused;
+  for (int i = 0; i < 6 && refused.ok(); ++i) {
+    auto q = std::make_shared<ResponseQueue>();
+    refused = engine_->Submit(absl::StrCat("q", i), Request({'a', 'b'}, 50), q);
+    if (refused.ok()) qs.push_back(q);
+  }
+  EXPECT_EQ(refused.code(), absl::StatusCode::kResourceExhausted) << refused;
+  EXPECT_NE(refused.message().find("--max-queue"), absl::string_view::npos);
+  EXPECT_LE(qs.size(), 3u);  // one running at most, two queued
+  for (auto& q : qs) EXPECT_TRUE(Drain(*q).end.ok());
+}
+
+TEST_F(EngineLoopTest, AFailedStepIsInternalForItsRequestsAndTheEngineGoesOn) {
+  Start(64);
+  {
+    absl::MutexLock lock(&workers_.mu_);
+    workers_.fail_next_ = absl::InternalError("rank 1: CUDA error: illegal address");
+  }
+  Outcome bad = Drain(*Submit("a", Request({'a', 'b'}, 4)));
+  EXPECT_EQ(bad.end.code(), absl::StatusCode::kInternal);
+  EXPECT_NE(bad.end.message().find("illegal address"), absl::string_view::npos) << bad.end;
+  Outcome good = Drain(*Submit("b", Request({'a', 'b'}, 4)));
+  EXPECT_TRUE(good.end.ok()) << good.end;
+  EXPECT_EQ(good.tokens, Expected({'a', 'b'}, 4));
+}
+
+TEST_F(EngineLoopTest, ALostWorkerEndsEveryStreamUnavailableAndClosesAdmission) {
+  workers_.delay_ = absl::Milliseconds(5);
+  Start(64);
+  auto q1 = Submit("a", Request({'a'}, 3000));
+  auto q2 = Submit("b", Request({'b', 'c'}, 3000));
+  absl::SleepFor(absl::Milliseconds(30));
+  {
+    absl::MutexLock lock(&workers_.mu_);
+    workers_.fail_next_ = absl::UnavailableError("worker rank 1 (h, pid 7) died: its connection closed");
+  }
+  for (auto* q : {q1.get(), q2.get()}) {
+    Outcome o = Drain(*q);
+    EXPECT_EQ(o.end.code(), absl::StatusCode::kUnavailable);
+    EXPECT_NE(o.end.message().find("worker rank 1"), absl::string_view::npos) << o.end;
+  }
+  auto q = std::make_shared<ResponseQueue>();
+  absl::Status s = engine_->Submit("c", Request({'a'}, 3), q);
+  EXPECT_EQ(s.code(), absl::StatusCode::kUnavailable);
+  EXPECT_NE(s.message().find("worker rank 1"), absl::string_view::npos) << s;
+}
+
+TEST_F(EngineLoopTest, TooLongForTheWholeCacheIsRefused) {
+  Start(/*num_blocks=*/3, /*block_size=*/4);
+  Outcome o = Drain(*Submit("big", Request(std::vector<int32_t>(20, 'a'), 2)));
+  EXPECT_EQ(o.end.code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_NE(o.end.message().find("KV blocks"), absl::string_view::npos) << o.end;
+}
+
+TEST_F(EngineLoopTest, IdleLoopRunsNoSteps) {
+  Start(64);
+  Drain(*Submit("a", Request({'a'}, 2)));
+  int before;
+  {
+    absl::MutexLock lock(&workers_.mu_);
+    before = workers_.steps_;
+  }
+  absl::SleepFor(absl::Milliseconds(100));
+  absl::MutexLock lock(&workers_.mu_);
+  EXPECT_LE(workers_.steps_, before + 1);  // at most the step that drops the finished sequence
+}
+
+}  // namespace
+}  // namespace tpserve
