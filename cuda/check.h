@@ -38,3 +38,17 @@ int DeviceCount();
 #else
 #define TPSERVE_SYNC_CHECK() CUDA_CHECK(cudaGetLastError())
 #endif
+
+// CUBLAS_CHECK(stmt): like CUDA_CHECK for cuBLAS calls (cublasStatus_t, passed on
+// as an int so this header needs no cuBLAS include); aborts with the statement,
+// file, line, device and cuBLAS's name for the status (cuda/cublas_check.cc).
+namespace tpserve::cuda {
+[[noreturn]] void FailCublas(const char* stmt, const char* file, int line, int status);
+}  // namespace tpserve::cuda
+
+#define CUBLAS_CHECK(stmt)                                                   \
+  do {                                                                       \
+    const int tpserve_cublas_status_ = static_cast<int>(stmt);               \
+    if (tpserve_cublas_status_ != 0)                                         \
+      ::tpserve::cuda::FailCublas(#stmt, __FILE__, __LINE__, tpserve_cublas_status_); \
+  } while (0)

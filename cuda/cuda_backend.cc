@@ -1,0 +1,408 @@
+#include "cuda/cuda_backend.h"
+
+#include <cublas_v2.h>
+#include <cuda_bf16.h>
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "backend/step_validation.h"
+#include "cuda/attention.cuh"
+#include "cuda/check.h"
+#include "cuda/embedding.cuh"
+#include "cuda/gather_rows.cuh"
+#include "cuda/kv_store.cuh"
+#include "cuda/qk_norm_rope.cuh"
+#include "cuda/rmsnorm.cuh"
+#include "cuda/silu_mul.cuh"
+
+namespace tpserve {
+namespace {
+
+using bf16 = __nv_bfloat16;
+
+// Shape mismatches are programming errors (backend.h): abort with the op and the shapes.
+[[noreturn]] void Die(const char* op, const std::string& what) {
+  std::fprintf(stderr, "CudaBackend::%s: %s\n", op, what.c_str());
+  std::abort();
+}
+
+void Expect(bool ok, const char* op, auto&&... what) {
+  if (!ok) Die(op, absl::StrCat(what...));
+}
+
+void ExpectDevice(const char* op, const char* name, const Tensor& t, DType dtype) {
+  Expect(t.device == Device::kCuda && t.dtype == dtype && (t.data || t.numel() == 0), op, name, " ",
+         t.ShapeString(), " must be a ", std::string(DTypeName(dtype)),
+         " CUDA tensor with data (dtype ", std::string(DTypeName(t.dtype)), ", device ",
+         t.device == Device::kCpu ? "cpu" : "cuda", ")");
+}
+
+// A bf16 device tensor viewed as [rows, cols].
+void ExpectRows(const char* op, const char* name, const Tensor& t, int64_t rows, int64_t cols) {
+  ExpectDevice(op, name, t, DType::kBF16);
+  Expect(t.ndim >= 1 && t.dim(0) == rows && t.row_width() * rows == t.numel() &&
+             (rows == 0 || t.row_width() == cols),
+         op, name, " is ", t.ShapeString(), ", expected [", rows, ", ", cols, "]");
+}
+
+void ExpectVector(const char* op, const char* name, const Tensor& t, int64_t n) {
+  ExpectDevice(op, name, t, DType::kBF16);
+  Expect(t.numel() == n, op, name, " is ", t.ShapeString(), ", expected [", n, "]");
+}
+
+// A kernel launch's error is a programming error here (shapes were checked).
+void Launched(const char* op, cudaError_t err) {
+  if (err != cudaSuccess) Die(op, absl::StrCat("kernel launch failed: ", cudaGetErrorString(err)));
+  TPSERVE_SYNC_CHECK();
+}
+
+bf16* Bf(const Tensor& t) { return static_cast<bf16*>(t.data); }
+
+class CudaBackend final : public Backend {
+ public:
+  explicit CudaBackend(int device) : device_(device) {
+    CUDA_CHECK(cudaSetDevice(device_));
+    CUDA_CHECK(cudaStreamCreate(&stream_));
+    CUDA_CHECK(cudaEventCreateWithFlags(&upload_done_, cudaEventDisableTiming));
+    CUBLAS_CHECK(cublasCreate(&cublas_));
+    CUBLAS_CHECK(cublasSetStream(cublas_, stream_));
+  }
+  ~CudaBackend() override {
+    cudaStreamSynchronize(stream_);
+    cublasDestroy(cublas_);
+    if (step_device_) cudaFree(step_device_);
+    if (step_host_) cudaFreeHost(step_host_);
+    cudaEventDestroy(upload_done_);
+    cudaStreamDestroy(stream_);
+  }
+
+  std::string name() const override { return absl::StrCat("cuda:", device_); }
+  Device device() const override { return Device::kCuda; }
+  DType compute_dtype() const override { return DType::kBF16; }
+
+  using Backend::Allocate;
+  Buffer Allocate(DType dtype, std::span<const int64_t> shape) override {
+    Expect(shape.size() >= 1 && shape.size() <= static_cast<size_t>(kMaxDims), "Allocate",
+           shape.size(), " dimensions; 1 to ", kMaxDims, " are supported");
+    Tensor t;
+    t.dtype = dtype;
+    t.device = Device::kCuda;
+    t.ndim = static_cast<int>(shape.size());
+    for (size_t i = 0; i < shape.size(); ++i) {
+      Expect(shape[i] >= 0, "Allocate", "dimension ", i, " is ", shape[i]);
+      t.shape[i] = shape[i];
+    }
+    const size_t bytes = std::max<size_t>(t.nbytes(), 1);
+    void* ptr = nullptr;
+    const cudaError_t err = cudaMalloc(&ptr, bytes);
+    if (err != cudaSuccess) {
+      cudaGetLastError();
+      Die("Allocate", absl::StrCat("cudaMalloc of ", bytes, " bytes for ", t.ShapeString(),
+                                   " on device ", device_, " failed: ", cudaGetErrorString(err),
+                                   "; lower --max-num-tokens or the KV cache size"));
+    }
+    CUDA_CHECK(cudaMemsetAsync(ptr, 0, bytes, stream_));  // zeroed, as the CPU backend's calloc
+    t.data = ptr;
+    return Buffer(t, [](void* p) { cudaFree(p); });
+  }
+
+  void CopyFromHost(const void* src, DType src_dtype, Tensor dst) override {
+    ExpectDeviceAny("CopyFromHost", "dst", dst);
+    if (dst.numel() == 0) return;
+    Expect(src != nullptr, "CopyFromHost", "src is null for dst ", dst.ShapeString());
+    const size_t n = static_cast<size_t>(dst.numel());
+    const void* host = src;
+    if (src_dtype != dst.dtype) {  // convert on the host, then one copy
+      staging_.resize(dst.nbytes());
+      ConvertDType(src, src_dtype, staging_.data(), dst.dtype, n);
+      host = staging_.data();
+    }
+    CUDA_CHECK(cudaMemcpyAsync(dst.data, host, dst.nbytes(), cudaMemcpyHostToDevice, stream_));
+    // The caller's memory (and staging_) may change as soon as we return.
+    CUDA_CHECK(cudaStreamSynchronize(stream_));
+  }
+
+  void CopyToHostF32(const Tensor& src, float* dst) override {
+    ExpectDeviceAny("CopyToHostF32", "src", src);
+    if (src.numel() == 0) return;
+    if (src.dtype == DType::kF32) {
+      CUDA_CHECK(cudaMemcpyAsync(dst, src.data, src.nbytes(), cudaMemcpyDeviceToHost, stream_));
+      CUDA_CHECK(cudaStreamSynchronize(stream_));
+      return;
+    }
+    staging_.resize(src.nbytes());
+    CUDA_CHECK(cudaMemcpyAsync(staging_.data(), src.data, src.nbytes(), cudaMemcpyDeviceToHost, stream_));
+    CUDA_CHECK(cudaStreamSynchronize(stream_));
+    ConvertDType(staging_.data(), src.dtype, dst, DType::kF32, static_cast<size_t>(src.numel()));
+  }
+
+  void Copy(const Tensor& src, Tensor dst) override {
+    Expect(src.device == Device::kCuda && dst.device == Device::kCuda && src.dtype == dst.dtype &&
+               src.numel() == dst.numel(),
+           "Copy", "src ", src.ShapeString(), " ", std::string(DTypeName(src.dtype)), " and dst ",
+           dst.ShapeString(), " ", std::string(DTypeName(dst.dtype)),
+           " must be CUDA tensors of the same dtype and size");
+    if (src.numel() == 0 || src.data == dst.data) return;
+    CUDA_CHECK(cudaMemcpyAsync(dst.data, src.data, src.nbytes(), cudaMemcpyDeviceToDevice, stream_));
+  }
+
+  void Synchronize() override { CUDA_CHECK(cudaStreamSynchronize(stream_)); }
+
+  absl::Status BeginStep(const StepMetadata& step, int64_t num_blocks, int32_t block_size,
+                         int64_t max_position) override;
+
+  void Embedding(const Tensor& table, int64_t vocab_start, Tensor out) override {
+    const Step& s = CurrentStep("Embedding");
+    const int64_t D = out.row_width();
+    ExpectRows("Embedding", "out", out, s.num_tokens, D);
+    ExpectRows("Embedding", "table", table, table.dim(0), D);
+    Launched("Embedding", cuda::LaunchEmbedding(s.token_ids, s.num_tokens, Bf(table), table.dim(0), D,
+                                                vocab_start, Bf(out), stream_));
+  }
+
+  void Linear(const Tensor& x, const Tensor& w, const Tensor* bias, Tensor y) override {
+    const int64_t M = x.dim(0), K = x.row_width(), N = w.dim(0);
+    ExpectRows("Linear", "x", x, M, K);
+    ExpectRows("Linear", "w", w, N, K);
+    ExpectRows("Linear", "y", y, M, N);
+    if (bias) ExpectVector("Linear", "bias", *bias, N);
+    Expect(y.data != x.data && y.data != w.data, "Linear", "y must not alias x or w");
+    Expect(M <= 0x7fffffff && N <= 0x7fffffff && K <= 0x7fffffff, "Linear", "dimensions beyond int32");
+    if (M == 0 || N == 0) return;
+    // Row-major y[M, N] = x[M, K] · w[N, K]ᵀ is column-major yᵀ[N, M] = w · xᵀ:
+    // cuBLAS sees w as a column-major [K, N] (ld K) and transposes it, x as a
+    // column-major [K, M] (ld K), and writes yᵀ as a column-major [N, M] (ld N).
+    const float alpha = 1.f, beta = 0.f;
+    CUBLAS_CHECK(cublasGemmEx(cublas_, CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(N),
+                              static_cast<int>(M), static_cast<int>(K), &alpha, w.data, CUDA_R_16BF,
+                              static_cast<int>(K), x.data, CUDA_R_16BF, static_cast<int>(K), &beta,
+                              y.data, CUDA_R_16BF, static_cast<int>(N), CUBLAS_COMPUTE_32F,
+                              CUBLAS_GEMM_DEFAULT));
+    if (bias) Launched("Linear", cuda::LaunchAddBias(Bf(y), Bf(*bias), M, N, stream_));
+  }
+
+  void RmsNorm(const Tensor& x, const Tensor& w, float eps, Tensor out) override {
+    const int64_t M = x.dim(0), D = x.row_width();
+    ExpectRows("RmsNorm", "x", x, M, D);
+    ExpectRows("RmsNorm", "out", out, M, D);
+    ExpectVector("RmsNorm", "w", w, D);
+    Launched("RmsNorm", cuda::LaunchRmsNorm(Bf(x), Bf(w), eps, M, D, Bf(out), stream_));
+  }
+
+  void AddRmsNorm(Tensor x, Tensor residual, const Tensor& w, float eps) override {
+    const int64_t M = x.dim(0), D = x.row_width();
+    ExpectRows("AddRmsNorm", "x", x, M, D);
+    ExpectRows("AddRmsNorm", "residual", residual, M, D);
+    ExpectVector("AddRmsNorm", "w", w, D);
+    Expect(x.data != residual.data || M * D == 0, "AddRmsNorm", "x must not alias residual");
+    Launched("AddRmsNorm", cuda::LaunchAddRmsNorm(Bf(x), Bf(residual), Bf(w), eps, M, D, stream_));
+  }
+
+  void QkNormRope(Tensor qkv, const AttentionShape& shape, const Tensor* q_norm,
+                  const Tensor* k_norm, float eps, const Tensor& rope) override {
+    const Step& s = CurrentStep("QkNormRope");
+    const int64_t hd = shape.head_dim;
+    ExpectShape("QkNormRope", shape);
+    Expect(hd <= cuda::kMaxRopeHeadDim, "QkNormRope", "head_dim ", hd, " is above the kernel's ",
+           cuda::kMaxRopeHeadDim);
+    ExpectRows("QkNormRope", "qkv", qkv, s.num_tokens, shape.qkv_width());
+    ExpectDevice("QkNormRope", "rope", rope, DType::kF32);
+    Expect(rope.ndim == 2 && rope.dim(1) == hd, "QkNormRope", "rope is ", rope.ShapeString(),
+           ", expected [max_position, ", hd, "]");
+    if (q_norm) ExpectVector("QkNormRope", "q_norm", *q_norm, hd);
+    if (k_norm) ExpectVector("QkNormRope", "k_norm", *k_norm, hd);
+    Expect(s.num_tokens == 0 || s.max_token_position < rope.dim(0), "QkNormRope", "position ",
+           s.max_token_position, " is beyond the rope table ", rope.ShapeString(),
+           "; pass BeginStep the table's length as max_position");
+    Launched("QkNormRope",
+             cuda::LaunchQkNormRope(Bf(qkv), s.num_tokens, s.positions, shape.num_heads,
+                                    shape.num_kv_heads, shape.head_dim, q_norm ? Bf(*q_norm) : nullptr,
+                                    k_norm ? Bf(*k_norm) : nullptr, eps, rope.ptr<float>(), stream_));
+  }
+
+  void SiluMul(const Tensor& gate_up, Tensor out) override {
+    const int64_t M = gate_up.dim(0), F = out.row_width();
+    ExpectRows("SiluMul", "gate_up", gate_up, M, 2 * F);
+    ExpectRows("SiluMul", "out", out, M, F);
+    Launched("SiluMul", cuda::LaunchSiluMul(Bf(gate_up), M, F, Bf(out), stream_));
+  }
+
+  void StoreKv(const Tensor& qkv, const AttentionShape& shape, KvCacheLayer cache) override {
+    const Step& s = CurrentStep("StoreKv");
+    ExpectShape("StoreKv", shape);
+    ExpectRows("StoreKv", "qkv", qkv, s.num_tokens, shape.qkv_width());
+    ExpectCache("StoreKv", cache, shape, s);
+    Launched("StoreKv", cuda::LaunchStoreKv(Bf(qkv), s.num_tokens, s.slot_mapping, shape.num_heads,
+                                            shape.num_kv_heads, shape.head_dim, Bf(cache.k),
+                                            Bf(cache.v), stream_));
+  }
+
+  void Attention(const Tensor& qkv, const AttentionShape& shape, KvCacheLayer cache, float scale,
+                 Tensor out) override {
+    const Step& s = CurrentStep("Attention");
+    ExpectShape("Attention", shape);
+    Expect(shape.head_dim <= cuda::kMaxAttentionHeadDim, "Attention", "head_dim ", shape.head_dim,
+           " is above the kernel's ", cuda::kMaxAttentionHeadDim);
+    ExpectRows("Attention", "qkv", qkv, s.num_tokens, shape.qkv_width());
+    ExpectRows("Attention", "out", out, s.num_tokens, int64_t{shape.num_heads} * shape.head_dim);
+    ExpectCache("Attention", cache, shape, s);
+    cuda::PagedAttentionArgs a;
+    a.qkv = Bf(qkv);
+    a.num_tokens = s.num_tokens;
+    a.token_seq = s.token_seq;
+    a.positions = s.positions;
+    a.block_tables = s.block_tables;
+    a.max_blocks_per_seq = s.max_blocks_per_seq;
+    a.block_size = s.block_size;
+    a.num_heads = shape.num_heads;
+    a.num_kv_heads = shape.num_kv_heads;
+    a.head_dim = shape.head_dim;
+    a.scale = scale;
+    a.k_cache = Bf(cache.k);
+    a.v_cache = Bf(cache.v);
+    a.out = Bf(out);
+    Launched("Attention", cuda::LaunchPagedAttention(a, stream_));
+  }
+
+  void GatherRows(const Tensor& x, Tensor out) override {
+    const Step& s = CurrentStep("GatherRows");
+    const int64_t D = x.row_width();
+    ExpectRows("GatherRows", "x", x, s.num_tokens, D);
+    ExpectRows("GatherRows", "out", out, s.num_seqs, D);
+    Launched("GatherRows", cuda::LaunchGatherRows(Bf(x), D, s.logits_indices, s.num_seqs, Bf(out), stream_));
+  }
+
+ private:
+  // The current step: sizes on the host, arrays on the device (pointers into step_device_).
+  struct Step {
+    int64_t num_tokens = 0, num_seqs = 0, num_blocks = 0;
+    int32_t block_size = 0, max_blocks_per_seq = 0, max_token_position = 0;
+    const int32_t* token_ids = nullptr;       // [T]
+    const int32_t* positions = nullptr;       // [T]
+    const int64_t* slot_mapping = nullptr;    // [T]
+    const int32_t* token_seq = nullptr;       // [T] sequence of each token
+    const int32_t* block_tables = nullptr;    // [S, max_blocks_per_seq]
+    const int32_t* logits_indices = nullptr;  // [S]
+  };
+
+  const Step& CurrentStep(const char* op) const {
+    Expect(has_step_, op, "no current step: call BeginStep first (and check its Status)");
+    return step_;
+  }
+  static void ExpectDeviceAny(const char* op, const char* name, const Tensor& t) {
+    Expect(t.device == Device::kCuda && (t.data || t.numel() == 0), op, name, " ", t.ShapeString(),
+           " must be a CUDA tensor with data");
+  }
+  static void ExpectShape(const char* op, const AttentionShape& shape) {
+    Expect(shape.num_heads > 0 && shape.num_kv_heads > 0 && shape.head_dim > 0 &&
+               shape.head_dim % 2 == 0 && shape.num_heads % shape.num_kv_heads == 0,
+           op, "bad AttentionShape Hq=", shape.num_heads, " Hkv=", shape.num_kv_heads,
+           " hd=", shape.head_dim);
+  }
+  // The cache tensors must match the geometry BeginStep validated against.
+  static void ExpectCache(const char* op, const KvCacheLayer& cache, const AttentionShape& shape,
+                          const Step& s) {
+    for (const Tensor* t : {&cache.k, &cache.v}) {
+      ExpectDevice(op, t == &cache.k ? "cache.k" : "cache.v", *t, DType::kBF16);
+      Expect(t->ndim == 4 && t->dim(0) == s.num_blocks && t->dim(1) == s.block_size &&
+                 t->dim(2) == shape.num_kv_heads && t->dim(3) == shape.head_dim,
+             op, "cache ", t->ShapeString(), " must be [num_blocks=", s.num_blocks,
+             ", block_size=", s.block_size, ", Hkv=", shape.num_kv_heads, ", hd=", shape.head_dim,
+             "] as given to BeginStep");
+    }
+  }
+
+  int device_;
+  cudaStream_t stream_ = nullptr;
+  cublasHandle_t cublas_ = nullptr;
+  std::vector<unsigned char> staging_;  // host conversions in CopyFromHost / CopyToHostF32
+
+  // Step metadata upload: packed on the host into pinned memory, one copy.
+  cudaEvent_t upload_done_ = nullptr;  // the last upload has left step_host_
+  unsigned char* step_host_ = nullptr;
+  unsigned char* step_device_ = nullptr;
+  size_t step_capacity_ = 0;  // bytes of each
+  bool has_step_ = false;
+  Step step_;
+};
+
+absl::Status CudaBackend::BeginStep(const StepMetadata& step, int64_t num_blocks, int32_t block_size,
+                                    int64_t max_position) {
+  has_step_ = false;
+  if (absl::Status status = ValidateStep(step, num_blocks, block_size, max_position); !status.ok()) {
+    return status;
+  }
+  const size_t T = step.token_ids.size(), S = static_cast<size_t>(step.num_seqs());
+  // Layout: slots (int64) first, then the int32 arrays; each array 8-byte aligned.
+  auto round8 = [](size_t b) { return (b + 7) / 8 * 8; };
+  const size_t off_slots = 0;
+  const size_t off_ids = off_slots + round8(T * sizeof(int64_t));
+  const size_t off_pos = off_ids + round8(T * sizeof(int32_t));
+  const size_t off_seq = off_pos + round8(T * sizeof(int32_t));
+  const size_t off_tables = off_seq + round8(T * sizeof(int32_t));
+  const size_t off_logits = off_tables + round8(step.block_tables.size() * sizeof(int32_t));
+  const size_t total = std::max<size_t>(off_logits + round8(S * sizeof(int32_t)), 8);
+
+  if (step_host_) CUDA_CHECK(cudaEventSynchronize(upload_done_));  // step_host_ is free again
+  if (total > step_capacity_) {
+    // Ops of earlier steps may still read step_device_: wait before freeing it.
+    CUDA_CHECK(cudaStreamSynchronize(stream_));
+    if (step_device_) CUDA_CHECK(cudaFree(step_device_));
+    if (step_host_) CUDA_CHECK(cudaFreeHost(step_host_));
+    step_capacity_ = std::max<size_t>(total, 2 * step_capacity_);
+    step_capacity_ = std::max<size_t>(step_capacity_, 64 << 10);
+    void* d = nullptr;
+    void* h = nullptr;
+    CUDA_CHECK(cudaMalloc(&d, step_capacity_));
+    CUDA_CHECK(cudaMallocHost(&h, step_capacity_));
+    step_device_ = static_cast<unsigned char*>(d);
+    step_host_ = static_cast<unsigned char*>(h);
+  }
+  unsigned char* h = step_host_;
+  if (T > 0) {
+    std::memcpy(h + off_slots, step.slot_mapping.data(), T * sizeof(int64_t));
+    std::memcpy(h + off_ids, step.token_ids.data(), T * sizeof(int32_t));
+    std::memcpy(h + off_pos, step.positions.data(), T * sizeof(int32_t));
+  }
+  auto* token_seq = reinterpret_cast<int32_t*>(h + off_seq);
+  for (size_t s = 0; s < S; ++s) {
+    for (int32_t t = step.query_start[s]; t < step.query_start[s + 1]; ++t) {
+      token_seq[t] = static_cast<int32_t>(s);
+    }
+  }
+  if (!step.block_tables.empty()) {
+    std::memcpy(h + off_tables, step.block_tables.data(), step.block_tables.size() * sizeof(int32_t));
+  }
+  if (S > 0) std::memcpy(h + off_logits, step.logits_indices.data(), S * sizeof(int32_t));
+  CUDA_CHECK(cudaMemcpyAsync(step_device_, step_host_, total, cudaMemcpyHostToDevice, stream_));
+  CUDA_CHECK(cudaEventRecord(upload_done_, stream_));
+
+  unsigned char* d = step_device_;
+  step_.num_tokens = static_cast<int64_t>(T);
+  step_.num_seqs = static_cast<int64_t>(S);
+  step_.num_blocks = num_blocks;
+  step_.block_size = block_size;
+  step_.max_blocks_per_seq = step.max_blocks_per_seq;
+  step_.max_token_position = T > 0 ? *std::max_element(step.positions.begin(), step.positions.end()) : 0;
+  step_.slot_mapping = reinterpret_cast<const int64_t*>(d + off_slots);
+  step_.token_ids = reinterpret_cast<const int32_t*>(d + off_ids);
+  step_.positions = reinterpret_cast<const int32_t*>(d + off_pos);
+  step_.token_seq = reinterpret_cast<const int32_t*>(d + off_seq);
+  step_.block_tables = reinterpret_cast<const int32_t*>(d + off_tables);
+  step_.logits_indices = reinterpret_cast<const int32_t*>(d + off_logits);
+  has_step_ = true;
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+std::unique_ptr<Backend> MakeCudaBackend(int device) { return std::make_unique<CudaBackend>(device); }
+
+}  // namespace tpserve

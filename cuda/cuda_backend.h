@@ -1,0 +1,32 @@
+// CudaBackend: Backend (backend/backend.h) on one CUDA device.
+//
+// bf16 weights, activations and KV cache; fp32 accumulation in cuBLAS GEMMs
+// (CUBLAS_COMPUTE_32F), fp32 norm statistics and softmax in the kernels of
+// cuda/. Every op is enqueued on the backend's one stream and returns without
+// waiting; Synchronize, CopyToHostF32 and CopyFromHost wait for it.
+//
+// The stream is a blocking stream (cudaStreamCreate), so the legacy default
+// stream that the host-staging gloo communicator copies on (comm/device_copy.h)
+// is ordered after the ops enqueued here.
+//
+// Memory: Allocate is a plain cudaMalloc per buffer (zero-filled, like the CPU
+// backend's calloc). Model and KvCache allocate once at load, so the step loop
+// does not allocate; an arena and the memory profile (issue 5 §1) come later.
+// BeginStep uploads the step's metadata into one device buffer that grows
+// (rarely, doubling) when a step needs more.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "backend/backend.h"
+
+namespace tpserve {
+
+// The CUDA backend on `device` (an index into the visible devices). Aborts
+// with the CUDA error when the device cannot be used; callers check
+// cuda::DeviceCount() first to give users a clear message.
+std::unique_ptr<Backend> MakeCudaBackend(int device = 0);
+
+}  // namespace tpserve

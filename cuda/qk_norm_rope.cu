@@ -1,0 +1,60 @@
+#include "cuda/qk_norm_rope.cuh"
+#include "cuda/reduce.cuh"
+
+namespace tpserve::cuda {
+namespace {
+
+constexpr int kThreads = 64;
+
+// grid: (Hq + Hkv heads, T tokens); one block per (token, head), the head held
+// in shared memory as fp32 between the norm and the rotation.
+__global__ void QkNormRopeKernel(__nv_bfloat16* __restrict__ qkv, const int32_t* __restrict__ positions,
+                                 int num_heads, int num_kv_heads, int hd,
+                                 const __nv_bfloat16* __restrict__ q_norm,
+                                 const __nv_bfloat16* __restrict__ k_norm, float eps,
+                                 const float* __restrict__ rope) {
+  __shared__ float x[kMaxRopeHeadDim];  // [hd] this head, fp32
+  const int h = blockIdx.x;             // 0..Hq-1: q heads, Hq..Hq+Hkv-1: k heads
+  const int64_t t = blockIdx.y;
+  const int64_t width = int64_t{num_heads + 2 * num_kv_heads} * hd;
+  __nv_bfloat16* head = qkv + t * width + int64_t{h} * hd;
+  const __nv_bfloat16* norm = h < num_heads ? q_norm : k_norm;
+
+  float sq = 0.f;
+  for (int i = threadIdx.x; i < hd; i += blockDim.x) {
+    const float v = __bfloat162float(head[i]);
+    x[i] = v;
+    sq += v * v;
+  }
+  if (norm != nullptr) {  // uniform over the block: BlockSum's barriers are safe
+    const float inv = rsqrtf(BlockSum(sq) / static_cast<float>(hd) + eps);
+    for (int i = threadIdx.x; i < hd; i += blockDim.x) x[i] = x[i] * inv * __bfloat162float(norm[i]);
+  }
+  __syncthreads();
+  const int half = hd / 2;
+  const float* cos = rope + static_cast<int64_t>(positions[t]) * hd;
+  const float* sin = cos + half;
+  for (int i = threadIdx.x; i < half; i += blockDim.x) {
+    const float a = x[i], b = x[i + half];
+    head[i] = __float2bfloat16(a * cos[i] - b * sin[i]);
+    head[i + half] = __float2bfloat16(b * cos[i] + a * sin[i]);
+  }
+}
+
+}  // namespace
+
+cudaError_t LaunchQkNormRope(__nv_bfloat16* qkv, int64_t T, const int32_t* positions,
+                             int num_heads, int num_kv_heads, int head_dim,
+                             const __nv_bfloat16* q_norm, const __nv_bfloat16* k_norm, float eps,
+                             const float* rope, cudaStream_t stream) {
+  if (T == 0) return cudaSuccess;
+  if (head_dim <= 0 || head_dim % 2 != 0 || head_dim > kMaxRopeHeadDim || T > 65535) {
+    return cudaErrorInvalidValue;
+  }
+  const dim3 grid(static_cast<unsigned>(num_heads + num_kv_heads), static_cast<unsigned>(T));
+  QkNormRopeKernel<<<grid, kThreads, 0, stream>>>(qkv, positions, num_heads, num_kv_heads, head_dim,
+                                                  q_norm, k_norm, eps, rope);
+  return cudaGetLastError();
+}
+
+}  // namespace tpserve::cuda

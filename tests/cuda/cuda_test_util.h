@@ -1,0 +1,149 @@
+// Helpers for the CUDA-against-CPU tests: seeded bf16-exact random inputs given
+// to both backends, poisoned GPU outputs, relative L2 error, owned steps.
+#pragma once
+
+#include <cuda_runtime_api.h>
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstdlib>
+#include <optional>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "backend/backend.h"
+#include "backend/step.h"
+#include "cuda/check.h"
+#include "model/dtype.h"
+
+namespace tpserve::cuda_test {
+
+// The test's seed: TPSERVE_TEST_SEED when set (to replay a failure), else fresh.
+inline uint32_t TestSeed() {
+  if (const char* s = std::getenv("TPSERVE_TEST_SEED"); s != nullptr && *s) {
+    return static_cast<uint32_t>(std::strtoul(s, nullptr, 10));
+  }
+  return std::random_device{}();
+}
+
+// n values ~ N(0, scale²), rounded to bf16 so both backends see the same numbers.
+inline std::vector<float> RandomBf16(std::mt19937& rng, int64_t n, float scale = 1.f) {
+  std::normal_distribution<float> dist(0.f, scale);
+  std::vector<float> v(static_cast<size_t>(n));
+  for (float& x : v) x = Bf16ToFloat(FloatToBf16(dist(rng)));
+  return v;
+}
+
+// A buffer of `shape` on `b` in `dtype` (default: its compute dtype) holding `values`.
+inline Buffer Upload(Backend& b, const std::vector<float>& values, std::initializer_list<int64_t> shape,
+                     std::optional<DType> dtype = std::nullopt) {
+  Buffer buf = b.Allocate(dtype.value_or(b.compute_dtype()), shape);
+  EXPECT_EQ(buf.tensor().numel(), static_cast<int64_t>(values.size()));
+  b.CopyFromHost(values.data(), DType::kF32, buf.tensor());
+  return buf;
+}
+
+// An output buffer; on the GPU filled with 0xff bytes (bf16 NaN) first, so an
+// element the op forgets to write shows up as NaN.
+inline Buffer Output(Backend& b, std::initializer_list<int64_t> shape) {
+  Buffer buf = b.Allocate(b.compute_dtype(), shape);
+  if (buf.tensor().device == Device::kCuda && buf.tensor().nbytes() > 0) {
+    b.Synchronize();
+    CUDA_CHECK(cudaMemset(buf.tensor().data, 0xff, buf.tensor().nbytes()));
+  }
+  return buf;
+}
+
+inline std::vector<float> Download(Backend& b, const Tensor& t) {
+  std::vector<float> v(static_cast<size_t>(t.numel()));
+  b.CopyToHostF32(t, v.data());
+  return v;
+}
+
+// ||a − b||₂ / ||b||₂ (b the reference); 0 when both are zero.
+inline double RelL2(const std::vector<float>& a, const std::vector<float>& b) {
+  double num = 0, den = 0;
+  for (size_t i = 0; i < a.size() && i < b.size(); ++i) {
+    const double d = double{a[i]} - b[i];
+    num += d * d;
+    den += double{b[i]} * b[i];
+  }
+  if (den == 0) return num == 0 ? 0 : INFINITY;
+  return std::sqrt(num / den);
+}
+
+// GPU result against the CPU oracle: same size, no NaN, relative L2 within tol.
+inline void ExpectClose(const std::vector<float>& gpu, const std::vector<float>& cpu, double tol,
+                        const std::string& what) {
+  ASSERT_EQ(gpu.size(), cpu.size()) << what;
+  const auto nan = std::find_if(gpu.begin(), gpu.end(), [](float x) { return std::isnan(x); });
+  ASSERT_EQ(nan, gpu.end()) << what << ": NaN at " << (nan - gpu.begin()) << " (unwritten or overflow)";
+  EXPECT_LE(RelL2(gpu, cpu), tol) << what;
+}
+
+// One sequence's part of a step: `n_new` new tokens ending at seq_len, stored through `blocks`.
+struct SeqPart {
+  int32_t seq_len = 0;
+  int32_t n_new = 0;
+  std::vector<int32_t> blocks;
+};
+
+// Owns the arrays a StepMetadata points into. Prefill parts (n_new > 1 or
+// seq_len == n_new) must come before decode parts.
+struct OwnedStep {
+  std::vector<int32_t> token_ids, positions, query_start{0}, seq_lens, block_tables, logits_indices;
+  std::vector<int64_t> slots;
+  StepMetadata meta;
+  OwnedStep(const std::vector<SeqPart>& parts, int32_t block_size, std::mt19937& rng, int32_t vocab) {
+    int32_t max_blocks = 1;
+    for (const SeqPart& p : parts) max_blocks = std::max(max_blocks, static_cast<int32_t>(p.blocks.size()));
+    for (const SeqPart& p : parts) {
+      for (int32_t pos = p.seq_len - p.n_new; pos < p.seq_len; ++pos) {
+        token_ids.push_back(static_cast<int32_t>(rng() % static_cast<uint32_t>(vocab)));
+        positions.push_back(pos);
+        slots.push_back(int64_t{p.blocks[pos / block_size]} * block_size + pos % block_size);
+      }
+      query_start.push_back(static_cast<int32_t>(token_ids.size()));
+      seq_lens.push_back(p.seq_len);
+      std::vector<int32_t> row = p.blocks;
+      row.resize(max_blocks, -1);
+      block_tables.insert(block_tables.end(), row.begin(), row.end());
+      logits_indices.push_back(query_start.back() - 1);
+      if (p.n_new > 1 || p.seq_len == p.n_new) ++meta.num_prefill_seqs;
+      else ++meta.num_decode_seqs;
+    }
+    Point(max_blocks);
+  }
+  void Point(int32_t max_blocks) {
+    meta.token_ids = token_ids;
+    meta.positions = positions;
+    meta.slot_mapping = slots;
+    meta.query_start = query_start;
+    meta.seq_lens = seq_lens;
+    meta.block_tables = block_tables;
+    meta.max_blocks_per_seq = max_blocks;
+    meta.logits_indices = logits_indices;
+  }
+};
+
+// Blocks for sequences of the given lengths: a random permutation of
+// 0..num_blocks-1 dealt out in order (scattered, never shared).
+inline std::vector<std::vector<int32_t>> DealBlocks(const std::vector<int32_t>& seq_lens, int32_t block_size,
+                                                    int64_t num_blocks, std::mt19937& rng) {
+  std::vector<int32_t> perm(static_cast<size_t>(num_blocks));
+  for (size_t i = 0; i < perm.size(); ++i) perm[i] = static_cast<int32_t>(i);
+  std::shuffle(perm.begin(), perm.end(), rng);
+  std::vector<std::vector<int32_t>> out;
+  size_t next = 0;
+  for (int32_t len : seq_lens) {
+    std::vector<int32_t> b;
+    for (int32_t i = 0; i < (len + block_size - 1) / block_size; ++i) b.push_back(perm.at(next++));
+    out.push_back(std::move(b));
+  }
+  return out;
+}
+
+}  // namespace tpserve::cuda_test
