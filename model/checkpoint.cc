@@ -167,7 +167,9 @@ absl::Status Checkpoint::ReadRows(std::string_view name, int64_t row_begin, int6
   }
   const size_t esize = DTypeSize(info.dtype);
   const uint8_t* src = e->file->Bytes(info).data() + static_cast<size_t>(row_begin * width) * esize;
-  ConvertFromMapping(src, info.dtype, out, out_dtype, static_cast<size_t>(row_count * width));
+  const size_t n = static_cast<size_t>(row_count * width);
+  ConvertFromMapping(src, info.dtype, out, out_dtype, n);
+  e->file->DropPages(std::span<const uint8_t>(src, n * esize));
   return absl::OkStatus();
 }
 
@@ -202,6 +204,11 @@ absl::Status Checkpoint::ReadCols(std::string_view name, int64_t col_begin, int6
     ConvertFromMapping(base + static_cast<size_t>(r * cols + col_begin) * in_size, info.dtype,
                        dst + static_cast<size_t>(r * col_count) * out_size, out_dtype,
                        static_cast<size_t>(col_count));
+  }
+  if (rows > 0 && col_count > 0) {  // the strided read touched every row's pages
+    const uint8_t* first = base + static_cast<size_t>(col_begin) * in_size;
+    const uint8_t* last = base + static_cast<size_t>((rows - 1) * cols + col_begin + col_count) * in_size;
+    e->file->DropPages(std::span<const uint8_t>(first, static_cast<size_t>(last - first)));
   }
   return absl::OkStatus();
 }

@@ -260,3 +260,20 @@ std::span<const uint8_t> SafetensorsFile::Bytes(const TensorInfo& info) const {
 }
 
 }  // namespace tpserve
+
+namespace tpserve {
+
+void SafetensorsFile::DropPages(std::span<const uint8_t> bytes) const {
+  if (bytes.empty() || map_ == nullptr) return;
+  const uintptr_t page = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
+  const uintptr_t map_begin = reinterpret_cast<uintptr_t>(map_);
+  // Whole pages only, kept inside the mapping; neighbours' pages are simply
+  // faulted in again if someone reads them.
+  uintptr_t begin = reinterpret_cast<uintptr_t>(bytes.data()) & ~(page - 1);
+  uintptr_t end = (reinterpret_cast<uintptr_t>(bytes.data()) + bytes.size() + page - 1) & ~(page - 1);
+  begin = std::max(begin, map_begin);
+  end = std::min(end, (map_begin + map_size_ + page - 1) & ~(page - 1));
+  if (end > begin) madvise(reinterpret_cast<void*>(begin), end - begin, MADV_DONTNEED);
+}
+
+}  // namespace tpserve

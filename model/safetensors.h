@@ -63,6 +63,11 @@ class SafetensorsFile {
   const std::vector<TensorInfo>& tensors() const { return tensors_; }
   // The tensor's raw bytes inside the mapping (valid while this object lives).
   std::span<const uint8_t> Bytes(const TensorInfo& info) const;
+  // Lets the kernel take back the mapped pages covering `bytes` (a range inside
+  // this mapping) once they have been copied out: they leave this process's
+  // resident set (a later read faults them in again from the page cache). Keeps
+  // a rank's RSS near its shard even when a column slice touches every row.
+  void DropPages(std::span<const uint8_t> bytes) const;
 
  private:
   SafetensorsFile() = default;
