@@ -120,7 +120,8 @@ absl::Status CommandHandler::Load(const iv1::Load& load, iv1::Loaded& out, bool&
     backend_ = MakeCpuBackend(threads);
   } else if (load.backend() == "cuda") {
     return absl::UnimplementedError(
-        "Load: backend \"cuda\" is not available in this tpserve-worker (it has no CUDA backend yet); "
+        "Load: backend \"cuda\" is not wired into tpserve-worker yet (the worker creates only the CPU "
+        "backend; the CUDA backend, its GPU memory profile and NCCL are still to be connected here); "
         "serve with --backend cpu");
   } else {
     return absl::InvalidArgumentError(
