@@ -97,8 +97,11 @@ std::string WorkerBinary() {
   std::error_code ec;
   const std::filesystem::path self = std::filesystem::read_symlink("/proc/self/exe", ec);
   if (!ec) {
-    const std::filesystem::path sibling = self.parent_path() / "tpserve-worker";
-    if (std::filesystem::exists(sibling)) return sibling.string();
+    // Installed side by side, or the build tree (tools/coordinator, tools/worker).
+    for (const std::filesystem::path& candidate :
+         {self.parent_path() / "tpserve-worker", self.parent_path().parent_path() / "worker" / "tpserve-worker"}) {
+      if (std::filesystem::exists(candidate)) return candidate.string();
+    }
   }
   return "tpserve-worker";
 }

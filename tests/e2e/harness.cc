@@ -1,0 +1,224 @@
+#include "tests/e2e/harness.h"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include <gtest/gtest.h>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "nlohmann/json.hpp"
+
+namespace tpserve::e2e {
+
+namespace v1 = tpserve::v1;
+
+std::string BinaryPath(const std::string& relative) {
+  return absl::StrCat(TPSERVE_BINARY_DIR, "/", relative);
+}
+
+TempDir::TempDir() {
+  const char* tmp = std::getenv("TMPDIR");
+  std::string pattern = absl::StrCat(tmp && *tmp ? tmp : "/tmp", "/tpserve-e2e-XXXXXX");
+  char* made = mkdtemp(pattern.data());
+  if (made == nullptr) ADD_FAILURE() << "mkdtemp failed";
+  path_ = pattern;
+}
+
+TempDir::~TempDir() {
+  std::error_code ec;
+  std::filesystem::remove_all(path_, ec);
+}
+
+namespace {
+
+pid_t Spawn(const std::vector<std::string>& argv, const std::string& log) {
+  const pid_t parent = getpid();
+  pid_t pid = fork();
+  if (pid == 0) {
+    setpgid(0, 0);
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (getppid() != parent) _exit(127);
+    int fd = open(log.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
+    if (fd >= 0) {
+      dup2(fd, 1);
+      dup2(fd, 2);
+      close(fd);
+    }
+    std::vector<char*> args;
+    for (const std::string& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+    args.push_back(nullptr);
+    execv(args[0], args.data());
+    _exit(127);
+  }
+  return pid;
+}
+
+int ExitStatus(int status) {
+  if (WIFEXITED(status)) return WEXITSTATUS(status);
+  if (WIFSIGNALED(status)) return 128 + WTERMSIG(status);
+  return -1;
+}
+
+std::string ReadFile(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+}  // namespace
+
+int RunCommand(const std::vector<std::string>& argv, const std::string& log) {
+  const pid_t pid = Spawn(argv, log);
+  int status = 0;
+  waitpid(pid, &status, 0);
+  return ExitStatus(status);
+}
+
+std::string MakeModel(const std::string& root, const std::string& arch, const std::vector<std::string>& extra) {
+  const std::string dir = absl::StrCat(root, "/", arch);
+  std::vector<std::string> argv = {BinaryPath("tools/make_model/tpserve-make-model"), dir, "--arch", arch};
+  argv.insert(argv.end(), extra.begin(), extra.end());
+  const std::string log = absl::StrCat(root, "/make-model-", arch, ".log");
+  const int rc = RunCommand(argv, log);
+  EXPECT_EQ(rc, 0) << ReadFile(log);
+  return dir;
+}
+
+Process::Process(const std::vector<std::string>& argv, const std::string& log) : log_(log) {
+  pid_ = Spawn(argv, log);
+}
+
+Process::~Process() {
+  if (!reaped_ && pid_ > 0) {
+    kill(-pid_, SIGKILL);
+    kill(pid_, SIGKILL);
+    int status;
+    waitpid(pid_, &status, 0);
+  }
+}
+
+void Process::Signal(int sig) {
+  if (!reaped_) kill(pid_, sig);
+}
+
+int Process::Wait(absl::Duration timeout) {
+  const absl::Time deadline = absl::Now() + timeout;
+  while (true) {
+    int status = 0;
+    const pid_t r = waitpid(pid_, &status, WNOHANG);
+    if (r == pid_) {
+      reaped_ = true;
+      kill(-pid_, SIGKILL);  // anything left in its group
+      return ExitStatus(status);
+    }
+    if (absl::Now() >= deadline) return -1;
+    absl::SleepFor(absl::Milliseconds(20));
+  }
+}
+
+std::string Process::Log() const { return ReadFile(log_); }
+
+Coordinator StartCoordinator(const std::string& model_dir, int tp, const std::string& log,
+                             const std::vector<std::string>& extra) {
+  Coordinator c;
+  std::vector<std::string> argv = {BinaryPath("tools/coordinator/tpserve-coordinator"),
+                                   "--model", model_dir, "--tp", std::to_string(tp),
+                                   "--listen", "127.0.0.1:0", "--spawn-workers",
+                                   "--worker-timeout", "60s",
+                                   "--worker-binary", BinaryPath("tools/worker/tpserve-worker")};
+  argv.insert(argv.end(), extra.begin(), extra.end());
+  c.process = std::make_unique<Process>(argv, log);
+  const absl::Time deadline = absl::Now() + absl::Seconds(90);
+  const std::string marker = "tpserve-coordinator: serving tpserve.v1.Generation on ";
+  while (absl::Now() < deadline) {
+    const std::string text = c.process->Log();
+    const size_t at = text.find(marker);
+    if (at != std::string::npos && c.address.empty()) {
+      const size_t end = text.find('\n', at);
+      c.address = text.substr(at + marker.size(), end - at - marker.size());
+    }
+    if (!c.address.empty() && text.find("tpserve-coordinator: ready") != std::string::npos) {
+      c.stub = v1::Generation::NewStub(grpc::CreateChannel(c.address, grpc::InsecureChannelCredentials()));
+      return c;
+    }
+    if (c.process->Wait(absl::ZeroDuration()) != -1) break;
+    absl::SleepFor(absl::Milliseconds(50));
+  }
+  ADD_FAILURE() << "the coordinator did not get ready:\n" << c.process->Log();
+  return c;
+}
+
+GenerateOutcome Generate(v1::Generation::Stub& stub, const v1::GenerateRequest& request, absl::Duration timeout) {
+  GenerateOutcome out;
+  grpc::ClientContext context;
+  context.set_deadline(absl::ToChronoTime(absl::Now() + timeout));
+  auto reader = stub.Generate(&context, request);
+  v1::GenerateResponse r;
+  while (reader->Read(&r)) {
+    if (r.has_chunk()) {
+      ++out.chunks;
+      for (uint32_t t : r.chunk().token_ids()) out.tokens.push_back(static_cast<int32_t>(t));
+      out.text += r.chunk().text();
+    } else if (r.has_complete()) {
+      out.completed = true;
+      out.complete = r.complete();
+    }
+  }
+  out.status = reader->Finish();
+  return out;
+}
+
+v1::GenerateRequest Greedy(int max_tokens) {
+  v1::GenerateRequest r;
+  r.mutable_sampling()->set_temperature(0);
+  r.mutable_stopping()->set_max_tokens(static_cast<uint32_t>(max_tokens));
+  r.mutable_stopping()->set_ignore_eos(true);
+  return r;
+}
+
+std::vector<int32_t> Tokenize(v1::Generation::Stub& stub, const v1::TokenizeRequest& request) {
+  grpc::ClientContext context;
+  v1::TokenizeResponse response;
+  grpc::Status s = stub.Tokenize(&context, request, &response);
+  EXPECT_TRUE(s.ok()) << s.error_message();
+  return {response.token_ids().begin(), response.token_ids().end()};
+}
+
+v1::ServerInfo ServerInfo(v1::Generation::Stub& stub) {
+  grpc::ClientContext context;
+  v1::ServerInfo info;
+  grpc::Status s = stub.GetServerInfo(&context, v1::ServerInfoRequest(), &info);
+  EXPECT_TRUE(s.ok()) << s.error_message();
+  return info;
+}
+
+std::vector<std::vector<int32_t>> OfflineGreedy(const std::string& model_dir, int tp,
+                                                const std::vector<std::vector<int32_t>>& prompts,
+                                                int max_tokens, const std::string& scratch) {
+  std::vector<std::string> joined;
+  for (const auto& p : prompts) joined.push_back(absl::StrJoin(p, ","));
+  const std::string json = absl::StrCat(scratch, "/offline-", getpid(), ".json");
+  const std::string log = absl::StrCat(scratch, "/offline.log");
+  const int rc = RunCommand({BinaryPath("tools/engine_cli/tpserve-generate"), "--model", model_dir, "--tp",
+                             std::to_string(tp), "--prompt_ids", absl::StrJoin(joined, ";"), "--max_tokens",
+                             std::to_string(max_tokens), "--ignore_eos", "--output_json", json},
+                            log);
+  EXPECT_EQ(rc, 0) << ReadFile(log);
+  std::vector<std::vector<int32_t>> out;
+  if (rc != 0) return out;
+  const nlohmann::json j = nlohmann::json::parse(ReadFile(json));
+  for (const auto& s : j.at("sequences")) out.push_back(s.at("tokens").get<std::vector<int32_t>>());
+  return out;
+}
+
+}  // namespace tpserve::e2e

@@ -1,0 +1,96 @@
+// Helpers for the end-to-end tests: real tpserve-coordinator and tpserve-worker
+// processes over loopback gRPC, small generated models, the offline engine
+// (tpserve-generate) as the reference, and a gRPC client.
+//
+// Every process a test starts is in its own process group and gets SIGKILL at
+// teardown (and PR_SET_PDEATHSIG, so a crashed test leaves nothing behind); the
+// coordinator's --spawn-workers ranks die with it.
+#pragma once
+
+#include <sys/types.h>
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <grpcpp/grpcpp.h>
+
+#include "absl/time/time.h"
+#include "tpserve/v1/generation.grpc.pb.h"
+
+namespace tpserve::e2e {
+
+std::string BinaryPath(const std::string& relative);  // under TPSERVE_BINARY_DIR
+
+// A fresh folder under $TMPDIR, removed by the destructor.
+class TempDir {
+ public:
+  TempDir();
+  ~TempDir();
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+};
+
+// Runs a command to completion; returns its exit status (output to `log`).
+int RunCommand(const std::vector<std::string>& argv, const std::string& log);
+
+// tpserve-make-model DIR --arch ARCH plus `extra`; fails the test on error.
+std::string MakeModel(const std::string& root, const std::string& arch,
+                      const std::vector<std::string>& extra = {});
+
+// A child process in its own process group, output to a log file.
+class Process {
+ public:
+  Process(const std::vector<std::string>& argv, const std::string& log);
+  ~Process();  // SIGKILL to its group, reaped
+  pid_t pid() const { return pid_; }
+  void Signal(int sig);
+  // Waits for exit up to `timeout`; the exit status, or -1 on timeout (128+n for a signal).
+  int Wait(absl::Duration timeout);
+  std::string Log() const;
+
+ private:
+  pid_t pid_ = -1;
+  std::string log_;
+  bool reaped_ = false;
+};
+
+struct Coordinator {
+  std::unique_ptr<Process> process;
+  std::string address;  // public API, HOST:PORT
+  std::unique_ptr<tpserve::v1::Generation::Stub> stub;
+};
+
+// Starts tpserve-coordinator --model DIR --tp N --listen 127.0.0.1:0 --spawn-workers
+// plus `extra`, and waits for "ready". Fails the test (returns null process) on error.
+Coordinator StartCoordinator(const std::string& model_dir, int tp, const std::string& log,
+                             const std::vector<std::string>& extra = {});
+
+struct GenerateOutcome {
+  std::vector<int32_t> tokens;
+  std::string text;
+  int chunks = 0;
+  bool completed = false;
+  tpserve::v1::Complete complete;
+  grpc::Status status;
+};
+
+GenerateOutcome Generate(tpserve::v1::Generation::Stub& stub, const tpserve::v1::GenerateRequest& request,
+                         absl::Duration timeout = absl::Seconds(120));
+
+// A greedy request for `max_tokens` tokens that ignores EOS.
+tpserve::v1::GenerateRequest Greedy(int max_tokens);
+
+std::vector<int32_t> Tokenize(tpserve::v1::Generation::Stub& stub, const tpserve::v1::TokenizeRequest& request);
+tpserve::v1::ServerInfo ServerInfo(tpserve::v1::Generation::Stub& stub);
+
+// Greedy tokens of the offline engine (tpserve-generate --tp `tp`, EOS ignored)
+// for every prompt.
+std::vector<std::vector<int32_t>> OfflineGreedy(const std::string& model_dir, int tp,
+                                                const std::vector<std::vector<int32_t>>& prompts,
+                                                int max_tokens, const std::string& scratch);
+
+}  // namespace tpserve::e2e
