@@ -166,6 +166,7 @@ int Generate(v1::Generation::Stub& stub, const std::vector<std::string>& stops) 
   std::unique_ptr<grpc::ClientReader<v1::GenerateResponse>> reader = stub.Generate(&context, request);
   v1::GenerateResponse response;
   bool completed = false;
+  bool printed_text = false;
   while (reader->Read(&response)) {
     if (response.has_chunk()) {
       const v1::Chunk& chunk = response.chunk();
@@ -184,6 +185,7 @@ int Generate(v1::Generation::Stub& stub, const std::vector<std::string>& stops) 
         std::cout << line.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) << "\n" << std::flush;
       } else {
         std::cout << chunk.text() << std::flush;
+        printed_text = printed_text || !chunk.text().empty();
       }
     } else if (response.has_complete()) {
       completed = true;
@@ -212,7 +214,7 @@ int Generate(v1::Generation::Stub& stub, const std::vector<std::string>& stops) 
     }
   }
   grpc::Status status = reader->Finish();
-  if (!json && !completed) std::cout << "\n" << std::flush;
+  if (!json && !completed && printed_text) std::cout << "\n" << std::flush;
   if (!status.ok()) return RpcError(status);
   return 0;
 }

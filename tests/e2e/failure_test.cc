@@ -1,0 +1,272 @@
+// End to end, real processes: invalid requests, a full queue, cancellation,
+// a killed worker, SIGTERM draining, start-up without workers, and the client tool.
+#include <signal.h>
+
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <sstream>
+#include <thread>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "nlohmann/json.hpp"
+#include "tests/e2e/harness.h"
+
+namespace tpserve::e2e {
+namespace {
+
+namespace v1 = tpserve::v1;
+
+std::string Slurp(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+class FailureTest : public ::testing::Test {
+ protected:
+  void SetUp() override { model_ = MakeModel(dir_.path(), "qwen3", {"--seed", "4", "--max-pos", "4096"}); }
+  Coordinator Start(const std::vector<std::string>& extra = {}) {
+    return StartCoordinator(model_, 2, dir_.path() + "/coordinator.log", extra);
+  }
+  // A request that runs for thousands of steps unless stopped.
+  static v1::GenerateRequest Long(const std::string& id = "") {
+    v1::GenerateRequest r = Greedy(4000);
+    r.set_request_id(id);
+    r.set_prompt("count forever");
+    return r;
+  }
+  std::string Client(const std::vector<std::string>& args, int* rc) {
+    std::vector<std::string> argv = {BinaryPath("tools/client/tpserve-client")};
+    argv.insert(argv.end(), args.begin(), args.end());
+    const std::string log = absl::StrCat(dir_.path(), "/client-", ++client_runs_, ".out");
+    *rc = RunCommand(argv, log);
+    return Slurp(log);
+  }
+
+  TempDir dir_;
+  std::string model_;
+  int client_runs_ = 0;
+};
+
+TEST_F(FailureTest, InvalidRequestsNameTheField) {
+  Coordinator c = Start({"--max-model-len", "64"});
+  ASSERT_TRUE(c.stub);
+  struct Case {
+    std::string field;
+    std::function<void(v1::GenerateRequest&)> edit;
+  };
+  const std::vector<Case> cases = {
+      {"prompt", [](auto& r) { r.set_prompt(""); }},
+      {"prompt", [](auto& r) { r.set_prompt(std::string(200, 'z') + " " + std::string(200, 'q')); }},
+      {"stopping.max_tokens", [](auto& r) { r.mutable_stopping()->set_max_tokens(0); }},
+      {"stopping.max_tokens", [](auto& r) { r.mutable_stopping()->set_max_tokens(1000); }},
+      {"sampling.temperature", [](auto& r) { r.mutable_sampling()->set_temperature(-1); }},
+      {"sampling.top_p", [](auto& r) { r.mutable_sampling()->set_top_p(0); }},
+      {"sampling.top_p", [](auto& r) { r.mutable_sampling()->set_top_p(1.5f); }},
+      {"sampling.top_k", [](auto& r) { r.mutable_sampling()->set_top_k(-3); }},
+      {"prompt_token_ids.ids[1]", [](auto& r) {
+         r.mutable_prompt_token_ids()->add_ids(1);
+         r.mutable_prompt_token_ids()->add_ids(100000);
+       }},
+      {"stopping.stop", [](auto& r) { for (int i = 0; i < 17; ++i) r.mutable_stopping()->add_stop("x"); }},
+      {"stopping.stop[0]", [](auto& r) { r.mutable_stopping()->add_stop(std::string(300, 'x')); }},
+      {"chat.messages[0].role", [](auto& r) { r.mutable_chat()->add_messages()->set_role("wizard"); }},
+  };
+  for (const Case& k : cases) {
+    v1::GenerateRequest r;
+    r.set_prompt("hello");
+    k.edit(r);
+    GenerateOutcome o = Generate(*c.stub, r);
+    EXPECT_EQ(o.status.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << k.field << ": " << o.status.error_message();
+    EXPECT_EQ(o.status.error_message().rfind(k.field, 0), 0u) << o.status.error_message();
+  }
+  // The server is still fine.
+  v1::GenerateRequest ok = Greedy(3);
+  ok.set_prompt("hello");
+  EXPECT_TRUE(Generate(*c.stub, ok).status.ok());
+}
+
+TEST_F(FailureTest, QueueFullIsResourceExhaustedAndAbortEndsStreams) {
+  Coordinator c = Start({"--max-num-seqs", "1", "--max-queue", "1"});
+  ASSERT_TRUE(c.stub);
+  GenerateOutcome a, b;
+  std::thread ta([&] { a = Generate(*c.stub, Long("a")); });
+  // Wait until "a" runs, then queue "b".
+  for (int i = 0; i < 500 && ServerInfo(*c.stub).running() == 0; ++i) absl::SleepFor(absl::Milliseconds(10));
+  std::thread tb([&] { b = Generate(*c.stub, Long("b")); });
+  for (int i = 0; i < 500 && ServerInfo(*c.stub).waiting() == 0; ++i) absl::SleepFor(absl::Milliseconds(10));
+  GenerateOutcome refused = Generate(*c.stub, Long("c"));
+  EXPECT_EQ(refused.status.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED) << refused.status.error_message();
+  EXPECT_NE(refused.status.error_message().find("--max-queue"), std::string::npos);
+  for (const char* id : {"b", "a"}) {
+    grpc::ClientContext ctx;
+    v1::AbortRequest req;
+    req.set_request_id(id);
+    v1::AbortResponse resp;
+    ASSERT_TRUE(c.stub->Abort(&ctx, req, &resp).ok());
+    EXPECT_TRUE(resp.found()) << id;
+  }
+  ta.join();
+  tb.join();
+  for (const GenerateOutcome* o : {&a, &b}) {
+    EXPECT_TRUE(o->status.ok()) << o->status.error_message();
+    EXPECT_TRUE(o->completed);
+    EXPECT_EQ(o->complete.finish_reason(), v1::ABORTED);
+  }
+}
+
+TEST_F(FailureTest, CancellingMidStreamReturnsTheBlocks) {
+  Coordinator c = Start();
+  ASSERT_TRUE(c.stub);
+  const uint64_t total = ServerInfo(*c.stub).num_blocks();
+  ASSERT_EQ(ServerInfo(*c.stub).free_blocks(), total);
+  {
+    grpc::ClientContext ctx;
+    auto reader = c.stub->Generate(&ctx, Long());
+    v1::GenerateResponse r;
+    for (int i = 0; i < 3; ++i) ASSERT_TRUE(reader->Read(&r));
+    EXPECT_LT(ServerInfo(*c.stub).free_blocks(), total) << "the running stream holds no blocks?";
+    ctx.TryCancel();
+    while (reader->Read(&r)) {
+    }
+    EXPECT_EQ(reader->Finish().error_code(), grpc::StatusCode::CANCELLED);
+  }
+  v1::ServerInfo info;
+  for (int i = 0; i < 500; ++i) {
+    info = ServerInfo(*c.stub);
+    if (info.free_blocks() == total && info.running() == 0) break;
+    absl::SleepFor(absl::Milliseconds(10));
+  }
+  EXPECT_EQ(info.free_blocks(), total);
+  EXPECT_EQ(info.running(), 0u);
+  // A deadline does the same.
+  GenerateOutcome timed = Generate(*c.stub, Long(), absl::Milliseconds(300));
+  EXPECT_EQ(timed.status.error_code(), grpc::StatusCode::DEADLINE_EXCEEDED);
+  for (int i = 0; i < 500; ++i) {
+    info = ServerInfo(*c.stub);
+    if (info.free_blocks() == total && info.running() == 0) break;
+    absl::SleepFor(absl::Milliseconds(10));
+  }
+  EXPECT_EQ(info.free_blocks(), total);
+}
+
+TEST_F(FailureTest, KillingAWorkerEndsStreamsUnavailableAndNamesTheRank) {
+  Coordinator c = Start();
+  ASSERT_TRUE(c.stub);
+  const v1::ServerInfo info = ServerInfo(*c.stub);
+  ASSERT_EQ(info.workers_size(), 2);
+  const std::string& w1 = info.workers(1);  // "rank 1: host cpu (pid P)"
+  const size_t at = w1.rfind("(pid ");
+  ASSERT_NE(at, std::string::npos) << w1;
+  int pid = 0;
+  ASSERT_TRUE(absl::SimpleAtoi(w1.substr(at + 5, w1.size() - at - 6), &pid)) << w1;
+
+  grpc::ClientContext ctx;
+  auto reader = c.stub->Generate(&ctx, Long());
+  v1::GenerateResponse r;
+  ASSERT_TRUE(reader->Read(&r));
+  ASSERT_EQ(kill(pid, SIGKILL), 0);
+  while (reader->Read(&r)) {
+  }
+  grpc::Status s = reader->Finish();
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::UNAVAILABLE) << s.error_message();
+  EXPECT_NE(s.error_message().find("worker rank 1"), std::string::npos) << s.error_message();
+
+  int rc = 0;
+  std::string out;
+  for (int i = 0; i < 100; ++i) {
+    out = Client({"health", "--server", c.address}, &rc);
+    if (out.find("NOT_SERVING") != std::string::npos) break;
+    absl::SleepFor(absl::Milliseconds(50));
+  }
+  EXPECT_NE(out.find("NOT_SERVING"), std::string::npos) << out;
+  EXPECT_EQ(rc, 1);
+  GenerateOutcome after = Generate(*c.stub, Long());
+  EXPECT_EQ(after.status.error_code(), grpc::StatusCode::UNAVAILABLE);
+  EXPECT_NE(after.status.error_message().find("worker rank 1"), std::string::npos) << after.status.error_message();
+  EXPECT_NE(c.process->Log().find("tpserve-coordinator: worker rank 1"), std::string::npos) << c.process->Log();
+}
+
+TEST_F(FailureTest, SigtermDrainsRunningStreamsThenExitsZero) {
+  Coordinator c = Start({"--drain-timeout", "60s"});
+  ASSERT_TRUE(c.stub);
+  GenerateOutcome running;
+  v1::GenerateRequest r = Greedy(300);
+  r.set_prompt("drain me");
+  std::thread t([&] { running = Generate(*c.stub, r); });
+  for (int i = 0; i < 500 && ServerInfo(*c.stub).running() == 0; ++i) absl::SleepFor(absl::Milliseconds(5));
+  c.process->Signal(SIGTERM);
+  // New requests are refused while it drains.
+  grpc::StatusCode refused = grpc::StatusCode::OK;
+  for (int i = 0; i < 200 && refused == grpc::StatusCode::OK; ++i) {
+    v1::GenerateRequest small = Greedy(1);
+    small.set_prompt("x");
+    refused = Generate(*c.stub, small, absl::Seconds(5)).status.error_code();
+  }
+  EXPECT_EQ(refused, grpc::StatusCode::UNAVAILABLE);
+  t.join();
+  EXPECT_TRUE(running.status.ok()) << running.status.error_message();
+  EXPECT_EQ(running.complete.finish_reason(), v1::LENGTH);
+  EXPECT_EQ(running.tokens.size(), 300u);
+  EXPECT_EQ(c.process->Wait(absl::Seconds(30)), 0) << c.process->Log();
+  EXPECT_NE(c.process->Log().find("Shutdown done"), std::string::npos) << "the workers got no Shutdown";
+}
+
+TEST_F(FailureTest, DrainTimeoutCutsStreamsWithAborted) {
+  Coordinator c = Start({"--drain-timeout", "300ms"});
+  ASSERT_TRUE(c.stub);
+  GenerateOutcome running;
+  std::thread t([&] { running = Generate(*c.stub, Long()); });
+  for (int i = 0; i < 500 && ServerInfo(*c.stub).running() == 0; ++i) absl::SleepFor(absl::Milliseconds(5));
+  c.process->Signal(SIGTERM);
+  t.join();
+  EXPECT_TRUE(running.status.ok()) << running.status.error_message();
+  EXPECT_EQ(running.complete.finish_reason(), v1::ABORTED);
+  EXPECT_EQ(c.process->Wait(absl::Seconds(30)), 0) << c.process->Log();
+}
+
+TEST_F(FailureTest, StartupWithoutWorkersTimesOutNamingTheMissingRanks) {
+  Process p({BinaryPath("tools/coordinator/tpserve-coordinator"), "--model", model_, "--tp", "2", "--listen",
+             "127.0.0.1:0", "--worker-timeout", "1s"},
+            dir_.path() + "/alone.log");
+  EXPECT_EQ(p.Wait(absl::Seconds(30)), 1);
+  EXPECT_NE(p.Log().find("ranks 0, 1 of 2 have not connected"), std::string::npos) << p.Log();
+}
+
+TEST_F(FailureTest, ClientStreamsJsonAndReportsErrors) {
+  Coordinator c = Start();
+  ASSERT_TRUE(c.stub);
+  int rc = -1;
+  const std::string out = Client({"generate", "--server", c.address, "--prompt", "hi there", "--max-tokens", "5",
+                                  "--temperature", "0", "--ignore-eos", "--json"},
+                                 &rc);
+  ASSERT_EQ(rc, 0) << out;
+  std::istringstream lines(out);
+  std::string line;
+  int chunks = 0;
+  nlohmann::json last;
+  while (std::getline(lines, line)) {
+    last = nlohmann::json::parse(line);
+    if (last.contains("token_ids")) ++chunks;
+  }
+  EXPECT_EQ(chunks, 5);
+  EXPECT_EQ(last.at("finish_reason"), "length");
+  EXPECT_EQ(last.at("usage").at("completion_tokens"), 5);
+  EXPECT_TRUE(last.at("timing").contains("time_to_first_token_seconds"));
+
+  const std::string bad = Client({"generate", "--server", c.address, "--prompt", "x", "--top-p", "2"}, &rc);
+  EXPECT_EQ(rc, 1);
+  EXPECT_NE(bad.find("INVALID_ARGUMENT: sampling.top_p"), std::string::npos) << bad;
+  const std::string info = Client({"info", "--server", c.address}, &rc);
+  EXPECT_EQ(rc, 0) << info;
+  EXPECT_NE(info.find("\"tensor_parallel_size\": 2"), std::string::npos) << info;
+  const std::string health = Client({"health", "--server", c.address}, &rc);
+  EXPECT_EQ(rc, 0);
+  EXPECT_NE(health.find("SERVING"), std::string::npos) << health;
+}
+
+}  // namespace
+}  // namespace tpserve::e2e
