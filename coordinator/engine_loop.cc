@@ -285,6 +285,7 @@ bool EngineLoop::Iterate(std::vector<Inbound> adds,
     }
   }
   scheduler_.OnStepDone(step, sampled);
+  Publish();  // before any chunk goes out: a client reading one sees this step's blocks in use
   for (uint64_t id : missing) {
     End(id, absl::InternalError(absl::StrCat("step ", proto.step_id(),
                                              ": rank 0 returned no token for this sequence")));

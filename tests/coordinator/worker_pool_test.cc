@@ -221,6 +221,8 @@ TEST_F(WorkerPoolTest, ALostWorkerFailsTheCommandAndIsNamed) {
   EXPECT_NE(r.status().message().find("worker rank 1"), absl::string_view::npos) << r.status();
   EXPECT_NE(r.status().message().find("died"), absl::string_view::npos) << r.status();
   EXPECT_EQ(pool_->lost().code(), absl::StatusCode::kUnavailable);
+  // The callback runs on the session's thread just after the loss is recorded.
+  for (int i = 0; i < 200 && lost_calls.load() == 0; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
   EXPECT_EQ(lost_calls.load(), 1);
   EXPECT_EQ(pool_->RunOnAll(step).status().code(), absl::StatusCode::kUnavailable);
   // Unblock the fake worker's handler so teardown can join it.
