@@ -97,10 +97,25 @@ TEST_F(EngineTest, BatchingChunkingPreemptionAndBlockSizeDoNotChangeTheOutput) {
       o.block_size = bs;
       ExpectSame(Generate(reqs, o), batched, "block size " + std::to_string(bs));
     }
-    EngineOptions scarce;  // blocks for the longest request only: sequences get preempted
+    EngineOptions scarce;  // blocks for the longest request only
     scarce.block_size = 4;
     scarce.num_blocks = 8;
-    ExpectSame(Generate(reqs, scarce, &stats), batched, "preemption");
+    ExpectSame(Generate(reqs, scarce, &stats), batched, "scarce blocks");
+
+    // Preemption for certain: two 4-token prompts fit one block each and start
+    // together, but growing to 16 tokens each needs 8 blocks of the 6 there are.
+    std::vector<GenerationRequest> pair(2);
+    for (GenerationRequest& r : pair) {
+      for (int t = 0; t < 4; ++t) r.prompt.push_back(static_cast<int32_t>(rng() % 311));
+      r.max_tokens = 12;
+      r.ignore_eos = true;
+      r.sampling = reqs[0].sampling;
+    }
+    const std::vector<GenerationResult> pair_roomy = Generate(pair, EngineOptions{});
+    EngineOptions tight;
+    tight.block_size = 4;
+    tight.num_blocks = 6;
+    ExpectSame(Generate(pair, tight, &stats), pair_roomy, "preemption");
     EXPECT_GT(stats.preemptions, 0);
   }
 }
