@@ -9,12 +9,10 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "proto/protocol_version.h"
 #include "tpserve/internal/v1/worker.pb.h"
 
 namespace tpserve {
-
-// Bumped whenever worker.proto changes incompatibly; the worker sends its own in Hello.
-inline constexpr uint32_t kWorkerProtocolVersion = 1;
 
 class WorkerRoster {
  public:

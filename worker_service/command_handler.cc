@@ -50,7 +50,7 @@ CommandHandler::~CommandHandler() {
 
 iv1::Hello CommandHandler::MakeHello() const {
   iv1::Hello hello;
-  hello.set_protocol_version(kWorkerHelloProtocolVersion);
+  hello.set_protocol_version(kWorkerProtocolVersion);
   hello.set_rank(static_cast<uint32_t>(options_.rank.rank));
   hello.set_world_size(static_cast<uint32_t>(options_.rank.world_size));
   hello.set_local_rank(static_cast<uint32_t>(options_.rank.local_rank));
@@ -94,7 +94,7 @@ CommandHandler::Outcome CommandHandler::Handle(const iv1::CoordinatorMessage& co
     case iv1::CoordinatorMessage::COMMAND_NOT_SET:
       status = absl::InvalidArgumentError(
           absl::StrCat("command ", command.seq(), " carries no command this worker knows (protocol version ",
-                       kWorkerHelloProtocolVersion, "); are the coordinator and worker from the same build?"));
+                       kWorkerProtocolVersion, "); are the coordinator and worker from the same build?"));
       break;
   }
   if (!status.ok()) {

@@ -18,6 +18,7 @@
 #include "comm/communicator.h"
 #include "comm/rank_env.h"
 #include "comm/store.h"
+#include "proto/protocol_version.h"
 #include "tpserve/internal/v1/worker.pb.h"
 #include "worker/kv_cache.h"
 #include "worker/model.h"
@@ -25,9 +26,6 @@
 
 namespace tpserve {
 
-// Bumped whenever worker.proto changes incompatibly; the coordinator checks it
-// in Hello (it must equal the coordinator's kWorkerProtocolVersion).
-inline constexpr uint32_t kWorkerHelloProtocolVersion = 1;
 
 struct WorkerOptions {
   RankEnv rank;                        // rank, world size, local rank / world size
