@@ -24,6 +24,10 @@ struct ModelCase {
   const char* args;  // tpserve-make-model options
 };
 
+// Names the case in test output (gtest would otherwise print the struct's bytes,
+// pointers included, into every ctest line).
+void PrintTo(const ModelCase& c, std::ostream* os) { *os << c.name; }
+
 const ModelCase kModels[] = {
     // head_dim 64, 1 KV head (< tp = 2, 4), vocab 317 (prime), bf16, untied, 3 files.
     {"llama3_bf16_sharded",
