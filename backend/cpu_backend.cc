@@ -59,16 +59,7 @@ std::unique_ptr<Backend> MakeCpuBackend(int num_threads) {
 }
 
 Buffer CpuBackend::Allocate(DType dtype, std::span<const int64_t> shape) {
-  Expect(shape.size() >= 1 && shape.size() <= static_cast<size_t>(kMaxDims), "Allocate",
-         shape.size(), " dimensions; 1 to ", kMaxDims, " are supported");
-  Tensor t;
-  t.dtype = dtype;
-  t.device = Device::kCpu;
-  t.ndim = static_cast<int>(shape.size());
-  for (size_t i = 0; i < shape.size(); ++i) {
-    Expect(shape[i] >= 0, "Allocate", "dimension ", i, " is ", shape[i]);
-    t.shape[i] = shape[i];
-  }
+  Tensor t = Tensor::Describe(dtype, Device::kCpu, shape, "CpuBackend::Allocate");
   // calloc: zeroed, and large blocks stay unresident until written (the KV
   // cache, weight shards being loaded). Over-allocate to align by hand.
   const size_t bytes = t.nbytes() + kAlignment;

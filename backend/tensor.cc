@@ -15,6 +15,25 @@ Tensor::Tensor(void* data_in, DType dtype_in, Device device_in, std::initializer
   for (int64_t d : dims) shape[i++] = d;
 }
 
+Tensor Tensor::Describe(DType dtype, Device device, std::span<const int64_t> dims, const char* op) {
+  if (dims.empty() || dims.size() > static_cast<size_t>(kMaxDims)) {
+    std::fprintf(stderr, "%s: %zu dimensions; 1 to %d are supported\n", op, dims.size(), kMaxDims);
+    std::abort();
+  }
+  Tensor t;
+  t.dtype = dtype;
+  t.device = device;
+  t.ndim = static_cast<int>(dims.size());
+  for (size_t i = 0; i < dims.size(); ++i) {
+    if (dims[i] < 0) {
+      std::fprintf(stderr, "%s: dimension %zu is %lld\n", op, i, static_cast<long long>(dims[i]));
+      std::abort();
+    }
+    t.shape[i] = dims[i];
+  }
+  return t;
+}
+
 int64_t Tensor::numel() const {
   int64_t n = 1;
   for (int i = 0; i < ndim; ++i) n *= shape[i];

@@ -11,6 +11,7 @@
 #include <functional>
 #include <initializer_list>
 #include <memory>
+#include <span>
 #include <string>
 
 #include "model/dtype.h"
@@ -30,6 +31,11 @@ struct Tensor {
 
   Tensor() = default;
   Tensor(void* data, DType dtype, Device device, std::initializer_list<int64_t> dims);
+  // The same from a runtime shape (1 to kMaxDims non-negative dimensions; anything
+  // else aborts naming `op`): what a backend's Allocate describes before it
+  // has memory (data stays nullptr).
+  static Tensor Describe(DType dtype, Device device, std::span<const int64_t> dims,
+                         const char* op);
 
   int64_t dim(int i) const { return shape[i < 0 ? ndim + i : i]; }
   int64_t numel() const;

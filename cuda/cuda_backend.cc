@@ -89,16 +89,7 @@ class CudaBackend final : public Backend {
 
   using Backend::Allocate;
   Buffer Allocate(DType dtype, std::span<const int64_t> shape) override {
-    Expect(shape.size() >= 1 && shape.size() <= static_cast<size_t>(kMaxDims), "Allocate",
-           shape.size(), " dimensions; 1 to ", kMaxDims, " are supported");
-    Tensor t;
-    t.dtype = dtype;
-    t.device = Device::kCuda;
-    t.ndim = static_cast<int>(shape.size());
-    for (size_t i = 0; i < shape.size(); ++i) {
-      Expect(shape[i] >= 0, "Allocate", "dimension ", i, " is ", shape[i]);
-      t.shape[i] = shape[i];
-    }
+    Tensor t = Tensor::Describe(dtype, Device::kCuda, shape, "CudaBackend::Allocate");
     const size_t bytes = std::max<size_t>(t.nbytes(), 1);
     void* ptr = nullptr;
     const cudaError_t err = cudaMalloc(&ptr, bytes);
