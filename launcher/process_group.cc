@@ -124,7 +124,9 @@ absl::Status ProcessGroup::State::SpawnAll() {
     absl::MutexLock lock(&mu);
     pids[r] = *pid;
     ++running;
-    if (pidfd < 0) {
+    // ESRCH: the rank already ended and was reaped by the kernel (SIGCHLD is
+    // SIG_IGN); it stays without a pidfd and Run() reaps it at once (status lost).
+    if (pidfd < 0 && errno != ESRCH) {
       absl::Status st = ErrnoError("pidfd_open failed (the launcher needs Linux >= 5.3)");
       return st;
     }
@@ -159,10 +161,14 @@ void ProcessGroup::State::Run() {
     {
       absl::MutexLock lock(&mu);
       if (running == 0) break;
-      for (int fd : pidfds) {
-        if (fd >= 0) fds.push_back({fd, POLLIN, 0});
+      bool reap_now = false;  // a rank without a pidfd is already gone: do not wait
+      for (size_t r = 0; r < pids.size(); ++r) {
+        if (pidfds[r] >= 0) fds.push_back({pidfds[r], POLLIN, 0});
+        else if (!exits[r]) reap_now = true;
       }
-      if (kill_deadline != absl::InfiniteFuture()) {
+      if (reap_now) {
+        timeout_ms = 0;
+      } else if (kill_deadline != absl::InfiniteFuture()) {
         const absl::Duration left = std::max(kill_deadline - absl::Now(), absl::ZeroDuration());
         timeout_ms = static_cast<int>(absl::ToInt64Milliseconds(left + absl::Milliseconds(1)));
       }
