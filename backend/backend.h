@@ -41,6 +41,21 @@ struct KvCacheLayer {
   Tensor v;  // [num_blocks, block_size, Hkv, hd]
 };
 
+// Upper bounds of every step a backend will be given, known once the model and
+// the KV cache geometry are (StepRunner and the offline engine call Reserve
+// after allocating the cache). Backends size their per-step buffers from it
+// (step metadata, attention workspace) so the step loop never allocates, and
+// so buffers captured in a CUDA graph never move.
+struct StepCapacity {
+  int64_t max_tokens = 0;   // T of any step
+  int64_t max_seqs = 0;     // S of any step
+  int64_t max_context = 0;  // longest sequence: seq_lens <= this (the RoPE table's length)
+  int32_t block_size = 0;   // tokens per KV block
+  int32_t max_blocks_per_seq() const {
+    return block_size > 0 ? static_cast<int32_t>((max_context + block_size - 1) / block_size) : 0;
+  }
+};
+
 class Backend {
  public:
   virtual ~Backend() = default;
@@ -62,6 +77,19 @@ class Backend {
   // dst = src (same shape and dtype, both on this device).
   virtual void Copy(const Tensor& src, Tensor dst) = 0;
   virtual void Synchronize() = 0;
+  // The stream every op is enqueued on (a cudaStream_t on CUDA; nullptr on the
+  // CPU), for work that must be ordered with the ops: NCCL collectives, sampling.
+  virtual void* stream() const { return nullptr; }
+
+  // ---- capacity ----
+  // Sizes the per-step buffers for `capacity` (see StepCapacity). Optional:
+  // a backend that was not told grows its buffers when a step needs more.
+  // INVALID_ARGUMENT for a non-positive field; RESOURCE_EXHAUSTED when the
+  // device cannot hold the buffers.
+  virtual absl::Status Reserve(const StepCapacity& capacity) {
+    (void)capacity;
+    return absl::OkStatus();
+  }
 
   // ---- step ----
   // Validates the step against the KV cache geometry (block ids in [0,

@@ -145,6 +145,20 @@ class CudaBackend final : public Backend {
   }
 
   void Synchronize() override { CUDA_CHECK(cudaStreamSynchronize(stream_)); }
+  void* stream() const override { return stream_; }
+
+  absl::Status Reserve(const StepCapacity& capacity) override {
+    if (capacity.max_tokens <= 0 || capacity.max_seqs <= 0 || capacity.max_context <= 0 ||
+        capacity.block_size <= 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "CudaBackend::Reserve: every field of StepCapacity must be positive (max_tokens ",
+          capacity.max_tokens, ", max_seqs ", capacity.max_seqs, ", max_context ", capacity.max_context,
+          ", block_size ", capacity.block_size, ")"));
+    }
+    capacity_ = capacity;
+    if (absl::Status st = ReserveStepBuffers(); !st.ok()) return st;
+    return ReserveAttentionWorkspace();
+  }
 
   absl::Status BeginStep(const StepMetadata& step, int64_t num_blocks, int32_t block_size,
                          int64_t max_position) override;
@@ -310,7 +324,13 @@ class CudaBackend final : public Backend {
     }
   }
 
+  // Reserve's parts: the step metadata buffers and the attention workspace,
+  // sized for capacity_.
+  absl::Status ReserveStepBuffers() { return absl::OkStatus(); }
+  absl::Status ReserveAttentionWorkspace() { return absl::OkStatus(); }
+
   int device_;
+  StepCapacity capacity_;  // from Reserve; zeros until then
   cudaStream_t stream_ = nullptr;
   cublasHandle_t cublas_ = nullptr;
   std::vector<unsigned char> staging_;  // host conversions in CopyFromHost / CopyToHostF32
