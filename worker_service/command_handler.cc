@@ -10,14 +10,37 @@
 #include "absl/strings/str_cat.h"
 #include "backend/cpu_backend.h"
 #include "worker_service/memory_budget.h"
+#include "worker_service/profile_step.h"
 #include "worker_service/step_convert.h"
 #ifdef TPSERVE_WITH_GLOO
 #include "comm/gloo_communicator.h"
+#endif
+#ifdef TPSERVE_WITH_NCCL
+#include "comm/nccl_communicator.h"
+#endif
+#ifdef TPSERVE_WITH_CUDA
+#include "cuda/check.h"
+#include "cuda/cuda_backend.h"
+#include "cuda/device_info.h"
 #endif
 
 namespace tpserve {
 namespace iv1 = tpserve::internal::v1;
 namespace {
+
+#ifdef TPSERVE_WITH_NCCL
+constexpr bool kHaveNccl = true;
+#else
+constexpr bool kHaveNccl = false;
+#endif
+#ifdef TPSERVE_WITH_GLOO
+constexpr bool kHaveGloo = true;
+#else
+constexpr bool kHaveGloo = false;
+#endif
+
+// Kept free after the KV cache for what the warm-up adds (CUDA graphs).
+constexpr uint64_t kCudaGraphReserveBytes = uint64_t{256} << 20;
 
 int LocalRanks(const RankEnv& env) { return env.local_world_size > 0 ? env.local_world_size : env.world_size; }
 
@@ -55,7 +78,21 @@ iv1::Hello CommandHandler::MakeHello() const {
   hello.set_world_size(static_cast<uint32_t>(options_.rank.world_size));
   hello.set_local_rank(static_cast<uint32_t>(options_.rank.local_rank));
   hello.set_host(HostName());
-  hello.set_device("cpu");  // the only backend this build has
+#ifdef TPSERVE_WITH_CUDA
+  // A GPU this rank would use: its name and free memory (the coordinator's
+  // --backend auto picks cuda when every rank reports one).
+  if (const int count = cuda::DeviceCount(); count > 0) {
+    absl::StatusOr<GpuPlacement> place = PlaceOnGpu(options_.rank, count, kHaveNccl, kHaveGloo);
+    const int device = place.ok() ? place->device : options_.rank.local_rank % count;
+    if (absl::StatusOr<cuda::DeviceInfo> info = cuda::QueryDevice(device); info.ok()) {
+      hello.set_device(absl::StrCat(info->name, " (cuda:", device, ")"));
+      hello.set_free_memory(info->free_bytes);
+      hello.set_pid(static_cast<uint32_t>(getpid()));
+      return hello;
+    }
+  }
+#endif
+  hello.set_device("cpu");
   absl::StatusOr<uint64_t> available = MemAvailableBytes();
   hello.set_free_memory(available.ok() ? *available : 0);
   hello.set_pid(static_cast<uint32_t>(getpid()));
@@ -119,10 +156,17 @@ absl::Status CommandHandler::Load(const iv1::Load& load, iv1::Loaded& out, bool&
     }
     backend_ = MakeCpuBackend(threads);
   } else if (load.backend() == "cuda") {
-    return absl::UnimplementedError(
-        "Load: backend \"cuda\" is not wired into tpserve-worker yet (the worker creates only the CPU "
-        "backend; the CUDA backend, its GPU memory profile and NCCL are still to be connected here); "
-        "serve with --backend cpu");
+#ifdef TPSERVE_WITH_CUDA
+    absl::StatusOr<GpuPlacement> place = PlaceOnGpu(options_.rank, cuda::DeviceCount(), kHaveNccl, kHaveGloo);
+    if (!place.ok()) return place.status();
+    placement_ = *place;
+    cuda_ = true;
+    backend_ = MakeCudaBackend(placement_.device);
+#else
+    return absl::FailedPreconditionError(
+        "Load: this tpserve-worker was built without CUDA (nvcc was not found when it was built); rebuild "
+        "on a machine with the CUDA toolkit, or serve with --backend cpu");
+#endif
   } else {
     return absl::InvalidArgumentError(
         absl::StrCat("Load: unknown backend \"", load.backend(), "\"; use \"cpu\" or \"cuda\""));
@@ -131,6 +175,22 @@ absl::Status CommandHandler::Load(const iv1::Load& load, iv1::Loaded& out, bool&
 
   if (world == 1) {
     comm_ = MakeSoloCommunicator();
+  } else if (cuda_ && placement_.comm == CommKind::kNccl) {
+#ifdef TPSERVE_WITH_NCCL
+    prefix_store_ = std::make_unique<PrefixStore>(load.store_prefix(), store_);
+    NcclOptions nccl;
+    nccl.device = placement_.device;
+    nccl.stream = static_cast<cudaStream_t>(backend_->stream());
+    absl::StatusOr<std::unique_ptr<NcclCommunicator>> comm =
+        NcclCommunicator::Create(*prefix_store_, options_.rank.rank, world, nccl);
+    if (!comm.ok()) {
+      fatal = true;  // the other ranks cannot go on without this one
+      return comm.status();
+    }
+    comm_ = *std::move(comm);
+#else
+    return absl::InternalError("Load: NCCL was chosen in a build without NCCL");
+#endif
   } else {
 #ifdef TPSERVE_WITH_GLOO
     prefix_store_ = std::make_unique<PrefixStore>(load.store_prefix(), store_);
@@ -154,23 +214,65 @@ absl::Status CommandHandler::Load(const iv1::Load& load, iv1::Loaded& out, bool&
   if (load.max_num_batched_tokens() > 0) options.max_num_tokens = load.max_num_batched_tokens();
   if (load.max_num_seqs() > 0) options.max_num_seqs = load.max_num_seqs();
   options.max_position = load.max_model_len();
-  const uint64_t before = ResidentBytes();
+  const uint64_t before = UsedBytes();
   absl::StatusOr<std::unique_ptr<Model>> model = Model::Load(load.model_dir(), *backend_, *comm_, options);
   if (!model.ok()) return model.status();
   model_ = *std::move(model);
-  const uint64_t after = ResidentBytes();
+  const uint64_t after = UsedBytes();
   out.set_weight_bytes(after > before ? after - before : 0);  // weights + activation buffers
   return absl::OkStatus();
+}
+
+uint64_t CommandHandler::UsedBytes() const {
+#ifdef TPSERVE_WITH_CUDA
+  if (cuda_) {
+    backend_->Synchronize();
+    absl::StatusOr<cuda::DeviceInfo> info = cuda::QueryDevice(placement_.device);
+    return info.ok() ? info->total_bytes - info->free_bytes : 0;
+  }
+#endif
+  return ResidentBytes();
 }
 
 absl::Status CommandHandler::Profile(const iv1::Profile& profile, iv1::ProfileResult& out) {
   if (model_ == nullptr) return absl::FailedPreconditionError("Profile before Load");
   const int64_t block_bytes = KvCacheBytesPerBlock(model_->kv_cache_shape(1, block_size_), backend_->compute_dtype());
+  const double utilization = profile.gpu_memory_utilization() > 0 ? profile.gpu_memory_utilization() : 0.9;
+#ifdef TPSERVE_WITH_CUDA
+  if (cuda_) {
+    // Measure the device at its peak: after the step buffers are reserved and
+    // a forward of the largest step ran (cuBLAS workspaces included).
+    StepCapacity capacity;
+    capacity.max_tokens = model_->options().max_num_tokens;
+    capacity.max_seqs = model_->options().max_num_seqs;
+    capacity.max_context = model_->max_position();
+    capacity.block_size = block_size_;
+    if (absl::Status st = backend_->Reserve(capacity); !st.ok()) return st;
+    if (absl::Status st = RunProfileStep(*model_, *backend_, block_size_); !st.ok()) return st;
+    absl::StatusOr<cuda::DeviceInfo> info = cuda::QueryDevice(placement_.device);
+    if (!info.ok()) return info.status();
+    GpuKvBudget budget;
+    budget.total_bytes = info->total_bytes;
+    budget.free_bytes = info->free_bytes;
+    budget.utilization = utilization;
+    budget.ranks_per_device = placement_.ranks_per_device;
+    budget.reserve_bytes = kCudaGraphReserveBytes;
+    budget.block_bytes = block_bytes;
+    budget.max_num_seqs = model_->options().max_num_seqs;
+    budget.max_model_len = model_->max_position();
+    budget.block_size = block_size_;
+    absl::StatusOr<int64_t> blocks = GpuKvBlocks(budget);
+    if (!blocks.ok()) return blocks.status();
+    out.set_max_num_blocks(static_cast<uint64_t>(*blocks));
+    out.set_block_bytes(static_cast<uint64_t>(block_bytes));
+    return absl::OkStatus();
+  }
+#endif
   absl::StatusOr<uint64_t> available = MemAvailableBytes();
   if (!available.ok()) return available.status();
   CpuKvBudget budget;
   budget.available_bytes = *available;
-  budget.utilization = profile.gpu_memory_utilization() > 0 ? profile.gpu_memory_utilization() : 0.9;
+  budget.utilization = utilization;
   budget.local_ranks = LocalRanks(options_.rank);
   budget.block_bytes = block_bytes;
   budget.max_num_seqs = model_->options().max_num_seqs;

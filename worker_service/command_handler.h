@@ -1,7 +1,9 @@
 // CommandHandler: what a worker does with each coordinator command
 // (worker.proto), without the networking: Load creates the backend, the
 // communicator (gloo over the rendezvous store when world > 1) and the model;
-// Profile answers how many KV blocks fit; AllocateKv allocates them; WarmUp;
+// with backend "cuda" the GPU of its local rank and NCCL (gloo when ranks share
+// a GPU, see gpu_placement.h); Profile answers how many KV blocks fit (on a GPU
+// measured after a forward of the largest step); AllocateKv allocates them; WarmUp;
 // Step runs the StepRunner; Shutdown ends the worker.
 //
 // Every command gets exactly one reply with the command's seq; a command that
@@ -23,6 +25,7 @@
 #include "worker/kv_cache.h"
 #include "worker/model.h"
 #include "worker/step_runner.h"
+#include "worker_service/gpu_placement.h"
 
 namespace tpserve {
 
@@ -54,11 +57,16 @@ class CommandHandler {
   absl::Status Load(const tpserve::internal::v1::Load& load, tpserve::internal::v1::Loaded& out, bool& fatal);
   absl::Status Profile(const tpserve::internal::v1::Profile& profile, tpserve::internal::v1::ProfileResult& out);
   absl::Status AllocateKv(const tpserve::internal::v1::AllocateKv& allocate);
+  // Memory this worker's device holds now: GPU memory in use with the CUDA
+  // backend (every process on the GPU), else this process's resident set.
+  uint64_t UsedBytes() const;
   absl::Status Step(const tpserve::internal::v1::Step& step, tpserve::internal::v1::StepResult& out, bool& fatal);
 
   WorkerOptions options_;
   Store& store_;
   int32_t block_size_ = 16;
+  bool cuda_ = false;          // Load chose the CUDA backend
+  GpuPlacement placement_;     // its device and communicator, when cuda_
   // Destroyed in reverse order: the runner and cache before the model, the
   // model before the communicator and backend.
   std::unique_ptr<Backend> backend_;
