@@ -72,6 +72,11 @@ class SequenceSamplingState {
   bool InPrompt(int32_t token) const { return prompt_tokens_.contains(token); }
   // The next uniform double in [0, 1) from this sequence's RNG (53 random bits).
   double NextUniform();
+  // What a device sampler uploads for the penalties (cuda/sampling_inputs.h):
+  // the distinct prompt ids (kept only with a repetition penalty) and the
+  // generated ids with their counts.
+  const absl::flat_hash_set<int32_t>& prompt_tokens() const { return prompt_tokens_; }
+  const absl::flat_hash_map<int32_t, int32_t>& output_counts() const { return output_counts_; }
 
  private:
   friend void ApplyPenalties(const SequenceSamplingState& seq, std::span<float> logits);
