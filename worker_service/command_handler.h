@@ -2,7 +2,7 @@
 // (worker.proto), without the networking: Load creates the backend, the
 // communicator (gloo over the rendezvous store when world > 1) and the model;
 // with backend "cuda" the GPU of its local rank and NCCL (gloo when ranks share
-// a GPU, see gpu_placement.h); Profile answers how many KV blocks fit (on a GPU
+// a GPU, see comm/gpu_placement.h); Profile answers how many KV blocks fit (on a GPU
 // measured after a forward of the largest step); AllocateKv allocates them; WarmUp;
 // Step runs the StepRunner; Shutdown ends the worker.
 //
@@ -25,7 +25,7 @@
 #include "worker/kv_cache.h"
 #include "worker/model.h"
 #include "worker/step_runner.h"
-#include "worker_service/gpu_placement.h"
+#include "comm/gpu_placement.h"
 
 namespace tpserve {
 
@@ -65,6 +65,7 @@ class CommandHandler {
   WorkerOptions options_;
   Store& store_;
   int32_t block_size_ = 16;
+  bool enforce_eager_ = false;  // Load's enforce_eager: no CUDA graphs
   bool cuda_ = false;          // Load chose the CUDA backend
   GpuPlacement placement_;     // its device and communicator, when cuda_
   // Destroyed in reverse order: the runner and cache before the model, the

@@ -3,6 +3,7 @@
 //   tpserve-generate --model DIR [--tp N] --prompt-ids 1,2,3[;4,5] --max-tokens 16
 //   tpserve-generate --model DIR --prompt "Hello" (needs DIR/tokenizer.json)
 //   mpirun -np 2 tpserve-generate --model DIR --store-dir /shared/dir ...
+//   tpserve-generate --model DIR --backend cuda --tp 2 ... (a GPU per rank: NCCL)
 //
 // With --tp N > 1 and no launcher around it, it starts N rank processes of
 // itself (rendezvous through a temporary FileStore directory); under mpirun or
@@ -27,12 +28,20 @@
 #include "absl/strings/str_split.h"
 #include "backend/cpu_backend.h"
 #include "comm/gloo_communicator.h"
+#include "comm/gpu_placement.h"
 #include "comm/rank_env.h"
 #include "comm/store.h"
 #include "nlohmann/json.hpp"
 #include "tokenizer/tokenizer.h"
 #include "tools/engine_cli/launch.h"
 #include "worker/engine.h"
+#ifdef TPSERVE_WITH_CUDA
+#include "cuda/check.h"
+#include "cuda/cuda_backend.h"
+#endif
+#ifdef TPSERVE_WITH_NCCL
+#include "comm/nccl_communicator.h"
+#endif
 
 ABSL_FLAG(std::string, model, "", "Hugging Face checkpoint folder (config.json + safetensors)");
 ABSL_FLAG(int, tp, 1, "tensor-parallel ranks to start (ignored under mpirun/torchrun: their world size counts)");
@@ -52,6 +61,10 @@ ABSL_FLAG(int64_t, max_num_tokens, 2048, "token budget of one step (longer promp
 ABSL_FLAG(int64_t, max_num_seqs, 256, "most sequences in one step");
 ABSL_FLAG(int64_t, max_position, 0, "RoPE table rows; 0 = config.json's max_position_embeddings");
 ABSL_FLAG(int, threads, 1, "BLAS threads per rank");
+ABSL_FLAG(bool, enforce_eager, false, "run every step eagerly: no CUDA graphs for decode steps");
+ABSL_FLAG(std::string, backend, "cpu",
+          "cpu, or cuda (the GPU of each rank's local rank; NCCL between ranks with a GPU each, "
+          "gloo through host memory when ranks share one)");
 ABSL_FLAG(std::string, output_json, "", "write tokens, stats and peak RSS per rank to this file (rank 0)");
 ABSL_FLAG(bool, logits, false, "include every sampled step's logits in --output-json");
 ABSL_FLAG(std::string, store_dir, "", "rendezvous directory shared by the ranks (needed under mpirun)");
@@ -103,9 +116,36 @@ absl::Status RunRank(const RankEnv& env) {
   }
   if (prompts.empty()) return absl::InvalidArgumentError("give --prompt-ids 1,2,3 or --prompt TEXT");
 
+  // The backend first: NCCL runs on its stream.
+  const std::string backend_name = absl::GetFlag(FLAGS_backend);
+  std::unique_ptr<Backend> backend;
+  CommKind comm_kind = env.world_size == 1 ? CommKind::kSolo : CommKind::kGloo;
+  int device = 0;
+  if (backend_name == "cpu") {
+    backend = MakeCpuBackend(absl::GetFlag(FLAGS_threads));
+  } else if (backend_name == "cuda") {
+#ifdef TPSERVE_WITH_CUDA
+#ifdef TPSERVE_WITH_NCCL
+    constexpr bool kHaveNccl = true;
+#else
+    constexpr bool kHaveNccl = false;
+#endif
+    absl::StatusOr<GpuPlacement> place = PlaceOnGpu(env, cuda::DeviceCount(), kHaveNccl, /*have_gloo=*/true);
+    if (!place.ok()) return place.status();
+    comm_kind = place->comm;
+    device = place->device;
+    backend = MakeCudaBackend(device);
+#else
+    return absl::FailedPreconditionError(
+        "--backend cuda: this tpserve-generate was built without CUDA (no nvcc at build time)");
+#endif
+  } else {
+    return absl::InvalidArgumentError(absl::StrCat("--backend must be cpu or cuda, got \"", backend_name, "\""));
+  }
+
   std::unique_ptr<Communicator> comm;
   std::unique_ptr<FileStore> store;
-  if (env.world_size == 1) {
+  if (comm_kind == CommKind::kSolo) {
     comm = MakeSoloCommunicator();
   } else {
     const std::string dir = absl::GetFlag(FLAGS_store_dir);
@@ -117,14 +157,26 @@ absl::Status RunRank(const RankEnv& env) {
     absl::StatusOr<std::unique_ptr<FileStore>> opened = FileStore::Open(dir);
     if (!opened.ok()) return opened.status();
     store = *std::move(opened);
-    GlooOptions gloo;
-    gloo.timeout = std::chrono::seconds(absl::GetFlag(FLAGS_timeout_s));
-    absl::StatusOr<std::unique_ptr<Communicator>> made =
-        MakeGlooCommunicator(*store, env.rank, env.world_size, gloo);
+    absl::StatusOr<std::unique_ptr<Communicator>> made;
+    if (comm_kind == CommKind::kNccl) {
+#ifdef TPSERVE_WITH_NCCL
+      NcclOptions nccl;
+      nccl.device = device;
+      nccl.stream = static_cast<cudaStream_t>(backend->stream());
+      nccl.timeout = std::chrono::seconds(absl::GetFlag(FLAGS_timeout_s));
+      absl::StatusOr<std::unique_ptr<NcclCommunicator>> n =
+          NcclCommunicator::Create(*store, env.rank, env.world_size, nccl);
+      if (!n.ok()) return n.status();
+      made = std::unique_ptr<Communicator>(*std::move(n));
+#endif
+    } else {
+      GlooOptions gloo;
+      gloo.timeout = std::chrono::seconds(absl::GetFlag(FLAGS_timeout_s));
+      made = MakeGlooCommunicator(*store, env.rank, env.world_size, gloo);
+    }
     if (!made.ok()) return made.status();
     comm = *std::move(made);
   }
-  std::unique_ptr<Backend> backend = MakeCpuBackend(absl::GetFlag(FLAGS_threads));
 
   EngineOptions options;
   options.model.max_num_tokens = absl::GetFlag(FLAGS_max_num_tokens);
@@ -133,6 +185,7 @@ absl::Status RunRank(const RankEnv& env) {
   options.block_size = absl::GetFlag(FLAGS_block_size);
   options.num_blocks = absl::GetFlag(FLAGS_num_blocks);
   options.return_logits = absl::GetFlag(FLAGS_logits);
+  options.enforce_eager = absl::GetFlag(FLAGS_enforce_eager);
   absl::StatusOr<std::unique_ptr<Engine>> engine = Engine::Create(model_dir, *backend, *comm, options);
   if (!engine.ok()) return engine.status();
 
@@ -168,13 +221,16 @@ absl::Status RunRank(const RankEnv& env) {
   absl::StatusOr<std::vector<GenerationResult>> results = (*engine)->Generate(requests);
   if (!results.ok()) return results.status();
 
-  // Peak RSS of every rank (kB; exact as f32 up to 16 GB), gathered to rank 0.
-  float rss = static_cast<float>(PeakRssKb());
+  // Peak RSS of every rank (kB; exact as f32 up to 16 GB), gathered to rank 0
+  // through the backend's memory (NCCL takes device buffers only).
+  const float rss = static_cast<float>(PeakRssKb());
   std::vector<float> all_rss(static_cast<size_t>(env.world_size), 0.0f);
-  if (absl::Status s = comm->Gather(Tensor(&rss, DType::kF32, Device::kCpu, {1}),
-                                    Tensor(all_rss.data(), DType::kF32, Device::kCpu, {env.world_size, 1}));
-      !s.ok()) {
-    return s;
+  {
+    Buffer one = backend->Allocate(DType::kF32, {1});
+    Buffer all = backend->Allocate(DType::kF32, {env.world_size, 1});
+    backend->CopyFromHost(&rss, DType::kF32, one.tensor());
+    if (absl::Status s = comm->Gather(one.tensor(), all.tensor()); !s.ok()) return s;
+    if (env.rank == 0) backend->CopyToHostF32(all.tensor(), all_rss.data());
   }
   if (env.rank != 0) return absl::OkStatus();
 

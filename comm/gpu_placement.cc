@@ -1,4 +1,4 @@
-#include "worker_service/gpu_placement.h"
+#include "comm/gpu_placement.h"
 
 #include "absl/strings/str_cat.h"
 

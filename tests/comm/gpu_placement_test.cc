@@ -1,5 +1,5 @@
 // Where a CUDA worker runs and which communicator its ranks use.
-#include "worker_service/gpu_placement.h"
+#include "comm/gpu_placement.h"
 
 #include "gtest/gtest.h"
 
