@@ -1,0 +1,201 @@
+#include "cuda/cuda_sampler.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+
+#include "absl/strings/str_cat.h"
+#include "cuda/check.h"
+#include "cuda/sampling.cuh"
+#include "cuda/sampling_inputs.h"
+
+namespace tpserve::cuda {
+namespace {
+
+[[noreturn]] void Misuse(const std::string& what) {
+  std::fprintf(stderr, "CudaSampler::Sample: %s\n", what.c_str());
+  std::abort();
+}
+
+template <typename T>
+cudaError_t DeviceAlloc(T** ptr, int64_t count) {
+  return cudaMalloc(reinterpret_cast<void**>(ptr), sizeof(T) * static_cast<size_t>(count));
+}
+template <typename T>
+cudaError_t HostAlloc(T** ptr, int64_t count) {
+  return cudaMallocHost(reinterpret_cast<void**>(ptr), sizeof(T) * static_cast<size_t>(count));
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<CudaSampler>> CudaSampler::Create(const Options& options,
+                                                                 cudaStream_t stream) {
+  if (options.max_seqs < 1) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "CudaSampler: max_seqs = ", options.max_seqs, " must be at least 1"));
+  }
+  if (options.vocab_size < 1 || options.vocab_size > kMaxSampleVocab) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "CudaSampler: vocab_size = ", options.vocab_size, " must be in [1, ", kMaxSampleVocab,
+        "] (the per-row penalty bitmask lives in 48 KiB of shared memory)"));
+  }
+  if (options.max_logprobs < 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "CudaSampler: max_logprobs = ", options.max_logprobs, " must be >= 0"));
+  }
+  if (options.penalty_entries < 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "CudaSampler: penalty_entries = ", options.penalty_entries, " must be >= 0 (0: default)"));
+  }
+  std::unique_ptr<CudaSampler> sampler(new CudaSampler(options, stream));
+  if (absl::Status status = sampler->Allocate(); !status.ok()) return status;
+  return sampler;
+}
+
+absl::Status CudaSampler::Allocate() {
+  const int64_t rows = options_.max_seqs;
+  top_stride_ = std::max(options_.max_logprobs, 1);
+  entry_capacity_ = options_.penalty_entries > 0 ? options_.penalty_entries : rows * 1024;
+  cudaError_t err = cudaSuccess;
+  auto step = [&](cudaError_t e) {
+    if (err == cudaSuccess) err = e;
+  };
+  step(DeviceAlloc(&d_params_, rows));
+  step(DeviceAlloc(&d_offsets_, rows + 1));
+  step(DeviceAlloc(&d_entries_, entry_capacity_));
+  step(DeviceAlloc(&d_top_, rows * top_stride_));
+  step(DeviceAlloc(&d_results_, rows));
+  step(HostAlloc(&h_params_, rows));
+  step(HostAlloc(&h_offsets_, rows + 1));
+  step(HostAlloc(&h_entries_, entry_capacity_));
+  step(HostAlloc(&h_top_, rows * top_stride_));
+  step(HostAlloc(&h_results_, rows));
+  if (err != cudaSuccess) {
+    (void)cudaGetLastError();  // an allocation error is not sticky: clear it for later calls
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "CudaSampler: allocating buffers for ", rows, " rows and ", entry_capacity_,
+        " penalty entries failed (", cudaGetErrorString(err),
+        "); lower max_num_seqs or gpu_memory_utilization"));
+  }
+  return absl::OkStatus();
+}
+
+CudaSampler::~CudaSampler() {
+  // Frees whatever was allocated; errors here cannot be acted on.
+  cudaFree(d_params_);
+  cudaFree(d_offsets_);
+  cudaFree(d_entries_);
+  cudaFree(d_top_);
+  cudaFree(d_results_);
+  cudaFreeHost(h_params_);
+  cudaFreeHost(h_offsets_);
+  cudaFreeHost(h_entries_);
+  cudaFreeHost(h_top_);
+  cudaFreeHost(h_results_);
+}
+
+void CudaSampler::ReservePenaltyEntries(int64_t count) {
+  if (count <= entry_capacity_) return;
+  const int64_t capacity = std::max(count, entry_capacity_ * 2);
+  // The previous Sample synchronised the stream: nothing still reads the old buffers.
+  CUDA_CHECK(cudaFree(d_entries_));
+  CUDA_CHECK(cudaFreeHost(h_entries_));
+  d_entries_ = nullptr;
+  h_entries_ = nullptr;
+  CUDA_CHECK(DeviceAlloc(&d_entries_, capacity));
+  CUDA_CHECK(HostAlloc(&h_entries_, capacity));
+  entry_capacity_ = capacity;
+}
+
+std::vector<SampledToken> CudaSampler::Sample(const Tensor& gathered, int64_t vocab_size,
+                                              std::span<SequenceSamplingState* const> seqs) {
+  const int64_t rows = static_cast<int64_t>(seqs.size());
+  if (rows == 0) return {};
+  if (rows > options_.max_seqs) {
+    Misuse(absl::StrCat(rows, " rows exceed max_seqs = ", options_.max_seqs,
+                        "; create the sampler with the scheduler's max_num_seqs"));
+  }
+  if (gathered.device != Device::kCuda || gathered.ndim != 3 ||
+      (gathered.dtype != DType::kBF16 && gathered.dtype != DType::kF32)) {
+    Misuse(absl::StrCat("gathered must be a [tp, S, Vs] bf16 or f32 CUDA tensor, got ",
+                        gathered.ShapeString(), " ", std::string(DTypeName(gathered.dtype))));
+  }
+  const int64_t tp = gathered.dim(0), shard_vocab = gathered.dim(2);
+  if (gathered.dim(1) != rows || vocab_size < 1 || vocab_size > options_.vocab_size ||
+      vocab_size > tp * shard_vocab) {
+    Misuse(absl::StrCat("gathered ", gathered.ShapeString(), " does not hold ", rows,
+                        " rows of vocab_size ", vocab_size, " (the sampler holds up to ",
+                        options_.vocab_size, ")"));
+  }
+
+  // Rows: parameters, this token's uniform, penalty entries.
+  staging_.clear();
+  for (int64_t s = 0; s < rows; ++s) {
+    SequenceSamplingState& seq = *seqs[s];
+    if (seq.params().logprobs > options_.max_logprobs) {
+      Misuse(absl::StrCat("a request asks for ", seq.params().logprobs,
+                          " log-probs, more than max_logprobs = ", options_.max_logprobs,
+                          "; the coordinator's max_logprobs must not exceed the sampler's"));
+    }
+    h_offsets_[s] = static_cast<int32_t>(staging_.size());
+    sampling::AppendPenaltyEntries(seq, staging_);
+    h_params_[s] = sampling::MakeRowParams(seq.params(), seq.NextUniform());
+  }
+  const int64_t num_entries = static_cast<int64_t>(staging_.size());
+  h_offsets_[rows] = static_cast<int32_t>(num_entries);
+  ReservePenaltyEntries(num_entries);
+  if (num_entries > 0) {
+    std::memcpy(h_entries_, staging_.data(), sizeof(sampling::PenaltyEntry) * num_entries);
+  }
+
+  CUDA_CHECK(cudaMemcpyAsync(d_params_, h_params_, sizeof(sampling::RowParams) * rows,
+                             cudaMemcpyHostToDevice, stream_));
+  CUDA_CHECK(cudaMemcpyAsync(d_offsets_, h_offsets_, sizeof(int32_t) * (rows + 1),
+                             cudaMemcpyHostToDevice, stream_));
+  if (num_entries > 0) {
+    CUDA_CHECK(cudaMemcpyAsync(d_entries_, h_entries_, sizeof(sampling::PenaltyEntry) * num_entries,
+                               cudaMemcpyHostToDevice, stream_));
+  }
+  SampleRowsArgs args;
+  args.gathered = gathered.data;
+  args.bf16 = gathered.dtype == DType::kBF16;
+  args.tp = static_cast<int32_t>(tp);
+  args.rows = static_cast<int32_t>(rows);
+  args.shard_vocab = static_cast<int32_t>(shard_vocab);
+  args.vocab = static_cast<int32_t>(vocab_size);
+  args.params = d_params_;
+  args.entry_offsets = d_offsets_;
+  args.entries = d_entries_;
+  args.top_stride = top_stride_;
+  args.top = d_top_;
+  args.results = d_results_;
+  CUDA_CHECK(LaunchSampleRows(args, stream_));
+  TPSERVE_SYNC_CHECK();
+  CUDA_CHECK(cudaMemcpyAsync(h_results_, d_results_, sizeof(sampling::RowResult) * rows,
+                             cudaMemcpyDeviceToHost, stream_));
+  const bool any_top = std::any_of(seqs.begin(), seqs.end(),
+                                   [](const SequenceSamplingState* q) { return q->params().logprobs > 0; });
+  if (any_top) {
+    CUDA_CHECK(cudaMemcpyAsync(h_top_, d_top_, sizeof(sampling::TopLogprob) * rows * top_stride_,
+                               cudaMemcpyDeviceToHost, stream_));
+  }
+  CUDA_CHECK(cudaStreamSynchronize(stream_));
+
+  std::vector<SampledToken> result(rows);
+  for (int64_t s = 0; s < rows; ++s) {
+    const sampling::RowResult& r = h_results_[s];
+    SampledToken& out = result[s];
+    out.token = r.token;
+    if (seqs[s]->params().logprobs >= 0) {
+      out.logprob = r.logprob;
+      const sampling::TopLogprob* top = h_top_ + s * top_stride_;
+      for (int32_t k = 0; k < r.num_top; ++k) out.top.emplace_back(top[k].token, top[k].logprob);
+    }
+    seqs[s]->AppendOutput(out.token);
+  }
+  return result;
+}
+
+}  // namespace tpserve::cuda

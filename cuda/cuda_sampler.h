@@ -1,0 +1,81 @@
+// DeviceSampler on the GPU: uploads each row's parameters, uniform and penalty
+// entries, runs cuda/sampling.cuh's kernel on the gathered logits and reads
+// back the tokens and log-probs.
+//
+// Randomness stays on the host: every sequence keeps its std::mt19937_64
+// (SequenceSamplingState, seeded per request) and the host draws that
+// sequence's one uniform per step and passes it to the kernel. So a seeded
+// request samples the same tokens on the CPU and on the GPU, wherever its row is
+// and whatever else is in the batch.
+//
+// Buffers (device and pinned host) are allocated once at construction for
+// max_seqs rows, the vocabulary and max_logprobs; the penalty entries (one per
+// distinct token a penalised sequence has seen) start at a capacity and grow,
+// rarely, when a step needs more. Sample synchronises its stream once (it
+// returns host tokens), so it is not meant to be captured into a CUDA graph.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <vector>
+
+#include <cuda_runtime_api.h>
+
+#include "absl/status/statusor.h"
+#include "cuda/sampling_row.h"
+#include "worker/device_sampler.h"
+
+namespace tpserve::cuda {
+
+class CudaSampler final : public DeviceSampler {
+ public:
+  struct Options {
+    int32_t max_seqs = 256;     // rows per Sample call
+    int64_t vocab_size = 0;     // V; every call's vocab_size is at most this
+    int32_t max_logprobs = 20;  // the largest top-n a request may ask for (coordinator limit)
+    int64_t penalty_entries = 0;  // initial capacity for a step; 0: max_seqs · 1024
+  };
+
+  // INVALID_ARGUMENT for options out of range, RESOURCE_EXHAUSTED when the
+  // buffers do not fit. `stream` (the backend's stream()) must outlive this.
+  static absl::StatusOr<std::unique_ptr<CudaSampler>> Create(const Options& options,
+                                                             cudaStream_t stream);
+  ~CudaSampler() override;
+  CudaSampler(const CudaSampler&) = delete;
+  CudaSampler& operator=(const CudaSampler&) = delete;
+
+  // See DeviceSampler::Sample. gathered: [tp, S, Vs] bf16 or f32 on the device
+  // of this sampler; S <= max_seqs, vocab_size <= Options::vocab_size, every
+  // request's logprobs <= max_logprobs.
+  std::vector<SampledToken> Sample(const Tensor& gathered, int64_t vocab_size,
+                                   std::span<SequenceSamplingState* const> seqs) override;
+
+ private:
+  CudaSampler(const Options& options, cudaStream_t stream) : options_(options), stream_(stream) {}
+  absl::Status Allocate();
+  // Makes room for `count` penalty entries (device and pinned), synchronously.
+  void ReservePenaltyEntries(int64_t count);
+
+  Options options_;
+  cudaStream_t stream_;
+  int32_t top_stride_ = 1;  // max(max_logprobs, 1)
+
+  // Device buffers.
+  sampling::RowParams* d_params_ = nullptr;      // [max_seqs]
+  int32_t* d_offsets_ = nullptr;                 // [max_seqs + 1]
+  sampling::PenaltyEntry* d_entries_ = nullptr;  // [entry_capacity_]
+  sampling::TopLogprob* d_top_ = nullptr;        // [max_seqs, top_stride]
+  sampling::RowResult* d_results_ = nullptr;     // [max_seqs]
+  // Pinned host mirrors, same shapes.
+  sampling::RowParams* h_params_ = nullptr;
+  int32_t* h_offsets_ = nullptr;
+  sampling::PenaltyEntry* h_entries_ = nullptr;
+  sampling::TopLogprob* h_top_ = nullptr;
+  sampling::RowResult* h_results_ = nullptr;
+  int64_t entry_capacity_ = 0;
+
+  std::vector<sampling::PenaltyEntry> staging_;  // this step's entries before the pinned copy
+};
+
+}  // namespace tpserve::cuda

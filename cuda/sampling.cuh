@@ -1,0 +1,47 @@
+// Sampling on rank 0 on the GPU: one thread block per row runs the row
+// algorithm of cuda/sampling_row.h (the host sampler's semantics, without a
+// sort) on the gathered LM-head logits. CudaSampler (cuda/cuda_sampler.h) owns
+// the buffers and calls this launcher.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include <cuda_runtime_api.h>
+
+#include "cuda/sampling_row.h"
+
+namespace tpserve::cuda {
+
+// Threads per row (one block per row).
+inline constexpr int kSampleThreads = 512;
+// The penalty bitmask of a row lives in shared memory: ceil(V / 32) words, at
+// most the 48 KiB a kernel gets without opting in.
+inline constexpr int64_t kMaxSampleVocab = 48 * 1024 * 8;
+
+inline size_t SampleRowsSharedBytes(int64_t vocab) {
+  return static_cast<size_t>((vocab + 31) / 32) * sizeof(uint32_t);
+}
+
+// All pointers are device memory.
+struct SampleRowsArgs {
+  const void* gathered = nullptr;  // [tp, S, Vs] bf16 (bf16 = true) or f32: token i = r·Vs + j of
+                                   // row s is gathered[r, s, j]; i < vocab only
+  bool bf16 = true;
+  int32_t tp = 1;
+  int32_t rows = 0;         // S
+  int32_t shard_vocab = 0;  // Vs
+  int32_t vocab = 0;        // V <= tp·Vs, V <= kMaxSampleVocab
+  const sampling::RowParams* params = nullptr;      // [S]
+  const int32_t* entry_offsets = nullptr;           // [S + 1]: row s's entries are
+                                                    //   entries[offsets[s], offsets[s + 1])
+  const sampling::PenaltyEntry* entries = nullptr;  // [offsets[S]], sorted by token per row
+  int32_t top_stride = 0;                           // >= every row's num_logprobs (and >= 1)
+  sampling::TopLogprob* top = nullptr;              // [S, top_stride] out: row s's top n
+  sampling::RowResult* results = nullptr;           // [S] out
+};
+
+// Samples every row; enqueues one kernel on `stream` (no allocation, no sync).
+cudaError_t LaunchSampleRows(const SampleRowsArgs& args, cudaStream_t stream);
+
+}  // namespace tpserve::cuda

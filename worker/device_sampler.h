@@ -1,0 +1,34 @@
+// Sampling where the logits already are (rank 0's GPU), behind an interface the
+// step runner can hold without depending on CUDA. CudaSampler
+// (cuda/cuda_sampler.h) implements it.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "backend/tensor.h"
+#include "worker/sampler.h"
+
+namespace tpserve {
+
+class DeviceSampler {
+ public:
+  virtual ~DeviceSampler() = default;
+
+  // The contract of tpserve::Sample (worker/sampler.h) on device logits:
+  //   gathered: [tp, S, Vs] on the sampler's device, the tensor-parallel LM
+  //             head's gather; row s of the vocabulary is the concatenation of
+  //             gathered[r, s, :] over r, truncated to vocab_size (the rest is
+  //             padding and never read). tp = 1 is [1, S, V]. Not modified.
+  //   seqs:     [S] the rows' sampling states; each draws exactly one uniform
+  //             from its own RNG (greedy included) and records the sampled token.
+  // Returns [S] tokens (and log-probs when asked). The same seeded request gets
+  // the same tokens as from tpserve::Sample on the same logits, whatever else is
+  // in the batch (up to floating-point rounding at a boundary of the
+  // cumulative distribution). Shapes that do not fit abort (a programming error).
+  virtual std::vector<SampledToken> Sample(const Tensor& gathered, int64_t vocab_size,
+                                           std::span<SequenceSamplingState* const> seqs) = 0;
+};
+
+}  // namespace tpserve
