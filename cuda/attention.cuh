@@ -15,9 +15,9 @@
 // online softmax (running max, sum and fp32 accumulator per query head), and
 // the warps' partial results are merged at the end.
 //
-// Not yet here (issue 5): splitting a long context over several blocks with a
-// reduction pass, and a query-tiled prefill kernel that reads each K/V tile
-// once for many tokens. They earn their place through the benchmark.
+// Decode tokens over long contexts take the split path below (flash-decoding)
+// once the backend has a workspace (CudaBackend::Reserve). Not yet here: a
+// query-tiled prefill kernel that reads each K/V tile once for many tokens.
 #pragma once
 
 #include <cstdint>
@@ -48,5 +48,53 @@ struct PagedAttentionArgs {
 
 // cudaErrorInvalidValue for hd > kMaxAttentionHeadDim or Hq % Hkv != 0.
 cudaError_t LaunchPagedAttention(const PagedAttentionArgs& args, cudaStream_t stream);
+
+// ---- Split decode attention (flash-decoding) ----
+//
+// With one query row per token, the kernel above runs one block per (token,
+// KV head chunk): a batch of a few long decodes leaves most SMs idle while
+// each block walks thousands of keys. The split path also cuts the context:
+//
+//   1. partition kernel, grid (decode token, KV head · chunk, partition p):
+//      keys [p · partition_size, min((p + 1) · partition_size, context)) of
+//      the token's sequence, the same GQA-aware online softmax as above (a K/V
+//      row is read once for the chunk's query heads), merged over the warps;
+//      writes the partition's softmax partial (attention_merge.h) per query
+//      head: max, sum and the normalised output row.
+//   2. combine kernel, grid (decode token, query head): merges the token's
+//      partials with CombinePartials (attention_merge.h, tested on the CPU)
+//      and writes the bf16 output row.
+//
+// The grid covers max_partitions for every token, a number the host fixes
+// from the reserved capacity (StepCapacity::max_context), never from the
+// step's seq_lens: a CUDA graph captured for a batch size replays for any
+// contexts up to max_partitions · partition_size. Blocks whose partition lies
+// past their token's context return at once, and the combine reads only the
+// ceil(context / partition_size) partitions that were written.
+constexpr int kDecodePartitionSize = 512;  // keys per partition
+
+struct SplitDecodeArgs {
+  int64_t first_token = 0;  // rows [first_token, num_tokens) of the step are decodes
+  int partition_size = kDecodePartitionSize;
+  int max_partitions = 0;   // contexts up to max_partitions · partition_size (grid depth)
+  // Workspace of SplitDecodeWorkspaceFloats(...) floats or more, for
+  // n = num_tokens − first_token decode tokens:
+  //   partial_out [n, Hq, max_partitions, hd] | partial_max [n, Hq, max_partitions]
+  //   | partial_sum [n, Hq, max_partitions]
+  float* workspace = nullptr;
+  size_t workspace_floats = 0;
+};
+
+// Floats of workspace the split path needs.
+size_t SplitDecodeWorkspaceFloats(int64_t num_decode_tokens, int num_heads, int head_dim, int max_partitions);
+
+// Attention of rows [split.first_token, args.num_tokens) (one query row per
+// sequence: positions[t] + 1 keys each, at most max_partitions ·
+// partition_size; longer contexts are cut short, so the caller checks). Rows
+// before first_token are not touched. cudaErrorInvalidValue for the
+// conditions of LaunchPagedAttention, a workspace that is too small, or a
+// grid beyond CUDA's limits (max_partitions or the head chunks above 65535).
+cudaError_t LaunchSplitDecodeAttention(const PagedAttentionArgs& args, const SplitDecodeArgs& split,
+                                       cudaStream_t stream);
 
 }  // namespace tpserve::cuda
