@@ -61,6 +61,10 @@ class WorkerPool final : public tpserve::internal::v1::Worker::Service {
   void SetOnLost(std::function<void(const absl::Status&)> on_lost);
   // Ends every session (after Shutdown): their handlers return OK.
   void Close();
+  // A worker process ended (the launcher of --spawn-workers saw it): the pool
+  // is lost as when its session breaks, so WaitForWorkers returns at once
+  // with `what` instead of waiting out its timeout for a rank that is gone.
+  void ReportWorkerExit(int rank, absl::string_view what) { MarkLost(rank, what); }
 
  private:
   struct Slot {

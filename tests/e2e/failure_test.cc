@@ -236,6 +236,19 @@ TEST_F(FailureTest, StartupWithoutWorkersTimesOutNamingTheMissingRanks) {
   EXPECT_NE(p.Log().find("ranks 0, 1 of 2 have not connected"), std::string::npos) << p.Log();
 }
 
+TEST_F(FailureTest, ASpawnedWorkerThatDiesBeforeHelloEndsStartupAtOnce) {
+  // /bin/false stands in for a worker that crashes while starting: the
+  // coordinator reports it instead of waiting out --worker-timeout.
+  const absl::Time start = absl::Now();
+  Process p({BinaryPath("tools/coordinator/tpserve-coordinator"), "--model", model_, "--tp", "2", "--listen",
+             "127.0.0.1:0", "--spawn-workers", "--worker-binary", "/bin/false", "--worker-timeout", "120s"},
+            dir_.path() + "/dies.log");
+  EXPECT_EQ(p.Wait(absl::Seconds(60)), 1) << p.Log();
+  EXPECT_LT(absl::Now() - start, absl::Seconds(60));
+  EXPECT_NE(p.Log().find("exited with status 1"), std::string::npos) << p.Log();
+  EXPECT_EQ(p.Log().find("have not connected"), std::string::npos) << "waited for the timeout:\n" << p.Log();
+}
+
 TEST_F(FailureTest, ClientStreamsJsonAndReportsErrors) {
   Coordinator c = Start();
   ASSERT_TRUE(c.stub);

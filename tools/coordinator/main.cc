@@ -60,6 +60,7 @@ ABSL_FLAG(int64_t, max_model_len, 0, "longest sequence (prompt + output); 0 = th
 ABSL_FLAG(int, max_num_seqs, 256, "most sequences in one step");
 ABSL_FLAG(int64_t, max_num_batched_tokens, 2048, "token budget of one step");
 ABSL_FLAG(int, max_queue, 1024, "waiting requests beyond this get RESOURCE_EXHAUSTED");
+ABSL_FLAG(bool, enforce_eager, false, "run every step eagerly: no CUDA graphs for decode steps (CUDA workers)");
 ABSL_FLAG(int64_t, num_gpu_blocks_override, 0, "allocate this many KV blocks instead of the profiled number (tests)");
 ABSL_FLAG(bool, enable_prefix_caching, true, "reuse KV blocks of identical prompt prefixes");
 ABSL_FLAG(absl::Duration, drain_timeout, absl::Seconds(30), "on SIGTERM, how long running streams may finish");
@@ -218,6 +219,10 @@ int Main() {
     launch.master_addr = "127.0.0.1";
     launch.master_port = worker_port;  // unused by the workers (rendezvous goes through us)
     launch.output = OutputMode::kPrefix;
+    // A worker that ends on its own (before Hello, too) is a lost worker now.
+    launch.on_exit = [&pool](const RankExit& e) {
+      if (!e.stopped) pool.ReportWorkerExit(e.rank, e.Describe());
+    };
     absl::StatusOr<ProcessGroup> started = LaunchLocal(std::move(launch));
     if (!started.ok()) return Fail(absl::StrCat("--spawn-workers: ", started.status().message()));
     group.emplace(std::move(*started));
@@ -261,6 +266,7 @@ int Main() {
   startup.max_model_len = static_cast<uint32_t>(max_model_len);
   startup.gpu_memory_utilization = static_cast<float>(absl::GetFlag(FLAGS_gpu_memory_utilization));
   startup.num_blocks_override = absl::GetFlag(FLAGS_num_gpu_blocks_override);
+  startup.enforce_eager = absl::GetFlag(FLAGS_enforce_eager);
   absl::StatusOr<StartupResult> started = StartWorkers(pool, startup);
   if (!started.ok()) {
     Fail(started.status().message());
