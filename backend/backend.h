@@ -17,10 +17,12 @@
 
 #include <cstdint>
 #include <initializer_list>
+#include <memory>
 #include <span>
 #include <string>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "backend/step.h"
 #include "backend/tensor.h"
 
@@ -51,9 +53,22 @@ struct StepCapacity {
   int64_t max_seqs = 0;     // S of any step
   int64_t max_context = 0;  // longest sequence: seq_lens <= this (the RoPE table's length)
   int32_t block_size = 0;   // tokens per KV block
+  // This rank's attention geometry, for the attention workspace (the CUDA
+  // backend's split decode attention). 0 = unknown: decode attention then
+  // runs without a workspace (one block per token and head group).
+  int32_t max_query_heads = 0;  // local Hq of any layer
+  int32_t max_head_dim = 0;     // hd of any layer
   int32_t max_blocks_per_seq() const {
     return block_size > 0 ? static_cast<int32_t>((max_context + block_size - 1) / block_size) : 0;
   }
+};
+
+// A captured sequence of ops (Backend::EndCapture). Replay enqueues it on the
+// backend's stream and returns without waiting.
+class BackendGraph {
+ public:
+  virtual ~BackendGraph() = default;
+  virtual void Replay() = 0;
 };
 
 class Backend {
@@ -89,6 +104,29 @@ class Backend {
   virtual absl::Status Reserve(const StepCapacity& capacity) {
     (void)capacity;
     return absl::OkStatus();
+  }
+
+  // ---- CUDA graphs ----
+  // A backend that supports graphs records the ops enqueued between
+  // BeginCapture and EndCapture (on the calling thread) instead of running
+  // them, and returns them as a graph that Replay runs again on the backend's
+  // stream, with the same pointers and the same by-value arguments. Inside a
+  // capture only the ops below "ops on the current step" may run: BeginStep,
+  // Allocate, the host copies and Synchronize abort. A graph reads the step
+  // metadata from the buffers that Reserve fixed, so Replay computes the step
+  // of the latest BeginStep, which must have the captured step's sizes (T, S,
+  // max_blocks_per_seq). Defaults: not supported (the CPU backend).
+  virtual bool SupportsGraphs() const { return false; }
+  // FAILED_PRECONDITION when graphs are not supported, Reserve has not run, or
+  // a capture is already open.
+  virtual absl::Status BeginCapture() {
+    return absl::FailedPreconditionError(name() + " does not support graph capture");
+  }
+  // Ends the capture and instantiates the graph. INTERNAL when the capture was
+  // invalidated (something not capturable ran inside it); the backend is then
+  // usable again eagerly.
+  virtual absl::StatusOr<std::unique_ptr<BackendGraph>> EndCapture() {
+    return absl::FailedPreconditionError(name() + " does not support graph capture");
   }
 
   // ---- step ----

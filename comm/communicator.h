@@ -48,6 +48,11 @@ class Communicator {
 
   // Returns once every rank has called Barrier (or the timeout passed).
   virtual absl::Status Barrier() = 0;
+
+  // Whether AllReduceSum and Gather only enqueue work on the compute stream
+  // (no host staging or waiting), so that a CUDA graph can capture them
+  // (backend.h "CUDA graphs"): NCCL and world size 1 do; gloo does not.
+  virtual bool SupportsGraphCapture() const { return false; }
 };
 
 // World size 1: AllReduceSum and Broadcast leave t as it is, Gather/AllGather

@@ -45,6 +45,9 @@ class NcclCommunicator : public Communicator {
   // Waits until the collectives enqueued so far have finished (see above).
   virtual absl::Status Synchronize() = 0;
 
+  // The collectives only enqueue NCCL kernels on the stream: capturable.
+  bool SupportsGraphCapture() const override { return true; }
+
  protected:
   NcclCommunicator() = default;
 };

@@ -34,6 +34,10 @@ class SoloCommunicator : public Communicator {
   }
 
   absl::Status Barrier() override { return absl::OkStatus(); }
+
+  // The model skips its collectives at world size 1 (AllReduceSum and
+  // Broadcast enqueue nothing anyway); only Gather/AllGather copy, synchronously.
+  bool SupportsGraphCapture() const override { return true; }
 };
 
 }  // namespace

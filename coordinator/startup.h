@@ -22,6 +22,7 @@ struct StartupOptions {
   uint32_t max_model_len = 0;
   float gpu_memory_utilization = 0.9f;
   int64_t num_blocks_override = 0;    // > 0: allocate this many blocks instead of the profiled minimum
+  bool enforce_eager = false;         // workers never run decode steps as CUDA graphs
 };
 
 struct StartupResult {

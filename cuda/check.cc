@@ -22,4 +22,19 @@ int DeviceCount() {
   return count;
 }
 
+namespace {
+thread_local cudaStream_t capture_stream = nullptr;
+}  // namespace
+
+void SetCaptureStream(cudaStream_t stream) { capture_stream = stream; }
+
+bool CapturingOnThisThread() {
+  if (capture_stream == nullptr) return false;
+  cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+  // A failed query (e.g. an invalidated capture) counts as capturing: never
+  // synchronise inside a capture.
+  if (cudaStreamIsCapturing(capture_stream, &status) != cudaSuccess) return true;
+  return status != cudaStreamCaptureStatusNone;
+}
+
 }  // namespace tpserve::cuda

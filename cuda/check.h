@@ -7,7 +7,9 @@
 //
 // TPSERVE_SYNC_CHECK() synchronises the device and checks for errors after a
 // kernel launch in debug builds only (NDEBUG undefined), so a faulting kernel is
-// reported at its launch site; release builds pay nothing.
+// reported at its launch site; release builds pay nothing. While this thread
+// captures a CUDA graph (a synchronisation would invalidate the capture) it
+// only checks the launch.
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -20,6 +22,12 @@ namespace tpserve::cuda {
 // runtime's error is treated as "no GPU", never as a crash).
 int DeviceCount();
 
+// The stream this thread is capturing into a graph (cuda/cuda_graph.h sets it
+// around a capture; nullptr when none), and whether that capture is active
+// (cudaStreamIsCapturing), for TPSERVE_SYNC_CHECK.
+void SetCaptureStream(cudaStream_t stream);
+bool CapturingOnThisThread();
+
 }  // namespace tpserve::cuda
 
 #define CUDA_CHECK(stmt)                                                              \
@@ -30,10 +38,10 @@ int DeviceCount();
   } while (0)
 
 #ifndef NDEBUG
-#define TPSERVE_SYNC_CHECK()                      \
-  do {                                            \
-    CUDA_CHECK(cudaGetLastError());               \
-    CUDA_CHECK(cudaDeviceSynchronize());          \
+#define TPSERVE_SYNC_CHECK()                                                      \
+  do {                                                                            \
+    CUDA_CHECK(cudaGetLastError());                                               \
+    if (!::tpserve::cuda::CapturingOnThisThread()) CUDA_CHECK(cudaDeviceSynchronize()); \
   } while (0)
 #else
 #define TPSERVE_SYNC_CHECK() CUDA_CHECK(cudaGetLastError())

@@ -12,8 +12,14 @@
 // Memory: Allocate is a plain cudaMalloc per buffer (zero-filled, like the CPU
 // backend's calloc). Model and KvCache allocate once at load, so the step loop
 // does not allocate; an arena and the memory profile (issue 5 §1) come later.
-// BeginStep uploads the step's metadata into one device buffer that grows
-// (rarely, doubling) when a step needs more.
+// BeginStep uploads the step's metadata into one device buffer: after Reserve
+// a fixed layout sized by the StepCapacity (never reallocated, so CUDA graphs
+// captured over it stay valid; a larger step is INVALID_ARGUMENT), before it
+// one that grows (rarely, doubling) when a step needs more.
+//
+// CUDA graphs (Backend::BeginCapture / EndCapture, cuda/cuda_graph.h): the
+// stream is captured in thread-local mode; Allocate, the host copies,
+// Synchronize, Reserve and BeginStep abort while a capture is open.
 #pragma once
 
 #include <cstdint>

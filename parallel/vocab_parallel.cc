@@ -67,35 +67,64 @@ LmHeadWorkspace ParallelLMHead::AllocateWorkspace(Backend& backend, int64_t max_
 
 absl::Status ParallelLMHead::Forward(Backend& backend, Communicator& comm, const Tensor& hidden,
                                      LmHeadWorkspace& ws, std::span<float> logits) const {
-  const int64_t s = hidden.dim(0), vs = vocab_rows(), v = vocab_size_;
-  const int world = comm.world_size();
+  const int64_t s = hidden.dim(0);
+  if (comm.rank() == 0 && static_cast<int64_t>(logits.size()) < s * vocab_size_) {
+    return absl::InvalidArgumentError(absl::StrCat("ParallelLMHead: logits hold ", logits.size(),
+                                                   " floats, need [", s, ", ", vocab_size_, "]"));
+  }
+  if (absl::Status st = Compute(backend, comm, hidden, ws); !st.ok()) return st;
+  if (comm.rank() != 0) return absl::OkStatus();
+  return CopyToHost(backend, ws, s, s, comm.world_size(), logits);
+}
+
+absl::Status ParallelLMHead::Compute(Backend& backend, Communicator& comm, const Tensor& hidden,
+                                     LmHeadWorkspace& ws) const {
+  const int64_t s = hidden.dim(0);
   if (s > ws.max_seqs) {
     return absl::InvalidArgumentError(absl::StrCat("ParallelLMHead: ", s,
                                                    " sequences but the workspace holds ", ws.max_seqs,
                                                    "; allocate it for the largest batch"));
   }
-  if (comm.rank() == 0 && static_cast<int64_t>(logits.size()) < s * v) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("ParallelLMHead: logits hold ", logits.size(), " floats, need [", s, ", ", v, "]"));
-  }
   Tensor local = ws.local.tensor().Rows(0, s);  // [S, Vs]
   backend.Linear(hidden, weight_, nullptr, local);
-  if (world == 1) {  // Vs == V
-    backend.CopyToHostF32(local, logits.data());
+  const int world = comm.world_size();
+  if (world == 1) return absl::OkStatus();
+  Tensor gathered;  // rank 0: [tp, S, Vs]
+  if (comm.rank() == 0) gathered = GatheredLogits(ws, s, world);
+  return comm.Gather(local, gathered);
+}
+
+Tensor ParallelLMHead::GatheredLogits(const LmHeadWorkspace& ws, int64_t s, int world_size) const {
+  const Tensor& local = ws.local.tensor();
+  void* data = world_size == 1 ? local.data : ws.gathered.tensor().data;
+  return Tensor(data, local.dtype, local.device, {world_size, s, vocab_rows()});
+}
+
+absl::Status ParallelLMHead::CopyToHost(Backend& backend, LmHeadWorkspace& ws, int64_t s, int64_t rows,
+                                        int world_size, std::span<float> logits) const {
+  const int64_t vs = vocab_rows(), v = vocab_size_;
+  if (rows < 0 || rows > s || s > ws.max_seqs) {
+    return absl::InvalidArgumentError(absl::StrCat("ParallelLMHead::CopyToHost: ", rows, " rows of ", s,
+                                                   " sequences (workspace for ", ws.max_seqs, ")"));
+  }
+  if (static_cast<int64_t>(logits.size()) < rows * v) {
+    return absl::InvalidArgumentError(absl::StrCat("ParallelLMHead: logits hold ", logits.size(),
+                                                   " floats, need [", rows, ", ", v, "]"));
+  }
+  // [tp · S, Vs]: rank r's rows start at r · S; copy the first `rows` of each.
+  const Tensor all = GatheredLogits(ws, s, world_size).View({world_size * s, vs});
+  if (world_size == 1) {  // Vs == V
+    backend.CopyToHostF32(all.Rows(0, rows), logits.data());
     return absl::OkStatus();
   }
-  Tensor gathered;  // rank 0: [tp, S, Vs]
-  if (comm.rank() == 0) {
-    gathered = Tensor(ws.gathered.tensor().data, local.dtype, local.device, {world, s, vs});
+  for (int r = 0; r < world_size; ++r) {
+    backend.CopyToHostF32(all.Rows(r * s, rows), ws.host.data() + r * rows * vs);
   }
-  if (absl::Status st = comm.Gather(local, gathered); !st.ok()) return st;
-  if (comm.rank() != 0) return absl::OkStatus();
-  backend.CopyToHostF32(gathered, ws.host.data());
   // host[r][i][j] is the logit of vocab id r·Vs + j for sequence i; ids >= V are padding.
-  for (int r = 0; r < world; ++r) {
+  for (int r = 0; r < world_size; ++r) {
     const int64_t n = std::clamp<int64_t>(v - r * vs, 0, vs);
-    for (int64_t i = 0; i < s; ++i) {
-      std::memcpy(logits.data() + i * v + r * vs, ws.host.data() + (r * s + i) * vs, n * sizeof(float));
+    for (int64_t i = 0; i < rows; ++i) {
+      std::memcpy(logits.data() + i * v + r * vs, ws.host.data() + (r * rows + i) * vs, n * sizeof(float));
     }
   }
   return absl::OkStatus();

@@ -58,8 +58,23 @@ class ParallelLMHead {
   // of each sequence). Every rank computes its [S, Vs] slice; rank 0 gathers
   // them and writes the full float logits [S, V] (padding dropped) to `logits`;
   // other ranks leave `logits` alone (it may be empty there). S <= ws.max_seqs.
+  // = Compute, then CopyToHost of all S rows on rank 0.
   absl::Status Forward(Backend& backend, Communicator& comm, const Tensor& hidden /*[S, D]*/,
                        LmHeadWorkspace& ws, std::span<float> logits /*rank 0: [S, V]*/) const;
+
+  // The device part of Forward: this rank's [S, Vs] slice and, with tp > 1,
+  // the gather to rank 0, only enqueued (no host synchronisation; capturable
+  // in a CUDA graph when the communicator is). INVALID_ARGUMENT for S > ws.max_seqs.
+  absl::Status Compute(Backend& backend, Communicator& comm, const Tensor& hidden /*[S, D]*/,
+                       LmHeadWorkspace& ws) const;
+  // Rank 0: the logits of the last Compute of `s` rows, as a view of `ws`:
+  // [tp, S, Vs] in the compute dtype; row [r, i, j] is vocab id r·Vs + j of
+  // sequence i (ids >= V are padding). At tp = 1 it is ws.local seen as [1, S, Vs].
+  Tensor GatheredLogits(const LmHeadWorkspace& ws, int64_t s, int world_size) const;
+  // Rank 0: copies the first `rows` sequences of GatheredLogits(ws, s) to
+  // host float logits [rows, V] (padding dropped) and waits for them.
+  absl::Status CopyToHost(Backend& backend, LmHeadWorkspace& ws, int64_t s, int64_t rows, int world_size,
+                          std::span<float> logits /*[rows, V]*/) const;
 
   const Tensor& weight() const { return weight_; }  // [Vs, D]
   bool tied() const { return owned_.empty(); }

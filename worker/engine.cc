@@ -86,11 +86,21 @@ absl::Status Engine::EnsureCache(std::span<const GenerationRequest> requests) {
     }
   }
   if (!cache_ || cache_->num_blocks() < want) {
-    cache_.reset();  // free the old cache first
+    graphs_.reset();  // they hold the old cache's addresses
+    cache_.reset();   // free the old cache first
     absl::StatusOr<KvCache> cache =
         KvCache::Allocate(backend_, model_->kv_cache_shape(want, options_.block_size));
     if (!cache.ok()) return cache.status();
     cache_ = std::make_unique<KvCache>(*std::move(cache));
+    const StepCapacity capacity = StepCapacityFor(*model_, options_.block_size);
+    if (!reserved_) {
+      if (absl::Status s = backend_.Reserve(capacity); !s.ok()) return s;
+      reserved_ = true;
+    }
+    if (!options_.enforce_eager && DecodeGraphs::Supported(backend_, comm_, *model_)) {
+      graphs_ = std::make_unique<DecodeGraphs>(*model_, *cache_, backend_, capacity);
+      if (absl::Status s = graphs_->Capture(); !s.ok()) return s;
+    }
   }
   allocator_ = std::make_unique<BlockAllocator>(cache_->num_blocks());
   return absl::OkStatus();
@@ -228,7 +238,7 @@ absl::Status Engine::RunStep(const Batch& batch, std::vector<Sequence*>& running
   step.logits_indices = logits_indices;
 
   const auto start = std::chrono::steady_clock::now();
-  absl::StatusOr<std::optional<Logits>> logits = model_->Forward(step, *cache_);
+  absl::StatusOr<std::optional<Logits>> logits = graphs_ ? graphs_->Forward(step) : model_->Forward(step, *cache_);
   if (!logits.ok()) return logits.status();
 
   // Rank 0 samples the sequences whose prompt is now fully computed; the token

@@ -23,6 +23,7 @@
 #include "backend/backend.h"
 #include "comm/communicator.h"
 #include "worker/block_allocator.h"
+#include "worker/decode_graphs.h"
 #include "worker/kv_cache.h"
 #include "worker/model.h"
 #include "worker/sampler.h"
@@ -39,6 +40,9 @@ struct EngineOptions {
   int64_t num_blocks = 0;
   // Keep each sampled token's full logits row (rank 0), for tests.
   bool return_logits = false;
+  // Never run decode steps as CUDA graphs (worker/decode_graphs.h); graphs are
+  // used only where the backend and communicator can capture them.
+  bool enforce_eager = false;
 };
 
 struct GenerationRequest {
@@ -102,6 +106,8 @@ class Engine {
   EngineOptions options_;
   std::unique_ptr<Model> model_;
   std::unique_ptr<KvCache> cache_;
+  bool reserved_ = false;                 // Backend::Reserve ran for the model's capacity
+  std::unique_ptr<DecodeGraphs> graphs_;  // over cache_; recaptured when it is reallocated
   std::unique_ptr<BlockAllocator> allocator_;
   GenerationStats stats_;
 };

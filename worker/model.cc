@@ -141,6 +141,15 @@ KvCacheShape Model::kv_cache_shape(int64_t num_blocks, int32_t block_size) const
 }
 
 absl::StatusOr<std::optional<Logits>> Model::Forward(const StepMetadata& step, KvCache& cache) {
+  TPSERVE_RETURN_IF_ERROR(BeginStep(step, cache));
+  TPSERVE_RETURN_IF_ERROR(Enqueue());
+  return ReadLogits(step_seqs_);
+}
+
+absl::Status Model::BeginStep(const StepMetadata& step, KvCache& cache) {
+  step_tokens_ = step_seqs_ = 0;
+  step_cache_ = nullptr;
+  device_logits_ = Tensor();
   const int64_t t = step.num_tokens();
   const int64_t s = step.num_seqs();
   if (t <= 0 || t > options_.max_num_tokens || s <= 0 || s > options_.max_num_seqs) {
@@ -159,6 +168,20 @@ absl::StatusOr<std::optional<Logits>> Model::Forward(const StepMetadata& step, K
   }
   TPSERVE_RETURN_IF_ERROR(
       backend_.BeginStep(step, kv.num_blocks, kv.block_size, max_position_));
+  step_tokens_ = t;
+  step_seqs_ = s;
+  step_cache_ = &cache;
+  if (comm_.rank() == 0) device_logits_ = lm_head_->GatheredLogits(lm_ws_, s, comm_.world_size());
+  return absl::OkStatus();
+}
+
+absl::Status Model::Enqueue() {
+  if (step_cache_ == nullptr) {
+    return absl::FailedPreconditionError("Model::Enqueue: no current step; call BeginStep first (and check its Status)");
+  }
+  const int64_t t = step_tokens_;
+  const int64_t s = step_seqs_;
+  KvCache& cache = *step_cache_;
 
   const Tensor residual = Rows(residual_, t);  // [T, D]
   const Tensor x = Rows(hidden_, t);           // [T, D]
@@ -205,16 +228,24 @@ absl::StatusOr<std::optional<Logits>> Model::Forward(const StepMetadata& step, K
   backend_.GatherRows(x, last);
   Dump("last_hidden", -1, last);
 
+  return lm_head_->Compute(backend_, comm_, last, lm_ws_);
+}
+
+absl::StatusOr<std::optional<Logits>> Model::ReadLogits(int64_t rows) {
+  if (step_cache_ == nullptr || rows < 0 || rows > step_seqs_) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "Model::ReadLogits: ", rows, " rows of a step of ", step_seqs_,
+        " sequences; call BeginStep and Enqueue first and ask for at most S rows"));
+  }
   std::optional<Logits> logits;
-  std::span<float> out;
   if (comm_.rank() == 0) {
     logits.emplace();
-    logits->num_seqs = s;
+    logits->num_seqs = rows;
     logits->vocab_size = config_.vocab_size;
-    logits->values.resize(static_cast<size_t>(s * config_.vocab_size));
-    out = logits->values;
+    logits->values.resize(static_cast<size_t>(rows * config_.vocab_size));
+    TPSERVE_RETURN_IF_ERROR(
+        lm_head_->CopyToHost(backend_, lm_ws_, step_seqs_, rows, comm_.world_size(), logits->values));
   }
-  TPSERVE_RETURN_IF_ERROR(lm_head_->Forward(backend_, comm_, last, lm_ws_, out));
   backend_.Synchronize();
   return logits;
 }

@@ -81,6 +81,8 @@ class Model {
 
   const ModelConfig& config() const { return config_; }
   const ModelOptions& options() const { return options_; }
+  Backend& backend() const { return backend_; }
+  Communicator& comm() const { return comm_; }
   // This rank's attention geometry (local heads) and KV cache shape for
   // `num_blocks` blocks of `block_size` tokens.
   const AttentionShape& attention_shape() const { return attn_shape_; }
@@ -91,9 +93,31 @@ class Model {
   // Runs one step. Returns the logits on rank 0 and nullopt on the other ranks.
   // INVALID_ARGUMENT for a step the backend rejects (block ids, slots,
   // positions) or one larger than the options; a failed collective as it came.
+  // = BeginStep, Enqueue, ReadLogits(S).
   absl::StatusOr<std::optional<Logits>> Forward(const StepMetadata& step, KvCache& cache);
 
+  // Forward in three parts, so that the middle one can be captured in a CUDA
+  // graph and replayed (worker/decode_graphs.h):
+  // * BeginStep checks the step against the options and the cache and makes it
+  //   the backend's current step (Backend::BeginStep uploads its metadata);
+  // * Enqueue issues every op from the embedding to the LM head's gathered
+  //   device logits over `cache`, with no host synchronisation (capturable when
+  //   the backend and communicator support it and no intermediate hook is set);
+  //   FAILED_PRECONDITION without a successful BeginStep;
+  // * ReadLogits waits for the step and copies the first `rows` (<= S)
+  //   sequences' logits to the host on rank 0 ([rows, V]); nullopt elsewhere.
+  absl::Status BeginStep(const StepMetadata& step, KvCache& cache);
+  absl::Status Enqueue();
+  absl::StatusOr<std::optional<Logits>> ReadLogits(int64_t rows);
+
+  // Rank 0: the current step's gathered logits, [tp, S, Vs] in the backend's
+  // compute dtype (row [r, i, j]: vocab id r·Vs + j of sequence i; ids >= V are
+  // padding), on the device. Set by BeginStep; holds the step's values once
+  // Enqueue (or a graph captured from it) has run. Empty on other ranks.
+  const Tensor& device_logits() const { return device_logits_; }
+
   void set_intermediate_hook(IntermediateHook hook) { hook_ = std::move(hook); }
+  bool has_intermediate_hook() const { return static_cast<bool>(hook_); }
 
  private:
   struct Layer {
@@ -140,6 +164,12 @@ class Model {
   Buffer last_;      // [M, D]
   LmHeadWorkspace lm_ws_;
   IntermediateHook hook_;
+
+  // The step of the last successful BeginStep (0 / nullptr when none).
+  int64_t step_tokens_ = 0;   // T
+  int64_t step_seqs_ = 0;     // S
+  KvCache* step_cache_ = nullptr;
+  Tensor device_logits_;      // rank 0: [tp, S, Vs] view of lm_ws_
 };
 
 }  // namespace tpserve

@@ -16,7 +16,30 @@ absl::Status Invalid(uint64_t seq_id, const Parts&... parts) {
 
 }  // namespace
 
+absl::Status StepRunner::Reserve() {
+  if (reserved_) return absl::OkStatus();
+  if (absl::Status st = model_.backend().Reserve(StepCapacityFor(model_, cache_.block_size())); !st.ok()) {
+    return st;
+  }
+  reserved_ = true;
+  return absl::OkStatus();
+}
+
+absl::Status StepRunner::WarmUp() {
+  if (absl::Status st = Reserve(); !st.ok()) return st;
+  graphs_.reset();
+  if (options_.enforce_eager || !DecodeGraphs::Supported(model_.backend(), model_.comm(), model_)) {
+    return absl::OkStatus();
+  }
+  auto graphs = std::make_unique<DecodeGraphs>(model_, cache_, model_.backend(),
+                                               StepCapacityFor(model_, cache_.block_size()));
+  if (absl::Status st = graphs->Capture(); !st.ok()) return st;
+  graphs_ = std::move(graphs);
+  return absl::OkStatus();
+}
+
 absl::StatusOr<std::vector<StepToken>> StepRunner::Run(const StepPlan& plan) {
+  if (absl::Status st = Reserve(); !st.ok()) return st;
   const ModelConfig& config = model_.config();
   const int32_t bs = cache_.block_size();
   const int64_t num_blocks = cache_.num_blocks();
@@ -166,7 +189,7 @@ absl::StatusOr<std::vector<StepToken>> StepRunner::Run(const StepPlan& plan) {
     step.block_tables = block_tables;
     step.max_blocks_per_seq = max_blocks;
     step.logits_indices = logits_indices;
-    absl::StatusOr<std::optional<Logits>> out = model_.Forward(step, cache_);
+    absl::StatusOr<std::optional<Logits>> out = graphs_ ? graphs_->Forward(step) : model_.Forward(step, cache_);
     if (!out.ok()) return out.status();
     logits = *std::move(out);
     if (rank_ == 0 && (!logits || logits->num_seqs != num_seqs)) {

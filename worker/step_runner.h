@@ -32,6 +32,7 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
+#include "worker/decode_graphs.h"
 #include "worker/kv_cache.h"
 #include "worker/model.h"
 #include "worker/sampler.h"
@@ -71,10 +72,28 @@ struct StepToken {
   SampledToken sampled;  // token, and log-probs when the sequence asked for them
 };
 
+struct StepRunnerOptions {
+  // Never run decode steps as CUDA graphs (--enforce-eager).
+  bool enforce_eager = false;
+};
+
 class StepRunner {
  public:
   // `model` and `cache` must outlive the runner. `rank` 0 samples.
-  StepRunner(Model& model, KvCache& cache, int rank) : model_(model), cache_(cache), rank_(rank) {}
+  StepRunner(Model& model, KvCache& cache, int rank, StepRunnerOptions options = {})
+      : model_(model), cache_(cache), rank_(rank), options_(options) {}
+
+  // Sizes the backend's step buffers for the model and cache once
+  // (Backend::Reserve) and, unless enforce_eager or the backend or
+  // communicator cannot capture, captures the decode graphs
+  // (worker/decode_graphs.h). Every rank calls it together (the worker's
+  // WarmUp command). Run reserves by itself when WarmUp was not called, and
+  // then runs eagerly. RESOURCE_EXHAUSTED / INTERNAL from Reserve or a capture.
+  absl::Status WarmUp();
+  // Whether decode steps run as graphs (after a successful WarmUp).
+  bool uses_graphs() const { return graphs_ != nullptr && graphs_->captured(); }
+  // Steps that ran as a graph so far.
+  int64_t graph_replays() const { return graphs_ ? graphs_->replays() : 0; }
 
   // Applies `plan` and runs it. Rank 0 returns one token per sampled sequence,
   // in `order`; other ranks return an empty vector.
@@ -93,9 +112,14 @@ class StepRunner {
     std::unique_ptr<SequenceSamplingState> sampling;  // rank 0 only
   };
 
+  absl::Status Reserve();
+
   Model& model_;
   KvCache& cache_;
   int rank_;
+  StepRunnerOptions options_;
+  bool reserved_ = false;
+  std::unique_ptr<DecodeGraphs> graphs_;  // after WarmUp, when graphs are on
   absl::flat_hash_map<uint64_t, Sequence> seqs_;
 };
 

@@ -117,8 +117,14 @@ CommandHandler::Outcome CommandHandler::Handle(const iv1::CoordinatorMessage& co
       reply.mutable_ack();
       break;
     case iv1::CoordinatorMessage::kWarmUp:
-      // The CPU backend has nothing to capture or compile.
-      if (runner_ == nullptr) status = absl::FailedPreconditionError("WarmUp before AllocateKv");
+      // Reserves the step buffers and captures the decode graphs (nothing to
+      // capture on the CPU backend or with --enforce-eager).
+      if (runner_ == nullptr) {
+        status = absl::FailedPreconditionError("WarmUp before AllocateKv");
+      } else {
+        status = runner_->WarmUp();
+        fatal = !status.ok();  // a capture holds collectives: the ranks are out of step
+      }
       reply.mutable_ack();
       break;
     case iv1::CoordinatorMessage::kStep:
@@ -172,6 +178,7 @@ absl::Status CommandHandler::Load(const iv1::Load& load, iv1::Loaded& out, bool&
         absl::StrCat("Load: unknown backend \"", load.backend(), "\"; use \"cpu\" or \"cuda\""));
   }
   block_size_ = load.block_size() > 0 ? static_cast<int32_t>(load.block_size()) : 16;
+  enforce_eager_ = load.enforce_eager();
 
   if (world == 1) {
     comm_ = MakeSoloCommunicator();
@@ -294,7 +301,8 @@ absl::Status CommandHandler::AllocateKv(const iv1::AllocateKv& allocate) {
       KvCache::Allocate(*backend_, model_->kv_cache_shape(static_cast<int64_t>(allocate.num_blocks()), block_size_));
   if (!cache.ok()) return cache.status();
   cache_ = std::make_unique<KvCache>(*std::move(cache));
-  runner_ = std::make_unique<StepRunner>(*model_, *cache_, options_.rank.rank);
+  runner_ = std::make_unique<StepRunner>(*model_, *cache_, options_.rank.rank,
+                                         StepRunnerOptions{.enforce_eager = enforce_eager_});
   return absl::OkStatus();
 }
 

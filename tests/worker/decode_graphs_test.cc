@@ -1,0 +1,459 @@
+// Decode graphs on the CPU: the bucket sizes, the padding of a decode step,
+// and (the property graphs rely on) that a step padded to its bucket and to
+// the capacity's block-table columns gives the real sequences the same logits
+// as the unpadded step while its padding rows write nothing to the KV cache.
+// Then the whole DecodeGraphs flow (warm-up, capture, BeginStep + Replay, copy
+// of the real rows) through a CPU backend that records ops instead of running
+// them while "capturing" and replays them later.
+#include "worker/decode_graphs.h"
+
+#include <cstring>
+#include <functional>
+#include <random>
+
+#include "backend/cpu_backend.h"
+#include "gtest/gtest.h"
+#include "tests/worker/worker_test_util.h"
+
+namespace tpserve {
+namespace {
+
+using testing_util::TempDir;
+
+TEST(DecodeGraphBatchSizes, PowersOfTwoToEightThenMultiplesOfSixteen) {
+  const std::vector<int32_t> s256 = DecodeGraphBatchSizes(256, 2048);
+  std::vector<int32_t> want{1, 2, 4, 8};
+  for (int32_t b = 16; b <= 256; b += 16) want.push_back(b);
+  EXPECT_EQ(s256, want);
+  EXPECT_EQ(DecodeGraphBatchSizes(20, 2048), (std::vector<int32_t>{1, 2, 4, 8, 16, 20}));
+  EXPECT_EQ(DecodeGraphBatchSizes(48, 2048), (std::vector<int32_t>{1, 2, 4, 8, 16, 32, 48}));
+  EXPECT_EQ(DecodeGraphBatchSizes(3, 2048), (std::vector<int32_t>{1, 2, 3}));
+  EXPECT_EQ(DecodeGraphBatchSizes(1, 2048), (std::vector<int32_t>{1}));
+  EXPECT_EQ(DecodeGraphBatchSizes(256, 10), (std::vector<int32_t>{1, 2, 4, 8, 10}));  // B rows are B tokens
+  EXPECT_TRUE(DecodeGraphBatchSizes(0, 2048).empty());
+  EXPECT_TRUE(DecodeGraphBatchSizes(8, 0).empty());
+}
+
+TEST(DecodeGraphBucket, SmallestBucketThatHoldsTheBatch) {
+  const std::vector<int32_t> sizes = DecodeGraphBatchSizes(256, 2048);
+  EXPECT_EQ(DecodeGraphBucket(sizes, 1), 1);
+  EXPECT_EQ(DecodeGraphBucket(sizes, 3), 4);
+  EXPECT_EQ(DecodeGraphBucket(sizes, 7), 8);
+  EXPECT_EQ(DecodeGraphBucket(sizes, 9), 16);
+  EXPECT_EQ(DecodeGraphBucket(sizes, 19), 32);
+  EXPECT_EQ(DecodeGraphBucket(sizes, 255), 256);
+  EXPECT_EQ(DecodeGraphBucket(sizes, 257), 0);
+  EXPECT_EQ(DecodeGraphBucket(DecodeGraphBatchSizes(20, 2048), 17), 20);
+}
+
+// A decode step of sequences with the given context lengths (after this step)
+// and block tables, one new token each.
+struct DecodeArrays {
+  std::vector<int32_t> ids, positions, query_start{0}, seq_lens, tables, logits_indices;
+  std::vector<int64_t> slots;
+  StepMetadata meta;
+  DecodeArrays(const std::vector<int32_t>& tokens, const std::vector<int32_t>& lens,
+               const std::vector<std::vector<int32_t>>& blocks, int32_t block_size) {
+    int32_t columns = 0;
+    for (const auto& b : blocks) columns = std::max(columns, static_cast<int32_t>(b.size()));
+    for (size_t s = 0; s < tokens.size(); ++s) {
+      const int32_t pos = lens[s] - 1;
+      ids.push_back(tokens[s]);
+      positions.push_back(pos);
+      slots.push_back(int64_t{blocks[s][static_cast<size_t>(pos / block_size)]} * block_size + pos % block_size);
+      query_start.push_back(static_cast<int32_t>(s + 1));
+      seq_lens.push_back(lens[s]);
+      std::vector<int32_t> row = blocks[s];
+      row.resize(static_cast<size_t>(columns), -1);
+      tables.insert(tables.end(), row.begin(), row.end());
+      logits_indices.push_back(static_cast<int32_t>(s));
+    }
+    meta.num_decode_seqs = static_cast<int32_t>(tokens.size());
+    meta.token_ids = ids;
+    meta.positions = positions;
+    meta.slot_mapping = slots;
+    meta.query_start = query_start;
+    meta.seq_lens = seq_lens;
+    meta.block_tables = tables;
+    meta.max_blocks_per_seq = columns;
+    meta.logits_indices = logits_indices;
+  }
+};
+
+TEST(PadDecodeStep, RealRowsFirstThenHarmlessPadding) {
+  DecodeArrays step({7, 9}, {5, 2}, {{3, 1}, {4}}, 4);
+  PaddedStep padded;
+  ASSERT_TRUE(PadDecodeStep(step.meta, 4, 6, 4, padded).ok());
+  const StepMetadata& m = padded.meta;
+  EXPECT_EQ(m.num_prefill_seqs, 0);
+  EXPECT_EQ(m.num_decode_seqs, 4);
+  EXPECT_EQ(m.max_blocks_per_seq, 6);
+  EXPECT_EQ(padded.token_ids, (std::vector<int32_t>{7, 9, 0, 0}));
+  EXPECT_EQ(padded.positions, (std::vector<int32_t>{4, 1, 0, 0}));
+  EXPECT_EQ(padded.slot_mapping, (std::vector<int64_t>{4 * 1 + 0, 4 * 4 + 1, -1, -1}));
+  EXPECT_EQ(padded.seq_lens, (std::vector<int32_t>{5, 2, 1, 1}));
+  EXPECT_EQ(padded.query_start, (std::vector<int32_t>{0, 1, 2, 3, 4}));
+  EXPECT_EQ(padded.logits_indices, (std::vector<int32_t>{0, 1, 2, 3}));
+  EXPECT_EQ(padded.block_tables, (std::vector<int32_t>{3, 1, -1, -1, -1, -1,  //
+                                                       4, -1, -1, -1, -1, -1,  //
+                                                       0, -1, -1, -1, -1, -1,  //
+                                                       0, -1, -1, -1, -1, -1}));
+
+  // Errors: a prefill, more sequences than the bucket, a context beyond the columns.
+  StepMetadata prefill = step.meta;
+  prefill.num_prefill_seqs = 1;
+  prefill.num_decode_seqs = 1;
+  EXPECT_EQ(PadDecodeStep(prefill, 4, 6, 4, padded).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(PadDecodeStep(step.meta, 1, 6, 4, padded).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(PadDecodeStep(step.meta, 4, 1, 4, padded).code(), absl::StatusCode::kInvalidArgument);
+  // All padding (the warm-up step).
+  ASSERT_TRUE(PadDecodeStep(StepMetadata{}, 2, 3, 4, padded).ok());
+  EXPECT_EQ(padded.slot_mapping, (std::vector<int64_t>{-1, -1}));
+}
+
+// Copies every layer's K and V of a CPU cache.
+std::vector<float> Snapshot(const KvCache& cache) {
+  std::vector<float> out;
+  for (int64_t l = 0; l < cache.num_layers(); ++l) {
+    const KvCacheLayer layer = cache.layer(l);
+    for (const Tensor* t : {&layer.k, &layer.v}) {
+      const float* p = t->ptr<float>();
+      out.insert(out.end(), p, p + t->numel());
+    }
+  }
+  return out;
+}
+
+// Row width of a slot in a cache snapshot: [layers][K, V][num_blocks · block_size, width].
+int64_t SlotWidth(const KvCache& cache) { return cache.shape().num_kv_heads * cache.shape().head_dim; }
+
+void Restore(const std::vector<float>& snapshot, KvCache& cache) {
+  size_t at = 0;
+  for (int64_t l = 0; l < cache.num_layers(); ++l) {
+    const KvCacheLayer layer = cache.layer(l);
+    for (const Tensor* t : {&layer.k, &layer.v}) {
+      std::memcpy(t->data, snapshot.data() + at, t->nbytes());
+      at += static_cast<size_t>(t->numel());
+    }
+  }
+}
+
+class DecodeGraphsModelTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    dir_ = new TempDir();
+    testing_util::MakeModel(dir_->path() / "qwen3",
+                            "--arch qwen3 --hidden 64 --intermediate 96 --layers 2 --heads 4 --kv-heads 2 "
+                            "--head-dim 32 --vocab 301 --dtype f32 --tie 0 --seed 21");
+    testing_util::MakeModel(dir_->path() / "llama",
+                            "--arch llama --hidden 96 --intermediate 160 --layers 2 --heads 6 --kv-heads 2 "
+                            "--vocab 263 --dtype bf16 --tie 1 --seed 22 --rope-scaling llama3");
+  }
+  static void TearDownTestSuite() { delete dir_; }
+
+  std::unique_ptr<Model> Load(Backend& backend, const std::string& name) {
+    ModelOptions options;
+    options.max_num_tokens = 512;
+    options.max_num_seqs = 32;
+    options.max_position = 96;  // 24 block-table columns of 4 tokens
+    absl::StatusOr<std::unique_ptr<Model>> m = Model::Load(dir_->path() / name, backend, *comm_, options);
+    EXPECT_TRUE(m.ok()) << m.status();
+    return m.ok() ? *std::move(m) : nullptr;
+  }
+
+  // S sequences with random prompts of 1..20 tokens in blocks handed out in a
+  // shuffled order (so block 0, which padding rows read, belongs to one of
+  // them), prefilled in one step. Returns their lengths; fills tables / last.
+  std::vector<int32_t> Prefill(Model& m, KvCache& cache, int S, std::mt19937& rng,
+                               std::vector<std::vector<int32_t>>& tables, std::vector<int32_t>& last) {
+    const int32_t bs = cache.block_size();
+    std::vector<int32_t> free_blocks(static_cast<size_t>(cache.num_blocks()));
+    for (size_t i = 0; i < free_blocks.size(); ++i) free_blocks[i] = static_cast<int32_t>(i);
+    std::shuffle(free_blocks.begin(), free_blocks.end(), rng);
+    std::vector<int32_t> ids, positions, query_start{0}, seq_lens, block_table, logits_indices, lens;
+    std::vector<int64_t> slots;
+    const int32_t columns = kBlocksPerSeq;
+    tables.assign(static_cast<size_t>(S), {});
+    for (int s = 0; s < S; ++s) {
+      for (int b = 0; b < columns; ++b) {
+        tables[static_cast<size_t>(s)].push_back(free_blocks.back());
+        free_blocks.pop_back();
+      }
+      const int32_t n = 1 + static_cast<int32_t>(rng() % 20);
+      for (int32_t p = 0; p < n; ++p) {
+        ids.push_back(static_cast<int32_t>(rng() % 250));
+        positions.push_back(p);
+        slots.push_back(int64_t{tables[static_cast<size_t>(s)][static_cast<size_t>(p / bs)]} * bs + p % bs);
+      }
+      query_start.push_back(static_cast<int32_t>(ids.size()));
+      seq_lens.push_back(n);
+      lens.push_back(n);
+      block_table.insert(block_table.end(), tables[static_cast<size_t>(s)].begin(), tables[static_cast<size_t>(s)].end());
+      logits_indices.push_back(query_start.back() - 1);
+    }
+    StepMetadata meta;
+    meta.num_prefill_seqs = S;
+    meta.token_ids = ids;
+    meta.positions = positions;
+    meta.slot_mapping = slots;
+    meta.query_start = query_start;
+    meta.seq_lens = seq_lens;
+    meta.block_tables = block_table;
+    meta.max_blocks_per_seq = columns;
+    meta.logits_indices = logits_indices;
+    absl::StatusOr<std::optional<Logits>> out = m.Forward(meta, cache);
+    EXPECT_TRUE(out.ok()) << out.status();
+    last.clear();
+    for (int s = 0; s < S; ++s) last.push_back(static_cast<int32_t>(rng() % 250));
+    return lens;
+  }
+
+  static constexpr int32_t kBlockSize = 4;
+  static constexpr int32_t kBlocksPerSeq = 8;  // 32 tokens: prompt (<= 20) + decode steps
+  static constexpr int kDecodeSteps = 4;
+  static TempDir* dir_;
+  std::unique_ptr<Communicator> comm_ = MakeSoloCommunicator();
+};
+TempDir* DecodeGraphsModelTest::dir_ = nullptr;
+
+// The property CUDA graphs rely on, run eagerly on the CPU backend: the padded
+// step's real rows equal the unpadded step's, and the padded step writes only
+// the real tokens' slots (every other slot of every layer, block 0 included,
+// is bit-identical to before the step). The tolerance (1e-5 of the row's
+// largest logit, where a disturbed row is off by O(1)) covers the float32
+// GEMM's summation order, which OpenBLAS picks by the number of rows.
+TEST_F(DecodeGraphsModelTest, PaddedDecodeStepMatchesUnpaddedAndLeavesTheCacheAlone) {
+  const uint32_t seed = std::random_device{}();
+  SCOPED_TRACE(testing::Message() << "seed " << seed);
+  std::mt19937 rng(seed);
+  std::unique_ptr<Backend> backend = MakeCpuBackend();
+  for (const std::string name : {"qwen3", "llama"}) {
+    SCOPED_TRACE(name);
+    std::unique_ptr<Model> m = Load(*backend, name);
+    ASSERT_NE(m, nullptr);
+    const StepCapacity capacity = StepCapacityFor(*m, kBlockSize);
+    const std::vector<int32_t> sizes = DecodeGraphBatchSizes(capacity.max_seqs, capacity.max_tokens);
+    for (int S : {1, 3, 7, 19}) {
+      SCOPED_TRACE(testing::Message() << "batch " << S);
+      const int32_t bucket = DecodeGraphBucket(sizes, S);
+      ASSERT_EQ(bucket, S == 1 ? 1 : S == 3 ? 4 : S == 7 ? 8 : 32);
+      absl::StatusOr<KvCache> cache = KvCache::Allocate(*backend, m->kv_cache_shape(S * kBlocksPerSeq, kBlockSize));
+      ASSERT_TRUE(cache.ok()) << cache.status();
+      std::vector<std::vector<int32_t>> tables;
+      std::vector<int32_t> tokens;
+      std::vector<int32_t> lens = Prefill(*m, *cache, S, rng, tables, tokens);
+      for (int step = 0; step < kDecodeSteps; ++step) {
+        for (int32_t& len : lens) ++len;
+        DecodeArrays decode(tokens, lens, tables, kBlockSize);
+        const std::vector<float> before = Snapshot(*cache);
+        absl::StatusOr<std::optional<Logits>> plain = m->Forward(decode.meta, *cache);
+        ASSERT_TRUE(plain.ok()) << plain.status();
+        const std::vector<float> after_plain = Snapshot(*cache);
+        Restore(before, *cache);
+
+        PaddedStep padded;
+        ASSERT_TRUE(PadDecodeStep(decode.meta, bucket, capacity.max_blocks_per_seq(), kBlockSize, padded).ok());
+        absl::StatusOr<std::optional<Logits>> pad = m->Forward(padded.meta, *cache);
+        ASSERT_TRUE(pad.ok()) << pad.status();
+        ASSERT_EQ((*pad)->num_seqs, bucket);
+        const Logits& a = **plain;
+        const Logits& b = **pad;
+        for (int s = 0; s < S; ++s) {
+          const auto ra = a.row(s), rb = b.row(s);
+          double max_abs = 0, max_diff = 0;
+          for (size_t j = 0; j < ra.size(); ++j) {
+            max_abs = std::max(max_abs, static_cast<double>(std::abs(ra[j])));
+            max_diff = std::max(max_diff, static_cast<double>(std::abs(ra[j] - rb[j])));
+          }
+          EXPECT_LE(max_diff, 1e-5 * std::max(1.0, max_abs)) << "step " << step << " sequence " << s;
+        }
+        const std::vector<float> after_pad = Snapshot(*cache);
+        ASSERT_EQ(after_pad.size(), before.size());
+        const size_t width = static_cast<size_t>(SlotWidth(*cache));
+        std::vector<bool> real(after_pad.size() / width, false);  // per slot row of the snapshot
+        const size_t slots_per_tensor = static_cast<size_t>(cache->num_blocks() * kBlockSize);
+        for (size_t t = 0; t < real.size() / slots_per_tensor; ++t) {
+          for (int64_t slot : decode.slots) real[t * slots_per_tensor + static_cast<size_t>(slot)] = true;
+        }
+        int64_t untouched_changed = 0;
+        double real_diff = 0;
+        for (size_t row = 0; row < real.size(); ++row) {
+          for (size_t j = row * width; j < (row + 1) * width; ++j) {
+            if (real[row]) {
+              real_diff = std::max(real_diff, static_cast<double>(std::abs(after_pad[j] - after_plain[j])));
+            } else if (std::memcmp(&after_pad[j], &before[j], sizeof(float)) != 0) {
+              ++untouched_changed;
+            }
+          }
+        }
+        EXPECT_EQ(untouched_changed, 0) << "step " << step << ": padding rows wrote the KV cache";
+        EXPECT_LE(real_diff, 1e-5) << "step " << step << ": the real tokens' K/V differ";
+        for (int s = 0; s < S; ++s) tokens[static_cast<size_t>(s)] = static_cast<int32_t>(testing_util::Argmax(a.row(s)));
+      }
+    }
+  }
+}
+
+// A CPU backend that "captures": between BeginCapture and EndCapture the ops
+// are recorded (with their arguments) instead of run, and Replay runs them on
+// whatever step is current, as a CUDA graph reads the static step buffers.
+// Anything that cannot be captured on a GPU fails the test when called then.
+class RecordingBackend final : public Backend {
+ public:
+  std::string name() const override { return "recording-cpu"; }
+  Device device() const override { return Device::kCpu; }
+  DType compute_dtype() const override { return DType::kF32; }
+  using Backend::Allocate;
+  Buffer Allocate(DType dtype, std::span<const int64_t> shape) override {
+    NotCapturing("Allocate");
+    return cpu_->Allocate(dtype, shape);
+  }
+  void CopyFromHost(const void* src, DType src_dtype, Tensor dst) override {
+    NotCapturing("CopyFromHost");
+    cpu_->CopyFromHost(src, src_dtype, dst);
+  }
+  void CopyToHostF32(const Tensor& src, float* dst) override {
+    NotCapturing("CopyToHostF32");
+    cpu_->CopyToHostF32(src, dst);
+  }
+  void Copy(const Tensor& src, Tensor dst) override {
+    Do([=, this] { cpu_->Copy(src, dst); });
+  }
+  void Synchronize() override { NotCapturing("Synchronize"); }
+  absl::Status Reserve(const StepCapacity& capacity) override {
+    NotCapturing("Reserve");
+    reserved_ = capacity.max_seqs > 0;
+    return absl::OkStatus();
+  }
+  absl::Status BeginStep(const StepMetadata& step, int64_t num_blocks, int32_t block_size,
+                         int64_t max_position) override {
+    NotCapturing("BeginStep");
+    ++begin_steps_;
+    return cpu_->BeginStep(step, num_blocks, block_size, max_position);
+  }
+  bool SupportsGraphs() const override { return true; }
+  absl::Status BeginCapture() override {
+    if (!reserved_) return absl::FailedPreconditionError("Reserve first");
+    capturing_ = true;
+    recorded_.clear();
+    return absl::OkStatus();
+  }
+  absl::StatusOr<std::unique_ptr<BackendGraph>> EndCapture() override {
+    capturing_ = false;
+    auto g = std::make_unique<Graph>();
+    g->ops = std::move(recorded_);
+    g->replays = &replays_;
+    return std::unique_ptr<BackendGraph>(std::move(g));
+  }
+
+  void Embedding(const Tensor& table, int64_t vocab_start, Tensor out) override {
+    Do([=, this] { cpu_->Embedding(table, vocab_start, out); });
+  }
+  void Linear(const Tensor& x, const Tensor& w, const Tensor* bias, Tensor y) override {
+    Do([=, this] { cpu_->Linear(x, w, bias, y); });
+  }
+  void RmsNorm(const Tensor& x, const Tensor& w, float eps, Tensor out) override {
+    Do([=, this] { cpu_->RmsNorm(x, w, eps, out); });
+  }
+  void AddRmsNorm(Tensor x, Tensor residual, const Tensor& w, float eps) override {
+    Do([=, this] { cpu_->AddRmsNorm(x, residual, w, eps); });
+  }
+  void QkNormRope(Tensor qkv, const AttentionShape& shape, const Tensor* q_norm, const Tensor* k_norm,
+                  float eps, const Tensor& rope) override {
+    Do([=, this] { cpu_->QkNormRope(qkv, shape, q_norm, k_norm, eps, rope); });
+  }
+  void SiluMul(const Tensor& gate_up, Tensor out) override {
+    Do([=, this] { cpu_->SiluMul(gate_up, out); });
+  }
+  void StoreKv(const Tensor& qkv, const AttentionShape& shape, KvCacheLayer cache) override {
+    Do([=, this] { cpu_->StoreKv(qkv, shape, cache); });
+  }
+  void Attention(const Tensor& qkv, const AttentionShape& shape, KvCacheLayer cache, float scale,
+                 Tensor out) override {
+    Do([=, this] { cpu_->Attention(qkv, shape, cache, scale, out); });
+  }
+  void GatherRows(const Tensor& x, Tensor out) override {
+    Do([=, this] { cpu_->GatherRows(x, out); });
+  }
+
+  int64_t replays() const { return replays_; }
+
+ private:
+  struct Graph final : BackendGraph {
+    std::vector<std::function<void()>> ops;
+    int64_t* replays = nullptr;
+    void Replay() override {
+      ++*replays;
+      for (auto& op : ops) op();
+    }
+  };
+  void Do(std::function<void()> op) {
+    if (capturing_) {
+      recorded_.push_back(std::move(op));
+    } else {
+      op();
+    }
+  }
+  void NotCapturing(const char* what) const {
+    if (capturing_) ADD_FAILURE() << what << " called while capturing: it could not be captured on a GPU";
+  }
+
+  std::unique_ptr<Backend> cpu_ = MakeCpuBackend();
+  bool reserved_ = false, capturing_ = false;
+  std::vector<std::function<void()>> recorded_;
+  int64_t replays_ = 0;
+  int64_t begin_steps_ = 0;
+};
+
+// The graph path end to end: decode steps of 1, 3, 7 and 19 sequences replay
+// the captured bucket and give the same logits as plain eager steps; a step
+// with a prefill runs eagerly.
+TEST_F(DecodeGraphsModelTest, ReplayedDecodeStepsMatchEagerSteps) {
+  const uint32_t seed = std::random_device{}();
+  SCOPED_TRACE(testing::Message() << "seed " << seed);
+  std::mt19937 rng(seed);
+  RecordingBackend recording;
+  std::unique_ptr<Backend> cpu = MakeCpuBackend();
+  std::unique_ptr<Model> graph_model = Load(recording, "qwen3");
+  std::unique_ptr<Model> eager_model = Load(*cpu, "qwen3");
+  ASSERT_NE(graph_model, nullptr);
+  ASSERT_NE(eager_model, nullptr);
+  ASSERT_TRUE(DecodeGraphs::Supported(recording, *comm_, *graph_model));
+  ASSERT_FALSE(DecodeGraphs::Supported(*cpu, *comm_, *eager_model));
+  for (int S : {1, 3, 7, 19}) {
+    SCOPED_TRACE(testing::Message() << "batch " << S);
+    absl::StatusOr<KvCache> gcache = KvCache::Allocate(recording, graph_model->kv_cache_shape(S * kBlocksPerSeq, kBlockSize));
+    absl::StatusOr<KvCache> ecache = KvCache::Allocate(*cpu, eager_model->kv_cache_shape(S * kBlocksPerSeq, kBlockSize));
+    ASSERT_TRUE(gcache.ok() && ecache.ok());
+    const StepCapacity capacity = StepCapacityFor(*graph_model, kBlockSize);
+    ASSERT_TRUE(recording.Reserve(capacity).ok());
+    DecodeGraphs graphs(*graph_model, *gcache, recording, capacity);
+    ASSERT_TRUE(graphs.Capture().ok());
+    ASSERT_TRUE(graphs.captured());
+    const int64_t replays_before = recording.replays();
+
+    std::mt19937 rng_copy = rng;
+    std::vector<std::vector<int32_t>> tables, etables;
+    std::vector<int32_t> tokens, etokens;
+    std::vector<int32_t> lens = Prefill(*graph_model, *gcache, S, rng, tables, tokens);
+    Prefill(*eager_model, *ecache, S, rng_copy, etables, etokens);
+    ASSERT_EQ(tables, etables);
+    for (int step = 0; step < kDecodeSteps; ++step) {
+      for (int32_t& len : lens) ++len;
+      DecodeArrays decode(tokens, lens, tables, kBlockSize);
+      absl::StatusOr<std::optional<Logits>> g = graphs.Forward(decode.meta);
+      absl::StatusOr<std::optional<Logits>> e = eager_model->Forward(decode.meta, *ecache);
+      ASSERT_TRUE(g.ok()) << g.status();
+      ASSERT_TRUE(e.ok()) << e.status();
+      ASSERT_EQ((*g)->num_seqs, S);  // only the real rows come back
+      // 1e-5: the replayed step's GEMMs have the bucket's rows (see above).
+      EXPECT_LE(testing_util::RelativeError((*g)->values, (*e)->values), 1e-5) << "step " << step;
+      for (int s = 0; s < S; ++s) tokens[static_cast<size_t>(s)] = static_cast<int32_t>(testing_util::Argmax((*e)->row(s)));
+    }
+    EXPECT_EQ(recording.replays() - replays_before, kDecodeSteps);
+    EXPECT_EQ(graphs.replays(), kDecodeSteps);
+  }
+}
+
+}  // namespace
+}  // namespace tpserve
