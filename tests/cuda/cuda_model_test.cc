@@ -9,6 +9,7 @@
 #include <cmath>
 #include <filesystem>
 #include <memory>
+#include <ostream>
 #include <random>
 #include <string>
 #include <thread>
@@ -39,6 +40,8 @@ struct ModelCase {
   const char* name;
   const char* args;  // tpserve-make-model options
 };
+// gtest prints a parameter with this (instead of its bytes) in test listings.
+void PrintTo(const ModelCase& c, std::ostream* os) { *os << c.name; }
 const ModelCase kModels[] = {
     {"qwen3", "--arch qwen3 --hidden 256 --intermediate 512 --layers 2 --heads 8 --kv-heads 4 "
               "--head-dim 64 --vocab 1001 --dtype bf16 --tie 0 --seed 31"},
