@@ -6,29 +6,46 @@
 //   * prefill tokens/s for 1 × 1024 and 16 × 512 prompts, against the TFLOP/s of
 //     a large cuBLAS bf16 GEMM (2 · params · tokens FLOPs, attention excluded);
 //   * decode attention alone at batch 64 with a 1K context (Qwen3-0.6B's
-//     attention geometry) as a share of the copy bandwidth.
-// Prints a table and writes it to --out (default bench/results/gpu_bench.md).
+//     attention geometry) as a share of the copy bandwidth;
+//   * decode attention, split (flash-decoding, after Reserve) against the
+//     single kernel, at contexts 512, 4096, 32768 and batch 1, 32, 256
+//     (Qwen3-0.6B's attention geometry, one layer);
+//   * offline throughput (nano-vllm's bench.py workload) through the Engine on
+//     the Qwen3-0.6B-shaped model: 256 sequences, random prompt lengths
+//     100..1024 and output lengths 100..1024 (seeded), EOS ignored, sampled at
+//     temperature 0.6: output tokens/s.
+// Prints the tables and writes them to --out (default
+// bench/results/gpu_bench.md) after every section, so a run cut short by a
+// time limit still leaves what it measured.
 //
 //   gpu_bench [--models qwen3-0.6b,llama-3.2-1b] [--out FILE] [--workdir DIR]
+//             [--sections attention,models,throughput] [--throughput-seqs 256]
+// (sections run in that order; the throughput run is the longest, so last).
 #include <cublas_v2.h>
 #include <cuda_runtime_api.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <memory>
+#include <random>
+#include <span>
 #include <sstream>
 #include <string>
 #include <vector>
 
 #include "absl/strings/str_split.h"
 #include "comm/communicator.h"
+#include "cuda/attention.cuh"
 #include "cuda/check.h"
 #include "cuda/cuda_backend.h"
 #include "tools/make_model/make_model.h"
+#include "worker/engine.h"
 #include "worker/kv_cache.h"
 #include "worker/model.h"
 
@@ -124,102 +141,284 @@ int64_t DirBytes(const std::filesystem::path& dir, const std::string& ext) {
   return total;
 }
 
+// Writes a random-weight model of `preset` under workdir (over what an
+// interrupted run may have left there).
+absl::StatusOr<std::filesystem::path> PresetModel(const std::filesystem::path& workdir, const std::string& preset) {
+  const std::filesystem::path dir = workdir / ("tpserve_gpu_bench_" + preset);
+  std::filesystem::remove_all(dir);
+  std::vector<std::string> args{dir.string(), "--preset", preset, "--seed", "1"};
+  absl::StatusOr<make_model::MakeModelOptions> mo = make_model::ParseArgs(args);
+  if (!mo.ok()) return mo.status();
+  if (absl::Status st = make_model::MakeModel(*mo); !st.ok()) return st;
+  return dir;
+}
+
+// Decode attention of one layer with Qwen3-0.6B's geometry (Hq 16, Hkv 8, hd
+// 128, blocks of 16): the split path (a backend after Reserve) against the
+// single kernel (a backend without), every sequence on its own blocks. The
+// cache is zeros: the kernels' work does not depend on the values.
+void AttentionSplitSection(double bw, std::ostream& table) {
+  const AttentionShape shape{16, 8, 128};
+  const int32_t contexts[] = {512, 4096, 32768}, batches[] = {1, 32, 256};
+  const int32_t max_context = 32768, max_batch = 256;
+  std::unique_ptr<Backend> single = MakeCudaBackend(0), split = MakeCudaBackend(0);
+  StepCapacity capacity;
+  capacity.max_tokens = max_batch;
+  capacity.max_seqs = max_batch;
+  capacity.max_context = max_context;
+  capacity.block_size = kBlockSize;
+  capacity.max_query_heads = shape.num_heads;
+  capacity.max_head_dim = shape.head_dim;
+  if (absl::Status st = split->Reserve(capacity); !st.ok()) {
+    table << "\nsplit attention: Reserve failed: " << st.ToString() << "\n";
+    return;
+  }
+  const int64_t num_blocks = int64_t{max_batch} * max_context / kBlockSize;
+  Buffer k = split->Allocate(DType::kBF16, {num_blocks, kBlockSize, shape.num_kv_heads, shape.head_dim});
+  Buffer v = split->Allocate(DType::kBF16, {num_blocks, kBlockSize, shape.num_kv_heads, shape.head_dim});
+  Buffer qkv = split->Allocate(DType::kBF16, {max_batch, shape.qkv_width()});
+  Buffer out = split->Allocate(DType::kBF16, {max_batch, int64_t{shape.num_heads} * shape.head_dim});
+  split->Synchronize();
+  const KvCacheLayer layer{k.tensor(), v.tensor()};
+  table << "\n## Decode attention: split (flash-decoding, partitions of " << cuda::kDecodePartitionSize
+        << " keys) vs single kernel\n\nOne layer, Hq 16, Hkv 8, hd 128, block size 16; KV bytes read / time"
+        << " against the copy bandwidth.\n\n| context | batch | single | split | split/single | split KV GB/s"
+        << " (share of copy bw) |\n|---|---|---|---|---|---|\n";
+  for (int32_t ctx : contexts) {
+    for (int32_t batch : batches) {
+      BenchStep step(batch, 1, ctx);
+      const Tensor q = qkv.tensor().Rows(0, batch), o = out.tensor().Rows(0, batch);
+      double seconds[2] = {0, 0};
+      for (int which = 0; which < 2; ++which) {
+        Backend& b = which == 0 ? *single : *split;
+        if (absl::Status st = b.BeginStep(step.meta, num_blocks, kBlockSize, max_context); !st.ok()) {
+          table << "BeginStep failed: " << st.ToString() << "\n";
+          return;
+        }
+        seconds[which] = TimeIt([&] { b.Attention(q, shape, layer, 0.088f, o); }, 3, ctx * batch > 1 << 20 ? 10 : 50);
+      }
+      const double bytes = double(batch) * ctx * 2 * shape.num_kv_heads * shape.head_dim * 2;
+      char line[256];
+      std::snprintf(line, sizeof line, "| %d | %d | %.1f us | %.1f us | %.2f | %.0f (%.0f%%) |\n", ctx, batch,
+                    seconds[0] * 1e6, seconds[1] * 1e6, seconds[1] / seconds[0], bytes / seconds[1] / 1e9,
+                    100 * bytes / seconds[1] / bw);
+      table << line;
+    }
+  }
+}
+
+// nano-vllm's bench.py workload through the offline Engine: `num_seqs`
+// requests, prompt lengths and output lengths uniform in 100..1024 (seed 0),
+// prompt ids uniform in 0..9999, EOS ignored, temperature 0.6.
+void ThroughputSection(const std::filesystem::path& model_dir, int num_seqs, std::ostream& table) {
+  std::mt19937 rng(0);
+  std::uniform_int_distribution<int> len(100, 1024), id(0, 9999);
+  std::vector<GenerationRequest> requests(static_cast<size_t>(num_seqs));
+  int64_t blocks = 64;
+  for (size_t i = 0; i < requests.size(); ++i) {
+    GenerationRequest& r = requests[i];
+    r.prompt.resize(static_cast<size_t>(len(rng)));
+    for (int32_t& t : r.prompt) t = id(rng);
+    r.max_tokens = len(rng);
+    r.ignore_eos = true;
+    r.sampling.temperature = 0.6f;
+    r.sampling.seed = i;
+    blocks += (std::ssize(r.prompt) + r.max_tokens + kBlockSize - 1) / kBlockSize;
+  }
+  std::unique_ptr<Backend> backend = MakeCudaBackend(0);
+  std::unique_ptr<Communicator> solo = MakeSoloCommunicator();
+  EngineOptions options;
+  options.model.max_num_tokens = 8192;
+  options.model.max_num_seqs = 256;
+  options.model.max_position = 4096;
+  options.block_size = kBlockSize;
+  options.num_blocks = blocks;  // every request at once: the warm-up already allocates it all
+  absl::StatusOr<std::unique_ptr<Engine>> engine = Engine::Create(model_dir, *backend, *solo, options);
+  if (!engine.ok()) {
+    table << "\nthroughput: " << engine.status().ToString() << "\n";
+    return;
+  }
+  GenerationRequest warm;
+  warm.prompt = {1, 2, 3, 4, 5, 6, 7, 8};
+  warm.max_tokens = 16;
+  warm.ignore_eos = true;
+  if (auto r = (*engine)->Generate(std::span<const GenerationRequest>(&warm, 1)); !r.ok()) {
+    table << "\nthroughput warm-up: " << r.status().ToString() << "\n";
+    return;
+  }
+  const auto t0 = std::chrono::steady_clock::now();
+  absl::StatusOr<std::vector<GenerationResult>> results = (*engine)->Generate(requests);
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  if (!results.ok()) {
+    table << "\nthroughput: " << results.status().ToString() << "\n";
+    return;
+  }
+  int64_t prompt_tokens = 0, output_tokens = 0;
+  for (const GenerationRequest& r : requests) prompt_tokens += std::ssize(r.prompt);
+  for (const GenerationResult& r : *results) output_tokens += std::ssize(r.tokens);
+  const GenerationStats& st = (*engine)->last_stats();
+  char line[512];
+  std::snprintf(line, sizeof line,
+                "\n## Offline throughput (nano-vllm bench.py workload), Qwen3-0.6B shapes, random weights\n\n"
+                "%d sequences, prompts and outputs of 100..1024 tokens (seed 0), EOS ignored, temperature 0.6,"
+                " Engine (max 8192 tokens and 256 sequences a step, blocks of %d).\n\n"
+                "| output tokens | prompt tokens | time | output tok/s | prefill tok/s | decode tok/s | steps |"
+                " preemptions |\n|---|---|---|---|---|---|---|---|\n"
+                "| %lld | %lld | %.2f s | %.0f | %.0f | %.0f | %lld | %lld |\n",
+                num_seqs, kBlockSize, static_cast<long long>(output_tokens), static_cast<long long>(prompt_tokens),
+                seconds, output_tokens / seconds, st.prefill_seconds > 0 ? st.prefill_tokens / st.prefill_seconds : 0.0,
+                st.decode_seconds > 0 ? st.decode_tokens / st.decode_seconds : 0.0, static_cast<long long>(st.steps),
+                static_cast<long long>(st.preemptions));
+  table << line;
+}
+
+// Decode and prefill of whole models next to their floors (see the top).
+absl::Status ModelSection(const std::filesystem::path& dir, const std::string& name, double bw, double flops,
+                          std::ostream& table) {
+  const int64_t weight_bytes = DirBytes(dir, ".safetensors");
+  std::unique_ptr<Backend> backend = MakeCudaBackend(0);
+  std::unique_ptr<Communicator> solo = MakeSoloCommunicator();
+  ModelOptions options;
+  options.max_num_tokens = 8192;
+  options.max_num_seqs = 256;
+  options.max_position = 2048;
+  absl::StatusOr<std::unique_ptr<Model>> model = Model::Load(dir, *backend, *solo, options);
+  if (!model.ok()) return model.status();
+  Model& m = **model;
+  const ModelConfig& c = m.config();
+  absl::StatusOr<KvCache> cache = KvCache::Allocate(*backend, m.kv_cache_shape(256 * 32 + 64, kBlockSize));
+  if (!cache.ok()) return cache.status();
+  StepCapacity capacity;  // as the engine reserves: decode attention takes the split path
+  capacity.max_tokens = options.max_num_tokens;
+  capacity.max_seqs = options.max_num_seqs;
+  capacity.max_context = m.max_position();
+  capacity.block_size = kBlockSize;
+  capacity.max_query_heads = m.attention_shape().num_heads;
+  capacity.max_head_dim = m.attention_shape().head_dim;
+  if (absl::Status st = backend->Reserve(capacity); !st.ok()) return st;
+  const int64_t kv_bytes_per_token = 2 * c.num_layers * c.num_kv_heads * c.head_dim * 2;
+  for (int32_t batch : {1, 8, 64, 256}) {
+    BenchStep step(batch, 1, 512);
+    const double s = TimeIt([&] { (void)m.Forward(step.meta, *cache); }, 3, 20);
+    const double floor = (weight_bytes + double(batch) * 512 * kv_bytes_per_token) / bw;
+    char line[256];
+    std::snprintf(line, sizeof line, "| %s | decode batch %d, ctx 512 | %.3f ms/step | %.3f ms | %.0f%% |\n",
+                  name.c_str(), batch, s * 1e3, floor * 1e3, 100 * floor / s);
+    table << line;
+  }
+  const int64_t params = weight_bytes / 2;
+  for (auto [seqs, len] : {std::pair{1, 1024}, std::pair{16, 512}}) {
+    BenchStep step(seqs, len, len);
+    const double s = TimeIt([&] { (void)m.Forward(step.meta, *cache); }, 1, 5);
+    const double tokens = double(seqs) * len;
+    const double floor_tps = flops / (2.0 * params);
+    char line[256];
+    std::snprintf(line, sizeof line, "| %s | prefill %d x %d | %.0f tok/s | %.0f tok/s | %.0f%% |\n", name.c_str(),
+                  seqs, len, tokens / s, floor_tps, 100 * (tokens / s) / floor_tps);
+    table << line;
+  }
+  if (name == "qwen3-0.6b") {  // decode attention alone: batch 64, 1K context
+    const AttentionShape shape = m.attention_shape();
+    BenchStep step(64, 1, 1024);
+    if (absl::Status st = backend->BeginStep(step.meta, cache->num_blocks(), kBlockSize, m.max_position()); !st.ok()) {
+      return st;
+    }
+    Buffer qkv = backend->Allocate(DType::kBF16, {64, shape.qkv_width()});
+    Buffer out = backend->Allocate(DType::kBF16, {64, int64_t{shape.num_heads} * shape.head_dim});
+    const KvCacheLayer layer = cache->layer(0);
+    const double s = TimeIt([&] { backend->Attention(qkv, shape, layer, 0.088f, out.tensor()); }, 3, 50);
+    const double bytes = 64.0 * 1024 * 2 * shape.num_kv_heads * shape.head_dim * 2;
+    char line[256];
+    std::snprintf(line, sizeof line,
+                  "| %s | decode attention batch 64, ctx 1024 | %.1f GB/s (%.1f us) | %.1f GB/s | %.0f%% |\n",
+                  name.c_str(), bytes / s / 1e9, s * 1e6, bw / 1e9, 100 * bytes / s / bw);
+    table << line;
+  }
+  return absl::OkStatus();
+}
+
 int Run(int argc, char** argv) {
   std::string models = "qwen3-0.6b,llama-3.2-1b", out_path = "bench/results/gpu_bench.md";
+  std::string sections = "attention,models,throughput";
+  int throughput_seqs = 256;
   std::filesystem::path workdir = std::filesystem::temp_directory_path();
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string k = argv[i];
     if (k == "--models") models = argv[i + 1];
     else if (k == "--out") out_path = argv[i + 1];
     else if (k == "--workdir") workdir = argv[i + 1];
+    else if (k == "--sections") sections = argv[i + 1];
+    else if (k == "--throughput-seqs") throughput_seqs = std::max(1, std::atoi(argv[i + 1]));
     else { std::fprintf(stderr, "unknown option %s; see the comment at the top of gpu_bench.cc\n", k.c_str()); return 2; }
   }
   if (cuda::DeviceCount() == 0) {
     std::fprintf(stderr, "gpu_bench: no CUDA device present; run it on a machine with a GPU\n");
     return 1;
   }
+  const auto wants = [&](absl::string_view section) {
+    for (absl::string_view s : absl::StrSplit(sections, ',', absl::SkipEmpty())) {
+      if (s == section) return true;
+    }
+    return false;
+  };
   cudaDeviceProp prop{};
   CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
   std::ostringstream table;
+  const auto flush = [&] {  // the whole table so far, after every section
+    if (std::filesystem::path(out_path).has_parent_path()) {
+      std::filesystem::create_directories(std::filesystem::path(out_path).parent_path());
+    }
+    std::ofstream(out_path) << table.str();
+  };
   const double bw = CopyBandwidth(), flops = GemmFlops();
   table << "# tpserve GPU benchmark on " << prop.name << "\n\n"
         << "copy bandwidth (cudaMemcpy D2D, read+write): " << bw / 1e9 << " GB/s\n"
-        << "bf16 GEMM 8192^3 (cuBLAS): " << flops / 1e12 << " TFLOP/s\n\n"
-        << "| model | case | measured | floor | share of floor |\n|---|---|---|---|---|\n";
-
-  for (absl::string_view preset : absl::StrSplit(models, ',', absl::SkipEmpty())) {
-    const std::filesystem::path dir = workdir / ("tpserve_gpu_bench_" + std::string(preset));
-    std::vector<std::string> args{dir.string(), "--preset", std::string(preset), "--seed", "1"};
-    absl::StatusOr<make_model::MakeModelOptions> mo = make_model::ParseArgs(args);
-    if (!mo.ok() || !make_model::MakeModel(*mo).ok()) {
-      std::fprintf(stderr, "gpu_bench: could not write the %s model to %s\n", std::string(preset).c_str(), dir.c_str());
-      return 1;
+        << "bf16 GEMM 8192^3 (cuBLAS): " << flops / 1e12 << " TFLOP/s\n";
+  flush();
+  std::vector<std::filesystem::path> made;
+  const auto model_dir = [&](const std::string& preset) -> absl::StatusOr<std::filesystem::path> {
+    for (const std::filesystem::path& dir : made) {  // written earlier in this run
+      if (dir.filename() == "tpserve_gpu_bench_" + preset) return dir;
     }
-    const int64_t weight_bytes = DirBytes(dir, ".safetensors");
-    std::unique_ptr<Backend> backend = MakeCudaBackend(0);
-    std::unique_ptr<Communicator> solo = MakeSoloCommunicator();
-    ModelOptions options;
-    options.max_num_tokens = 8192;
-    options.max_num_seqs = 256;
-    options.max_position = 2048;
-    absl::StatusOr<std::unique_ptr<Model>> model = Model::Load(dir, *backend, *solo, options);
-    if (!model.ok()) {
-      std::fprintf(stderr, "gpu_bench: %s\n", model.status().ToString().c_str());
-      return 1;
-    }
-    Model& m = **model;
-    const ModelConfig& c = m.config();
-    absl::StatusOr<KvCache> cache = KvCache::Allocate(*backend, m.kv_cache_shape(256 * 32 + 64, kBlockSize));
-    if (!cache.ok()) {
-      std::fprintf(stderr, "gpu_bench: %s\n", cache.status().ToString().c_str());
-      return 1;
-    }
-    const int64_t kv_bytes_per_token = 2 * c.num_layers * c.num_kv_heads * c.head_dim * 2;
-    const std::string name(preset);
-    for (int32_t batch : {1, 8, 64, 256}) {
-      BenchStep step(batch, 1, 512);
-      const double s = TimeIt([&] { (void)m.Forward(step.meta, *cache); }, 3, 20);
-      const double floor = (weight_bytes + double(batch) * 512 * kv_bytes_per_token) / bw;
-      char line[256];
-      std::snprintf(line, sizeof line, "| %s | decode batch %d, ctx 512 | %.3f ms/step | %.3f ms | %.0f%% |\n",
-                    name.c_str(), batch, s * 1e3, floor * 1e3, 100 * floor / s);
-      table << line;
-    }
-    const int64_t params = weight_bytes / 2;
-    for (auto [seqs, len] : {std::pair{1, 1024}, std::pair{16, 512}}) {
-      BenchStep step(seqs, len, len);
-      const double s = TimeIt([&] { (void)m.Forward(step.meta, *cache); }, 1, 5);
-      const double tokens = double(seqs) * len;
-      const double floor_tps = flops / (2.0 * params);
-      char line[256];
-      std::snprintf(line, sizeof line, "| %s | prefill %d x %d | %.0f tok/s | %.0f tok/s | %.0f%% |\n", name.c_str(),
-                    seqs, len, tokens / s, floor_tps, 100 * (tokens / s) / floor_tps);
-      table << line;
-    }
-    if (preset == "qwen3-0.6b") {  // decode attention alone: batch 64, 1K context
-      const AttentionShape shape = m.attention_shape();
-      BenchStep step(64, 1, 1024);
-      if (!backend->BeginStep(step.meta, cache->num_blocks(), kBlockSize, m.max_position()).ok()) return 1;
-      Buffer qkv = backend->Allocate(DType::kBF16, {64, shape.qkv_width()});
-      Buffer out = backend->Allocate(DType::kBF16, {64, int64_t{shape.num_heads} * shape.head_dim});
-      const KvCacheLayer layer = cache->layer(0);
-      const double s = TimeIt([&] {
-        backend->Attention(qkv, shape, layer, 0.088f, out.tensor());
-      }, 3, 50);
-      const double bytes = 64.0 * 1024 * 2 * shape.num_kv_heads * shape.head_dim * 2;
-      char line[256];
-      std::snprintf(line, sizeof line, "| %s | decode attention batch 64, ctx 1024 | %.1f GB/s (%.1f us) | %.1f GB/s | %.0f%% |\n",
-                    name.c_str(), bytes / s / 1e9, s * 1e6, bw / 1e9, 100 * bytes / s / bw);
-      table << line;
-    }
-    model->reset();
-    std::filesystem::remove_all(dir);
+    absl::StatusOr<std::filesystem::path> dir = PresetModel(workdir, preset);
+    if (dir.ok()) made.push_back(*dir);
+    return dir;
+  };
+  int rc = 0;
+  if (wants("attention")) {
+    std::fprintf(stderr, "gpu_bench: split vs single decode attention\n");
+    AttentionSplitSection(bw, table);
+    flush();
   }
+  if (wants("models")) {
+    table << "\n## Whole models (decode attention on the split path)\n\n"
+          << "| model | case | measured | floor | share of floor |\n|---|---|---|---|---|\n";
+    for (absl::string_view preset : absl::StrSplit(models, ',', absl::SkipEmpty())) {
+      std::fprintf(stderr, "gpu_bench: model %s\n", std::string(preset).c_str());
+      absl::StatusOr<std::filesystem::path> dir = model_dir(std::string(preset));
+      absl::Status st = dir.ok() ? ModelSection(*dir, std::string(preset), bw, flops, table) : dir.status();
+      if (!st.ok()) {
+        table << "| " << preset << " | failed: " << st.ToString() << " | | | |\n";
+        rc = 1;
+      }
+      flush();
+    }
+  }
+  if (wants("throughput")) {
+    std::fprintf(stderr, "gpu_bench: offline throughput, %d sequences\n", throughput_seqs);
+    absl::StatusOr<std::filesystem::path> dir = model_dir("qwen3-0.6b");
+    if (dir.ok()) {
+      ThroughputSection(*dir, throughput_seqs, table);
+    } else {
+      table << "\nthroughput: could not write the qwen3-0.6b model: " << dir.status().ToString() << "\n";
+      rc = 1;
+    }
+    flush();
+  }
+  for (const std::filesystem::path& dir : made) std::filesystem::remove_all(dir);
   std::printf("%s", table.str().c_str());
-  std::filesystem::create_directories(std::filesystem::path(out_path).parent_path());
-  std::ofstream(out_path) << table.str();
   std::printf("\nwritten to %s\n", out_path.c_str());
-  return 0;
+  return rc;
 }
 
 }  // namespace
