@@ -28,6 +28,8 @@ StepCapacity StepCapacityFor(const Model& model, int32_t block_size) {
   c.max_seqs = model.options().max_num_seqs;
   c.max_context = model.max_position();
   c.block_size = block_size;
+  c.max_query_heads = model.attention_shape().num_heads;  // the split decode attention's workspace
+  c.max_head_dim = model.attention_shape().head_dim;
   return c;
 }
 

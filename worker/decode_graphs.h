@@ -48,7 +48,8 @@ std::vector<int32_t> DecodeGraphBatchSizes(int64_t max_num_seqs, int64_t max_num
 int32_t DecodeGraphBucket(const std::vector<int32_t>& sizes, int64_t num_seqs);
 
 // What the model and a cache of `block_size`-token blocks need from
-// Backend::Reserve: max_num_tokens, max_num_seqs, max_position, block_size.
+// Backend::Reserve: max_num_tokens, max_num_seqs, max_position, block_size,
+// and this rank's query heads and head dim.
 StepCapacity StepCapacityFor(const Model& model, int32_t block_size);
 
 // A step's arrays with the StepMetadata that points into them.
