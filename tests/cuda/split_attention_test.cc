@@ -1,0 +1,352 @@
+// Split decode attention (flash-decoding, cuda/attention.cuh) on the GPU:
+//   * the launcher itself against a double-precision host reference and
+//     against the single kernel, for partition sizes that put partition
+//     boundaries mid-block, a grid deeper than any context (blocks past the
+//     context must exit and never be read: the workspace is NaN-poisoned), and
+//     rows before first_token left untouched;
+//   * the CUDA backend's Attention op after Reserve (split path for decode
+//     rows, single kernel for prefill rows) against the CPU backend and
+//     against a CUDA backend without Reserve (single kernel for every row).
+// Contexts 1, 3, 7, 19, 111, 4097; GQA ratios 1, 2, 8 (and 12: two head
+// chunks); head dims 64 and 128; block sizes 1, 16 (and 7, 48: mid-block
+// partition boundaries). Outputs are poisoned with NaN first. Skips without a
+// GPU. Replay a failure with TPSERVE_TEST_SEED=<the printed seed>.
+#include <cuda_runtime_api.h>
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <memory>
+#include <ostream>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "backend/cpu_backend.h"
+#include "cuda/attention.cuh"
+#include "cuda/cuda_backend.h"
+#include "model/dtype.h"
+#include "tests/cuda/cuda_test_util.h"
+#include "tests/cuda/gpu_test_util.h"
+
+namespace tpserve {
+namespace {
+
+using cuda_test::DealBlocks;
+using cuda_test::Download;
+using cuda_test::ExpectClose;
+using cuda_test::Output;
+using cuda_test::OwnedStep;
+using cuda_test::RandomBf16;
+using cuda_test::RelL2;
+using cuda_test::SeqPart;
+using cuda_test::Upload;
+
+constexpr double kTol = 1e-2;
+const std::vector<int32_t> kContexts = {1, 3, 7, 19, 111, 4097};
+
+// A device array that frees itself.
+template <typename T>
+struct DeviceArray {
+  T* ptr = nullptr;
+  size_t n = 0;
+  explicit DeviceArray(size_t count) : n(count) {
+    void* p = nullptr;
+    CUDA_CHECK(cudaMalloc(&p, std::max<size_t>(n, 1) * sizeof(T)));
+    ptr = static_cast<T*>(p);
+  }
+  DeviceArray(const DeviceArray&) = delete;
+  DeviceArray& operator=(const DeviceArray&) = delete;
+  ~DeviceArray() { cudaFree(ptr); }
+  void Upload(const std::vector<T>& v) {
+    ASSERT_EQ(v.size(), n);
+    CUDA_CHECK(cudaMemcpy(ptr, v.data(), n * sizeof(T), cudaMemcpyHostToDevice));
+  }
+  void Poison() { CUDA_CHECK(cudaMemset(ptr, 0xff, std::max<size_t>(n, 1) * sizeof(T))); }  // NaN in bf16 and f32
+  std::vector<T> Download() const {
+    std::vector<T> v(n);
+    CUDA_CHECK(cudaMemcpy(v.data(), ptr, n * sizeof(T), cudaMemcpyDeviceToHost));
+    return v;
+  }
+};
+
+std::vector<uint16_t> ToBf16(const std::vector<float>& v) {
+  std::vector<uint16_t> out(v.size());
+  for (size_t i = 0; i < v.size(); ++i) out[i] = FloatToBf16(v[i]);
+  return out;
+}
+
+std::vector<float> FromBf16(const std::vector<uint16_t>& v) {
+  std::vector<float> out(v.size());
+  for (size_t i = 0; i < v.size(); ++i) out[i] = Bf16ToFloat(v[i]);
+  return out;
+}
+
+struct Geometry {
+  int hq, hkv, hd, block_size;
+};
+
+std::string Describe(const Geometry& g) {
+  return "Hq=" + std::to_string(g.hq) + " Hkv=" + std::to_string(g.hkv) + " hd=" + std::to_string(g.hd) +
+         " block_size=" + std::to_string(g.block_size);
+}
+
+class SplitAttentionTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    TPSERVE_REQUIRE_GPU();
+    seed_ = cuda_test::TestSeed();
+    rng_.seed(seed_);
+  }
+  uint32_t seed_ = 0;
+  std::mt19937 rng_;
+};
+
+#define SEED_TRACE() SCOPED_TRACE(::testing::Message() << "TPSERVE_TEST_SEED=" << seed_)
+
+// ---- the launcher ----
+
+// Rows 0 .. kLead-1 belong to the caller's prefill: the split launcher must
+// not write them. Rows kLead .. are decodes, one per context.
+constexpr int kLead = 2;
+
+TEST_F(SplitAttentionTest, LauncherMatchesHostReferenceAndSingleKernel) {
+  SEED_TRACE();
+  const Geometry geometries[] = {{3, 3, 64, 16}, {4, 2, 128, 1}, {16, 2, 128, 16},
+                                 {8, 1, 64, 7},  {12, 1, 128, 48}, {16, 2, 64, 1}};
+  for (const Geometry& g : geometries) {
+    const int n = static_cast<int>(kContexts.size()), T = kLead + n;
+    const int64_t width = int64_t{g.hq + 2 * g.hkv} * g.hd, out_width = int64_t{g.hq} * g.hd;
+    int64_t num_blocks = 3;  // unused blocks hold garbage nobody may read
+    for (int32_t len : kContexts) num_blocks += (len + g.block_size - 1) / g.block_size;
+    const auto blocks_of = DealBlocks(kContexts, g.block_size, num_blocks, rng_);
+    int32_t max_blocks = 1;
+    for (const auto& b : blocks_of) max_blocks = std::max(max_blocks, static_cast<int32_t>(b.size()));
+    // Sequence s = decode s; the lead rows borrow sequence 0 at position 0.
+    std::vector<int32_t> tables, token_seq(T), positions(T);
+    for (const auto& b : blocks_of) {
+      std::vector<int32_t> row = b;
+      row.resize(max_blocks, -1);
+      tables.insert(tables.end(), row.begin(), row.end());
+    }
+    for (int t = 0; t < T; ++t) {
+      token_seq[t] = t < kLead ? 0 : t - kLead;
+      positions[t] = t < kLead ? 0 : kContexts[t - kLead] - 1;
+    }
+    const std::vector<float> qkv = RandomBf16(rng_, T * width);
+    const std::vector<float> k = RandomBf16(rng_, num_blocks * g.block_size * g.hkv * g.hd);
+    const std::vector<float> v = RandomBf16(rng_, num_blocks * g.block_size * g.hkv * g.hd);
+    const float scale = 1.f / std::sqrt(static_cast<float>(g.hd));
+
+    // softmax(q · K · scale) · V in double, per decode row and head.
+    std::vector<float> want(static_cast<size_t>(n * out_width));
+    for (int i = 0; i < n; ++i) {
+      const int t = kLead + i, ctx = kContexts[i];
+      for (int h = 0; h < g.hq; ++h) {
+        const int kvh = h / (g.hq / g.hkv);
+        std::vector<double> s(static_cast<size_t>(ctx));
+        double m = -INFINITY;
+        for (int j = 0; j < ctx; ++j) {
+          const int64_t slot = int64_t{blocks_of[i][j / g.block_size]} * g.block_size + j % g.block_size;
+          double dot = 0;
+          for (int d = 0; d < g.hd; ++d) {
+            dot += double{qkv[t * width + int64_t{h} * g.hd + d]} * k[(slot * g.hkv + kvh) * g.hd + d];
+          }
+          s[j] = dot * scale;
+          m = std::max(m, s[j]);
+        }
+        double den = 0;
+        std::vector<double> acc(static_cast<size_t>(g.hd), 0.0);
+        for (int j = 0; j < ctx; ++j) {
+          const int64_t slot = int64_t{blocks_of[i][j / g.block_size]} * g.block_size + j % g.block_size;
+          const double e = std::exp(s[j] - m);
+          den += e;
+          for (int d = 0; d < g.hd; ++d) acc[d] += e * v[(slot * g.hkv + kvh) * g.hd + d];
+        }
+        for (int d = 0; d < g.hd; ++d) want[i * out_width + int64_t{h} * g.hd + d] = static_cast<float>(acc[d] / den);
+      }
+    }
+
+    DeviceArray<uint16_t> d_qkv(qkv.size()), d_k(k.size()), d_v(v.size()), d_out(size_t(T * out_width)),
+        d_single(size_t(T * out_width));
+    DeviceArray<int32_t> d_seq(T), d_pos(T), d_tables(tables.size());
+    d_qkv.Upload(ToBf16(qkv));
+    d_k.Upload(ToBf16(k));
+    d_v.Upload(ToBf16(v));
+    d_seq.Upload(token_seq);
+    d_pos.Upload(positions);
+    d_tables.Upload(tables);
+    cuda::PagedAttentionArgs a;
+    a.qkv = reinterpret_cast<const __nv_bfloat16*>(d_qkv.ptr);
+    a.num_tokens = T;
+    a.token_seq = d_seq.ptr;
+    a.positions = d_pos.ptr;
+    a.block_tables = d_tables.ptr;
+    a.max_blocks_per_seq = max_blocks;
+    a.block_size = g.block_size;
+    a.num_heads = g.hq;
+    a.num_kv_heads = g.hkv;
+    a.head_dim = g.hd;
+    a.scale = scale;
+    a.k_cache = reinterpret_cast<const __nv_bfloat16*>(d_k.ptr);
+    a.v_cache = reinterpret_cast<const __nv_bfloat16*>(d_v.ptr);
+
+    // The single kernel over every row, for comparison.
+    d_single.Poison();
+    a.out = reinterpret_cast<__nv_bfloat16*>(d_single.ptr);
+    ASSERT_EQ(cuda::LaunchPagedAttention(a, nullptr), cudaSuccess);
+    CUDA_CHECK(cudaDeviceSynchronize());
+    const std::vector<float> single_all = FromBf16(d_single.Download());
+    const std::vector<float> single(single_all.begin() + kLead * out_width, single_all.end());
+    ExpectClose(single, want, kTol, "single kernel " + Describe(g));
+
+    const int max_ctx = *std::max_element(kContexts.begin(), kContexts.end());
+    for (int partition_size : {3, 100, 512}) {
+      const std::string what = Describe(g) + " partition_size=" + std::to_string(partition_size);
+      cuda::SplitDecodeArgs split;
+      split.first_token = kLead;
+      split.partition_size = partition_size;
+      split.max_partitions = (max_ctx + partition_size - 1) / partition_size + 3;  // deeper than any context
+      split.workspace_floats = cuda::SplitDecodeWorkspaceFloats(n, g.hq, g.hd, split.max_partitions);
+      DeviceArray<float> ws(split.workspace_floats);
+      ws.Poison();  // a partition the combine reads but nobody wrote would give NaN
+      split.workspace = ws.ptr;
+      d_out.Poison();
+      a.out = reinterpret_cast<__nv_bfloat16*>(d_out.ptr);
+
+      cuda::SplitDecodeArgs small = split;
+      small.workspace_floats -= 1;
+      EXPECT_EQ(cuda::LaunchSplitDecodeAttention(a, small, nullptr), cudaErrorInvalidValue) << what;
+
+      ASSERT_EQ(cuda::LaunchSplitDecodeAttention(a, split, nullptr), cudaSuccess) << what;
+      CUDA_CHECK(cudaDeviceSynchronize());
+      const std::vector<uint16_t> raw = d_out.Download();
+      for (int64_t e = 0; e < kLead * out_width; ++e) {
+        ASSERT_EQ(raw[e], 0xffff) << what << ": row " << e / out_width << " before first_token was written";
+      }
+      const std::vector<float> all = FromBf16(raw);
+      const std::vector<float> got(all.begin() + kLead * out_width, all.end());
+      ExpectClose(got, want, kTol, "split vs host reference, " + what);
+      ExpectClose(got, single, kTol, "split vs single kernel, " + what);
+      for (int i = 0; i < n; ++i) {  // each context on its own, so a short one is not hidden by 4097
+        const std::vector<float> gi(got.begin() + i * out_width, got.begin() + (i + 1) * out_width);
+        const std::vector<float> wi(want.begin() + i * out_width, want.begin() + (i + 1) * out_width);
+        EXPECT_LE(RelL2(gi, wi), kTol) << what << " context " << kContexts[i];
+      }
+    }
+  }
+}
+
+// ---- the backend's Attention op ----
+
+struct BackendCase {
+  Geometry g;
+};
+
+void PrintTo(const BackendCase& c, std::ostream* os) { *os << Describe(c.g); }
+
+class SplitAttentionBackendTest : public SplitAttentionTest, public ::testing::WithParamInterface<BackendCase> {
+ protected:
+  // Runs StoreKv + Attention of `step` on the CPU backend, a CUDA backend
+  // without Reserve (single kernel) and one with Reserve (split decode rows),
+  // and compares the three.
+  void RunAndCompare(const std::vector<SeqPart>& parts, int32_t num_prefill, const Geometry& g,
+                     const std::string& what) {
+    const int32_t bs = g.block_size;
+    int64_t num_blocks = 0;
+    int32_t max_context = 1;
+    for (const SeqPart& p : parts) {
+      for (int32_t b : p.blocks) num_blocks = std::max<int64_t>(num_blocks, b + 1);
+      max_context = std::max(max_context, p.seq_len);
+    }
+    num_blocks += 3;  // unused blocks hold garbage nobody may read
+    OwnedStep step(parts, bs, rng_, 100);
+    step.meta.num_prefill_seqs = num_prefill;  // a 1-token context may be a decode
+    step.meta.num_decode_seqs = static_cast<int32_t>(parts.size()) - num_prefill;
+
+    std::unique_ptr<Backend> cpu = MakeCpuBackend(), single = MakeCudaBackend(0), split = MakeCudaBackend(0);
+    StepCapacity capacity;
+    capacity.max_tokens = 64;
+    capacity.max_seqs = 16;
+    capacity.max_context = 8192;
+    capacity.block_size = bs;
+    capacity.max_query_heads = g.hq;
+    capacity.max_head_dim = g.hd;
+    ASSERT_TRUE(split->Reserve(capacity).ok()) << what;
+    ASSERT_LE(step.meta.num_tokens(), capacity.max_tokens);
+    ASSERT_LE(max_context, capacity.max_context);
+    for (Backend* b : {cpu.get(), single.get(), split.get()}) {
+      const absl::Status st = b->BeginStep(step.meta, num_blocks, bs, 8192);
+      ASSERT_TRUE(st.ok()) << what << " " << b->name() << ": " << st;
+    }
+    const AttentionShape shape{g.hq, g.hkv, g.hd};
+    const int64_t T = step.meta.num_tokens(), hd = g.hd;
+    const std::vector<float> k = RandomBf16(rng_, num_blocks * bs * g.hkv * hd);
+    const std::vector<float> v = RandomBf16(rng_, num_blocks * bs * g.hkv * hd);
+    const std::vector<float> qkv = RandomBf16(rng_, T * shape.qkv_width());
+    const float scale = 1.f / std::sqrt(static_cast<float>(hd));
+    std::vector<std::vector<float>> results;
+    for (Backend* b : {cpu.get(), single.get(), split.get()}) {
+      Buffer kb = Upload(*b, k, {num_blocks, bs, g.hkv, hd}), vb = Upload(*b, v, {num_blocks, bs, g.hkv, hd});
+      Buffer q = Upload(*b, qkv, {T, shape.qkv_width()});
+      const KvCacheLayer cache{kb.tensor(), vb.tensor()};
+      Buffer out = Output(*b, {T, int64_t{g.hq} * hd});
+      b->StoreKv(q, shape, cache);
+      b->Attention(q, shape, cache, scale, out.tensor());
+      results.push_back(Download(*b, out));
+    }
+    ExpectClose(results[1], results[0], kTol, "single kernel vs CPU, " + what);
+    ExpectClose(results[2], results[0], kTol, "split (reserved) vs CPU, " + what);
+    ExpectClose(results[2], results[1], kTol, "split (reserved) vs single kernel, " + what);
+    // Per row, so a short context is not hidden by the long ones.
+    const int64_t w = int64_t{g.hq} * hd;
+    for (int64_t t = 0; t < T; ++t) {
+      const std::vector<float> r2(results[2].begin() + t * w, results[2].begin() + (t + 1) * w);
+      const std::vector<float> r0(results[0].begin() + t * w, results[0].begin() + (t + 1) * w);
+      EXPECT_LE(RelL2(r2, r0), kTol) << what << " row " << t;
+    }
+  }
+};
+
+TEST_P(SplitAttentionBackendTest, DecodeOnlyAndMixedStepsMatchCpuAndSingleKernel) {
+  SEED_TRACE();
+  const Geometry g = GetParam().g;
+  std::vector<int32_t> lens = kContexts;
+  lens.push_back(19);  // the mixed step's prefill
+  int64_t total_blocks = 0;
+  for (int32_t len : lens) total_blocks += (len + g.block_size - 1) / g.block_size;
+  const auto blocks = DealBlocks(lens, g.block_size, total_blocks, rng_);
+  std::vector<SeqPart> decodes;
+  for (size_t i = 0; i < kContexts.size(); ++i) decodes.push_back({kContexts[i], 1, blocks[i]});
+  RunAndCompare(decodes, 0, g, "decode-only " + Describe(g));
+  std::vector<SeqPart> mixed = {{19, 5, blocks.back()}};  // a chunk after a cached prefix of 14
+  mixed.insert(mixed.end(), decodes.begin(), decodes.end());
+  RunAndCompare(mixed, 1, g, "mixed " + Describe(g));
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Geometries, SplitAttentionBackendTest,
+    ::testing::Values(BackendCase{{3, 3, 64, 1}}, BackendCase{{3, 3, 128, 16}},    // GQA 1 (MHA)
+                      BackendCase{{4, 2, 64, 16}}, BackendCase{{4, 2, 128, 1}},    // GQA 2
+                      BackendCase{{16, 2, 64, 1}}, BackendCase{{16, 2, 128, 16}},  // GQA 8
+                      BackendCase{{12, 1, 128, 16}}));                             // two head chunks
+
+// Contexts across several 512-key partitions with block sizes that do not
+// divide 512, so partition boundaries fall inside a block.
+TEST_F(SplitAttentionBackendTest, PartitionBoundariesInsideABlock) {
+  SEED_TRACE();
+  for (int32_t bs : {7, 48}) {
+    const Geometry g{8, 4, 128, bs};
+    const std::vector<int32_t> lens = {511, 512, 513, 1025, 1500, 2049};
+    int64_t nb = 0;
+    for (int32_t len : lens) nb += (len + bs - 1) / bs;
+    const auto blocks = DealBlocks(lens, bs, nb, rng_);
+    std::vector<SeqPart> decodes;
+    for (size_t i = 0; i < lens.size(); ++i) decodes.push_back({lens[i], 1, blocks[i]});
+    RunAndCompare(decodes, 0, g, "mid-block boundaries " + Describe(g));
+  }
+}
+
+}  // namespace
+}  // namespace tpserve
