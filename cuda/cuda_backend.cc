@@ -15,6 +15,7 @@
 #include "backend/step_validation.h"
 #include "cuda/attention.cuh"
 #include "cuda/check.h"
+#include "cuda/cuda_graph.h"
 #include "cuda/embedding.cuh"
 #include "cuda/gather_rows.cuh"
 #include "cuda/kv_store.cuh"
@@ -65,6 +66,9 @@ void Launched(const char* op, cudaError_t err) {
 
 bf16* Bf(const Tensor& t) { return static_cast<bf16*>(t.data); }
 
+// cuBLAS workspace set at Reserve (cuBLAS recommends 32 MiB on Hopper).
+constexpr size_t kCublasWorkspaceBytes = size_t{32} << 20;
+
 class CudaBackend final : public Backend {
  public:
   explicit CudaBackend(int device) : device_(device) {
@@ -79,6 +83,8 @@ class CudaBackend final : public Backend {
     cublasDestroy(cublas_);
     if (step_device_) cudaFree(step_device_);
     if (step_host_) cudaFreeHost(step_host_);
+    if (cublas_workspace_) cudaFree(cublas_workspace_);
+    if (attention_workspace_) cudaFree(attention_workspace_);
     cudaEventDestroy(upload_done_);
     cudaStreamDestroy(stream_);
   }
@@ -89,6 +95,7 @@ class CudaBackend final : public Backend {
 
   using Backend::Allocate;
   Buffer Allocate(DType dtype, std::span<const int64_t> shape) override {
+    NotCapturing("Allocate");
     Tensor t = Tensor::Describe(dtype, Device::kCuda, shape, "CudaBackend::Allocate");
     const size_t bytes = std::max<size_t>(t.nbytes(), 1);
     void* ptr = nullptr;
@@ -105,6 +112,7 @@ class CudaBackend final : public Backend {
   }
 
   void CopyFromHost(const void* src, DType src_dtype, Tensor dst) override {
+    NotCapturing("CopyFromHost");
     ExpectDeviceAny("CopyFromHost", "dst", dst);
     if (dst.numel() == 0) return;
     Expect(src != nullptr, "CopyFromHost", "src is null for dst ", dst.ShapeString());
@@ -121,6 +129,7 @@ class CudaBackend final : public Backend {
   }
 
   void CopyToHostF32(const Tensor& src, float* dst) override {
+    NotCapturing("CopyToHostF32");
     ExpectDeviceAny("CopyToHostF32", "src", src);
     if (src.numel() == 0) return;
     if (src.dtype == DType::kF32) {
@@ -144,10 +153,14 @@ class CudaBackend final : public Backend {
     CUDA_CHECK(cudaMemcpyAsync(dst.data, src.data, src.nbytes(), cudaMemcpyDeviceToDevice, stream_));
   }
 
-  void Synchronize() override { CUDA_CHECK(cudaStreamSynchronize(stream_)); }
+  void Synchronize() override {
+    NotCapturing("Synchronize");
+    CUDA_CHECK(cudaStreamSynchronize(stream_));
+  }
   void* stream() const override { return stream_; }
 
   absl::Status Reserve(const StepCapacity& capacity) override {
+    NotCapturing("Reserve");
     if (capacity.max_tokens <= 0 || capacity.max_seqs <= 0 || capacity.max_context <= 0 ||
         capacity.block_size <= 0) {
       return absl::InvalidArgumentError(absl::StrCat(
@@ -162,6 +175,23 @@ class CudaBackend final : public Backend {
 
   absl::Status BeginStep(const StepMetadata& step, int64_t num_blocks, int32_t block_size,
                          int64_t max_position) override;
+
+  bool SupportsGraphs() const override { return true; }
+  absl::Status BeginCapture() override {
+    if (capturing_) return absl::FailedPreconditionError("CudaBackend::BeginCapture: a capture is already open");
+    if (!step_reserved_) {
+      return absl::FailedPreconditionError(
+          "CudaBackend::BeginCapture: call Reserve first, so the step buffers a graph reads never move");
+    }
+    if (absl::Status st = cuda::BeginStreamCapture(stream_); !st.ok()) return st;
+    capturing_ = true;
+    return absl::OkStatus();
+  }
+  absl::StatusOr<std::unique_ptr<BackendGraph>> EndCapture() override {
+    if (!capturing_) return absl::FailedPreconditionError("CudaBackend::EndCapture: no capture is open");
+    capturing_ = false;
+    return cuda::EndStreamCapture(stream_);
+  }
 
   void Embedding(const Tensor& table, int64_t vocab_start, Tensor out) override {
     const Step& s = CurrentStep("Embedding");
@@ -273,7 +303,31 @@ class CudaBackend final : public Backend {
     a.k_cache = Bf(cache.k);
     a.v_cache = Bf(cache.v);
     a.out = Bf(out);
+    // Decode rows (the last num_decode_tokens, one query row each) take the
+    // split path (cuda/attention.cuh) when Reserve left a workspace that holds
+    // them; prefill rows, and every row without one, the single kernel. The
+    // choice depends only on sizes that stay fixed between a graph's capture
+    // and its replays (T, the decode count, the shape, the reserved capacity).
+    const int64_t first_decode = s.num_tokens - s.num_decode_tokens;
+    cuda::SplitDecodeArgs split;
+    split.first_token = first_decode;
+    split.max_partitions = attention_partitions_;
+    split.workspace = attention_workspace_;
+    split.workspace_floats = attention_workspace_floats_;
+    const bool use_split =
+        s.num_decode_tokens > 0 && attention_workspace_ != nullptr &&
+        cuda::SplitDecodeWorkspaceFloats(s.num_decode_tokens, shape.num_heads, shape.head_dim,
+                                         attention_partitions_) <= attention_workspace_floats_ &&
+        // BeginStep holds reserved steps to max_blocks_per_seq, so this holds then.
+        int64_t{s.max_token_position} < int64_t{attention_partitions_} * split.partition_size;
+    if (!use_split) {
+      Launched("Attention", cuda::LaunchPagedAttention(a, stream_));
+      return;
+    }
+    a.num_tokens = first_decode;  // the prefill rows
     Launched("Attention", cuda::LaunchPagedAttention(a, stream_));
+    a.num_tokens = s.num_tokens;
+    Launched("Attention", cuda::LaunchSplitDecodeAttention(a, split, stream_));
   }
 
   void GatherRows(const Tensor& x, Tensor out) override {
@@ -288,6 +342,7 @@ class CudaBackend final : public Backend {
   // The current step: sizes on the host, arrays on the device (pointers into step_device_).
   struct Step {
     int64_t num_tokens = 0, num_seqs = 0, num_blocks = 0;
+    int64_t num_decode_tokens = 0;            // the last rows: one per decode sequence
     int32_t block_size = 0, max_blocks_per_seq = 0, max_token_position = 0;
     const int32_t* token_ids = nullptr;       // [T]
     const int32_t* positions = nullptr;       // [T]
@@ -297,6 +352,11 @@ class CudaBackend final : public Backend {
     const int32_t* logits_indices = nullptr;  // [S]
   };
 
+  // Host synchronisation, allocation and a new step cannot be captured.
+  void NotCapturing(const char* op) const {
+    Expect(!capturing_, op, "cannot run while a CUDA graph is being captured (only the ops of a "
+           "step may run between BeginCapture and EndCapture)");
+  }
   const Step& CurrentStep(const char* op) const {
     Expect(has_step_, op, "no current step: call BeginStep first (and check its Status)");
     return step_;
@@ -326,8 +386,8 @@ class CudaBackend final : public Backend {
 
   // Reserve's parts: the step metadata buffers and the attention workspace,
   // sized for capacity_.
-  absl::Status ReserveStepBuffers() { return absl::OkStatus(); }
-  absl::Status ReserveAttentionWorkspace() { return absl::OkStatus(); }
+  absl::Status ReserveStepBuffers();
+  absl::Status ReserveAttentionWorkspace();
 
   int device_;
   StepCapacity capacity_;  // from Reserve; zeros until then
@@ -340,34 +400,160 @@ class CudaBackend final : public Backend {
   unsigned char* step_host_ = nullptr;
   unsigned char* step_device_ = nullptr;
   size_t step_capacity_ = 0;  // bytes of each
+  bool step_reserved_ = false;  // ReserveStepBuffers ran: fixed layout, BeginStep never reallocates
   bool has_step_ = false;
+  bool capturing_ = false;        // between BeginCapture and EndCapture
+  void* cublas_workspace_ = nullptr;  // kCublasWorkspaceBytes, so captured GEMMs never allocate
   Step step_;
+
+  // Split decode attention (ReserveAttentionWorkspace); none until Reserve.
+  float* attention_workspace_ = nullptr;
+  size_t attention_workspace_floats_ = 0;
+  int attention_partitions_ = 0;  // partitions of the longest reserved context
 };
+
+// The split decode attention's partials (cuda/attention.cuh) for the most
+// decode tokens a step can hold (one per sequence), every local query head and
+// the partitions of the longest context BeginStep accepts (max_blocks_per_seq
+// blocks). Without the heads and head dim (StepCapacity's 0 = unknown) there
+// is no workspace and decode attention runs the single kernel.
+absl::Status CudaBackend::ReserveAttentionWorkspace() {
+  if (capacity_.max_query_heads < 0 || capacity_.max_head_dim < 0 ||
+      capacity_.max_head_dim > cuda::kMaxAttentionHeadDim) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "CudaBackend::Reserve: StepCapacity max_query_heads = ", capacity_.max_query_heads, " and max_head_dim = ",
+        capacity_.max_head_dim, " must be in [0, ...) and [0, ", cuda::kMaxAttentionHeadDim,
+        "] (0 = unknown, no attention workspace)"));
+  }
+  const int64_t context = int64_t{capacity_.max_blocks_per_seq()} * capacity_.block_size;
+  const int64_t partitions = (context + cuda::kDecodePartitionSize - 1) / cuda::kDecodePartitionSize;
+  if (partitions > 65535) {
+    return absl::InvalidArgumentError(absl::StrCat("CudaBackend::Reserve: max_context ", capacity_.max_context,
+                                                   " is beyond the split decode attention's ",
+                                                   65535 * int64_t{cuda::kDecodePartitionSize}, " tokens"));
+  }
+  const int64_t rows = std::min(capacity_.max_seqs, capacity_.max_tokens);
+  const size_t floats = capacity_.max_query_heads > 0 && capacity_.max_head_dim > 0
+      ? cuda::SplitDecodeWorkspaceFloats(rows, capacity_.max_query_heads, capacity_.max_head_dim,
+                                         static_cast<int>(partitions))
+      : 0;
+  if (attention_workspace_) {
+    CUDA_CHECK(cudaStreamSynchronize(stream_));  // earlier steps may still read it
+    CUDA_CHECK(cudaFree(attention_workspace_));
+  }
+  attention_workspace_ = nullptr;
+  attention_workspace_floats_ = 0;
+  attention_partitions_ = 0;
+  if (floats == 0) return absl::OkStatus();
+  void* ws = nullptr;
+  if (cudaError_t err = cudaMalloc(&ws, floats * sizeof(float)); err != cudaSuccess) {
+    cudaGetLastError();
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "CudaBackend::Reserve: cudaMalloc of ", floats * sizeof(float), " bytes of split decode attention "
+        "workspace (", rows, " decode tokens x ", capacity_.max_query_heads, " heads x ", partitions,
+        " partitions of ", cuda::kDecodePartitionSize, " tokens x (", capacity_.max_head_dim, " + 2) floats) failed: ",
+        cudaGetErrorString(err), "; lower --max-num-seqs or --max-model-len"));
+  }
+  attention_workspace_ = static_cast<float*>(ws);
+  attention_workspace_floats_ = floats;
+  attention_partitions_ = static_cast<int>(partitions);
+  return absl::OkStatus();
+}
+
+// The packed step metadata in step_host_ / step_device_ for T tokens, S
+// sequences and max_blocks_per_seq block-table columns. The block table comes
+// last, so a step uploads [0, tables + S · its own columns) in one copy.
+struct StepLayout {
+  size_t slots = 0, ids = 0, pos = 0, seq = 0, logits = 0, tables = 0, total = 0;  // byte offsets
+  StepLayout(size_t T, size_t S, size_t max_blocks_per_seq) {
+    auto round8 = [](size_t b) { return (b + 7) / 8 * 8; };
+    slots = 0;                                               // [T] int64
+    ids = slots + round8(T * sizeof(int64_t));               // [T] int32
+    pos = ids + round8(T * sizeof(int32_t));                 // [T] int32
+    seq = pos + round8(T * sizeof(int32_t));                 // [T] int32 sequence of each token
+    logits = seq + round8(T * sizeof(int32_t));              // [S] int32
+    tables = logits + round8(S * sizeof(int32_t));           // [S, max_blocks_per_seq] int32
+    total = std::max<size_t>(tables + round8(S * max_blocks_per_seq * sizeof(int32_t)), 8);
+  }
+};
+
+absl::Status CudaBackend::ReserveStepBuffers() {
+  const StepLayout layout(static_cast<size_t>(capacity_.max_tokens), static_cast<size_t>(capacity_.max_seqs),
+                          static_cast<size_t>(capacity_.max_blocks_per_seq()));
+  // Earlier steps (or graphs) may still read the old buffers.
+  CUDA_CHECK(cudaStreamSynchronize(stream_));
+  if (step_device_) CUDA_CHECK(cudaFree(step_device_));
+  if (step_host_) CUDA_CHECK(cudaFreeHost(step_host_));
+  step_device_ = step_host_ = nullptr;
+  step_capacity_ = 0;
+  step_reserved_ = has_step_ = false;
+  void* d = nullptr;
+  void* h = nullptr;
+  if (cudaError_t err = cudaMalloc(&d, layout.total); err != cudaSuccess) {
+    cudaGetLastError();
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "CudaBackend::Reserve: cudaMalloc of ", layout.total, " bytes of step metadata for ",
+        capacity_.max_tokens, " tokens, ", capacity_.max_seqs, " sequences and ", capacity_.max_blocks_per_seq(),
+        " blocks per sequence failed: ", cudaGetErrorString(err),
+        "; lower --max-num-batched-tokens, --max-num-seqs or --max-model-len"));
+  }
+  if (cudaError_t err = cudaMallocHost(&h, layout.total); err != cudaSuccess) {
+    cudaGetLastError();
+    cudaFree(d);
+    return absl::ResourceExhaustedError(absl::StrCat("CudaBackend::Reserve: cudaMallocHost of ", layout.total,
+                                                     " pinned bytes failed: ", cudaGetErrorString(err)));
+  }
+  step_device_ = static_cast<unsigned char*>(d);
+  step_host_ = static_cast<unsigned char*>(h);
+  step_capacity_ = layout.total;
+  if (cublas_workspace_ == nullptr) {
+    // cuBLAS's own workspace pool may allocate inside a capture; a fixed one never does.
+    if (cudaError_t err = cudaMalloc(&cublas_workspace_, kCublasWorkspaceBytes); err != cudaSuccess) {
+      cudaGetLastError();
+      cublas_workspace_ = nullptr;
+      return absl::ResourceExhaustedError(absl::StrCat("CudaBackend::Reserve: cudaMalloc of the ",
+                                                       kCublasWorkspaceBytes, "-byte cuBLAS workspace failed: ",
+                                                       cudaGetErrorString(err)));
+    }
+    CUBLAS_CHECK(cublasSetWorkspace(cublas_, cublas_workspace_, kCublasWorkspaceBytes));
+  }
+  step_reserved_ = true;
+  return absl::OkStatus();
+}
 
 absl::Status CudaBackend::BeginStep(const StepMetadata& step, int64_t num_blocks, int32_t block_size,
                                     int64_t max_position) {
+  NotCapturing("BeginStep");
   has_step_ = false;
   if (absl::Status status = ValidateStep(step, num_blocks, block_size, max_position); !status.ok()) {
     return status;
   }
   const size_t T = step.token_ids.size(), S = static_cast<size_t>(step.num_seqs());
-  // Layout: slots (int64) first, then the int32 arrays; each array 8-byte aligned.
-  auto round8 = [](size_t b) { return (b + 7) / 8 * 8; };
-  const size_t off_slots = 0;
-  const size_t off_ids = off_slots + round8(T * sizeof(int64_t));
-  const size_t off_pos = off_ids + round8(T * sizeof(int32_t));
-  const size_t off_seq = off_pos + round8(T * sizeof(int32_t));
-  const size_t off_tables = off_seq + round8(T * sizeof(int32_t));
-  const size_t off_logits = off_tables + round8(step.block_tables.size() * sizeof(int32_t));
-  const size_t total = std::max<size_t>(off_logits + round8(S * sizeof(int32_t)), 8);
+  const size_t columns = static_cast<size_t>(step.max_blocks_per_seq);
+  if (step_reserved_ && (static_cast<int64_t>(T) > capacity_.max_tokens ||
+                         static_cast<int64_t>(S) > capacity_.max_seqs ||
+                         step.max_blocks_per_seq > capacity_.max_blocks_per_seq())) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "BeginStep: a step of ", T, " tokens, ", S, " sequences and max_blocks_per_seq ", columns,
+        " exceeds the capacity given to Reserve (", capacity_.max_tokens, " tokens, ", capacity_.max_seqs,
+        " sequences, ", capacity_.max_blocks_per_seq(), " blocks of ", capacity_.block_size,
+        " tokens); split the step or Reserve more"));
+  }
+  // Reserved: the capacity's fixed layout (pointers that graphs captured stay
+  // valid). Otherwise: this step's own layout in buffers that grow.
+  const StepLayout layout = step_reserved_
+      ? StepLayout(static_cast<size_t>(capacity_.max_tokens), static_cast<size_t>(capacity_.max_seqs),
+                   static_cast<size_t>(capacity_.max_blocks_per_seq()))
+      : StepLayout(T, S, columns);
+  const size_t upload = std::max<size_t>(layout.tables + S * columns * sizeof(int32_t), 8);
 
   if (step_host_) CUDA_CHECK(cudaEventSynchronize(upload_done_));  // step_host_ is free again
-  if (total > step_capacity_) {
+  if (!step_reserved_ && layout.total > step_capacity_) {
     // Ops of earlier steps may still read step_device_: wait before freeing it.
     CUDA_CHECK(cudaStreamSynchronize(stream_));
     if (step_device_) CUDA_CHECK(cudaFree(step_device_));
     if (step_host_) CUDA_CHECK(cudaFreeHost(step_host_));
-    step_capacity_ = std::max<size_t>(total, 2 * step_capacity_);
+    step_capacity_ = std::max<size_t>(layout.total, 2 * step_capacity_);
     step_capacity_ = std::max<size_t>(step_capacity_, 64 << 10);
     void* d = nullptr;
     void* h = nullptr;
@@ -378,21 +564,21 @@ absl::Status CudaBackend::BeginStep(const StepMetadata& step, int64_t num_blocks
   }
   unsigned char* h = step_host_;
   if (T > 0) {
-    std::memcpy(h + off_slots, step.slot_mapping.data(), T * sizeof(int64_t));
-    std::memcpy(h + off_ids, step.token_ids.data(), T * sizeof(int32_t));
-    std::memcpy(h + off_pos, step.positions.data(), T * sizeof(int32_t));
+    std::memcpy(h + layout.slots, step.slot_mapping.data(), T * sizeof(int64_t));
+    std::memcpy(h + layout.ids, step.token_ids.data(), T * sizeof(int32_t));
+    std::memcpy(h + layout.pos, step.positions.data(), T * sizeof(int32_t));
   }
-  auto* token_seq = reinterpret_cast<int32_t*>(h + off_seq);
+  auto* token_seq = reinterpret_cast<int32_t*>(h + layout.seq);
   for (size_t s = 0; s < S; ++s) {
     for (int32_t t = step.query_start[s]; t < step.query_start[s + 1]; ++t) {
       token_seq[t] = static_cast<int32_t>(s);
     }
   }
+  if (S > 0) std::memcpy(h + layout.logits, step.logits_indices.data(), S * sizeof(int32_t));
   if (!step.block_tables.empty()) {
-    std::memcpy(h + off_tables, step.block_tables.data(), step.block_tables.size() * sizeof(int32_t));
+    std::memcpy(h + layout.tables, step.block_tables.data(), step.block_tables.size() * sizeof(int32_t));
   }
-  if (S > 0) std::memcpy(h + off_logits, step.logits_indices.data(), S * sizeof(int32_t));
-  CUDA_CHECK(cudaMemcpyAsync(step_device_, step_host_, total, cudaMemcpyHostToDevice, stream_));
+  CUDA_CHECK(cudaMemcpyAsync(step_device_, step_host_, upload, cudaMemcpyHostToDevice, stream_));
   CUDA_CHECK(cudaEventRecord(upload_done_, stream_));
 
   unsigned char* d = step_device_;
@@ -402,12 +588,13 @@ absl::Status CudaBackend::BeginStep(const StepMetadata& step, int64_t num_blocks
   step_.block_size = block_size;
   step_.max_blocks_per_seq = step.max_blocks_per_seq;
   step_.max_token_position = T > 0 ? *std::max_element(step.positions.begin(), step.positions.end()) : 0;
-  step_.slot_mapping = reinterpret_cast<const int64_t*>(d + off_slots);
-  step_.token_ids = reinterpret_cast<const int32_t*>(d + off_ids);
-  step_.positions = reinterpret_cast<const int32_t*>(d + off_pos);
-  step_.token_seq = reinterpret_cast<const int32_t*>(d + off_seq);
-  step_.block_tables = reinterpret_cast<const int32_t*>(d + off_tables);
-  step_.logits_indices = reinterpret_cast<const int32_t*>(d + off_logits);
+  step_.num_decode_tokens = step.num_decode_seqs;
+  step_.slot_mapping = reinterpret_cast<const int64_t*>(d + layout.slots);
+  step_.token_ids = reinterpret_cast<const int32_t*>(d + layout.ids);
+  step_.positions = reinterpret_cast<const int32_t*>(d + layout.pos);
+  step_.token_seq = reinterpret_cast<const int32_t*>(d + layout.seq);
+  step_.block_tables = reinterpret_cast<const int32_t*>(d + layout.tables);
+  step_.logits_indices = reinterpret_cast<const int32_t*>(d + layout.logits);
   has_step_ = true;
   return absl::OkStatus();
 }

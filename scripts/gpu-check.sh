@@ -37,7 +37,12 @@ cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DTPSERVE_CUDA=ON -DT
   -DCMAKE_PREFIX_PATH="$deps;$gtest_prefix" -DCMAKE_INCLUDE_PATH="$deps/include" \
   -DCMAKE_LIBRARY_PATH="$deps/lib;$deps/lib/$arch" >"$build.configure.log" 2>&1 ||
   { tail -30 "$build.configure.log"; echo "gpu-check: configure failed (log: $build.configure.log)" >&2; exit 2; }
-ninja -C "$build" cuda_convert_test cuda_backend_test cuda_model_test gpu_bench >"$build.build.log" 2>&1 ||
+# Every executable behind a `gpu` test (whatever tests/ registers; a new one
+# cannot be forgotten here), the rank helper of the comm tests, and the benches.
+gpu_targets="$(ninja -C "$build" -t targets all 2>/dev/null |
+  sed -n 's/^\(cuda_[a-z0-9_]*_test\|attention_merge_test\|comm_gpu_test\|comm_test_rank\): phony$/\1/p' | sort -u)"
+# shellcheck disable=SC2086
+ninja -C "$build" $gpu_targets gpu_bench sampling_bench >"$build.build.log" 2>&1 ||
   { tail -40 "$build.build.log"; echo "gpu-check: build failed (log: $build.build.log)" >&2; exit 2; }
 echo "gpu-check: built in $((SECONDS - start)) s"
 
@@ -45,11 +50,19 @@ ctest --test-dir "$build" -L gpu --output-on-failure --timeout 300 2>&1 | tee "$
 tests_rc=${PIPESTATUS[0]}
 
 mkdir -p bench/results
+# gpu_bench writes its table after every section (attention, models, then the
+# longest, the offline throughput run): a run cut short keeps what it measured.
 timeout 240 "$build/bench/gpu/gpu_bench" --out bench/results/gpu_bench.md --workdir "${TMPDIR:-/tmp}" \
   >"$build.bench.log" 2>&1
 bench_rc=$?
+timeout 120 "$build/bench/gpu/sampling_bench" >"$build.sampling_bench.log" 2>&1 ||
+  echo "sampling_bench failed (log: $build.sampling_bench.log)"
 echo
 echo "==== gpu-check summary ($((SECONDS - start)) s) ===="
 grep -E "tests passed|tests failed" "$build.ctest.log" || true
-if [[ $bench_rc -eq 0 ]]; then cat bench/results/gpu_bench.md; else tail -20 "$build.bench.log"; echo "gpu_bench failed ($bench_rc)"; fi
+if [[ $bench_rc -eq 0 ]]; then cat bench/results/gpu_bench.md; else
+  tail -20 "$build.bench.log"; echo "gpu_bench failed ($bench_rc; 124 = cut at 240 s); what it measured:"
+  cat bench/results/gpu_bench.md 2>/dev/null || true
+fi
+cat "$build.sampling_bench.log" 2>/dev/null || true
 exit "$tests_rc"
