@@ -15,6 +15,7 @@
 #include "absl/status/statusor.h"
 #include "coordinator/output_processor.h"
 #include "model/config.h"
+#include "proto/protocol_version.h"
 #include "tokenizer/chat_template.h"
 #include "tokenizer/tokenizer.h"
 #include "tpserve/internal/v1/worker.pb.h"
@@ -26,7 +27,7 @@ namespace tpserve {
 struct RequestLimits {
   int32_t vocab_size = 0;         // token ids must be below this
   int64_t max_model_len = 0;      // prompt + generated tokens
-  int32_t max_logprobs = 20;      // alternatives per token
+  int32_t max_logprobs = kMaxLogprobs;  // alternatives per token (at most kMaxLogprobs)
   GenerationDefaults defaults;    // generation_config.json, for unset sampling fields
 };
 

@@ -8,6 +8,7 @@
 #include <numeric>
 
 #include "absl/strings/str_cat.h"
+#include "proto/protocol_version.h"
 
 namespace tpserve {
 namespace {
@@ -142,7 +143,10 @@ absl::Status ValidateSamplingParams(const SamplingParams& p) {
   if (!(p.frequency_penalty >= -2 && p.frequency_penalty <= 2)) {
     return Invalid("frequency_penalty", p.frequency_penalty, "in [-2, 2] (0 = off)");
   }
-  if (p.logprobs < -1) return Invalid("logprobs", p.logprobs, ">= 0, or -1 for none");
+  if (p.logprobs < -1 || p.logprobs > kMaxLogprobs) {
+    static_assert(kMaxLogprobs == 20, "the message below names the limit");
+    return Invalid("logprobs", p.logprobs, "in [0, 20] (kMaxLogprobs), or -1 for none");
+  }
   return absl::OkStatus();
 }
 

@@ -324,6 +324,7 @@ TEST(Sampler, InvalidParamsNameTheField) {
       {"presence_penalty", [](SamplingParams& p) { p.presence_penalty = 2.5f; }},
       {"frequency_penalty", [](SamplingParams& p) { p.frequency_penalty = -3.0f; }},
       {"logprobs", [](SamplingParams& p) { p.logprobs = -2; }},
+      {"logprobs", [](SamplingParams& p) { p.logprobs = 21; }},  // beyond kMaxLogprobs
   };
   for (const Bad& b : bad) {
     SamplingParams p;
@@ -338,6 +339,8 @@ TEST(Sampler, InvalidParamsNameTheField) {
   edge.top_p = 1;
   edge.min_p = 1;
   edge.logprobs = 0;
+  EXPECT_TRUE(ValidateSamplingParams(edge).ok());
+  edge.logprobs = 20;  // kMaxLogprobs
   EXPECT_TRUE(ValidateSamplingParams(edge).ok());
 }
 
