@@ -67,11 +67,13 @@ absl::Status CudaSampler::Allocate() {
   step(DeviceAlloc(&d_entries_, entry_capacity_));
   step(DeviceAlloc(&d_top_, rows * top_stride_));
   step(DeviceAlloc(&d_results_, rows));
+  step(DeviceAlloc(&d_row_index_, rows));
   step(HostAlloc(&h_params_, rows));
   step(HostAlloc(&h_offsets_, rows + 1));
   step(HostAlloc(&h_entries_, entry_capacity_));
   step(HostAlloc(&h_top_, rows * top_stride_));
   step(HostAlloc(&h_results_, rows));
+  step(HostAlloc(&h_row_index_, rows));
   if (err != cudaSuccess) {
     (void)cudaGetLastError();  // an allocation error is not sticky: clear it for later calls
     return absl::ResourceExhaustedError(absl::StrCat(
@@ -89,11 +91,13 @@ CudaSampler::~CudaSampler() {
   cudaFree(d_entries_);
   cudaFree(d_top_);
   cudaFree(d_results_);
+  cudaFree(d_row_index_);
   cudaFreeHost(h_params_);
   cudaFreeHost(h_offsets_);
   cudaFreeHost(h_entries_);
   cudaFreeHost(h_top_);
   cudaFreeHost(h_results_);
+  cudaFreeHost(h_row_index_);
 }
 
 void CudaSampler::ReservePenaltyEntries(int64_t count) {
@@ -111,8 +115,14 @@ void CudaSampler::ReservePenaltyEntries(int64_t count) {
 
 std::vector<SampledToken> CudaSampler::Sample(const Tensor& gathered, int64_t vocab_size,
                                               std::span<SequenceSamplingState* const> seqs) {
-  const int64_t rows = static_cast<int64_t>(seqs.size());
-  if (rows == 0) return {};
+  // The rows to sample: k-th sampled row = gathered row picked[k].
+  std::vector<int64_t> picked;
+  for (size_t i = 0; i < seqs.size(); ++i) {
+    if (seqs[i] != nullptr) picked.push_back(static_cast<int64_t>(i));
+  }
+  std::vector<SampledToken> result(seqs.size());  // token -1 where not sampled
+  const int64_t rows = static_cast<int64_t>(picked.size());
+  if (rows == 0) return result;
   if (rows > options_.max_seqs) {
     Misuse(absl::StrCat(rows, " rows exceed max_seqs = ", options_.max_seqs,
                         "; create the sampler with the scheduler's max_num_seqs"));
@@ -123,9 +133,9 @@ std::vector<SampledToken> CudaSampler::Sample(const Tensor& gathered, int64_t vo
                         gathered.ShapeString(), " ", std::string(DTypeName(gathered.dtype))));
   }
   const int64_t tp = gathered.dim(0), shard_vocab = gathered.dim(2);
-  if (gathered.dim(1) != rows || vocab_size < 1 || vocab_size > options_.vocab_size ||
+  if (gathered.dim(1) < static_cast<int64_t>(seqs.size()) || vocab_size < 1 || vocab_size > options_.vocab_size ||
       vocab_size > tp * shard_vocab) {
-    Misuse(absl::StrCat("gathered ", gathered.ShapeString(), " does not hold ", rows,
+    Misuse(absl::StrCat("gathered ", gathered.ShapeString(), " does not hold ", seqs.size(),
                         " rows of vocab_size ", vocab_size, " (the sampler holds up to ",
                         options_.vocab_size, ")"));
   }
@@ -133,7 +143,8 @@ std::vector<SampledToken> CudaSampler::Sample(const Tensor& gathered, int64_t vo
   // Rows: parameters, this token's uniform, penalty entries.
   staging_.clear();
   for (int64_t s = 0; s < rows; ++s) {
-    SequenceSamplingState& seq = *seqs[s];
+    SequenceSamplingState& seq = *seqs[static_cast<size_t>(picked[static_cast<size_t>(s)])];
+    h_row_index_[s] = static_cast<int32_t>(picked[static_cast<size_t>(s)]);
     if (seq.params().logprobs > options_.max_logprobs) {
       Misuse(absl::StrCat("a request asks for ", seq.params().logprobs,
                           " log-probs, more than max_logprobs = ", options_.max_logprobs,
@@ -154,6 +165,8 @@ std::vector<SampledToken> CudaSampler::Sample(const Tensor& gathered, int64_t vo
                              cudaMemcpyHostToDevice, stream_));
   CUDA_CHECK(cudaMemcpyAsync(d_offsets_, h_offsets_, sizeof(int32_t) * (rows + 1),
                              cudaMemcpyHostToDevice, stream_));
+  CUDA_CHECK(cudaMemcpyAsync(d_row_index_, h_row_index_, sizeof(int32_t) * rows, cudaMemcpyHostToDevice,
+                             stream_));
   if (num_entries > 0) {
     CUDA_CHECK(cudaMemcpyAsync(d_entries_, h_entries_, sizeof(sampling::PenaltyEntry) * num_entries,
                                cudaMemcpyHostToDevice, stream_));
@@ -163,6 +176,8 @@ std::vector<SampledToken> CudaSampler::Sample(const Tensor& gathered, int64_t vo
   args.bf16 = gathered.dtype == DType::kBF16;
   args.tp = static_cast<int32_t>(tp);
   args.rows = static_cast<int32_t>(rows);
+  args.layout_rows = static_cast<int32_t>(gathered.dim(1));
+  args.row_index = d_row_index_;
   args.shard_vocab = static_cast<int32_t>(shard_vocab);
   args.vocab = static_cast<int32_t>(vocab_size);
   args.params = d_params_;
@@ -175,25 +190,26 @@ std::vector<SampledToken> CudaSampler::Sample(const Tensor& gathered, int64_t vo
   TPSERVE_SYNC_CHECK();
   CUDA_CHECK(cudaMemcpyAsync(h_results_, d_results_, sizeof(sampling::RowResult) * rows,
                              cudaMemcpyDeviceToHost, stream_));
-  const bool any_top = std::any_of(seqs.begin(), seqs.end(),
-                                   [](const SequenceSamplingState* q) { return q->params().logprobs > 0; });
+  const bool any_top = std::any_of(seqs.begin(), seqs.end(), [](const SequenceSamplingState* q) {
+    return q != nullptr && q->params().logprobs > 0;
+  });
   if (any_top) {
     CUDA_CHECK(cudaMemcpyAsync(h_top_, d_top_, sizeof(sampling::TopLogprob) * rows * top_stride_,
                                cudaMemcpyDeviceToHost, stream_));
   }
   CUDA_CHECK(cudaStreamSynchronize(stream_));
 
-  std::vector<SampledToken> result(rows);
   for (int64_t s = 0; s < rows; ++s) {
+    const size_t i = static_cast<size_t>(picked[static_cast<size_t>(s)]);
     const sampling::RowResult& r = h_results_[s];
-    SampledToken& out = result[s];
+    SampledToken& out = result[i];
     out.token = r.token;
-    if (seqs[s]->params().logprobs >= 0) {
+    if (seqs[i]->params().logprobs >= 0) {
       out.logprob = r.logprob;
       const sampling::TopLogprob* top = h_top_ + s * top_stride_;
       for (int32_t k = 0; k < r.num_top; ++k) out.top.emplace_back(top[k].token, top[k].logprob);
     }
-    seqs[s]->AppendOutput(out.token);
+    seqs[i]->AppendOutput(out.token);
   }
   return result;
 }

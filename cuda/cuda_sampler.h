@@ -46,8 +46,8 @@ class CudaSampler final : public DeviceSampler {
   CudaSampler& operator=(const CudaSampler&) = delete;
 
   // See DeviceSampler::Sample. gathered: [tp, S, Vs] bf16 or f32 on the device
-  // of this sampler; S <= max_seqs, vocab_size <= Options::vocab_size, every
-  // request's logprobs <= max_logprobs.
+  // of this sampler; seqs.size() <= S, at most max_seqs of them sampled,
+  // vocab_size <= Options::vocab_size, every request's logprobs <= max_logprobs.
   std::vector<SampledToken> Sample(const Tensor& gathered, int64_t vocab_size,
                                    std::span<SequenceSamplingState* const> seqs) override;
 
@@ -67,12 +67,14 @@ class CudaSampler final : public DeviceSampler {
   sampling::PenaltyEntry* d_entries_ = nullptr;  // [entry_capacity_]
   sampling::TopLogprob* d_top_ = nullptr;        // [max_seqs, top_stride]
   sampling::RowResult* d_results_ = nullptr;     // [max_seqs]
+  int32_t* d_row_index_ = nullptr;               // [max_seqs] gathered row of each sampled row
   // Pinned host mirrors, same shapes.
   sampling::RowParams* h_params_ = nullptr;
   int32_t* h_offsets_ = nullptr;
   sampling::PenaltyEntry* h_entries_ = nullptr;
   sampling::TopLogprob* h_top_ = nullptr;
   sampling::RowResult* h_results_ = nullptr;
+  int32_t* h_row_index_ = nullptr;
   int64_t entry_capacity_ = 0;
 
   std::vector<sampling::PenaltyEntry> staging_;  // this step's entries before the pinned copy

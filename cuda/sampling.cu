@@ -95,9 +95,10 @@ __global__ void __launch_bounds__(kSampleThreads) SampleRowsKernel(SampleRowsArg
   __shared__ int32_t counter;         // slots of the top-n list
   using Block = CudaBlock<kSampleThreads>;
   Block block;
-  const int32_t s = static_cast<int32_t>(blockIdx.x);
-  const sampling::GatheredRow<T> row{static_cast<const T*>(a.gathered) + int64_t{s} * a.shard_vocab,
-                                     int64_t{a.rows} * a.shard_vocab, a.shard_vocab, a.vocab};
+  const int32_t s = static_cast<int32_t>(blockIdx.x);  // sampled row
+  const int32_t g = a.row_index[s];                     // its row of the gathered logits
+  const sampling::GatheredRow<T> row{static_cast<const T*>(a.gathered) + int64_t{g} * a.shard_vocab,
+                                     int64_t{a.layout_rows} * a.shard_vocab, a.shard_vocab, a.vocab};
   const int32_t first = a.entry_offsets[s];
   sampling::RowSampler<Block, T> sampler(block, row, a.entries + first,
                                          a.entry_offsets[s + 1] - first, a.params[s],
@@ -110,7 +111,8 @@ __global__ void __launch_bounds__(kSampleThreads) SampleRowsKernel(SampleRowsArg
 
 cudaError_t LaunchSampleRows(const SampleRowsArgs& args, cudaStream_t stream) {
   if (args.rows == 0) return cudaSuccess;
-  if (args.rows < 0 || args.tp < 1 || args.shard_vocab < 1 || args.vocab < 1 ||
+  if (args.rows < 0 || args.layout_rows < args.rows || args.row_index == nullptr || args.tp < 1 ||
+      args.shard_vocab < 1 || args.vocab < 1 ||
       args.vocab > int64_t{args.tp} * args.shard_vocab || args.vocab > kMaxSampleVocab ||
       args.top_stride < 1) {
     return cudaErrorInvalidValue;

@@ -29,16 +29,19 @@ struct SampleRowsArgs {
                                    // row s is gathered[r, s, j]; i < vocab only
   bool bf16 = true;
   int32_t tp = 1;
-  int32_t rows = 0;         // S
+  int32_t rows = 0;         // rows to sample (one block each)
+  int32_t layout_rows = 0;  // S of the gathered tensor (>= every row index)
+  const int32_t* row_index = nullptr;  // [rows] gathered row of each sampled row
   int32_t shard_vocab = 0;  // Vs
   int32_t vocab = 0;        // V <= tp·Vs, V <= kMaxSampleVocab
-  const sampling::RowParams* params = nullptr;      // [S]
-  const int32_t* entry_offsets = nullptr;           // [S + 1]: row s's entries are
-                                                    //   entries[offsets[s], offsets[s + 1])
-  const sampling::PenaltyEntry* entries = nullptr;  // [offsets[S]], sorted by token per row
+  // Below, indexed by sampled row k in [0, rows):
+  const sampling::RowParams* params = nullptr;      // [rows]
+  const int32_t* entry_offsets = nullptr;           // [rows + 1]: row k's entries are
+                                                    //   entries[offsets[k], offsets[k + 1])
+  const sampling::PenaltyEntry* entries = nullptr;  // [offsets[rows]], sorted by token per row
   int32_t top_stride = 0;                           // >= every row's num_logprobs (and >= 1)
-  sampling::TopLogprob* top = nullptr;              // [S, top_stride] out: row s's top n
-  sampling::RowResult* results = nullptr;           // [S] out
+  sampling::TopLogprob* top = nullptr;              // [rows, top_stride] out: row k's top n
+  sampling::RowResult* results = nullptr;           // [rows] out
 };
 
 // Samples every row; enqueues one kernel on `stream` (no allocation, no sync).

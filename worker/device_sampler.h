@@ -21,9 +21,12 @@ class DeviceSampler {
   //             head's gather; row s of the vocabulary is the concatenation of
   //             gathered[r, s, :] over r, truncated to vocab_size (the rest is
   //             padding and never read). tp = 1 is [1, S, V]. Not modified.
-  //   seqs:     [S] the rows' sampling states; each draws exactly one uniform
-  //             from its own RNG (greedy included) and records the sampled token.
-  // Returns [S] tokens (and log-probs when asked). The same seeded request gets
+  //   seqs:     [n <= S] the sampling states of rows 0..n-1; each draws exactly
+  //             one uniform from its own RNG (greedy included) and records the
+  //             sampled token. nullptr: the row is not sampled (a non-final
+  //             prefill chunk); rows n..S-1 are not sampled either (the padding
+  //             of a CUDA-graph batch).
+  // Returns [n] tokens (and log-probs when asked); token -1 for a row not sampled. The same seeded request gets
   // the same tokens as from tpserve::Sample on the same logits, whatever else is
   // in the batch (up to floating-point rounding at a boundary of the
   // cumulative distribution). Shapes that do not fit abort (a programming error).

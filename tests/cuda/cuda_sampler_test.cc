@@ -13,6 +13,7 @@
 #include <memory>
 #include <numeric>
 #include <random>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -269,6 +270,46 @@ TEST(CudaSampler, SeededTokensDoNotDependOnBatchPosition) {
   const auto in_order = run(order);
   EXPECT_EQ(run(shuffled), in_order);
   EXPECT_EQ(run(order), in_order);
+  sampler->reset();
+  CUDA_CHECK(cudaStreamDestroy(stream));
+}
+
+// The step runner's use: rows of non-final prefill chunks (nullptr) and the
+// padding rows of a CUDA-graph batch (past seqs.size()) are not sampled, draw
+// nothing from any RNG, and leave the sampled rows as they would be alone.
+TEST(CudaSampler, SkippedAndPaddingRowsAreNotSampled) {
+  TPSERVE_REQUIRE_GPU();
+  const uint64_t seed = std::random_device{}();
+  SCOPED_TRACE("seed=" + std::to_string(seed));
+  std::mt19937_64 rng(seed);
+  const int tp = 2, layout_rows = 16, rows = 11, vocab = 4097;  // a bucket of 16 holding 11 sequences
+  HostGathered g = RandomLogits(rng, tp, layout_rows, vocab);
+  Sequences seqs = MakeSequences(rng, rows, vocab);
+  std::vector<SequenceSamplingState*> batch = seqs.Ptrs(seqs.gpu);
+  for (int s : {0, 4, 10}) batch[s] = nullptr;  // prefill chunks that do not sample
+
+  cudaStream_t stream;
+  CUDA_CHECK(cudaStreamCreate(&stream));
+  auto sampler = CudaSampler::Create({rows, vocab, 8, 0}, stream);
+  ASSERT_TRUE(sampler.ok()) << sampler.status();
+  DeviceCopy device(g.bits.data(), g.bits.size() * sizeof(uint16_t));
+  const Tensor gathered(device.ptr, DType::kBF16, Device::kCuda, {tp, layout_rows, g.shard_vocab});
+  const std::vector<SampledToken> got = (*sampler)->Sample(gathered, vocab, batch);
+  ASSERT_EQ(got.size(), static_cast<size_t>(rows));
+  const std::vector<float> flat = g.Flat();
+  for (int s = 0; s < rows; ++s) {
+    if (batch[s] == nullptr) {
+      EXPECT_EQ(got[s].token, -1) << "row " << s << " was not to be sampled";
+      // Its RNG was not advanced: the next draw is the first one.
+      EXPECT_EQ(seqs.gpu[s]->NextUniform(), seqs.ref[s]->NextUniform()) << "row " << s;
+      continue;
+    }
+    SequenceSamplingState* ref = seqs.ref[s].get();
+    const std::vector<SampledToken> want =
+        Sample(std::span<const float>(flat).subspan(static_cast<size_t>(s) * vocab, vocab), vocab, vocab,
+               std::span<SequenceSamplingState* const>(&ref, 1));
+    EXPECT_EQ(got[s].token, want[0].token) << "row " << s << " (a boundary case is ~1e-6 likely)";
+  }
   sampler->reset();
   CUDA_CHECK(cudaStreamDestroy(stream));
 }
