@@ -137,10 +137,16 @@ absl::Status DecodeGraphs::Capture() {
 }
 
 absl::StatusOr<std::optional<Logits>> DecodeGraphs::Forward(const StepMetadata& step) {
+  if (absl::Status st = Run(step); !st.ok()) return st;
+  return model_.ReadLogits(step.num_seqs());
+}
+
+absl::Status DecodeGraphs::Run(const StepMetadata& step) {
   const int32_t bucket = DecodeGraphBucket(sizes_, step.num_seqs());
   if (graphs_.empty() || step.num_prefill_seqs != 0 || step.num_seqs() < 1 || bucket == 0 ||
       !PadDecodeStep(step, bucket, capacity_.max_blocks_per_seq(), cache_.block_size(), padded_).ok()) {
-    return model_.Forward(step, cache_);
+    if (absl::Status st = model_.BeginStep(step, cache_); !st.ok()) return st;
+    return model_.Enqueue();
   }
   // The padded step is validated by BeginStep like any other (bad block ids,
   // slots or positions of the real rows are INVALID_ARGUMENT as in eager mode).
@@ -148,7 +154,7 @@ absl::StatusOr<std::optional<Logits>> DecodeGraphs::Forward(const StepMetadata& 
   const size_t index = static_cast<size_t>(std::lower_bound(sizes_.begin(), sizes_.end(), bucket) - sizes_.begin());
   graphs_[index]->Replay();
   ++replays_;
-  return model_.ReadLogits(step.num_seqs());
+  return absl::OkStatus();
 }
 
 }  // namespace tpserve

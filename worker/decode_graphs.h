@@ -91,6 +91,10 @@ class DecodeGraphs {
   // of at most the largest bucket and graphs were captured. Same results and
   // errors as Model::Forward.
   absl::StatusOr<std::optional<Logits>> Forward(const StepMetadata& step);
+  // Forward without reading the logits back: they stay in the model's
+  // device_logits() (rows past step.num_seqs() are the graph's padding), for a
+  // sampler on the device.
+  absl::Status Run(const StepMetadata& step);
 
   const std::vector<int32_t>& batch_sizes() const { return sizes_; }
   bool captured() const { return !graphs_.empty(); }

@@ -238,17 +238,36 @@ absl::Status Engine::RunStep(const Batch& batch, std::vector<Sequence*>& running
   step.logits_indices = logits_indices;
 
   const auto start = std::chrono::steady_clock::now();
-  absl::StatusOr<std::optional<Logits>> logits = graphs_ ? graphs_->Forward(step) : model_->Forward(step, *cache_);
-  if (!logits.ok()) return logits.status();
-
   // Rank 0 samples the sequences whose prompt is now fully computed; the token
   // ids travel as floats (exact below 2^24) since collectives carry f32/bf16.
   std::vector<float> chosen(s_count, -1.0f);
   std::vector<SampledToken> sampled(s_count);
   const int64_t vocab = model_->config().vocab_size;
-  for (size_t s = 0; s < s_count; ++s) {
+  auto to_sample = [&](size_t s) {
+    const Sequence* seq = batch.seqs[s];
+    return comm_.rank() == 0 && seq->num_computed + batch.num_new[s] == std::ssize(seq->tokens);
+  };
+  absl::StatusOr<std::optional<Logits>> logits = std::optional<Logits>();
+  if (comm_.rank() == 0 && options_.sampler != nullptr && !options_.return_logits) {
+    // On the device: the logits never leave it.
+    absl::Status st = graphs_ ? graphs_->Run(step) : model_->BeginStep(step, *cache_);
+    if (st.ok() && !graphs_) st = model_->Enqueue();
+    if (!st.ok()) return st;
+    std::vector<SequenceSamplingState*> states(s_count, nullptr);
+    for (size_t s = 0; s < s_count; ++s) {
+      if (to_sample(s)) states[s] = batch.seqs[s]->sampling.get();
+    }
+    sampled = options_.sampler->Sample(model_->device_logits(), vocab, states);
+    for (size_t s = 0; s < s_count; ++s) {
+      if (states[s] != nullptr) chosen[s] = static_cast<float>(sampled[s].token);
+    }
+  } else {
+    logits = graphs_ ? graphs_->Forward(step) : model_->Forward(step, *cache_);
+    if (!logits.ok()) return logits.status();
+  }
+  for (size_t s = 0; s < s_count && logits->has_value(); ++s) {
     Sequence* seq = batch.seqs[s];
-    if (seq->num_computed + batch.num_new[s] != std::ssize(seq->tokens) || comm_.rank() != 0) continue;
+    if (!to_sample(s)) continue;
     SequenceSamplingState* state = seq->sampling.get();
     sampled[s] = Sample((*logits)->row(static_cast<int64_t>(s)), vocab, vocab,
                         std::span<SequenceSamplingState* const>(&state, 1))[0];

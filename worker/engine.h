@@ -24,6 +24,7 @@
 #include "comm/communicator.h"
 #include "worker/block_allocator.h"
 #include "worker/decode_graphs.h"
+#include "worker/device_sampler.h"
 #include "worker/kv_cache.h"
 #include "worker/model.h"
 #include "worker/sampler.h"
@@ -43,6 +44,9 @@ struct EngineOptions {
   // Never run decode steps as CUDA graphs (worker/decode_graphs.h); graphs are
   // used only where the backend and communicator can capture them.
   bool enforce_eager = false;
+  // Rank 0: sample on the device (StepRunnerOptions::sampler); not owned.
+  // Ignored when return_logits asks for the rows on the host.
+  DeviceSampler* sampler = nullptr;
 };
 
 struct GenerationRequest {

@@ -151,6 +151,7 @@ absl::StatusOr<std::vector<StepToken>> StepRunner::Run(const StepPlan& plan) {
   }
 
   // ---- 3. the forward ----
+  const bool on_device = rank_ == 0 && options_.sampler != nullptr;
   std::optional<Logits> logits;
   if (num_seqs > 0) {
     int32_t num_prefill = 0;  // up to and including the last multi-token sequence
@@ -189,10 +190,16 @@ absl::StatusOr<std::vector<StepToken>> StepRunner::Run(const StepPlan& plan) {
     step.block_tables = block_tables;
     step.max_blocks_per_seq = max_blocks;
     step.logits_indices = logits_indices;
-    absl::StatusOr<std::optional<Logits>> out = graphs_ ? graphs_->Forward(step) : model_.Forward(step, cache_);
-    if (!out.ok()) return out.status();
-    logits = *std::move(out);
-    if (rank_ == 0 && (!logits || logits->num_seqs != num_seqs)) {
+    if (on_device) {  // the logits stay on the device for the sampler
+      absl::Status st = graphs_ ? graphs_->Run(step) : model_.BeginStep(step, cache_);
+      if (st.ok() && !graphs_) st = model_.Enqueue();
+      if (!st.ok()) return st;
+    } else {
+      absl::StatusOr<std::optional<Logits>> out = graphs_ ? graphs_->Forward(step) : model_.Forward(step, cache_);
+      if (!out.ok()) return out.status();
+      logits = *std::move(out);
+    }
+    if (rank_ == 0 && !on_device && (!logits || logits->num_seqs != num_seqs)) {
       return absl::InternalError(absl::StrCat("step: rank 0 got ", logits ? logits->num_seqs : 0,
                                               " logits rows for ", num_seqs, " sequences"));
     }
@@ -223,6 +230,20 @@ absl::StatusOr<std::vector<StepToken>> StepRunner::Run(const StepPlan& plan) {
 
   // ---- 5. sample (rank 0) ----
   std::vector<StepToken> tokens;
+  if (on_device && num_seqs > 0) {
+    std::vector<SequenceSamplingState*> states(static_cast<size_t>(num_seqs), nullptr);  // nullptr: not sampled
+    for (int64_t s = 0; s < num_seqs; ++s) {
+      const Entry& e = *ordered[static_cast<size_t>(s)];
+      if (e.sample) states[static_cast<size_t>(s)] = seqs_.at(e.id).sampling.get();
+    }
+    std::vector<SampledToken> got = options_.sampler->Sample(model_.device_logits(), config.vocab_size, states);
+    for (int64_t s = 0; s < num_seqs; ++s) {
+      if (states[static_cast<size_t>(s)] == nullptr) continue;
+      tokens.push_back(StepToken{.seq_id = ordered[static_cast<size_t>(s)]->id,
+                                 .sampled = std::move(got[static_cast<size_t>(s)])});
+    }
+    return tokens;
+  }
   if (rank_ != 0 || !logits) return tokens;
   const int64_t vocab = logits->vocab_size;
   for (int64_t s = 0; s < num_seqs; ++s) {

@@ -33,6 +33,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
 #include "worker/decode_graphs.h"
+#include "worker/device_sampler.h"
 #include "worker/kv_cache.h"
 #include "worker/model.h"
 #include "worker/sampler.h"
@@ -75,6 +76,11 @@ struct StepToken {
 struct StepRunnerOptions {
   // Never run decode steps as CUDA graphs (--enforce-eager).
   bool enforce_eager = false;
+  // Rank 0: sample on the device from the model's device_logits() (the CUDA
+  // backend's CudaSampler) instead of copying [S, V] logits to the host for
+  // tpserve::Sample. Same tokens for the same seeds (worker/device_sampler.h).
+  // Not owned; must outlive the runner. nullptr: host sampling.
+  DeviceSampler* sampler = nullptr;
 };
 
 class StepRunner {

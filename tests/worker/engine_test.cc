@@ -8,6 +8,7 @@
 #include "backend/cpu_backend.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
+#include "tests/worker/device_logits_sampler.h"
 #include "tests/worker/worker_test_util.h"
 
 namespace tpserve {
@@ -118,6 +119,27 @@ TEST_F(EngineTest, BatchingChunkingPreemptionAndBlockSizeDoNotChangeTheOutput) {
     ExpectSame(Generate(pair, tight, &stats), pair_roomy, "preemption");
     EXPECT_GT(stats.preemptions, 0);
   }
+}
+
+TEST_F(EngineTest, ADeviceSamplerGivesTheSameTokens) {
+  const uint32_t seed = std::random_device{}();
+  SCOPED_TRACE(testing::Message() << "seed " << seed);
+  std::mt19937 rng(seed);
+  const std::vector<GenerationRequest> reqs = RandomRequests(rng, 6, 0.8f);
+  EngineOptions chunked;
+  chunked.model.max_num_tokens = 7;  // chunked prompts: rows that are not sampled
+  const std::vector<GenerationResult> want = Generate(reqs, chunked);
+
+  testing_util::DeviceLogitsSampler sampler;
+  chunked.sampler = &sampler;
+  absl::StatusOr<std::unique_ptr<Engine>> engine = Engine::Create(dir_->path() / "m", *backend_, *comm_, chunked);
+  ASSERT_TRUE(engine.ok()) << engine.status();
+  absl::StatusOr<std::vector<GenerationResult>> got = (*engine)->Generate(reqs);
+  ASSERT_TRUE(got.ok()) << got.status();
+  ASSERT_EQ(got->size(), want.size());
+  for (size_t i = 0; i < want.size(); ++i) EXPECT_EQ((*got)[i].tokens, want[i].tokens) << "request " << i;
+  EXPECT_GT(sampler.calls, 0);
+  EXPECT_GT(sampler.skipped, 0) << "some prompts of up to 19 tokens were chunked by 7";
 }
 
 TEST_F(EngineTest, StopsAtTheEndOfSequenceToken) {

@@ -10,6 +10,7 @@
 
 #include "backend/cpu_backend.h"
 #include "gtest/gtest.h"
+#include "tests/worker/device_logits_sampler.h"
 #include "tests/worker/worker_test_util.h"
 #include "worker/engine.h"
 
@@ -251,6 +252,31 @@ TEST_F(StepRunnerTest, PreemptedSeededSequenceResumesWithTheSameTokens) {
   EXPECT_EQ(Step({{&s, s.all_size() - 6}}), 1u);
   DecodeToEnd({&s});
   EXPECT_EQ(s.output, want[0]) << "preempted after 5 tokens and recomputed";
+}
+
+TEST_F(StepRunnerTest, ADeviceSamplerSamplesTheModelsLogitsAndOnlyTheRowsToSample) {
+  SCOPED_TRACE("TPSERVE_TEST_SEED=" + std::to_string(seed_));
+  SamplingParams p;
+  p.temperature = 1.1f;  // every draw matters: a skipped row that drew would shift the tokens
+  p.top_p = 0.9f;
+  p.presence_penalty = 0.4f;
+  p.seed = rng_();
+  SamplingParams q = p;
+  q.seed = rng_();
+  Seq a{.id = 4, .prompt = RandomTokens(13), .sampling = p, .max_tokens = 6};
+  Seq b{.id = 9, .prompt = RandomTokens(21), .sampling = q, .max_tokens = 5};
+  const std::vector<std::vector<int32_t>> want = EngineTokens({a, b});
+  ASSERT_EQ(want.size(), 2u);
+
+  testing_util::DeviceLogitsSampler sampler;
+  runner_ = std::make_unique<StepRunner>(*model_, *cache_, /*rank=*/0, StepRunnerOptions{.sampler = &sampler});
+  EXPECT_EQ(Step({{&b, 10}, {&a, 13}}), 1u);  // b's first chunk is not sampled
+  EXPECT_EQ(Step({{&a, 1}, {&b, 11}}), 2u);
+  DecodeToEnd({&a, &b});
+  EXPECT_EQ(a.output, want[0]);
+  EXPECT_EQ(b.output, want[1]) << "b: prefill in two chunks";
+  EXPECT_GT(sampler.calls, 2);
+  EXPECT_EQ(sampler.skipped, 1) << "only b's first chunk is a row not to sample";
 }
 
 TEST_F(StepRunnerTest, BadPlansAreRejectedAndChangeNothing) {
