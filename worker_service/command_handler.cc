@@ -9,6 +9,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "backend/cpu_backend.h"
+#include "worker/decode_graphs.h"
 #include "worker_service/memory_budget.h"
 #include "worker_service/profile_step.h"
 #include "worker_service/step_convert.h"
@@ -21,6 +22,7 @@
 #ifdef TPSERVE_WITH_CUDA
 #include "cuda/check.h"
 #include "cuda/cuda_backend.h"
+#include "cuda/cuda_sampler.h"
 #include "cuda/device_info.h"
 #endif
 
@@ -65,6 +67,7 @@ std::string HostName() {
 CommandHandler::~CommandHandler() {
   runner_.reset();
   cache_.reset();
+  sampler_.reset();
   model_.reset();
   comm_.reset();
   prefix_store_.reset();
@@ -225,6 +228,18 @@ absl::Status CommandHandler::Load(const iv1::Load& load, iv1::Loaded& out, bool&
   absl::StatusOr<std::unique_ptr<Model>> model = Model::Load(load.model_dir(), *backend_, *comm_, options);
   if (!model.ok()) return model.status();
   model_ = *std::move(model);
+#ifdef TPSERVE_WITH_CUDA
+  if (cuda_ && options_.rank.rank == 0) {
+    cuda::CudaSampler::Options sampling;
+    sampling.max_seqs = static_cast<int32_t>(options.max_num_seqs);
+    sampling.vocab_size = model_->config().vocab_size;
+    sampling.max_logprobs = kMaxLogprobs;
+    absl::StatusOr<std::unique_ptr<cuda::CudaSampler>> sampler =
+        cuda::CudaSampler::Create(sampling, static_cast<cudaStream_t>(backend_->stream()));
+    if (!sampler.ok()) return sampler.status();
+    sampler_ = *std::move(sampler);
+  }
+#endif
   const uint64_t after = UsedBytes();
   out.set_weight_bytes(after > before ? after - before : 0);  // weights + activation buffers
   return absl::OkStatus();
@@ -249,12 +264,8 @@ absl::Status CommandHandler::Profile(const iv1::Profile& profile, iv1::ProfileRe
   if (cuda_) {
     // Measure the device at its peak: after the step buffers are reserved and
     // a forward of the largest step ran (cuBLAS workspaces included).
-    StepCapacity capacity;
-    capacity.max_tokens = model_->options().max_num_tokens;
-    capacity.max_seqs = model_->options().max_num_seqs;
-    capacity.max_context = model_->max_position();
-    capacity.block_size = block_size_;
-    if (absl::Status st = backend_->Reserve(capacity); !st.ok()) return st;
+    // (StepRunner::WarmUp reserves the same capacity again: same sizes.)
+    if (absl::Status st = backend_->Reserve(StepCapacityFor(*model_, block_size_)); !st.ok()) return st;
     if (absl::Status st = RunProfileStep(*model_, *backend_, block_size_); !st.ok()) return st;
     absl::StatusOr<cuda::DeviceInfo> info = cuda::QueryDevice(placement_.device);
     if (!info.ok()) return info.status();
@@ -302,7 +313,7 @@ absl::Status CommandHandler::AllocateKv(const iv1::AllocateKv& allocate) {
   if (!cache.ok()) return cache.status();
   cache_ = std::make_unique<KvCache>(*std::move(cache));
   runner_ = std::make_unique<StepRunner>(*model_, *cache_, options_.rank.rank,
-                                         StepRunnerOptions{.enforce_eager = enforce_eager_});
+                                         StepRunnerOptions{.enforce_eager = enforce_eager_, .sampler = sampler_.get()});
   return absl::OkStatus();
 }
 

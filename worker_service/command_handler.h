@@ -22,6 +22,7 @@
 #include "comm/store.h"
 #include "proto/protocol_version.h"
 #include "tpserve/internal/v1/worker.pb.h"
+#include "worker/device_sampler.h"
 #include "worker/kv_cache.h"
 #include "worker/model.h"
 #include "worker/step_runner.h"
@@ -74,6 +75,7 @@ class CommandHandler {
   std::unique_ptr<Store> prefix_store_;
   std::unique_ptr<Communicator> comm_;
   std::unique_ptr<Model> model_;
+  std::unique_ptr<DeviceSampler> sampler_;  // rank 0 with the CUDA backend: sampling on the GPU
   std::unique_ptr<KvCache> cache_;
   std::unique_ptr<StepRunner> runner_;
 };

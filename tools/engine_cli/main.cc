@@ -31,6 +31,7 @@
 #include "comm/gpu_placement.h"
 #include "comm/rank_env.h"
 #include "comm/store.h"
+#include "model/config.h"
 #include "nlohmann/json.hpp"
 #include "tokenizer/tokenizer.h"
 #include "tools/engine_cli/launch.h"
@@ -38,6 +39,7 @@
 #ifdef TPSERVE_WITH_CUDA
 #include "cuda/check.h"
 #include "cuda/cuda_backend.h"
+#include "cuda/cuda_sampler.h"
 #endif
 #ifdef TPSERVE_WITH_NCCL
 #include "comm/nccl_communicator.h"
@@ -185,6 +187,21 @@ absl::Status RunRank(const RankEnv& env) {
   options.block_size = absl::GetFlag(FLAGS_block_size);
   options.num_blocks = absl::GetFlag(FLAGS_num_blocks);
   options.return_logits = absl::GetFlag(FLAGS_logits);
+#ifdef TPSERVE_WITH_CUDA
+  std::unique_ptr<cuda::CudaSampler> sampler;  // rank 0 samples on its GPU
+  if (backend_name == "cuda" && env.rank == 0) {
+    absl::StatusOr<ModelConfig> config = LoadModelConfig(model_dir);
+    if (!config.ok()) return config.status();
+    cuda::CudaSampler::Options sampling;
+    sampling.max_seqs = static_cast<int32_t>(options.model.max_num_seqs);
+    sampling.vocab_size = config->vocab_size;
+    absl::StatusOr<std::unique_ptr<cuda::CudaSampler>> made =
+        cuda::CudaSampler::Create(sampling, static_cast<cudaStream_t>(backend->stream()));
+    if (!made.ok()) return made.status();
+    sampler = *std::move(made);
+    options.sampler = sampler.get();
+  }
+#endif
   options.enforce_eager = absl::GetFlag(FLAGS_enforce_eager);
   absl::StatusOr<std::unique_ptr<Engine>> engine = Engine::Create(model_dir, *backend, *comm, options);
   if (!engine.ok()) return engine.status();
