@@ -25,7 +25,7 @@ absl::Status Assign(absl::StatusOr<T> result, U& lhs) {
   return absl::OkStatus();
 }
 
-Tensor Rows(const Buffer& b, int64_t n) { return b.tensor().Rows(0, n); }
+Tensor Rows(const Tensor& t, int64_t n) { return t.Rows(0, n); }
 
 }  // namespace
 
@@ -121,16 +121,36 @@ absl::Status Model::LoadWeights(const std::filesystem::path& dir) {
 }
 
 void Model::AllocateActivations() {
+  // One allocation for every activation, carved into [rows, width] views that
+  // start on 256-byte boundaries: sized once here, never grown by a step.
   const int64_t n = options_.max_num_tokens;
   const int64_t d = config_.hidden_size;
   const DType dt = backend_.compute_dtype();
-  residual_ = backend_.Allocate(dt, {n, d});
-  hidden_ = backend_.Allocate(dt, {n, d});
-  qkv_ = backend_.Allocate(dt, {n, attn_shape_.qkv_width()});
-  attn_ = backend_.Allocate(dt, {n, int64_t{attn_shape_.num_heads} * attn_shape_.head_dim});
-  gate_up_ = backend_.Allocate(dt, {n, 2 * local_intermediate_});
-  act_ = backend_.Allocate(dt, {n, local_intermediate_});
-  last_ = backend_.Allocate(dt, {options_.max_num_seqs, d});
+  struct Part {
+    Tensor* view;
+    int64_t rows, cols;
+  };
+  const Part parts[] = {
+      {&residual_, n, d},
+      {&hidden_, n, d},
+      {&qkv_, n, attn_shape_.qkv_width()},
+      {&attn_, n, int64_t{attn_shape_.num_heads} * attn_shape_.head_dim},
+      {&gate_up_, n, 2 * local_intermediate_},
+      {&act_, n, local_intermediate_},
+      {&last_, options_.max_num_seqs, d},
+  };
+  const int64_t align = std::max<int64_t>(1, 256 / static_cast<int64_t>(DTypeSize(dt)));  // elements
+  auto aligned = [align](int64_t at) { return (at + align - 1) / align * align; };
+  int64_t total = 0;
+  for (const Part& p : parts) total = aligned(total) + p.rows * p.cols;
+  arena_ = backend_.Allocate(dt, {total});
+  auto* base = static_cast<unsigned char*>(arena_.tensor().data);
+  int64_t at = 0;
+  for (const Part& p : parts) {
+    at = aligned(at);
+    *p.view = Tensor(base + at * static_cast<int64_t>(DTypeSize(dt)), dt, arena_.tensor().device, {p.rows, p.cols});
+    at += p.rows * p.cols;
+  }
   lm_ws_ = lm_head_->AllocateWorkspace(backend_, options_.max_num_seqs, comm_.rank(),
                                        comm_.world_size());
 }

@@ -18,8 +18,9 @@
 //   logits = last · Wlmᵀ                                [S, V]  gathered to rank 0
 //
 // Every rank runs the same steps in the same order (the collectives pair up).
-// Activation buffers are allocated once at Load for options.max_num_tokens
-// tokens and options.max_num_seqs sequences and reused by every step.
+// Activation buffers are carved from one arena allocated once at Load for
+// options.max_num_tokens tokens and options.max_num_seqs sequences and reused
+// by every step.
 #pragma once
 
 #include <cstdint>
@@ -154,14 +155,16 @@ class Model {
   std::optional<ParallelLMHead> lm_head_;        // [Vs, D] (shares embed_ when tied)
   Buffer rope_;                                  // [max_position, hd] f32
 
-  // Activations, sized for max_num_tokens (N) and max_num_seqs (M) once.
-  Buffer residual_;  // [N, D]
-  Buffer hidden_;    // [N, D]
-  Buffer qkv_;       // [N, (Hq + 2 Hkv) hd]
-  Buffer attn_;      // [N, Hq hd]
-  Buffer gate_up_;   // [N, 2F]
-  Buffer act_;       // [N, F]
-  Buffer last_;      // [M, D]
+  // Activations, sized for max_num_tokens (N) and max_num_seqs (M) once: views
+  // into one arena allocation (AllocateActivations).
+  Buffer arena_;
+  Tensor residual_;  // [N, D]
+  Tensor hidden_;    // [N, D]
+  Tensor qkv_;       // [N, (Hq + 2 Hkv) hd]
+  Tensor attn_;      // [N, Hq hd]
+  Tensor gate_up_;   // [N, 2F]
+  Tensor act_;       // [N, F]
+  Tensor last_;      // [M, D]
   LmHeadWorkspace lm_ws_;
   IntermediateHook hook_;
 
