@@ -13,12 +13,11 @@
 #include <string>
 #include <vector>
 
-#include "absl/strings/str_split.h"
 #include "comm/communicator.h"
 #include "cuda/cuda_backend.h"
 #include "tests/cuda/cuda_test_util.h"
 #include "tests/cuda/gpu_test_util.h"
-#include "tools/make_model/make_model.h"
+#include "tests/cuda/test_model.h"
 #include "worker/decode_graphs.h"
 #include "worker/kv_cache.h"
 #include "worker/model.h"
@@ -44,17 +43,7 @@ const ModelCase kModels[] = {
 void PrintTo(const ModelCase& c, std::ostream* os) { *os << c.name; }
 
 std::filesystem::path MakeTestModel(const ModelCase& c) {
-  const std::filesystem::path dir =
-      std::filesystem::temp_directory_path() / ("tpserve_cuda_graph_" + std::to_string(::getpid()) + "_" + c.name);
-  std::vector<std::string> args{dir.string()};
-  for (absl::string_view a : absl::StrSplit(c.args, ' ', absl::SkipEmpty())) args.emplace_back(a);
-  absl::StatusOr<make_model::MakeModelOptions> options = make_model::ParseArgs(args);
-  EXPECT_TRUE(options.ok()) << options.status();
-  if (options.ok()) {
-    const absl::Status made = make_model::MakeModel(*options);
-    EXPECT_TRUE(made.ok()) << made;
-  }
-  return dir;
+  return cuda_test::MakeTestModel("tpserve_cuda_graph", c.name, c.args);
 }
 
 // One step's arrays: sequence s has tokens[s] new tokens ending at lens[s]

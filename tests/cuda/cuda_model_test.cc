@@ -15,13 +15,12 @@
 #include <thread>
 #include <vector>
 
-#include "absl/strings/str_split.h"
 #include "backend/cpu_backend.h"
 #include "comm/communicator.h"
 #include "cuda/cuda_backend.h"
 #include "tests/cuda/cuda_test_util.h"
 #include "tests/cuda/gpu_test_util.h"
-#include "tools/make_model/make_model.h"
+#include "tests/cuda/test_model.h"
 #include "worker/kv_cache.h"
 #include "worker/model.h"
 #if TPSERVE_WITH_GLOO
@@ -50,17 +49,7 @@ const ModelCase kModels[] = {
 };
 
 std::filesystem::path MakeTestModel(const ModelCase& c) {
-  const std::filesystem::path dir =
-      std::filesystem::temp_directory_path() / ("tpserve_cuda_model_" + std::to_string(::getpid()) + "_" + c.name);
-  std::vector<std::string> args{dir.string()};
-  for (absl::string_view a : absl::StrSplit(c.args, ' ', absl::SkipEmpty())) args.emplace_back(a);
-  absl::StatusOr<make_model::MakeModelOptions> options = make_model::ParseArgs(args);
-  EXPECT_TRUE(options.ok()) << options.status();
-  if (options.ok()) {
-    const absl::Status made = make_model::MakeModel(*options);
-    EXPECT_TRUE(made.ok()) << made;
-  }
-  return dir;
+  return cuda_test::MakeTestModel("tpserve_cuda_model", c.name, c.args);
 }
 
 // Owns one step's arrays. Sequence s uses blocks [s·kBlocksPerSeq, ...).
