@@ -144,7 +144,7 @@ CommandHandler::Outcome CommandHandler::Handle(const iv1::CoordinatorMessage& co
       break;
   }
   if (!status.ok()) {
-    reply.set_error(absl::StrCat("rank ", options_.rank.rank, ": ", status.ToString()));
+    reply.set_error(status.ToString());  // the coordinator prefixes the rank
     if (fatal) outcome.exit_code = 1;
   }
   return outcome;

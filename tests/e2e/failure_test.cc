@@ -249,6 +249,23 @@ TEST_F(FailureTest, ASpawnedWorkerThatDiesBeforeHelloEndsStartupAtOnce) {
   EXPECT_EQ(p.Log().find("have not connected"), std::string::npos) << "waited for the timeout:\n" << p.Log();
 }
 
+TEST_F(FailureTest, BackendCudaWithoutAGpuIsAClearStartupError) {
+  // CI has no GPU: the workers refuse Load and the coordinator exits naming why.
+  // (With a GPU the coordinator serves instead: then there is nothing to check here.)
+  Process p({BinaryPath("tools/coordinator/tpserve-coordinator"), "--model", model_, "--tp", "2", "--listen",
+             "127.0.0.1:0", "--spawn-workers", "--worker-binary", BinaryPath("tools/worker/tpserve-worker"),
+             "--backend", "cuda", "--worker-timeout", "60s"},
+            dir_.path() + "/cuda.log");
+  const int rc = p.Wait(absl::Seconds(90));
+  if (p.Log().find("sees no CUDA device") == std::string::npos &&
+      p.Log().find("built without CUDA") == std::string::npos) {
+    p.Signal(SIGTERM);
+    GTEST_SKIP() << "the workers accepted --backend cuda (a GPU is present):\n" << p.Log();
+  }
+  EXPECT_EQ(rc, 1) << p.Log();
+  EXPECT_NE(p.Log().find("--backend cpu"), std::string::npos) << p.Log();
+}
+
 TEST_F(FailureTest, ClientStreamsJsonAndReportsErrors) {
   Coordinator c = Start();
   ASSERT_TRUE(c.stub);
