@@ -62,6 +62,15 @@ absl::Status EngineLoop::Submit(const std::string& request_id, PreparedRequest r
     return absl::AlreadyExistsError(
         absl::StrCat("request_id \"", request_id, "\" is already running; use a unique id"));
   }
+  // A prompt that needs more blocks than the whole cache could never run:
+  // refuse it now rather than after its stream has started.
+  const int64_t need = (static_cast<int64_t>(request.prompt.size()) + options_.block_size - 1) / options_.block_size;
+  if (need > options_.num_blocks) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "the prompt of ", request.prompt.size(), " tokens needs ", need, " KV blocks of ", options_.block_size,
+        " tokens but the whole cache holds ", options_.num_blocks,
+        "; shorten the prompt or give the workers more memory (--gpu-memory-utilization, more GPUs)"));
+  }
   const int64_t waiting = stats_.waiting + static_cast<int64_t>(inbox_.size());
   if (waiting >= options_.scheduler.max_queue) {
     return absl::ResourceExhaustedError(absl::StrCat(

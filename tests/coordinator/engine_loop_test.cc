@@ -313,11 +313,18 @@ TEST_F(EngineLoopTest, ALostWorkerEndsEveryStreamUnavailableAndClosesAdmission) 
   EXPECT_NE(s.message().find("worker rank 1"), absl::string_view::npos) << s;
 }
 
-TEST_F(EngineLoopTest, TooLongForTheWholeCacheIsRefused) {
+TEST_F(EngineLoopTest, TooLongForTheWholeCacheIsRefusedAtAdmission) {
   Start(/*num_blocks=*/3, /*block_size=*/4);
-  Outcome o = Drain(*Submit("big", Request(std::vector<int32_t>(20, 'a'), 2)));
-  EXPECT_EQ(o.end.code(), absl::StatusCode::kResourceExhausted);
-  EXPECT_NE(o.end.message().find("KV blocks"), absl::string_view::npos) << o.end;
+  auto q = std::make_shared<ResponseQueue>();
+  const absl::Status refused = engine_->Submit("big", Request(std::vector<int32_t>(13, 'a'), 2), q);
+  EXPECT_EQ(refused.code(), absl::StatusCode::kResourceExhausted) << refused;
+  EXPECT_NE(refused.message().find("the prompt of 13 tokens needs 4 KV blocks of 4 tokens but the whole cache "
+                                   "holds 3"),
+            absl::string_view::npos)
+      << refused;
+  // The largest prompt that fits (12 tokens = 3 blocks) is served, and the id is free again.
+  Outcome fits = Drain(*Submit("big", Request(std::vector<int32_t>(12, 'a'), 1)));
+  EXPECT_TRUE(fits.end.ok()) << fits.end;
 }
 
 TEST_F(EngineLoopTest, IdleLoopRunsNoSteps) {
