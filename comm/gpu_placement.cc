@@ -21,7 +21,7 @@ absl::StatusOr<GpuPlacement> PlaceOnGpu(const RankEnv& env, int device_count, bo
         " sees no CUDA device (check nvidia-smi, the driver and CUDA_VISIBLE_DEVICES), or serve with "
         "--backend cpu"));
   }
-  const int local_ranks = env.local_world_size > 0 ? env.local_world_size : env.world_size;
+  const int local_ranks = env.local_ranks();
   GpuPlacement p;
   p.device = env.local_rank % device_count;
   p.ranks_per_device = 0;

@@ -32,6 +32,8 @@ struct RankEnv {
   // "openmpi", "pmi", "torchrun" or "default" (nothing set), with "+override"
   // appended when an override replaced a value.
   std::string source;
+  // Ranks on this host: local_world_size, or every rank when the launcher gave none.
+  int local_ranks() const { return local_world_size > 0 ? local_world_size : world_size; }
 };
 
 struct RankOverrides {

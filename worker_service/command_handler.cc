@@ -44,7 +44,6 @@ constexpr bool kHaveGloo = false;
 // Kept free after the KV cache for what the warm-up adds (CUDA graphs).
 constexpr uint64_t kCudaGraphReserveBytes = uint64_t{256} << 20;
 
-int LocalRanks(const RankEnv& env) { return env.local_world_size > 0 ? env.local_world_size : env.world_size; }
 
 // Resident memory of this process (VmRSS) in bytes, 0 when unknown.
 uint64_t ResidentBytes() {
@@ -161,7 +160,7 @@ absl::Status CommandHandler::Load(const iv1::Load& load, iv1::Loaded& out, bool&
   if (load.backend() == "cpu") {
     int threads = options_.cpu_threads;
     if (threads <= 0) {
-      threads = std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / LocalRanks(options_.rank));
+      threads = std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / options_.rank.local_ranks());
     }
     backend_ = MakeCpuBackend(threads);
   } else if (load.backend() == "cuda") {
@@ -291,7 +290,7 @@ absl::Status CommandHandler::Profile(const iv1::Profile& profile, iv1::ProfileRe
   CpuKvBudget budget;
   budget.available_bytes = *available;
   budget.utilization = utilization;
-  budget.local_ranks = LocalRanks(options_.rank);
+  budget.local_ranks = options_.rank.local_ranks();
   budget.block_bytes = block_bytes;
   budget.max_num_seqs = model_->options().max_num_seqs;
   budget.max_model_len = model_->max_position();
