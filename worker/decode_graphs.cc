@@ -145,8 +145,7 @@ absl::Status DecodeGraphs::Run(const StepMetadata& step) {
   const int32_t bucket = DecodeGraphBucket(sizes_, step.num_seqs());
   if (graphs_.empty() || step.num_prefill_seqs != 0 || step.num_seqs() < 1 || bucket == 0 ||
       !PadDecodeStep(step, bucket, capacity_.max_blocks_per_seq(), cache_.block_size(), padded_).ok()) {
-    if (absl::Status st = model_.BeginStep(step, cache_); !st.ok()) return st;
-    return model_.Enqueue();
+    return model_.Compute(step, cache_);
   }
   // The padded step is validated by BeginStep like any other (bad block ids,
   // slots or positions of the real rows are INVALID_ARGUMENT as in eager mode).

@@ -250,9 +250,7 @@ absl::Status Engine::RunStep(const Batch& batch, std::vector<Sequence*>& running
   absl::StatusOr<std::optional<Logits>> logits = std::optional<Logits>();
   if (comm_.rank() == 0 && options_.sampler != nullptr && !options_.return_logits) {
     // On the device: the logits never leave it.
-    absl::Status st = graphs_ ? graphs_->Run(step) : model_->BeginStep(step, *cache_);
-    if (st.ok() && !graphs_) st = model_->Enqueue();
-    if (!st.ok()) return st;
+    if (absl::Status st = graphs_ ? graphs_->Run(step) : model_->Compute(step, *cache_); !st.ok()) return st;
     std::vector<SequenceSamplingState*> states(s_count, nullptr);
     for (size_t s = 0; s < s_count; ++s) {
       if (to_sample(s)) states[s] = batch.seqs[s]->sampling.get();

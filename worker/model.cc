@@ -161,9 +161,13 @@ KvCacheShape Model::kv_cache_shape(int64_t num_blocks, int32_t block_size) const
 }
 
 absl::StatusOr<std::optional<Logits>> Model::Forward(const StepMetadata& step, KvCache& cache) {
-  TPSERVE_RETURN_IF_ERROR(BeginStep(step, cache));
-  TPSERVE_RETURN_IF_ERROR(Enqueue());
+  TPSERVE_RETURN_IF_ERROR(Compute(step, cache));
   return ReadLogits(step_seqs_);
+}
+
+absl::Status Model::Compute(const StepMetadata& step, KvCache& cache) {
+  TPSERVE_RETURN_IF_ERROR(BeginStep(step, cache));
+  return Enqueue();
 }
 
 absl::Status Model::BeginStep(const StepMetadata& step, KvCache& cache) {

@@ -109,6 +109,8 @@ class Model {
   //   sequences' logits to the host on rank 0 ([rows, V]); nullopt elsewhere.
   absl::Status BeginStep(const StepMetadata& step, KvCache& cache);
   absl::Status Enqueue();
+  // BeginStep then Enqueue: the step's logits stay in device_logits().
+  absl::Status Compute(const StepMetadata& step, KvCache& cache);
   absl::StatusOr<std::optional<Logits>> ReadLogits(int64_t rows);
 
   // Rank 0: the current step's gathered logits, [tp, S, Vs] in the backend's

@@ -191,9 +191,7 @@ absl::StatusOr<std::vector<StepToken>> StepRunner::Run(const StepPlan& plan) {
     step.max_blocks_per_seq = max_blocks;
     step.logits_indices = logits_indices;
     if (on_device) {  // the logits stay on the device for the sampler
-      absl::Status st = graphs_ ? graphs_->Run(step) : model_.BeginStep(step, cache_);
-      if (st.ok() && !graphs_) st = model_.Enqueue();
-      if (!st.ok()) return st;
+      if (absl::Status st = graphs_ ? graphs_->Run(step) : model_.Compute(step, cache_); !st.ok()) return st;
     } else {
       absl::StatusOr<std::optional<Logits>> out = graphs_ ? graphs_->Forward(step) : model_.Forward(step, cache_);
       if (!out.ok()) return out.status();
