@@ -8,8 +8,8 @@
 #include <numeric>
 #include <vector>
 
-#include "coordinator/block_manager.h"
-#include "coordinator/scheduler.h"
+#include "scheduler/block_manager.h"
+#include "scheduler/scheduler.h"
 
 namespace tpserve {
 namespace {

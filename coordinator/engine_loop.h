@@ -25,11 +25,11 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
-#include "coordinator/block_manager.h"
+#include "scheduler/block_manager.h"
 #include "coordinator/output_processor.h"
 #include "coordinator/request.h"
 #include "coordinator/response_queue.h"
-#include "coordinator/scheduler.h"
+#include "scheduler/scheduler.h"
 #include "tokenizer/tokenizer.h"
 #include "tpserve/internal/v1/worker.pb.h"
 

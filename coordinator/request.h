@@ -16,6 +16,7 @@
 #include "coordinator/output_processor.h"
 #include "model/config.h"
 #include "proto/protocol_version.h"
+#include "sampling/limits.h"
 #include "tokenizer/chat_template.h"
 #include "tokenizer/tokenizer.h"
 #include "tpserve/internal/v1/worker.pb.h"

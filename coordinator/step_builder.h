@@ -12,7 +12,7 @@
 #include <cstdint>
 #include <functional>
 
-#include "coordinator/scheduler.h"
+#include "scheduler/scheduler.h"
 #include "tpserve/internal/v1/worker.pb.h"
 
 namespace tpserve {

@@ -23,8 +23,8 @@
 #include <cuda_runtime_api.h>
 
 #include "absl/status/statusor.h"
-#include "cuda/sampling_row.h"
-#include "worker/device_sampler.h"
+#include "sampling/sampling_row.h"
+#include "sampling/device_sampler.h"
 
 namespace tpserve::cuda {
 

@@ -1,5 +1,5 @@
 // Sampling on rank 0 on the GPU: one thread block per row runs the row
-// algorithm of cuda/sampling_row.h (the host sampler's semantics, without a
+// algorithm of sampling/sampling_row.h (the host sampler's semantics, without a
 // sort) on the gathered LM-head logits. CudaSampler (cuda/cuda_sampler.h) owns
 // the buffers and calls this launcher.
 #pragma once
@@ -9,7 +9,7 @@
 
 #include <cuda_runtime_api.h>
 
-#include "cuda/sampling_row.h"
+#include "sampling/sampling_row.h"
 
 namespace tpserve::cuda {
 

@@ -1,5 +1,5 @@
 // From a sequence's host sampling state to what the row algorithm
-// (cuda/sampling_row.h) reads: its RowParams (with the one uniform the host
+// (sampling/sampling_row.h) reads: its RowParams (with the one uniform the host
 // draws from the sequence's RNG) and its penalty entries. Host code, no CUDA
 // headers: used by CudaSampler and by the host test of the row algorithm.
 #pragma once
@@ -8,8 +8,8 @@
 #include <cstdint>
 #include <vector>
 
-#include "cuda/sampling_row.h"
-#include "worker/sampler.h"
+#include "sampling/sampling_row.h"
+#include "sampling/sampler.h"
 
 namespace tpserve::sampling {
 

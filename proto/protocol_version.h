@@ -9,9 +9,4 @@ namespace tpserve {
 
 inline constexpr uint32_t kWorkerProtocolVersion = 1;
 
-// The most log-prob alternatives a request may ask for per token: the
-// coordinator refuses more, workers reject a step that asks for more, and the
-// GPU sampler's buffers are sized for it.
-inline constexpr int32_t kMaxLogprobs = 20;
-
 }  // namespace tpserve

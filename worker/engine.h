@@ -24,10 +24,10 @@
 #include "comm/communicator.h"
 #include "worker/block_allocator.h"
 #include "worker/decode_graphs.h"
-#include "worker/device_sampler.h"
+#include "sampling/device_sampler.h"
 #include "worker/kv_cache.h"
 #include "worker/model.h"
-#include "worker/sampler.h"
+#include "sampling/sampler.h"
 
 namespace tpserve {
 

@@ -33,52 +33,20 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
 #include "worker/decode_graphs.h"
-#include "worker/device_sampler.h"
+#include "sampling/device_sampler.h"
 #include "worker/kv_cache.h"
 #include "worker/model.h"
-#include "worker/sampler.h"
+#include "sampling/sampler.h"
+#include "scheduler/step_plan.h"
 
 namespace tpserve {
-
-// A sequence the workers have not seen (worker.proto NewSequence).
-struct NewSequencePlan {
-  uint64_t seq_id = 0;
-  std::vector<int32_t> prompt;     // the prompt (repetition penalty)
-  std::vector<int32_t> output;     // tokens generated before a preemption (penalties;
-                                   // the seeded RNG is advanced past them)
-  std::vector<int32_t> token_ids;  // to compute now: (prompt + output)[num_computed, +n)
-  int64_t num_computed_tokens = 0; // already in the KV cache (cached prefix)
-  std::vector<int32_t> block_ids;  // its block table so far
-  SamplingParams sampling;
-  bool sample = false;             // false for a non-final prefill chunk
-};
-
-// A sequence the workers know: what changed since its last step.
-struct ContinuingSequencePlan {
-  uint64_t seq_id = 0;
-  std::vector<int32_t> new_block_ids;  // appended to its block table
-  std::vector<int32_t> token_ids;      // the next prefill chunk, or the last sampled token
-  bool sample = false;
-};
-
-struct StepPlan {
-  std::vector<uint64_t> finished;  // dropped first; unknown ids are ignored
-  std::vector<NewSequencePlan> new_sequences;
-  std::vector<ContinuingSequencePlan> continuing;
-  std::vector<uint64_t> order;  // every scheduled id once, multi-token sequences first
-};
-
-struct StepToken {
-  uint64_t seq_id = 0;
-  SampledToken sampled;  // token, and log-probs when the sequence asked for them
-};
 
 struct StepRunnerOptions {
   // Never run decode steps as CUDA graphs (--enforce-eager).
   bool enforce_eager = false;
   // Rank 0: sample on the device from the model's device_logits() (the CUDA
   // backend's CudaSampler) instead of copying [S, V] logits to the host for
-  // tpserve::Sample. Same tokens for the same seeds (worker/device_sampler.h).
+  // tpserve::Sample. Same tokens for the same seeds (sampling/device_sampler.h).
   // Not owned; must outlive the runner. nullptr: host sampling.
   DeviceSampler* sampler = nullptr;
 };

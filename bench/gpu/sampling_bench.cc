@@ -12,7 +12,7 @@
 #include "cuda/check.h"
 #include "cuda/cuda_sampler.h"
 #include "model/dtype.h"
-#include "worker/sampler.h"
+#include "sampling/sampler.h"
 
 namespace {
 

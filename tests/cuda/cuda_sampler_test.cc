@@ -21,10 +21,10 @@
 #include "cuda/cuda_sampler.h"
 #include "cuda/sampling.cuh"
 #include "cuda/sampling_inputs.h"
-#include "cuda/sampling_row.h"
+#include "sampling/sampling_row.h"
 #include "model/dtype.h"
 #include "tests/cuda/gpu_test_util.h"
-#include "worker/sampler.h"
+#include "sampling/sampler.h"
 
 namespace tpserve::cuda {
 namespace {

@@ -11,8 +11,8 @@
 #include <vector>
 
 #include "gtest/gtest.h"
-#include "worker/device_sampler.h"
-#include "worker/sampler.h"
+#include "sampling/device_sampler.h"
+#include "sampling/sampler.h"
 
 namespace tpserve::testing_util {
 

@@ -1,27 +1,11 @@
-#include "coordinator/block_manager.h"
+#include "scheduler/block_manager.h"
 
 #include <algorithm>
-#include <cassert>
-#include <cstdio>
-#include <cstdlib>
+
+#include "base/check.h"
+#include "base/random.h"
 
 namespace tpserve {
-namespace {
-
-// splitmix64 finaliser: a cheap, well-mixed 64-bit step.
-uint64_t Mix(uint64_t x) {
-  x += 0x9e3779b97f4a7c15ull;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-  return x ^ (x >> 31);
-}
-
-[[noreturn]] void Fail(const char* what, BlockId id) {
-  std::fprintf(stderr, "BlockManager: %s (block %d)\n", what, id);
-  std::abort();
-}
-
-}  // namespace
 
 BlockManager::BlockManager(int64_t num_blocks, int32_t block_size, bool enable_prefix_caching)
     : block_size_(block_size), prefix_caching_(enable_prefix_caching), blocks_(num_blocks) {
@@ -42,8 +26,8 @@ BlockManagerStats BlockManager::stats() const {
 }
 
 uint64_t BlockManager::HashBlock(uint64_t parent, std::span<const int32_t> tokens) {
-  uint64_t h = Mix(parent ^ 0x7470736572766531ull);
-  for (int32_t t : tokens) h = Mix(h ^ static_cast<uint32_t>(t));
+  uint64_t h = SplitMix64(parent ^ 0x7470736572766531ull);
+  for (int32_t t : tokens) h = SplitMix64(h ^ static_cast<uint32_t>(t));
   return h;
 }
 
@@ -93,9 +77,9 @@ void BlockManager::Acquire(BlockId id) {
 }
 
 void BlockManager::Release(BlockId id) {
-  if (id < 0 || id >= num_blocks()) Fail("release of an unknown block", id);
+  TPSERVE_CHECK(id >= 0 && id < num_blocks(), "BlockManager: release of an unknown block ", id);
   Block& b = blocks_[id];
-  if (b.ref_count <= 0) Fail("double free", id);
+  TPSERVE_CHECK(b.ref_count > 0, "BlockManager: block ", id, " freed twice");
   if (--b.ref_count == 0) {
     free_.push_back(id);
     b.free_pos = std::prev(free_.end());
@@ -105,7 +89,7 @@ void BlockManager::Release(BlockId id) {
 std::optional<int64_t> BlockManager::AllocatePrompt(std::span<const int32_t> tokens,
                                                     int64_t num_tokens,
                                                     std::vector<BlockId>& table) {
-  assert(table.empty());
+  TPSERVE_CHECK(table.empty(), "BlockManager::AllocatePrompt: the table must start empty, it holds ", table.size(), " blocks");
   const int64_t cached = CachedPrefixTokens(tokens.first(static_cast<size_t>(num_tokens)));
   const int64_t cached_blocks = cached / block_size_;
   const int64_t needed = BlocksFor(num_tokens);

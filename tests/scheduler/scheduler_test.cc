@@ -1,4 +1,4 @@
-#include "coordinator/scheduler.h"
+#include "scheduler/scheduler.h"
 
 #include <gtest/gtest.h>
 

@@ -1,4 +1,4 @@
-// The row algorithm of the GPU sampler (cuda/sampling_row.h), run on the host
+// The row algorithm of the GPU sampler (sampling/sampling_row.h), run on the host
 // as a one-thread block, against the host sampler tpserve::Sample on the same
 // logits and the same uniforms: greedy, temperature, each filter alone and
 // combined, penalties, ties (bf16-rounded logits), log-probs, and the
@@ -18,9 +18,9 @@
 #include <vector>
 
 #include "cuda/sampling_inputs.h"
-#include "cuda/sampling_row.h"
+#include "sampling/sampling_row.h"
 #include "model/dtype.h"
-#include "worker/sampler.h"
+#include "sampling/sampler.h"
 
 namespace tpserve {
 namespace {

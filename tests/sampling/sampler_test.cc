@@ -1,6 +1,6 @@
 // The sampler against its formulas: greedy, filters, the sampled distribution,
 // per-sequence seeds, penalties, log-probs and parameter validation.
-#include "worker/sampler.h"
+#include "sampling/sampler.h"
 
 #include <gtest/gtest.h>
 

@@ -24,8 +24,8 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
-#include "coordinator/block_manager.h"
-#include "coordinator/sequence.h"
+#include "scheduler/block_manager.h"
+#include "scheduler/sequence.h"
 
 namespace tpserve {
 

@@ -1,4 +1,4 @@
-#include "coordinator/scheduler.h"
+#include "scheduler/scheduler.h"
 
 #include <algorithm>
 #include <string>

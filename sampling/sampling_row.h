@@ -3,7 +3,7 @@
 // one-thread "block", used by tests/worker/sampling_row_test.cc against
 // tpserve::Sample). No CUDA headers: g++ compiles this file as plain C++.
 //
-// Semantics are those of the host sampler (worker/sampler.h), in vLLM's order:
+// Semantics are those of the host sampler (sampling/sampler.h), in vLLM's order:
 //   penalties on the raw logits x → greedy argmax (ties to the lowest id), or
 //   x / T → min-p → top-k → top-p → one inverse-CDF draw at the row's uniform u
 //   over the kept tokens in id order; log-probs of the raw logits.

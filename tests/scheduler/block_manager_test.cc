@@ -1,4 +1,4 @@
-#include "coordinator/block_manager.h"
+#include "scheduler/block_manager.h"
 
 #include <gtest/gtest.h>
 

@@ -6,7 +6,7 @@
 #include <span>
 #include <vector>
 
-#include "coordinator/block_manager.h"
+#include "scheduler/block_manager.h"
 
 namespace tpserve {
 

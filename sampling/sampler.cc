@@ -1,4 +1,4 @@
-#include "worker/sampler.h"
+#include "sampling/sampler.h"
 
 #include <algorithm>
 #include <atomic>
@@ -8,17 +8,11 @@
 #include <numeric>
 
 #include "absl/strings/str_cat.h"
-#include "proto/protocol_version.h"
+#include "base/random.h"
+#include "sampling/limits.h"
 
 namespace tpserve {
 namespace {
-
-uint64_t SplitMix64(uint64_t x) {
-  x += 0x9E3779B97F4A7C15ull;
-  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
-  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
-  return x ^ (x >> 31);
-}
 
 // Seeds for requests without one: a random base from the OS, then a counter
 // mixed through SplitMix64 so that concurrent sequences never share a stream.

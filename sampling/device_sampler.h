@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "backend/tensor.h"
-#include "worker/sampler.h"
+#include "sampling/sampler.h"
 
 namespace tpserve {
 
@@ -16,7 +16,7 @@ class DeviceSampler {
  public:
   virtual ~DeviceSampler() = default;
 
-  // The contract of tpserve::Sample (worker/sampler.h) on device logits:
+  // The contract of tpserve::Sample (sampling/sampler.h) on device logits:
   //   gathered: [tp, S, Vs] on the sampler's device, the tensor-parallel LM
   //             head's gather; row s of the vocabulary is the concatenation of
   //             gathered[r, s, :] over r, truncated to vocab_size (the rest is

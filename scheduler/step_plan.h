@@ -1,0 +1,48 @@
+// The step protocol without its wire format: what the scheduler decides for
+// one step (StepPlan) and what rank 0 answers (StepToken). The coordinator
+// sends it as worker.proto's Step (proto/step_convert.h); the offline engine
+// hands it to its StepRunner directly. Every rank applies the same plan to
+// its own per-sequence state (worker/step_runner.h).
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "sampling/sampler.h"
+
+namespace tpserve {
+
+// A sequence the workers have not seen (worker.proto NewSequence).
+struct NewSequencePlan {
+  uint64_t seq_id = 0;
+  std::vector<int32_t> prompt;     // the prompt (repetition penalty)
+  std::vector<int32_t> output;     // tokens generated before a preemption (penalties;
+                                   // the seeded RNG is advanced past them)
+  std::vector<int32_t> token_ids;  // to compute now: (prompt + output)[num_computed, +n)
+  int64_t num_computed_tokens = 0; // already in the KV cache (cached prefix)
+  std::vector<int32_t> block_ids;  // its block table so far
+  SamplingParams sampling;
+  bool sample = false;             // false for a non-final prefill chunk
+};
+
+// A sequence the workers know: what changed since its last step.
+struct ContinuingSequencePlan {
+  uint64_t seq_id = 0;
+  std::vector<int32_t> new_block_ids;  // appended to its block table
+  std::vector<int32_t> token_ids;      // the next prefill chunk, or the last sampled token
+  bool sample = false;
+};
+
+struct StepPlan {
+  std::vector<uint64_t> finished;  // dropped first; unknown ids are ignored
+  std::vector<NewSequencePlan> new_sequences;
+  std::vector<ContinuingSequencePlan> continuing;
+  std::vector<uint64_t> order;  // every scheduled id once, multi-token sequences first
+};
+
+struct StepToken {
+  uint64_t seq_id = 0;
+  SampledToken sampled;  // token, and log-probs when the sequence asked for them
+};
+
+}  // namespace tpserve
