@@ -2,51 +2,34 @@
 
 #include <algorithm>
 #include <cstdint>
-#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <string>
+
+#include <unistd.h>
 
 #include "absl/strings/str_cat.h"
 #include "backend/cpu_attention.h"
 #include "backend/cpu_gemm.h"
 #include "backend/cpu_ops.h"
+#include "backend/op_checks.h"
 #include "backend/step_validation.h"
+#include "base/check.h"
 
 namespace tpserve {
 namespace {
 
 constexpr size_t kAlignment = 64;  // a cache line; also what AVX-512 loads like
 
-// Shape mismatches are programming errors (backend.h): abort with the op and the shapes.
-[[noreturn]] void Die(const char* op, const std::string& what) {
-  std::fprintf(stderr, "CpuBackend::%s: %s\n", op, what.c_str());
-  std::abort();
-}
+constexpr OperandKind kCpuF32{"CpuBackend", Device::kCpu, DType::kF32};
 
-void Expect(bool ok, const char* op, auto&&... what) {
-  if (!ok) Die(op, absl::StrCat(what...));
-}
-
-// A float32 tensor on the CPU with data.
-void ExpectF32(const char* op, const char* name, const Tensor& t) {
-  Expect(t.device == Device::kCpu && t.dtype == DType::kF32 && (t.data || t.numel() == 0), op,
-         name, " ", t.ShapeString(), " must be a float32 CPU tensor with data (dtype ",
-         std::string(DTypeName(t.dtype)), ", device ", t.device == Device::kCpu ? "cpu" : "cuda", ")");
-}
-
-// [rows, cols] as the 2-D view of t.
+// Shape mismatches are programming errors (backend.h): op_checks.h ends the
+// process naming the op and the shapes. The operands are float32 CPU tensors.
+void Expect(bool ok, const char* op, const auto&... what) { CheckOp(kCpuF32, ok, op, what...); }
 void ExpectRows(const char* op, const char* name, const Tensor& t, int64_t rows, int64_t cols) {
-  ExpectF32(op, name, t);
-  Expect(t.ndim >= 1 && t.dim(0) == rows && t.row_width() * rows == t.numel() &&
-             (rows == 0 || t.row_width() == cols),
-         op, name, " is ", t.ShapeString(), ", expected [", rows, ", ", cols, "]");
+  CheckRows(kCpuF32, op, name, t, rows, cols);
 }
-
-void ExpectVector(const char* op, const char* name, const Tensor& t, int64_t n) {
-  ExpectF32(op, name, t);
-  Expect(t.numel() == n, op, name, " is ", t.ShapeString(), ", expected [", n, "]");
-}
+void ExpectVector(const char* op, const char* name, const Tensor& t, int64_t n) { CheckVector(kCpuF32, op, name, t, n); }
 
 }  // namespace
 
@@ -59,13 +42,27 @@ std::unique_ptr<Backend> MakeCpuBackend(int num_threads) {
 }
 
 Buffer CpuBackend::Allocate(DType dtype, std::span<const int64_t> shape) {
+  absl::StatusOr<Buffer> buffer = TryAllocate(dtype, shape);
+  TPSERVE_CHECK(buffer.ok(), buffer.status().message());
+  return *std::move(buffer);
+}
+
+absl::StatusOr<Buffer> CpuBackend::TryAllocate(DType dtype, std::span<const int64_t> shape) {
   Tensor t = Tensor::Describe(dtype, Device::kCpu, shape, "CpuBackend::Allocate");
   // calloc: zeroed, and large blocks stay unresident until written (the KV
   // cache, weight shards being loaded). Over-allocate to align by hand.
-  const size_t bytes = t.nbytes() + kAlignment;
-  void* raw = std::calloc(1, bytes);
-  Expect(raw != nullptr, "Allocate", "out of memory allocating ", bytes, " bytes for ",
-         t.ShapeString());
+  size_t bytes = 0;
+  const bool overflow =
+      __builtin_mul_overflow(static_cast<size_t>(t.numel()), DTypeSize(dtype), &bytes) ||
+      __builtin_add_overflow(bytes, kAlignment, &bytes);
+  void* raw = overflow ? nullptr : std::calloc(1, bytes);
+  if (raw == nullptr) {
+    const int64_t free_bytes = int64_t{sysconf(_SC_AVPHYS_PAGES)} * sysconf(_SC_PAGESIZE);
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "CpuBackend::Allocate: out of memory allocating ", t.ShapeString(), " ", std::string(DTypeName(dtype)),
+        " (", overflow ? std::string("more than 2^64") : absl::StrCat(bytes), " bytes asked, ",
+        free_bytes, " bytes of physical memory free)"));
+  }
   const auto addr = reinterpret_cast<uintptr_t>(raw);
   t.data = reinterpret_cast<void*>((addr + kAlignment - 1) / kAlignment * kAlignment);
   return Buffer(t, [raw](void*) { std::free(raw); });
@@ -101,31 +98,16 @@ absl::Status CpuBackend::BeginStep(const StepMetadata& step, int64_t num_blocks,
   if (auto status = ValidateStep(step, num_blocks, block_size, max_position); !status.ok()) {
     return status;
   }
-  OwnedStep& o = step_;
-  o.token_ids.assign(step.token_ids.begin(), step.token_ids.end());
-  o.positions.assign(step.positions.begin(), step.positions.end());
-  o.slot_mapping.assign(step.slot_mapping.begin(), step.slot_mapping.end());
-  o.query_start.assign(step.query_start.begin(), step.query_start.end());
-  o.seq_lens.assign(step.seq_lens.begin(), step.seq_lens.end());
-  o.block_tables.assign(step.block_tables.begin(), step.block_tables.end());
-  o.logits_indices.assign(step.logits_indices.begin(), step.logits_indices.end());
-  o.meta = step;
-  o.meta.token_ids = o.token_ids;
-  o.meta.positions = o.positions;
-  o.meta.slot_mapping = o.slot_mapping;
-  o.meta.query_start = o.query_start;
-  o.meta.seq_lens = o.seq_lens;
-  o.meta.block_tables = o.block_tables;
-  o.meta.logits_indices = o.logits_indices;
-  o.num_blocks = num_blocks;
-  o.block_size = block_size;
+  step_.batch.CopyFrom(step);
+  step_.num_blocks = num_blocks;
+  step_.block_size = block_size;
   has_step_ = true;
   return absl::OkStatus();
 }
 
-const StepMetadata& CpuBackend::CurrentStep(const char* op) const {
+StepMetadata CpuBackend::CurrentStep(const char* op) const {
   Expect(has_step_, op, "no current step: call BeginStep first (and check its Status)");
-  return step_.meta;
+  return step_.batch.view();
 }
 
 void CpuBackend::Embedding(const Tensor& table, int64_t vocab_start, Tensor out) {
@@ -139,11 +121,7 @@ void CpuBackend::Embedding(const Tensor& table, int64_t vocab_start, Tensor out)
 
 void CpuBackend::Linear(const Tensor& x, const Tensor& w, const Tensor* bias, Tensor y) {
   const int64_t M = x.dim(0), K = x.row_width(), N = w.dim(0);
-  ExpectRows("Linear", "x", x, M, K);
-  ExpectRows("Linear", "w", w, N, K);
-  ExpectRows("Linear", "y", y, M, N);
-  if (bias) ExpectVector("Linear", "bias", *bias, N);
-  Expect(y.data != x.data && y.data != w.data, "Linear", "y must not alias x or w");
+  CheckLinear(kCpuF32, x, w, bias, y);
   CpuGemm(x.ptr<float>(), w.ptr<float>(), bias ? bias->ptr<float>() : nullptr, y.ptr<float>(), M,
           N, K);
 }
@@ -179,9 +157,9 @@ void CpuBackend::QkNormRope(Tensor qkv, const AttentionShape& shape, const Tenso
   const int32_t max_pos =
       T > 0 ? *std::max_element(step.positions.begin(), step.positions.end()) : 0;
   if (T > 0 && max_pos >= rope.dim(0)) {
-    Die("QkNormRope", absl::StrCat("position ", max_pos, " is beyond the rope table ",
-                                   rope.ShapeString(),
-                                   "; pass BeginStep the table's length as max_position"));
+    OpFailed(kCpuF32.backend, "QkNormRope",
+             absl::StrCat("position ", max_pos, " is beyond the rope table ", rope.ShapeString(),
+                          "; pass BeginStep the table's length as max_position"));
   }
   CpuQkNormRope(qkv.ptr<float>(), T, step.positions.data(), shape,
                 q_norm ? q_norm->ptr<float>() : nullptr, k_norm ? k_norm->ptr<float>() : nullptr,
@@ -200,7 +178,7 @@ namespace {
 void ExpectCache(const char* op, const KvCacheLayer& cache, const AttentionShape& shape,
                  int64_t num_blocks, int32_t block_size) {
   for (const Tensor* t : {&cache.k, &cache.v}) {
-    ExpectF32(op, t == &cache.k ? "cache.k" : "cache.v", *t);
+    CheckOperand(kCpuF32, op, t == &cache.k ? "cache.k" : "cache.v", *t);
     Expect(t->ndim == 4 && t->dim(0) == num_blocks && t->dim(1) == block_size &&
                t->dim(2) == shape.num_kv_heads && t->dim(3) == shape.head_dim,
            op, "cache ", t->ShapeString(), " must be [num_blocks=", num_blocks,

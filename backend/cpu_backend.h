@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "backend/backend.h"
+#include "backend/step_batch.h"
 
 namespace tpserve {
 
@@ -23,7 +24,11 @@ class CpuBackend final : public Backend {
   int num_threads() const { return num_threads_; }
 
   using Backend::Allocate;
+  using Backend::TryAllocate;
   Buffer Allocate(DType dtype, std::span<const int64_t> shape) override;
+  // RESOURCE_EXHAUSTED when calloc fails, naming the bytes asked and the
+  // physical memory free.
+  absl::StatusOr<Buffer> TryAllocate(DType dtype, std::span<const int64_t> shape) override;
   void CopyFromHost(const void* src, DType src_dtype, Tensor dst) override;
   void CopyToHostF32(const Tensor& src, float* dst) override;
   void Copy(const Tensor& src, Tensor dst) override;
@@ -45,20 +50,18 @@ class CpuBackend final : public Backend {
   void GatherRows(const Tensor& x, Tensor out) override;
 
  private:
-  // The current step: owned copies of the caller's arrays (they need not
-  // outlive BeginStep) and a StepMetadata whose spans point into them.
-  struct OwnedStep {
-    std::vector<int32_t> token_ids, positions, query_start, seq_lens, block_tables, logits_indices;
-    std::vector<int64_t> slot_mapping;
-    StepMetadata meta;
+  // The current step: an owned copy of the caller's arrays (they need not
+  // outlive BeginStep) and the cache geometry BeginStep checked it against.
+  struct ValidatedStep {
+    StepBatch batch;
     int64_t num_blocks = 0;
     int32_t block_size = 0;
   };
-  const StepMetadata& CurrentStep(const char* op) const;
+  StepMetadata CurrentStep(const char* op) const;
 
   int num_threads_;
   bool has_step_ = false;
-  OwnedStep step_;
+  ValidatedStep step_;
 };
 
 // The CPU backend with `num_threads` GEMM threads (at least 1).

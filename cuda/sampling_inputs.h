@@ -19,17 +19,9 @@ static_assert(kRowGreedyTemperature == kGreedyTemperature,
 // `uniform` is the sequence's draw for this token (SequenceSamplingState::
 // NextUniform, taken for greedy rows too so that the RNG advances once per token).
 inline RowParams MakeRowParams(const SamplingParams& p, double uniform) {
-  RowParams row;
-  row.temperature = p.temperature;
-  row.top_k = p.top_k;
-  row.top_p = p.top_p;
-  row.min_p = p.min_p;
-  row.repetition_penalty = p.repetition_penalty;
-  row.presence_penalty = p.presence_penalty;
-  row.frequency_penalty = p.frequency_penalty;
-  row.num_logprobs = p.logprobs;
-  row.uniform = uniform;
-  return row;
+  return RowParams{.temperature = p.temperature, .top_k = p.top_k, .top_p = p.top_p, .min_p = p.min_p,
+                   .repetition_penalty = p.repetition_penalty, .presence_penalty = p.presence_penalty,
+                   .frequency_penalty = p.frequency_penalty, .num_logprobs = p.logprobs, .uniform = uniform};
 }
 
 inline bool PenaltiesOn(const SamplingParams& p) {

@@ -12,7 +12,7 @@
 // max_num_tokens: B decode rows are B tokens); max_num_seqs itself is the last
 // bucket when it is not a multiple of 16, so every decode batch has a graph.
 //
-// Padding (PadDecodeStep): the kernels' by-value arguments (T, S,
+// Padding (StepBatch::AssignPaddedDecode): the kernels' by-value arguments (T, S,
 // max_blocks_per_seq) must equal the captured ones, so a step is padded to
 // B rows and to the capacity's max_blocks_per_seq block-table columns
 // (unused entries -1). A padding row is a decode of token 0 at position 0 with
@@ -34,6 +34,7 @@
 
 #include "absl/status/statusor.h"
 #include "backend/backend.h"
+#include "backend/step_batch.h"
 #include "comm/communicator.h"
 #include "worker/kv_cache.h"
 #include "worker/model.h"
@@ -51,24 +52,6 @@ int32_t DecodeGraphBucket(const std::vector<int32_t>& sizes, int64_t num_seqs);
 // Backend::Reserve: max_num_tokens, max_num_seqs, max_position, block_size,
 // and this rank's query heads and head dim.
 StepCapacity StepCapacityFor(const Model& model, int32_t block_size);
-
-// A step's arrays with the StepMetadata that points into them.
-struct PaddedStep {
-  std::vector<int32_t> token_ids, positions, query_start, seq_lens, block_tables, logits_indices;
-  std::vector<int64_t> slot_mapping;
-  StepMetadata meta;
-  PaddedStep() = default;
-  PaddedStep(const PaddedStep&) = delete;  // meta points into the vectors
-  PaddedStep& operator=(const PaddedStep&) = delete;
-};
-
-// `step` (pure decode: num_prefill_seqs == 0, S <= bucket) padded to `bucket`
-// sequences and `max_blocks_per_seq` block-table columns as described above;
-// rows 0..S-1 are step's own. S may be 0 (all padding: the warm-up step).
-// INVALID_ARGUMENT when the step has prefill sequences, more than `bucket`
-// sequences, or a sequence whose seq_len needs more than max_blocks_per_seq blocks.
-absl::Status PadDecodeStep(const StepMetadata& step, int32_t bucket, int32_t max_blocks_per_seq,
-                           int32_t block_size, PaddedStep& out);
 
 class DecodeGraphs {
  public:
@@ -107,7 +90,7 @@ class DecodeGraphs {
   StepCapacity capacity_;
   std::vector<int32_t> sizes_;                         // buckets, ascending
   std::vector<std::unique_ptr<BackendGraph>> graphs_;  // [buckets] once captured
-  PaddedStep padded_;                                   // the step being replayed
+  StepBatch padded_;                                   // the step being replayed
   int64_t replays_ = 0;
 };
 

@@ -1,4 +1,4 @@
-// StepRunner: the worker's side of the coordinator's steps (design.md "Steps").
+// StepRunner: the worker's side of the coordinator's steps (docs/architecture.md).
 //
 // The coordinator owns scheduling and block allocation; every rank keeps the
 // per-sequence state a step needs (block table, tokens already in the KV cache,
@@ -11,7 +11,7 @@
 //   3. run one forward over the tokens to compute of every sequence in `order`;
 //   4. on rank 0, sample one token for every sequence with sample = true.
 //
-// Step layout (backend/step.h): sequences in `order`; those up to and including
+// Step layout (backend/step_batch.h): sequences in `order`; those up to and including
 // the last one with more than one token to compute form the prefill group, the
 // rest are one-token decodes. Any order therefore gives a valid step; the
 // coordinator lists multi-token sequences first (worker.proto).
@@ -28,10 +28,12 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
+#include "backend/step_batch.h"
 #include "worker/decode_graphs.h"
 #include "sampling/device_sampler.h"
 #include "worker/kv_cache.h"
@@ -49,6 +51,9 @@ struct StepRunnerOptions {
   // tpserve::Sample. Same tokens for the same seeds (sampling/device_sampler.h).
   // Not owned; must outlive the runner. nullptr: host sampling.
   DeviceSampler* sampler = nullptr;
+  // Rank 0, host sampling only: every StepToken carries the logits row it was
+  // sampled from (tests and --logits of tpserve-generate).
+  bool keep_logits = false;
 };
 
 class StepRunner {
@@ -86,7 +91,20 @@ class StepRunner {
     std::unique_ptr<SequenceSamplingState> sampling;  // rank 0 only
   };
 
+  struct Entry;  // one scheduled sequence of a plan, checked (step_runner.cc)
+
   absl::Status Reserve();
+  // The plan's scheduled sequences in `order`, each checked against the state
+  // after the plan's drops; INVALID_ARGUMENT names the sequence and field.
+  absl::StatusOr<std::vector<Entry>> CheckPlan(const StepPlan& plan) const;
+  absl::Status CheckEntry(const Entry& e) const;
+  absl::Status CheckLimits(const std::vector<Entry>& entries) const;
+  // The forward over batch_; logits on rank 0 with host sampling, else nullopt.
+  absl::StatusOr<std::optional<Logits>> Forward(bool on_device);
+  // Applies the plan's drops, new sequences and appended blocks.
+  void Commit(const StepPlan& plan, const std::vector<Entry>& entries);
+  std::vector<StepToken> SampleOnDevice(const std::vector<Entry>& entries);
+  std::vector<StepToken> SampleOnHost(const std::vector<Entry>& entries, const Logits& logits);
 
   Model& model_;
   KvCache& cache_;
@@ -94,6 +112,7 @@ class StepRunner {
   StepRunnerOptions options_;
   bool reserved_ = false;
   std::unique_ptr<DecodeGraphs> graphs_;  // after WarmUp, when graphs are on
+  StepBatch batch_;                       // the step being run (its arrays are reused)
   absl::flat_hash_map<uint64_t, Sequence> seqs_;
 };
 

@@ -1,9 +1,12 @@
 #include "worker_service/profile_step.h"
 
 #include <algorithm>
+#include <span>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "backend/step_batch.h"
+#include "base/status_macros.h"
 #include "worker/kv_cache.h"
 
 namespace tpserve {
@@ -23,39 +26,21 @@ absl::Status RunProfileStep(Model& model, Backend& backend, int32_t block_size) 
   }
   const ProfileStepShape shape = ProfileShape(model);
   const int64_t S = shape.num_seqs, T = shape.num_tokens;
-  // Sequence s gets T / S tokens, the first T % S one more.
-  std::vector<int32_t> query_start(static_cast<size_t>(S) + 1, 0), seq_lens(static_cast<size_t>(S));
-  int32_t longest = 0;
+  // Sequence s gets T / S tokens (all 0) from position 0, the first T % S one
+  // more; every block-table entry is block 0 and nothing is stored.
+  const int64_t longest = T / S + (T % S != 0 ? 1 : 0);
+  const std::vector<int32_t> tokens(static_cast<size_t>(longest), 0);
+  const std::vector<int32_t> table(static_cast<size_t>((longest + block_size - 1) / block_size), 0);
+  std::vector<StepSequence> seqs;
   for (int64_t s = 0; s < S; ++s) {
-    const int32_t n = static_cast<int32_t>(T / S + (s < T % S ? 1 : 0));
-    seq_lens[static_cast<size_t>(s)] = n;
-    query_start[static_cast<size_t>(s) + 1] = query_start[static_cast<size_t>(s)] + n;
-    longest = std::max(longest, n);
+    const size_t n = static_cast<size_t>(T / S + (s < T % S ? 1 : 0));
+    seqs.push_back({std::span(tokens).first(n), 0, table});
   }
-  const int32_t max_blocks = (longest + block_size - 1) / block_size;
-  std::vector<int32_t> token_ids(static_cast<size_t>(T), 0), positions(static_cast<size_t>(T));
-  std::vector<int64_t> slots(static_cast<size_t>(T), -1);
-  std::vector<int32_t> tables(static_cast<size_t>(S * max_blocks), 0), logits_indices(static_cast<size_t>(S));
-  for (int64_t s = 0; s < S; ++s) {
-    const int32_t begin = query_start[static_cast<size_t>(s)], end = query_start[static_cast<size_t>(s) + 1];
-    for (int32_t t = begin; t < end; ++t) positions[static_cast<size_t>(t)] = t - begin;
-    logits_indices[static_cast<size_t>(s)] = end - 1;
-  }
-  StepMetadata step;
-  step.num_prefill_seqs = static_cast<int32_t>(S);
-  step.num_decode_seqs = 0;
-  step.token_ids = token_ids;
-  step.positions = positions;
-  step.slot_mapping = slots;
-  step.query_start = query_start;
-  step.seq_lens = seq_lens;
-  step.block_tables = tables;
-  step.max_blocks_per_seq = max_blocks;
-  step.logits_indices = logits_indices;
+  TPSERVE_ASSIGN_OR_RETURN(const StepBatch step, StepBatch::Build(seqs, block_size, StepBatch::StoreKv::kNo));
 
   absl::StatusOr<KvCache> cache = KvCache::Allocate(backend, model.kv_cache_shape(1, block_size));
   if (!cache.ok()) return cache.status();
-  absl::StatusOr<std::optional<Logits>> logits = model.Forward(step, *cache);
+  absl::StatusOr<std::optional<Logits>> logits = model.Forward(step.view(), *cache);
   if (!logits.ok()) {
     return absl::Status(logits.status().code(),
                         absl::StrCat("profile step of ", T, " tokens in ", S, " sequences: ", logits.status().message()));

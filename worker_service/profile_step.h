@@ -2,9 +2,10 @@
 // model will ever be given, so that a GPU worker can measure its memory at the
 // peak before it sizes the KV cache.
 //
-// The step is S = min(max_num_seqs, max_num_tokens) sequences in prefill that
-// share T = max_num_tokens new tokens (fewer when the sequences would exceed
-// the model's maximum length), so both the activation rows and the LM-head rows
+// The step is S = min(max_num_seqs, max_num_tokens) sequences from position 0
+// that share T = max_num_tokens new tokens (fewer when the sequences would
+// exceed the model's maximum length; a StepBatch, so when every sequence has
+// one token they form a pure decode), so both the activation rows and the LM-head rows
 // are at their maximum. It runs on a throw-away cache of one block: every slot
 // is -1 (nothing is stored) and every block table entry is block 0, so
 // attention reads in-range memory whose values do not matter.

@@ -40,6 +40,8 @@
 #include <vector>
 
 #include "absl/strings/str_split.h"
+#include "backend/step_batch.h"
+#include "base/check.h"
 #include "comm/communicator.h"
 #include "cuda/attention.cuh"
 #include "cuda/check.h"
@@ -106,34 +108,20 @@ double GemmFlops() {
 
 // A step of `num_seqs` sequences with `new_tokens` new tokens each ending at
 // position seq_len − 1; sequence s owns blocks [s · blocks_per_seq, ...).
-struct BenchStep {
-  std::vector<int32_t> ids, positions, query_start{0}, seq_lens, tables, logits_indices;
-  std::vector<int64_t> slots;
-  StepMetadata meta;
-  BenchStep(int32_t num_seqs, int32_t new_tokens, int32_t seq_len) {
-    const int32_t blocks_per_seq = (seq_len + kBlockSize - 1) / kBlockSize;
-    for (int32_t s = 0; s < num_seqs; ++s) {
-      for (int32_t pos = seq_len - new_tokens; pos < seq_len; ++pos) {
-        ids.push_back((s * 7919 + pos * 31) % 30000);
-        positions.push_back(pos);
-        slots.push_back(int64_t{s * blocks_per_seq + pos / kBlockSize} * kBlockSize + pos % kBlockSize);
-      }
-      query_start.push_back(static_cast<int32_t>(ids.size()));
-      seq_lens.push_back(seq_len);
-      for (int32_t b = 0; b < blocks_per_seq; ++b) tables.push_back(s * blocks_per_seq + b);
-      logits_indices.push_back(query_start.back() - 1);
-    }
-    (new_tokens == 1 ? meta.num_decode_seqs : meta.num_prefill_seqs) = num_seqs;
-    meta.token_ids = ids;
-    meta.positions = positions;
-    meta.slot_mapping = slots;
-    meta.query_start = query_start;
-    meta.seq_lens = seq_lens;
-    meta.block_tables = tables;
-    meta.max_blocks_per_seq = blocks_per_seq;
-    meta.logits_indices = logits_indices;
+StepBatch BenchStep(int32_t num_seqs, int32_t new_tokens, int32_t seq_len) {
+  const int32_t blocks_per_seq = (seq_len + kBlockSize - 1) / kBlockSize;
+  std::vector<std::vector<int32_t>> ids(static_cast<size_t>(num_seqs)), tables(static_cast<size_t>(num_seqs));
+  std::vector<StepSequence> seqs;
+  for (int32_t s = 0; s < num_seqs; ++s) {
+    const size_t i = static_cast<size_t>(s);
+    for (int32_t pos = seq_len - new_tokens; pos < seq_len; ++pos) ids[i].push_back((s * 7919 + pos * 31) % 30000);
+    for (int32_t b = 0; b < blocks_per_seq; ++b) tables[i].push_back(s * blocks_per_seq + b);
+    seqs.push_back({ids[i], seq_len - new_tokens, tables[i]});
   }
-};
+  absl::StatusOr<StepBatch> step = StepBatch::Build(seqs, kBlockSize);
+  TPSERVE_CHECK(step.ok(), "BenchStep: ", step.status().message());
+  return *std::move(step);
+}
 
 int64_t DirBytes(const std::filesystem::path& dir, const std::string& ext) {
   int64_t total = 0;
@@ -188,12 +176,12 @@ void AttentionSplitSection(double bw, std::ostream& table) {
         << " (share of copy bw) |\n|---|---|---|---|---|---|\n";
   for (int32_t ctx : contexts) {
     for (int32_t batch : batches) {
-      BenchStep step(batch, 1, ctx);
+      const StepBatch step = BenchStep(batch, 1, ctx);
       const Tensor q = qkv.tensor().Rows(0, batch), o = out.tensor().Rows(0, batch);
       double seconds[2] = {0, 0};
       for (int which = 0; which < 2; ++which) {
         Backend& b = which == 0 ? *single : *split;
-        if (absl::Status st = b.BeginStep(step.meta, num_blocks, kBlockSize, max_context); !st.ok()) {
+        if (absl::Status st = b.BeginStep(step.view(), num_blocks, kBlockSize, max_context); !st.ok()) {
           table << "BeginStep failed: " << st.ToString() << "\n";
           return;
         }
@@ -316,8 +304,8 @@ absl::Status ModelSection(const std::filesystem::path& dir, const std::string& n
   if (absl::Status st = backend->Reserve(capacity); !st.ok()) return st;
   const int64_t kv_bytes_per_token = 2 * c.num_layers * c.num_kv_heads * c.head_dim * 2;
   for (int32_t batch : {1, 8, 64, 256}) {
-    BenchStep step(batch, 1, 512);
-    const double s = TimeIt([&] { (void)m.Forward(step.meta, *cache); }, 3, 20);
+    const StepBatch step = BenchStep(batch, 1, 512);
+    const double s = TimeIt([&] { (void)m.Forward(step.view(), *cache); }, 3, 20);
     const double floor = (weight_bytes + double(batch) * 512 * kv_bytes_per_token) / bw;
     char line[256];
     std::snprintf(line, sizeof line, "| %s | decode batch %d, ctx 512 | %.3f ms/step | %.3f ms | %.0f%% |\n",
@@ -326,8 +314,8 @@ absl::Status ModelSection(const std::filesystem::path& dir, const std::string& n
   }
   const int64_t params = weight_bytes / 2;
   for (auto [seqs, len] : {std::pair{1, 1024}, std::pair{16, 512}}) {
-    BenchStep step(seqs, len, len);
-    const double s = TimeIt([&] { (void)m.Forward(step.meta, *cache); }, 1, 5);
+    const StepBatch step = BenchStep(seqs, len, len);
+    const double s = TimeIt([&] { (void)m.Forward(step.view(), *cache); }, 1, 5);
     const double tokens = double(seqs) * len;
     const double floor_tps = flops / (2.0 * params);
     char line[256];
@@ -337,8 +325,8 @@ absl::Status ModelSection(const std::filesystem::path& dir, const std::string& n
   }
   if (name == "qwen3-0.6b") {  // decode attention alone: batch 64, 1K context
     const AttentionShape shape = m.attention_shape();
-    BenchStep step(64, 1, 1024);
-    if (absl::Status st = backend->BeginStep(step.meta, cache->num_blocks(), kBlockSize, m.max_position()); !st.ok()) {
+    const StepBatch step = BenchStep(64, 1, 1024);
+    if (absl::Status st = backend->BeginStep(step.view(), cache->num_blocks(), kBlockSize, m.max_position()); !st.ok()) {
       return st;
     }
     Buffer qkv = backend->Allocate(DType::kBF16, {64, shape.qkv_width()});

@@ -10,8 +10,12 @@
 #include <limits>
 #include <numeric>
 #include <random>
+#include <span>
 #include <string>
 #include <vector>
+
+#include "backend/step_batch.h"
+#include "tests/testing/seed.h"
 
 namespace tpserve {
 namespace {
@@ -32,11 +36,8 @@ struct PagedBatch {
   // Contiguous per-sequence reference data.
   std::vector<std::vector<float>> k, v;  // [s][L, Hkv, hd]
   std::vector<std::vector<float>> q;     // [s][n_new, Hq, hd]
-  // Step metadata storage.
-  std::vector<int32_t> token_ids, positions, query_start, seq_lens, block_tables, logits_indices;
-  std::vector<int64_t> slot_mapping;
-  int32_t max_blocks_per_seq = 0;
-  int32_t num_prefill = 0;
+  std::vector<std::vector<int32_t>> tables;  // [s] block ids (shuffled)
+  StepBatch step;                            // the step over seqs and tables
   // Cache: [num_blocks, block_size, Hkv, hd], poisoned with NaN where nothing was written.
   int64_t num_blocks = 0;
   std::vector<float> k_cache, v_cache;
@@ -44,27 +45,14 @@ struct PagedBatch {
 
   int64_t kv_row() const { return int64_t{shape.num_kv_heads} * shape.head_dim; }
 
-  StepMetadata Meta() const {
-    StepMetadata m;
-    m.num_prefill_seqs = num_prefill;
-    m.num_decode_seqs = static_cast<int32_t>(seqs.size()) - num_prefill;
-    m.token_ids = token_ids;
-    m.positions = positions;
-    m.slot_mapping = slot_mapping;
-    m.query_start = query_start;
-    m.seq_lens = seq_lens;
-    m.block_tables = block_tables;
-    m.max_blocks_per_seq = max_blocks_per_seq;
-    m.logits_indices = logits_indices;
-    return m;
-  }
+  StepMetadata Meta() const { return step.view(); }
   KvCacheLayer Cache() {
     const int64_t nb = num_blocks, bs = block_size, hkv = shape.num_kv_heads, hd = shape.head_dim;
     return {Tensor(k_cache.data(), DType::kF32, Device::kCpu, {nb, bs, hkv, hd}),
             Tensor(v_cache.data(), DType::kF32, Device::kCpu, {nb, bs, hkv, hd})};
   }
   int64_t Slot(size_t s, int32_t pos) const {
-    const int32_t block = block_tables[s * max_blocks_per_seq + pos / block_size];
+    const int32_t block = tables[s][static_cast<size_t>(pos / block_size)];
     return int64_t{block} * block_size + pos % block_size;
   }
 };
@@ -78,24 +66,20 @@ PagedBatch MakeBatch(const AttentionShape& shape, int32_t block_size, std::vecto
   b.shape = shape;
   b.block_size = block_size;
   b.seqs = std::move(seqs);
-  b.num_prefill = num_prefill;
   std::uniform_real_distribution<float> uni(-1.0f, 1.0f);
   const int hd = shape.head_dim;
   const int64_t kv_row = b.kv_row();
 
   std::vector<int32_t> blocks_needed;
-  for (const SeqSpec& s : b.seqs) {
-    blocks_needed.push_back((s.len() + block_size - 1) / block_size);
-    b.max_blocks_per_seq = std::max(b.max_blocks_per_seq, blocks_needed.back() + 1);
-  }
+  for (const SeqSpec& s : b.seqs) blocks_needed.push_back((s.len() + block_size - 1) / block_size);
   b.num_blocks = std::accumulate(blocks_needed.begin(), blocks_needed.end(), int64_t{0}) + 3;
   std::vector<int32_t> ids(b.num_blocks);
   std::iota(ids.begin(), ids.end(), 0);
   std::shuffle(ids.begin(), ids.end(), rng);
-  b.block_tables.assign(b.seqs.size() * b.max_blocks_per_seq, -1);
+  b.tables.resize(b.seqs.size());
   size_t next = 0;
   for (size_t s = 0; s < b.seqs.size(); ++s) {
-    for (int32_t i = 0; i < blocks_needed[s]; ++i) b.block_tables[s * b.max_blocks_per_seq + i] = ids[next++];
+    for (int32_t i = 0; i < blocks_needed[s]; ++i) b.tables[s].push_back(ids[next++]);
   }
 
   const size_t cache_elems = size_t(b.num_blocks) * block_size * kv_row;
@@ -104,7 +88,7 @@ PagedBatch MakeBatch(const AttentionShape& shape, int32_t block_size, std::vecto
 
   const int64_t width = shape.qkv_width();
   const int64_t q_cols = int64_t{shape.num_heads} * hd;
-  b.query_start.push_back(0);
+  std::vector<std::vector<int32_t>> tokens(b.seqs.size());
   for (size_t s = 0; s < b.seqs.size(); ++s) {
     const SeqSpec& spec = b.seqs[s];
     std::vector<float> k(size_t(spec.len()) * kv_row), v(k.size()), q(size_t(spec.n_new) * q_cols);
@@ -118,22 +102,21 @@ PagedBatch MakeBatch(const AttentionShape& shape, int32_t block_size, std::vecto
     }
     for (int32_t i = 0; i < spec.n_new; ++i) {
       const int32_t p = spec.cached + i;
-      b.token_ids.push_back(static_cast<int32_t>(rng() % 1000));
-      b.positions.push_back(p);
-      b.slot_mapping.push_back(b.Slot(s, p));
+      tokens[s].push_back(static_cast<int32_t>(rng() % 1000));
       const size_t row = b.qkv.size();
       b.qkv.resize(row + width);
       std::copy_n(&q[size_t(i) * q_cols], q_cols, &b.qkv[row]);
       std::copy_n(&k[size_t(p) * kv_row], kv_row, &b.qkv[row + q_cols]);
       std::copy_n(&v[size_t(p) * kv_row], kv_row, &b.qkv[row + q_cols + kv_row]);
     }
-    b.query_start.push_back(b.query_start.back() + spec.n_new);
-    b.seq_lens.push_back(spec.len());
-    b.logits_indices.push_back(b.query_start.back() - 1);
     b.k.push_back(std::move(k));
     b.v.push_back(std::move(v));
     b.q.push_back(std::move(q));
   }
+  std::vector<StepSequence> steps;
+  for (size_t s = 0; s < b.seqs.size(); ++s) steps.push_back({tokens[s], b.seqs[s].cached, b.tables[s]});
+  EXPECT_TRUE(b.step.Assign(steps, block_size).ok());
+  EXPECT_EQ(b.step.arrays().num_prefill_seqs, num_prefill);
   return b;
 }
 
@@ -191,7 +174,7 @@ TEST(CpuAttention, MixedBatchMatchesNaiveThroughShuffledBlockTables) {
       {6, 2, 64, 16},   // GQA 3:1
   };
   for (const AttnCase& c : cases) {
-    const uint64_t seed = std::random_device{}();
+    const uint64_t seed = testing_util::TestSeed();
     SCOPED_TRACE(Describe(c, seed));
     std::mt19937_64 rng(seed);
     const int32_t bs = c.block_size;
@@ -219,7 +202,7 @@ TEST(CpuAttention, MixedBatchMatchesNaiveThroughShuffledBlockTables) {
 }
 
 TEST(CpuAttention, CachedPrefixGivesSameOutputAsWholePrompt) {
-  const uint64_t seed = std::random_device{}();
+  const uint64_t seed = testing_util::TestSeed();
   SCOPED_TRACE("seed=" + std::to_string(seed));
   std::mt19937_64 rng(seed);
   const AttentionShape shape{8, 2, 64};
@@ -238,14 +221,10 @@ TEST(CpuAttention, CachedPrefixGivesSameOutputAsWholePrompt) {
   // (Its block table has room for the whole prompt; the first step is cut to the prefix.)
   PagedBatch first = MakeBatch(shape, bs, {{0, prefix + suffix}}, 1, rng);
   const int64_t width = shape.qkv_width();
+  const std::span<const int32_t> tokens(whole.step.arrays().token_ids);
   first.seqs = {{0, prefix}};
   first.qkv.assign(whole.qkv.begin(), whole.qkv.begin() + prefix * width);
-  first.token_ids.resize(prefix);
-  first.positions.resize(prefix);
-  first.slot_mapping.resize(prefix);
-  first.query_start = {0, prefix};
-  first.seq_lens = {prefix};
-  first.logits_indices = {prefix - 1};
+  ASSERT_TRUE(first.step.Assign(std::vector<StepSequence>{{tokens.first(prefix), 0, first.tables[0]}}, bs).ok());
   std::vector<float> out_first(size_t(prefix) * out_width);
   CpuStoreKv(first.Meta(), first.qkv.data(), shape, first.Cache());
   CpuAttention(first.Meta(), first.qkv.data(), shape, first.Cache(), scale, out_first.data());
@@ -253,13 +232,8 @@ TEST(CpuAttention, CachedPrefixGivesSameOutputAsWholePrompt) {
   PagedBatch second = first;  // same cache contents and block table
   second.seqs = {{prefix, suffix}};
   second.qkv.assign(whole.qkv.begin() + prefix * width, whole.qkv.end());
-  second.token_ids.assign(whole.token_ids.begin() + prefix, whole.token_ids.end());
-  second.positions.assign(whole.positions.begin() + prefix, whole.positions.end());
-  second.query_start = {0, suffix};
-  second.seq_lens = {prefix + suffix};
-  second.logits_indices = {suffix - 1};
-  second.slot_mapping.clear();
-  for (int32_t p = prefix; p < prefix + suffix; ++p) second.slot_mapping.push_back(second.Slot(0, p));
+  ASSERT_TRUE(
+      second.step.Assign(std::vector<StepSequence>{{tokens.subspan(prefix), prefix, second.tables[0]}}, bs).ok());
   std::vector<float> out_second(size_t(suffix) * out_width);
   CpuStoreKv(second.Meta(), second.qkv.data(), shape, second.Cache());
   CpuAttention(second.Meta(), second.qkv.data(), shape, second.Cache(), scale, out_second.data());
@@ -273,7 +247,7 @@ TEST(CpuAttention, CachedPrefixGivesSameOutputAsWholePrompt) {
 }
 
 TEST(CpuStoreKv, WritesOnlyMappedSlotsAndSkipsPadding) {
-  const uint64_t seed = std::random_device{}();
+  const uint64_t seed = testing_util::TestSeed();
   SCOPED_TRACE("seed=" + std::to_string(seed));
   std::mt19937_64 rng(seed);
   const AttentionShape shape{6, 3, 10};
@@ -283,15 +257,16 @@ TEST(CpuStoreKv, WritesOnlyMappedSlotsAndSkipsPadding) {
   std::fill(b.k_cache.begin(), b.k_cache.end(), poison);
   std::fill(b.v_cache.begin(), b.v_cache.end(), poison);
   // Tokens 1 and 4 of the prefill and the last decode token are padding.
-  for (int t : {1, 4, 8}) b.slot_mapping[t] = -1;
+  for (int t : {1, 4, 8}) b.step.mutable_arrays().slot_mapping[t] = -1;
   CpuStoreKv(b.Meta(), b.qkv.data(), shape, b.Cache());
 
   const int64_t kv_row = b.kv_row();
   const int64_t q_cols = int64_t{shape.num_heads} * shape.head_dim;
   const int64_t width = shape.qkv_width();
   std::vector<bool> written(size_t(b.num_blocks) * bs, false);
-  for (size_t t = 0; t < b.slot_mapping.size(); ++t) {
-    const int64_t slot = b.slot_mapping[t];
+  const std::vector<int64_t>& slots = b.step.arrays().slot_mapping;
+  for (size_t t = 0; t < slots.size(); ++t) {
+    const int64_t slot = slots[t];
     if (slot < 0) continue;
     written[slot] = true;
     for (int64_t e = 0; e < kv_row; ++e) {

@@ -11,6 +11,7 @@
 #include "backend/cpu_backend.h"
 #include "backend/cpu_gemm.h"
 #include "tests/backend/cpu_test_util.h"
+#include "tests/testing/seed.h"
 
 namespace tpserve {
 namespace {
@@ -24,7 +25,7 @@ using testing::Upload;
 class CpuOpsTest : public ::testing::Test {
  protected:
   std::unique_ptr<Backend> backend_ = MakeCpuBackend(2);
-  uint64_t seed_ = testing::FreshSeed();
+  uint64_t seed_ = testing_util::TestSeed();
   std::mt19937_64 rng_{seed_};
 };
 #define TRACE_SEED SCOPED_TRACE(::testing::Message() << "seed " << seed_)
@@ -87,7 +88,7 @@ TEST_F(CpuOpsTest, EmbeddingMasksIdsOutsideTheShard) {
     for (int i = 0; i < 13; ++i) ids.push_back(id_dist(rng_));
     const auto T = static_cast<int32_t>(ids.size());
     auto step = testing::PrefillStep(ids, {T}, {0}, 16, 2);
-    ASSERT_TRUE(backend_->BeginStep(step.meta(), 4, 16, 64).ok());
+    ASSERT_TRUE(backend_->BeginStep(step.view(), 4, 16, 64).ok());
     const std::vector<float> table = RandomFloats(rng_, Vs * D);
     Buffer t = Upload(*backend_, table, {Vs, D});
     Buffer out = backend_->Allocate(DType::kF32, {T, D});
@@ -204,7 +205,7 @@ TEST_F(CpuOpsTest, QkNormRopeMatchesNaiveLoop) {
       // A prefill of 5 tokens after 1500 cached, then one of 2 from scratch.
       std::vector<int32_t> ids(7, 1);
       auto step = testing::PrefillStep(ids, {5, 2}, {1500, 0}, 16, 100);
-      ASSERT_TRUE(backend_->BeginStep(step.meta(), 200, 16, max_position).ok());
+      ASSERT_TRUE(backend_->BeginStep(step.view(), 200, 16, max_position).ok());
       const int64_t T = 7, W = shape.qkv_width(), hd = c.hd, half = hd / 2;
       const auto qkv = RandomFloats(rng_, T * W, -2, 2);
       const auto qn = RandomFloats(rng_, hd, 0.5, 1.5), kn = RandomFloats(rng_, hd, 0.5, 1.5);
@@ -216,7 +217,7 @@ TEST_F(CpuOpsTest, QkNormRopeMatchesNaiveLoop) {
                            norm ? &knb.tensor() : nullptr, eps, rope);
       std::vector<double> ref = ToDouble(qkv);
       for (int64_t t = 0; t < T; ++t) {
-        const double p = step.positions[t];
+        const double p = step.arrays().positions[t];
         for (int64_t h = 0; h < c.hq + c.hkv; ++h) {
           double* x = ref.data() + t * W + h * hd;
           if (norm) {
@@ -265,8 +266,8 @@ TEST_F(CpuOpsTest, GatherRowsPicksTheLogitsRows) {
   for (int64_t D : {1, 19, 4097}) {
     std::vector<int32_t> ids(11, 3);
     auto step = testing::PrefillStep(ids, {4, 1, 6}, {0, 2, 5}, 8, 2);
-    step.logits_indices = {1, 4, 10};  // any row of each sequence, not only the last
-    ASSERT_TRUE(backend_->BeginStep(step.meta(), 6, 8, 32).ok());
+    step.mutable_arrays().logits_indices = {1, 4, 10};  // any row of each sequence, not only the last
+    ASSERT_TRUE(backend_->BeginStep(step.view(), 6, 8, 32).ok());
     const auto x = RandomFloats(rng_, 11 * D);
     Buffer xb = Upload(*backend_, x, {11, D});
     Buffer out = backend_->Allocate(DType::kF32, {3, D});

@@ -17,38 +17,35 @@ constexpr int64_t kNumBlocks = 10;
 constexpr int32_t kBlockSize = 4;
 constexpr int64_t kMaxPosition = 64;
 
-// Two prefills (one after 3 cached tokens), then two decodes; 8 new tokens.
-testing::HostStep ValidStep() {
-  testing::HostStep h;
-  h.num_prefill = 2;
-  h.num_decode = 2;
-  h.max_blocks_per_seq = 3;
-  h.token_ids = {5, 6, 7, 8, 9, 10, 11, 12};
-  h.positions = {3, 4, 5, 6, 0, 1, 8, 0};
-  h.query_start = {0, 4, 6, 7, 8};
-  h.seq_lens = {7, 2, 9, 1};
-  h.block_tables = {2, 5, -1, /**/ 0, -1, -1, /**/ 1, 3, 4, /**/ 7, -1, -1};
-  h.slot_mapping = {11, 20, 21, 22, 0, 1, 16, 28};
-  h.logits_indices = {3, 5, 6, 7};
-  return h;
+// Two prefills (one after 3 cached tokens), then two decodes; 8 new tokens:
+//   token_ids      5  6  7  8 | 9 10 | 11 | 12
+//   positions      3  4  5  6 | 0  1 |  8 |  0
+//   slot_mapping  11 20 21 22 | 0  1 | 16 | 28
+//   block_tables  [2 5 -1] [0 -1 -1] [1 3 4] [7 -1 -1], logits 3 5 6 7
+StepBatch ValidStep() {
+  const std::vector<int32_t> t0{5, 6, 7, 8}, t1{9, 10}, t2{11}, t3{12};
+  const std::vector<int32_t> b0{2, 5}, b1{0}, b2{1, 3, 4}, b3{7};
+  const std::vector<StepSequence> seqs{{t0, 3, b0}, {t1, 0, b1}, {t2, 8, b2}, {t3, 0, b3}};
+  absl::StatusOr<StepBatch> step = StepBatch::Build(seqs, kBlockSize);
+  EXPECT_TRUE(step.ok()) << step.status();
+  return step.ok() ? *std::move(step) : StepBatch();
 }
 
 struct BadCase {
   std::string name;
-  std::function<void(testing::HostStep&)> mutate;
+  std::function<void(StepBatch::Arrays&)> mutate;
   std::vector<std::string> message_parts;  // each must appear in the error
 };
 
 TEST(CpuStepValidationTest, AcceptsAValidMixedStep) {
   auto backend = MakeCpuBackend();
-  testing::HostStep h = ValidStep();
-  EXPECT_TRUE(backend->BeginStep(h.meta(), kNumBlocks, kBlockSize, kMaxPosition).ok());
-  h.block_tables[4] = 99;  // unused part of sequence 1's row: not checked
-  h.slot_mapping[2] = -1;  // padding
-  EXPECT_TRUE(backend->BeginStep(h.meta(), kNumBlocks, kBlockSize, kMaxPosition).ok());
-  testing::HostStep empty;
-  empty.query_start = {0};
-  EXPECT_TRUE(backend->BeginStep(empty.meta(), kNumBlocks, kBlockSize, kMaxPosition).ok());
+  StepBatch h = ValidStep();
+  EXPECT_TRUE(backend->BeginStep(h.view(), kNumBlocks, kBlockSize, kMaxPosition).ok());
+  h.mutable_arrays().block_tables[4] = 99;  // unused part of sequence 1's row: not checked
+  h.mutable_arrays().slot_mapping[2] = -1;  // padding
+  EXPECT_TRUE(backend->BeginStep(h.view(), kNumBlocks, kBlockSize, kMaxPosition).ok());
+  const StepBatch empty;
+  EXPECT_TRUE(backend->BeginStep(empty.view(), kNumBlocks, kBlockSize, kMaxPosition).ok());
 }
 
 TEST(CpuStepValidationTest, RejectsBadStepsNamingSequenceAndValue) {
@@ -86,8 +83,8 @@ TEST(CpuStepValidationTest, RejectsBadStepsNamingSequenceAndValue) {
       {"logits index in another sequence", [](auto& h) { h.logits_indices[1] = 6; },
        {"sequence 1", "logits_indices = 6", "[4, 6)"}},
       {"decode sequence with two new tokens", [](auto& h) {
-         h.num_prefill = 1;
-         h.num_decode = 3;
+         h.num_prefill_seqs = 1;
+         h.num_decode_seqs = 3;
        }, {"sequence 1 (decode)", "2 new tokens"}},
       {"positions too short", [](auto& h) { h.positions.pop_back(); },
        {"positions has 7 entries", "8"}},
@@ -99,9 +96,9 @@ TEST(CpuStepValidationTest, RejectsBadStepsNamingSequenceAndValue) {
   auto backend = MakeCpuBackend();
   for (const BadCase& c : cases) {
     SCOPED_TRACE(c.name);
-    testing::HostStep h = ValidStep();
-    c.mutate(h);
-    absl::Status status = backend->BeginStep(h.meta(), kNumBlocks, kBlockSize, kMaxPosition);
+    StepBatch h = ValidStep();
+    c.mutate(h.mutable_arrays());
+    absl::Status status = backend->BeginStep(h.view(), kNumBlocks, kBlockSize, kMaxPosition);
     ASSERT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << status;
     for (const std::string& part : c.message_parts) {
       EXPECT_NE(status.message().find(part), std::string_view::npos)
@@ -112,11 +109,11 @@ TEST(CpuStepValidationTest, RejectsBadStepsNamingSequenceAndValue) {
 
 TEST(CpuStepValidationTest, RejectsBadGeometry) {
   auto backend = MakeCpuBackend();
-  const testing::HostStep h = ValidStep();
-  EXPECT_EQ(backend->BeginStep(h.meta(), kNumBlocks, 0, kMaxPosition).code(),
+  const StepBatch h = ValidStep();
+  EXPECT_EQ(backend->BeginStep(h.view(), kNumBlocks, 0, kMaxPosition).code(),
             absl::StatusCode::kInvalidArgument);
   // 5 blocks: sequence 2's block 5 is out of range, and so is sequence 0's.
-  absl::Status s = backend->BeginStep(h.meta(), 5, kBlockSize, kMaxPosition);
+  absl::Status s = backend->BeginStep(h.view(), 5, kBlockSize, kMaxPosition);
   EXPECT_NE(s.message().find("sequence 0 (prefill): block_tables entry 1 is block id 5"),
             std::string_view::npos) << s;
 }
@@ -129,9 +126,9 @@ TEST(CpuStepValidationTest, KeepsItsOwnCopyOfTheStep) {
   for (size_t i = 0; i < rows.size(); ++i) rows[i] = static_cast<float>(i);
   backend->CopyFromHost(rows.data(), DType::kF32, x);
   {
-    testing::HostStep h = ValidStep();
-    ASSERT_TRUE(backend->BeginStep(h.meta(), kNumBlocks, kBlockSize, kMaxPosition).ok());
-    h.logits_indices.assign(4, 0);  // the caller reuses (then frees) its arrays
+    StepBatch h = ValidStep();
+    ASSERT_TRUE(backend->BeginStep(h.view(), kNumBlocks, kBlockSize, kMaxPosition).ok());
+    h.mutable_arrays().logits_indices.assign(4, 0);  // the caller reuses (then frees) its arrays
   }
   Buffer out = backend->Allocate(DType::kF32, {4, D});
   backend->GatherRows(x, out);
@@ -146,10 +143,10 @@ TEST(CpuStepValidationTest, KeepsItsOwnCopyOfTheStep) {
 TEST(CpuStepValidationTest, AFailedBeginStepLeavesNoCurrentStep) {
   ::testing::FLAGS_gtest_death_test_style = "threadsafe";
   auto backend = MakeCpuBackend();
-  testing::HostStep h = ValidStep();
-  ASSERT_TRUE(backend->BeginStep(h.meta(), kNumBlocks, kBlockSize, kMaxPosition).ok());
-  h.slot_mapping[0] = 1000;
-  ASSERT_FALSE(backend->BeginStep(h.meta(), kNumBlocks, kBlockSize, kMaxPosition).ok());
+  StepBatch h = ValidStep();
+  ASSERT_TRUE(backend->BeginStep(h.view(), kNumBlocks, kBlockSize, kMaxPosition).ok());
+  h.mutable_arrays().slot_mapping[0] = 1000;
+  ASSERT_FALSE(backend->BeginStep(h.view(), kNumBlocks, kBlockSize, kMaxPosition).ok());
   Buffer x = backend->Allocate(DType::kF32, {8, 2});
   Buffer out = backend->Allocate(DType::kF32, {4, 2});
   EXPECT_DEATH(backend->GatherRows(x, out), "no current step");

@@ -22,7 +22,7 @@ namespace {
 using cuda_test::Download;
 using cuda_test::ExpectClose;
 using cuda_test::Output;
-using cuda_test::OwnedStep;
+using cuda_test::RandomStep;
 using cuda_test::RandomBf16;
 using cuda_test::SeqPart;
 using cuda_test::Upload;
@@ -39,15 +39,15 @@ class CudaBackendTest : public ::testing::Test {
     gpu_ = MakeCudaBackend(0);
   }
   // Makes `parts` current on both backends (cache of num_blocks × block_size).
-  void Begin(const OwnedStep& step, int64_t num_blocks, int32_t block_size, int64_t max_position) {
-    ASSERT_TRUE(cpu_->BeginStep(step.meta, num_blocks, block_size, max_position).ok());
-    ASSERT_TRUE(gpu_->BeginStep(step.meta, num_blocks, block_size, max_position).ok());
+  void Begin(const StepBatch& step, int64_t num_blocks, int32_t block_size, int64_t max_position) {
+    ASSERT_TRUE(cpu_->BeginStep(step.view(), num_blocks, block_size, max_position).ok());
+    ASSERT_TRUE(gpu_->BeginStep(step.view(), num_blocks, block_size, max_position).ok());
   }
   // A step of one prefill sequence with T new tokens from position 0.
-  std::unique_ptr<OwnedStep> SimpleStep(int32_t T, int32_t vocab, int32_t block_size = 16) {
+  std::unique_ptr<StepBatch> SimpleStep(int32_t T, int32_t vocab, int32_t block_size = 16) {
     SeqPart p{T, T, {}};
     for (int32_t b = 0; b < (T + block_size - 1) / block_size; ++b) p.blocks.push_back(b);
-    auto step = std::make_unique<OwnedStep>(std::vector<SeqPart>{p}, block_size, rng_, vocab);
+    auto step = std::make_unique<StepBatch>(RandomStep(std::vector<SeqPart>{p}, block_size, rng_, vocab));
     Begin(*step, static_cast<int64_t>(p.blocks.size()), block_size, T);
     return step;
   }
@@ -162,7 +162,7 @@ TEST_F(CudaBackendTest, QkNormRopeWithAndWithoutNorms) {
       const int32_t seq_len = T + static_cast<int32_t>(rng_() % static_cast<uint32_t>(max_pos - T));
       SeqPart p{seq_len, T, {}};
       for (int32_t b = 0; b < (seq_len + 15) / 16; ++b) p.blocks.push_back(b);
-      OwnedStep step({p}, 16, rng_, 100);
+      StepBatch step = RandomStep({p}, 16, rng_, 100);
       Begin(step, static_cast<int64_t>(p.blocks.size()), 16, max_pos);
       for (bool norms : {false, true}) {
         const std::vector<float> qkv = RandomBf16(rng_, T * shape.qkv_width());
@@ -198,9 +198,9 @@ TEST_F(CudaBackendTest, GatherRows) {
   SEED_TRACE();
   for (int64_t d : {1, 19, 4097}) {
     // Three prefill sequences and two decodes: the gathered rows are their last tokens.
-    OwnedStep step({{5, 5, {0}}, {1, 1, {1}}, {19, 19, {2, 3}}, {7, 1, {4}}, {12, 1, {5}}}, 16, rng_, 50);
+    StepBatch step = RandomStep({{5, 5, {0}}, {1, 1, {1}}, {19, 19, {2, 3}}, {7, 1, {4}}, {12, 1, {5}}}, 16, rng_, 50);
     Begin(step, 6, 16, 64);
-    const int64_t T = step.meta.num_tokens(), S = step.meta.num_seqs();
+    const int64_t T = step.view().num_tokens(), S = step.view().num_seqs();
     const std::vector<float> x = RandomBf16(rng_, T * d);
     Buffer xc = Upload(*cpu_, x, {T, d}), xg = Upload(*gpu_, x, {T, d});
     Buffer oc = Output(*cpu_, {S, d}), og = Output(*gpu_, {S, d});
@@ -240,11 +240,11 @@ TEST_P(CudaAttentionTest, StoreKvAndAttentionOnAMixedBatch) {
   for (size_t i = 0; i < seqs.size(); ++i) parts.push_back({seqs[i].first, seqs[i].second, blocks[i]});
   // {1, 1} sits among the decodes but is a prefill (a fresh 1-token prompt): keep prefills first.
   std::stable_partition(parts.begin(), parts.end(), [](const SeqPart& p) { return p.n_new > 1 || p.seq_len == p.n_new; });
-  OwnedStep step(parts, bs, rng_, 100);
-  step.slots[2] = -1;  // a padding token: its K/V must not be stored
+  StepBatch step = RandomStep(parts, bs, rng_, 100);
+  step.mutable_arrays().slot_mapping[2] = -1;  // a padding token: its K/V must not be stored
   Begin(step, num_blocks, bs, 5000);
 
-  const int64_t T = step.meta.num_tokens(), hd = shape.head_dim, hkv = shape.num_kv_heads;
+  const int64_t T = step.view().num_tokens(), hd = shape.head_dim, hkv = shape.num_kv_heads;
   const std::vector<float> cache_k = RandomBf16(rng_, num_blocks * bs * hkv * hd);
   const std::vector<float> cache_v = RandomBf16(rng_, num_blocks * bs * hkv * hd);
   const std::vector<float> qkv = RandomBf16(rng_, T * shape.qkv_width());
@@ -282,7 +282,7 @@ TEST_F(CudaBackendTest, DecodeAttentionMatchesPrefillAttention) {
   for (int32_t len : {1, 3, 19, 111, 1000}) {
     const int64_t num_blocks = (len + bs - 1) / bs + 2;
     const auto blocks = cuda_test::DealBlocks({len}, bs, num_blocks, rng_);
-    OwnedStep prefill({{len, len, blocks[0]}}, bs, rng_, 100);
+    StepBatch prefill = RandomStep({{len, len, blocks[0]}}, bs, rng_, 100);
     const int64_t T = len, hd = shape.head_dim, width = shape.qkv_width();
     const std::vector<float> qkv = RandomBf16(rng_, T * width);
     Buffer k = Output(*gpu_, {num_blocks, bs, shape.num_kv_heads, hd});
@@ -290,16 +290,16 @@ TEST_F(CudaBackendTest, DecodeAttentionMatchesPrefillAttention) {
     const KvCacheLayer cache{k.tensor(), v.tensor()};
     Buffer q = Upload(*gpu_, qkv, {T, width});
     Buffer out = Output(*gpu_, {T, shape.num_heads * hd});
-    ASSERT_TRUE(gpu_->BeginStep(prefill.meta, num_blocks, bs, 2000).ok());
+    ASSERT_TRUE(gpu_->BeginStep(prefill.view(), num_blocks, bs, 2000).ok());
     gpu_->StoreKv(q, shape, cache);
     gpu_->Attention(q, shape, cache, 0.1f, out.tensor());
     const std::vector<float> all = Download(*gpu_, out);
     const std::vector<float> last_prefill(all.end() - shape.num_heads * hd, all.end());
 
-    OwnedStep decode({{len, 1, blocks[0]}}, bs, rng_, 100);
+    StepBatch decode = RandomStep({{len, 1, blocks[0]}}, bs, rng_, 100);
     if (len == 1) continue;  // a one-token sequence is a prefill, covered above
-    ASSERT_EQ(decode.meta.num_decode_seqs, 1);
-    ASSERT_TRUE(gpu_->BeginStep(decode.meta, num_blocks, bs, 2000).ok());
+    ASSERT_EQ(decode.view().num_decode_seqs, 1);
+    ASSERT_TRUE(gpu_->BeginStep(decode.view(), num_blocks, bs, 2000).ok());
     Buffer q1 = Upload(*gpu_, std::vector<float>(qkv.end() - width, qkv.end()), {1, width});
     Buffer out1 = Output(*gpu_, {1, shape.num_heads * hd});
     gpu_->StoreKv(q1, shape, cache);  // the same K/V again
@@ -309,8 +309,8 @@ TEST_F(CudaBackendTest, DecodeAttentionMatchesPrefillAttention) {
 }
 
 TEST_F(CudaBackendTest, BeginStepRejectsABlockIdOutsideTheCache) {
-  OwnedStep step({{5, 5, {7}}}, 16, rng_, 10);
-  const absl::Status status = gpu_->BeginStep(step.meta, 4, 16, 100);
+  StepBatch step = RandomStep({{5, 5, {7}}}, 16, rng_, 10);
+  const absl::Status status = gpu_->BeginStep(step.view(), 4, 16, 100);
   EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << status;
 }
 

@@ -15,6 +15,7 @@
 
 #include "comm/communicator.h"
 #include "cuda/cuda_backend.h"
+#include "backend/step_batch.h"
 #include "tests/cuda/cuda_test_util.h"
 #include "tests/cuda/gpu_test_util.h"
 #include "tests/cuda/test_model.h"
@@ -46,39 +47,16 @@ std::filesystem::path MakeTestModel(const ModelCase& c) {
   return cuda_test::MakeTestModel("tpserve_cuda_graph", c.name, c.args);
 }
 
-// One step's arrays: sequence s has tokens[s] new tokens ending at lens[s]
-// (prefill when it has more than one or starts at 0) and blocks tables[s].
-struct StepArrays {
-  std::vector<int32_t> ids, positions, query_start{0}, seq_lens, block_tables, logits_indices;
-  std::vector<int64_t> slots;
-  StepMetadata meta;
-  StepArrays(const std::vector<std::vector<int32_t>>& tokens, const std::vector<int32_t>& lens,
-             const std::vector<std::vector<int32_t>>& tables) {
-    for (size_t s = 0; s < tokens.size(); ++s) {
-      const int32_t n = static_cast<int32_t>(tokens[s].size());
-      for (int32_t i = 0; i < n; ++i) {
-        const int32_t pos = lens[s] - n + i;
-        ids.push_back(tokens[s][static_cast<size_t>(i)]);
-        positions.push_back(pos);
-        slots.push_back(int64_t{tables[s][static_cast<size_t>(pos / kBlockSize)]} * kBlockSize + pos % kBlockSize);
-      }
-      query_start.push_back(static_cast<int32_t>(ids.size()));
-      seq_lens.push_back(lens[s]);
-      block_tables.insert(block_tables.end(), tables[s].begin(), tables[s].end());
-      logits_indices.push_back(query_start.back() - 1);
-      if (n > 1 || lens[s] == n) ++meta.num_prefill_seqs;
-      else ++meta.num_decode_seqs;
-    }
-    meta.token_ids = ids;
-    meta.positions = positions;
-    meta.slot_mapping = slots;
-    meta.query_start = query_start;
-    meta.seq_lens = seq_lens;
-    meta.block_tables = block_tables;
-    meta.max_blocks_per_seq = kBlocksPerSeq;
-    meta.logits_indices = logits_indices;
-  }
-};
+// One step (backend/step_batch.h): sequence s has tokens[s] new tokens ending
+// at lens[s] and blocks tables[s].
+StepBatch MakeStep(const std::vector<std::vector<int32_t>>& tokens, const std::vector<int32_t>& lens,
+                   const std::vector<std::vector<int32_t>>& tables) {
+  std::vector<StepSequence> seqs;
+  for (size_t s = 0; s < tokens.size(); ++s) seqs.push_back({tokens[s], lens[s] - std::ssize(tokens[s]), tables[s]});
+  absl::StatusOr<StepBatch> step = StepBatch::Build(seqs, kBlockSize);
+  EXPECT_TRUE(step.ok()) << step.status();
+  return step.ok() ? *std::move(step) : StepBatch();
+}
 
 class CudaGraphTest : public ::testing::TestWithParam<ModelCase> {};
 
@@ -130,10 +108,10 @@ TEST_P(CudaGraphTest, ReplayedDecodeStepsMatchEagerSteps) {
       for (int i = 0; i < n; ++i) prompts[static_cast<size_t>(s)].push_back(static_cast<int32_t>(rng() % static_cast<uint32_t>(V)));
       lens.push_back(n);
     }
-    StepArrays prefill(prompts, lens, tables);
+    const StepBatch prefill = MakeStep(prompts, lens, tables);
     std::vector<int32_t> next;
     for (KvCache* cache : {&*graph_cache, &*padded_cache, &*plain_cache}) {
-      absl::StatusOr<std::optional<Logits>> out = model.Forward(prefill.meta, *cache);
+      absl::StatusOr<std::optional<Logits>> out = model.Forward(prefill.view(), *cache);
       ASSERT_TRUE(out.ok()) << out.status();
       if (next.empty()) {
         for (int s = 0; s < S; ++s) {
@@ -150,15 +128,15 @@ TEST_P(CudaGraphTest, ReplayedDecodeStepsMatchEagerSteps) {
         tokens.push_back({next[static_cast<size_t>(s)]});
         ++lens[static_cast<size_t>(s)];
       }
-      StepArrays decode(tokens, lens, tables);
-      PaddedStep padded;
-      ASSERT_TRUE(PadDecodeStep(decode.meta, bucket, capacity.max_blocks_per_seq(), kBlockSize, padded).ok());
+      const StepBatch decode = MakeStep(tokens, lens, tables);
+      StepBatch padded;
+      ASSERT_TRUE(padded.AssignPaddedDecode(decode.view(), bucket, capacity.max_blocks_per_seq(), kBlockSize).ok());
 
-      absl::StatusOr<std::optional<Logits>> g = graphs.Forward(decode.meta);
+      absl::StatusOr<std::optional<Logits>> g = graphs.Forward(decode.view());
       ASSERT_TRUE(g.ok()) << g.status();
-      absl::StatusOr<std::optional<Logits>> p = model.Forward(padded.meta, *padded_cache);
+      absl::StatusOr<std::optional<Logits>> p = model.Forward(padded.view(), *padded_cache);
       ASSERT_TRUE(p.ok()) << p.status();
-      absl::StatusOr<std::optional<Logits>> e = model.Forward(decode.meta, *plain_cache);
+      absl::StatusOr<std::optional<Logits>> e = model.Forward(decode.view(), *plain_cache);
       ASSERT_TRUE(e.ok()) << e.status();
       ASSERT_EQ((*g)->num_seqs, S);
       ASSERT_EQ((*p)->num_seqs, bucket);
@@ -203,20 +181,12 @@ TEST(CudaGraphCapacityTest, StepsBeyondTheReservedCapacityAreInvalidArgument) {
     for (int32_t n : n_new) {
       tokens.emplace_back(static_cast<size_t>(n), 5);
       lens.push_back(n);
-      std::vector<int32_t> row(static_cast<size_t>(kBlocksPerSeq), -1);
+      std::vector<int32_t> row(static_cast<size_t>(columns), -1);  // `columns` block-table columns
       row[0] = next_block++;
       tables.push_back(row);
     }
-    StepArrays step(tokens, lens, tables);
-    // StepArrays has kBlocksPerSeq columns; keep the first `columns` of each row.
-    std::vector<int32_t> cut;
-    for (size_t s = 0; s < tables.size(); ++s) {
-      for (int32_t c = 0; c < columns; ++c) cut.push_back(c < kBlocksPerSeq ? tables[s][static_cast<size_t>(c)] : -1);
-    }
-    step.block_tables = cut;
-    step.meta.block_tables = step.block_tables;
-    step.meta.max_blocks_per_seq = columns;
-    return gpu->BeginStep(step.meta, num_blocks, 16, max_position);
+    const StepBatch step = MakeStep(tokens, lens, tables);
+    return gpu->BeginStep(step.view(), num_blocks, 16, max_position);
   };
   EXPECT_TRUE(begin({2, 3, 3}, 2).ok());                                        // exactly the capacity
   EXPECT_EQ(begin({2, 3, 4}, 2).code(), absl::StatusCode::kInvalidArgument);    // 9 tokens > 8

@@ -52,38 +52,20 @@ std::filesystem::path MakeTestModel(const ModelCase& c) {
   return cuda_test::MakeTestModel("tpserve_cuda_model", c.name, c.args);
 }
 
-// Owns one step's arrays. Sequence s uses blocks [s·kBlocksPerSeq, ...).
+// One step (backend/step_batch.h). Sequence s uses blocks [s·kBlocksPerSeq, ...).
 constexpr int32_t kBlocksPerSeq = 4;  // 64 tokens: prompt + 32 steps fit
-struct Step {
-  std::vector<int32_t> ids, positions, query_start{0}, seq_lens, tables, logits_indices;
-  std::vector<int64_t> slots;
-  StepMetadata meta;
-  // tokens[s]: sequence s's new tokens, the first at position starts[s].
-  Step(const std::vector<std::vector<int32_t>>& tokens, const std::vector<int32_t>& starts, bool prefill) {
-    for (size_t s = 0; s < tokens.size(); ++s) {
-      for (size_t i = 0; i < tokens[s].size(); ++i) {
-        const int32_t pos = starts[s] + static_cast<int32_t>(i);
-        ids.push_back(tokens[s][i]);
-        positions.push_back(pos);
-        slots.push_back(int64_t{static_cast<int32_t>(s) * kBlocksPerSeq + pos / kBlockSize} * kBlockSize +
-                        pos % kBlockSize);
-      }
-      query_start.push_back(static_cast<int32_t>(ids.size()));
-      seq_lens.push_back(starts[s] + static_cast<int32_t>(tokens[s].size()));
-      for (int32_t b = 0; b < kBlocksPerSeq; ++b) tables.push_back(static_cast<int32_t>(s) * kBlocksPerSeq + b);
-      logits_indices.push_back(query_start.back() - 1);
-    }
-    (prefill ? meta.num_prefill_seqs : meta.num_decode_seqs) = static_cast<int32_t>(tokens.size());
-    meta.token_ids = ids;
-    meta.positions = positions;
-    meta.slot_mapping = slots;
-    meta.query_start = query_start;
-    meta.seq_lens = seq_lens;
-    meta.block_tables = tables;
-    meta.max_blocks_per_seq = kBlocksPerSeq;
-    meta.logits_indices = logits_indices;
+// tokens[s]: sequence s's new tokens, the first at position starts[s].
+StepBatch MakeStep(const std::vector<std::vector<int32_t>>& tokens, const std::vector<int32_t>& starts) {
+  std::vector<std::vector<int32_t>> tables(tokens.size());
+  std::vector<StepSequence> seqs;
+  for (size_t s = 0; s < tokens.size(); ++s) {
+    for (int32_t b = 0; b < kBlocksPerSeq; ++b) tables[s].push_back(static_cast<int32_t>(s) * kBlocksPerSeq + b);
+    seqs.push_back({tokens[s], starts[s], tables[s]});
   }
-};
+  absl::StatusOr<StepBatch> step = StepBatch::Build(seqs, kBlockSize);
+  EXPECT_TRUE(step.ok()) << step.status();
+  return step.ok() ? *std::move(step) : StepBatch();
+}
 
 // Runs the prompts and kSteps decode steps; returns rank 0's logits of every
 // step ([S · V] each). When *forced is empty it is filled with the greedy tokens
@@ -110,8 +92,8 @@ std::vector<std::vector<float>> RunTeacherForced(Model& model, Backend& backend,
         starts.push_back(lens[s]++);
       }
     }
-    Step st(tokens, starts, step == 0);
-    absl::StatusOr<std::optional<Logits>> out = model.Forward(st.meta, *cache);
+    const StepBatch st = MakeStep(tokens, starts);
+    absl::StatusOr<std::optional<Logits>> out = model.Forward(st.view(), *cache);
     EXPECT_TRUE(out.ok()) << out.status();
     if (!out.ok()) return {};
     if (!out->has_value()) {  // not rank 0

@@ -1,5 +1,5 @@
 // Helpers for the CUDA-against-CPU tests: seeded bf16-exact random inputs given
-// to both backends, poisoned GPU outputs, relative L2 error, owned steps.
+// to both backends, poisoned GPU outputs, relative L2 error, random steps.
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -15,19 +15,15 @@
 #include <vector>
 
 #include "backend/backend.h"
-#include "backend/step.h"
+#include "backend/step_batch.h"
 #include "cuda/check.h"
 #include "model/dtype.h"
+#include "tests/testing/seed.h"
 
 namespace tpserve::cuda_test {
 
-// The test's seed: TPSERVE_TEST_SEED when set (to replay a failure), else fresh.
-inline uint32_t TestSeed() {
-  if (const char* s = std::getenv("TPSERVE_TEST_SEED"); s != nullptr && *s) {
-    return static_cast<uint32_t>(std::strtoul(s, nullptr, 10));
-  }
-  return std::random_device{}();
-}
+// The test's seed (tests/testing/seed.h: TPSERVE_TEST_SEED replays a failure).
+using testing_util::TestSeed;
 
 // n values ~ N(0, scale²), rounded to bf16 so both backends see the same numbers.
 inline std::vector<float> RandomBf16(std::mt19937& rng, int64_t n, float scale = 1.f) {
@@ -91,43 +87,22 @@ struct SeqPart {
   std::vector<int32_t> blocks;
 };
 
-// Owns the arrays a StepMetadata points into. Prefill parts (n_new > 1 or
-// seq_len == n_new) must come before decode parts.
-struct OwnedStep {
-  std::vector<int32_t> token_ids, positions, query_start{0}, seq_lens, block_tables, logits_indices;
-  std::vector<int64_t> slots;
-  StepMetadata meta;
-  OwnedStep(const std::vector<SeqPart>& parts, int32_t block_size, std::mt19937& rng, int32_t vocab) {
-    int32_t max_blocks = 1;
-    for (const SeqPart& p : parts) max_blocks = std::max(max_blocks, static_cast<int32_t>(p.blocks.size()));
-    for (const SeqPart& p : parts) {
-      for (int32_t pos = p.seq_len - p.n_new; pos < p.seq_len; ++pos) {
-        token_ids.push_back(static_cast<int32_t>(rng() % static_cast<uint32_t>(vocab)));
-        positions.push_back(pos);
-        slots.push_back(int64_t{p.blocks[pos / block_size]} * block_size + pos % block_size);
-      }
-      query_start.push_back(static_cast<int32_t>(token_ids.size()));
-      seq_lens.push_back(p.seq_len);
-      std::vector<int32_t> row = p.blocks;
-      row.resize(max_blocks, -1);
-      block_tables.insert(block_tables.end(), row.begin(), row.end());
-      logits_indices.push_back(query_start.back() - 1);
-      if (p.n_new > 1 || p.seq_len == p.n_new) ++meta.num_prefill_seqs;
-      else ++meta.num_decode_seqs;
+// The step of `parts` in order (backend/step_batch.h) with random token ids
+// below `vocab`.
+inline StepBatch RandomStep(const std::vector<SeqPart>& parts, int32_t block_size, std::mt19937& rng,
+                            int32_t vocab) {
+  std::vector<std::vector<int32_t>> tokens(parts.size());
+  std::vector<StepSequence> seqs;
+  for (size_t s = 0; s < parts.size(); ++s) {
+    for (int32_t i = 0; i < parts[s].n_new; ++i) {
+      tokens[s].push_back(static_cast<int32_t>(rng() % static_cast<uint32_t>(vocab)));
     }
-    Point(max_blocks);
+    seqs.push_back({tokens[s], parts[s].seq_len - parts[s].n_new, parts[s].blocks});
   }
-  void Point(int32_t max_blocks) {
-    meta.token_ids = token_ids;
-    meta.positions = positions;
-    meta.slot_mapping = slots;
-    meta.query_start = query_start;
-    meta.seq_lens = seq_lens;
-    meta.block_tables = block_tables;
-    meta.max_blocks_per_seq = max_blocks;
-    meta.logits_indices = logits_indices;
-  }
-};
+  absl::StatusOr<StepBatch> step = StepBatch::Build(seqs, block_size);
+  EXPECT_TRUE(step.ok()) << step.status();
+  return step.ok() ? *std::move(step) : StepBatch();
+}
 
 // Blocks for sequences of the given lengths: a random permutation of
 // 0..num_blocks-1 dealt out in order (scattered, never shared).

@@ -37,7 +37,7 @@ using cuda_test::DealBlocks;
 using cuda_test::Download;
 using cuda_test::ExpectClose;
 using cuda_test::Output;
-using cuda_test::OwnedStep;
+using cuda_test::RandomStep;
 using cuda_test::RandomBf16;
 using cuda_test::RelL2;
 using cuda_test::SeqPart;
@@ -261,9 +261,9 @@ class SplitAttentionBackendTest : public SplitAttentionTest, public ::testing::W
       max_context = std::max(max_context, p.seq_len);
     }
     num_blocks += 3;  // unused blocks hold garbage nobody may read
-    OwnedStep step(parts, bs, rng_, 100);
-    step.meta.num_prefill_seqs = num_prefill;  // a 1-token context may be a decode
-    step.meta.num_decode_seqs = static_cast<int32_t>(parts.size()) - num_prefill;
+    StepBatch step = RandomStep(parts, bs, rng_, 100);
+    step.mutable_arrays().num_prefill_seqs = num_prefill;  // a 1-token context may be a decode
+    step.mutable_arrays().num_decode_seqs = static_cast<int32_t>(parts.size()) - num_prefill;
 
     std::unique_ptr<Backend> cpu = MakeCpuBackend(), single = MakeCudaBackend(0), split = MakeCudaBackend(0);
     StepCapacity capacity;
@@ -274,14 +274,14 @@ class SplitAttentionBackendTest : public SplitAttentionTest, public ::testing::W
     capacity.max_query_heads = g.hq;
     capacity.max_head_dim = g.hd;
     ASSERT_TRUE(split->Reserve(capacity).ok()) << what;
-    ASSERT_LE(step.meta.num_tokens(), capacity.max_tokens);
+    ASSERT_LE(step.view().num_tokens(), capacity.max_tokens);
     ASSERT_LE(max_context, capacity.max_context);
     for (Backend* b : {cpu.get(), single.get(), split.get()}) {
-      const absl::Status st = b->BeginStep(step.meta, num_blocks, bs, 8192);
+      const absl::Status st = b->BeginStep(step.view(), num_blocks, bs, 8192);
       ASSERT_TRUE(st.ok()) << what << " " << b->name() << ": " << st;
     }
     const AttentionShape shape{g.hq, g.hkv, g.hd};
-    const int64_t T = step.meta.num_tokens(), hd = g.hd;
+    const int64_t T = step.view().num_tokens(), hd = g.hd;
     const std::vector<float> k = RandomBf16(rng_, num_blocks * bs * g.hkv * hd);
     const std::vector<float> v = RandomBf16(rng_, num_blocks * bs * g.hkv * hd);
     const std::vector<float> qkv = RandomBf16(rng_, T * shape.qkv_width());

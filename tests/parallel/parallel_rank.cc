@@ -69,8 +69,8 @@ absl::Status Run(int argc, char** argv) {
   };
 
   // Embedding of the step's token ids.
-  OneSequenceStep step(CaseTokenIds(*tc, seed));
-  if (absl::Status s = be.BeginStep(step.meta, 1, 16, c.max_position_embeddings); !s.ok()) return s;
+  const StepBatch step = OneSequenceStep(CaseTokenIds(*tc, seed), 16);
+  if (absl::Status s = be.BeginStep(step.view(), 1, 16, c.max_position_embeddings); !s.ok()) return s;
   absl::StatusOr<VocabParallelEmbedding> emb = VocabParallelEmbedding::Load(ctx, be);
   if (!emb.ok()) return emb.status();
   Buffer embed = be.Allocate(DType::kF32, {T, D});

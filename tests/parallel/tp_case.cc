@@ -2,6 +2,7 @@
 
 #include <random>
 
+#include "base/check.h"
 #include "model/safetensors.h"
 
 namespace tpserve::testing {
@@ -107,23 +108,12 @@ std::vector<int32_t> CaseTokenIds(const TpCase& c, uint32_t seed) {
   return ids;
 }
 
-OneSequenceStep::OneSequenceStep(std::vector<int32_t> ids) : token_ids(std::move(ids)) {
-  const int32_t t = static_cast<int32_t>(token_ids.size());
-  for (int32_t i = 0; i < t; ++i) positions.push_back(i);
-  slots.assign(token_ids.size(), -1);
-  query_start = {0, t};
-  seq_lens = {t};
-  block_tables = {0};
-  logits_indices = {t - 1};
-  meta.num_prefill_seqs = 1;
-  meta.token_ids = token_ids;
-  meta.positions = positions;
-  meta.slot_mapping = slots;
-  meta.query_start = query_start;
-  meta.seq_lens = seq_lens;
-  meta.block_tables = block_tables;
-  meta.max_blocks_per_seq = 1;
-  meta.logits_indices = logits_indices;
+StepBatch OneSequenceStep(std::span<const int32_t> ids, int32_t block_size) {
+  const std::vector<int32_t> table{0};
+  absl::StatusOr<StepBatch> step =
+      StepBatch::Build(std::vector<StepSequence>{{ids, 0, table}}, block_size, StepBatch::StoreKv::kNo);
+  TPSERVE_CHECK(step.ok(), "OneSequenceStep: ", step.status().message());
+  return *std::move(step);
 }
 
 }  // namespace tpserve::testing

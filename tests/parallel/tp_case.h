@@ -6,12 +6,13 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <span>
 #include <string>
 #include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "backend/step.h"
+#include "backend/step_batch.h"
 #include "model/config.h"
 #include "model/dtype.h"
 
@@ -41,14 +42,8 @@ absl::Status WriteCaseFiles(const TpCase& c, const std::filesystem::path& dir, u
 // T token ids covering the vocab's first, last and middle ids (seeded).
 std::vector<int32_t> CaseTokenIds(const TpCase& c, uint32_t seed);
 
-// One prefill sequence of `ids` (slots -1, one block); spans point into *this.
-struct OneSequenceStep {
-  explicit OneSequenceStep(std::vector<int32_t> ids);
-  OneSequenceStep(const OneSequenceStep&) = delete;
-  OneSequenceStep& operator=(const OneSequenceStep&) = delete;
-  std::vector<int32_t> token_ids, positions, query_start, seq_lens, block_tables, logits_indices;
-  std::vector<int64_t> slots;
-  StepMetadata meta;
-};
+// One sequence of `ids` from position 0 in block 0 of `block_size` tokens
+// (ids.size() <= block_size), nothing stored (slots -1).
+StepBatch OneSequenceStep(std::span<const int32_t> ids, int32_t block_size);
 
 }  // namespace tpserve::testing

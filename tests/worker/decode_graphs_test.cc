@@ -12,8 +12,10 @@
 #include <random>
 
 #include "backend/cpu_backend.h"
+#include "backend/step_batch.h"
 #include "gtest/gtest.h"
 #include "tests/worker/worker_test_util.h"
+#include "tests/testing/seed.h"
 
 namespace tpserve {
 namespace {
@@ -48,67 +50,45 @@ TEST(DecodeGraphBucket, SmallestBucketThatHoldsTheBatch) {
 
 // A decode step of sequences with the given context lengths (after this step)
 // and block tables, one new token each.
-struct DecodeArrays {
-  std::vector<int32_t> ids, positions, query_start{0}, seq_lens, tables, logits_indices;
-  std::vector<int64_t> slots;
-  StepMetadata meta;
-  DecodeArrays(const std::vector<int32_t>& tokens, const std::vector<int32_t>& lens,
-               const std::vector<std::vector<int32_t>>& blocks, int32_t block_size) {
-    int32_t columns = 0;
-    for (const auto& b : blocks) columns = std::max(columns, static_cast<int32_t>(b.size()));
-    for (size_t s = 0; s < tokens.size(); ++s) {
-      const int32_t pos = lens[s] - 1;
-      ids.push_back(tokens[s]);
-      positions.push_back(pos);
-      slots.push_back(int64_t{blocks[s][static_cast<size_t>(pos / block_size)]} * block_size + pos % block_size);
-      query_start.push_back(static_cast<int32_t>(s + 1));
-      seq_lens.push_back(lens[s]);
-      std::vector<int32_t> row = blocks[s];
-      row.resize(static_cast<size_t>(columns), -1);
-      tables.insert(tables.end(), row.begin(), row.end());
-      logits_indices.push_back(static_cast<int32_t>(s));
-    }
-    meta.num_decode_seqs = static_cast<int32_t>(tokens.size());
-    meta.token_ids = ids;
-    meta.positions = positions;
-    meta.slot_mapping = slots;
-    meta.query_start = query_start;
-    meta.seq_lens = seq_lens;
-    meta.block_tables = tables;
-    meta.max_blocks_per_seq = columns;
-    meta.logits_indices = logits_indices;
-  }
-};
+StepBatch DecodeStep(const std::vector<int32_t>& tokens, const std::vector<int32_t>& lens,
+                     const std::vector<std::vector<int32_t>>& blocks, int32_t block_size) {
+  std::vector<StepSequence> seqs;
+  for (size_t s = 0; s < tokens.size(); ++s) seqs.push_back({{&tokens[s], 1}, lens[s] - 1, blocks[s]});
+  absl::StatusOr<StepBatch> batch = StepBatch::Build(seqs, block_size);
+  EXPECT_TRUE(batch.ok()) << batch.status();
+  return batch.ok() ? *std::move(batch) : StepBatch();
+}
 
-TEST(PadDecodeStep, RealRowsFirstThenHarmlessPadding) {
-  DecodeArrays step({7, 9}, {5, 2}, {{3, 1}, {4}}, 4);
-  PaddedStep padded;
-  ASSERT_TRUE(PadDecodeStep(step.meta, 4, 6, 4, padded).ok());
-  const StepMetadata& m = padded.meta;
+TEST(PaddedDecodeStep, RealRowsFirstThenHarmlessPadding) {
+  const StepBatch step = DecodeStep({7, 9}, {5, 2}, {{3, 1}, {4}}, 4);
+  StepBatch padded;
+  ASSERT_TRUE(padded.AssignPaddedDecode(step.view(), 4, 6, 4).ok());
+  const StepMetadata m = padded.view();
+  const StepBatch::Arrays& a = padded.arrays();
   EXPECT_EQ(m.num_prefill_seqs, 0);
   EXPECT_EQ(m.num_decode_seqs, 4);
   EXPECT_EQ(m.max_blocks_per_seq, 6);
-  EXPECT_EQ(padded.token_ids, (std::vector<int32_t>{7, 9, 0, 0}));
-  EXPECT_EQ(padded.positions, (std::vector<int32_t>{4, 1, 0, 0}));
-  EXPECT_EQ(padded.slot_mapping, (std::vector<int64_t>{4 * 1 + 0, 4 * 4 + 1, -1, -1}));
-  EXPECT_EQ(padded.seq_lens, (std::vector<int32_t>{5, 2, 1, 1}));
-  EXPECT_EQ(padded.query_start, (std::vector<int32_t>{0, 1, 2, 3, 4}));
-  EXPECT_EQ(padded.logits_indices, (std::vector<int32_t>{0, 1, 2, 3}));
-  EXPECT_EQ(padded.block_tables, (std::vector<int32_t>{3, 1, -1, -1, -1, -1,  //
-                                                       4, -1, -1, -1, -1, -1,  //
-                                                       0, -1, -1, -1, -1, -1,  //
-                                                       0, -1, -1, -1, -1, -1}));
+  EXPECT_EQ(a.token_ids, (std::vector<int32_t>{7, 9, 0, 0}));
+  EXPECT_EQ(a.positions, (std::vector<int32_t>{4, 1, 0, 0}));
+  EXPECT_EQ(a.slot_mapping, (std::vector<int64_t>{4 * 1 + 0, 4 * 4 + 1, -1, -1}));
+  EXPECT_EQ(a.seq_lens, (std::vector<int32_t>{5, 2, 1, 1}));
+  EXPECT_EQ(a.query_start, (std::vector<int32_t>{0, 1, 2, 3, 4}));
+  EXPECT_EQ(a.logits_indices, (std::vector<int32_t>{0, 1, 2, 3}));
+  EXPECT_EQ(a.block_tables, (std::vector<int32_t>{3, 1, -1, -1, -1, -1,  //
+                                                  4, -1, -1, -1, -1, -1,  //
+                                                  0, -1, -1, -1, -1, -1,  //
+                                                  0, -1, -1, -1, -1, -1}));
 
   // Errors: a prefill, more sequences than the bucket, a context beyond the columns.
-  StepMetadata prefill = step.meta;
+  StepMetadata prefill = step.view();
   prefill.num_prefill_seqs = 1;
   prefill.num_decode_seqs = 1;
-  EXPECT_EQ(PadDecodeStep(prefill, 4, 6, 4, padded).code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(PadDecodeStep(step.meta, 1, 6, 4, padded).code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(PadDecodeStep(step.meta, 4, 1, 4, padded).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(padded.AssignPaddedDecode(prefill, 4, 6, 4).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(padded.AssignPaddedDecode(step.view(), 1, 6, 4).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(padded.AssignPaddedDecode(step.view(), 4, 1, 4).code(), absl::StatusCode::kInvalidArgument);
   // All padding (the warm-up step).
-  ASSERT_TRUE(PadDecodeStep(StepMetadata{}, 2, 3, 4, padded).ok());
-  EXPECT_EQ(padded.slot_mapping, (std::vector<int64_t>{-1, -1}));
+  ASSERT_TRUE(padded.AssignPaddedDecode(StepMetadata{}, 2, 3, 4).ok());
+  EXPECT_EQ(padded.arrays().slot_mapping, (std::vector<int64_t>{-1, -1}));
 }
 
 // Copies every layer's K and V of a CPU cache.
@@ -166,42 +146,27 @@ class DecodeGraphsModelTest : public ::testing::Test {
   // them), prefilled in one step. Returns their lengths; fills tables / last.
   std::vector<int32_t> Prefill(Model& m, KvCache& cache, int S, std::mt19937& rng,
                                std::vector<std::vector<int32_t>>& tables, std::vector<int32_t>& last) {
-    const int32_t bs = cache.block_size();
     std::vector<int32_t> free_blocks(static_cast<size_t>(cache.num_blocks()));
     for (size_t i = 0; i < free_blocks.size(); ++i) free_blocks[i] = static_cast<int32_t>(i);
     std::shuffle(free_blocks.begin(), free_blocks.end(), rng);
-    std::vector<int32_t> ids, positions, query_start{0}, seq_lens, block_table, logits_indices, lens;
-    std::vector<int64_t> slots;
-    const int32_t columns = kBlocksPerSeq;
+    std::vector<std::vector<int32_t>> prompts(static_cast<size_t>(S));
+    std::vector<int32_t> lens;
     tables.assign(static_cast<size_t>(S), {});
-    for (int s = 0; s < S; ++s) {
-      for (int b = 0; b < columns; ++b) {
-        tables[static_cast<size_t>(s)].push_back(free_blocks.back());
+    for (size_t s = 0; s < static_cast<size_t>(S); ++s) {
+      for (int b = 0; b < kBlocksPerSeq; ++b) {
+        tables[s].push_back(free_blocks.back());
         free_blocks.pop_back();
       }
       const int32_t n = 1 + static_cast<int32_t>(rng() % 20);
-      for (int32_t p = 0; p < n; ++p) {
-        ids.push_back(static_cast<int32_t>(rng() % 250));
-        positions.push_back(p);
-        slots.push_back(int64_t{tables[static_cast<size_t>(s)][static_cast<size_t>(p / bs)]} * bs + p % bs);
-      }
-      query_start.push_back(static_cast<int32_t>(ids.size()));
-      seq_lens.push_back(n);
+      for (int32_t p = 0; p < n; ++p) prompts[s].push_back(static_cast<int32_t>(rng() % 250));
       lens.push_back(n);
-      block_table.insert(block_table.end(), tables[static_cast<size_t>(s)].begin(), tables[static_cast<size_t>(s)].end());
-      logits_indices.push_back(query_start.back() - 1);
     }
-    StepMetadata meta;
-    meta.num_prefill_seqs = S;
-    meta.token_ids = ids;
-    meta.positions = positions;
-    meta.slot_mapping = slots;
-    meta.query_start = query_start;
-    meta.seq_lens = seq_lens;
-    meta.block_tables = block_table;
-    meta.max_blocks_per_seq = columns;
-    meta.logits_indices = logits_indices;
-    absl::StatusOr<std::optional<Logits>> out = m.Forward(meta, cache);
+    std::vector<StepSequence> seqs;
+    for (size_t s = 0; s < static_cast<size_t>(S); ++s) seqs.push_back({prompts[s], 0, tables[s]});
+    absl::StatusOr<StepBatch> step = StepBatch::Build(seqs, cache.block_size());
+    EXPECT_TRUE(step.ok()) << step.status();
+    if (!step.ok()) return lens;
+    absl::StatusOr<std::optional<Logits>> out = m.Forward(step->view(), cache);
     EXPECT_TRUE(out.ok()) << out.status();
     last.clear();
     for (int s = 0; s < S; ++s) last.push_back(static_cast<int32_t>(rng() % 250));
@@ -223,7 +188,7 @@ TempDir* DecodeGraphsModelTest::dir_ = nullptr;
 // largest logit, where a disturbed row is off by O(1)) covers the float32
 // GEMM's summation order, which OpenBLAS picks by the number of rows.
 TEST_F(DecodeGraphsModelTest, PaddedDecodeStepMatchesUnpaddedAndLeavesTheCacheAlone) {
-  const uint32_t seed = std::random_device{}();
+  const uint32_t seed = testing_util::TestSeed();
   SCOPED_TRACE(testing::Message() << "seed " << seed);
   std::mt19937 rng(seed);
   std::unique_ptr<Backend> backend = MakeCpuBackend();
@@ -244,16 +209,16 @@ TEST_F(DecodeGraphsModelTest, PaddedDecodeStepMatchesUnpaddedAndLeavesTheCacheAl
       std::vector<int32_t> lens = Prefill(*m, *cache, S, rng, tables, tokens);
       for (int step = 0; step < kDecodeSteps; ++step) {
         for (int32_t& len : lens) ++len;
-        DecodeArrays decode(tokens, lens, tables, kBlockSize);
+        const StepBatch decode = DecodeStep(tokens, lens, tables, kBlockSize);
         const std::vector<float> before = Snapshot(*cache);
-        absl::StatusOr<std::optional<Logits>> plain = m->Forward(decode.meta, *cache);
+        absl::StatusOr<std::optional<Logits>> plain = m->Forward(decode.view(), *cache);
         ASSERT_TRUE(plain.ok()) << plain.status();
         const std::vector<float> after_plain = Snapshot(*cache);
         Restore(before, *cache);
 
-        PaddedStep padded;
-        ASSERT_TRUE(PadDecodeStep(decode.meta, bucket, capacity.max_blocks_per_seq(), kBlockSize, padded).ok());
-        absl::StatusOr<std::optional<Logits>> pad = m->Forward(padded.meta, *cache);
+        StepBatch padded;
+        ASSERT_TRUE(padded.AssignPaddedDecode(decode.view(), bucket, capacity.max_blocks_per_seq(), kBlockSize).ok());
+        absl::StatusOr<std::optional<Logits>> pad = m->Forward(padded.view(), *cache);
         ASSERT_TRUE(pad.ok()) << pad.status();
         ASSERT_EQ((*pad)->num_seqs, bucket);
         const Logits& a = **plain;
@@ -273,7 +238,7 @@ TEST_F(DecodeGraphsModelTest, PaddedDecodeStepMatchesUnpaddedAndLeavesTheCacheAl
         std::vector<bool> real(after_pad.size() / width, false);  // per slot row of the snapshot
         const size_t slots_per_tensor = static_cast<size_t>(cache->num_blocks() * kBlockSize);
         for (size_t t = 0; t < real.size() / slots_per_tensor; ++t) {
-          for (int64_t slot : decode.slots) real[t * slots_per_tensor + static_cast<size_t>(slot)] = true;
+          for (int64_t slot : decode.arrays().slot_mapping) real[t * slots_per_tensor + static_cast<size_t>(slot)] = true;
         }
         int64_t untouched_changed = 0;
         double real_diff = 0;
@@ -409,7 +374,7 @@ class RecordingBackend final : public Backend {
 // the captured bucket and give the same logits as plain eager steps; a step
 // with a prefill runs eagerly.
 TEST_F(DecodeGraphsModelTest, ReplayedDecodeStepsMatchEagerSteps) {
-  const uint32_t seed = std::random_device{}();
+  const uint32_t seed = testing_util::TestSeed();
   SCOPED_TRACE(testing::Message() << "seed " << seed);
   std::mt19937 rng(seed);
   RecordingBackend recording;
@@ -440,9 +405,9 @@ TEST_F(DecodeGraphsModelTest, ReplayedDecodeStepsMatchEagerSteps) {
     ASSERT_EQ(tables, etables);
     for (int step = 0; step < kDecodeSteps; ++step) {
       for (int32_t& len : lens) ++len;
-      DecodeArrays decode(tokens, lens, tables, kBlockSize);
-      absl::StatusOr<std::optional<Logits>> g = graphs.Forward(decode.meta);
-      absl::StatusOr<std::optional<Logits>> e = eager_model->Forward(decode.meta, *ecache);
+      const StepBatch decode = DecodeStep(tokens, lens, tables, kBlockSize);
+      absl::StatusOr<std::optional<Logits>> g = graphs.Forward(decode.view());
+      absl::StatusOr<std::optional<Logits>> e = eager_model->Forward(decode.view(), *ecache);
       ASSERT_TRUE(g.ok()) << g.status();
       ASSERT_TRUE(e.ok()) << e.status();
       ASSERT_EQ((*g)->num_seqs, S);  // only the real rows come back

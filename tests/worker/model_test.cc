@@ -6,9 +6,11 @@
 #include <random>
 
 #include "backend/cpu_backend.h"
+#include "backend/step_batch.h"
 #include "gtest/gtest.h"
 #include "model/safetensors.h"
 #include "tests/worker/worker_test_util.h"
+#include "tests/testing/seed.h"
 
 namespace tpserve {
 namespace {
@@ -24,41 +26,15 @@ struct SeqPart {
   std::vector<int32_t> blocks;
 };
 
-// Owns the arrays a StepMetadata points into. Parts with more than one token,
-// or starting at 0, count as prefill and must come first.
-struct StepArrays {
-  std::vector<int32_t> token_ids, positions, query_start{0}, seq_lens, block_tables, logits_indices;
-  std::vector<int64_t> slots;
-  StepMetadata meta;
-  StepArrays(const std::vector<SeqPart>& parts, int32_t block_size) {
-    int32_t max_blocks = 0;
-    for (const SeqPart& p : parts) max_blocks = std::max(max_blocks, static_cast<int32_t>(p.blocks.size()));
-    for (const SeqPart& p : parts) {
-      for (size_t i = 0; i < p.tokens.size(); ++i) {
-        const int32_t pos = p.start + static_cast<int32_t>(i);
-        token_ids.push_back(p.tokens[i]);
-        positions.push_back(pos);
-        slots.push_back(int64_t{p.blocks[pos / block_size]} * block_size + pos % block_size);
-      }
-      query_start.push_back(static_cast<int32_t>(token_ids.size()));
-      seq_lens.push_back(p.start + static_cast<int32_t>(p.tokens.size()));
-      std::vector<int32_t> row = p.blocks;
-      row.resize(max_blocks, -1);
-      block_tables.insert(block_tables.end(), row.begin(), row.end());
-      logits_indices.push_back(query_start.back() - 1);
-      if (p.tokens.size() > 1 || p.start == 0) ++meta.num_prefill_seqs;
-      else ++meta.num_decode_seqs;
-    }
-    meta.token_ids = token_ids;
-    meta.positions = positions;
-    meta.slot_mapping = slots;
-    meta.query_start = query_start;
-    meta.seq_lens = seq_lens;
-    meta.block_tables = block_tables;
-    meta.max_blocks_per_seq = max_blocks;
-    meta.logits_indices = logits_indices;
-  }
-};
+// The step of `parts` in order (backend/step_batch.h: a part with more than
+// one token, and every part before it, is in prefill).
+StepBatch MakeStep(const std::vector<SeqPart>& parts, int32_t block_size) {
+  std::vector<StepSequence> seqs;
+  for (const SeqPart& p : parts) seqs.push_back({p.tokens, p.start, p.blocks});
+  absl::StatusOr<StepBatch> step = StepBatch::Build(seqs, block_size);
+  EXPECT_TRUE(step.ok()) << step.status();
+  return step.ok() ? *std::move(step) : StepBatch();
+}
 
 class ModelTest : public ::testing::Test {
  protected:
@@ -85,8 +61,8 @@ class ModelTest : public ::testing::Test {
     return *std::move(c);
   }
   Logits Run(Model& m, KvCache& cache, const std::vector<SeqPart>& parts) {
-    StepArrays step(parts, cache.block_size());
-    absl::StatusOr<std::optional<Logits>> out = m.Forward(step.meta, cache);
+    const StepBatch step = MakeStep(parts, cache.block_size());
+    absl::StatusOr<std::optional<Logits>> out = m.Forward(step.view(), cache);
     EXPECT_TRUE(out.ok()) << out.status();
     if (!out.ok() || !out->has_value()) return Logits{};
     return **out;
@@ -108,7 +84,7 @@ std::vector<int32_t> Slice(const std::vector<int32_t>& v, size_t begin, size_t e
 }
 
 TEST_F(ModelTest, PrefillInTwoChunksMatchesTheWholePrompt) {
-  const uint32_t seed = std::random_device{}();
+  const uint32_t seed = testing_util::TestSeed();
   SCOPED_TRACE(testing::Message() << "seed " << seed);
   std::mt19937 rng(seed);
   for (const std::string name : {"qwen3", "llama"}) {
@@ -131,7 +107,7 @@ TEST_F(ModelTest, PrefillInTwoChunksMatchesTheWholePrompt) {
 }
 
 TEST_F(ModelTest, SequenceSharingCachedBlocksInAMixedBatchMatchesFreshComputation) {
-  const uint32_t seed = std::random_device{}();
+  const uint32_t seed = testing_util::TestSeed();
   SCOPED_TRACE(testing::Message() << "seed " << seed);
   std::mt19937 rng(seed);
   std::unique_ptr<Model> m = Load("qwen3");
@@ -192,16 +168,16 @@ TEST_F(ModelTest, BadStepsAreInvalidArgument) {
   ASSERT_NE(m, nullptr);
   KvCache cache = Cache(*m, 4, 4);
   auto forward = [&](const std::vector<SeqPart>& parts) {
-    StepArrays step(parts, 4);
-    return m->Forward(step.meta, cache).status();
+    const StepBatch step = MakeStep(parts, 4);
+    return m->Forward(step.view(), cache).status();
   };
   EXPECT_EQ(forward({{std::vector<int32_t>(9, 1), 0, {0, 1, 2}}}).code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(forward({{{1}, 0, {0}}, {{1}, 0, {1}}, {{1}, 0, {2}}}).code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(forward({{{1, 2}, 0, {4}}}).code(), absl::StatusCode::kInvalidArgument);  // block 4 of 4
   absl::StatusOr<KvCache> other = KvCache::Allocate(*backend_, KvCacheShape{3, 4, 4, 2, 32});
   ASSERT_TRUE(other.ok());
-  StepArrays step({{{1, 2}, 0, {0}}}, 4);
-  const absl::Status s = m->Forward(step.meta, *other).status();
+  const StepBatch step = MakeStep({{{1, 2}, 0, {0}}}, 4);
+  const absl::Status s = m->Forward(step.view(), *other).status();
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_NE(s.message().find("kv_cache_shape"), std::string::npos) << s;
 }

@@ -6,13 +6,16 @@
 
 #include <algorithm>
 #include <random>
+#include <span>
 #include <string>
 
 #include "backend/cpu_backend.h"
+#include "backend/step_batch.h"
 #include "gtest/gtest.h"
 #include "tests/worker/device_logits_sampler.h"
 #include "tests/worker/worker_test_util.h"
 #include "worker/engine.h"
+#include "tests/testing/seed.h"
 
 namespace tpserve {
 namespace {
@@ -23,10 +26,7 @@ constexpr int32_t kVocab = 301;
 constexpr int32_t kBlockSize = 4;
 constexpr int64_t kNumBlocks = 97;
 
-uint64_t TestSeed() {
-  if (const char* s = std::getenv("TPSERVE_TEST_SEED"); s != nullptr && *s) return std::stoull(s);
-  return std::random_device{}();
-}
+using testing_util::TestSeed;
 
 // What the coordinator knows of one sequence (a miniature of its scheduler).
 struct Seq {
@@ -343,6 +343,50 @@ TEST_F(StepRunnerTest, BadPlansAreRejectedAndChangeNothing) {
   // Unknown finished ids are ignored.
   absl::StatusOr<std::vector<StepToken>> got = runner_->Run(StepPlan{.finished = {12345}});
   EXPECT_TRUE(got.ok()) << got.status();
+}
+
+TEST_F(StepRunnerTest, KeepLogitsReturnsTheRowEachTokenWasSampledFrom) {
+  SCOPED_TRACE("TPSERVE_TEST_SEED=" + std::to_string(seed_));
+  SamplingParams greedy;
+  greedy.temperature = 0;
+  const std::vector<int32_t> pa = RandomTokens(9), pb = RandomTokens(3), ta{3, 4, 5}, tb{6};
+  auto plan = [&] {
+    StepPlan p;
+    p.new_sequences.push_back(
+        {.seq_id = 1, .prompt = pa, .token_ids = pa, .block_ids = ta, .sampling = greedy, .sample = true});
+    p.new_sequences.push_back(
+        {.seq_id = 2, .prompt = pb, .token_ids = pb, .block_ids = tb, .sampling = greedy, .sample = true});
+    p.order = {1, 2};
+    return p;
+  };
+  // Without the option the tokens carry no logits.
+  absl::StatusOr<std::vector<StepToken>> plain = runner_->Run(plan());
+  ASSERT_TRUE(plain.ok()) << plain.status();
+  ASSERT_EQ(plain->size(), 2u);
+  EXPECT_TRUE((*plain)[0].logits.empty());
+
+  // The same step straight through the model, on a cache of its own.
+  absl::StatusOr<KvCache> cache = KvCache::Allocate(*backend_, model_->kv_cache_shape(kNumBlocks, kBlockSize));
+  ASSERT_TRUE(cache.ok()) << cache.status();
+  absl::StatusOr<StepBatch> step = StepBatch::Build(std::vector<StepSequence>{{pa, 0, ta}, {pb, 0, tb}}, kBlockSize);
+  ASSERT_TRUE(step.ok()) << step.status();
+  absl::StatusOr<std::optional<Logits>> want = model_->Forward(step->view(), *cache);
+  ASSERT_TRUE(want.ok() && want->has_value()) << want.status();
+
+  StepRunner keeping(*model_, *cache_, /*rank=*/0, StepRunnerOptions{.keep_logits = true});
+  absl::StatusOr<std::vector<StepToken>> got = keeping.Run(plan());
+  ASSERT_TRUE(got.ok()) << got.status();
+  ASSERT_EQ(got->size(), 2u);
+  for (size_t s = 0; s < 2; ++s) {
+    const StepToken& t = (*got)[s];
+    EXPECT_EQ(t.seq_id, s + 1);
+    ASSERT_EQ(t.logits.size(), static_cast<size_t>(kVocab));
+    const std::span<const float> row = (*want)->row(static_cast<int64_t>(s));
+    EXPECT_TRUE(std::equal(t.logits.begin(), t.logits.end(), row.begin())) << "sequence " << t.seq_id;
+    // Greedy: the token is the row's argmax.
+    EXPECT_EQ(t.sampled.token, std::max_element(t.logits.begin(), t.logits.end()) - t.logits.begin());
+    EXPECT_EQ(t.sampled.token, (*plain)[s].sampled.token);
+  }
 }
 
 TEST_F(StepRunnerTest, OtherRanksReturnNoTokens) {
