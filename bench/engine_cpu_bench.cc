@@ -5,9 +5,11 @@
 //
 // The model (tpserve-make-model --preset qwen3-0.6b --dtype bf16, ~1.2 GB) is
 // generated once into DIR (default $TPSERVE_BENCH_CACHE, else
-// ~/.cache/tpserve/bench). Each configuration runs tpserve-generate, which
-// times its steps: "prefill" is the step that computes the prompts (batch x
-// prompt-len tokens), "decode" the following steps of one token per sequence.
+// ~/.cache/tpserve/bench). Each configuration runs tpserve-generate (the
+// offline engine: the serving scheduler of scheduler/ and the workers' step
+// runner, worker/engine.h), which times its steps: "prefill" is the step that
+// computes the prompts (batch x prompt-len tokens), "decode" the following
+// steps of one token per sequence.
 // Each rank gets cores / tp BLAS threads. Not run in CI.
 #include <sys/statvfs.h>
 

@@ -5,7 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "coordinator/log.h"
-#include "coordinator/step_builder.h"
+#include "proto/step_convert.h"
 
 namespace tpserve {
 
@@ -173,9 +173,7 @@ void EngineLoop::Run() {
     adds.swap(inbox_);
   }
   for (Inbound& in : adds) live_.emplace(in.seq_id, std::move(in.live));
-  std::vector<uint64_t> ids;
-  for (const auto& [id, live] : live_) ids.push_back(id);
-  for (uint64_t id : ids) End(id, absl::UnavailableError("the server is shutting down"));
+  EndAll(absl::UnavailableError("the server is shutting down"));
   Publish();
 }
 
@@ -222,15 +220,22 @@ void EngineLoop::Complete(uint64_t seq_id, StopReason reason, std::string matche
   End(seq_id, absl::OkStatus());
 }
 
-bool EngineLoop::Iterate(std::vector<Inbound> adds,
-                         std::vector<std::pair<uint64_t, absl::Status>> aborts,
-                         const absl::Status& failed) {
+void EngineLoop::EndAll(const absl::Status& status) {
+  std::vector<uint64_t> ids;
+  for (const auto& [id, live] : live_) ids.push_back(id);
+  for (uint64_t id : ids) End(id, status);
+}
+
+void EngineLoop::Admit(std::vector<Inbound> adds, const absl::Status& failed) {
   for (Inbound& in : adds) {
     std::vector<int32_t> prompt = in.live->request.prompt;
     absl::Status added = failed.ok() ? scheduler_.Add(in.seq_id, std::move(prompt)) : failed;
     live_.emplace(in.seq_id, std::move(in.live));
     if (!added.ok()) End(in.seq_id, added);
   }
+}
+
+void EngineLoop::ApplyAborts(std::vector<std::pair<uint64_t, absl::Status>> aborts) {
   for (auto& [seq_id, why] : aborts) {
     if (why.ok()) {
       Complete(seq_id, StopReason::kAborted, "");
@@ -238,15 +243,10 @@ bool EngineLoop::Iterate(std::vector<Inbound> adds,
       End(seq_id, std::move(why));
     }
   }
-  if (!failed.ok()) {  // a worker was lost: nothing can run any more
-    std::vector<uint64_t> ids;
-    for (const auto& [id, live] : live_) ids.push_back(id);
-    for (uint64_t id : ids) End(id, failed);
-    return true;
-  }
+}
 
-  ScheduledStep step = scheduler_.Schedule();
-  for (uint64_t id : step.unservable) {
+void EngineLoop::EndUnservable(std::span<const uint64_t> ids) {
+  for (uint64_t id : ids) {
     const auto it = live_.find(id);
     const int64_t need = it == live_.end() ? 0 : blocks_.BlocksFor(static_cast<int64_t>(
                                                      it->second->request.prompt.size()));
@@ -254,9 +254,35 @@ bool EngineLoop::Iterate(std::vector<Inbound> adds,
                 "the sequence needs ", need, " KV blocks but the whole cache holds ",
                 blocks_.num_blocks(), "; shorten the prompt or give the workers more memory")));
   }
-  if (step.sequences.empty() && step.dropped.empty()) return !step.unservable.empty() || !adds.empty() || !aborts.empty();
+}
 
-  const iv1::Step proto = BuildStep(step, next_step_id_++, [this](uint64_t id) -> const iv1::SamplingParams& {
+bool EngineLoop::Iterate(std::vector<Inbound> adds,
+                         std::vector<std::pair<uint64_t, absl::Status>> aborts,
+                         const absl::Status& failed) {
+  const bool had_requests = !adds.empty() || !aborts.empty();
+  Admit(std::move(adds), failed);
+  ApplyAborts(std::move(aborts));
+  if (!failed.ok()) {  // a worker was lost: nothing can run any more
+    EndAll(failed);
+    return true;
+  }
+
+  ScheduledStep step = scheduler_.Schedule();
+  EndUnservable(step.unservable);
+  if (step.empty()) return !step.unservable.empty() || had_requests;
+
+  const uint64_t step_id = next_step_id_++;
+  absl::StatusOr<std::vector<StepToken>> tokens = RunStep(step, step_id);
+  if (!tokens.ok()) {
+    OnStepFailed(step, step_id, tokens.status());
+  } else {
+    OnStepDone(step, step_id, *tokens);
+  }
+  return true;
+}
+
+absl::StatusOr<std::vector<StepToken>> EngineLoop::RunStep(const ScheduledStep& step, uint64_t step_id) {
+  const StepPlan plan = BuildStepPlan(step, [this](uint64_t id) -> const SamplingParams& {
     return live_.at(id)->request.sampling;
   });
   const absl::Time started = absl::Now();
@@ -264,24 +290,26 @@ bool EngineLoop::Iterate(std::vector<Inbound> adds,
     Live& live = *live_.at(s.seq->id);
     if (!live.first_scheduled) live.first_scheduled = started;
   }
-  absl::StatusOr<iv1::StepResult> result = run_step_(proto);
-  if (!result.ok()) {
-    if (absl::IsUnavailable(result.status())) {
-      Fail(result.status());
-      std::vector<uint64_t> ids;
-      for (const auto& [id, live] : live_) ids.push_back(id);
-      for (uint64_t id : ids) End(id, result.status());
-      return true;
-    }
-    CoordinatorLog(absl::StrCat("step ", proto.step_id(), " failed: ", result.status().message()));
-    const absl::Status internal = absl::InternalError(
-        absl::StrCat("step ", proto.step_id(), " failed on the workers: ", result.status().message()));
-    for (const ScheduledSequence& s : step.sequences) End(s.seq->id, internal);
-    return true;
-  }
+  absl::StatusOr<iv1::StepResult> result = run_step_(StepPlanToProto(plan, step_id));
+  if (!result.ok()) return result.status();
+  return TokensFromProto(*result);
+}
 
-  absl::flat_hash_map<uint64_t, const iv1::SampledToken*> by_seq;
-  for (const iv1::SampledToken& t : result->tokens()) by_seq[t.seq_id()] = &t;
+void EngineLoop::OnStepFailed(const ScheduledStep& step, uint64_t step_id, const absl::Status& status) {
+  if (absl::IsUnavailable(status)) {
+    Fail(status);
+    EndAll(status);
+    return;
+  }
+  CoordinatorLog(absl::StrCat("step ", step_id, " failed: ", status.message()));
+  const absl::Status internal = absl::InternalError(
+      absl::StrCat("step ", step_id, " failed on the workers: ", status.message()));
+  for (const ScheduledSequence& s : step.sequences) End(s.seq->id, internal);
+}
+
+void EngineLoop::OnStepDone(const ScheduledStep& step, uint64_t step_id, std::span<const StepToken> tokens) {
+  absl::flat_hash_map<uint64_t, const StepToken*> by_seq;
+  for (const StepToken& t : tokens) by_seq[t.seq_id] = &t;
   std::vector<std::pair<uint64_t, int32_t>> sampled;
   std::vector<uint64_t> missing;
   for (const ScheduledSequence& s : step.sequences) {
@@ -290,43 +318,43 @@ bool EngineLoop::Iterate(std::vector<Inbound> adds,
     if (it == by_seq.end()) {
       missing.push_back(s.seq->id);
     } else {
-      sampled.emplace_back(s.seq->id, it->second->token_id());
+      sampled.emplace_back(s.seq->id, it->second->sampled.token);
     }
   }
   scheduler_.OnStepDone(step, sampled);
   Publish();  // before any chunk goes out: a client reading one sees this step's blocks in use
   for (uint64_t id : missing) {
-    End(id, absl::InternalError(absl::StrCat("step ", proto.step_id(),
+    End(id, absl::InternalError(absl::StrCat("step ", step_id,
                                              ": rank 0 returned no token for this sequence")));
   }
-
   const absl::Time now = absl::Now();
-  for (const auto& [id, token] : sampled) {
-    auto it = live_.find(id);
-    if (it == live_.end()) continue;
-    Live& live = *it->second;
-    if (!live.first_token) live.first_token = now;
-    OutputDelta delta = live.processor.Append(token);
-    v1::GenerateResponse response;
-    response.set_request_id(live.request_id);
-    v1::Chunk* chunk = response.mutable_chunk();
-    chunk->add_token_ids(static_cast<uint32_t>(token));
-    chunk->set_text(std::move(delta.text));
-    if (live.request.logprobs >= 0) {
-      const iv1::SampledToken& t = *by_seq.at(id);
-      v1::TokenLogprob* lp = chunk->add_logprobs();
-      lp->set_token_id(static_cast<uint32_t>(t.token_id()));
-      lp->set_logprob(t.logprob());
-      for (int k = 0; k < t.top_ids_size() && k < t.top_logprobs_size(); ++k) {
-        v1::TopLogprob* top = lp->add_top();
-        top->set_token_id(static_cast<uint32_t>(t.top_ids(k)));
-        top->set_logprob(t.top_logprobs(k));
-      }
+  for (const auto& [id, token] : sampled) Stream(id, *by_seq.at(id), now);
+}
+
+void EngineLoop::Stream(uint64_t seq_id, const StepToken& token, absl::Time now) {
+  auto it = live_.find(seq_id);
+  if (it == live_.end()) return;
+  Live& live = *it->second;
+  if (!live.first_token) live.first_token = now;
+  const int32_t id = token.sampled.token;
+  OutputDelta delta = live.processor.Append(id);
+  v1::GenerateResponse response;
+  response.set_request_id(live.request_id);
+  v1::Chunk* chunk = response.mutable_chunk();
+  chunk->add_token_ids(static_cast<uint32_t>(id));
+  chunk->set_text(std::move(delta.text));
+  if (live.request.sampling.logprobs >= 0) {
+    v1::TokenLogprob* lp = chunk->add_logprobs();
+    lp->set_token_id(static_cast<uint32_t>(id));
+    lp->set_logprob(token.sampled.logprob);
+    for (const auto& [top_id, logprob] : token.sampled.top) {
+      v1::TopLogprob* top = lp->add_top();
+      top->set_token_id(static_cast<uint32_t>(top_id));
+      top->set_logprob(logprob);
     }
-    live.out->Push(std::move(response));
-    if (delta.finish != StopReason::kNone) Complete(id, delta.finish, std::move(delta.matched_stop));
   }
-  return true;
+  live.out->Push(std::move(response));
+  if (delta.finish != StopReason::kNone) Complete(seq_id, delta.finish, std::move(delta.matched_stop));
 }
 
 }  // namespace tpserve

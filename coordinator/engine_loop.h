@@ -3,7 +3,7 @@
 //
 // gRPC threads talk to it only through its inbox (new requests, aborts) and
 // read results from each request's ResponseQueue. Each iteration:
-//   drain the inbox → Schedule → BuildStep → run the step on every worker →
+//   drain the inbox → Schedule → BuildStepPlan → run the step on every worker →
 //   OnStepDone → each sampled token through its request's OutputProcessor →
 //   Chunk to the stream; Complete and Finish for requests that stopped.
 // With nothing to do it blocks on the inbox (no spinning).
@@ -16,6 +16,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <span>
 #include <string>
 #include <thread>
 #include <vector>
@@ -30,6 +31,7 @@
 #include "coordinator/request.h"
 #include "coordinator/response_queue.h"
 #include "scheduler/scheduler.h"
+#include "scheduler/step_plan.h"
 #include "tokenizer/tokenizer.h"
 #include "tpserve/internal/v1/worker.pb.h"
 
@@ -97,6 +99,19 @@ class EngineLoop {
   // One iteration; false when it found nothing to run.
   bool Iterate(std::vector<Inbound> adds, std::vector<std::pair<uint64_t, absl::Status>> aborts,
                const absl::Status& failed);
+  // The parts of an iteration, in order.
+  void Admit(std::vector<Inbound> adds, const absl::Status& failed);  // to the scheduler, or End
+  void ApplyAborts(std::vector<std::pair<uint64_t, absl::Status>> aborts);
+  void EndUnservable(std::span<const uint64_t> ids);  // too long for the whole KV cache
+  // Sends the step to the workers (run_step_); rank 0's tokens.
+  absl::StatusOr<std::vector<StepToken>> RunStep(const ScheduledStep& step, uint64_t step_id);
+  // UNAVAILABLE fails the loop; anything else ends the step's requests with INTERNAL.
+  void OnStepFailed(const ScheduledStep& step, uint64_t step_id, const absl::Status& status);
+  // Advances the scheduler and streams every sampled token.
+  void OnStepDone(const ScheduledStep& step, uint64_t step_id, std::span<const StepToken> tokens);
+  // One token through its request's OutputProcessor to its stream; Complete when it stops.
+  void Stream(uint64_t seq_id, const StepToken& token, absl::Time now);
+  void EndAll(const absl::Status& status);
   void End(uint64_t seq_id, absl::Status status);                 // error end
   void Complete(uint64_t seq_id, StopReason reason, std::string matched_stop);
   void Publish();  // stats snapshot

@@ -168,22 +168,18 @@ absl::StatusOr<PreparedRequest> PrepareRequest(const v1::GenerateRequest& reques
   }
 
   const v1::SamplingParams& s = request.sampling();
-  auto& w = out.sampling;
   const GenerationDefaults& d = limits.defaults;
-  w.set_temperature(s.has_temperature() ? s.temperature()
-                                        : static_cast<float>(d.temperature.value_or(1.0)));
-  w.set_top_p(s.has_top_p() ? s.top_p() : static_cast<float>(d.top_p.value_or(1.0)));
-  w.set_top_k(s.has_top_k() ? s.top_k() : static_cast<int32_t>(d.top_k.value_or(-1)));
-  w.set_min_p(s.has_min_p() ? s.min_p() : 0.f);
-  w.set_repetition_penalty(s.has_repetition_penalty()
-                               ? s.repetition_penalty()
-                               : static_cast<float>(d.repetition_penalty.value_or(1.0)));
-  w.set_presence_penalty(s.presence_penalty());
-  w.set_frequency_penalty(s.frequency_penalty());
-  w.set_has_seed(s.has_seed());
-  w.set_seed(s.seed());
-  out.logprobs = request.has_logprobs() ? static_cast<int32_t>(request.logprobs()) : -1;
-  w.set_logprobs(out.logprobs);
+  SamplingParams& w = out.sampling;
+  w.temperature = s.has_temperature() ? s.temperature() : static_cast<float>(d.temperature.value_or(1.0));
+  w.top_p = s.has_top_p() ? s.top_p() : static_cast<float>(d.top_p.value_or(1.0));
+  w.top_k = s.has_top_k() ? s.top_k() : static_cast<int32_t>(d.top_k.value_or(-1));
+  w.min_p = s.has_min_p() ? s.min_p() : 0.f;
+  w.repetition_penalty = s.has_repetition_penalty() ? s.repetition_penalty()
+                                                    : static_cast<float>(d.repetition_penalty.value_or(1.0));
+  w.presence_penalty = s.presence_penalty();
+  w.frequency_penalty = s.frequency_penalty();
+  if (s.has_seed()) w.seed = s.seed();
+  w.logprobs = request.has_logprobs() ? static_cast<int32_t>(request.logprobs()) : -1;
 
   out.stop.max_tokens = st.has_max_tokens() ? st.max_tokens() : room;
   out.stop.min_tokens = st.min_tokens();

@@ -1,5 +1,6 @@
 // A public Generate request checked and turned into what the engine loop runs:
-// prompt token ids, the workers' sampling parameters and the stop parameters.
+// prompt token ids, the sampling parameters (defaults resolved) and the stop
+// parameters.
 //
 // Every rejection is INVALID_ARGUMENT whose message starts with the request
 // field it is about (proto names: "prompt", "prompt_token_ids.ids[3]",
@@ -15,11 +16,10 @@
 #include "absl/status/statusor.h"
 #include "coordinator/output_processor.h"
 #include "model/config.h"
-#include "proto/protocol_version.h"
 #include "sampling/limits.h"
+#include "sampling/sampler.h"
 #include "tokenizer/chat_template.h"
 #include "tokenizer/tokenizer.h"
-#include "tpserve/internal/v1/worker.pb.h"
 #include "tpserve/v1/generation.pb.h"
 
 namespace tpserve {
@@ -33,10 +33,9 @@ struct RequestLimits {
 };
 
 struct PreparedRequest {
-  std::vector<int32_t> prompt;                        // [num_prompt_tokens] token ids
-  tpserve::internal::v1::SamplingParams sampling;     // as the workers take them
-  StopParams stop;                                    // max_tokens resolved (> 0)
-  int32_t logprobs = -1;                              // -1 = none
+  std::vector<int32_t> prompt;  // [num_prompt_tokens] token ids
+  SamplingParams sampling;      // defaults resolved; logprobs -1 = none
+  StopParams stop;              // max_tokens resolved (> 0)
 };
 
 // Checks the fields that need no tokenization (sampling, stopping, logprobs,

@@ -2,13 +2,16 @@
 // one step (StepPlan) and what rank 0 answers (StepToken). The coordinator
 // sends it as worker.proto's Step (proto/step_convert.h); the offline engine
 // hands it to its StepRunner directly. Every rank applies the same plan to
-// its own per-sequence state (worker/step_runner.h).
+// its own per-sequence state (worker/step_runner.h). BuildStepPlan turns a
+// ScheduledStep into the plan; the same function serves both.
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <vector>
 
 #include "sampling/sampler.h"
+#include "scheduler/scheduler.h"
 
 namespace tpserve {
 
@@ -43,6 +46,21 @@ struct StepPlan {
 struct StepToken {
   uint64_t seq_id = 0;
   SampledToken sampled;  // token, and log-probs when the sequence asked for them
+  std::vector<float> logits;  // [V] the row it was sampled from, with StepRunnerOptions::keep_logits
 };
+
+// The sampling parameters of a sequence, by id (asked only for new sequences;
+// must exist for each of them).
+using SamplingLookup = std::function<const SamplingParams&(uint64_t seq_id)>;
+
+// The plan of one scheduled step: sequences the workers do not know yet go
+// out whole (prompt, output so far, tokens to compute, block table,
+// sampling), known ones as diffs (new blocks, tokens to compute: the next
+// prefill chunk, or for a decode the token sampled last step,
+// tokens[num_computed]). `finished` lists the sequences dropped since the
+// last step; `order` lists every scheduled sequence as scheduled (prefills
+// first). Call before Scheduler::OnStepDone, which advances
+// num_computed_tokens.
+StepPlan BuildStepPlan(const ScheduledStep& step, const SamplingLookup& sampling);
 
 }  // namespace tpserve

@@ -1,18 +1,20 @@
 // Engine: offline generation on one tensor-parallel rank, without the
 // coordinator (tests, benchmarks, tpserve-generate).
 //
-// Every rank of the model creates an Engine over its Communicator and calls
-// Generate with the same requests; all ranks then build the same steps. Each
-// step is a continuous batch (backend/step.h): sequences in prefill first
-// (a prompt longer than the token budget is computed in chunks), then
-// sequences in decode. Rank 0 samples from the gathered logits and broadcasts
-// the chosen tokens, so the ranks agree on what comes next. KV blocks come
-// from the engine's own BlockAllocator; when they run out, the most recently
-// admitted sequence is preempted and later recomputed (prompt + its output).
+// The engine is the serving path without the network: the coordinator's
+// Scheduler and BlockManager (scheduler/, with the prefix cache) decide every
+// step, BuildStepPlan turns it into a StepPlan, and the StepRunner the workers
+// run (worker/step_runner.h) computes it. Every rank of the model creates an
+// Engine over its Communicator and calls Generate with the same requests; the
+// scheduler is deterministic, so all ranks build the same steps. Rank 0
+// samples and broadcasts the chosen tokens (ids as floats, exact below 2^24),
+// then every rank applies them (Scheduler::OnStepDone) and the stop rules:
+// EOS unless ignore_eos, max_tokens. When KV blocks run out the most recently
+// admitted sequence is preempted and later recomputed (prompt + its output,
+// mostly from the prefix cache), which never changes what is generated.
 #pragma once
 
 #include <cstdint>
-#include <deque>
 #include <filesystem>
 #include <memory>
 #include <span>
@@ -22,20 +24,25 @@
 #include "absl/status/statusor.h"
 #include "backend/backend.h"
 #include "comm/communicator.h"
-#include "worker/block_allocator.h"
-#include "worker/decode_graphs.h"
 #include "sampling/device_sampler.h"
+#include "sampling/sampler.h"
+#include "scheduler/block_manager.h"
+#include "scheduler/scheduler.h"
 #include "worker/kv_cache.h"
 #include "worker/model.h"
-#include "sampling/sampler.h"
+#include "worker/step_runner.h"
 
 namespace tpserve {
 
 struct EngineOptions {
   // model.max_num_tokens is the token budget of a step (max_num_batched_tokens),
-  // model.max_num_seqs the most sequences in a step.
+  // model.max_num_seqs the most sequences running at once (so also in a step),
+  // as the coordinator's --max-num-seqs.
   ModelOptions model;
   int32_t block_size = 16;
+  // Reuse the KV blocks of identical prompt prefixes (scheduler/block_manager.h),
+  // within a Generate call and across calls while the cache keeps its size.
+  bool enable_prefix_caching = true;
   // KV blocks to allocate; 0 = enough for every request of a Generate call at
   // once (the cache grows when a later call needs more).
   int64_t num_blocks = 0;
@@ -63,6 +70,7 @@ struct GenerationResult {
   std::vector<float> logprobs;               // rank 0, when sampling.logprobs >= 0: one per token
   FinishReason finish_reason = FinishReason::kLength;
   std::vector<std::vector<float>> logits;    // rank 0, with return_logits: [tokens][V]
+  int64_t cached_tokens = 0;                 // prompt tokens served by the prefix cache
 };
 
 struct GenerationStats {
@@ -72,6 +80,7 @@ struct GenerationStats {
   int64_t decode_tokens = 0;     // tokens of steps that held only decodes
   double decode_seconds = 0;
   int64_t preemptions = 0;
+  int64_t cached_tokens = 0;     // prompt tokens served by the prefix cache, all requests
 };
 
 class Engine {
@@ -90,29 +99,33 @@ class Engine {
   const GenerationStats& last_stats() const { return stats_; }
 
  private:
-  struct Sequence;
-  struct Batch;
   Engine(Backend& backend, Communicator& comm, const EngineOptions& options)
       : backend_(backend), comm_(comm), options_(options) {}
   absl::Status Validate(std::span<const GenerationRequest> requests) const;
+  // Allocates the KV cache (or a bigger one) with its block manager and step
+  // runner when `requests` need more blocks than there are.
   absl::Status EnsureCache(std::span<const GenerationRequest> requests);
-  // Fills `batch` from the running and waiting sequences; preempts running
-  // ones (back to the front of `waiting`) when KV blocks run out.
-  void Schedule(std::vector<Sequence*>& running, std::deque<Sequence*>& waiting, Batch& batch);
-  void Preempt(Sequence* seq, std::vector<Sequence*>& running, std::deque<Sequence*>& waiting);
-  // Runs the batch, samples on rank 0, broadcasts and appends the tokens;
-  // finished sequences leave `running` and give their blocks back.
-  absl::Status RunStep(const Batch& batch, std::vector<Sequence*>& running,
-                       std::vector<GenerationResult>& results);
+  // Schedules and runs steps until every request has finished.
+  absl::StatusOr<std::vector<GenerationResult>> RunAll(std::span<const GenerationRequest> requests);
+  // Runs one step, shares rank 0's tokens and applies them; finished
+  // sequences leave the scheduler.
+  absl::Status RunStep(const ScheduledStep& step, std::span<const GenerationRequest> requests,
+                       Scheduler& scheduler, std::vector<GenerationResult>& results);
+  // Rank 0's tokens of the step's sampled sequences (in step order) on every rank.
+  absl::StatusOr<std::vector<int32_t>> ShareTokens(const ScheduledStep& step,
+                                                   std::span<const StepToken> tokens);
+  // Appends `token` to its result; true when the request stops there.
+  bool Append(const GenerationRequest& request, int64_t num_output, int32_t token,
+              const StepToken* sampled, GenerationResult& result) const;
+  void Account(const ScheduledStep& step, double seconds);
 
   Backend& backend_;
   Communicator& comm_;
   EngineOptions options_;
   std::unique_ptr<Model> model_;
   std::unique_ptr<KvCache> cache_;
-  bool reserved_ = false;                 // Backend::Reserve ran for the model's capacity
-  std::unique_ptr<DecodeGraphs> graphs_;  // over cache_; recaptured when it is reallocated
-  std::unique_ptr<BlockAllocator> allocator_;
+  std::unique_ptr<BlockManager> blocks_;  // over cache_; its prefix cache outlives a Generate call
+  std::unique_ptr<StepRunner> runner_;    // over cache_; recreated with it
   GenerationStats stats_;
 };
 

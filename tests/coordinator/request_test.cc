@@ -52,12 +52,11 @@ TEST_F(RequestTest, ValidTextPromptIsTokenizedWithSpecialTokens) {
   EXPECT_EQ(got->prompt, tokenizer_->Encode("abc abc", true));
   EXPECT_EQ(got->prompt.front(), testing::kBos);
   EXPECT_EQ(got->stop.max_tokens, 64 - static_cast<int64_t>(got->prompt.size()));
-  EXPECT_FLOAT_EQ(got->sampling.temperature(), 1.0f);
-  EXPECT_FLOAT_EQ(got->sampling.top_p(), 1.0f);
-  EXPECT_EQ(got->sampling.top_k(), -1);
-  EXPECT_FALSE(got->sampling.has_seed());
-  EXPECT_EQ(got->logprobs, -1);
-  EXPECT_EQ(got->sampling.logprobs(), -1);
+  EXPECT_FLOAT_EQ(got->sampling.temperature, 1.0f);
+  EXPECT_FLOAT_EQ(got->sampling.top_p, 1.0f);
+  EXPECT_EQ(got->sampling.top_k, -1);
+  EXPECT_FALSE(got->sampling.seed.has_value());
+  EXPECT_EQ(got->sampling.logprobs, -1);
 }
 
 TEST_F(RequestTest, TokenIdsAndSamplingPassThrough) {
@@ -74,11 +73,11 @@ TEST_F(RequestTest, TokenIdsAndSamplingPassThrough) {
   absl::StatusOr<PreparedRequest> got = PrepareRequest(r, *tokenizer_, ChatFormat::kChatML, limits_);
   ASSERT_TRUE(got.ok()) << got.status();
   EXPECT_EQ(got->prompt, (std::vector<int32_t>{5, 300, 7}));
-  EXPECT_FLOAT_EQ(got->sampling.temperature(), 0.0f);
-  EXPECT_EQ(got->sampling.top_k(), 7);
-  EXPECT_TRUE(got->sampling.has_seed());
-  EXPECT_EQ(got->sampling.seed(), 1234u);
-  EXPECT_EQ(got->sampling.logprobs(), 3);
+  EXPECT_FLOAT_EQ(got->sampling.temperature, 0.0f);
+  EXPECT_EQ(got->sampling.top_k, 7);
+  EXPECT_TRUE(got->sampling.seed.has_value());
+  EXPECT_EQ(got->sampling.seed.value_or(0), 1234u);
+  EXPECT_EQ(got->sampling.logprobs, 3);
   EXPECT_EQ(got->stop.max_tokens, 11);
   EXPECT_EQ(got->stop.stop, (std::vector<std::string>{"zz"}));
   EXPECT_EQ(got->stop.stop_token_ids, (std::vector<int32_t>{3}));
@@ -93,9 +92,9 @@ TEST_F(RequestTest, GenerationConfigDefaultsFillUnsetFields) {
   r.mutable_sampling()->set_top_p(0.5f);
   absl::StatusOr<PreparedRequest> got = PrepareRequest(r, *tokenizer_, ChatFormat::kChatML, limits_);
   ASSERT_TRUE(got.ok()) << got.status();
-  EXPECT_FLOAT_EQ(got->sampling.temperature(), 0.6f);
-  EXPECT_FLOAT_EQ(got->sampling.top_p(), 0.5f);  // given: the default does not apply
-  EXPECT_EQ(got->sampling.top_k(), 20);
+  EXPECT_FLOAT_EQ(got->sampling.temperature, 0.6f);
+  EXPECT_FLOAT_EQ(got->sampling.top_p, 0.5f);  // given: the default does not apply
+  EXPECT_EQ(got->sampling.top_k, 20);
 }
 
 TEST_F(RequestTest, ChatIsRenderedAndEncodedWithoutAddingSpecialTokens) {

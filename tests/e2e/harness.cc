@@ -16,6 +16,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "nlohmann/json.hpp"
+#include "tests/testing/tiny_model.h"
 
 namespace tpserve::e2e {
 
@@ -86,11 +87,9 @@ int RunCommand(const std::vector<std::string>& argv, const std::string& log) {
 
 std::string MakeModel(const std::string& root, const std::string& arch, const std::vector<std::string>& extra) {
   const std::string dir = absl::StrCat(root, "/", arch);
-  std::vector<std::string> argv = {BinaryPath("tools/make_model/tpserve-make-model"), dir, "--arch", arch};
-  argv.insert(argv.end(), extra.begin(), extra.end());
-  const std::string log = absl::StrCat(root, "/make-model-", arch, ".log");
-  const int rc = RunCommand(argv, log);
-  EXPECT_EQ(rc, 0) << ReadFile(log);
+  std::vector<std::string> args = {"--arch", arch};
+  args.insert(args.end(), extra.begin(), extra.end());
+  testing_util::MakeModel(dir, args);
   return dir;
 }
 
@@ -205,19 +204,27 @@ v1::ServerInfo ServerInfo(v1::Generation::Stub& stub) {
 std::vector<std::vector<int32_t>> OfflineGreedy(const std::string& model_dir, int tp,
                                                 const std::vector<std::vector<int32_t>>& prompts,
                                                 int max_tokens, const std::string& scratch) {
+  return OfflineGenerate(model_dir, tp, prompts, max_tokens, scratch, {}).tokens;
+}
+
+OfflineOutcome OfflineGenerate(const std::string& model_dir, int tp, const std::vector<std::vector<int32_t>>& prompts,
+                               int max_tokens, const std::string& scratch, const std::vector<std::string>& extra) {
   std::vector<std::string> joined;
   for (const auto& p : prompts) joined.push_back(absl::StrJoin(p, ","));
   const std::string json = absl::StrCat(scratch, "/offline-", getpid(), ".json");
   const std::string log = absl::StrCat(scratch, "/offline.log");
-  const int rc = RunCommand({BinaryPath("tools/engine_cli/tpserve-generate"), "--model", model_dir, "--tp",
-                             std::to_string(tp), "--prompt_ids", absl::StrJoin(joined, ";"), "--max_tokens",
-                             std::to_string(max_tokens), "--ignore_eos", "--output_json", json},
-                            log);
+  std::vector<std::string> argv = {BinaryPath("tools/engine_cli/tpserve-generate"), "--model", model_dir, "--tp",
+                                   std::to_string(tp), "--prompt_ids", absl::StrJoin(joined, ";"), "--max_tokens",
+                                   std::to_string(max_tokens), "--ignore_eos", "--output_json", json};
+  argv.insert(argv.end(), extra.begin(), extra.end());
+  const int rc = RunCommand(argv, log);
   EXPECT_EQ(rc, 0) << ReadFile(log);
-  std::vector<std::vector<int32_t>> out;
+  OfflineOutcome out;
   if (rc != 0) return out;
   const nlohmann::json j = nlohmann::json::parse(ReadFile(json));
-  for (const auto& s : j.at("sequences")) out.push_back(s.at("tokens").get<std::vector<int32_t>>());
+  for (const auto& s : j.at("sequences")) out.tokens.push_back(s.at("tokens").get<std::vector<int32_t>>());
+  const nlohmann::json& stats = j.at("stats");
+  out.computed_tokens = stats.at("prefill_tokens").get<int64_t>() + stats.at("decode_tokens").get<int64_t>();
   return out;
 }
 

@@ -37,7 +37,8 @@ class TempDir {
 // Runs a command to completion; returns its exit status (output to `log`).
 int RunCommand(const std::vector<std::string>& argv, const std::string& log);
 
-// tpserve-make-model DIR --arch ARCH plus `extra`; fails the test on error.
+// The tiny model (tests/testing/tiny_model.h) of `arch` plus `extra` in
+// ROOT/ARCH; returns that folder. Fails the test on error.
 std::string MakeModel(const std::string& root, const std::string& arch,
                       const std::vector<std::string>& extra = {});
 
@@ -92,5 +93,13 @@ tpserve::v1::ServerInfo ServerInfo(tpserve::v1::Generation::Stub& stub);
 std::vector<std::vector<int32_t>> OfflineGreedy(const std::string& model_dir, int tp,
                                                 const std::vector<std::vector<int32_t>>& prompts,
                                                 int max_tokens, const std::string& scratch);
+
+struct OfflineOutcome {
+  std::vector<std::vector<int32_t>> tokens;  // [prompts] generated ids; empty on failure
+  int64_t computed_tokens = 0;               // prefill + decode tokens of its steps
+};
+// OfflineGreedy with more tpserve-generate flags (`extra`, e.g. --block-size 8).
+OfflineOutcome OfflineGenerate(const std::string& model_dir, int tp, const std::vector<std::vector<int32_t>>& prompts,
+                               int max_tokens, const std::string& scratch, const std::vector<std::string>& extra);
 
 }  // namespace tpserve::e2e

@@ -1,5 +1,5 @@
 // The offline engine on one rank: continuous batching, chunked prefill,
-// preemption and block sizes do not change what is generated.
+// preemption, the prefix cache and block sizes do not change what is generated.
 #include "worker/engine.h"
 
 #include <fstream>
@@ -10,6 +10,7 @@
 #include "nlohmann/json.hpp"
 #include "tests/worker/device_logits_sampler.h"
 #include "tests/worker/worker_test_util.h"
+#include "tests/testing/seed.h"
 
 namespace tpserve {
 namespace {
@@ -58,6 +59,7 @@ class EngineTest : public ::testing::Test {
     ASSERT_EQ(got.size(), want.size()) << what;
     for (size_t i = 0; i < got.size(); ++i) {
       EXPECT_EQ(got[i].tokens, want[i].tokens) << what << ", request " << i;
+      ASSERT_EQ(got[i].logits.size(), got[i].tokens.size()) << what << ": one logits row per token";
       ASSERT_EQ(got[i].logits.size(), want[i].logits.size()) << what;
       for (size_t s = 0; s < got[i].logits.size(); ++s) {
         EXPECT_LE(RelativeError(got[i].logits[s], want[i].logits[s]), 1e-5) << what << ", request " << i;
@@ -72,7 +74,7 @@ class EngineTest : public ::testing::Test {
 TempDir* EngineTest::dir_ = nullptr;
 
 TEST_F(EngineTest, BatchingChunkingPreemptionAndBlockSizeDoNotChangeTheOutput) {
-  const uint32_t seed = std::random_device{}();
+  const uint32_t seed = testing_util::TestSeed();
   SCOPED_TRACE(testing::Message() << "seed " << seed);
   std::mt19937 rng(seed);
   for (float temperature : {0.0f, 0.9f}) {
@@ -118,11 +120,76 @@ TEST_F(EngineTest, BatchingChunkingPreemptionAndBlockSizeDoNotChangeTheOutput) {
     tight.num_blocks = 6;
     ExpectSame(Generate(pair, tight, &stats), pair_roomy, "preemption");
     EXPECT_GT(stats.preemptions, 0);
+    tight.enable_prefix_caching = false;  // the recompute computes everything again
+    ExpectSame(Generate(pair, tight, &stats), pair_roomy, "preemption without the prefix cache");
+    EXPECT_GT(stats.preemptions, 0);
   }
 }
 
+// Four prompts share a 13-token prefix (three full blocks of 4 tokens) and
+// run one at a time, so each later one finds the prefix in the cache.
+TEST_F(EngineTest, ThePrefixCacheServesSharedPrefixesWithoutChangingTheOutput) {
+  const uint64_t seed = testing_util::TestSeed();
+  SCOPED_TRACE(testing::Message() << "seed " << seed);
+  std::mt19937 rng(static_cast<uint32_t>(seed));
+  std::vector<int32_t> prefix(13);
+  for (int32_t& t : prefix) t = static_cast<int32_t>(rng() % 311);
+  for (float temperature : {0.0f, 0.9f}) {
+    SCOPED_TRACE(testing::Message() << "temperature " << temperature);
+    std::vector<GenerationRequest> reqs(4);
+    for (GenerationRequest& r : reqs) {
+      r.prompt = prefix;
+      const int suffix = 1 + static_cast<int>(rng() % 5);
+      for (int t = 0; t < suffix; ++t) r.prompt.push_back(static_cast<int32_t>(rng() % 311));
+      r.max_tokens = 6;
+      r.ignore_eos = true;
+      r.sampling.temperature = temperature;
+      r.sampling.seed = rng();
+    }
+    EngineOptions on;
+    on.block_size = 4;
+    on.model.max_num_seqs = 1;
+    EngineOptions off = on;
+    off.enable_prefix_caching = false;
+    GenerationStats on_stats, off_stats;
+    const std::vector<GenerationResult> cached = Generate(reqs, on, &on_stats);
+    const std::vector<GenerationResult> plain = Generate(reqs, off, &off_stats);
+    ExpectSame(cached, plain, "prefix cache on against off");
+    ASSERT_EQ(cached.size(), reqs.size());
+    EXPECT_EQ(cached[0].cached_tokens, 0);
+    for (size_t i = 1; i < cached.size(); ++i) EXPECT_EQ(cached[i].cached_tokens, 12) << "request " << i;
+    EXPECT_EQ(on_stats.cached_tokens, 3 * 12);
+    EXPECT_EQ(off_stats.cached_tokens, 0);
+    EXPECT_EQ(on_stats.prefill_tokens + on_stats.decode_tokens + 3 * 12,
+              off_stats.prefill_tokens + off_stats.decode_tokens) << "cached tokens are not computed";
+  }
+}
+
+// The cache (and its prefix cache) outlives a Generate call: the same prompt
+// again computes only what is not cached, and gives the same greedy tokens.
+TEST_F(EngineTest, ALaterCallReusesThePrefixCache) {
+  EngineOptions options;
+  options.block_size = 4;
+  options.return_logits = true;
+  absl::StatusOr<std::unique_ptr<Engine>> engine = Engine::Create(dir_->path() / "m", *backend_, *comm_, options);
+  ASSERT_TRUE(engine.ok()) << engine.status();
+  std::vector<GenerationRequest> reqs(1);
+  reqs[0].prompt = {9, 8, 7, 6, 5, 4, 3, 2, 1, 10};
+  reqs[0].max_tokens = 5;
+  reqs[0].ignore_eos = true;
+  reqs[0].sampling.temperature = 0;
+  absl::StatusOr<std::vector<GenerationResult>> first = (*engine)->Generate(reqs);
+  ASSERT_TRUE(first.ok()) << first.status();
+  EXPECT_EQ((*first)[0].cached_tokens, 0);
+  absl::StatusOr<std::vector<GenerationResult>> second = (*engine)->Generate(reqs);
+  ASSERT_TRUE(second.ok()) << second.status();
+  EXPECT_EQ((*second)[0].cached_tokens, 8) << "two full blocks of the 10-token prompt";
+  EXPECT_EQ((*engine)->last_stats().cached_tokens, 8);
+  ExpectSame(*second, *first, "second call");
+}
+
 TEST_F(EngineTest, ADeviceSamplerGivesTheSameTokens) {
-  const uint32_t seed = std::random_device{}();
+  const uint32_t seed = testing_util::TestSeed();
   SCOPED_TRACE(testing::Message() << "seed " << seed);
   std::mt19937 rng(seed);
   const std::vector<GenerationRequest> reqs = RandomRequests(rng, 6, 0.8f);

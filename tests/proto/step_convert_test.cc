@@ -1,0 +1,114 @@
+// StepPlan <-> worker.proto Step, SamplingParams and the sampled tokens: what
+// the coordinator sends is what the worker runs, field for field.
+#include "proto/step_convert.h"
+
+#include <gtest/gtest.h>
+
+namespace tpserve {
+namespace {
+
+namespace iv1 = tpserve::internal::v1;
+
+SamplingParams Seeded() {
+  SamplingParams s;
+  s.temperature = 0.7f;
+  s.top_k = 5;
+  s.top_p = 0.9f;
+  s.min_p = 0.05f;
+  s.repetition_penalty = 1.2f;
+  s.presence_penalty = -0.5f;
+  s.frequency_penalty = 0.25f;
+  s.seed = 99;
+  s.logprobs = 3;
+  return s;
+}
+
+void ExpectSameSampling(const SamplingParams& got, const SamplingParams& want) {
+  EXPECT_EQ(got.temperature, want.temperature);
+  EXPECT_EQ(got.top_k, want.top_k);
+  EXPECT_EQ(got.top_p, want.top_p);
+  EXPECT_EQ(got.min_p, want.min_p);
+  EXPECT_EQ(got.repetition_penalty, want.repetition_penalty);
+  EXPECT_EQ(got.presence_penalty, want.presence_penalty);
+  EXPECT_EQ(got.frequency_penalty, want.frequency_penalty);
+  EXPECT_EQ(got.seed, want.seed);
+  EXPECT_EQ(got.logprobs, want.logprobs);
+}
+
+TEST(StepConvertTest, APlanSurvivesTheWireFieldForField) {
+  StepPlan plan;
+  plan.finished = {3, 5};
+  plan.new_sequences.push_back(NewSequencePlan{.seq_id = 7,
+                                               .prompt = {11, 12, 13, 14, 15, 16, 17},
+                                               .output = {18, 19},
+                                               .token_ids = {15, 16, 17, 18, 19},
+                                               .num_computed_tokens = 4,
+                                               .block_ids = {8, 2, 6},
+                                               .sampling = Seeded(),
+                                               .sample = true});
+  plan.new_sequences.push_back(NewSequencePlan{.seq_id = 9, .prompt = {1}, .output = {}, .token_ids = {1},
+                                               .num_computed_tokens = 0, .block_ids = {4},
+                                               .sampling = SamplingParams{}, .sample = true});
+  plan.continuing.push_back(ContinuingSequencePlan{.seq_id = 1, .new_block_ids = {5}, .token_ids = {4, 5},
+                                                   .sample = false});
+  plan.continuing.push_back(ContinuingSequencePlan{.seq_id = 2, .new_block_ids = {}, .token_ids = {40},
+                                                   .sample = true});
+  plan.order = {7, 1, 9, 2};
+
+  const iv1::Step proto = StepPlanToProto(plan, 42);
+  EXPECT_EQ(proto.step_id(), 42u);
+  EXPECT_FALSE(proto.new_sequences(1).sampling().has_seed()) << "an unseeded request stays unseeded";
+  absl::StatusOr<StepPlan> back = StepPlanFromProto(proto);
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_EQ(back->finished, plan.finished);
+  EXPECT_EQ(back->order, plan.order);
+  ASSERT_EQ(back->new_sequences.size(), 2u);
+  for (size_t i = 0; i < 2; ++i) {
+    const NewSequencePlan& got = back->new_sequences[i];
+    const NewSequencePlan& want = plan.new_sequences[i];
+    EXPECT_EQ(got.seq_id, want.seq_id);
+    EXPECT_EQ(got.prompt, want.prompt);
+    EXPECT_EQ(got.output, want.output);
+    EXPECT_EQ(got.token_ids, want.token_ids);
+    EXPECT_EQ(got.num_computed_tokens, want.num_computed_tokens);
+    EXPECT_EQ(got.block_ids, want.block_ids);
+    EXPECT_EQ(got.sample, want.sample);
+    ExpectSameSampling(got.sampling, want.sampling);
+  }
+  ASSERT_EQ(back->continuing.size(), 2u);
+  for (size_t i = 0; i < 2; ++i) {
+    EXPECT_EQ(back->continuing[i].seq_id, plan.continuing[i].seq_id);
+    EXPECT_EQ(back->continuing[i].new_block_ids, plan.continuing[i].new_block_ids);
+    EXPECT_EQ(back->continuing[i].token_ids, plan.continuing[i].token_ids);
+    EXPECT_EQ(back->continuing[i].sample, plan.continuing[i].sample);
+  }
+}
+
+TEST(StepConvertTest, ANewSequenceWithoutSamplingIsRefusedByName) {
+  iv1::Step step;
+  step.set_step_id(6);
+  step.add_new_sequences()->set_seq_id(12);
+  const absl::Status s = StepPlanFromProto(step).status();
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("sequence 12"), absl::string_view::npos) << s;
+  EXPECT_NE(s.message().find("NewSequence.sampling"), absl::string_view::npos) << s;
+}
+
+TEST(StepConvertTest, SampledTokensSurviveTheWire) {
+  const std::vector<StepToken> tokens = {
+      {.seq_id = 4, .sampled = {.token = 17, .logprob = -0.25f, .top = {{17, -0.25f}, {3, -2.5f}}}, .logits = {}},
+      {.seq_id = 2, .sampled = {.token = 0, .logprob = 0, .top = {}}, .logits = {}}};
+  iv1::StepResult result;
+  AppendTokens(tokens, result);
+  const std::vector<StepToken> back = TokensFromProto(result);
+  ASSERT_EQ(back.size(), tokens.size());
+  for (size_t i = 0; i < tokens.size(); ++i) {
+    EXPECT_EQ(back[i].seq_id, tokens[i].seq_id);
+    EXPECT_EQ(back[i].sampled.token, tokens[i].sampled.token);
+    EXPECT_EQ(back[i].sampled.logprob, tokens[i].sampled.logprob);
+    EXPECT_EQ(back[i].sampled.top, tokens[i].sampled.top);
+  }
+}
+
+}  // namespace
+}  // namespace tpserve

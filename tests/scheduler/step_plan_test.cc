@@ -1,0 +1,133 @@
+// ScheduledStep -> StepPlan: new sequences go out whole, known ones as
+// diffs, decodes carry the token sampled last step, order keeps prefills first.
+#include "scheduler/step_plan.h"
+
+#include <gtest/gtest.h>
+
+#include <random>
+#include <vector>
+
+#include "tests/testing/fake_step_worker.h"
+#include "tests/testing/seed.h"
+
+namespace tpserve {
+namespace {
+
+class StepPlanTest : public ::testing::Test {
+ protected:
+  StepPlan Build(const ScheduledStep& step) {
+    return BuildStepPlan(step, [this](uint64_t seq) -> const SamplingParams& {
+      looked_up_.push_back(seq);
+      return sampling_;
+    });
+  }
+  SamplingParams sampling_;
+  std::vector<uint64_t> looked_up_;
+};
+
+TEST_F(StepPlanTest, NewSequenceCarriesEverything) {
+  sampling_.temperature = 0.7f;
+  sampling_.seed = 99;
+  Sequence seq;
+  seq.id = 7;
+  seq.tokens = {11, 12, 13, 14, 15, 16, 17, 18, 19};  // 7 prompt + 2 output (after a preemption)
+  seq.num_prompt_tokens = 7;
+  seq.num_computed_tokens = 4;  // a cached prefix of one 4-token block
+  ScheduledStep step;
+  step.dropped = {3, 5};
+  step.sequences.push_back({&seq, 5, /*is_new=*/true, /*new_blocks=*/{8, 2, 6}, /*sample=*/true});
+  const StepPlan out = Build(step);
+  EXPECT_EQ(out.finished, (std::vector<uint64_t>{3, 5}));
+  ASSERT_EQ(out.new_sequences.size(), 1u);
+  EXPECT_TRUE(out.continuing.empty());
+  const NewSequencePlan& n = out.new_sequences[0];
+  EXPECT_EQ(n.seq_id, 7u);
+  EXPECT_EQ(n.prompt, (std::vector<int32_t>{11, 12, 13, 14, 15, 16, 17}));
+  EXPECT_EQ(n.output, (std::vector<int32_t>{18, 19}));
+  EXPECT_EQ(n.token_ids, (std::vector<int32_t>{15, 16, 17, 18, 19}));
+  EXPECT_EQ(n.num_computed_tokens, 4);
+  EXPECT_EQ(n.block_ids, (std::vector<int32_t>{8, 2, 6}));
+  EXPECT_TRUE(n.sample);
+  EXPECT_FLOAT_EQ(n.sampling.temperature, 0.7f);
+  EXPECT_EQ(n.sampling.seed.value_or(0), 99u);
+  EXPECT_EQ(looked_up_, (std::vector<uint64_t>{7}));
+  EXPECT_EQ(out.order, (std::vector<uint64_t>{7}));
+}
+
+TEST_F(StepPlanTest, ContinuingChunkAndDecodeAreDiffs) {
+  Sequence chunked;  // a prefill in its second chunk
+  chunked.id = 1;
+  chunked.tokens = {1, 2, 3, 4, 5, 6, 7};
+  chunked.num_prompt_tokens = 7;
+  chunked.num_computed_tokens = 3;
+  Sequence decode;  // sampled 40 last step
+  decode.id = 2;
+  decode.tokens = {9, 9, 9, 40};
+  decode.num_prompt_tokens = 3;
+  decode.num_computed_tokens = 3;
+  ScheduledStep step;
+  step.sequences.push_back({&chunked, 2, false, {5}, false});
+  step.sequences.push_back({&decode, 1, false, {}, true});
+  step.num_prefills = 1;
+  const StepPlan out = Build(step);
+  EXPECT_TRUE(looked_up_.empty()) << "known sequences must not resend their sampling parameters";
+  EXPECT_TRUE(out.new_sequences.empty());
+  ASSERT_EQ(out.continuing.size(), 2u);
+  EXPECT_EQ(out.continuing[0].seq_id, 1u);
+  EXPECT_EQ(out.continuing[0].token_ids, (std::vector<int32_t>{4, 5}));
+  EXPECT_EQ(out.continuing[0].new_block_ids, (std::vector<int32_t>{5}));
+  EXPECT_FALSE(out.continuing[0].sample);
+  EXPECT_EQ(out.continuing[1].token_ids, (std::vector<int32_t>{40}));
+  EXPECT_TRUE(out.continuing[1].new_block_ids.empty());
+  EXPECT_TRUE(out.continuing[1].sample);
+  EXPECT_EQ(out.order, (std::vector<uint64_t>{1, 2}));
+}
+
+// Random steps from the real scheduler: every token to compute is exactly the
+// scheduler's tokens[num_computed, +n), every block id the workers learn of is
+// the table's, and the order is prefills first.
+TEST_F(StepPlanTest, MatchesTheSchedulerOverRandomRuns) {
+  const uint32_t seed = testing_util::TestSeed();
+  SCOPED_TRACE(::testing::Message() << "seed " << seed);
+  std::mt19937 rng(seed);
+  BlockManager blocks(23, 4);
+  Scheduler scheduler(blocks, {.max_num_batched_tokens = 13, .max_num_seqs = 5, .max_queue = 100});
+  testing_util::FakeStepWorker workers;  // what the workers hold, from the diffs alone
+  uint64_t next = 1;
+  for (int iter = 0; iter < 200; ++iter) {
+    if (next < 40 && rng() % 3 == 0) {
+      std::vector<int32_t> prompt(1 + rng() % 19);
+      for (auto& t : prompt) t = static_cast<int32_t>(rng() % 7);  // small alphabet: prefix hits
+      ASSERT_TRUE(scheduler.Add(next++, prompt).ok());
+    }
+    ScheduledStep step = scheduler.Schedule();
+    const StepPlan out = Build(step);
+    const absl::Status followed = workers.Apply(out);
+    ASSERT_TRUE(followed.ok()) << followed;
+    bool seen_decode = false;
+    ASSERT_EQ(out.order.size(), step.sequences.size());
+    for (size_t i = 0; i < step.sequences.size(); ++i) {
+      const Sequence& seq = *step.sequences[i].seq;
+      EXPECT_EQ(out.order[i], seq.id);
+      if (step.sequences[i].num_tokens == 1) seen_decode = true;
+      else EXPECT_FALSE(seen_decode) << "a prefill after a decode";
+      const testing_util::FakeStepWorker::Sequence* held = workers.Find(seq.id);
+      ASSERT_NE(held, nullptr) << "seq " << seq.id;
+      EXPECT_EQ(held->block_table, seq.block_table) << "seq " << seq.id;
+      const auto end = seq.num_computed_tokens + step.sequences[i].num_tokens;
+      EXPECT_EQ(held->tokens, std::vector<int32_t>(seq.tokens.begin(), seq.tokens.begin() + end))
+          << "seq " << seq.id;
+    }
+    std::vector<std::pair<uint64_t, int32_t>> sampled;
+    for (const auto& s : step.sequences) {
+      if (s.sample) sampled.emplace_back(s.seq->id, static_cast<int32_t>(rng() % 7));
+    }
+    scheduler.OnStepDone(step, sampled);
+    for (const auto& s : step.sequences) {
+      if (s.seq->num_output_tokens() >= 1 + static_cast<int64_t>(s.seq->id % 5)) scheduler.Finish(s.seq->id);
+    }
+  }
+}
+
+}  // namespace
+}  // namespace tpserve
