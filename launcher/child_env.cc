@@ -10,9 +10,20 @@ extern char** environ;
 namespace tpserve {
 namespace {
 
-bool IsOuterRankVariable(const std::string& name) {
-  return absl::StartsWith(name, "OMPI_COMM_WORLD_") || name == "PMI_RANK" || name == "PMI_SIZE" ||
-         name == "MPI_LOCALRANKID" || name == "MPI_LOCALNRANKS";
+// Variables by which an outer launcher places a process in its job: Open MPI
+// (every OMPI_ variable, not only OMPI_COMM_WORLD_*), PMI and PMIx (PMI_RANK,
+// PMIX_RANK, PMI_FD, ...), MPICH/Hydra's local rank, and torchrun's (set
+// afresh below). A launched rank belongs to our group, not to that job.
+bool IsOuterLaunchVariable(const std::string& name) {
+  for (const char* prefix : {"OMPI_", "PMI_", "PMIX_", "TORCHELASTIC_"}) {
+    if (absl::StartsWith(name, prefix)) return true;
+  }
+  for (const char* exact : {"MPI_LOCALRANKID", "MPI_LOCALNRANKS", "RANK", "LOCAL_RANK", "WORLD_SIZE",
+                            "LOCAL_WORLD_SIZE", "GROUP_RANK", "GROUP_WORLD_SIZE", "ROLE_RANK", "ROLE_WORLD_SIZE",
+                            "ROLE_NAME", "MASTER_ADDR", "MASTER_PORT", "TPSERVE_LAUNCHER"}) {
+    if (name == exact) return true;
+  }
+  return false;
 }
 
 }  // namespace
@@ -31,7 +42,7 @@ std::vector<std::string> RankEnvironment(const LaunchOptions& options, int local
   };
   for (const std::string& entry : parent_env) {
     const size_t eq = entry.find('=');
-    if (eq != std::string::npos && IsOuterRankVariable(entry.substr(0, eq))) continue;
+    if (eq != std::string::npos && IsOuterLaunchVariable(entry.substr(0, eq))) continue;
     set(entry);
   }
   const std::string n = absl::StrCat(options.nproc_per_node), r = absl::StrCat(local_rank);

@@ -7,9 +7,12 @@
 //   ROLE_RANK=r ROLE_WORLD_SIZE=N ROLE_NAME=default MASTER_ADDR MASTER_PORT
 //   TORCHELASTIC_RESTART_COUNT=0 TORCHELASTIC_MAX_RESTARTS=0 TORCHELASTIC_RUN_ID=none
 //   TPSERVE_LAUNCHER=1
-// Removed: OMPI_COMM_WORLD_*, PMI_RANK, PMI_SIZE, MPI_LOCALRANKID, MPI_LOCALNRANKS
-// (rank_env.h reads those before the torchrun ones, so a launcher that itself
-// runs under mpirun would otherwise hand every child the launcher's rank).
+// Removed, the one list of an outer launcher's variables (every launcher of
+// local ranks goes through here): OMPI_*, PMI_*, PMIX_*, MPI_LOCALRANKID,
+// MPI_LOCALNRANKS, and the torchrun variables above and TORCHELASTIC_* (set
+// afresh). comm/rank_env.h reads the MPI and PMI ones before the torchrun ones,
+// so a launcher that itself runs under mpirun would otherwise hand every child
+// the launcher's rank.
 #pragma once
 
 #include <string>

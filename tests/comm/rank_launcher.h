@@ -1,5 +1,6 @@
-// Starts comm_test_rank processes (one per rank) with posix_spawn and waits for
-// them with a deadline, killing them all when it passes, so a hang fails fast.
+// Starts comm_test_rank processes (one per rank) through launcher/'s process
+// group and waits for them with a deadline, killing those still running when it
+// passes, so a hang fails fast.
 #pragma once
 
 #include <chrono>
@@ -8,7 +9,7 @@
 
 namespace tpserve::comm_test {
 
-std::string FreshTempDir(const std::string& tag);  // mkdtemp under TMPDIR
+std::string FreshTempDir(const std::string& tag);  // launcher/temp_dir.h; empty on failure
 
 struct RankResult {
   int rank = 0;

@@ -35,7 +35,8 @@ TEST(RankEnvironment, SetsTorchrunVariablesAndDropsOuterLaunchers) {
   o.extra_env = {"EXTRA=1", "RANK=overridden-by-extra"};
   const std::vector<std::string> parent = {"PATH=/bin", "RANK=99", "OMPI_COMM_WORLD_RANK=5",
                                            "OMPI_COMM_WORLD_SIZE=9", "PMI_RANK=2", "PMI_SIZE=4",
-                                           "MPI_LOCALRANKID=1", "MPI_LOCALNRANKS=2", "A=b=c", "broken"};
+                                           "MPI_LOCALRANKID=1", "MPI_LOCALNRANKS=2", "PMIX_RANK=3",
+                                           "OMPI_MCA_pml=ob1", "TORCHELASTIC_RUN_ID=outer", "A=b=c", "broken"};
   const std::string env = Dump(RankEnvironment(o, 5, parent));
   EXPECT_EQ(EnvValue(env, "PATH"), "/bin");
   EXPECT_EQ(EnvValue(env, "A"), "b=c");
@@ -50,8 +51,9 @@ TEST(RankEnvironment, SetsTorchrunVariablesAndDropsOuterLaunchers) {
   EXPECT_EQ(EnvValue(env, "MASTER_ADDR"), "10.0.0.3");
   EXPECT_EQ(EnvValue(env, "MASTER_PORT"), "4111");
   EXPECT_EQ(EnvValue(env, "TPSERVE_LAUNCHER"), "1");
+  EXPECT_EQ(EnvValue(env, "TORCHELASTIC_RUN_ID"), "none");  // ours, not the outer job's
   for (const char* gone : {"OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "PMI_RANK", "PMI_SIZE",
-                           "MPI_LOCALRANKID", "MPI_LOCALNRANKS", "broken"}) {
+                           "MPI_LOCALRANKID", "MPI_LOCALNRANKS", "PMIX_RANK", "OMPI_MCA_pml", "broken"}) {
     EXPECT_FALSE(EnvValue(env, gone).has_value()) << gone;
   }
   // Each name once.

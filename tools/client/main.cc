@@ -12,7 +12,6 @@
 // --json one JSON line per chunk {"token_ids": [...], "text": "..."} and a final
 // {"finish_reason", "matched_stop", "usage", "timing"} line. An error prints
 // "tpserve-client: CODE: message" and exits 1 (2 for bad usage).
-#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <iostream>
@@ -30,6 +29,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "base/flag_spelling.h"
 #include "health.grpc.pb.h"
 #include "nlohmann/json.hpp"
 #include "tpserve/v1/generation.grpc.pb.h"
@@ -114,33 +114,39 @@ std::string FinishName(v1::FinishReason reason) {
   }
 }
 
-int Generate(v1::Generation::Stub& stub, const std::vector<std::string>& stops) {
-  v1::GenerateRequest request;
-  request.set_request_id(absl::GetFlag(FLAGS_request_id));
+// The request's input from --prompt, --prompt-ids or --chat (+ --system);
+// a usage error, or empty when they fit.
+std::string SetInputFromFlags(v1::GenerateRequest& request) {
   const int inputs = Given("prompt") + Given("prompt_ids") + Given("chat");
-  if (inputs != 1) return Usage("generate: give exactly one of --prompt, --prompt-ids or --chat");
+  if (inputs != 1) return "generate: give exactly one of --prompt, --prompt-ids or --chat";
   if (Given("prompt")) {
     request.set_prompt(absl::GetFlag(FLAGS_prompt));
-  } else if (Given("prompt_ids")) {
+    return "";
+  }
+  if (Given("prompt_ids")) {
     for (absl::string_view piece : absl::StrSplit(absl::GetFlag(FLAGS_prompt_ids), ',', absl::SkipWhitespace())) {
       uint32_t id = 0;
-      if (!absl::SimpleAtoi(piece, &id)) {
-        return Usage(absl::StrCat("--prompt-ids: \"", piece, "\" is not a token id"));
-      }
+      if (!absl::SimpleAtoi(piece, &id)) return absl::StrCat("--prompt-ids: \"", piece, "\" is not a token id");
       request.mutable_prompt_token_ids()->add_ids(id);
     }
-  } else {
-    v1::Chat* chat = request.mutable_chat();
-    chat->set_add_generation_prompt(true);
-    if (Given("system")) {
-      v1::ChatMessage* m = chat->add_messages();
-      m->set_role("system");
-      m->set_content(absl::GetFlag(FLAGS_system));
-    }
-    v1::ChatMessage* m = chat->add_messages();
-    m->set_role("user");
-    m->set_content(absl::GetFlag(FLAGS_chat));
+    return "";
   }
+  v1::Chat* chat = request.mutable_chat();
+  chat->set_add_generation_prompt(true);
+  if (Given("system")) {
+    v1::ChatMessage* m = chat->add_messages();
+    m->set_role("system");
+    m->set_content(absl::GetFlag(FLAGS_system));
+  }
+  v1::ChatMessage* m = chat->add_messages();
+  m->set_role("user");
+  m->set_content(absl::GetFlag(FLAGS_chat));
+  return "";
+}
+
+// Sampling, stopping and log-prob fields from the flags given (unset flags stay
+// unset: the server's defaults); a usage error, or empty when they fit.
+std::string SetParamsFromFlags(const std::vector<std::string>& stops, v1::GenerateRequest& request) {
   v1::SamplingParams* s = request.mutable_sampling();
   if (Given("temperature")) s->set_temperature(static_cast<float>(absl::GetFlag(FLAGS_temperature)));
   if (Given("top_p")) s->set_top_p(static_cast<float>(absl::GetFlag(FLAGS_top_p)));
@@ -150,15 +156,71 @@ int Generate(v1::Generation::Stub& stub, const std::vector<std::string>& stops) 
   v1::StoppingParams* st = request.mutable_stopping();
   if (Given("max_tokens")) {
     const int64_t n = absl::GetFlag(FLAGS_max_tokens);
-    if (n < 0) return Usage("--max-tokens must not be negative");
+    if (n < 0) return "--max-tokens must not be negative";
     st->set_max_tokens(static_cast<uint32_t>(n));
   }
   for (const std::string& stop : stops) st->add_stop(stop);
   st->set_ignore_eos(absl::GetFlag(FLAGS_ignore_eos));
   if (Given("logprobs")) {
-    if (absl::GetFlag(FLAGS_logprobs) < 0) return Usage("--logprobs must not be negative");
+    if (absl::GetFlag(FLAGS_logprobs) < 0) return "--logprobs must not be negative";
     request.set_logprobs(static_cast<uint32_t>(absl::GetFlag(FLAGS_logprobs)));
   }
+  return "";
+}
+
+void PrintJsonLine(const nlohmann::json& line) {
+  std::cout << line.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) << "\n" << std::flush;
+}
+
+// One streamed chunk: its text, or with --json a {"token_ids", "text"[, "logprobs"]} line.
+void PrintChunk(const v1::Chunk& chunk, bool json) {
+  if (!json) {
+    std::cout << chunk.text() << std::flush;
+    return;
+  }
+  nlohmann::json line = {{"token_ids", std::vector<uint32_t>(chunk.token_ids().begin(), chunk.token_ids().end())},
+                         {"text", chunk.text()}};
+  if (!chunk.logprobs().empty()) {
+    nlohmann::json lps = nlohmann::json::array();
+    for (const v1::TokenLogprob& lp : chunk.logprobs()) {
+      nlohmann::json top = nlohmann::json::array();
+      for (const v1::TopLogprob& t : lp.top()) top.push_back({{"token_id", t.token_id()}, {"logprob", t.logprob()}});
+      lps.push_back({{"token_id", lp.token_id()}, {"logprob", lp.logprob()}, {"top", top}});
+    }
+    line["logprobs"] = lps;
+  }
+  PrintJsonLine(line);
+}
+
+// The end of a request: a summary line on stderr, or with --json one JSON line.
+void PrintComplete(const v1::GenerateResponse& response, bool json) {
+  const v1::Complete& c = response.complete();
+  if (json) {
+    PrintJsonLine({{"request_id", response.request_id()},
+                   {"finish_reason", FinishName(c.finish_reason())},
+                   {"matched_stop", c.matched_stop()},
+                   {"usage", {{"prompt_tokens", c.usage().prompt_tokens()},
+                              {"completion_tokens", c.usage().completion_tokens()},
+                              {"cached_tokens", c.usage().cached_tokens()}}},
+                   {"timing", {{"queue_seconds", c.timing().queue_seconds()},
+                               {"time_to_first_token_seconds", c.timing().time_to_first_token_seconds()},
+                               {"total_seconds", c.timing().total_seconds()}}}});
+    return;
+  }
+  std::cout << "\n" << std::flush;
+  std::fprintf(stderr,
+               "[%s; prompt %u, completion %u, cached %u tokens; queue %.3f s, first token %.3f s, "
+               "total %.3f s]\n",
+               FinishName(c.finish_reason()).c_str(), c.usage().prompt_tokens(), c.usage().completion_tokens(),
+               c.usage().cached_tokens(), c.timing().queue_seconds(), c.timing().time_to_first_token_seconds(),
+               c.timing().total_seconds());
+}
+
+int Generate(v1::Generation::Stub& stub, const std::vector<std::string>& stops) {
+  v1::GenerateRequest request;
+  request.set_request_id(absl::GetFlag(FLAGS_request_id));
+  if (std::string error = SetInputFromFlags(request); !error.empty()) return Usage(error);
+  if (std::string error = SetParamsFromFlags(stops, request); !error.empty()) return Usage(error);
 
   const bool json = absl::GetFlag(FLAGS_json);
   grpc::ClientContext context;
@@ -169,48 +231,11 @@ int Generate(v1::Generation::Stub& stub, const std::vector<std::string>& stops) 
   bool printed_text = false;
   while (reader->Read(&response)) {
     if (response.has_chunk()) {
-      const v1::Chunk& chunk = response.chunk();
-      if (json) {
-        nlohmann::json line = {{"token_ids", std::vector<uint32_t>(chunk.token_ids().begin(), chunk.token_ids().end())},
-                               {"text", chunk.text()}};
-        if (!chunk.logprobs().empty()) {
-          nlohmann::json lps = nlohmann::json::array();
-          for (const v1::TokenLogprob& lp : chunk.logprobs()) {
-            nlohmann::json top = nlohmann::json::array();
-            for (const v1::TopLogprob& t : lp.top()) top.push_back({{"token_id", t.token_id()}, {"logprob", t.logprob()}});
-            lps.push_back({{"token_id", lp.token_id()}, {"logprob", lp.logprob()}, {"top", top}});
-          }
-          line["logprobs"] = lps;
-        }
-        std::cout << line.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) << "\n" << std::flush;
-      } else {
-        std::cout << chunk.text() << std::flush;
-        printed_text = printed_text || !chunk.text().empty();
-      }
+      PrintChunk(response.chunk(), json);
+      printed_text = printed_text || (!json && !response.chunk().text().empty());
     } else if (response.has_complete()) {
       completed = true;
-      const v1::Complete& c = response.complete();
-      if (json) {
-        nlohmann::json line = {
-            {"request_id", response.request_id()},
-            {"finish_reason", FinishName(c.finish_reason())},
-            {"matched_stop", c.matched_stop()},
-            {"usage", {{"prompt_tokens", c.usage().prompt_tokens()},
-                       {"completion_tokens", c.usage().completion_tokens()},
-                       {"cached_tokens", c.usage().cached_tokens()}}},
-            {"timing", {{"queue_seconds", c.timing().queue_seconds()},
-                        {"time_to_first_token_seconds", c.timing().time_to_first_token_seconds()},
-                        {"total_seconds", c.timing().total_seconds()}}}};
-        std::cout << line.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) << "\n" << std::flush;
-      } else {
-        std::cout << "\n" << std::flush;
-        std::fprintf(stderr,
-                     "[%s; prompt %u, completion %u, cached %u tokens; queue %.3f s, first token %.3f s, "
-                     "total %.3f s]\n",
-                     FinishName(c.finish_reason()).c_str(), c.usage().prompt_tokens(),
-                     c.usage().completion_tokens(), c.usage().cached_tokens(), c.timing().queue_seconds(),
-                     c.timing().time_to_first_token_seconds(), c.timing().total_seconds());
-      }
+      PrintComplete(response, json);
     }
   }
   grpc::Status status = reader->Finish();
@@ -286,34 +311,31 @@ int Abort(v1::Generation::Stub& stub) {
 int main(int argc, char** argv) {
   absl::SetProgramUsageMessage(
       "tpserve-client generate|info|health|abort --server HOST:PORT [options]; see --help");
-  // --stop may repeat: take every occurrence out before absl parses the rest.
-  // Flag names are written with dashes (--max-tokens); absl wants underscores.
+  // --stop may repeat: take every occurrence (and its value, as written) out
+  // before absl parses the rest.
   std::vector<std::string> stops;
-  std::vector<std::string> args;
-  for (int i = 0; i < argc; ++i) {
-    std::string a = argv[i];
-    if (i > 0 && a.rfind("--", 0) == 0 && a.size() > 2) {
-      const size_t eq = a.find('=');
-      std::string name = a.substr(2, eq == std::string::npos ? std::string::npos : eq - 2);
-      std::replace(name.begin(), name.end(), '-', '_');
-      a = "--" + name + (eq == std::string::npos ? "" : a.substr(eq));
-      GivenFlags().insert(name.rfind("no", 0) == 0 ? name.substr(2) : name);
-      if (name == "stop") {
-        if (eq != std::string::npos) {
-          stops.push_back(a.substr(eq + 1));
-        } else if (i + 1 < argc) {
-          stops.emplace_back(argv[++i]);
-        } else {
-          return Usage("--stop needs a value");
-        }
-        continue;
-      }
+  std::vector<char*> rest = {argv[0]};
+  for (int i = 1; i < argc; ++i) {
+    const std::string_view a = argv[i];
+    if (a == "--stop") {
+      if (i + 1 >= argc) return Usage("--stop needs a value");
+      stops.emplace_back(argv[++i]);
+    } else if (a.starts_with("--stop=")) {
+      stops.emplace_back(a.substr(7));
+    } else {
+      rest.push_back(argv[i]);
     }
-    args.push_back(std::move(a));
   }
-  std::vector<char*> rest;
-  for (std::string& a : args) rest.push_back(a.data());
-  std::vector<char*> positional = absl::ParseCommandLine(static_cast<int>(rest.size()), rest.data());
+  // Flag names are written with dashes (--max-tokens); absl wants underscores.
+  std::vector<std::string> args = tpserve::UnderscoreFlagNames(static_cast<int>(rest.size()), rest.data());
+  for (size_t i = 1; i < args.size() && args[i] != "--"; ++i) {
+    if (!args[i].starts_with("--") || args[i].size() <= 2) continue;
+    const std::string name = args[i].substr(2, args[i].find('=') - 2);
+    GivenFlags().insert(name.starts_with("no") ? name.substr(2) : name);
+  }
+  std::vector<char*> pointers;
+  for (std::string& a : args) pointers.push_back(a.data());
+  std::vector<char*> positional = absl::ParseCommandLine(static_cast<int>(pointers.size()), pointers.data());
   if (positional.size() != 2) return Usage("give one command: generate, info, health or abort (see --help)");
   const std::string command = positional[1];
   auto channel = grpc::CreateChannel(absl::GetFlag(FLAGS_server), grpc::InsecureChannelCredentials());

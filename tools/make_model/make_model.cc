@@ -6,8 +6,9 @@
 #include <fstream>
 #include <map>
 #include <optional>
-#include <sstream>
 
+#include "absl/strings/str_cat.h"
+#include "base/status_macros.h"
 #include "model/safetensors.h"
 #include "nlohmann/json.hpp"
 #include "tools/make_model/random.h"
@@ -18,15 +19,8 @@ namespace {
 
 using OJson = nlohmann::ordered_json;
 
-template <typename... Parts>
-std::string Cat(const Parts&... parts) {
-  std::ostringstream out;
-  (out << ... << parts);
-  return out.str();
-}
-
 absl::Status BadOption(std::string_view option, std::string_view what) {
-  return absl::InvalidArgumentError(Cat("tpserve-make-model: --", option, " ", what, " (see --help)"));
+  return absl::InvalidArgumentError(absl::StrCat("tpserve-make-model: --", std::string(option), " ", std::string(what), " (see --help)"));
 }
 
 const std::vector<std::string>& KnownOptions() {
@@ -42,9 +36,9 @@ absl::StatusOr<int64_t> ParseInt(std::string_view option, const std::string& val
   const char* end = value.data() + value.size();
   auto [ptr, ec] = std::from_chars(value.data(), end, v);
   if (ec != std::errc() || ptr != end || value.empty()) {
-    return BadOption(option, Cat("expects an integer, got \"", value, "\""));
+    return BadOption(option, absl::StrCat("expects an integer, got \"", value, "\""));
   }
-  if (v < min) return BadOption(option, Cat("must be at least ", min, ", got ", v));
+  if (v < min) return BadOption(option, absl::StrCat("must be at least ", min, ", got ", v));
   return v;
 }
 
@@ -52,7 +46,7 @@ absl::StatusOr<double> ParsePositiveDouble(std::string_view option, const std::s
   char* end = nullptr;
   const double v = std::strtod(value.c_str(), &end);
   if (value.empty() || end != value.c_str() + value.size() || !(v > 0)) {
-    return BadOption(option, Cat("expects a positive number, got \"", value, "\""));
+    return BadOption(option, absl::StrCat("expects a positive number, got \"", value, "\""));
   }
   return v;
 }
@@ -70,7 +64,7 @@ absl::Status ApplyPreset(const std::string& name, MakeModelOptions& o) {
     o.vocab = 128256, o.max_pos = 131072, o.rope_theta = 500000, o.rms_norm_eps = 1e-5, o.tie = true;
     o.rope_scaling = RopeScaling{RopeScaling::Type::kLlama3, 32.0, 1.0, 4.0, 8192};
   } else {
-    return BadOption("preset", Cat("\"", name, "\" is unknown; supported: qwen3-0.6b, llama-3.2-1b"));
+    return BadOption("preset", absl::StrCat("\"", name, "\" is unknown; supported: qwen3-0.6b, llama-3.2-1b"));
   }
   return absl::OkStatus();
 }
@@ -79,7 +73,7 @@ absl::StatusOr<Architecture> ParseArch(const std::string& value) {
   if (value == "llama") return Architecture::kLlama;
   if (value == "qwen3") return Architecture::kQwen3;
   if (value == "qwen2") return Architecture::kQwen2;
-  return BadOption("arch", Cat("\"", value, "\" is unknown; supported: llama, qwen3, qwen2"));
+  return BadOption("arch", absl::StrCat("\"", value, "\" is unknown; supported: llama, qwen3, qwen2"));
 }
 
 std::string_view ModelType(Architecture arch) {
@@ -104,7 +98,7 @@ absl::Status WriteJson(const std::filesystem::path& path, const OJson& j) {
   std::ofstream out(path, std::ios::binary);
   out << j.dump(2) << "\n";
   out.close();
-  if (!out) return absl::InternalError(Cat("cannot write ", path.string(), "; check that the folder is writable"));
+  if (!out) return absl::InternalError(absl::StrCat("cannot write ", path.string(), "; check that the folder is writable"));
   return absl::OkStatus();
 }
 
@@ -123,9 +117,9 @@ absl::Status RemoveStaleWeights(const std::filesystem::path& dir) {
                        (name.rfind("model-", 0) == 0 && name.find("-of-") != std::string::npos &&
                         name.size() > 12 && name.ends_with(".safetensors"));
     if (stale) std::filesystem::remove(entry.path(), ec);
-    if (ec) return absl::InternalError(Cat("cannot remove old ", entry.path().string(), ": ", ec.message()));
+    if (ec) return absl::InternalError(absl::StrCat("cannot remove old ", entry.path().string(), ": ", ec.message()));
   }
-  if (ec) return absl::InternalError(Cat("cannot list ", dir.string(), ": ", ec.message()));
+  if (ec) return absl::InternalError(absl::StrCat("cannot list ", dir.string(), ": ", ec.message()));
   return absl::OkStatus();
 }
 
@@ -223,8 +217,21 @@ Writes a random-weight model in the Hugging Face layout into folder OUT.
 )";
 }
 
-absl::StatusOr<MakeModelOptions> ParseArgs(std::span<const std::string> args) {
-  std::map<std::string, std::string> given;
+namespace {
+
+// The options given on the command line, by name (without "--"), and OUT.
+struct GivenArgs {
+  std::map<std::string, std::string> options;
+  std::filesystem::path out;
+
+  bool has(const char* name) const { return options.contains(name); }
+  const std::string& operator[](const char* name) const { return options.at(name); }
+};
+
+// Splits --name value / --name=value options from the one positional OUT;
+// an unknown, repeated or value-less option is an error naming it.
+absl::StatusOr<GivenArgs> CollectArgs(std::span<const std::string> args) {
+  GivenArgs given;
   std::vector<std::string> positional;
   for (size_t i = 0; i < args.size(); ++i) {
     const std::string& a = args[i];
@@ -244,33 +251,33 @@ absl::StatusOr<MakeModelOptions> ParseArgs(std::span<const std::string> args) {
     bool known = false;
     for (const std::string& k : KnownOptions()) known = known || k == name;
     if (!known) return BadOption(name, "is not an option");
-    if (!given.emplace(name, value).second) return BadOption(name, "is given twice");
+    if (!given.options.emplace(name, value).second) return BadOption(name, "is given twice");
   }
   if (positional.size() != 1) {
-    return absl::InvalidArgumentError(
-        Cat("tpserve-make-model: give exactly one output folder OUT (got ", positional.size(), ")\n\n", Usage()));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "tpserve-make-model: give exactly one output folder OUT (got ", positional.size(), ")\n\n", Usage()));
   }
-  MakeModelOptions o;
-  o.out = positional[0];
-  auto has = [&](const char* k) { return given.contains(k); };
+  given.out = positional[0];
+  return given;
+}
 
-  bool arch_set = false;
-  if (has("preset")) {
-    if (absl::Status s = ApplyPreset(given["preset"], o); !s.ok()) return s;
-    arch_set = true;
-  }
-  if (has("arch")) {
-    absl::StatusOr<Architecture> arch = ParseArch(given["arch"]);
-    if (!arch.ok()) return arch.status();
-    if (arch_set && *arch != o.arch) {
-      return BadOption("arch", Cat("\"", given["arch"], "\" contradicts --preset ", given["preset"]));
+// --preset then --arch (which must agree with the preset); one of them is required.
+absl::Status ApplyArchitecture(const GivenArgs& given, MakeModelOptions& o) {
+  if (given.has("preset")) TPSERVE_RETURN_IF_ERROR(ApplyPreset(given["preset"], o));
+  if (given.has("arch")) {
+    TPSERVE_ASSIGN_OR_RETURN(const Architecture arch, ParseArch(given["arch"]));
+    if (given.has("preset") && arch != o.arch) {
+      return BadOption("arch", absl::StrCat("\"", given["arch"], "\" contradicts --preset ", given["preset"]));
     }
-    o.arch = *arch;
-    arch_set = true;
+    o.arch = arch;
+  } else if (!given.has("preset")) {
+    return BadOption("arch", "is required (llama, qwen3 or qwen2) unless --preset is given");
   }
-  if (!arch_set) return BadOption("arch", "is required (llama, qwen3 or qwen2) unless --preset is given");
-  const bool llama = o.arch == Architecture::kLlama;
+  return absl::OkStatus();
+}
 
+// The sizes, seed, tie, dtype, tokenizer and shard options, over the preset.
+absl::Status ApplySizeOptions(const GivenArgs& given, MakeModelOptions& o) {
   struct IntOption {
     const char* name;
     int64_t* dst;
@@ -281,40 +288,38 @@ absl::StatusOr<MakeModelOptions> ParseArgs(std::span<const std::string> args) {
                               IntOption{"kv-heads", &o.kv_heads, 1}, IntOption{"head-dim", &o.head_dim, 2},
                               IntOption{"vocab", &o.vocab, 1}, IntOption{"max-pos", &o.max_pos, 1},
                               IntOption{"shards", &o.shards, 1}}) {
-    if (!has(io.name)) continue;
-    absl::StatusOr<int64_t> v = ParseInt(io.name, given[io.name], io.min);
-    if (!v.ok()) return v.status();
-    *io.dst = *v;
-  }
-  if (has("seed")) {
-    absl::StatusOr<int64_t> v = ParseInt("seed", given["seed"], 0);
-    if (!v.ok()) return v.status();
-    o.seed = static_cast<uint64_t>(*v);
-  }
-  if (has("tie")) {
-    const std::string& t = given["tie"];
-    if (t != "0" && t != "1") return BadOption("tie", Cat("expects 0 or 1, got \"", t, "\""));
-    o.tie = t == "1";
-  }
-  if (has("dtype")) {
-    const std::string& d = given["dtype"];
-    if (d == "bf16") {
-      o.dtype = DType::kBF16;
-    } else if (d == "f32") {
-      o.dtype = DType::kF32;
-    } else {
-      return BadOption("dtype", Cat("\"", d, "\" is unknown; supported: bf16, f32"));
+    if (given.has(io.name)) {
+      TPSERVE_ASSIGN_OR_RETURN(*io.dst, ParseInt(io.name, given[io.name], io.min));
     }
   }
-  if (has("tokenizer")) o.tokenizer_dir = given["tokenizer"];
-  if (has("max-shard-mb")) {
-    if (has("shards")) return BadOption("max-shard-mb", "and --shards exclude each other");
-    absl::StatusOr<int64_t> v = ParseInt("max-shard-mb", given["max-shard-mb"], 1);
-    if (!v.ok()) return v.status();
-    o.auto_shard_bytes = static_cast<uint64_t>(*v) * 1'000'000;
+  if (given.has("seed")) {
+    TPSERVE_ASSIGN_OR_RETURN(const int64_t seed, ParseInt("seed", given["seed"], 0));
+    o.seed = static_cast<uint64_t>(seed);
   }
+  if (given.has("tie")) {
+    const std::string& t = given["tie"];
+    if (t != "0" && t != "1") return BadOption("tie", absl::StrCat("expects 0 or 1, got \"", t, "\""));
+    o.tie = t == "1";
+  }
+  if (given.has("dtype")) {
+    const std::string& d = given["dtype"];
+    if (d != "bf16" && d != "f32") {
+      return BadOption("dtype", absl::StrCat("\"", d, "\" is unknown; supported: bf16, f32"));
+    }
+    o.dtype = d == "bf16" ? DType::kBF16 : DType::kF32;
+  }
+  if (given.has("tokenizer")) o.tokenizer_dir = given["tokenizer"];
+  if (given.has("max-shard-mb")) {
+    if (given.has("shards")) return BadOption("max-shard-mb", "and --shards exclude each other");
+    TPSERVE_ASSIGN_OR_RETURN(const int64_t mb, ParseInt("max-shard-mb", given["max-shard-mb"], 1));
+    o.auto_shard_bytes = static_cast<uint64_t>(mb) * 1'000'000;
+  }
+  return absl::OkStatus();
+}
 
-  // Defaults for what neither a preset nor an option set.
+// Defaults for what neither a preset nor an option set, then the shape checks.
+absl::Status ApplyDefaults(const GivenArgs& given, MakeModelOptions& o) {
+  const bool llama = o.arch == Architecture::kLlama;
   if (o.hidden == 0) o.hidden = 64;
   if (o.intermediate == 0) o.intermediate = 160;
   if (o.layers == 0) o.layers = 2;
@@ -323,22 +328,27 @@ absl::StatusOr<MakeModelOptions> ParseArgs(std::span<const std::string> args) {
   if (o.max_pos == 0) o.max_pos = 2048;
   if (o.head_dim == 0) {
     if (o.hidden % o.heads != 0) {
-      return BadOption("head-dim", Cat("is needed: --heads ", o.heads, " does not divide --hidden ", o.hidden));
+      return BadOption("head-dim",
+                       absl::StrCat("is needed: --heads ", o.heads, " does not divide --hidden ", o.hidden));
     }
     o.head_dim = o.hidden / o.heads;
   }
   if (o.rms_norm_eps == 0) o.rms_norm_eps = llama ? 1e-5 : 1e-6;
   if (o.rope_theta == 0) o.rope_theta = llama ? 500000.0 : 1000000.0;
-  if (!has("preset") && llama) {
+  if (!given.has("preset") && llama) {
     // A small original context so the scaled and smooth bands matter at short positions.
     o.rope_scaling = RopeScaling{RopeScaling::Type::kLlama3, 8.0, 1.0, 4.0, 256};
   }
-
   if (o.heads % o.kv_heads != 0) {
-    return BadOption("kv-heads", Cat("(", o.kv_heads, ") must divide --heads (", o.heads, ")"));
+    return BadOption("kv-heads", absl::StrCat("(", o.kv_heads, ") must divide --heads (", o.heads, ")"));
   }
-  if (o.head_dim % 2 != 0) return BadOption("head-dim", Cat("(", o.head_dim, ") must be even for RoPE"));
-  if (has("rope-scaling")) {
+  if (o.head_dim % 2 != 0) return BadOption("head-dim", absl::StrCat("(", o.head_dim, ") must be even for RoPE"));
+  return absl::OkStatus();
+}
+
+// --rope-scaling, --rope-factor, --rope-original-max and --rope-theta.
+absl::Status ApplyRopeOptions(const GivenArgs& given, MakeModelOptions& o) {
+  if (given.has("rope-scaling")) {
     const std::string& r = given["rope-scaling"];
     if (r == "none") {
       o.rope_scaling = RopeScaling{};
@@ -347,32 +357,42 @@ absl::StatusOr<MakeModelOptions> ParseArgs(std::span<const std::string> args) {
         o.rope_scaling = RopeScaling{RopeScaling::Type::kLlama3, 8.0, 1.0, 4.0, 256};
       }
     } else {
-      return BadOption("rope-scaling", Cat("\"", r, "\" is unknown; supported: llama3, none"));
+      return BadOption("rope-scaling", absl::StrCat("\"", r, "\" is unknown; supported: llama3, none"));
     }
   }
   for (const char* k : {"rope-factor", "rope-original-max"}) {
-    if (has(k) && o.rope_scaling.type != RopeScaling::Type::kLlama3) {
+    if (given.has(k) && o.rope_scaling.type != RopeScaling::Type::kLlama3) {
       return BadOption(k, "only applies with --rope-scaling llama3");
     }
   }
-  if (has("rope-factor")) {
-    absl::StatusOr<double> v = ParsePositiveDouble("rope-factor", given["rope-factor"]);
-    if (!v.ok()) return v.status();
-    o.rope_scaling.factor = *v;
+  if (given.has("rope-factor")) {
+    TPSERVE_ASSIGN_OR_RETURN(o.rope_scaling.factor, ParsePositiveDouble("rope-factor", given["rope-factor"]));
   }
-  if (has("rope-original-max")) {
-    absl::StatusOr<int64_t> v = ParseInt("rope-original-max", given["rope-original-max"], 1);
-    if (!v.ok()) return v.status();
-    o.rope_scaling.original_max_position_embeddings = *v;
+  if (given.has("rope-original-max")) {
+    TPSERVE_ASSIGN_OR_RETURN(o.rope_scaling.original_max_position_embeddings,
+                             ParseInt("rope-original-max", given["rope-original-max"], 1));
   }
-  if (has("rope-theta")) {
-    absl::StatusOr<double> v = ParsePositiveDouble("rope-theta", given["rope-theta"]);
-    if (!v.ok()) return v.status();
-    o.rope_theta = *v;
+  if (given.has("rope-theta")) {
+    TPSERVE_ASSIGN_OR_RETURN(o.rope_theta, ParsePositiveDouble("rope-theta", given["rope-theta"]));
   }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<MakeModelOptions> ParseArgs(std::span<const std::string> args) {
+  TPSERVE_ASSIGN_OR_RETURN(const GivenArgs given, CollectArgs(args));
+  MakeModelOptions o;
+  o.out = given.out;
+  TPSERVE_RETURN_IF_ERROR(ApplyArchitecture(given, o));
+  TPSERVE_RETURN_IF_ERROR(ApplySizeOptions(given, o));
+  TPSERVE_RETURN_IF_ERROR(ApplyDefaults(given, o));
+  TPSERVE_RETURN_IF_ERROR(ApplyRopeOptions(given, o));
   if (o.shards > 0) {
     const int64_t n = static_cast<int64_t>(PlanTensors(o).size());
-    if (o.shards > n) return BadOption("shards", Cat("(", o.shards, ") exceeds the number of tensors (", n, ")"));
+    if (o.shards > n) {
+      return BadOption("shards", absl::StrCat("(", o.shards, ") exceeds the number of tensors (", n, ")"));
+    }
   }
   return o;
 }
@@ -387,7 +407,7 @@ std::vector<TensorSpec> PlanTensors(const MakeModelOptions& o) {
   const int64_t V = std::max<int64_t>(o.vocab, 1);
   t.push_back({"model.embed_tokens.weight", {V, D}, in_d, false});
   for (int64_t i = 0; i < o.layers; ++i) {
-    const std::string p = Cat("model.layers.", i, ".");
+    const std::string p = absl::StrCat("model.layers.", i, ".");
     t.push_back({p + "input_layernorm.weight", {D}, kNormSpread, true});
     t.push_back({p + "self_attn.q_proj.weight", {q_out, D}, kQkGain * in_d, false});
     t.push_back({p + "self_attn.k_proj.weight", {kv_out, D}, kQkGain * in_d, false});
@@ -452,7 +472,7 @@ absl::Status MakeModel(const MakeModelOptions& options) {
   MakeModelOptions o = options;
   std::error_code ec;
   std::filesystem::create_directories(o.out, ec);
-  if (ec) return absl::InternalError(Cat("cannot create ", o.out.string(), ": ", ec.message()));
+  if (ec) return absl::InternalError(absl::StrCat("cannot create ", o.out.string(), ": ", ec.message()));
 
   // Tokenizer first: the vocabulary must cover it.
   const TokenizerFamily family = o.arch == Architecture::kLlama ? TokenizerFamily::kLlama3 : TokenizerFamily::kQwen;
@@ -466,7 +486,7 @@ absl::Status MakeModel(const MakeModelOptions& options) {
   if (!tok.ok()) return tok.status();
   if (o.vocab == 0) o.vocab = tok->size;
   if (o.vocab < tok->size) {
-    return BadOption("vocab", Cat("(", o.vocab, ") is smaller than the tokenizer (", tok->size,
+    return BadOption("vocab", absl::StrCat("(", o.vocab, ") is smaller than the tokenizer (", tok->size,
                                   " ids); give --vocab >= ", tok->size));
   }
 
@@ -478,7 +498,7 @@ absl::Status MakeModel(const MakeModelOptions& options) {
   if (absl::Status s = WriteJson(o.out / "generation_config.json", gen); !s.ok()) return s;
   // What we wrote must be what the server accepts.
   if (absl::StatusOr<ModelConfig> cfg = LoadModelConfig(o.out); !cfg.ok()) {
-    return absl::InternalError(Cat("the generated config.json does not parse: ", cfg.status().message()));
+    return absl::InternalError(absl::StrCat("the generated config.json does not parse: ", cfg.status().message()));
   }
 
   // Weight files of a previous run (another shard count) would confuse a loader.

@@ -9,17 +9,19 @@
 #include <cstdint>
 #include <string_view>
 
+#include "base/random.h"
+
 namespace tpserve::make_model {
 
-// SplitMix64 (Steele, Lea, Flood 2014): a 64-bit state advanced by a constant and mixed.
+// SplitMix64 (Steele, Lea, Flood 2014) as a stream: a 64-bit state advanced by a
+// constant, each value base/random.h's finaliser of it.
 class SplitMix64 {
  public:
   explicit SplitMix64(uint64_t seed) : state_(seed) {}
   uint64_t Next() {
-    uint64_t z = (state_ += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
+    const uint64_t z = ::tpserve::SplitMix64(state_);  // base/random.h: adds the constant, then mixes
+    state_ += 0x9e3779b97f4a7c15ull;
+    return z;
   }
   // Approximately standard normal: the sum of four 16-bit uniforms (Irwin-Hall),
   // centred and scaled to unit variance. Bounded by +-3.46; one Next() per value.

@@ -4,10 +4,10 @@
 #include <algorithm>
 #include <fstream>
 #include <map>
-#include <sstream>
 #include <utility>
 
 #include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
 #include "nlohmann/json.hpp"
 #include "tools/make_model/corpus.h"
 
@@ -15,13 +15,6 @@ namespace tpserve::make_model {
 namespace {
 
 using OJson = nlohmann::ordered_json;
-
-template <typename... Parts>
-std::string Cat(const Parts&... parts) {
-  std::ostringstream out;
-  (out << ... << parts);
-  return out.str();
-}
 
 // The pre-tokenizer regexes of the real tokenizers (tokenizer.json "Split" patterns).
 constexpr std::string_view kLlama3Regex =
@@ -167,7 +160,7 @@ absl::Status WriteText(const std::filesystem::path& path, const std::string& tex
   std::ofstream out(path, std::ios::binary);
   out << text;
   out.close();
-  if (!out) return absl::InternalError(Cat("cannot write ", path.string(), "; check that the folder is writable"));
+  if (!out) return absl::InternalError(absl::StrCat("cannot write ", path.string(), "; check that the folder is writable"));
   return absl::OkStatus();
 }
 
@@ -206,7 +199,7 @@ absl::StatusOr<TokenizerInfo> WriteTestTokenizer(TokenizerFamily family, int64_t
   const std::vector<std::string> specials = SpecialTokens(family);
   const int64_t min_size = 256 + static_cast<int64_t>(specials.size());
   if (max_size < min_size) {
-    return absl::InvalidArgumentError(Cat("--vocab ", max_size, " is too small for the generated tokenizer: it needs ",
+    return absl::InvalidArgumentError(absl::StrCat("--vocab ", max_size, " is too small for the generated tokenizer: it needs ",
                                           min_size, " ids (256 bytes + ", specials.size(),
                                           " special tokens); give --vocab >= ", min_size));
   }
@@ -300,7 +293,7 @@ absl::StatusOr<TokenizerInfo> CopyTokenizer(TokenizerFamily family, const std::f
   const std::filesystem::path src = src_dir / "tokenizer.json";
   std::ifstream in(src, std::ios::binary);
   if (!in) {
-    return absl::NotFoundError(Cat("--tokenizer: cannot open ", src.string(),
+    return absl::NotFoundError(absl::StrCat("--tokenizer: cannot open ", src.string(),
                                    "; give a folder holding tokenizer.json and tokenizer_config.json"));
   }
   std::stringstream ss;
@@ -309,7 +302,7 @@ absl::StatusOr<TokenizerInfo> CopyTokenizer(TokenizerFamily family, const std::f
   if (tok.is_discarded() || !tok.is_object() || !tok.contains("model") || !tok["model"].is_object() ||
       !tok["model"].contains("vocab") || !tok["model"]["vocab"].is_object()) {
     return absl::InvalidArgumentError(
-        Cat("--tokenizer: ", src.string(), " is not a Hugging Face tokenizer.json with a model.vocab object"));
+        absl::StrCat("--tokenizer: ", src.string(), " is not a Hugging Face tokenizer.json with a model.vocab object"));
   }
   int64_t size = 0;
   for (const auto& [token, id] : tok["model"]["vocab"].items()) {
@@ -330,7 +323,7 @@ absl::StatusOr<TokenizerInfo> CopyTokenizer(TokenizerFamily family, const std::f
   for (const std::string& s : SpecialTokens(family)) {
     if (!special.contains(s)) {
       return absl::InvalidArgumentError(
-          Cat("--tokenizer: ", src.string(), " has no added token ", s, "; give a ",
+          absl::StrCat("--tokenizer: ", src.string(), " has no added token ", s, "; give a ",
               family == TokenizerFamily::kLlama3 ? "Llama 3" : "Qwen", " tokenizer for this --arch"));
     }
   }
@@ -339,7 +332,7 @@ absl::StatusOr<TokenizerInfo> CopyTokenizer(TokenizerFamily family, const std::f
     std::filesystem::copy_file(src_dir / name, out_dir / name, std::filesystem::copy_options::overwrite_existing,
                                ec);
     if (ec) {
-      return absl::NotFoundError(Cat("--tokenizer: cannot copy ", (src_dir / name).string(), " to ",
+      return absl::NotFoundError(absl::StrCat("--tokenizer: cannot copy ", (src_dir / name).string(), " to ",
                                      out_dir.string(), ": ", ec.message()));
     }
   }

@@ -11,18 +11,16 @@
 #include <signal.h>
 #include <unistd.h>
 
-#include <algorithm>
 #include <atomic>
 #include <cerrno>
-#include <cstddef>
 #include <cstdio>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "absl/flags/flag.h"
-#include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
+#include "base/flag_spelling.h"
 #include "comm/rank_env.h"
 #include "worker_service/session.h"
 
@@ -51,19 +49,10 @@ int main(int argc, char** argv) {
       "serves one tensor-parallel rank for tpserve-coordinator.\n"
       "  mpirun -np N tpserve-worker --coordinator HOST:PORT\n"
       "  tpserve-launch --nproc-per-node N -- tpserve-worker --coordinator HOST:PORT");
-  // Flags are spelled with dashes (--connect-timeout); absl wants underscores.
-  std::vector<std::string> args(argv, argv + argc);
-  for (size_t i = 1; i < args.size(); ++i) {
-    std::string& a = args[i];
-    if (a.rfind("--", 0) != 0) continue;
-    const size_t end = std::min(a.find('='), a.size());
-    std::replace(a.begin() + 2, a.begin() + static_cast<std::ptrdiff_t>(end), '-', '_');
-  }
-  std::vector<char*> cargs;
-  for (std::string& a : args) cargs.push_back(a.data());
-  std::vector<char*> rest = absl::ParseCommandLine(static_cast<int>(cargs.size()), cargs.data());
+  // Flags are spelled with dashes (--connect-timeout) or underscores.
+  const std::vector<std::string> rest = tpserve::ParseFlagsWithDashes(argc, argv);
   if (rest.size() > 1) {
-    std::fprintf(stderr, "tpserve-worker: unexpected argument '%s'; see --help\n", rest[1]);
+    std::fprintf(stderr, "tpserve-worker: unexpected argument '%s'; see --help\n", rest[1].c_str());
     return 2;
   }
   tpserve::SessionOptions options;
