@@ -80,9 +80,23 @@ class Backend {
   virtual DType compute_dtype() const = 0;  // weights and activations: kF32 (CPU), kBF16 (CUDA)
 
   // ---- memory ----
+  // A new buffer of `shape` in `dtype` on this backend's device, zero-filled
+  // (callers such as the KV cache rely on it: an unwritten slot holds 0, never
+  // NaN garbage). Running out of memory ends the process; where the size comes
+  // from the user (the KV cache), use TryAllocate.
   virtual Buffer Allocate(DType dtype, std::span<const int64_t> shape) = 0;
   Buffer Allocate(DType dtype, std::initializer_list<int64_t> shape) {
     return Allocate(dtype, std::span<const int64_t>(shape.begin(), shape.size()));
+  }
+  // Allocate that fails softly: RESOURCE_EXHAUSTED naming the bytes asked and
+  // the bytes free when the device cannot hold the buffer (the backend is
+  // usable afterwards). Zero-filled like Allocate. The default, for a backend
+  // that cannot tell, is Allocate.
+  virtual absl::StatusOr<Buffer> TryAllocate(DType dtype, std::span<const int64_t> shape) {
+    return Allocate(dtype, shape);
+  }
+  absl::StatusOr<Buffer> TryAllocate(DType dtype, std::initializer_list<int64_t> shape) {
+    return TryAllocate(dtype, std::span<const int64_t>(shape.begin(), shape.size()));
   }
   // Copies dst.numel() elements of `src_dtype` from host memory into dst,
   // converting to dst.dtype.

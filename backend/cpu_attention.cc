@@ -2,11 +2,11 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstdio>
-#include <cstdlib>
 #include <cstring>
 #include <limits>
 #include <vector>
+
+#include "base/check.h"
 
 namespace tpserve {
 namespace {
@@ -16,8 +16,7 @@ namespace {
 constexpr int kRowsPerTile = 32;
 
 [[noreturn]] void Fail(const char* op, const char* what, const Tensor& t) {
-  std::fprintf(stderr, "%s: %s (got %s)\n", op, what, t.ShapeString().c_str());
-  std::abort();
+  TPSERVE_FATAL(op, ": ", what, " (got ", t.ShapeString(), ")");
 }
 
 // Checks that cache.k / cache.v are f32 [num_blocks, block_size, Hkv, hd] on the CPU.
@@ -31,11 +30,8 @@ void CheckCache(const char* op, const AttentionShape& shape, const KvCacheLayer&
     }
   }
   if (cache.k.shape != cache.v.shape) Fail(op, "K and V caches differ in shape", cache.v);
-  if (shape.num_kv_heads <= 0 || shape.num_heads % shape.num_kv_heads != 0) {
-    std::fprintf(stderr, "%s: Hq = %d is not a multiple of Hkv = %d\n", op, shape.num_heads,
-                 shape.num_kv_heads);
-    std::abort();
-  }
+  TPSERVE_CHECK(shape.num_kv_heads > 0 && shape.num_heads % shape.num_kv_heads == 0, op, ": Hq = ",
+                shape.num_heads, " is not a multiple of Hkv = ", shape.num_kv_heads);
 }
 
 // Σ a[i]·b[i] with eight independent partial sums (vectorisable without -ffast-math).

@@ -2,13 +2,13 @@
 
 #include <algorithm>
 #include <climits>
-#include <cstdio>
-#include <cstdlib>
 #include <cstring>
 
 #if TPSERVE_HAVE_OPENBLAS
 #include <cblas.h>
 #endif
+
+#include "base/check.h"
 
 namespace tpserve {
 namespace {
@@ -96,11 +96,8 @@ void CpuGemm(const float* x, const float* w, const float* bias, float* y, int64_
              int64_t K) {
   if (M == 0 || N == 0) return;
   if (K == 0) return InitOutput(bias, y, M, N);
-  if (M > INT_MAX || N > INT_MAX || K > INT_MAX) {
-    std::fprintf(stderr, "CpuGemm: M=%lld N=%lld K=%lld exceed OpenBLAS's 32-bit sizes\n",
-                 static_cast<long long>(M), static_cast<long long>(N), static_cast<long long>(K));
-    std::abort();
-  }
+  TPSERVE_CHECK(M <= INT_MAX && N <= INT_MAX && K <= INT_MAX, "CpuGemm: M=", M, " N=", N, " K=", K,
+                " exceed OpenBLAS's 32-bit sizes");
   float beta = 0.f;
   if (bias) {
     InitOutput(bias, y, M, N);

@@ -1,34 +1,26 @@
 #include "backend/tensor.h"
 
-#include <cstdio>
-#include <cstdlib>
+#include "base/check.h"
 
 namespace tpserve {
 
 Tensor::Tensor(void* data_in, DType dtype_in, Device device_in, std::initializer_list<int64_t> dims)
     : data(data_in), dtype(dtype_in), device(device_in), ndim(static_cast<int>(dims.size())) {
-  if (dims.size() > kMaxDims) {
-    std::fprintf(stderr, "Tensor: %zu dimensions, at most %d supported\n", dims.size(), kMaxDims);
-    std::abort();
-  }
+  TPSERVE_CHECK(dims.size() <= kMaxDims, "Tensor: ", dims.size(), " dimensions, at most ", kMaxDims,
+                " supported");
   int i = 0;
   for (int64_t d : dims) shape[i++] = d;
 }
 
 Tensor Tensor::Describe(DType dtype, Device device, std::span<const int64_t> dims, const char* op) {
-  if (dims.empty() || dims.size() > static_cast<size_t>(kMaxDims)) {
-    std::fprintf(stderr, "%s: %zu dimensions; 1 to %d are supported\n", op, dims.size(), kMaxDims);
-    std::abort();
-  }
+  TPSERVE_CHECK(!dims.empty() && dims.size() <= static_cast<size_t>(kMaxDims), op, ": ", dims.size(),
+                " dimensions; 1 to ", kMaxDims, " are supported");
   Tensor t;
   t.dtype = dtype;
   t.device = device;
   t.ndim = static_cast<int>(dims.size());
   for (size_t i = 0; i < dims.size(); ++i) {
-    if (dims[i] < 0) {
-      std::fprintf(stderr, "%s: dimension %zu is %lld\n", op, i, static_cast<long long>(dims[i]));
-      std::abort();
-    }
+    TPSERVE_CHECK(dims[i] >= 0, op, ": dimension ", i, " is ", dims[i]);
     t.shape[i] = dims[i];
   }
   return t;
@@ -41,11 +33,8 @@ int64_t Tensor::numel() const {
 }
 
 Tensor Tensor::Rows(int64_t begin, int64_t count) const {
-  if (ndim == 0 || begin < 0 || count < 0 || begin + count > shape[0]) {
-    std::fprintf(stderr, "Tensor::Rows(%lld, %lld) outside %s\n", static_cast<long long>(begin),
-                 static_cast<long long>(count), ShapeString().c_str());
-    std::abort();
-  }
+  TPSERVE_CHECK(ndim != 0 && begin >= 0 && count >= 0 && begin + count <= shape[0], "Tensor::Rows(",
+                begin, ", ", count, ") outside ", ShapeString());
   Tensor t = *this;
   t.data = static_cast<char*>(data) + static_cast<size_t>(begin * row_width()) * DTypeSize(dtype);
   t.shape[0] = count;
@@ -54,12 +43,8 @@ Tensor Tensor::Rows(int64_t begin, int64_t count) const {
 
 Tensor Tensor::View(std::initializer_list<int64_t> dims) const {
   Tensor t(data, dtype, device, dims);
-  if (t.numel() != numel()) {
-    std::fprintf(stderr, "Tensor::View: %s has %lld elements, the view %s has %lld\n",
-                 ShapeString().c_str(), static_cast<long long>(numel()), t.ShapeString().c_str(),
-                 static_cast<long long>(t.numel()));
-    std::abort();
-  }
+  TPSERVE_CHECK(t.numel() == numel(), "Tensor::View: ", ShapeString(), " has ", numel(),
+                " elements, the view ", t.ShapeString(), " has ", t.numel());
   return t;
 }
 

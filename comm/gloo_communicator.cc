@@ -79,57 +79,12 @@ class GlooCommunicator : public Communicator {
     absl::Status s = root ? CheckGathered(in, out, world_size(), "Gather")
                           : CheckTensor(in, "Gather", "in");
     if (!s.ok()) return s;
-    if (!broken_.ok()) return broken_;
-    const size_t bytes = in.nbytes();
-    if (bytes == 0) return absl::OkStatus();
-    const char* src = static_cast<const char*>(in.data);
-    if (in.device != Device::kCpu) {
-      if (s = ToHost(in); !s.ok()) return s;
-      src = bytes_.data();
-    }
-    char* dst = root ? static_cast<char*>(out.data) : nullptr;
-    if (root && out.device != Device::kCpu) {
-      gathered_.resize(bytes * world_size());
-      dst = gathered_.data();
-    }
-    s = Run("Gather", [&] {
-      gloo::GatherOptions opts(context_);
-      opts.setTag(NextTag());
-      opts.setInput(const_cast<char*>(src), bytes);
-      if (root) opts.setOutput(dst, bytes * world_size());
-      opts.setRoot(0);
-      opts.setTimeout(timeout_);
-      gloo::gather(opts);
-    });
-    if (!s.ok() || !root || out.device == Device::kCpu) return s;
-    return CopyBytes(out.data, out.device, gathered_.data(), Device::kCpu, gathered_.size());
+    return GatherBytes("Gather", in, out, /*all=*/false);
   }
 
   absl::Status AllGather(const Tensor& in, Tensor out) override {
-    absl::Status s = CheckGathered(in, out, world_size(), "AllGather");
-    if (!s.ok()) return s;
-    if (!broken_.ok()) return broken_;
-    const size_t bytes = in.nbytes();
-    if (bytes == 0) return absl::OkStatus();
-    const bool staged = in.device != Device::kCpu;
-    const char* src = static_cast<const char*>(in.data);
-    char* dst = static_cast<char*>(out.data);
-    if (staged) {
-      if (s = ToHost(in); !s.ok()) return s;
-      src = bytes_.data();
-      gathered_.resize(bytes * world_size());
-      dst = gathered_.data();
-    }
-    s = Run("AllGather", [&] {
-      gloo::AllgatherOptions opts(context_);
-      opts.setTag(NextTag());
-      opts.setInput(const_cast<char*>(src), bytes);
-      opts.setOutput(dst, bytes * world_size());
-      opts.setTimeout(timeout_);
-      gloo::allgather(opts);
-    });
-    if (!s.ok() || !staged) return s;
-    return CopyBytes(out.data, out.device, gathered_.data(), Device::kCpu, gathered_.size());
+    if (absl::Status s = CheckGathered(in, out, world_size(), "AllGather"); !s.ok()) return s;
+    return GatherBytes("AllGather", in, out, /*all=*/true);
   }
 
   absl::Status Broadcast(Tensor t, int root) override {
@@ -174,6 +129,51 @@ class GlooCommunicator : public Communicator {
     opts.setReduceFunction(&SumFloats);
     opts.setTimeout(timeout_);
     gloo::allreduce(opts);
+  }
+
+  // in's bytes from every rank, in rank order, into out ([world_size, ...in's
+  // shape]) on rank 0 (Gather) or on every rank (all: AllGather). Device
+  // tensors go through host memory (bytes_ out, gathered_ back).
+  absl::Status GatherBytes(const char* op, const Tensor& in, Tensor out, bool all) {
+    if (!broken_.ok()) return broken_;
+    const size_t bytes = in.nbytes();
+    if (bytes == 0) return absl::OkStatus();
+    const char* src = static_cast<const char*>(in.data);
+    if (in.device != Device::kCpu) {
+      if (absl::Status s = ToHost(in); !s.ok()) return s;
+      src = bytes_.data();
+    }
+    const bool receives = all || rank() == 0;
+    const bool staged = receives && out.device != Device::kCpu;
+    char* dst = receives ? static_cast<char*>(out.data) : nullptr;
+    if (staged) {
+      gathered_.resize(bytes * world_size());
+      dst = gathered_.data();
+    }
+    absl::Status s = Run(op, [&] {
+      if (all) {
+        gloo::AllgatherOptions opts(context_);
+        SetGatherBuffers(opts, src, bytes, dst);
+        gloo::allgather(opts);
+      } else {
+        gloo::GatherOptions opts(context_);
+        SetGatherBuffers(opts, src, bytes, dst);
+        opts.setRoot(0);
+        gloo::gather(opts);
+      }
+    });
+    if (!s.ok() || !staged) return s;
+    return CopyBytes(out.data, out.device, gathered_.data(), Device::kCpu, gathered_.size());
+  }
+
+  // Tag, timeout, `bytes` of input from src and, where dst is not null, the
+  // world_size * bytes of output.
+  template <typename Options>
+  void SetGatherBuffers(Options& opts, const char* src, size_t bytes, char* dst) {
+    opts.setTag(NextTag());
+    opts.setInput(const_cast<char*>(src), bytes);
+    if (dst != nullptr) opts.setOutput(dst, bytes * static_cast<size_t>(world_size()));
+    opts.setTimeout(timeout_);
   }
 
   // Copies t into bytes_ (host).

@@ -2,10 +2,8 @@
 
 #include <cuda_runtime_api.h>
 
-#include <cstdio>
-#include <cstdlib>
-
 #include "absl/strings/str_cat.h"
+#include "base/check.h"
 
 namespace tpserve::comm_internal {
 namespace {
@@ -39,9 +37,8 @@ absl::Status NcclStatus(ncclResult_t result, const char* stmt, const char* file,
 }
 
 void FailNccl(ncclResult_t result, const char* stmt, const char* file, int line) {
-  std::fprintf(stderr, "NCCL error on device %d: %s\n  in %s\n  at %s:%d\n", CurrentDevice(),
-               ncclGetErrorString(result), stmt, file, line);
-  std::abort();
+  base::CheckFailed(file, line, stmt,
+                    absl::StrCat("NCCL error on device ", CurrentDevice(), ": ", ncclGetErrorString(result)));
 }
 
 }  // namespace tpserve::comm_internal

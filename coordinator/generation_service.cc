@@ -3,16 +3,13 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "coordinator/grpc_status.h"
 
 namespace tpserve {
 
 namespace v1 = tpserve::v1;
 
 namespace {
-
-grpc::Status ToGrpc(const absl::Status& s) {
-  return grpc::Status(static_cast<grpc::StatusCode>(s.code()), std::string(s.message()));
-}
 
 // How often a waiting Generate looks whether its client went away.
 constexpr absl::Duration kCancelPoll = absl::Milliseconds(20);

@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "coordinator/grpc_status.h"
 #include "coordinator/log.h"
 
 namespace tpserve {
@@ -11,10 +12,6 @@ namespace tpserve {
 namespace iv1 = tpserve::internal::v1;
 
 namespace {
-
-grpc::Status ToGrpc(const absl::Status& s) {
-  return grpc::Status(static_cast<grpc::StatusCode>(s.code()), std::string(s.message()));
-}
 
 // How often an idle session looks whether its worker hung up.
 constexpr absl::Duration kIdlePoll = absl::Milliseconds(100);

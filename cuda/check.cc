@@ -1,16 +1,14 @@
 #include "cuda/check.h"
 
-#include <cstdio>
-#include <cstdlib>
+#include "absl/strings/str_cat.h"
+#include "base/check.h"
 
 namespace tpserve::cuda {
 
 void FailCuda(const char* stmt, const char* file, int line, const char* what) {
   int device = -1;
   cudaGetDevice(&device);  // best effort: the device is part of the report
-  std::fprintf(stderr, "CUDA error on device %d: %s\n  in %s\n  at %s:%d\n", device, what, stmt,
-               file, line);
-  std::abort();
+  base::CheckFailed(file, line, stmt, absl::StrCat("CUDA error on device ", device, ": ", what));
 }
 
 int DeviceCount() {

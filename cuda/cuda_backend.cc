@@ -5,14 +5,14 @@
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
-#include <cstdio>
-#include <cstdlib>
 #include <cstring>
 #include <string>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "backend/op_checks.h"
 #include "backend/step_validation.h"
+#include "base/check.h"
 #include "cuda/attention.cuh"
 #include "cuda/check.h"
 #include "cuda/cuda_graph.h"
@@ -28,39 +28,19 @@ namespace {
 
 using bf16 = __nv_bfloat16;
 
-// Shape mismatches are programming errors (backend.h): abort with the op and the shapes.
-[[noreturn]] void Die(const char* op, const std::string& what) {
-  std::fprintf(stderr, "CudaBackend::%s: %s\n", op, what.c_str());
-  std::abort();
-}
+constexpr OperandKind kCudaBf16{"CudaBackend", Device::kCuda, DType::kBF16};
 
-void Expect(bool ok, const char* op, auto&&... what) {
-  if (!ok) Die(op, absl::StrCat(what...));
-}
-
-void ExpectDevice(const char* op, const char* name, const Tensor& t, DType dtype) {
-  Expect(t.device == Device::kCuda && t.dtype == dtype && (t.data || t.numel() == 0), op, name, " ",
-         t.ShapeString(), " must be a ", std::string(DTypeName(dtype)),
-         " CUDA tensor with data (dtype ", std::string(DTypeName(t.dtype)), ", device ",
-         t.device == Device::kCpu ? "cpu" : "cuda", ")");
-}
-
-// A bf16 device tensor viewed as [rows, cols].
+// Shape mismatches are programming errors (backend.h): op_checks.h ends the
+// process naming the op and the shapes. The operands are bf16 CUDA tensors.
+void Expect(bool ok, const char* op, const auto&... what) { CheckOp(kCudaBf16, ok, op, what...); }
 void ExpectRows(const char* op, const char* name, const Tensor& t, int64_t rows, int64_t cols) {
-  ExpectDevice(op, name, t, DType::kBF16);
-  Expect(t.ndim >= 1 && t.dim(0) == rows && t.row_width() * rows == t.numel() &&
-             (rows == 0 || t.row_width() == cols),
-         op, name, " is ", t.ShapeString(), ", expected [", rows, ", ", cols, "]");
+  CheckRows(kCudaBf16, op, name, t, rows, cols);
 }
-
-void ExpectVector(const char* op, const char* name, const Tensor& t, int64_t n) {
-  ExpectDevice(op, name, t, DType::kBF16);
-  Expect(t.numel() == n, op, name, " is ", t.ShapeString(), ", expected [", n, "]");
-}
+void ExpectVector(const char* op, const char* name, const Tensor& t, int64_t n) { CheckVector(kCudaBf16, op, name, t, n); }
 
 // A kernel launch's error is a programming error here (shapes were checked).
 void Launched(const char* op, cudaError_t err) {
-  if (err != cudaSuccess) Die(op, absl::StrCat("kernel launch failed: ", cudaGetErrorString(err)));
+  CheckOp(kCudaBf16, err == cudaSuccess, op, "kernel launch failed: ", cudaGetErrorString(err));
   TPSERVE_SYNC_CHECK();
 }
 
@@ -94,17 +74,20 @@ class CudaBackend final : public Backend {
   DType compute_dtype() const override { return DType::kBF16; }
 
   using Backend::Allocate;
+  using Backend::TryAllocate;
   Buffer Allocate(DType dtype, std::span<const int64_t> shape) override {
+    absl::StatusOr<Buffer> buffer = TryAllocate(dtype, shape);
+    TPSERVE_CHECK(buffer.ok(), buffer.status().message());
+    return *std::move(buffer);
+  }
+
+  absl::StatusOr<Buffer> TryAllocate(DType dtype, std::span<const int64_t> shape) override {
     NotCapturing("Allocate");
     Tensor t = Tensor::Describe(dtype, Device::kCuda, shape, "CudaBackend::Allocate");
     const size_t bytes = std::max<size_t>(t.nbytes(), 1);
     void* ptr = nullptr;
-    const cudaError_t err = cudaMalloc(&ptr, bytes);
-    if (err != cudaSuccess) {
-      cudaGetLastError();
-      Die("Allocate", absl::StrCat("cudaMalloc of ", bytes, " bytes for ", t.ShapeString(),
-                                   " on device ", device_, " failed: ", cudaGetErrorString(err),
-                                   "; lower --max-num-tokens or the KV cache size"));
+    if (const cudaError_t err = cudaMalloc(&ptr, bytes); err != cudaSuccess) {
+      return AllocationFailed(t, bytes, err);
     }
     CUDA_CHECK(cudaMemsetAsync(ptr, 0, bytes, stream_));  // zeroed, as the CPU backend's calloc
     t.data = ptr;
@@ -204,11 +187,7 @@ class CudaBackend final : public Backend {
 
   void Linear(const Tensor& x, const Tensor& w, const Tensor* bias, Tensor y) override {
     const int64_t M = x.dim(0), K = x.row_width(), N = w.dim(0);
-    ExpectRows("Linear", "x", x, M, K);
-    ExpectRows("Linear", "w", w, N, K);
-    ExpectRows("Linear", "y", y, M, N);
-    if (bias) ExpectVector("Linear", "bias", *bias, N);
-    Expect(y.data != x.data && y.data != w.data, "Linear", "y must not alias x or w");
+    CheckLinear(kCudaBf16, x, w, bias, y);
     Expect(M <= 0x7fffffff && N <= 0x7fffffff && K <= 0x7fffffff, "Linear", "dimensions beyond int32");
     if (M == 0 || N == 0) return;
     // Row-major y[M, N] = x[M, K] · w[N, K]ᵀ is column-major yᵀ[N, M] = w · xᵀ:
@@ -248,7 +227,7 @@ class CudaBackend final : public Backend {
     Expect(hd <= cuda::kMaxRopeHeadDim, "QkNormRope", "head_dim ", hd, " is above the kernel's ",
            cuda::kMaxRopeHeadDim);
     ExpectRows("QkNormRope", "qkv", qkv, s.num_tokens, shape.qkv_width());
-    ExpectDevice("QkNormRope", "rope", rope, DType::kF32);
+    CheckOperand({kCudaBf16.backend, Device::kCuda, DType::kF32}, "QkNormRope", "rope", rope);
     Expect(rope.ndim == 2 && rope.dim(1) == hd, "QkNormRope", "rope is ", rope.ShapeString(),
            ", expected [max_position, ", hd, "]");
     if (q_norm) ExpectVector("QkNormRope", "q_norm", *q_norm, hd);
@@ -361,6 +340,21 @@ class CudaBackend final : public Backend {
     Expect(has_step_, op, "no current step: call BeginStep first (and check its Status)");
     return step_;
   }
+  // A failed cudaMalloc as a Status: RESOURCE_EXHAUSTED (out of memory) or
+  // INTERNAL, naming the bytes asked and free. Clears the sticky error so the
+  // backend stays usable.
+  absl::Status AllocationFailed(const Tensor& t, size_t bytes, cudaError_t err) const {
+    (void)cudaGetLastError();
+    size_t free_bytes = 0, total_bytes = 0;
+    if (cudaMemGetInfo(&free_bytes, &total_bytes) != cudaSuccess) (void)cudaGetLastError();
+    const std::string what = absl::StrCat(
+        "CudaBackend::Allocate: cudaMalloc of ", bytes, " bytes for ", t.ShapeString(), " on device ",
+        device_, " failed (", cudaGetErrorString(err), "); ", free_bytes, " of ", total_bytes,
+        " bytes free");
+    if (err != cudaErrorMemoryAllocation) return absl::InternalError(what);
+    return absl::ResourceExhaustedError(
+        absl::StrCat(what, "; ask for less (a lower --gpu-memory-utilization, fewer KV blocks)"));
+  }
   static void ExpectDeviceAny(const char* op, const char* name, const Tensor& t) {
     Expect(t.device == Device::kCuda && (t.data || t.numel() == 0), op, name, " ", t.ShapeString(),
            " must be a CUDA tensor with data");
@@ -375,7 +369,7 @@ class CudaBackend final : public Backend {
   static void ExpectCache(const char* op, const KvCacheLayer& cache, const AttentionShape& shape,
                           const Step& s) {
     for (const Tensor* t : {&cache.k, &cache.v}) {
-      ExpectDevice(op, t == &cache.k ? "cache.k" : "cache.v", *t, DType::kBF16);
+      CheckOperand(kCudaBf16, op, t == &cache.k ? "cache.k" : "cache.v", *t);
       Expect(t->ndim == 4 && t->dim(0) == s.num_blocks && t->dim(1) == s.block_size &&
                  t->dim(2) == shape.num_kv_heads && t->dim(3) == shape.head_dim,
              op, "cache ", t->ShapeString(), " must be [num_blocks=", s.num_blocks,

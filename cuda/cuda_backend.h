@@ -10,8 +10,10 @@
 // is ordered after the ops enqueued here.
 //
 // Memory: Allocate is a plain cudaMalloc per buffer (zero-filled, like the CPU
-// backend's calloc). Model and KvCache allocate once at load, so the step loop
-// does not allocate; an arena and the memory profile (issue 5 §1) come later.
+// backend's calloc); TryAllocate returns RESOURCE_EXHAUSTED with the bytes
+// asked and cudaMemGetInfo's free bytes when cudaMalloc runs out, and clears
+// the error. Model and KvCache allocate once at load, so the step loop does
+// not allocate.
 // BeginStep uploads the step's metadata into one device buffer: after Reserve
 // a fixed layout sized by the StepCapacity (never reallocated, so CUDA graphs
 // captured over it stay valid; a larger step is INVALID_ARGUMENT), before it

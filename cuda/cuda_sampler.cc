@@ -1,12 +1,11 @@
 #include "cuda/cuda_sampler.h"
 
 #include <algorithm>
-#include <cstdio>
-#include <cstdlib>
 #include <cstring>
 #include <string>
 
 #include "absl/strings/str_cat.h"
+#include "base/check.h"
 #include "cuda/check.h"
 #include "cuda/sampling.cuh"
 #include "cuda/sampling_inputs.h"
@@ -14,18 +13,15 @@
 namespace tpserve::cuda {
 namespace {
 
-[[noreturn]] void Misuse(const std::string& what) {
-  std::fprintf(stderr, "CudaSampler::Sample: %s\n", what.c_str());
-  std::abort();
-}
+[[noreturn]] void Misuse(const std::string& what) { TPSERVE_FATAL("CudaSampler::Sample: ", what); }
 
+// `count` T on the device and their pinned host mirror; the first error
+// (the host array is not allocated when the device one failed).
 template <typename T>
-cudaError_t DeviceAlloc(T** ptr, int64_t count) {
-  return cudaMalloc(reinterpret_cast<void**>(ptr), sizeof(T) * static_cast<size_t>(count));
-}
-template <typename T>
-cudaError_t HostAlloc(T** ptr, int64_t count) {
-  return cudaMallocHost(reinterpret_cast<void**>(ptr), sizeof(T) * static_cast<size_t>(count));
+cudaError_t AllocMirrored(T** device, T** host, int64_t count) {
+  const size_t bytes = sizeof(T) * static_cast<size_t>(count);
+  const cudaError_t err = cudaMalloc(reinterpret_cast<void**>(device), bytes);
+  return err != cudaSuccess ? err : cudaMallocHost(reinterpret_cast<void**>(host), bytes);
 }
 
 }  // namespace
@@ -62,18 +58,12 @@ absl::Status CudaSampler::Allocate() {
   auto step = [&](cudaError_t e) {
     if (err == cudaSuccess) err = e;
   };
-  step(DeviceAlloc(&d_params_, rows));
-  step(DeviceAlloc(&d_offsets_, rows + 1));
-  step(DeviceAlloc(&d_entries_, entry_capacity_));
-  step(DeviceAlloc(&d_top_, rows * top_stride_));
-  step(DeviceAlloc(&d_results_, rows));
-  step(DeviceAlloc(&d_row_index_, rows));
-  step(HostAlloc(&h_params_, rows));
-  step(HostAlloc(&h_offsets_, rows + 1));
-  step(HostAlloc(&h_entries_, entry_capacity_));
-  step(HostAlloc(&h_top_, rows * top_stride_));
-  step(HostAlloc(&h_results_, rows));
-  step(HostAlloc(&h_row_index_, rows));
+  step(AllocMirrored(&d_params_, &h_params_, rows));
+  step(AllocMirrored(&d_offsets_, &h_offsets_, rows + 1));
+  step(AllocMirrored(&d_entries_, &h_entries_, entry_capacity_));
+  step(AllocMirrored(&d_top_, &h_top_, rows * top_stride_));
+  step(AllocMirrored(&d_results_, &h_results_, rows));
+  step(AllocMirrored(&d_row_index_, &h_row_index_, rows));
   if (err != cudaSuccess) {
     (void)cudaGetLastError();  // an allocation error is not sticky: clear it for later calls
     return absl::ResourceExhaustedError(absl::StrCat(
@@ -108,8 +98,7 @@ void CudaSampler::ReservePenaltyEntries(int64_t count) {
   CUDA_CHECK(cudaFreeHost(h_entries_));
   d_entries_ = nullptr;
   h_entries_ = nullptr;
-  CUDA_CHECK(DeviceAlloc(&d_entries_, capacity));
-  CUDA_CHECK(HostAlloc(&h_entries_, capacity));
+  CUDA_CHECK(AllocMirrored(&d_entries_, &h_entries_, capacity));
   entry_capacity_ = capacity;
 }
 

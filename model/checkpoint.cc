@@ -53,6 +53,20 @@ std::string ShapeString(const std::vector<int64_t>& shape) {
   return s + "]";
 }
 
+// A read of [begin, begin + count) of the `limit` rows (or columns) `what`:
+// OUT_OF_RANGE outside them, INVALID_ARGUMENT when `null_out` (no output
+// buffer for a non-empty read).
+absl::Status CheckSlice(const std::string& where, const std::vector<int64_t>& shape, const char* what,
+                        int64_t begin, int64_t count, int64_t limit, bool null_out) {
+  if (begin < 0 || count < 0 || begin > limit || count > limit - begin) {
+    return absl::OutOfRangeError(absl::StrCat(where, " with shape ", ShapeString(shape), ": ", what,
+                                              " [", begin, ", ", begin, " + ", count,
+                                              ") are outside its ", limit, " ", what));
+  }
+  if (null_out) return absl::InvalidArgumentError(absl::StrCat(where, ": output buffer is null"));
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<Checkpoint>> Checkpoint::Open(const std::filesystem::path& dir) {
@@ -131,6 +145,18 @@ absl::StatusOr<Checkpoint::Entry> Checkpoint::Lookup(std::string_view name) cons
   return it->second;
 }
 
+absl::StatusOr<Checkpoint::Readable> Checkpoint::LookupReadable(std::string_view name) const {
+  absl::StatusOr<Entry> e = Lookup(name);
+  if (!e.ok()) return e.status();
+  Readable r{e->file, e->info,
+             absl::StrCat(e->file->path().string(), ": tensor '", std::string(name), "'")};
+  if (!r.info->readable) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        r.where, " has dtype ", r.info->dtype_name, "; only F32, F16 and BF16 tensors can be read"));
+  }
+  return r;
+}
+
 absl::StatusOr<const TensorInfo*> Checkpoint::Info(std::string_view name) const {
   absl::StatusOr<Entry> e = Lookup(name);
   if (!e.ok()) return e.status();
@@ -146,24 +172,16 @@ std::vector<std::string> Checkpoint::TensorNames() const {
 
 absl::Status Checkpoint::ReadRows(std::string_view name, int64_t row_begin, int64_t row_count,
                                   DType out_dtype, void* out) const {
-  absl::StatusOr<Entry> e = Lookup(name);
+  absl::StatusOr<Readable> e = LookupReadable(name);
   if (!e.ok()) return e.status();
   const TensorInfo& info = *e->info;
-  const std::string where = absl::StrCat(e->file->path().string(), ": tensor '", std::string(name), "'");
-  if (!info.readable) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(where, " has dtype ", info.dtype_name, "; only F32, F16 and BF16 tensors can be read"));
-  }
   // View as [rows, width]: rows = shape[0], width = prod(shape[1:]); a scalar is [1, 1].
   const int64_t rows = info.shape.empty() ? 1 : info.shape[0];
   const int64_t width = rows == 0 ? 0 : info.numel() / rows;
-  if (row_begin < 0 || row_count < 0 || row_begin > rows || row_count > rows - row_begin) {
-    return absl::OutOfRangeError(absl::StrCat(where, " with shape ", ShapeString(info.shape), ": rows [",
-                                              row_begin, ", ", row_begin, " + ", row_count,
-                                              ") are outside its ", rows, " rows"));
-  }
-  if (out == nullptr && row_count * width > 0) {
-    return absl::InvalidArgumentError(absl::StrCat(where, ": output buffer is null"));
+  if (absl::Status s = CheckSlice(e->where, info.shape, "rows", row_begin, row_count, rows,
+                                  out == nullptr && row_count * width > 0);
+      !s.ok()) {
+    return s;
   }
   const size_t esize = DTypeSize(info.dtype);
   const uint8_t* src = e->file->Bytes(info).data() + static_cast<size_t>(row_begin * width) * esize;
@@ -175,27 +193,19 @@ absl::Status Checkpoint::ReadRows(std::string_view name, int64_t row_begin, int6
 
 absl::Status Checkpoint::ReadCols(std::string_view name, int64_t col_begin, int64_t col_count,
                                   DType out_dtype, void* out) const {
-  absl::StatusOr<Entry> e = Lookup(name);
+  absl::StatusOr<Readable> e = LookupReadable(name);
   if (!e.ok()) return e.status();
   const TensorInfo& info = *e->info;
-  const std::string where = absl::StrCat(e->file->path().string(), ": tensor '", std::string(name), "'");
-  if (!info.readable) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(where, " has dtype ", info.dtype_name, "; only F32, F16 and BF16 tensors can be read"));
-  }
   if (info.shape.size() != 2) {
-    return absl::InvalidArgumentError(absl::StrCat(where, " has shape ", ShapeString(info.shape),
+    return absl::InvalidArgumentError(absl::StrCat(e->where, " has shape ", ShapeString(info.shape),
                                                    "; ReadCols needs a 2-D tensor (use ReadRows)"));
   }
   // [rows, cols] -> out [rows, col_count]: one strided copy per row.
   const int64_t rows = info.shape[0], cols = info.shape[1];
-  if (col_begin < 0 || col_count < 0 || col_begin > cols || col_count > cols - col_begin) {
-    return absl::OutOfRangeError(absl::StrCat(where, " with shape ", ShapeString(info.shape), ": columns [",
-                                              col_begin, ", ", col_begin, " + ", col_count,
-                                              ") are outside its ", cols, " columns"));
-  }
-  if (out == nullptr && rows * col_count > 0) {
-    return absl::InvalidArgumentError(absl::StrCat(where, ": output buffer is null"));
+  if (absl::Status s = CheckSlice(e->where, info.shape, "columns", col_begin, col_count, cols,
+                                  out == nullptr && rows * col_count > 0);
+      !s.ok()) {
+    return s;
   }
   const size_t in_size = DTypeSize(info.dtype), out_size = DTypeSize(out_dtype);
   const uint8_t* base = e->file->Bytes(info).data();

@@ -10,21 +10,13 @@
 #include <sstream>
 
 #include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
 #include "nlohmann/json.hpp"
 
 namespace tpserve {
 namespace {
 
 using Json = nlohmann::json;
-
-// Debian's abseil has its own string_view, which absl::StrCat does not take from
-// std::string_view; a stream keeps this file independent of that.
-template <typename... Parts>
-std::string Cat(const Parts&... parts) {
-  std::ostringstream out;
-  (out << ... << parts);
-  return out.str();
-}
 
 constexpr std::string_view kSupportedArchitectures =
     "LlamaForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM";
@@ -34,10 +26,10 @@ struct FileContext {
   std::string name;  // "config.json" or a full path
 
   absl::Status Error(std::string_view field, std::string_view what) const {
-    return absl::InvalidArgumentError(Cat(name, ": field \"", field, "\" ", what));
+    return absl::InvalidArgumentError(absl::StrCat(name, ": field \"", std::string(field), "\" ", std::string(what)));
   }
   absl::Status TypeError(std::string_view field, std::string_view expected, const Json& got) const {
-    return Error(field, Cat("must be ", expected, ", got ", got.type_name(), " ", got.dump()));
+    return Error(field, absl::StrCat("must be ", std::string(expected), ", got ", got.type_name(), " ", got.dump()));
   }
 };
 
@@ -64,7 +56,7 @@ absl::StatusOr<int64_t> RequiredPositiveInt(const Json& obj, std::string_view ke
   absl::StatusOr<std::optional<int64_t>> v = OptionalInt(obj, key, file);
   if (!v.ok()) return v.status();
   if (!v->has_value()) return file.Error(key, "is missing; it is required (a positive integer)");
-  if (**v <= 0) return file.Error(key, Cat("must be a positive integer, got ", **v));
+  if (**v <= 0) return file.Error(key, absl::StrCat("must be a positive integer, got ", **v));
   return **v;
 }
 
@@ -81,7 +73,7 @@ absl::StatusOr<double> PositiveNumberOr(const Json& obj, std::string_view key, d
   absl::StatusOr<std::optional<double>> v = OptionalNumber(obj, key, file);
   if (!v.ok()) return v.status();
   double x = v->value_or(fallback);
-  if (!(x > 0) || !std::isfinite(x)) return file.Error(key, Cat("must be a positive number, got ", x));
+  if (!(x > 0) || !std::isfinite(x)) return file.Error(key, absl::StrCat("must be a positive number, got ", x));
   return x;
 }
 
@@ -111,7 +103,7 @@ absl::StatusOr<std::optional<std::vector<int64_t>>> TokenIds(const Json& obj, st
       return file.TypeError(key, allow_list ? "a token id or a list of token ids" : "a token id", v);
     }
     int64_t id = x.get<int64_t>();
-    if (id < 0) return file.Error(key, Cat("must not be negative, got ", id));
+    if (id < 0) return file.Error(key, absl::StrCat("must not be negative, got ", id));
     ids.push_back(id);
     return absl::OkStatus();
   };
@@ -135,18 +127,18 @@ absl::StatusOr<std::optional<std::vector<int64_t>>> TokenIds(const Json& obj, st
 absl::StatusOr<Json> ParseObject(std::string_view text, const FileContext& file) {
   Json j = Json::parse(text.begin(), text.end(), nullptr, /*allow_exceptions=*/false);
   if (j.is_discarded()) {
-    return absl::InvalidArgumentError(Cat(file.name, ": not valid JSON"));
+    return absl::InvalidArgumentError(absl::StrCat(file.name, ": not valid JSON"));
   }
   if (!j.is_object()) {
     return absl::InvalidArgumentError(
-        Cat(file.name, ": must be a JSON object, got ", j.type_name()));
+        absl::StrCat(file.name, ": must be a JSON object, got ", j.type_name()));
   }
   return j;
 }
 
 absl::Status ParseArchitecture(const Json& j, const FileContext& file, ModelConfig& cfg) {
   if (!Present(j, "architectures")) {
-    return file.Error("architectures", Cat("is missing; supported: ", kSupportedArchitectures));
+    return file.Error("architectures", absl::StrCat("is missing; supported: ", std::string(kSupportedArchitectures)));
   }
   const Json& a = j.at("architectures");
   if (!a.is_array() || a.empty() || !a[0].is_string()) {
@@ -165,14 +157,15 @@ absl::Status ParseArchitecture(const Json& j, const FileContext& file, ModelConf
     expected_type = "qwen3";
   } else {
     return file.Error("architectures",
-                      Cat("names unsupported architecture \"", name, "\"; supported: ",
-                                   kSupportedArchitectures));
+                      absl::StrCat("names unsupported architecture \"", std::string(name),
+                                   "\"; supported: ", std::string(kSupportedArchitectures)));
   }
   std::optional<std::string> model_type;
   TPSERVE_ASSIGN_OR_RETURN(model_type, OptionalString(j, "model_type", file));
   if (model_type.has_value() && *model_type != expected_type) {
-    return file.Error("model_type", Cat("is \"", *model_type, "\" but architectures says ", name,
-                                                 " (model_type \"", expected_type, "\")"));
+    return file.Error("model_type", absl::StrCat("is \"", *model_type, "\" but architectures says ",
+                                                 std::string(name), " (model_type \"",
+                                                 std::string(expected_type), "\")"));
   }
   cfg.model_type = std::string(expected_type);
   return absl::OkStatus();
@@ -185,7 +178,7 @@ absl::Status ParseRopeScaling(const Json& j, const FileContext& file, ModelConfi
   if (!rs.is_object()) return file.TypeError("rope_scaling", "an object or null", rs);
   // transformers >= 4.45 writes "rope_type"; older checkpoints wrote "type".
   std::string_view key = Present(rs, "rope_type") ? "rope_type" : "type";
-  FileContext sub{Cat(file.name, ": rope_scaling")};
+  FileContext sub{absl::StrCat(file.name, ": rope_scaling")};
   std::optional<std::string> type;
   TPSERVE_ASSIGN_OR_RETURN(type, OptionalString(rs, key, sub));
   if (!type.has_value()) {
@@ -193,8 +186,8 @@ absl::Status ParseRopeScaling(const Json& j, const FileContext& file, ModelConfi
   }
   if (*type == "default") return absl::OkStatus();
   if (*type != "llama3") {
-    return file.Error(Cat("rope_scaling.", key),
-                      Cat("is \"", *type,
+    return file.Error(absl::StrCat("rope_scaling.", std::string(key)),
+                      absl::StrCat("is \"", *type,
                                    "\", which is not supported; supported: \"llama3\", \"default\" "
                                    "or rope_scaling: null"));
   }
@@ -204,10 +197,10 @@ absl::Status ParseRopeScaling(const Json& j, const FileContext& file, ModelConfi
     std::optional<double> v;
     TPSERVE_ASSIGN_OR_RETURN(v, OptionalNumber(rs, field, sub));
     if (!v.has_value()) {
-      return file.Error(Cat("rope_scaling.", field), "is missing; llama3 rope scaling requires it");
+      return file.Error(absl::StrCat("rope_scaling.", std::string(field)), "is missing; llama3 rope scaling requires it");
     }
     if (!(*v > 0) || !std::isfinite(*v)) {
-      return file.Error(Cat("rope_scaling.", field), Cat("must be positive, got ", *v));
+      return file.Error(absl::StrCat("rope_scaling.", std::string(field)), absl::StrCat("must be positive, got ", *v));
     }
     dst = *v;
     return absl::OkStatus();
@@ -217,7 +210,7 @@ absl::Status ParseRopeScaling(const Json& j, const FileContext& file, ModelConfi
   if (absl::Status s = need("high_freq_factor", out.high_freq_factor); !s.ok()) return s;
   if (!(out.high_freq_factor > out.low_freq_factor)) {
     return file.Error("rope_scaling.high_freq_factor",
-                      Cat("(", out.high_freq_factor, ") must be greater than low_freq_factor (",
+                      absl::StrCat("(", out.high_freq_factor, ") must be greater than low_freq_factor (",
                                    out.low_freq_factor, ")"));
   }
   std::optional<int64_t> orig;
@@ -248,7 +241,7 @@ absl::Status ParseShapes(const Json& j, const FileContext& file, ModelConfig& cf
   }
   if (cfg.num_heads % cfg.num_kv_heads != 0) {
     return file.Error("num_key_value_heads",
-                      Cat("(", cfg.num_kv_heads, ") must divide num_attention_heads (",
+                      absl::StrCat("(", cfg.num_kv_heads, ") must divide num_attention_heads (",
                                    cfg.num_heads, ")"));
   }
 
@@ -259,13 +252,13 @@ absl::Status ParseShapes(const Json& j, const FileContext& file, ModelConfig& cf
   } else {
     if (cfg.hidden_size % cfg.num_heads != 0) {
       return file.Error("num_attention_heads",
-                        Cat("(", cfg.num_heads, ") must divide hidden_size (", cfg.hidden_size,
+                        absl::StrCat("(", cfg.num_heads, ") must divide hidden_size (", cfg.hidden_size,
                                      ") when head_dim is absent; give head_dim explicitly otherwise"));
     }
     cfg.head_dim = cfg.hidden_size / cfg.num_heads;
   }
   if (cfg.head_dim % 2 != 0) {
-    return file.Error("head_dim", Cat("(", cfg.head_dim, ") must be even for rotary embeddings"));
+    return file.Error("head_dim", absl::StrCat("(", cfg.head_dim, ") must be even for rotary embeddings"));
   }
   return absl::OkStatus();
 }
@@ -274,7 +267,7 @@ absl::Status ParseFeatures(const Json& j, const FileContext& file, ModelConfig& 
   std::optional<std::string> act;
   TPSERVE_ASSIGN_OR_RETURN(act, OptionalString(j, "hidden_act", file));
   if (act.has_value() && *act != "silu") {
-    return file.Error("hidden_act", Cat("is \"", *act, "\"; only \"silu\" is supported"));
+    return file.Error("hidden_act", absl::StrCat("is \"", *act, "\"; only \"silu\" is supported"));
   }
   TPSERVE_ASSIGN_OR_RETURN(cfg.rms_norm_eps, PositiveNumberOr(j, "rms_norm_eps", 1e-6, file));
   TPSERVE_ASSIGN_OR_RETURN(cfg.rope_theta, PositiveNumberOr(j, "rope_theta", 10000.0, file));
@@ -296,7 +289,7 @@ absl::Status ParseFeatures(const Json& j, const FileContext& file, ModelConfig& 
       // attention_bias here also puts a bias on o_proj, which the model does not have.
       if (attention_bias) {
         return file.Error("attention_bias",
-                          Cat("is true; ", ArchitectureName(cfg.arch),
+                          absl::StrCat("is true; ", std::string(ArchitectureName(cfg.arch)),
                                        " with attention biases is not supported (only Qwen2 q/k/v biases)"));
       }
       cfg.qkv_bias = false;
@@ -316,7 +309,7 @@ absl::Status ParseFeatures(const Json& j, const FileContext& file, ModelConfig& 
 
 absl::Status CheckTokenId(int64_t id, std::string_view field, const FileContext& file, const ModelConfig& cfg) {
   if (id >= cfg.vocab_size) {
-    return file.Error(field, Cat("(", id, ") is outside the vocabulary (vocab_size ", cfg.vocab_size, ")"));
+    return file.Error(field, absl::StrCat("(", id, ") is outside the vocabulary (vocab_size ", cfg.vocab_size, ")"));
   }
   return absl::OkStatus();
 }
@@ -356,16 +349,16 @@ absl::Status ParseGeneration(const Json& gen, const FileContext& file, ModelConf
   TPSERVE_ASSIGN_OR_RETURN(g.top_k, OptionalInt(gen, "top_k", file));
   TPSERVE_ASSIGN_OR_RETURN(g.repetition_penalty, OptionalNumber(gen, "repetition_penalty", file));
   if (g.temperature.has_value() && !(*g.temperature >= 0)) {
-    return file.Error("temperature", Cat("must be >= 0, got ", *g.temperature));
+    return file.Error("temperature", absl::StrCat("must be >= 0, got ", *g.temperature));
   }
   if (g.top_p.has_value() && !(*g.top_p > 0 && *g.top_p <= 1)) {
-    return file.Error("top_p", Cat("must be in (0, 1], got ", *g.top_p));
+    return file.Error("top_p", absl::StrCat("must be in (0, 1], got ", *g.top_p));
   }
   if (g.top_k.has_value() && *g.top_k < 0) {
-    return file.Error("top_k", Cat("must be >= 0, got ", *g.top_k));
+    return file.Error("top_k", absl::StrCat("must be >= 0, got ", *g.top_k));
   }
   if (g.repetition_penalty.has_value() && !(*g.repetition_penalty > 0)) {
-    return file.Error("repetition_penalty", Cat("must be positive, got ", *g.repetition_penalty));
+    return file.Error("repetition_penalty", absl::StrCat("must be positive, got ", *g.repetition_penalty));
   }
   return absl::OkStatus();
 }
@@ -391,10 +384,10 @@ absl::StatusOr<ModelConfig> Parse(std::string_view config_json, std::string_view
 
 absl::StatusOr<std::string> ReadFile(const std::filesystem::path& path) {
   std::ifstream in(path, std::ios::binary);
-  if (!in) return absl::NotFoundError(Cat("cannot open ", path.string()));
+  if (!in) return absl::NotFoundError(absl::StrCat("cannot open ", path.string()));
   std::ostringstream ss;
   ss << in.rdbuf();
-  if (in.bad()) return absl::DataLossError(Cat("error reading ", path.string()));
+  if (in.bad()) return absl::DataLossError(absl::StrCat("error reading ", path.string()));
   return ss.str();
 }
 
@@ -424,7 +417,7 @@ absl::StatusOr<ModelConfig> LoadModelConfig(const std::filesystem::path& model_d
   const std::filesystem::path config_path = model_dir / "config.json";
   absl::StatusOr<std::string> config = ReadFile(config_path);
   if (!config.ok()) {
-    return absl::NotFoundError(Cat(
+    return absl::NotFoundError(absl::StrCat(
         "cannot read ", config_path.string(),
         "; give the folder of a Hugging Face checkpoint (config.json, *.safetensors, tokenizer.json)"));
   }
@@ -437,7 +430,7 @@ absl::StatusOr<ModelConfig> LoadModelConfig(const std::filesystem::path& model_d
     gen = std::move(*g);
     // An empty generation_config.json would otherwise read as "absent".
     if (gen.empty()) {
-      return absl::InvalidArgumentError(Cat(gen_path.string(), ": file is empty; expected a JSON object"));
+      return absl::InvalidArgumentError(absl::StrCat(gen_path.string(), ": file is empty; expected a JSON object"));
     }
   }
   return Parse(*config, gen, FileContext{config_path.string()}, FileContext{gen_path.string()});

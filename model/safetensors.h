@@ -112,7 +112,16 @@ class Checkpoint {
     const SafetensorsFile* file;
     const TensorInfo* info;
   };
+  // A tensor whose dtype can be read, and how errors about it begin
+  // ("<file>: tensor '<name>'").
+  struct Readable {
+    const SafetensorsFile* file;
+    const TensorInfo* info;
+    std::string where;
+  };
   absl::StatusOr<Entry> Lookup(std::string_view name) const;
+  // Lookup, and INVALID_ARGUMENT unless the tensor's dtype can be read.
+  absl::StatusOr<Readable> LookupReadable(std::string_view name) const;
   std::filesystem::path dir_;
   std::vector<std::unique_ptr<SafetensorsFile>> files_;
   std::map<std::string, Entry, std::less<>> tensors_;

@@ -3,11 +3,10 @@
 #include <algorithm>
 #include <atomic>
 #include <cmath>
-#include <cstdio>
-#include <cstdlib>
 #include <numeric>
 
 #include "absl/strings/str_cat.h"
+#include "base/check.h"
 #include "base/random.h"
 #include "sampling/limits.h"
 
@@ -186,15 +185,10 @@ void ApplyPenalties(const SequenceSamplingState& seq, std::span<float> logits) {
 std::vector<SampledToken> Sample(std::span<const float> logits, int64_t row_stride,
                                  int64_t vocab_size, std::span<SequenceSamplingState* const> seqs) {
   const int64_t num_rows = static_cast<int64_t>(seqs.size());
-  if (vocab_size <= 0 || row_stride < vocab_size ||
-      static_cast<int64_t>(logits.size()) < num_rows * row_stride) {
-    std::fprintf(stderr,
-                 "Sample: logits of %zu floats do not hold %lld rows of stride %lld with %lld "
-                 "tokens\n",
-                 logits.size(), static_cast<long long>(num_rows),
-                 static_cast<long long>(row_stride), static_cast<long long>(vocab_size));
-    std::abort();
-  }
+  TPSERVE_CHECK(vocab_size > 0 && row_stride >= vocab_size &&
+                    static_cast<int64_t>(logits.size()) >= num_rows * row_stride,
+                "Sample: logits of ", logits.size(), " floats do not hold ", num_rows,
+                " rows of stride ", row_stride, " with ", vocab_size, " tokens");
   std::vector<SampledToken> result(num_rows);
   std::vector<float> work;       // [V] penalised logits
   std::vector<double> weight;    // [V] scratch for DrawFiltered

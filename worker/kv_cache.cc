@@ -1,10 +1,9 @@
 #include "worker/kv_cache.h"
 
-#include <algorithm>
-#include <cstdio>
-#include <cstdlib>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "base/check.h"
 
 namespace tpserve {
 
@@ -29,20 +28,16 @@ absl::StatusOr<KvCache> KvCache::Allocate(Backend& backend, const KvCacheShape& 
   cache.shape_ = shape;
   const int64_t dims[] = {shape.num_blocks, shape.block_size, shape.num_kv_heads, shape.head_dim};
   const DType dtype = backend.compute_dtype();
-  // Zeros come from the host in chunks of whole blocks (about 16 MB), so no
-  // host copy of the whole cache is ever needed.
-  const int64_t block_elems = shape.block_size * shape.num_kv_heads * shape.head_dim;
-  const int64_t chunk_blocks =
-      std::clamp<int64_t>((int64_t{4} << 20) / block_elems, 1, shape.num_blocks);
-  const std::vector<float> zeros(static_cast<size_t>(chunk_blocks * block_elems), 0.0f);
   for (int64_t l = 0; l < shape.num_layers; ++l) {
     for (auto* list : {&cache.k_, &cache.v_}) {
-      Buffer buffer = backend.Allocate(dtype, dims);
-      for (int64_t b = 0; b < shape.num_blocks; b += chunk_blocks) {
-        const int64_t n = std::min(chunk_blocks, shape.num_blocks - b);
-        backend.CopyFromHost(zeros.data(), DType::kF32, buffer.tensor().Rows(b, n));
+      // Zero-filled by the backend (backend.h): no host copy of zeros.
+      absl::StatusOr<Buffer> buffer = backend.TryAllocate(dtype, dims);
+      if (!buffer.ok()) {
+        return absl::Status(buffer.status().code(),
+                            absl::StrCat("KV cache: layer ", l, " of ", shape.num_layers, " (",
+                                         shape.num_blocks, " blocks): ", buffer.status().message()));
       }
-      list->push_back(std::move(buffer));
+      list->push_back(*std::move(buffer));
     }
   }
   backend.Synchronize();
@@ -50,11 +45,8 @@ absl::StatusOr<KvCache> KvCache::Allocate(Backend& backend, const KvCacheShape& 
 }
 
 KvCacheLayer KvCache::layer(int64_t layer) const {
-  if (layer < 0 || layer >= shape_.num_layers) {
-    std::fprintf(stderr, "KvCache::layer(%lld): the cache has %lld layers\n",
-                 static_cast<long long>(layer), static_cast<long long>(shape_.num_layers));
-    std::abort();
-  }
+  TPSERVE_CHECK(layer >= 0 && layer < shape_.num_layers, "KvCache::layer(", layer, "): the cache has ",
+                shape_.num_layers, " layers");
   return KvCacheLayer{k_[static_cast<size_t>(layer)].tensor(),
                       v_[static_cast<size_t>(layer)].tensor()};
 }

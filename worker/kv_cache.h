@@ -31,10 +31,12 @@ int64_t KvCacheBytesPerBlock(const KvCacheShape& shape, DType dtype);
 
 class KvCache {
  public:
-  // Allocates K and V for every layer on `backend` in its compute dtype and
-  // zero-fills them (an unwritten slot must never hold NaN garbage that a
-  // masked-out attention weight of 0 would turn into NaN).
-  // INVALID_ARGUMENT naming the field for a non-positive dimension.
+  // Allocates K and V for every layer on `backend` in its compute dtype,
+  // zero-filled by Backend::Allocate's contract (an unwritten slot must never
+  // hold NaN garbage that a masked-out attention weight of 0 would turn into
+  // NaN). INVALID_ARGUMENT naming the field for a non-positive dimension;
+  // RESOURCE_EXHAUSTED naming the layer, the bytes asked and the bytes free
+  // when the device cannot hold the cache.
   static absl::StatusOr<KvCache> Allocate(Backend& backend, const KvCacheShape& shape);
 
   const KvCacheShape& shape() const { return shape_; }

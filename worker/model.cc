@@ -3,27 +3,13 @@
 #include <cmath>
 
 #include "absl/strings/str_cat.h"
+#include "base/status_macros.h"
 #include "model/safetensors.h"
 #include "parallel/sharding.h"
 #include "worker/rope.h"
 
 namespace tpserve {
 namespace {
-
-#define TPSERVE_RETURN_IF_ERROR(expr)          \
-  do {                                         \
-    if (absl::Status s_ = (expr); !s_.ok()) {  \
-      return s_;                               \
-    }                                          \
-  } while (0)
-
-// Assigns the value of a StatusOr to `lhs` or returns its error.
-template <typename T, typename U>
-absl::Status Assign(absl::StatusOr<T> result, U& lhs) {
-  if (!result.ok()) return result.status();
-  lhs = *std::move(result);
-  return absl::OkStatus();
-}
 
 Tensor Rows(const Tensor& t, int64_t n) { return t.Rows(0, n); }
 
@@ -40,10 +26,10 @@ absl::StatusOr<std::unique_ptr<Model>> Model::Load(const std::filesystem::path& 
   }
   std::unique_ptr<Model> model(new Model(backend, comm));
   model->options_ = options;
-  TPSERVE_RETURN_IF_ERROR(Assign(LoadModelConfig(dir), model->config_));
+  TPSERVE_ASSIGN_OR_RETURN(model->config_, LoadModelConfig(dir));
   const ModelConfig& c = model->config_;
   LocalShape local;
-  TPSERVE_RETURN_IF_ERROR(Assign(LocalShapeFor(c, comm.rank(), comm.world_size()), local));
+  TPSERVE_ASSIGN_OR_RETURN(local, LocalShapeFor(c, comm.rank(), comm.world_size()));
   if (c.head_dim <= 0 || c.head_dim % 2 != 0) {
     return absl::InvalidArgumentError(absl::StrCat(dir.string(), "/config.json: head_dim ",
                                                    c.head_dim, " must be even for RoPE"));
@@ -80,43 +66,40 @@ absl::StatusOr<std::unique_ptr<Model>> Model::Load(const std::filesystem::path& 
 // touched pages resident besides the shards.
 absl::Status Model::LoadWeights(const std::filesystem::path& dir) {
   std::unique_ptr<Checkpoint> checkpoint;
-  TPSERVE_RETURN_IF_ERROR(Assign(Checkpoint::Open(dir), checkpoint));
-  TPSERVE_RETURN_IF_ERROR(
-      Assign(VocabParallelEmbedding::Load(Context(*checkpoint), backend_), embed_));
+  TPSERVE_ASSIGN_OR_RETURN(checkpoint, Checkpoint::Open(dir));
+  TPSERVE_ASSIGN_OR_RETURN(embed_, VocabParallelEmbedding::Load(Context(*checkpoint), backend_));
   layers_.reserve(static_cast<size_t>(config_.num_layers));
   for (int64_t l = 0; l < config_.num_layers; ++l) {
     checkpoint.reset();
-    TPSERVE_RETURN_IF_ERROR(Assign(Checkpoint::Open(dir), checkpoint));
+    TPSERVE_ASSIGN_OR_RETURN(checkpoint, Checkpoint::Open(dir));
     const ShardContext ctx = Context(*checkpoint);
     const std::string p = absl::StrCat("model.layers.", l);
     Layer layer;
-    TPSERVE_RETURN_IF_ERROR(Assign(
-        ReplicatedWeight::Load(ctx, p + ".input_layernorm.weight", backend_), layer.input_norm));
-    TPSERVE_RETURN_IF_ERROR(
-        Assign(QKVParallelLinear::Load(ctx, p + ".self_attn", backend_), layer.qkv));
+    TPSERVE_ASSIGN_OR_RETURN(layer.input_norm,
+                             ReplicatedWeight::Load(ctx, p + ".input_layernorm.weight", backend_));
+    TPSERVE_ASSIGN_OR_RETURN(layer.qkv, QKVParallelLinear::Load(ctx, p + ".self_attn", backend_));
     if (config_.qk_norm) {
-      TPSERVE_RETURN_IF_ERROR(Assign(
-          ReplicatedWeight::Load(ctx, p + ".self_attn.q_norm.weight", backend_), layer.q_norm));
-      TPSERVE_RETURN_IF_ERROR(Assign(
-          ReplicatedWeight::Load(ctx, p + ".self_attn.k_norm.weight", backend_), layer.k_norm));
+      TPSERVE_ASSIGN_OR_RETURN(
+          layer.q_norm, ReplicatedWeight::Load(ctx, p + ".self_attn.q_norm.weight", backend_));
+      TPSERVE_ASSIGN_OR_RETURN(
+          layer.k_norm, ReplicatedWeight::Load(ctx, p + ".self_attn.k_norm.weight", backend_));
     }
-    TPSERVE_RETURN_IF_ERROR(
-        Assign(RowParallelLinear::Load(ctx, p + ".self_attn.o_proj", backend_), layer.o_proj));
-    TPSERVE_RETURN_IF_ERROR(Assign(
-        ReplicatedWeight::Load(ctx, p + ".post_attention_layernorm.weight", backend_),
-        layer.post_norm));
-    TPSERVE_RETURN_IF_ERROR(
-        Assign(MergedColumnParallelLinear::Load(ctx, p + ".mlp", backend_), layer.gate_up));
-    TPSERVE_RETURN_IF_ERROR(
-        Assign(RowParallelLinear::Load(ctx, p + ".mlp.down_proj", backend_), layer.down));
+    TPSERVE_ASSIGN_OR_RETURN(layer.o_proj,
+                             RowParallelLinear::Load(ctx, p + ".self_attn.o_proj", backend_));
+    TPSERVE_ASSIGN_OR_RETURN(
+        layer.post_norm,
+        ReplicatedWeight::Load(ctx, p + ".post_attention_layernorm.weight", backend_));
+    TPSERVE_ASSIGN_OR_RETURN(layer.gate_up,
+                             MergedColumnParallelLinear::Load(ctx, p + ".mlp", backend_));
+    TPSERVE_ASSIGN_OR_RETURN(layer.down,
+                             RowParallelLinear::Load(ctx, p + ".mlp.down_proj", backend_));
     layers_.push_back(std::move(layer));
   }
   checkpoint.reset();
-  TPSERVE_RETURN_IF_ERROR(Assign(Checkpoint::Open(dir), checkpoint));
+  TPSERVE_ASSIGN_OR_RETURN(checkpoint, Checkpoint::Open(dir));
   const ShardContext ctx = Context(*checkpoint);
-  TPSERVE_RETURN_IF_ERROR(
-      Assign(ReplicatedWeight::Load(ctx, "model.norm.weight", backend_), final_norm_));
-  TPSERVE_RETURN_IF_ERROR(Assign(ParallelLMHead::Load(ctx, backend_, *embed_), lm_head_));
+  TPSERVE_ASSIGN_OR_RETURN(final_norm_, ReplicatedWeight::Load(ctx, "model.norm.weight", backend_));
+  TPSERVE_ASSIGN_OR_RETURN(lm_head_, ParallelLMHead::Load(ctx, backend_, *embed_));
   return absl::OkStatus();
 }
 

@@ -1,19 +1,16 @@
 #include "worker/rope.h"
 
 #include <cmath>
-#include <cstdio>
-#include <cstdlib>
 #include <numbers>
+
+#include "base/check.h"
 
 namespace tpserve {
 
 std::vector<double> RopeInverseFrequencies(int64_t head_dim, double theta,
                                            const RopeScaling& scaling) {
-  if (head_dim <= 0 || head_dim % 2 != 0) {
-    std::fprintf(stderr, "RopeInverseFrequencies: head_dim %lld must be even and positive\n",
-                 static_cast<long long>(head_dim));
-    std::abort();
-  }
+  TPSERVE_CHECK(head_dim > 0 && head_dim % 2 == 0, "RopeInverseFrequencies: head_dim ", head_dim,
+                " must be even and positive");
   const int64_t half = head_dim / 2;
   std::vector<double> inv_freq(static_cast<size_t>(half));
   for (int64_t i = 0; i < half; ++i) {

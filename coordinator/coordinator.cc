@@ -1,0 +1,315 @@
+#include "coordinator/coordinator.h"
+
+#include <algorithm>
+#include <filesystem>
+#include <random>
+#include <utility>
+#include <vector>
+
+#include <unistd.h>
+
+#include <grpcpp/ext/proto_server_reflection_plugin.h>
+#include <grpcpp/health_check_service_interface.h>
+
+#include "absl/strings/str_cat.h"
+#include "base/status_macros.h"
+#include "coordinator/log.h"
+#include "coordinator/startup.h"
+
+namespace tpserve {
+
+namespace v1 = tpserve::v1;
+namespace iv1 = tpserve::internal::v1;
+
+namespace {
+
+constexpr int kMaxWorkerMessageBytes = 256 << 20;  // a step of many sequences, and its logits rows
+constexpr char kDraining[] = "the server is draining (shutting down); retry elsewhere";
+
+absl::Status CheckOptions(const CoordinatorOptions& o) {
+  if (o.model.empty()) {
+    return absl::InvalidArgumentError("--model DIR is required (a Hugging Face checkpoint folder)");
+  }
+  if (o.tp < 1)
+    return absl::InvalidArgumentError(absl::StrCat("--tp must be at least 1, got ", o.tp));
+  if (o.backend != "cpu" && o.backend != "cuda" && o.backend != "auto") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--backend must be cpu, cuda or auto, got \"", o.backend, "\""));
+  }
+  if (o.block_size < 1) return absl::InvalidArgumentError("--block-size must be at least 1");
+  if (o.max_num_seqs < 1 || o.max_num_batched_tokens < 1 || o.max_queue < 1) {
+    return absl::InvalidArgumentError(
+        "--max-num-seqs, --max-num-batched-tokens and --max-queue must be at least 1");
+  }
+  return absl::OkStatus();
+}
+
+// tpserve-worker for spawn_workers: the option, else installed side by side
+// or in the build tree (tools/coordinator, tools/worker), else PATH.
+std::string WorkerBinary(const std::string& option) {
+  if (!option.empty()) return option;
+  std::error_code ec;
+  const std::filesystem::path self = std::filesystem::read_symlink("/proc/self/exe", ec);
+  if (!ec) {
+    for (const std::filesystem::path& candidate :
+         {self.parent_path() / "tpserve-worker",
+          self.parent_path().parent_path() / "worker" / "tpserve-worker"}) {
+      if (std::filesystem::exists(candidate)) return candidate.string();
+    }
+  }
+  return "tpserve-worker";
+}
+
+std::string Host(const std::string& address) {
+  const size_t colon = address.rfind(':');
+  return colon == std::string::npos ? address : address.substr(0, colon);
+}
+
+}  // namespace
+
+Coordinator::Coordinator(CoordinatorOptions options) : options_(std::move(options)) {}
+
+Coordinator::~Coordinator() { StopServers(); }
+
+void Coordinator::RequestStop() {
+  if (!stop_.exchange(true)) stop_note_.Notify();
+}
+
+absl::Status Coordinator::Start() {
+  absl::Status started = [this]() -> absl::Status {
+    TPSERVE_RETURN_IF_ERROR(CheckOptions(options_));
+    TPSERVE_RETURN_IF_ERROR(LoadModel());
+    // The internal server first: its port goes to the workers.
+    TPSERVE_RETURN_IF_ERROR(ListenForWorkers());
+    TPSERVE_RETURN_IF_ERROR(ListenPublic());
+    TPSERVE_RETURN_IF_ERROR(LaunchWorkers());
+    return ConnectWorkers();
+  }();
+  if (!started.ok()) {
+    if (!absl::IsCancelled(started)) CoordinatorLog(absl::StrCat("error: ", started.message()));
+    StopServers();
+  }
+  return started;
+}
+
+absl::Status Coordinator::LoadModel() {
+  std::error_code ec;
+  model_dir_ = std::filesystem::absolute(options_.model, ec).string();
+  TPSERVE_ASSIGN_OR_RETURN(config_, LoadModelConfig(model_dir_));
+  TPSERVE_ASSIGN_OR_RETURN(tokenizer_, Tokenizer::Load(model_dir_));
+  const bool auto_format = options_.chat_template == "auto";
+  chat_format_ =
+      auto_format ? DetectChatFormat(model_dir_) : ParseChatFormatFlag(options_.chat_template);
+  if (!chat_format_.ok()) {
+    if (!auto_format) return chat_format_.status();
+    CoordinatorLog(
+        absl::StrCat("chat requests will be refused: ", chat_format_.status().message()));
+  }
+  max_model_len_ =
+      options_.max_model_len != 0 ? options_.max_model_len : config_->max_position_embeddings;
+  if (max_model_len_ < 2 || max_model_len_ > config_->max_position_embeddings) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--max-model-len must be in 2..", config_->max_position_embeddings,
+                     " (the model's max_position_embeddings), got ", max_model_len_));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Coordinator::ListenForWorkers() {
+  pool_ = std::make_unique<WorkerPool>(options_.tp);
+  int port = 0;
+  grpc::ServerBuilder builder;
+  builder.AddListeningPort(options_.worker_listen, grpc::InsecureServerCredentials(), &port);
+  builder.RegisterService(pool_.get());
+  builder.SetMaxReceiveMessageSize(kMaxWorkerMessageBytes);
+  builder.SetMaxSendMessageSize(kMaxWorkerMessageBytes);
+  worker_server_ = builder.BuildAndStart();
+  if (!worker_server_ || port == 0) {
+    return absl::UnavailableError(absl::StrCat(
+        "cannot listen for workers on ", options_.worker_listen, "; pick another --worker-listen"));
+  }
+  worker_port_ = port;
+  worker_address_ = absl::StrCat(Host(options_.worker_listen), ":", port);
+  CoordinatorLog(absl::StrCat("workers connect to ", worker_address_));
+  return absl::OkStatus();
+}
+
+// The public server, health NOT_SERVING until the engine runs.
+absl::Status Coordinator::ListenPublic() {
+  ServiceInfo info;
+  info.model.set_model_path(model_dir_);
+  info.model.set_architecture(std::string(ArchitectureName(config_->arch)));
+  info.model.set_vocab_size(static_cast<uint32_t>(tokenizer_->vocab_size()));
+  info.model.set_max_model_len(static_cast<uint32_t>(max_model_len_));
+  for (int64_t id : config_->eos_token_ids) info.model.add_eos_token_ids(static_cast<uint32_t>(id));
+  if (chat_format_.ok()) info.model.set_chat_format(std::string(ChatFormatName(*chat_format_)));
+  info.version = "tpserve 0.1.0";
+  info.tensor_parallel_size = static_cast<uint32_t>(options_.tp);
+  info.block_size = static_cast<uint32_t>(options_.block_size);
+  RequestLimits limits;
+  limits.vocab_size =
+      std::min<int32_t>(tokenizer_->vocab_size(), static_cast<int32_t>(config_->vocab_size));
+  limits.max_model_len = max_model_len_;
+  limits.defaults = config_->generation;
+  service_ = std::make_unique<GenerationService>(*tokenizer_, chat_format_, limits, info);
+
+  grpc::EnableDefaultHealthCheckService(true);
+  grpc::reflection::InitProtoReflectionServerBuilderPlugin();
+  int port = 0;
+  grpc::ServerBuilder builder;
+  builder.AddListeningPort(options_.listen, grpc::InsecureServerCredentials(), &port);
+  builder.RegisterService(service_.get());
+  server_ = builder.BuildAndStart();
+  if (!server_ || port == 0) {
+    return absl::UnavailableError(
+        absl::StrCat("cannot listen on ", options_.listen, "; pick another --listen"));
+  }
+  grpc::HealthCheckServiceInterface* health = server_->GetHealthCheckService();
+  auto set_health = [health](bool serving) {
+    if (health == nullptr) return;
+    health->SetServingStatus(serving);
+    health->SetServingStatus("tpserve.v1.Generation", serving);
+  };
+  set_health(false);
+  service_->SetOnServingChange(set_health);
+  CoordinatorLog(
+      absl::StrCat("serving tpserve.v1.Generation on ", Host(options_.listen), ":", port));
+  return absl::OkStatus();
+}
+
+// Workers: spawned here, or started by the user (mpirun / tpserve-launch).
+absl::Status Coordinator::LaunchWorkers() {
+  const int tp = options_.tp;
+  if (!options_.spawn_workers) {
+    CoordinatorLog(absl::StrCat("waiting for ", tp, " workers: mpirun -np ", tp,
+                                " tpserve-worker --coordinator ", worker_address_));
+    return absl::OkStatus();
+  }
+  LaunchOptions launch;
+  launch.argv = {WorkerBinary(options_.worker_binary), "--coordinator", worker_address_};
+  launch.nproc_per_node = tp;
+  launch.master_addr = "127.0.0.1";
+  launch.master_port = worker_port_;  // unused by the workers: rendezvous goes through the pool
+  launch.output = OutputMode::kPrefix;
+  // A worker that ends on its own (before Hello, too) is a lost worker now.
+  launch.on_exit = [pool = pool_.get()](const RankExit& e) {
+    if (!e.stopped) pool->ReportWorkerExit(e.rank, e.Describe());
+  };
+  absl::StatusOr<ProcessGroup> group = LaunchLocal(std::move(launch));
+  if (!group.ok()) {
+    return absl::Status(group.status().code(),
+                        absl::StrCat("--spawn-workers: ", group.status().message()));
+  }
+  workers_.emplace(*std::move(group));
+  CoordinatorLog(absl::StrCat("spawned ", tp, " workers"));
+  return absl::OkStatus();
+}
+
+// Waits for the workers' Hello, brings them to ready and starts the engine.
+absl::Status Coordinator::ConnectWorkers() {
+  TPSERVE_RETURN_IF_ERROR(pool_->WaitForWorkers(options_.worker_timeout, stop_));
+  std::vector<std::string> worker_names;
+  bool all_gpu = true;
+  for (const iv1::Hello& h : pool_->workers()) {
+    worker_names.push_back(WorkerRoster::Describe(h));
+    if (h.device() == "cpu" || h.device().empty()) all_gpu = false;
+  }
+  backend_ = options_.backend != "auto" ? options_.backend : all_gpu ? "cuda" : "cpu";
+
+  StartupOptions startup;
+  startup.model_dir = model_dir_;
+  startup.backend = backend_;
+  startup.tensor_parallel_size = static_cast<uint32_t>(options_.tp);
+  startup.store_prefix = absl::StrCat("tpserve/", getpid(), "-", std::random_device{}(), "/");
+  startup.block_size = static_cast<uint32_t>(options_.block_size);
+  startup.max_num_batched_tokens = static_cast<uint32_t>(options_.max_num_batched_tokens);
+  startup.max_num_seqs = static_cast<uint32_t>(options_.max_num_seqs);
+  startup.max_model_len = static_cast<uint32_t>(max_model_len_);
+  startup.gpu_memory_utilization = static_cast<float>(options_.gpu_memory_utilization);
+  startup.num_blocks_override = options_.num_gpu_blocks_override;
+  startup.enforce_eager = options_.enforce_eager;
+  TPSERVE_ASSIGN_OR_RETURN(const StartupResult started, StartWorkers(*pool_, startup));
+
+  StartEngine(started.num_blocks);
+  service_->SetEngine(engine_.get(), std::move(worker_names), backend_);
+  if (absl::Status lost = pool_->lost(); !lost.ok()) {
+    service_->SetAvailability(lost, /*permanent=*/true);
+    engine_->Fail(lost);
+  } else {
+    service_->SetAvailability(absl::OkStatus());
+    CoordinatorLog("ready");
+  }
+  return absl::OkStatus();
+}
+
+// The engine loop runs each step on every worker and reads rank 0's result;
+// a lost worker ends its requests and the service's availability for good.
+void Coordinator::StartEngine(int64_t num_blocks) {
+  EngineLoopOptions engine_options;
+  engine_options.scheduler.max_num_batched_tokens = options_.max_num_batched_tokens;
+  engine_options.scheduler.max_num_seqs = options_.max_num_seqs;
+  engine_options.scheduler.max_queue = options_.max_queue;
+  engine_options.num_blocks = num_blocks;
+  engine_options.block_size = options_.block_size;
+  engine_options.enable_prefix_caching = options_.enable_prefix_caching;
+  engine_options.max_model_len = max_model_len_;
+  for (int64_t id : config_->eos_token_ids)
+    engine_options.eos_token_ids.push_back(static_cast<int32_t>(id));
+  WorkerPool* pool = pool_.get();
+  engine_ = std::make_unique<EngineLoop>(
+      *tokenizer_, engine_options,
+      [pool](const iv1::Step& step) -> absl::StatusOr<iv1::StepResult> {
+        iv1::CoordinatorMessage command;
+        *command.mutable_step() = step;
+        TPSERVE_ASSIGN_OR_RETURN(std::vector<iv1::WorkerMessage> replies,
+                                 pool->RunOnAll(std::move(command)));
+        return std::move(*replies[0].mutable_step());
+      });
+  pool_->SetOnLost([engine = engine_.get(), service = service_.get()](const absl::Status& lost) {
+    service->SetAvailability(lost, /*permanent=*/true);
+    engine->Fail(lost);
+  });
+  engine_->Start();
+}
+
+void Coordinator::Serve() { stop_note_.WaitForNotification(); }
+
+absl::Status Coordinator::Drain() {
+  if (engine_ == nullptr) {  // Start did not succeed: it stopped everything already
+    StopServers();
+    return absl::OkStatus();
+  }
+  service_->SetAvailability(absl::UnavailableError(kDraining));
+  engine_->CloseAdmission(absl::UnavailableError(kDraining));
+  if (!engine_->WaitIdle(absl::Now() + options_.drain_timeout)) {
+    CoordinatorLog(absl::StrCat("drain timeout (", absl::FormatDuration(options_.drain_timeout),
+                                ") passed; aborting the running streams"));
+    engine_->AbortAll(absl::OkStatus());
+    engine_->WaitIdle(absl::Now() + absl::Seconds(30));
+  }
+  engine_->Stop();
+  const absl::Status lost = pool_->lost();
+  if (lost.ok()) {
+    iv1::CoordinatorMessage shutdown;
+    shutdown.mutable_shutdown();
+    if (auto s = pool_->RunOnAll(shutdown); !s.ok()) {
+      CoordinatorLog(absl::StrCat("shutdown: ", s.status().message()));
+    }
+  }
+  StopServers();
+  CoordinatorLog(lost.ok() ? "stopped" : "stopped after losing a worker");
+  return lost;
+}
+
+// Stops whatever Start brought up, in reverse; only the first call does.
+void Coordinator::StopServers() {
+  if (stopped_) return;
+  stopped_ = true;
+  const auto soon = [] { return absl::ToChronoTime(absl::Now() + absl::Seconds(2)); };
+  if (server_) server_->Shutdown(soon());
+  if (pool_) pool_->Close();
+  if (worker_server_) worker_server_->Shutdown(soon());
+  if (workers_) (void)workers_->Stop(absl::Seconds(10));
+}
+
+}  // namespace tpserve

@@ -1,0 +1,130 @@
+// Coordinator: the serving process put together (tools/coordinator/main.cc
+// parses the flags into CoordinatorOptions and calls it).
+//
+//   Coordinator coordinator(options);
+//   if (!coordinator.Start().ok()) ...   // listen, workers' Hello, Load..WarmUp, engine loop
+//   coordinator.Serve();                 // until RequestStop()
+//   absl::Status lost = coordinator.Drain();
+//
+// Start: both gRPC servers listen first (the public one answers UNAVAILABLE
+// and health NOT_SERVING until warm), then it waits for the tp workers' Hello
+// (spawned here with spawn_workers, else started by the user), runs Load /
+// Profile / AllocateKv / WarmUp (coordinator/startup.h) and starts the engine
+// loop, which runs each step on every worker through the WorkerPool.
+//
+// Lines on stderr (coordinator/log.h) that scripts and tests parse:
+//   tpserve-coordinator: workers connect to HOST:PORT
+//   tpserve-coordinator: serving tpserve.v1.Generation on HOST:PORT
+//   tpserve-coordinator: ready
+//
+// A lost worker does not end Serve: from then on every request is refused
+// with UNAVAILABLE naming the rank (health NOT_SERVING), so clients learn why,
+// until a stop is asked; Drain then returns the loss.
+//
+// Threads: Start, Serve and Drain run on one thread (main's); RequestStop may
+// be called from any thread (the signal thread), at any time.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include <grpcpp/grpcpp.h>
+
+#include "absl/status/status.h"
+#include "absl/synchronization/notification.h"
+#include "absl/time/time.h"
+#include "coordinator/engine_loop.h"
+#include "coordinator/generation_service.h"
+#include "coordinator/worker_pool.h"
+#include "launcher/process_group.h"
+#include "model/config.h"
+#include "tokenizer/chat_template.h"
+#include "tokenizer/tokenizer.h"
+
+namespace tpserve {
+
+// One field per tpserve-coordinator flag (--block-size is block_size).
+struct CoordinatorOptions {
+  std::string model;                      // Hugging Face checkpoint folder (required)
+  int tp = 1;                             // workers to wait for
+  std::string listen = "127.0.0.1:50051";  // public gRPC address; port 0 picks a free one
+  std::string worker_listen = "127.0.0.1:0";  // the address the workers dial
+  std::string backend = "auto";           // cpu, cuda, or auto (cuda when every worker has a GPU)
+  int block_size = 16;                    // KV cache block size in tokens
+  double gpu_memory_utilization = 0.9;    // fraction of each GPU a worker may use
+  int64_t max_model_len = 0;              // prompt + output; 0 = max_position_embeddings
+  int max_num_seqs = 256;                 // most sequences in one step
+  int64_t max_num_batched_tokens = 2048;  // token budget of one step
+  int max_queue = 1024;                   // waiting requests beyond this: RESOURCE_EXHAUSTED
+  bool enforce_eager = false;             // no CUDA graphs for decode steps
+  int64_t num_gpu_blocks_override = 0;    // > 0: allocate this many KV blocks (tests)
+  bool enable_prefix_caching = true;
+  absl::Duration drain_timeout = absl::Seconds(30);    // Drain: how long streams may finish
+  absl::Duration worker_timeout = absl::Seconds(120);  // Start: how long workers may take to connect
+  std::string chat_template = "auto";     // auto (tokenizer_config.json), llama3 or chatml
+  bool spawn_workers = false;             // start the tp local workers (torchrun-style environment)
+  std::string worker_binary;              // for spawn_workers; "" = next to this binary, else PATH
+};
+
+class Coordinator {
+ public:
+  explicit Coordinator(CoordinatorOptions options);
+  ~Coordinator();  // stops what Start started (servers, sessions, spawned workers)
+
+  Coordinator(const Coordinator&) = delete;
+  Coordinator& operator=(const Coordinator&) = delete;
+
+  // Brings the server up to "ready" (see the top of this file). On failure it
+  // logs "error: <why>", stops what it started and returns the error, whose
+  // message names the flag to change: INVALID_ARGUMENT for options, the
+  // failing phase's error otherwise. CANCELLED (nothing logged) when
+  // RequestStop came while it waited for the workers.
+  absl::Status Start();
+
+  // Blocks until RequestStop (a lost worker does not end it). After Start.
+  void Serve();
+
+  // Admission stops (UNAVAILABLE), running streams finish or are cut with
+  // ABORTED after drain_timeout, the workers get Shutdown (unless one was
+  // lost), the servers stop. OK, or the UNAVAILABLE status of the lost worker.
+  // Without a successful Start it only makes sure everything is stopped.
+  absl::Status Drain();
+
+  // Asks Serve to return, or Start to stop waiting for the workers.
+  void RequestStop();
+
+ private:
+  absl::Status LoadModel();
+  absl::Status ListenForWorkers();
+  absl::Status ListenPublic();
+  absl::Status LaunchWorkers();
+  absl::Status ConnectWorkers();
+  void StartEngine(int64_t num_blocks);
+  void StopServers();
+
+  CoordinatorOptions options_;
+  std::atomic<bool> stop_{false};
+  absl::Notification stop_note_;
+
+  // Set by Start, in this order.
+  std::string model_dir_;  // absolute: the workers may run elsewhere
+  std::optional<ModelConfig> config_;
+  std::unique_ptr<Tokenizer> tokenizer_;
+  absl::StatusOr<ChatFormat> chat_format_ = absl::UnknownError("not loaded");
+  int64_t max_model_len_ = 0;
+  std::unique_ptr<WorkerPool> pool_;
+  std::unique_ptr<grpc::Server> worker_server_;
+  int worker_port_ = 0;
+  std::string worker_address_;  // HOST:PORT the workers dial
+  std::unique_ptr<GenerationService> service_;
+  std::unique_ptr<grpc::Server> server_;
+  std::optional<ProcessGroup> workers_;  // spawn_workers only
+  std::string backend_;                   // "cpu" or "cuda", once the workers said Hello
+  std::unique_ptr<EngineLoop> engine_;
+  bool stopped_ = false;  // StopServers ran
+};
+
+}  // namespace tpserve
