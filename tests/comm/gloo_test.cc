@@ -7,6 +7,7 @@
 
 #include "comm/gloo_communicator.h"
 #include "rank_launcher.h"
+#include "tests/testing/seed.h"
 
 namespace tpserve::comm_test {
 namespace {
@@ -30,7 +31,7 @@ class GlooCollectives : public testing::TestWithParam<int> {};
 
 TEST_P(GlooCollectives, MatchValuesComputedForEveryRank) {
   const int world = GetParam();
-  const uint64_t seed = std::random_device{}();
+  const uint64_t seed = testing_util::TestSeed();
   SCOPED_TRACE(testing::Message() << "seed " << seed << ", world " << world);
   std::string store = FreshTempDir("gloo");
   ASSERT_FALSE(store.empty());

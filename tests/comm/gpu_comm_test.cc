@@ -7,6 +7,7 @@
 #include <random>
 
 #include "rank_launcher.h"
+#include "tests/testing/seed.h"
 
 namespace tpserve::comm_test {
 namespace {
@@ -21,7 +22,7 @@ int GpuCount() {
 }
 
 void RunWorld(const std::string& backend, int world) {
-  const uint64_t seed = std::random_device{}();
+  const uint64_t seed = testing_util::TestSeed();
   SCOPED_TRACE(testing::Message() << backend << " world " << world << ", seed " << seed);
   std::string store = FreshTempDir(backend + "-cuda");
   ASSERT_FALSE(store.empty());

@@ -4,12 +4,13 @@
 #include <vector>
 
 #include "comm/communicator.h"
+#include "tests/testing/seed.h"
 
 namespace tpserve {
 namespace {
 
 TEST(SoloCommunicator, CollectivesOfOneRank) {
-  uint32_t seed = std::random_device{}();
+  uint32_t seed = testing_util::TestSeed();
   SCOPED_TRACE(testing::Message() << "seed " << seed);
   std::mt19937 rng(seed);
   std::uniform_real_distribution<float> dist(-3, 3);

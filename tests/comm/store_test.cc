@@ -10,6 +10,8 @@
 #include <string>
 #include <thread>
 
+#include "tests/testing/seed.h"
+
 namespace tpserve {
 namespace {
 
@@ -38,7 +40,7 @@ TEST(FileStore, SetThenGetReturnsTheBytes) {
 }
 
 TEST(FileStore, LargeRandomValueRoundTrips) {
-  uint32_t seed = std::random_device{}();
+  uint32_t seed = testing_util::TestSeed();
   SCOPED_TRACE(testing::Message() << "seed " << seed);
   std::mt19937 rng(seed);
   std::string value(100003, '\0');

@@ -1,5 +1,5 @@
-// The engine loop against a fake set of workers that keeps per-sequence state
-// from the step diffs exactly as a worker must, and "samples" a token that is a
+// The engine loop against fake workers (testing_util::FakeStepWorker) that keep
+// per-sequence state from the step diffs exactly as a worker must, and "samples" a token that is a
 // pure function of everything the sequence computed so far. The outputs are
 // then independent of batching, chunking, prefix caching and preemption, and
 // any inconsistency between what the coordinator sends and what it believes
@@ -14,8 +14,9 @@
 #include <thread>
 #include <vector>
 
-#include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
+#include "tests/testing/fake_worker.h"
+#include "tests/testing/seed.h"
 #include "tests/tokenizer/toy_tokenizer.h"
 
 namespace tpserve {
@@ -24,22 +25,10 @@ namespace {
 namespace v1 = tpserve::v1;
 namespace iv1 = tpserve::internal::v1;
 
-// The fake model: next token from the whole sequence so far (letters a..z).
-int32_t NextToken(const std::vector<int32_t>& seq) {
-  uint64_t h = 1469598103934665603ull;
-  for (int32_t t : seq) h = (h ^ static_cast<uint64_t>(t)) * 1099511628211ull;
-  return 'a' + static_cast<int32_t>(h % 26);
-}
+using testing_util::FakeContinuation;
 
-std::vector<int32_t> Expected(std::vector<int32_t> prompt, int n) {
-  std::vector<int32_t> out;
-  for (int i = 0; i < n; ++i) {
-    out.push_back(NextToken(prompt));
-    prompt.push_back(out.back());
-  }
-  return out;
-}
-
+// The workers of a step function: a FakeStepWorker, plus a failure to inject,
+// a delay per step and a step count.
 class FakeWorkers {
  public:
   absl::StatusOr<iv1::StepResult> Run(const iv1::Step& step) {
@@ -50,47 +39,15 @@ class FakeWorkers {
       fail_next_ = absl::OkStatus();
       return s;
     }
-    for (uint64_t id : step.finished()) seqs_.erase(id);
-    iv1::StepResult result;
-    result.set_step_id(step.step_id());
-    absl::flat_hash_map<uint64_t, bool> sample;
-    for (const iv1::NewSequence& n : step.new_sequences()) {
-      if (seqs_.contains(n.seq_id())) return absl::InternalError(absl::StrCat("seq ", n.seq_id(), " sent twice"));
-      std::vector<int32_t> all(n.prompt_token_ids().begin(), n.prompt_token_ids().end());
-      all.insert(all.end(), n.output_token_ids().begin(), n.output_token_ids().end());
-      if (static_cast<size_t>(n.num_computed_tokens()) + static_cast<size_t>(n.token_ids_size()) != all.size() && n.sample()) {
-        return absl::InternalError("a sampled new sequence must reach its last token");
-      }
-      std::vector<int32_t>& s = seqs_[n.seq_id()];
-      s.assign(all.begin(), all.begin() + n.num_computed_tokens());
-      s.insert(s.end(), n.token_ids().begin(), n.token_ids().end());
-      sample[n.seq_id()] = n.sample();
-    }
-    for (const iv1::ContinuingSequence& c : step.continuing()) {
-      auto it = seqs_.find(c.seq_id());
-      if (it == seqs_.end()) return absl::InternalError(absl::StrCat("unknown seq ", c.seq_id()));
-      it->second.insert(it->second.end(), c.token_ids().begin(), c.token_ids().end());
-      sample[c.seq_id()] = c.sample();
-    }
-    for (uint64_t id : step.order()) {
-      if (!sample.at(id)) continue;
-      iv1::SampledToken* t = result.add_tokens();
-      t->set_seq_id(id);
-      const std::vector<int32_t>& s = seqs_.at(id);
-      t->set_token_id(eos_after_ > 0 && static_cast<int>(s.size()) >= eos_after_ ? testing::kEnd : NextToken(s));
-      t->set_logprob(-0.5f);
-      t->add_top_ids(t->token_id());
-      t->add_top_logprobs(-0.5f);
-    }
+    absl::StatusOr<iv1::StepResult> result = testing_util::RunFakeStep(model_, step);
     if (delay_ > absl::ZeroDuration()) absl::SleepFor(delay_);
     return result;
   }
 
   absl::Mutex mu_;
-  absl::flat_hash_map<uint64_t, std::vector<int32_t>> seqs_;
+  testing_util::FakeStepWorker model_;
   absl::Status fail_next_;
   absl::Duration delay_;
-  int eos_after_ = 0;  // > 0: sample EOS once a sequence holds this many tokens
   int steps_ = 0;
 };
 
@@ -147,7 +104,7 @@ class EngineLoopTest : public ::testing::Test {
     PreparedRequest r;
     r.prompt = std::move(prompt);
     r.stop.max_tokens = max_tokens;
-    r.sampling.set_temperature(0);
+    r.sampling.temperature = 0;
     return r;
   }
   std::shared_ptr<ResponseQueue> Submit(const std::string& id, PreparedRequest r) {
@@ -163,7 +120,7 @@ class EngineLoopTest : public ::testing::Test {
 };
 
 TEST_F(EngineLoopTest, ConcurrentRequestsUnderATinyKvPoolGetTheirOwnOutputs) {
-  const uint32_t seed = std::random_device{}();
+  const uint64_t seed = testing_util::TestSeed();
   SCOPED_TRACE(::testing::Message() << "seed " << seed);
   std::mt19937 rng(seed);
   Start(/*num_blocks=*/19, /*block_size=*/4, /*budget=*/13);
@@ -183,7 +140,7 @@ TEST_F(EngineLoopTest, ConcurrentRequestsUnderATinyKvPoolGetTheirOwnOutputs) {
     Outcome o = Drain(*cases[i].q);
     ASSERT_TRUE(o.end.ok()) << "request " << i << ": " << o.end;
     ASSERT_TRUE(o.completed);
-    EXPECT_EQ(o.tokens, Expected(cases[i].prompt, cases[i].n)) << "request " << i;
+    EXPECT_EQ(o.tokens, FakeContinuation(cases[i].prompt, cases[i].n)) << "request " << i;
     EXPECT_EQ(o.text, std::string(o.tokens.begin(), o.tokens.end()));
     EXPECT_EQ(o.complete.finish_reason(), v1::LENGTH);
     EXPECT_EQ(o.complete.usage().prompt_tokens(), cases[i].prompt.size());
@@ -210,10 +167,10 @@ TEST_F(EngineLoopTest, SamePromptTwiceIsServedFromThePrefixCache) {
 }
 
 TEST_F(EngineLoopTest, EosEndsTheRequestWithoutItsText) {
-  workers_.eos_after_ = 6;
+  workers_.model_.set_eos_after(6, testing::kEnd);
   Start(64);
   PreparedRequest r = Request({'x', 'y', 'z'}, 100);
-  r.logprobs = 1;
+  r.sampling.logprobs = 1;
   Outcome o = Drain(*Submit("a", std::move(r)));
   ASSERT_TRUE(o.end.ok()) << o.end;
   EXPECT_EQ(o.complete.finish_reason(), v1::EOS);
@@ -242,13 +199,13 @@ TEST_F(EngineLoopTest, AbortEndsWithAbortedAndFreesTheBlocks) {
   for (int i = 0; i < 100; ++i) {
     {
       absl::MutexLock lock(&workers_.mu_);
-      if (workers_.seqs_.empty()) break;
+      if (workers_.model_.num_sequences() == 0) break;
     }
     Submit(absl::StrCat("poke", i), Request({'q'}, 1));  // a step carries the drop
     absl::SleepFor(absl::Milliseconds(10));
   }
   absl::MutexLock lock(&workers_.mu_);
-  EXPECT_TRUE(workers_.seqs_.empty());
+  EXPECT_EQ(workers_.model_.num_sequences(), 0u);
 }
 
 TEST_F(EngineLoopTest, CancellationEndsTheStreamWithTheGivenStatus) {
@@ -289,7 +246,7 @@ TEST_F(EngineLoopTest, AFailedStepIsInternalForItsRequestsAndTheEngineGoesOn) {
   EXPECT_NE(bad.end.message().find("illegal address"), absl::string_view::npos) << bad.end;
   Outcome good = Drain(*Submit("b", Request({'a', 'b'}, 4)));
   EXPECT_TRUE(good.end.ok()) << good.end;
-  EXPECT_EQ(good.tokens, Expected({'a', 'b'}, 4));
+  EXPECT_EQ(good.tokens, FakeContinuation({'a', 'b'}, 4));
 }
 
 TEST_F(EngineLoopTest, ALostWorkerEndsEveryStreamUnavailableAndClosesAdmission) {

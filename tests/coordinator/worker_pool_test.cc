@@ -13,107 +13,44 @@
 
 #include "absl/strings/str_cat.h"
 #include "coordinator/worker_roster.h"
+#include "tests/testing/fake_worker.h"
 
 namespace tpserve {
 namespace {
 
 namespace iv1 = tpserve::internal::v1;
 
-iv1::Hello MakeHello(uint32_t rank, uint32_t world, uint32_t version = kWorkerProtocolVersion) {
-  iv1::Hello h;
-  h.set_protocol_version(version);
-  h.set_rank(rank);
-  h.set_world_size(world);
-  h.set_local_rank(rank);
-  h.set_host("testhost");
-  h.set_device("cpu");
-  h.set_pid(1000 + rank);
-  return h;
-}
+using testing_util::FakeAnswer;
+using testing_util::FakeHello;
+using testing_util::FakeWorkerSession;
 
 TEST(WorkerRosterTest, AdmitsEachRankOnceAndNamesWhatIsMissing) {
   WorkerRoster roster(4);
   EXPECT_EQ(roster.DescribeMissing(), "ranks 0, 1, 2, 3 of 4 have not connected");
-  ASSERT_TRUE(roster.Admit(MakeHello(2, 4)).ok());
-  ASSERT_TRUE(roster.Admit(MakeHello(0, 4)).ok());
+  ASSERT_TRUE(roster.Admit(FakeHello(2, 4)).ok());
+  ASSERT_TRUE(roster.Admit(FakeHello(0, 4)).ok());
   EXPECT_EQ(roster.missing(), (std::vector<int>{1, 3}));
   EXPECT_EQ(roster.DescribeMissing(), "ranks 1, 3 of 4 have not connected");
 
-  absl::Status dup = roster.Admit(MakeHello(2, 4));
+  absl::Status dup = roster.Admit(FakeHello(2, 4));
   EXPECT_EQ(dup.code(), absl::StatusCode::kAlreadyExists);
   EXPECT_NE(dup.message().find("rank 2 is already connected"), absl::string_view::npos) << dup;
 
-  absl::Status world = roster.Admit(MakeHello(1, 3));
+  absl::Status world = roster.Admit(FakeHello(1, 3));
   EXPECT_EQ(world.code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_NE(world.message().find("world size 3"), absl::string_view::npos) << world;
   EXPECT_NE(world.message().find("--tp 4"), absl::string_view::npos) << world;
 
-  absl::Status version = roster.Admit(MakeHello(1, 4, kWorkerProtocolVersion + 1));
+  absl::Status version = roster.Admit(FakeHello(1, 4, kWorkerProtocolVersion + 1));
   EXPECT_EQ(version.code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_NE(version.message().find("protocol version"), absl::string_view::npos) << version;
 
-  EXPECT_EQ(roster.Admit(MakeHello(4, 4)).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(roster.Admit(FakeHello(4, 4)).code(), absl::StatusCode::kInvalidArgument);
   EXPECT_FALSE(roster.complete());
-  ASSERT_TRUE(roster.Admit(MakeHello(1, 4)).ok());
-  ASSERT_TRUE(roster.Admit(MakeHello(3, 4)).ok());
+  ASSERT_TRUE(roster.Admit(FakeHello(1, 4)).ok());
+  ASSERT_TRUE(roster.Admit(FakeHello(3, 4)).ok());
   EXPECT_TRUE(roster.complete());
   EXPECT_EQ(roster.DescribeMissing(), "ranks  of 4 have not connected");  // nothing missing
-}
-
-// A fake worker: says Hello, then answers every command with `answer`.
-class FakeWorker {
- public:
-  using Answer = std::function<iv1::WorkerMessage(const iv1::CoordinatorMessage&)>;
-  FakeWorker(const std::string& address, iv1::Hello hello, Answer answer)
-      : stub_(iv1::Worker::NewStub(grpc::CreateChannel(address, grpc::InsecureChannelCredentials()))) {
-    thread_ = std::thread([this, hello, answer] {
-      auto stream = stub_->Session(&context_);
-      iv1::WorkerMessage first;
-      *first.mutable_hello() = hello;
-      stream->Write(first);
-      iv1::CoordinatorMessage command;
-      while (stream->Read(&command)) {
-        ++commands_;
-        iv1::WorkerMessage reply = answer(command);
-        reply.set_seq(command.seq());
-        if (!stream->Write(reply)) break;
-      }
-      stream->WritesDone();
-      status_ = stream->Finish();
-      done_ = true;
-    });
-  }
-  ~FakeWorker() {
-    context_.TryCancel();
-    thread_.join();
-  }
-  void Kill() { context_.TryCancel(); }  // what the coordinator sees when the process dies
-  // The status the coordinator ended the session with (after it ended).
-  grpc::Status WaitStatus() {
-    while (!done_) std::this_thread::sleep_for(std::chrono::milliseconds(5));
-    return status_;
-  }
-  int commands() const { return commands_; }
-
- private:
-  std::unique_ptr<iv1::Worker::Stub> stub_;
-  grpc::ClientContext context_;
-  std::thread thread_;
-  std::atomic<bool> done_{false};
-  std::atomic<int> commands_{0};
-  grpc::Status status_;
-};
-
-iv1::WorkerMessage Ack(const iv1::CoordinatorMessage& command) {
-  iv1::WorkerMessage m;
-  if (command.has_profile()) {
-    m.mutable_profile()->set_max_num_blocks(100);
-  } else if (command.has_step()) {
-    m.mutable_step()->set_step_id(command.step().step_id());
-  } else {
-    m.mutable_ack();
-  }
-  return m;
 }
 
 class WorkerPoolTest : public ::testing::Test {
@@ -133,8 +70,8 @@ class WorkerPoolTest : public ::testing::Test {
     if (pool_) pool_->Close();
     if (server_) server_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
   }
-  FakeWorker& AddWorker(iv1::Hello hello, FakeWorker::Answer answer = Ack) {
-    workers_.push_back(std::make_unique<FakeWorker>(address_, std::move(hello), std::move(answer)));
+  FakeWorkerSession& AddWorker(iv1::Hello hello, FakeWorkerSession::Answer answer = nullptr) {
+    workers_.push_back(std::make_unique<FakeWorkerSession>(address_, std::move(hello), std::move(answer)));
     return *workers_.back();
   }
   absl::Status WaitAll(absl::Duration timeout = absl::Seconds(10)) {
@@ -145,13 +82,13 @@ class WorkerPoolTest : public ::testing::Test {
   std::unique_ptr<WorkerPool> pool_;
   std::unique_ptr<grpc::Server> server_;
   std::string address_;
-  std::vector<std::unique_ptr<FakeWorker>> workers_;
+  std::vector<std::unique_ptr<FakeWorkerSession>> workers_;
 };
 
 TEST_F(WorkerPoolTest, RunsCommandsOnEveryRankInOrder) {
   Start(2);
-  AddWorker(MakeHello(1, 2));
-  AddWorker(MakeHello(0, 2));
+  AddWorker(FakeHello(1, 2));
+  AddWorker(FakeHello(0, 2));
   ASSERT_TRUE(WaitAll().ok());
   ASSERT_EQ(pool_->workers().size(), 2u);
   EXPECT_EQ(pool_->workers()[0].rank(), 0u);
@@ -173,25 +110,25 @@ TEST_F(WorkerPoolTest, RunsCommandsOnEveryRankInOrder) {
 
 TEST_F(WorkerPoolTest, RefusesDuplicateRankWrongWorldSizeAndVersionWithAMessage) {
   Start(2);
-  AddWorker(MakeHello(0, 2));
+  AddWorker(FakeHello(0, 2));
   ASSERT_TRUE(absl::IsDeadlineExceeded(WaitAll(absl::Milliseconds(300))));  // rank 1 missing
-  grpc::Status dup = AddWorker(MakeHello(0, 2)).WaitStatus();
+  grpc::Status dup = AddWorker(FakeHello(0, 2)).WaitStatus();
   EXPECT_EQ(dup.error_code(), grpc::StatusCode::ALREADY_EXISTS);
   EXPECT_NE(dup.error_message().find("rank 0 is already connected"), std::string::npos) << dup.error_message();
-  grpc::Status world = AddWorker(MakeHello(1, 3)).WaitStatus();
+  grpc::Status world = AddWorker(FakeHello(1, 3)).WaitStatus();
   EXPECT_EQ(world.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
   EXPECT_NE(world.error_message().find("world size 3"), std::string::npos) << world.error_message();
-  grpc::Status version = AddWorker(MakeHello(1, 2, 999)).WaitStatus();
+  grpc::Status version = AddWorker(FakeHello(1, 2, 999)).WaitStatus();
   EXPECT_EQ(version.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
   EXPECT_NE(version.error_message().find("protocol version 999"), std::string::npos) << version.error_message();
   // The refusals took no slot: the right rank 1 still completes the pool.
-  AddWorker(MakeHello(1, 2));
+  AddWorker(FakeHello(1, 2));
   EXPECT_TRUE(WaitAll().ok());
 }
 
 TEST_F(WorkerPoolTest, StartupTimeoutNamesTheMissingRanks) {
   Start(3);
-  AddWorker(MakeHello(1, 3));
+  AddWorker(FakeHello(1, 3));
   absl::Status s = WaitAll(absl::Milliseconds(400));
   EXPECT_EQ(s.code(), absl::StatusCode::kDeadlineExceeded);
   EXPECT_NE(s.message().find("ranks 0, 2 of 3 have not connected"), absl::string_view::npos) << s;
@@ -202,10 +139,10 @@ TEST_F(WorkerPoolTest, ALostWorkerFailsTheCommandAndIsNamed) {
   Start(2);
   std::atomic<int> lost_calls{0};
   pool_->SetOnLost([&](const absl::Status&) { ++lost_calls; });
-  AddWorker(MakeHello(0, 2));
-  FakeWorker& doomed = AddWorker(MakeHello(1, 2), [](const iv1::CoordinatorMessage& c) {
+  AddWorker(FakeHello(0, 2));
+  FakeWorkerSession& doomed = AddWorker(FakeHello(1, 2), [](const iv1::CoordinatorMessage& c) {
     if (c.has_step()) std::this_thread::sleep_for(std::chrono::seconds(2));  // killed before it answers
-    return Ack(c);
+    return FakeAnswer(c);
   });
   ASSERT_TRUE(WaitAll().ok());
   std::thread killer([&] {
@@ -233,7 +170,7 @@ TEST_F(WorkerPoolTest, AnIdleWorkerThatHangsUpIsNoticed) {
   Start(1);
   std::atomic<bool> lost{false};
   pool_->SetOnLost([&](const absl::Status&) { lost = true; });
-  FakeWorker& w = AddWorker(MakeHello(0, 1));
+  FakeWorkerSession& w = AddWorker(FakeHello(0, 1));
   ASSERT_TRUE(WaitAll().ok());
   w.Kill();
   for (int i = 0; i < 200 && !lost; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
@@ -242,9 +179,9 @@ TEST_F(WorkerPoolTest, AnIdleWorkerThatHangsUpIsNoticed) {
 
 TEST_F(WorkerPoolTest, AWorkerErrorIsInternalNamingTheRank) {
   Start(2);
-  AddWorker(MakeHello(0, 2));
-  AddWorker(MakeHello(1, 2), [](const iv1::CoordinatorMessage& c) {
-    iv1::WorkerMessage m = Ack(c);
+  AddWorker(FakeHello(0, 2));
+  AddWorker(FakeHello(1, 2), [](const iv1::CoordinatorMessage& c) {
+    iv1::WorkerMessage m = FakeAnswer(c);
     if (c.has_load()) m.set_error("config.json: num_attention_heads 5 is not divisible by tp 2");
     return m;
   });

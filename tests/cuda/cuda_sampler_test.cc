@@ -25,6 +25,7 @@
 #include "model/dtype.h"
 #include "tests/cuda/gpu_test_util.h"
 #include "sampling/sampler.h"
+#include "tests/testing/seed.h"
 
 namespace tpserve::cuda {
 namespace {
@@ -191,7 +192,7 @@ void CompareWithHost(int tp, int rows, int vocab, uint64_t seed) {
 
 TEST(CudaSampler, MatchesHostSampler) {
   TPSERVE_REQUIRE_GPU();
-  const uint64_t seed = std::random_device{}();
+  const uint64_t seed = testing_util::TestSeed();
   for (int tp : {1, 2}) {
     for (int rows : {1, 3, 19, 111}) {
       for (int vocab : {7, 4097, 128256}) CompareWithHost(tp, rows, vocab, seed + rows * 7 + vocab);
@@ -202,7 +203,7 @@ TEST(CudaSampler, MatchesHostSampler) {
 // f32 logits take the same path as bf16 (the LM head of an f32 build).
 TEST(CudaSampler, F32LogitsMatchHostSampler) {
   TPSERVE_REQUIRE_GPU();
-  const uint64_t seed = std::random_device{}();
+  const uint64_t seed = testing_util::TestSeed();
   SCOPED_TRACE("seed=" + std::to_string(seed));
   std::mt19937_64 rng(seed);
   const int rows = 5, vocab = 4097;
@@ -231,7 +232,7 @@ TEST(CudaSampler, F32LogitsMatchHostSampler) {
 // The same seeded sequences in two batch orders (and twice) give the same tokens.
 TEST(CudaSampler, SeededTokensDoNotDependOnBatchPosition) {
   TPSERVE_REQUIRE_GPU();
-  const uint64_t seed = std::random_device{}();
+  const uint64_t seed = testing_util::TestSeed();
   SCOPED_TRACE("seed=" + std::to_string(seed));
   const int rows = 19, vocab = 128256, tp = 2, steps = 4;
   std::mt19937_64 rng(seed);
@@ -279,7 +280,7 @@ TEST(CudaSampler, SeededTokensDoNotDependOnBatchPosition) {
 // nothing from any RNG, and leave the sampled rows as they would be alone.
 TEST(CudaSampler, SkippedAndPaddingRowsAreNotSampled) {
   TPSERVE_REQUIRE_GPU();
-  const uint64_t seed = std::random_device{}();
+  const uint64_t seed = testing_util::TestSeed();
   SCOPED_TRACE("seed=" + std::to_string(seed));
   std::mt19937_64 rng(seed);
   const int tp = 2, layout_rows = 16, rows = 11, vocab = 4097;  // a bucket of 16 holding 11 sequences

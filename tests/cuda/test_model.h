@@ -1,17 +1,13 @@
 // A generated random-weight model in the Hugging Face layout for the GPU tests
-// that run whole models (tools/make_model's library, no process started).
+// that run whole models (the tiny-model fixture, tests/testing/tiny_model.h).
 #pragma once
 
 #include <unistd.h>
 
 #include <filesystem>
 #include <string>
-#include <vector>
 
-#include <gtest/gtest.h>
-
-#include "absl/strings/str_split.h"
-#include "tools/make_model/make_model.h"
+#include "tests/testing/tiny_model.h"
 
 namespace tpserve::cuda_test {
 
@@ -22,14 +18,7 @@ inline std::filesystem::path MakeTestModel(const std::string& prefix, const std:
                                            const std::string& args) {
   const std::filesystem::path dir =
       std::filesystem::temp_directory_path() / (prefix + "_" + std::to_string(::getpid()) + "_" + name);
-  std::vector<std::string> argv{dir.string()};
-  for (absl::string_view a : absl::StrSplit(args, ' ', absl::SkipEmpty())) argv.emplace_back(a);
-  absl::StatusOr<make_model::MakeModelOptions> options = make_model::ParseArgs(argv);
-  EXPECT_TRUE(options.ok()) << options.status();
-  if (options.ok()) {
-    const absl::Status made = make_model::MakeModel(*options);
-    EXPECT_TRUE(made.ok()) << made;
-  }
+  testing_util::MakeModel(dir, args);
   return dir;
 }
 

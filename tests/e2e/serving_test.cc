@@ -9,6 +9,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "tests/e2e/harness.h"
+#include "tests/testing/seed.h"
 
 namespace tpserve::e2e {
 namespace {
@@ -72,7 +73,7 @@ class ServingLoadTest : public ::testing::Test {
 };
 
 TEST_F(ServingLoadTest, SixtyFourConcurrentStreamsGetIndependentCorrectOutputs) {
-  const uint32_t seed = std::random_device{}();
+  const uint32_t seed = testing_util::TestSeed();
   SCOPED_TRACE(::testing::Message() << "seed " << seed);
   std::mt19937 rng(seed);
   const std::string model = MakeModel(dir_.path(), "qwen3", {"--seed", "5"});

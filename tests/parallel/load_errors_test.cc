@@ -14,6 +14,7 @@
 #include "parallel/replicated_weight.h"
 #include "parallel/vocab_parallel.h"
 #include "tests/parallel/tp_case.h"
+#include "tests/testing/seed.h"
 
 namespace tpserve::testing {
 namespace {
@@ -24,7 +25,7 @@ using ::testing::HasSubstr;
 class LoadErrorsTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    seed_ = std::random_device{}();
+    seed_ = testing_util::TestSeed();
     std::string tmpl = (fs::temp_directory_path() / "tpserve-parallel-load-XXXXXX").string();
     ASSERT_NE(mkdtemp(tmpl.data()), nullptr);
     dir_ = tmpl;

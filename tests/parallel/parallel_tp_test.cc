@@ -23,6 +23,7 @@
 
 #include "model/safetensors.h"
 #include "tests/parallel/tp_case.h"
+#include "tests/testing/seed.h"
 
 namespace tpserve::testing {
 namespace {
@@ -129,9 +130,7 @@ class ParallelTpTest : public ::testing::TestWithParam<std::tuple<std::string, i
 TEST_P(ParallelTpTest, EveryLayerMatchesTheUnshardedComputation) {
   const auto& [case_name, tp] = GetParam();
   // Fresh inputs each run; TPSERVE_TEST_SEED=<n> replays a failure.
-  const char* seed_env = std::getenv("TPSERVE_TEST_SEED");
-  const uint32_t seed =
-      seed_env ? static_cast<uint32_t>(std::strtoul(seed_env, nullptr, 10)) : std::random_device{}();
+  const uint32_t seed = static_cast<uint32_t>(testing_util::TestSeed());
   SCOPED_TRACE("seed " + std::to_string(seed) + ", case " + case_name + ", tp " + std::to_string(tp));
   const TpCase tc = *CaseByName(case_name);
   const ModelConfig& c = tc.config;

@@ -10,6 +10,8 @@
 #include <string>
 #include <vector>
 
+#include "tests/testing/seed.h"
+
 namespace tpserve {
 namespace {
 
@@ -29,10 +31,8 @@ std::vector<int32_t> Draws(SequenceSamplingState& seq, const std::vector<float>&
   return tokens;
 }
 
-uint64_t FreshTestSeed() { return std::random_device{}(); }
-
 TEST(Sampler, GreedyIsArgmaxAndTiesGoToTheLowestId) {
-  const uint64_t seed = FreshTestSeed();
+  const uint64_t seed = testing_util::TestSeed();
   SCOPED_TRACE("seed=" + std::to_string(seed));
   std::mt19937_64 rng(seed);
   const int64_t vocab = 4097;
@@ -50,7 +50,7 @@ TEST(Sampler, GreedyIsArgmaxAndTiesGoToTheLowestId) {
 }
 
 TEST(Sampler, TopKOneAndTinyTopPAreGreedy) {
-  const uint64_t seed = FreshTestSeed();
+  const uint64_t seed = testing_util::TestSeed();
   SCOPED_TRACE("seed=" + std::to_string(seed));
   std::mt19937_64 rng(seed);
   SamplingParams top_k1;
@@ -150,7 +150,7 @@ TEST(Sampler, MinPTopKAndTopPKeepExactlyTheirTokens) {
 }
 
 TEST(Sampler, TopPNucleusLargerThanTheFirstPartialSort) {
-  const uint64_t seed = FreshTestSeed();
+  const uint64_t seed = testing_util::TestSeed();
   SCOPED_TRACE("seed=" + std::to_string(seed));
   std::mt19937_64 rng(seed);
   const int64_t vocab = 4099;
@@ -180,7 +180,7 @@ TEST(Sampler, TopPNucleusLargerThanTheFirstPartialSort) {
 }
 
 TEST(Sampler, SameSeedSameTokensWhateverTheBatch) {
-  const uint64_t seed = FreshTestSeed();
+  const uint64_t seed = testing_util::TestSeed();
   SCOPED_TRACE("seed=" + std::to_string(seed));
   std::mt19937_64 rng(seed);
   const int64_t vocab = 257, stride = 260, steps = 25;
@@ -268,7 +268,7 @@ TEST(Sampler, PenaltiesFollowTheFormulas) {
 }
 
 TEST(Sampler, LogprobsAreTheRawLogSoftmax) {
-  const uint64_t seed = FreshTestSeed();
+  const uint64_t seed = testing_util::TestSeed();
   SCOPED_TRACE("seed=" + std::to_string(seed));
   std::mt19937_64 rng(seed);
   const int64_t vocab = 1001;

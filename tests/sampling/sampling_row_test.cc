@@ -21,6 +21,7 @@
 #include "sampling/sampling_row.h"
 #include "model/dtype.h"
 #include "sampling/sampler.h"
+#include "tests/testing/seed.h"
 
 namespace tpserve {
 namespace {
@@ -221,10 +222,7 @@ int CompareCase(const Case& c, int tp, int rows, int vocab, uint64_t seed, int s
   return boundary;
 }
 
-uint64_t TestSeed() {
-  const uint64_t seed = std::random_device{}();
-  return seed;
-}
+using testing_util::TestSeed;
 
 TEST(SamplingRow, MatchesHostSamplerOnOddVocabSizes) {
   const uint64_t seed = TestSeed();

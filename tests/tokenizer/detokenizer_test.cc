@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 
+#include "tests/testing/seed.h"
 #include "tests/tokenizer/toy_tokenizer.h"
 #include "tokenizer/utf8.h"
 
@@ -70,7 +71,7 @@ TEST(IncrementalDetokenizer, MatchesDecodeOnRandomSequences) {
       pool.push_back(id);
     }
   }
-  const unsigned seed = std::random_device{}();
+  const unsigned seed = testing_util::TestSeed();
   SCOPED_TRACE("seed " + std::to_string(seed));
   std::mt19937 rng(seed);
   for (int trial = 0; trial < 2000; ++trial) {

@@ -1,9 +1,14 @@
 #include "worker/kv_cache.h"
 
+#include <algorithm>
+#include <memory>
 #include <random>
+#include <vector>
 
 #include "backend/cpu_backend.h"
+#include "backend/step_batch.h"
 #include "gtest/gtest.h"
+#include "tests/testing/seed.h"
 
 namespace tpserve {
 namespace {
@@ -36,15 +41,41 @@ TEST(KvCacheTest, AllocatesZeroedKAndVOfEveryLayerInTheDesignLayout) {
   EXPECT_EQ(cache->bytes(), 7 * KvCacheBytesPerBlock(shape, DType::kF32));
 }
 
-TEST(KvCacheTest, LargeCachesAreZeroedInChunks) {
+// The cache is zero even in memory this process wrote and freed: it relies on
+// Backend::Allocate's zero-fill, and nothing else zeroes it. Buffers of the
+// cache's layer size are filled with ones and freed behind a live allocation
+// (so glibc keeps them in the heap instead of returning them to the system),
+// and the cache's buffers are then carved from that dirty memory: an Allocate
+// that did not zero-fill (malloc for calloc) fails here.
+TEST(KvCacheTest, ACacheInReusedDirtyMemoryIsZero) {
   auto backend = MakeCpuBackend();
-  // 1 layer of 4099 blocks x 16 x 1 x 128: more than one zeroing chunk.
-  absl::StatusOr<KvCache> cache = KvCache::Allocate(*backend, KvCacheShape{1, 4099, 16, 1, 128});
+  // 256 KiB per layer's K or V: above malloc's first mmap threshold, so the
+  // first frees raise it and later buffers come from the heap.
+  const KvCacheShape shape{3, 64, 16, 2, 8};
+  const int64_t dims[] = {shape.num_blocks, shape.block_size, shape.num_kv_heads, shape.head_dim};
+  const std::vector<float> ones(static_cast<size_t>(64 * 16 * 2 * 8), 1.0f);
+  std::vector<float> host(ones.size(), 1.0f);
+  std::vector<std::unique_ptr<int>> fences;
+  for (int round = 0; round < 3; ++round) {
+    std::vector<Buffer> dirty;
+    for (int i = 0; i < 2 * shape.num_layers + 2; ++i) {
+      dirty.push_back(backend->Allocate(backend->compute_dtype(), dims));
+      backend->CopyFromHost(ones.data(), DType::kF32, dirty.back().tensor());
+      backend->CopyToHostF32(dirty.back().tensor(), host.data());
+      ASSERT_EQ(host.front(), 1.0f);
+    }
+    fences.push_back(std::make_unique<int>(round));  // allocated after them: they stay in the heap
+  }
+  absl::StatusOr<KvCache> cache = KvCache::Allocate(*backend, shape);
   ASSERT_TRUE(cache.ok()) << cache.status();
-  const Tensor v = cache->layer(0).v;
-  std::vector<float> host(static_cast<size_t>(v.numel()), 1.0f);
-  backend->CopyToHostF32(v, host.data());
-  for (float x : host) ASSERT_EQ(x, 0.0f);
+  for (int64_t l = 0; l < shape.num_layers; ++l) {
+    for (const Tensor& t : {cache->layer(l).k, cache->layer(l).v}) {
+      ASSERT_EQ(t.numel(), static_cast<int64_t>(host.size()));
+      std::fill(host.begin(), host.end(), 1.0f);
+      backend->CopyToHostF32(t, host.data());
+      for (size_t i = 0; i < host.size(); ++i) ASSERT_EQ(host[i], 0.0f) << "layer " << l << " element " << i;
+    }
+  }
 }
 
 TEST(KvCacheTest, NonPositiveDimensionsAreErrorsNamingTheField) {
@@ -67,27 +98,20 @@ TEST(KvCacheTest, NonPositiveDimensionsAreErrorsNamingTheField) {
 
 TEST(KvCacheTest, StoreThroughTheBackendLandsInTheSlotsOfTheBlockTable) {
   auto backend = MakeCpuBackend();
-  const uint32_t seed = std::random_device{}();
+  const uint32_t seed = testing_util::TestSeed();
   SCOPED_TRACE(testing::Message() << "seed " << seed);
   std::mt19937 rng(seed);
   const KvCacheShape shape{1, 5, 3, 1, 4};
   absl::StatusOr<KvCache> cache = KvCache::Allocate(*backend, shape);
   ASSERT_TRUE(cache.ok());
   // One sequence of 4 tokens in blocks {4, 1}: slots 12, 13, 14, 3.
-  const std::vector<int32_t> tokens{1, 2, 3, 4}, positions{0, 1, 2, 3}, qs{0, 4}, lens{4},
-      table{4, 1}, last{3};
+  const std::vector<int32_t> tokens{1, 2, 3, 4}, table{4, 1};
+  absl::StatusOr<StepBatch> batch =
+      StepBatch::Build(std::vector<StepSequence>{{tokens, 0, table}}, cache->block_size());
+  ASSERT_TRUE(batch.ok()) << batch.status();
   const std::vector<int64_t> slots{12, 13, 14, 3};
-  StepMetadata step;
-  step.num_prefill_seqs = 1;
-  step.token_ids = tokens;
-  step.positions = positions;
-  step.slot_mapping = slots;
-  step.query_start = qs;
-  step.seq_lens = lens;
-  step.block_tables = table;
-  step.max_blocks_per_seq = 2;
-  step.logits_indices = last;
-  ASSERT_TRUE(backend->BeginStep(step, cache->num_blocks(), cache->block_size(), 16).ok());
+  ASSERT_EQ(batch->arrays().slot_mapping, slots);
+  ASSERT_TRUE(backend->BeginStep(batch->view(), cache->num_blocks(), cache->block_size(), 16).ok());
   const AttentionShape attn{1, 1, 4};
   std::vector<float> qkv(4 * 12);
   std::normal_distribution<float> normal;
@@ -105,9 +129,8 @@ TEST(KvCacheTest, StoreThroughTheBackendLandsInTheSlotsOfTheBlockTable) {
     }
   }
   // An out-of-range block id is refused before anything is written.
-  const std::vector<int32_t> bad_table{5, 1};
-  step.block_tables = bad_table;
-  EXPECT_EQ(backend->BeginStep(step, cache->num_blocks(), cache->block_size(), 16).code(),
+  batch->mutable_arrays().block_tables = {5, 1};
+  EXPECT_EQ(backend->BeginStep(batch->view(), cache->num_blocks(), cache->block_size(), 16).code(),
             absl::StatusCode::kInvalidArgument);
 }
 

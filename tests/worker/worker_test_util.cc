@@ -28,7 +28,6 @@ TempDir::~TempDir() {
   std::filesystem::remove_all(path_, ignored);
 }
 
-std::string MakeModelTool() { return std::string(TPSERVE_BINARY_DIR) + "/tools/make_model/tpserve-make-model"; }
 std::string GenerateTool() { return std::string(TPSERVE_BINARY_DIR) + "/tools/engine_cli/tpserve-generate"; }
 
 int RunCommand(const std::string& command, std::string* out) {
@@ -41,11 +40,6 @@ int RunCommand(const std::string& command, std::string* out) {
   const int status = pclose(pipe);
   if (out != nullptr) *out = std::move(text);
   return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-}
-
-void MakeModel(const std::filesystem::path& dir, const std::string& args) {
-  const std::string cmd = MakeModelTool() + " " + dir.string() + " " + args + " >/dev/null";
-  ASSERT_EQ(RunCommand(cmd), 0) << cmd;
 }
 
 double RelativeError(std::span<const float> a, std::span<const float> b) {

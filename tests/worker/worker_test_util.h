@@ -1,5 +1,5 @@
-// Helpers shared by the worker tests: temporary folders, generated models
-// (tpserve-make-model), running the tools, comparing logits.
+// Helpers shared by the worker tests: temporary folders, running the tools,
+// comparing logits. Generated models: MakeModel (tests/testing/tiny_model.h).
 #pragma once
 
 #include <cstdint>
@@ -7,6 +7,8 @@
 #include <span>
 #include <string>
 #include <vector>
+
+#include "tests/testing/tiny_model.h"
 
 namespace tpserve::testing_util {
 
@@ -24,16 +26,11 @@ class TempDir {
 };
 
 // The build's tools.
-std::string MakeModelTool();  // tpserve-make-model
-std::string GenerateTool();   // tpserve-generate
+std::string GenerateTool();  // tpserve-generate
 
 // Runs `command` through /bin/sh; returns its exit status and puts stdout in *out
 // (stderr goes to the test's stderr).
 int RunCommand(const std::string& command, std::string* out = nullptr);
-
-// Writes a model with tpserve-make-model into `dir` (`args` after OUT, e.g.
-// "--arch qwen3 --hidden 64 ..."); fails the test on error.
-void MakeModel(const std::filesystem::path& dir, const std::string& args);
 
 // max |a - b| / max |b|: the relative error the tensor-parallel tests bound.
 double RelativeError(std::span<const float> a, std::span<const float> b);

@@ -23,6 +23,7 @@
 #include "tests/worker/worker_test_util.h"
 #include "tests/worker_service/fake_coordinator.h"
 #include "worker/engine.h"
+#include "tests/testing/seed.h"
 
 namespace tpserve::worker_service_test {
 namespace {
@@ -37,10 +38,7 @@ constexpr uint32_t kBlockSize = 4;
 
 std::string WorkerBinary() { return std::string(TPSERVE_BINARY_DIR) + "/tools/worker/tpserve-worker"; }
 
-uint64_t TestSeed() {
-  if (const char* s = std::getenv("TPSERVE_TEST_SEED"); s != nullptr && *s) return std::stoull(s);
-  return std::random_device{}();
-}
+using testing_util::TestSeed;
 
 // A TCP port nothing listens on (bound, then closed).
 int FreePort() {
