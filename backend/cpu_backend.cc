@@ -55,7 +55,11 @@ absl::StatusOr<Buffer> CpuBackend::TryAllocate(DType dtype, std::span<const int6
   const bool overflow =
       __builtin_mul_overflow(static_cast<size_t>(t.numel()), DTypeSize(dtype), &bytes) ||
       __builtin_add_overflow(bytes, kAlignment, &bytes);
-  void* raw = overflow ? nullptr : std::calloc(1, bytes);
+  // More than the machine's physical memory can never be backed: refuse it
+  // before calloc, which may hand out unbacked address space (overcommit) or,
+  // under a sanitizer, abort instead of returning null.
+  const uint64_t physical = uint64_t(sysconf(_SC_PHYS_PAGES)) * uint64_t(sysconf(_SC_PAGESIZE));
+  void* raw = overflow || bytes > physical ? nullptr : std::calloc(1, bytes);
   if (raw == nullptr) {
     const int64_t free_bytes = int64_t{sysconf(_SC_AVPHYS_PAGES)} * sysconf(_SC_PAGESIZE);
     return absl::ResourceExhaustedError(absl::StrCat(

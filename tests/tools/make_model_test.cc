@@ -512,6 +512,9 @@ int64_t PeakRss(const std::vector<std::string>& argv) {
 }
 
 TEST(MakeModelTest, WritesShardByShard) {
+#if defined(__SANITIZE_ADDRESS__)
+  GTEST_SKIP() << "AddressSanitizer keeps freed shards in its quarantine, so peak RSS says nothing here";
+#endif
   // ~400 MB of bf16 weights in files of at most 50 MB: the generator must not hold them all.
   const fs::path out = kWorkDir / "streamed";
   fs::remove_all(out);
