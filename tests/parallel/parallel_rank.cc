@@ -10,7 +10,9 @@
 //   logits    [S, V]        ParallelLMHead on x[0:S] (rank 0 only)
 //   norm      [D]           ReplicatedWeight model.norm.weight (and q_norm [hd] for Qwen3)
 //
-// usage: parallel_rank CASE CHECKPOINT_DIR STORE_DIR RANK WORLD OUT_DIR SEED
+// usage: parallel_rank CASE CHECKPOINT_DIR STORE_DIR OUT_DIR SEED
+// (rank and world size from the launcher's environment: parallel_tp_test starts
+// the ranks through launcher/'s process group, which sets the torchrun variables)
 #include <cstdio>
 #include <cstdlib>
 #include <string>
@@ -18,6 +20,7 @@
 
 #include "backend/cpu_backend.h"
 #include "comm/gloo_communicator.h"
+#include "comm/rank_env.h"
 #include "comm/store.h"
 #include "model/safetensors.h"
 #include "parallel/linear.h"
@@ -35,13 +38,15 @@ std::vector<float> ToHost(Backend& backend, const Tensor& t) {
 }
 
 absl::Status Run(int argc, char** argv) {
-  if (argc != 8) return absl::InvalidArgumentError("usage: parallel_rank CASE DIR STORE RANK WORLD OUT SEED");
+  if (argc != 6) return absl::InvalidArgumentError("usage: parallel_rank CASE DIR STORE OUT SEED");
   absl::StatusOr<TpCase> tc = CaseByName(argv[1]);
   if (!tc.ok()) return tc.status();
+  absl::StatusOr<RankEnv> env = ReadRankEnv();
+  if (!env.ok()) return env.status();
   const std::filesystem::path dir = argv[2];
-  const int rank = std::atoi(argv[4]), world = std::atoi(argv[5]);
-  const std::filesystem::path out_dir = argv[6];
-  const uint32_t seed = static_cast<uint32_t>(std::strtoul(argv[7], nullptr, 10));
+  const int rank = env->rank, world = env->world_size;
+  const std::filesystem::path out_dir = argv[4];
+  const uint32_t seed = static_cast<uint32_t>(std::strtoul(argv[5], nullptr, 10));
   const ModelConfig& c = tc->config;
 
   absl::StatusOr<std::unique_ptr<FileStore>> store = FileStore::Open(argv[3]);

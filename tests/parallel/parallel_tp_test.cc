@@ -9,9 +9,7 @@
 // the r-th block of H/tp heads, and its KV heads are the ones those query
 // heads read under GQA (query head g reads KV head g / (H / Hkv)).
 #include <gtest/gtest.h>
-#include <signal.h>
-#include <sys/wait.h>
-#include <unistd.h>
+#include <poll.h>
 
 #include <chrono>
 #include <cmath>
@@ -21,6 +19,8 @@
 #include <sstream>
 #include <thread>
 
+#include "absl/time/clock.h"
+#include "launcher/process_group.h"
 #include "model/safetensors.h"
 #include "tests/parallel/tp_case.h"
 #include "tests/testing/seed.h"
@@ -30,53 +30,35 @@ namespace {
 
 namespace fs = std::filesystem;
 
-// Runs `world` parallel_rank processes; returns "" or what went wrong (with their logs).
+// Runs `world` parallel_rank processes as one local group through launcher/
+// (torchrun environment, logs in dir/logs-tpN/rank-R.stderr); returns "" or
+// what went wrong, with the failed ranks' logs.
 std::string RunRanks(const TpCase& tc, const fs::path& dir, int world, uint32_t seed) {
   const fs::path store = dir / ("store-tp" + std::to_string(world));
+  const fs::path logs = dir / ("logs-tp" + std::to_string(world));
   fs::create_directories(store);
-  std::vector<pid_t> pids;
-  for (int r = 0; r < world; ++r) {
-    const std::string log =
-        (dir / ("rank" + std::to_string(r) + "-tp" + std::to_string(world) + ".log")).string();
-    std::vector<std::string> args = {
-        PARALLEL_RANK_PATH,    tc.name,      dir.string(),        store.string(), std::to_string(r),
-        std::to_string(world), dir.string(), std::to_string(seed)};
-    const pid_t pid = fork();
-    if (pid == 0) {
-      FILE* f = std::freopen(log.c_str(), "w", stderr);
-      (void)f;
-      dup2(fileno(stderr), fileno(stdout));
-      std::vector<char*> argv;
-      for (std::string& a : args) argv.push_back(a.data());
-      argv.push_back(nullptr);
-      execv(argv[0], argv.data());
-      std::perror("execv");
-      _exit(127);
-    }
-    pids.push_back(pid);
+  LaunchOptions launch;
+  launch.argv = {PARALLEL_RANK_PATH, tc.name, dir.string(), store.string(), dir.string(), std::to_string(seed)};
+  launch.nproc_per_node = world;
+  launch.output = OutputMode::kLogFiles;
+  launch.log_dir = logs.string();
+  absl::StatusOr<ProcessGroup> group = LaunchLocal(std::move(launch));
+  if (!group.ok()) return "the ranks could not start: " + group.status().ToString();
+  const absl::Time end = absl::Now() + absl::Seconds(120);
+  while (!group->done() && absl::Now() < end) {
+    pollfd done = {group->done_fd(), POLLIN, 0};
+    poll(&done, 1, static_cast<int>(std::max<int64_t>(1, absl::ToInt64Milliseconds(end - absl::Now()))));
   }
-  std::string failure;
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(120);
-  for (int r = 0; r < world; ++r) {
-    int status = 0;
-    while (true) {
-      const pid_t done = waitpid(pids[r], &status, WNOHANG);
-      if (done == pids[r]) break;
-      if (std::chrono::steady_clock::now() > deadline) {
-        kill(pids[r], SIGKILL);
-        waitpid(pids[r], &status, 0);
-        failure += "rank " + std::to_string(r) + " timed out after 120 s\n";
-        break;
-      }
-      std::this_thread::sleep_for(std::chrono::milliseconds(20));
-    }
-    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
-      std::ifstream in(dir / ("rank" + std::to_string(r) + "-tp" + std::to_string(world) + ".log"));
-      std::stringstream text;
-      text << in.rdbuf();
-      failure +=
-          "rank " + std::to_string(r) + " failed (status " + std::to_string(status) + "): " + text.str();
-    }
+  const bool timed_out = !group->done();
+  const absl::Status outcome = timed_out ? group->Stop(absl::ZeroDuration()) : group->Wait();
+  if (outcome.ok() && !timed_out) return "";
+  std::string failure = (timed_out ? "the ranks timed out after 120 s: " : "") + outcome.ToString() + "\n";
+  for (const RankExit& exit : group->exits()) {
+    if (exit.exit_code == 0) continue;
+    std::ifstream in(logs / ("rank-" + std::to_string(exit.rank) + ".stderr"));
+    std::stringstream text;
+    text << in.rdbuf();
+    failure += "rank " + std::to_string(exit.rank) + " log: " + text.str();
   }
   return failure;
 }
