@@ -55,6 +55,105 @@ inline void Axpy(float p, const float* __restrict v, float* __restrict a, int n)
   for (; i < n; ++i) a[i] += p * v[i];
 }
 
+// The buffers and sizes CpuAttention reuses for every tile. A tile is up to
+// tile_tokens new tokens of one sequence × the G query heads of one KV head:
+// R = nt · G rows, row r = token i0 + r / G, query head g·G + r % G.
+struct TileWork {
+  TileWork(const AttentionShape& shape, int32_t max_len)
+      : hd(shape.head_dim),
+        group(shape.num_heads / shape.num_kv_heads),
+        tile_tokens(std::max(1, kRowsPerTile / group)),
+        max_rows(tile_tokens * group),
+        k_rows(max_len),
+        v_rows(max_len),
+        q(size_t(max_rows) * hd),
+        scores(size_t(max_rows) * max_len),
+        acc(size_t(max_rows) * hd),
+        ctx(max_rows),
+        inv_sum(max_rows) {}
+
+  int hd;           // head_dim
+  int group;        // G query heads share one KV head
+  int tile_tokens;  // new tokens per tile
+  int max_rows;     // R at most
+  std::vector<const float*> k_rows, v_rows;  // [L] slot base of position j
+  std::vector<float> q;                      // [R, hd] scaled queries
+  std::vector<float> scores;                 // [R, L] logits, then exp
+  std::vector<float> acc;                    // [R, hd] Σ p · v
+  std::vector<int32_t> ctx;                  // [R] keys visible to row r
+  std::vector<float> inv_sum;                // [R]
+};
+
+// One tile of one sequence: its new tokens i0 .. i0 + nt - 1 and KV head g.
+struct Tile {
+  int32_t q_begin;    // the sequence's first new token in the step
+  int32_t first_pos;  // position of the sequence's first new token
+  int32_t i0;
+  int nt;
+  int g;
+  int rows(const TileWork& w) const { return nt * w.group; }
+  int32_t len() const { return first_pos + i0 + nt; }  // keys any row of the tile sees
+};
+
+// Copies the tile's queries, times `scale`, into w.q and sets w.ctx.
+void LoadTileQueries(const float* qkv, int64_t width, float scale, const Tile& tile, TileWork& w) {
+  const int hd = w.hd, group = w.group, rows = tile.rows(w);
+  for (int r = 0; r < rows; ++r) {
+    const int64_t t = tile.q_begin + tile.i0 + r / group;
+    const int h = tile.g * group + r % group;
+    const float* src = qkv + t * width + int64_t{h} * hd;
+    for (int d = 0; d < hd; ++d) w.q[size_t(r) * hd + d] = src[d] * scale;
+    w.ctx[r] = tile.first_pos + tile.i0 + r / group + 1;
+  }
+}
+
+// w.acc = the tile's unnormalised Σ p · v, w.inv_sum = 1 / Σ p, through w.k_rows / w.v_rows.
+void AttendTile(const Tile& tile, TileWork& w) {
+  const int hd = w.hd, rows = tile.rows(w);
+  const int32_t tile_len = tile.len();
+  const std::vector<int32_t>& ctx = w.ctx;
+  std::vector<float>& scores = w.scores;
+  // Logits: each K row once for the whole tile.
+  for (int32_t j = 0; j < tile_len; ++j) {
+    const float* k = w.k_rows[j] + int64_t{tile.g} * hd;
+    for (int r = 0; r < rows; ++r) {
+      if (j < ctx[r]) scores[size_t(r) * tile_len + j] = Dot(&w.q[size_t(r) * hd], k, hd);
+    }
+  }
+  // Softmax numerators with the row maximum subtracted.
+  for (int r = 0; r < rows; ++r) {
+    float* row = &scores[size_t(r) * tile_len];
+    float m = -std::numeric_limits<float>::infinity();
+    for (int32_t j = 0; j < ctx[r]; ++j) m = std::max(m, row[j]);
+    float sum = 0;
+    for (int32_t j = 0; j < ctx[r]; ++j) {
+      row[j] = std::exp(row[j] - m);
+      sum += row[j];
+    }
+    w.inv_sum[r] = 1.0f / sum;
+  }
+  // Weighted sum of V: each V row once for the whole tile.
+  std::fill(w.acc.begin(), w.acc.begin() + size_t(rows) * hd, 0.0f);
+  for (int32_t j = 0; j < tile_len; ++j) {
+    const float* v = w.v_rows[j] + int64_t{tile.g} * hd;
+    for (int r = 0; r < rows; ++r) {
+      if (j >= ctx[r]) continue;
+      Axpy(scores[size_t(r) * tile_len + j], v, &w.acc[size_t(r) * hd], hd);
+    }
+  }
+}
+
+// out rows of the tile = w.acc · w.inv_sum.
+void StoreTile(const Tile& tile, int64_t out_width, const TileWork& w, float* out) {
+  const int hd = w.hd, group = w.group, rows = tile.rows(w);
+  for (int r = 0; r < rows; ++r) {
+    const int64_t t = tile.q_begin + tile.i0 + r / group;
+    const int h = tile.g * group + r % group;
+    float* dst = out + t * out_width + int64_t{h} * hd;
+    for (int d = 0; d < hd; ++d) dst[d] = w.acc[size_t(r) * hd + d] * w.inv_sum[r];
+  }
+}
+
 }  // namespace
 
 void CpuStoreKv(const StepMetadata& step, const float* qkv, const AttentionShape& shape,
@@ -78,27 +177,14 @@ void CpuStoreKv(const StepMetadata& step, const float* qkv, const AttentionShape
 void CpuAttention(const StepMetadata& step, const float* qkv, const AttentionShape& shape,
                   KvCacheLayer cache, float scale, float* out) {
   CheckCache("CpuAttention", shape, cache);
-  const int hd = shape.head_dim;
   const int num_kv_heads = shape.num_kv_heads;
-  const int group = shape.num_heads / num_kv_heads;  // G query heads share one KV head
-  const int64_t width = shape.qkv_width();
-  const int64_t out_width = int64_t{shape.num_heads} * hd;
-  const int64_t kv_row = int64_t{num_kv_heads} * hd;
+  const int64_t kv_row = int64_t{num_kv_heads} * shape.head_dim;
   const int64_t block_size = cache.k.dim(1);
   const float* k_cache = cache.k.ptr<float>();
   const float* v_cache = cache.v.ptr<float>();
-
-  const int tile_tokens = std::max(1, kRowsPerTile / group);
-  const int max_rows = tile_tokens * group;
   int32_t max_len = 0;
   for (int32_t len : step.seq_lens) max_len = std::max(max_len, len);
-
-  std::vector<const float*> k_rows(max_len), v_rows(max_len);  // [L] slot base of position j
-  std::vector<float> q(size_t(max_rows) * hd);                  // [R, hd] scaled queries
-  std::vector<float> scores(size_t(max_rows) * max_len);        // [R, L] logits, then exp
-  std::vector<float> acc(size_t(max_rows) * hd);                // [R, hd] Σ p · v
-  std::vector<int32_t> ctx(max_rows);                           // [R] keys visible to row r
-  std::vector<float> inv_sum(max_rows);                         // [R]
+  TileWork w(shape, max_len);
 
   const int32_t num_seqs = step.num_seqs();
   for (int32_t s = 0; s < num_seqs; ++s) {
@@ -109,57 +195,17 @@ void CpuAttention(const StepMetadata& step, const float* qkv, const AttentionSha
     const int32_t* table = step.block_tables.data() + int64_t{s} * step.max_blocks_per_seq;
     for (int32_t j = 0; j < len; ++j) {
       const int64_t slot = int64_t{table[j / block_size]} * block_size + j % block_size;
-      k_rows[j] = k_cache + slot * kv_row;
-      v_rows[j] = v_cache + slot * kv_row;
+      w.k_rows[j] = k_cache + slot * kv_row;
+      w.v_rows[j] = v_cache + slot * kv_row;
     }
 
     for (int g = 0; g < num_kv_heads; ++g) {
-      for (int32_t i0 = 0; i0 < n_new; i0 += tile_tokens) {
-        const int nt = std::min<int32_t>(tile_tokens, n_new - i0);
-        const int rows = nt * group;  // row r = token i0 + r / G, query head g·G + r % G
-        const int32_t tile_len = first_pos + i0 + nt;  // keys any row of the tile sees
-        for (int r = 0; r < rows; ++r) {
-          const int64_t t = q_begin + i0 + r / group;
-          const int h = g * group + r % group;
-          const float* src = qkv + t * width + int64_t{h} * hd;
-          for (int d = 0; d < hd; ++d) q[size_t(r) * hd + d] = src[d] * scale;
-          ctx[r] = first_pos + i0 + r / group + 1;
-        }
-
-        // Logits: each K row once for the whole tile.
-        for (int32_t j = 0; j < tile_len; ++j) {
-          const float* k = k_rows[j] + int64_t{g} * hd;
-          for (int r = 0; r < rows; ++r) {
-            if (j < ctx[r]) scores[size_t(r) * tile_len + j] = Dot(&q[size_t(r) * hd], k, hd);
-          }
-        }
-        // Softmax numerators with the row maximum subtracted.
-        for (int r = 0; r < rows; ++r) {
-          float* row = &scores[size_t(r) * tile_len];
-          float m = -std::numeric_limits<float>::infinity();
-          for (int32_t j = 0; j < ctx[r]; ++j) m = std::max(m, row[j]);
-          float sum = 0;
-          for (int32_t j = 0; j < ctx[r]; ++j) {
-            row[j] = std::exp(row[j] - m);
-            sum += row[j];
-          }
-          inv_sum[r] = 1.0f / sum;
-        }
-        // Weighted sum of V: each V row once for the whole tile.
-        std::fill(acc.begin(), acc.begin() + size_t(rows) * hd, 0.0f);
-        for (int32_t j = 0; j < tile_len; ++j) {
-          const float* v = v_rows[j] + int64_t{g} * hd;
-          for (int r = 0; r < rows; ++r) {
-            if (j >= ctx[r]) continue;
-            Axpy(scores[size_t(r) * tile_len + j], v, &acc[size_t(r) * hd], hd);
-          }
-        }
-        for (int r = 0; r < rows; ++r) {
-          const int64_t t = q_begin + i0 + r / group;
-          const int h = g * group + r % group;
-          float* dst = out + t * out_width + int64_t{h} * hd;
-          for (int d = 0; d < hd; ++d) dst[d] = acc[size_t(r) * hd + d] * inv_sum[r];
-        }
+      for (int32_t i0 = 0; i0 < n_new; i0 += w.tile_tokens) {
+        const int nt = std::min<int32_t>(w.tile_tokens, n_new - i0);
+        const Tile tile{q_begin, first_pos, i0, nt, g};
+        LoadTileQueries(qkv, shape.qkv_width(), scale, tile, w);
+        AttendTile(tile, w);
+        StoreTile(tile, int64_t{shape.num_heads} * w.hd, w, out);
       }
     }
   }

@@ -45,16 +45,17 @@ absl::StatusOr<std::optional<int>> ReadInt(const char* name) {
   return std::optional<int>(value);
 }
 
-}  // namespace
+// Where each value came from, for the error messages: a variable's name or an override.
+struct Origins {
+  const char* rank = "rank";
+  const char* size = "world size";
+  const char* local_rank = "local rank";
+  const char* local_size = "local world size";
+};
 
-absl::StatusOr<RankEnv> ReadRankEnv(const RankOverrides& overrides) {
-  RankEnv env;
-  env.source = "default";
-  const char* rank_var = "rank";
-  const char* size_var = "world size";
-  const char* local_rank_var = "local rank";
-  const char* local_size_var = "local world size";
-  std::optional<int> local_rank;
+// Takes rank, world size and local sizes from the first launcher whose rank or
+// world size is set (none: env keeps its defaults).
+absl::Status ReadLauncherEnv(RankEnv& env, std::optional<int>& local_rank, Origins& from) {
   for (const Launcher& l : kLaunchers) {
     absl::StatusOr<std::optional<int>> rank = ReadInt(l.rank);
     if (!rank.ok()) return rank.status();
@@ -76,53 +77,62 @@ absl::StatusOr<RankEnv> ReadRankEnv(const RankOverrides& overrides) {
     local_rank = *lrank;
     env.local_world_size = lsize->value_or(0);
     env.source = l.name;
-    rank_var = l.rank;
-    size_var = l.size;
-    local_rank_var = l.local_rank;
-    local_size_var = l.local_size;
+    from.rank = l.rank;
+    from.size = l.size;
+    from.local_rank = l.local_rank;
+    from.local_size = l.local_size;
     break;
   }
+  return absl::OkStatus();
+}
 
+void ApplyOverrides(const RankOverrides& overrides, RankEnv& env, std::optional<int>& local_rank,
+                    Origins& from) {
   bool overridden = false;
   if (overrides.rank) {
     env.rank = *overrides.rank;
-    rank_var = "the rank override";
+    from.rank = "the rank override";
     overridden = true;
   }
   if (overrides.world_size) {
     env.world_size = *overrides.world_size;
-    size_var = "the world size override";
+    from.size = "the world size override";
     overridden = true;
   }
   if (overrides.local_rank) {
     local_rank = *overrides.local_rank;
-    local_rank_var = "the local rank override";
+    from.local_rank = "the local rank override";
     overridden = true;
   }
   if (overridden) absl::StrAppend(&env.source, "+override");
-  env.local_rank = local_rank.value_or(env.rank);
+}
 
+absl::Status CheckRanks(const RankEnv& env, const Origins& from) {
   if (env.world_size < 1) {
     return absl::InvalidArgumentError(
-        absl::StrCat("world size ", env.world_size, " (from ", size_var, ") must be at least 1"));
+        absl::StrCat("world size ", env.world_size, " (from ", from.size, ") must be at least 1"));
   }
   if (env.rank < 0 || env.rank >= env.world_size) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "rank ", env.rank, " (from ", rank_var, ") is not below the world size ", env.world_size,
-        " (from ", size_var, "); the launcher's variables are inconsistent"));
+        "rank ", env.rank, " (from ", from.rank, ") is not below the world size ", env.world_size,
+        " (from ", from.size, "); the launcher's variables are inconsistent"));
   }
   if (env.local_rank < 0 || env.local_rank >= env.world_size) {
     return absl::InvalidArgumentError(absl::StrCat("local rank ", env.local_rank, " (from ",
-                                                   local_rank_var, ") is not below the world size ",
-                                                   env.world_size, " (from ", size_var, ")"));
+                                                   from.local_rank, ") is not below the world size ",
+                                                   env.world_size, " (from ", from.size, ")"));
   }
   if (env.local_world_size > 0 && env.local_rank >= env.local_world_size) {
     return absl::InvalidArgumentError(
-        absl::StrCat("local rank ", env.local_rank, " (from ", local_rank_var,
+        absl::StrCat("local rank ", env.local_rank, " (from ", from.local_rank,
                      ") is not below the local world size ", env.local_world_size, " (from ",
-                     local_size_var, ")"));
+                     from.local_size, ")"));
   }
+  return absl::OkStatus();
+}
 
+// MASTER_ADDR and MASTER_PORT, whatever the source.
+absl::Status ReadMaster(RankEnv& env) {
   if (const char* addr = Env("MASTER_ADDR")) env.master_addr = addr;
   absl::StatusOr<std::optional<int>> port = ReadInt("MASTER_PORT");
   if (!port.ok()) return port.status();
@@ -133,6 +143,21 @@ absl::StatusOr<RankEnv> ReadRankEnv(const RankOverrides& overrides) {
     }
     env.master_port = **port;
   }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<RankEnv> ReadRankEnv(const RankOverrides& overrides) {
+  RankEnv env;
+  env.source = "default";
+  Origins from;
+  std::optional<int> local_rank;
+  if (absl::Status st = ReadLauncherEnv(env, local_rank, from); !st.ok()) return st;
+  ApplyOverrides(overrides, env, local_rank, from);
+  env.local_rank = local_rank.value_or(env.rank);
+  if (absl::Status st = CheckRanks(env, from); !st.ok()) return st;
+  if (absl::Status st = ReadMaster(env); !st.ok()) return st;
   return env;
 }
 

@@ -102,16 +102,8 @@ void CudaSampler::ReservePenaltyEntries(int64_t count) {
   entry_capacity_ = capacity;
 }
 
-std::vector<SampledToken> CudaSampler::Sample(const Tensor& gathered, int64_t vocab_size,
-                                              std::span<SequenceSamplingState* const> seqs) {
-  // The rows to sample: k-th sampled row = gathered row picked[k].
-  std::vector<int64_t> picked;
-  for (size_t i = 0; i < seqs.size(); ++i) {
-    if (seqs[i] != nullptr) picked.push_back(static_cast<int64_t>(i));
-  }
-  std::vector<SampledToken> result(seqs.size());  // token -1 where not sampled
-  const int64_t rows = static_cast<int64_t>(picked.size());
-  if (rows == 0) return result;
+void CudaSampler::CheckSampleArgs(const Tensor& gathered, int64_t vocab_size, size_t num_seqs,
+                                  int64_t rows) const {
   if (rows > options_.max_seqs) {
     Misuse(absl::StrCat(rows, " rows exceed max_seqs = ", options_.max_seqs,
                         "; create the sampler with the scheduler's max_num_seqs"));
@@ -122,14 +114,17 @@ std::vector<SampledToken> CudaSampler::Sample(const Tensor& gathered, int64_t vo
                         gathered.ShapeString(), " ", std::string(DTypeName(gathered.dtype))));
   }
   const int64_t tp = gathered.dim(0), shard_vocab = gathered.dim(2);
-  if (gathered.dim(1) < static_cast<int64_t>(seqs.size()) || vocab_size < 1 || vocab_size > options_.vocab_size ||
+  if (gathered.dim(1) < static_cast<int64_t>(num_seqs) || vocab_size < 1 || vocab_size > options_.vocab_size ||
       vocab_size > tp * shard_vocab) {
-    Misuse(absl::StrCat("gathered ", gathered.ShapeString(), " does not hold ", seqs.size(),
+    Misuse(absl::StrCat("gathered ", gathered.ShapeString(), " does not hold ", num_seqs,
                         " rows of vocab_size ", vocab_size, " (the sampler holds up to ",
                         options_.vocab_size, ")"));
   }
+}
 
-  // Rows: parameters, this token's uniform, penalty entries.
+int64_t CudaSampler::StageRows(std::span<SequenceSamplingState* const> seqs,
+                               const std::vector<int64_t>& picked) {
+  const int64_t rows = static_cast<int64_t>(picked.size());
   staging_.clear();
   for (int64_t s = 0; s < rows; ++s) {
     SequenceSamplingState& seq = *seqs[static_cast<size_t>(picked[static_cast<size_t>(s)])];
@@ -149,7 +144,10 @@ std::vector<SampledToken> CudaSampler::Sample(const Tensor& gathered, int64_t vo
   if (num_entries > 0) {
     std::memcpy(h_entries_, staging_.data(), sizeof(sampling::PenaltyEntry) * num_entries);
   }
+  return num_entries;
+}
 
+void CudaSampler::Upload(int64_t rows, int64_t num_entries) {
   CUDA_CHECK(cudaMemcpyAsync(d_params_, h_params_, sizeof(sampling::RowParams) * rows,
                              cudaMemcpyHostToDevice, stream_));
   CUDA_CHECK(cudaMemcpyAsync(d_offsets_, h_offsets_, sizeof(int32_t) * (rows + 1),
@@ -160,14 +158,17 @@ std::vector<SampledToken> CudaSampler::Sample(const Tensor& gathered, int64_t vo
     CUDA_CHECK(cudaMemcpyAsync(d_entries_, h_entries_, sizeof(sampling::PenaltyEntry) * num_entries,
                                cudaMemcpyHostToDevice, stream_));
   }
+}
+
+void CudaSampler::LaunchRows(const Tensor& gathered, int64_t vocab_size, int64_t rows) {
   SampleRowsArgs args;
   args.gathered = gathered.data;
   args.bf16 = gathered.dtype == DType::kBF16;
-  args.tp = static_cast<int32_t>(tp);
+  args.tp = static_cast<int32_t>(gathered.dim(0));
   args.rows = static_cast<int32_t>(rows);
   args.layout_rows = static_cast<int32_t>(gathered.dim(1));
   args.row_index = d_row_index_;
-  args.shard_vocab = static_cast<int32_t>(shard_vocab);
+  args.shard_vocab = static_cast<int32_t>(gathered.dim(2));
   args.vocab = static_cast<int32_t>(vocab_size);
   args.params = d_params_;
   args.entry_offsets = d_offsets_;
@@ -177,16 +178,38 @@ std::vector<SampledToken> CudaSampler::Sample(const Tensor& gathered, int64_t vo
   args.results = d_results_;
   CUDA_CHECK(LaunchSampleRows(args, stream_));
   TPSERVE_SYNC_CHECK();
+}
+
+void CudaSampler::Download(int64_t rows, bool any_top) {
   CUDA_CHECK(cudaMemcpyAsync(h_results_, d_results_, sizeof(sampling::RowResult) * rows,
                              cudaMemcpyDeviceToHost, stream_));
-  const bool any_top = std::any_of(seqs.begin(), seqs.end(), [](const SequenceSamplingState* q) {
-    return q != nullptr && q->params().logprobs > 0;
-  });
   if (any_top) {
     CUDA_CHECK(cudaMemcpyAsync(h_top_, d_top_, sizeof(sampling::TopLogprob) * rows * top_stride_,
                                cudaMemcpyDeviceToHost, stream_));
   }
   CUDA_CHECK(cudaStreamSynchronize(stream_));
+}
+
+std::vector<SampledToken> CudaSampler::Sample(const Tensor& gathered, int64_t vocab_size,
+                                              std::span<SequenceSamplingState* const> seqs) {
+  // The rows to sample: k-th sampled row = gathered row picked[k].
+  std::vector<int64_t> picked;
+  for (size_t i = 0; i < seqs.size(); ++i) {
+    if (seqs[i] != nullptr) picked.push_back(static_cast<int64_t>(i));
+  }
+  std::vector<SampledToken> result(seqs.size());  // token -1 where not sampled
+  const int64_t rows = static_cast<int64_t>(picked.size());
+  if (rows == 0) return result;
+  CheckSampleArgs(gathered, vocab_size, seqs.size(), rows);
+
+  // Rows: parameters, this token's uniform, penalty entries.
+  const int64_t num_entries = StageRows(seqs, picked);
+  Upload(rows, num_entries);
+  LaunchRows(gathered, vocab_size, rows);
+  const bool any_top = std::any_of(seqs.begin(), seqs.end(), [](const SequenceSamplingState* q) {
+    return q != nullptr && q->params().logprobs > 0;
+  });
+  Download(rows, any_top);
 
   for (int64_t s = 0; s < rows; ++s) {
     const size_t i = static_cast<size_t>(picked[static_cast<size_t>(s)]);

@@ -57,6 +57,19 @@ class CudaSampler final : public DeviceSampler {
   // Makes room for `count` penalty entries (device and pinned), synchronously.
   void ReservePenaltyEntries(int64_t count);
 
+  // The steps of Sample, in order. Misuse (fatal) unless `rows` sampled rows of
+  // the `num_seqs` in `gathered` fit this sampler.
+  void CheckSampleArgs(const Tensor& gathered, int64_t vocab_size, size_t num_seqs, int64_t rows) const;
+  // Fills the pinned mirrors for seqs[picked[k]] (row k), drawing each row's
+  // uniform; returns the number of penalty entries.
+  int64_t StageRows(std::span<SequenceSamplingState* const> seqs, const std::vector<int64_t>& picked);
+  // Queues the copies of the staged rows to the device.
+  void Upload(int64_t rows, int64_t num_entries);
+  // Queues the sampling kernel over `rows` rows of `gathered`.
+  void LaunchRows(const Tensor& gathered, int64_t vocab_size, int64_t rows);
+  // Copies the results (and the top log-probs when any_top) back and waits for the stream.
+  void Download(int64_t rows, bool any_top);
+
   Options options_;
   cudaStream_t stream_;
   int32_t top_stride_ = 1;  // max(max_logprobs, 1)

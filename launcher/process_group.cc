@@ -102,6 +102,18 @@ struct ProcessGroup::State {
 
   absl::Status SpawnAll();
   void Run();
+  // Run's steps, on the monitor thread.
+  // Requires mu. After a failed start: kills and reaps whatever started.
+  void AbortStart(const absl::Status& st);
+  // fds = the wake pipe, the pidfds, then the output streams, and the poll
+  // timeout (kept when there is no deadline); false when no rank runs.
+  bool CollectPollFds(std::vector<pollfd>& fds, int& timeout_ms);
+  // Empties the wake pipe after RequestStop() wrote to it.
+  void DrainWake() const;
+  // Reaps the ranks that ended and SIGKILLs the rest once kill_deadline has passed.
+  std::vector<RankExit> ReapEnded();
+  // After the last rank: drains the output, sets the outcome and signals done_fd.
+  void Finish();
 };
 
 absl::Status ProcessGroup::State::SpawnAll() {
@@ -142,66 +154,84 @@ void ProcessGroup::State::Run() {
     started = true;
     start_status = st;
     if (!st.ok()) {  // kill and reap whatever started
-      SignalRunning(SIGKILL);
-      for (size_t r = 0; r < pids.size(); ++r) {
-        if (pids[r] > 0) waitpid(pids[r], nullptr, 0);
-        CloseFd(pidfds[r]);
-      }
-      for (PrefixedStream& s : streams) CloseFd(s.fd);
-      finished = true;
-      outcome = st;
+      AbortStart(st);
       return;
     }
   }
   std::vector<pollfd> fds;
   for (;;) {
     int timeout_ms = -1;
-    fds.clear();
-    fds.push_back({wake_r, POLLIN, 0});
-    {
-      absl::MutexLock lock(&mu);
-      if (running == 0) break;
-      bool reap_now = false;  // a rank without a pidfd is already gone: do not wait
-      for (size_t r = 0; r < pids.size(); ++r) {
-        if (pidfds[r] >= 0) fds.push_back({pidfds[r], POLLIN, 0});
-        else if (!exits[r]) reap_now = true;
-      }
-      if (reap_now) {
-        timeout_ms = 0;
-      } else if (kill_deadline != absl::InfiniteFuture()) {
-        const absl::Duration left = std::max(kill_deadline - absl::Now(), absl::ZeroDuration());
-        timeout_ms = static_cast<int>(absl::ToInt64Milliseconds(left + absl::Milliseconds(1)));
-      }
-    }
-    for (const PrefixedStream& s : streams) {
-      if (s.fd >= 0) fds.push_back({s.fd, POLLIN, 0});
-    }
+    if (!CollectPollFds(fds, timeout_ms)) break;
     if (poll(fds.data(), fds.size(), timeout_ms) < 0 && errno != EINTR) break;
-    if (fds[0].revents != 0) {
-      char drain[64];
-      while (read(wake_r, drain, sizeof drain) > 0) {
-      }
-    }
+    if (fds[0].revents != 0) DrainWake();
     PumpStreams(streams, fds, /*drain=*/false);
-    std::vector<RankExit> reaped;
-    {
-      absl::MutexLock lock(&mu);
-      for (size_t r = 0; r < pids.size(); ++r) {
-        if (exits[r]) continue;
-        if (std::optional<RankExit> e = TryReap(static_cast<int>(r))) reaped.push_back(*e);
-      }
-      if (running > 0 && absl::Now() >= kill_deadline) {
-        for (size_t r = 0; r < pids.size(); ++r) {
-          if (!exits[r]) killed[r] = true;
-        }
-        SignalRunning(SIGKILL);
-        kill_deadline = absl::InfiniteFuture();
-      }
-    }
+    const std::vector<RankExit> reaped = ReapEnded();
     if (options.on_exit) {
       for (const RankExit& e : reaped) options.on_exit(e);
     }
   }
+  Finish();
+}
+
+void ProcessGroup::State::AbortStart(const absl::Status& st) {
+  SignalRunning(SIGKILL);
+  for (size_t r = 0; r < pids.size(); ++r) {
+    if (pids[r] > 0) waitpid(pids[r], nullptr, 0);
+    CloseFd(pidfds[r]);
+  }
+  for (PrefixedStream& s : streams) CloseFd(s.fd);
+  finished = true;
+  outcome = st;
+}
+
+bool ProcessGroup::State::CollectPollFds(std::vector<pollfd>& fds, int& timeout_ms) {
+  fds.clear();
+  fds.push_back({wake_r, POLLIN, 0});
+  {
+    absl::MutexLock lock(&mu);
+    if (running == 0) return false;
+    bool reap_now = false;  // a rank without a pidfd is already gone: do not wait
+    for (size_t r = 0; r < pids.size(); ++r) {
+      if (pidfds[r] >= 0) fds.push_back({pidfds[r], POLLIN, 0});
+      else if (!exits[r]) reap_now = true;
+    }
+    if (reap_now) {
+      timeout_ms = 0;
+    } else if (kill_deadline != absl::InfiniteFuture()) {
+      const absl::Duration left = std::max(kill_deadline - absl::Now(), absl::ZeroDuration());
+      timeout_ms = static_cast<int>(absl::ToInt64Milliseconds(left + absl::Milliseconds(1)));
+    }
+  }
+  for (const PrefixedStream& s : streams) {
+    if (s.fd >= 0) fds.push_back({s.fd, POLLIN, 0});
+  }
+  return true;
+}
+
+void ProcessGroup::State::DrainWake() const {
+  char drain[64];
+  while (read(wake_r, drain, sizeof drain) > 0) {
+  }
+}
+
+std::vector<RankExit> ProcessGroup::State::ReapEnded() {
+  std::vector<RankExit> reaped;
+  absl::MutexLock lock(&mu);
+  for (size_t r = 0; r < pids.size(); ++r) {
+    if (exits[r]) continue;
+    if (std::optional<RankExit> e = TryReap(static_cast<int>(r))) reaped.push_back(*e);
+  }
+  if (running > 0 && absl::Now() >= kill_deadline) {
+    for (size_t r = 0; r < pids.size(); ++r) {
+      if (!exits[r]) killed[r] = true;
+    }
+    SignalRunning(SIGKILL);
+    kill_deadline = absl::InfiniteFuture();
+  }
+  return reaped;
+}
+
+void ProcessGroup::State::Finish() {
   PumpStreams(streams, {}, /*drain=*/true);  // what the ranks wrote just before they ended
   for (PrefixedStream& s : streams) CloseFd(s.fd);
   absl::MutexLock lock(&mu);

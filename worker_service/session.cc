@@ -2,6 +2,7 @@
 
 #include <cstdio>
 #include <memory>
+#include <optional>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
@@ -33,6 +34,94 @@ std::string Describe(const grpc::Status& s) {
   return absl::StrCat("gRPC status ", static_cast<int>(s.error_code()), " \"", s.error_message(), "\"");
 }
 
+using SessionStream = grpc::ClientReaderWriter<iv1::WorkerMessage, iv1::CoordinatorMessage>;
+
+std::shared_ptr<grpc::Channel> MakeChannel(const std::string& address) {
+  grpc::ChannelArguments args;
+  args.SetMaxReceiveMessageSize(-1);  // a step of long prompts may exceed 4 MB
+  args.SetMaxSendMessageSize(-1);
+  // Retry the connection quickly while the coordinator starts.
+  args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
+  args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 100);
+  args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
+  return grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), args);
+}
+
+// Waits until the channel connects; the exit code when the session must end
+// first (stopped: 0, connect_timeout passed: 1), nullopt once connected.
+std::optional<int> AwaitCoordinator(grpc::Channel& channel, const SessionOptions& options,
+                                    SessionStopper& stopper) {
+  const int rank = options.worker.rank.rank;
+  const absl::Time deadline = absl::Now() + options.connect_timeout;
+  while (!channel.WaitForConnected(absl::ToChronoTime(std::min(deadline, absl::Now() + absl::Milliseconds(250))))) {
+    if (stopper.stopped()) {
+      Log(rank, "stopped before the coordinator answered");
+      return 0;
+    }
+    if (absl::Now() >= deadline) {
+      Log(rank, absl::StrCat("the coordinator at ", options.coordinator, " did not answer within ",
+                             absl::FormatDuration(options.connect_timeout),
+                             "; is tpserve-coordinator running and listening there (its --listen)? "
+                             "Raise --connect-timeout if it starts slowly"));
+      return 1;
+    }
+  }
+  return std::nullopt;
+}
+
+// How the command loop ended: exit_code -1 when the stream did (no command asked to exit).
+struct LoopEnd {
+  int exit_code = -1;
+  bool clean_end = false;  // the exit came from Shutdown
+};
+
+// Says Hello, then answers every command in order until one asks to exit or the stream breaks.
+LoopEnd AnswerCommands(SessionStream& stream, CommandHandler& handler, int rank) {
+  iv1::WorkerMessage hello;
+  *hello.mutable_hello() = handler.MakeHello();
+  LoopEnd end;
+  if (stream.Write(hello)) {
+    iv1::CoordinatorMessage command;
+    while (end.exit_code < 0 && stream.Read(&command)) {
+      CommandHandler::Outcome outcome = handler.Handle(command);
+      if (!outcome.reply.error().empty()) {
+        Log(rank, absl::StrCat(CommandName(command), " (seq ", command.seq(), ") failed: ", outcome.reply.error()));
+      } else if (command.command_case() != iv1::CoordinatorMessage::kStep) {
+        Log(rank, absl::StrCat(CommandName(command), " done"));
+      }
+      if (!stream.Write(outcome.reply)) break;
+      if (outcome.exit_code) {
+        end.exit_code = *outcome.exit_code;
+        end.clean_end = command.command_case() == iv1::CoordinatorMessage::kShutdown;
+      }
+    }
+  }
+  return end;
+}
+
+// After a command asked to exit: reads until the coordinator closes the stream
+// (cancelled after 5 s), finishes it and detaches the context from the stopper.
+void CloseStream(SessionStream& stream, grpc::ClientContext& context, SessionStopper& stopper) {
+  // Let the coordinator close the stream; do not wait for ever.
+  stream.WritesDone();
+  absl::Mutex mu;
+  bool finished = false;
+  std::thread watchdog([&] {
+    absl::MutexLock lock(&mu);
+    if (!mu.AwaitWithTimeout(absl::Condition(&finished), absl::Seconds(5))) context.TryCancel();
+  });
+  iv1::CoordinatorMessage ignored;
+  while (stream.Read(&ignored)) {
+  }
+  (void)stream.Finish();
+  {
+    absl::MutexLock lock(&mu);
+    finished = true;
+  }
+  watchdog.join();
+  stopper.Attach(nullptr);
+}
+
 }  // namespace
 
 void SessionStopper::Stop() {
@@ -55,32 +144,12 @@ void SessionStopper::Attach(grpc::ClientContext* context) {
 int RunWorkerSession(const SessionOptions& options, SessionStopper& stopper) {
   const int rank = options.worker.rank.rank;
   const std::string& address = options.coordinator;
-  grpc::ChannelArguments args;
-  args.SetMaxReceiveMessageSize(-1);  // a step of long prompts may exceed 4 MB
-  args.SetMaxSendMessageSize(-1);
-  // Retry the connection quickly while the coordinator starts.
-  args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
-  args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 100);
-  args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
-  std::shared_ptr<grpc::Channel> channel = grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), args);
+  std::shared_ptr<grpc::Channel> channel = MakeChannel(address);
 
   Log(rank, absl::StrCat("rank ", rank, " of ", options.worker.rank.world_size, " (local rank ",
                          options.worker.rank.local_rank, ", from ", options.worker.rank.source,
                          "), dialling the coordinator at ", address));
-  const absl::Time deadline = absl::Now() + options.connect_timeout;
-  while (!channel->WaitForConnected(absl::ToChronoTime(std::min(deadline, absl::Now() + absl::Milliseconds(250))))) {
-    if (stopper.stopped()) {
-      Log(rank, "stopped before the coordinator answered");
-      return 0;
-    }
-    if (absl::Now() >= deadline) {
-      Log(rank, absl::StrCat("the coordinator at ", address, " did not answer within ",
-                             absl::FormatDuration(options.connect_timeout),
-                             "; is tpserve-coordinator running and listening there (its --listen)? "
-                             "Raise --connect-timeout if it starts slowly"));
-      return 1;
-    }
-  }
+  if (std::optional<int> exit_code = AwaitCoordinator(*channel, options, stopper)) return *exit_code;
 
   std::shared_ptr<iv1::Worker::Stub> stub = iv1::Worker::NewStub(channel);
   CoordinatorStore store(stub, address);
@@ -88,49 +157,12 @@ int RunWorkerSession(const SessionOptions& options, SessionStopper& stopper) {
 
   grpc::ClientContext context;
   stopper.Attach(&context);
-  std::unique_ptr<grpc::ClientReaderWriter<iv1::WorkerMessage, iv1::CoordinatorMessage>> stream =
-      stub->Session(&context);
-  iv1::WorkerMessage hello;
-  *hello.mutable_hello() = handler.MakeHello();
-  int exit_code = -1;
-  bool clean_end = false;
-  if (stream->Write(hello)) {
-    iv1::CoordinatorMessage command;
-    while (exit_code < 0 && stream->Read(&command)) {
-      CommandHandler::Outcome outcome = handler.Handle(command);
-      if (!outcome.reply.error().empty()) {
-        Log(rank, absl::StrCat(CommandName(command), " (seq ", command.seq(), ") failed: ", outcome.reply.error()));
-      } else if (command.command_case() != iv1::CoordinatorMessage::kStep) {
-        Log(rank, absl::StrCat(CommandName(command), " done"));
-      }
-      if (!stream->Write(outcome.reply)) break;
-      if (outcome.exit_code) {
-        exit_code = *outcome.exit_code;
-        clean_end = command.command_case() == iv1::CoordinatorMessage::kShutdown;
-      }
-    }
-  }
-  if (exit_code >= 0) {
-    // Let the coordinator close the stream; do not wait for ever.
-    stream->WritesDone();
-    absl::Mutex mu;
-    bool finished = false;
-    std::thread watchdog([&] {
-      absl::MutexLock lock(&mu);
-      if (!mu.AwaitWithTimeout(absl::Condition(&finished), absl::Seconds(5))) context.TryCancel();
-    });
-    iv1::CoordinatorMessage ignored;
-    while (stream->Read(&ignored)) {
-    }
-    (void)stream->Finish();
-    {
-      absl::MutexLock lock(&mu);
-      finished = true;
-    }
-    watchdog.join();
-    stopper.Attach(nullptr);
-    Log(rank, clean_end ? "shut down by the coordinator" : absl::StrCat("exiting with code ", exit_code));
-    return exit_code;
+  std::unique_ptr<SessionStream> stream = stub->Session(&context);
+  const LoopEnd end = AnswerCommands(*stream, handler, rank);
+  if (end.exit_code >= 0) {
+    CloseStream(*stream, context, stopper);
+    Log(rank, end.clean_end ? "shut down by the coordinator" : absl::StrCat("exiting with code ", end.exit_code));
+    return end.exit_code;
   }
   const grpc::Status status = stream->Finish();
   stopper.Attach(nullptr);

@@ -191,6 +191,81 @@ TokenizerInfo InfoFor(TokenizerFamily family, const std::map<std::string, int64_
   return info;
 }
 
+// tokenizer.json's post_processor: Llama 3 prepends <|begin_of_text|> (id bot_id).
+OJson PostProcessor(bool llama, int64_t bot_id) {
+  if (!llama) return ByteLevel(false, false, false);
+  const std::string bot = "<|begin_of_text|>";
+  const OJson bot_piece = {{"SpecialToken", {{"id", bot}, {"type_id", 0}}}};
+  return {{"type", "Sequence"},
+          {"processors",
+           {ByteLevel(true, false, true),
+            {{"type", "TemplateProcessing"},
+             {"single", {bot_piece, {{"Sequence", {{"id", "A"}, {"type_id", 0}}}}}},
+             {"pair",
+              {bot_piece,
+               {{"Sequence", {{"id", "A"}, {"type_id", 0}}}},
+               {{"SpecialToken", {{"id", bot}, {"type_id", 1}}}},
+               {{"Sequence", {{"id", "B"}, {"type_id", 1}}}}}},
+             {"special_tokens",
+              {{bot, {{"id", bot}, {"ids", {bot_id}}, {"tokens", {bot}}}}}}}}}};
+}
+
+// tokenizer.json: the BPE model from `bpe`, the family's pre-tokenizer, `added` as added_tokens.
+OJson TokenizerJson(bool llama, const Bpe& bpe, const OJson& added, int64_t bot_id) {
+  OJson vocab = OJson::object();
+  for (size_t i = 0; i < bpe.vocab.size(); ++i) vocab[bpe.vocab[i]] = static_cast<int64_t>(i);
+  OJson merges = OJson::array();
+  for (const auto& [a, b] : bpe.merges) merges.push_back(a + " " + b);
+
+  OJson split = {{"type", "Split"},
+                 {"pattern", {{"Regex", std::string(llama ? kLlama3Regex : kQwenRegex)}}},
+                 {"behavior", "Isolated"},
+                 {"invert", false}};
+  OJson pre = {{"type", "Sequence"}, {"pretokenizers", {split, ByteLevel(false, !llama, false)}}};
+
+  OJson tok;
+  tok["version"] = "1.0";
+  tok["truncation"] = nullptr;
+  tok["padding"] = nullptr;
+  tok["added_tokens"] = added;
+  tok["normalizer"] = llama ? OJson(nullptr) : OJson{{"type", "NFC"}};
+  tok["pre_tokenizer"] = pre;
+  tok["post_processor"] = PostProcessor(llama, bot_id);
+  tok["decoder"] = ByteLevel(true, true, true);
+  tok["model"] = {{"type", "BPE"},
+                  {"dropout", nullptr},
+                  {"unk_token", nullptr},
+                  {"continuing_subword_prefix", nullptr},
+                  {"end_of_word_suffix", nullptr},
+                  {"fuse_unk", false},
+                  {"byte_fallback", false},
+                  {"ignore_merges", llama},
+                  {"vocab", vocab},
+                  {"merges", merges}};
+  return tok;
+}
+
+// tokenizer_config.json, with `added` as added_tokens_decoder.
+OJson TokenizerConfigJson(bool llama, const OJson& added, int64_t model_max_length) {
+  OJson decoder_map = OJson::object();
+  for (const OJson& a : added) {
+    OJson entry = a;
+    const std::string id = std::to_string(entry["id"].get<int64_t>());
+    entry.erase("id");
+    decoder_map[id] = entry;
+  }
+  OJson cfg;
+  cfg["added_tokens_decoder"] = decoder_map;
+  cfg["bos_token"] = llama ? OJson("<|begin_of_text|>") : OJson(nullptr);
+  cfg["chat_template"] = std::string(llama ? kLlama3ChatTemplate : kChatMLTemplate);
+  cfg["clean_up_tokenization_spaces"] = false;
+  cfg["eos_token"] = llama ? "<|eot_id|>" : "<|im_end|>";
+  cfg["model_max_length"] = model_max_length;
+  cfg["pad_token"] = llama ? OJson(nullptr) : OJson("<|endoftext|>");
+  cfg["tokenizer_class"] = llama ? "PreTrainedTokenizerFast" : "Qwen2Tokenizer";
+  return cfg;
+}
+
 }  // namespace
 
 absl::StatusOr<TokenizerInfo> WriteTestTokenizer(TokenizerFamily family, int64_t max_size,
@@ -216,73 +291,8 @@ absl::StatusOr<TokenizerInfo> WriteTestTokenizer(TokenizerFamily family, int64_t
     ++next_id;
   }
 
-  OJson vocab = OJson::object();
-  for (size_t i = 0; i < bpe.vocab.size(); ++i) vocab[bpe.vocab[i]] = static_cast<int64_t>(i);
-  OJson merges = OJson::array();
-  for (const auto& [a, b] : bpe.merges) merges.push_back(a + " " + b);
-
-  OJson split = {{"type", "Split"},
-                 {"pattern", {{"Regex", std::string(llama ? kLlama3Regex : kQwenRegex)}}},
-                 {"behavior", "Isolated"},
-                 {"invert", false}};
-  OJson pre = {{"type", "Sequence"}, {"pretokenizers", {split, ByteLevel(false, !llama, false)}}};
-  OJson post;
-  if (llama) {
-    const std::string bot = "<|begin_of_text|>";
-    const OJson bot_piece = {{"SpecialToken", {{"id", bot}, {"type_id", 0}}}};
-    post = {{"type", "Sequence"},
-            {"processors",
-             {ByteLevel(true, false, true),
-              {{"type", "TemplateProcessing"},
-               {"single", {bot_piece, {{"Sequence", {{"id", "A"}, {"type_id", 0}}}}}},
-               {"pair",
-                {bot_piece,
-                 {{"Sequence", {{"id", "A"}, {"type_id", 0}}}},
-                 {{"SpecialToken", {{"id", bot}, {"type_id", 1}}}},
-                 {{"Sequence", {{"id", "B"}, {"type_id", 1}}}}}},
-               {"special_tokens",
-                {{bot, {{"id", bot}, {"ids", {special_ids[bot]}}, {"tokens", {bot}}}}}}}}}};
-  } else {
-    post = ByteLevel(false, false, false);
-  }
-
-  OJson tok;
-  tok["version"] = "1.0";
-  tok["truncation"] = nullptr;
-  tok["padding"] = nullptr;
-  tok["added_tokens"] = added;
-  tok["normalizer"] = llama ? OJson(nullptr) : OJson{{"type", "NFC"}};
-  tok["pre_tokenizer"] = pre;
-  tok["post_processor"] = post;
-  tok["decoder"] = ByteLevel(true, true, true);
-  tok["model"] = {{"type", "BPE"},
-                  {"dropout", nullptr},
-                  {"unk_token", nullptr},
-                  {"continuing_subword_prefix", nullptr},
-                  {"end_of_word_suffix", nullptr},
-                  {"fuse_unk", false},
-                  {"byte_fallback", false},
-                  {"ignore_merges", llama},
-                  {"vocab", vocab},
-                  {"merges", merges}};
-
-  OJson decoder_map = OJson::object();
-  for (const OJson& a : added) {
-    OJson entry = a;
-    const std::string id = std::to_string(entry["id"].get<int64_t>());
-    entry.erase("id");
-    decoder_map[id] = entry;
-  }
-  OJson cfg;
-  cfg["added_tokens_decoder"] = decoder_map;
-  cfg["bos_token"] = llama ? OJson("<|begin_of_text|>") : OJson(nullptr);
-  cfg["chat_template"] = std::string(llama ? kLlama3ChatTemplate : kChatMLTemplate);
-  cfg["clean_up_tokenization_spaces"] = false;
-  cfg["eos_token"] = llama ? "<|eot_id|>" : "<|im_end|>";
-  cfg["model_max_length"] = model_max_length;
-  cfg["pad_token"] = llama ? OJson(nullptr) : OJson("<|endoftext|>");
-  cfg["tokenizer_class"] = llama ? "PreTrainedTokenizerFast" : "Qwen2Tokenizer";
-
+  const OJson tok = TokenizerJson(llama, bpe, added, llama ? special_ids.at("<|begin_of_text|>") : -1);
+  const OJson cfg = TokenizerConfigJson(llama, added, model_max_length);
   if (absl::Status s = WriteText(out_dir / "tokenizer.json", tok.dump(2)); !s.ok()) return s;
   if (absl::Status s = WriteText(out_dir / "tokenizer_config.json", cfg.dump(2)); !s.ok()) return s;
   return InfoFor(family, special_ids, next_id);
