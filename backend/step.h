@@ -9,12 +9,12 @@
 //   new tokens:     [t t t t]     [t t]         [t]         [t]
 //   query_start:    0             4             6           7          8 (= T)
 //
-// Paged KV cache (per worker and layer, design.md):
+// Paged KV cache (per worker and layer; docs/architecture.md, "KV cache"):
 //   K, V: [num_blocks, block_size, local_kv_heads, head_dim]
 // Token position p of sequence s lives in block block_tables[s][p / block_size]
 // at offset p % block_size; its slot is block * block_size + offset.
-// Block ids always come from the caller (the coordinator's block manager or the
-// offline engine's allocator); the backend checks them against num_blocks.
+// Block ids always come from the caller (scheduler/block_manager.h, in the
+// coordinator or the offline engine); the backend checks them against num_blocks.
 #pragma once
 
 #include <cstdint>

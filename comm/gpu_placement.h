@@ -1,5 +1,5 @@
-// Which GPU a CUDA worker uses and how it talks to its peers (design.md: the
-// CUDA device of a worker is its local rank).
+// Which GPU a CUDA worker uses and how it talks to its peers (docs/architecture.md,
+// "Processes": the CUDA device of a worker is its local rank).
 //
 //   device            = local_rank % visible devices
 //   ranks_per_device  = local ranks that land on that device (1 on a node with

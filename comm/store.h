@@ -2,7 +2,7 @@
 // to exchange connection details (gloo addresses, the ncclUniqueId).
 //
 // Transport-neutral and small on purpose: in production the coordinator
-// implements it over its internal gRPC API (design.md, "Start-up" point 2);
+// implements it over its internal gRPC API (docs/architecture.md, "Start-up", point 2);
 // tests and offline runs use FileStore (a directory shared by the ranks).
 // Keys are written once; values are opaque bytes.
 #pragma once

@@ -1,5 +1,5 @@
 // The engine loop: one thread that owns the Scheduler, the BlockManager and
-// every live request's OutputProcessor (design.md "Steps").
+// every live request's OutputProcessor (docs/architecture.md, "Threads and locks").
 //
 // gRPC threads talk to it only through its inbox (new requests, aborts) and
 // read results from each request's ResponseQueue. Each iteration:

@@ -1,4 +1,4 @@
-// Brings the connected workers from Hello to ready (design.md "Start-up"):
+// Brings the connected workers from Hello to ready (docs/architecture.md, "Start-up"):
 // Load (each rank loads its shard; rendezvous through the pool's store), Profile
 // (the KV blocks that fit on each rank; the minimum wins), AllocateKv, WarmUp.
 #pragma once

@@ -1,5 +1,5 @@
 // Which worker ranks have said Hello, and whether a new Hello is acceptable
-// (design.md "Start-up"): its protocol version must be ours, its world size the
+// (docs/architecture.md, "Start-up"): its protocol version must be ours, its world size the
 // coordinator's --tp, its rank in range and not taken. Not thread-safe.
 #pragma once
 

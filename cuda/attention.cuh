@@ -1,6 +1,6 @@
 // Paged causal attention over block tables (Backend::Attention), GQA-aware.
 //
-// Paged cache layout (design.md, backend/step.h):
+// Paged cache layout (docs/architecture.md, "KV cache"; backend/step.h):
 //   K, V: [num_blocks, block_size, Hkv, hd] bf16
 // Position j of sequence s lives at slot block_tables[s][j / block_size] ·
 // block_size + j % block_size. Each new token t (of sequence token_seq[t], at

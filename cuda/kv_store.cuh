@@ -1,6 +1,6 @@
 // K/V store by slot mapping (Backend::StoreKv).
 //
-// Paged cache layout (design.md): K, V: [num_blocks, block_size, Hkv, hd]; a
+// Paged cache layout (docs/architecture.md, "KV cache"): K, V: [num_blocks, block_size, Hkv, hd]; a
 // slot is block * block_size + offset, so slot s's row is at s · Hkv · hd.
 #pragma once
 

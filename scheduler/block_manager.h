@@ -1,4 +1,4 @@
-// The paged-KV block manager: the only owner of KV block allocation (design.md).
+// The paged-KV block manager: the only owner of KV block allocation (docs/architecture.md, "KV cache").
 //
 // Every worker holds num_blocks blocks of block_size tokens per layer; the block
 // manager decides which block each token of each sequence goes to. A sequence's

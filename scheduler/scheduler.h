@@ -1,4 +1,4 @@
-// Continuous batching (design.md "Steps"): each iteration builds one step of at
+// Continuous batching (docs/architecture.md, "Steps"): each iteration builds one step of at
 // most max_num_batched_tokens new tokens over at most max_num_seqs sequences.
 //
 // Order within an iteration, first come first served:

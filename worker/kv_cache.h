@@ -1,6 +1,6 @@
 // KvCache: this rank's slice of the paged KV cache, one KvCacheLayer per layer.
 //
-// Per layer (design.md, "The paged KV cache"):
+// Per layer (docs/architecture.md, "KV cache"):
 //   K, V: [num_blocks, block_size, local_kv_heads, head_dim]  (backend compute dtype)
 // Token position p of a sequence lives in block table[p / block_size] at offset
 // p % block_size; its slot is block * block_size + offset. Block ids come from

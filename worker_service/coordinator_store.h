@@ -1,7 +1,7 @@
 // CoordinatorStore: the rendezvous Store (comm/store.h) over the coordinator's
 // StoreSet / StoreGet RPCs (worker.proto), so the collectives of the workers
 // meet through the coordinator: no extra port, no shared file system
-// (design.md "Start-up" point 2).
+// (docs/architecture.md, "Start-up", point 2).
 #pragma once
 
 #include <chrono>

@@ -1,4 +1,4 @@
-// The Profile forward (design.md start-up, step 4): one step as large as the
+// The Profile forward (docs/architecture.md, "Start-up", step 4): one step as large as the
 // model will ever be given, so that a GPU worker can measure its memory at the
 // peak before it sizes the KV cache.
 //
