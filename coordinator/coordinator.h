@@ -56,7 +56,7 @@ struct CoordinatorOptions {
   int block_size = 16;                    // KV cache block size in tokens
   double gpu_memory_utilization = 0.9;    // fraction of each GPU a worker may use
   int64_t max_model_len = 0;              // prompt + output; 0 = max_position_embeddings
-  int max_num_seqs = 256;                 // most sequences in one step
+  int max_num_seqs = 256;                 // most sequences running at once (so also in one step)
   int64_t max_num_batched_tokens = 2048;  // token budget of one step
   int max_queue = 1024;                   // waiting requests beyond this: RESOURCE_EXHAUSTED
   bool enforce_eager = false;             // no CUDA graphs for decode steps

@@ -54,7 +54,7 @@ ABSL_FLAG(bool, enforce_eager, false, "run every step eagerly: no CUDA graphs fo
 // Requests and steps.
 ABSL_FLAG(std::string, chat_template, "auto", "auto (from tokenizer_config.json), llama3 or chatml");
 ABSL_FLAG(int64_t, max_model_len, 0, "longest sequence (prompt + output); 0 = the model's max_position_embeddings");
-ABSL_FLAG(int, max_num_seqs, 256, "most sequences in one step");
+ABSL_FLAG(int, max_num_seqs, 256, "most sequences running at once (and so in one step)");
 ABSL_FLAG(int64_t, max_num_batched_tokens, 2048, "token budget of one step");
 ABSL_FLAG(int, max_queue, 1024, "waiting requests beyond this get RESOURCE_EXHAUSTED");
 
