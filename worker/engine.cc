@@ -185,8 +185,13 @@ absl::StatusOr<std::vector<int32_t>> Engine::ShareTokens(const ScheduledStep& st
     ids.push_back(it == by_seq.end() ? -1.0f : static_cast<float>(it->second));
   }
   if (ids.empty()) return std::vector<int32_t>{};
-  TPSERVE_RETURN_IF_ERROR(
-      comm_.Broadcast(Tensor(ids.data(), DType::kF32, Device::kCpu, {std::ssize(ids)}), 0));
+  if (shared_tokens_.empty()) {
+    shared_tokens_ = backend_.Allocate(DType::kF32, {std::max<int64_t>(1, model_->options().max_num_seqs)});
+  }
+  const Tensor staged = shared_tokens_.tensor().Rows(0, std::ssize(ids));
+  backend_.CopyFromHost(ids.data(), DType::kF32, staged);
+  TPSERVE_RETURN_IF_ERROR(comm_.Broadcast(staged, 0));
+  backend_.CopyToHostF32(staged, ids.data());
   return std::vector<int32_t>(ids.begin(), ids.end());
 }
 

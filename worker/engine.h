@@ -111,7 +111,8 @@ class Engine {
   // sequences leave the scheduler.
   absl::Status RunStep(const ScheduledStep& step, std::span<const GenerationRequest> requests,
                        Scheduler& scheduler, std::vector<GenerationResult>& results);
-  // Rank 0's tokens of the step's sampled sequences (in step order) on every rank.
+  // Rank 0's tokens of the step's sampled sequences (in step order) on every
+  // rank, broadcast through shared_tokens_.
   absl::StatusOr<std::vector<int32_t>> ShareTokens(const ScheduledStep& step,
                                                    std::span<const StepToken> tokens);
   // Appends `token` to its result; true when the request stops there.
@@ -126,6 +127,9 @@ class Engine {
   std::unique_ptr<KvCache> cache_;
   std::unique_ptr<BlockManager> blocks_;  // over cache_; its prefix cache outlives a Generate call
   std::unique_ptr<StepRunner> runner_;    // over cache_; recreated with it
+  // [max_num_seqs] f32 in the backend's memory: rank 0's sampled ids travel
+  // through it (NCCL broadcasts device buffers only).
+  Buffer shared_tokens_;
   GenerationStats stats_;
 };
 
