@@ -82,21 +82,18 @@ class Backend {
   // ---- memory ----
   // A new buffer of `shape` in `dtype` on this backend's device, zero-filled
   // (callers such as the KV cache rely on it: an unwritten slot holds 0, never
-  // NaN garbage). Running out of memory ends the process; where the size comes
-  // from the user (the KV cache), use TryAllocate.
-  virtual Buffer Allocate(DType dtype, std::span<const int64_t> shape) = 0;
-  Buffer Allocate(DType dtype, std::initializer_list<int64_t> shape) {
-    return Allocate(dtype, std::span<const int64_t>(shape.begin(), shape.size()));
-  }
-  // Allocate that fails softly: RESOURCE_EXHAUSTED naming the bytes asked and
-  // the bytes free when the device cannot hold the buffer (the backend is
-  // usable afterwards). Zero-filled like Allocate. The default, for a backend
-  // that cannot tell, is Allocate.
-  virtual absl::StatusOr<Buffer> TryAllocate(DType dtype, std::span<const int64_t> shape) {
-    return Allocate(dtype, shape);
-  }
+  // NaN garbage). RESOURCE_EXHAUSTED naming the bytes asked and the bytes free
+  // when the device cannot hold it; the backend is usable afterwards. Where the
+  // size comes from the user (the KV cache), handle that status.
+  virtual absl::StatusOr<Buffer> TryAllocate(DType dtype, std::span<const int64_t> shape) = 0;
   absl::StatusOr<Buffer> TryAllocate(DType dtype, std::initializer_list<int64_t> shape) {
     return TryAllocate(dtype, std::span<const int64_t>(shape.begin(), shape.size()));
+  }
+  // TryAllocate for buffers whose size the code fixes (weights, activations):
+  // running out of memory ends the process with TryAllocate's message.
+  Buffer Allocate(DType dtype, std::span<const int64_t> shape);
+  Buffer Allocate(DType dtype, std::initializer_list<int64_t> shape) {
+    return Allocate(dtype, std::span<const int64_t>(shape.begin(), shape.size()));
   }
   // Copies dst.numel() elements of `src_dtype` from host memory into dst,
   // converting to dst.dtype.

@@ -41,12 +41,6 @@ std::unique_ptr<Backend> MakeCpuBackend(int num_threads) {
   return std::make_unique<CpuBackend>(num_threads);
 }
 
-Buffer CpuBackend::Allocate(DType dtype, std::span<const int64_t> shape) {
-  absl::StatusOr<Buffer> buffer = TryAllocate(dtype, shape);
-  TPSERVE_CHECK(buffer.ok(), buffer.status().message());
-  return *std::move(buffer);
-}
-
 absl::StatusOr<Buffer> CpuBackend::TryAllocate(DType dtype, std::span<const int64_t> shape) {
   Tensor t = Tensor::Describe(dtype, Device::kCpu, shape, "CpuBackend::Allocate");
   // calloc: zeroed, and large blocks stay unresident until written (the KV

@@ -23,9 +23,7 @@ class CpuBackend final : public Backend {
   DType compute_dtype() const override { return DType::kF32; }
   int num_threads() const { return num_threads_; }
 
-  using Backend::Allocate;
   using Backend::TryAllocate;
-  Buffer Allocate(DType dtype, std::span<const int64_t> shape) override;
   // RESOURCE_EXHAUSTED when calloc fails, naming the bytes asked and the
   // physical memory free.
   absl::StatusOr<Buffer> TryAllocate(DType dtype, std::span<const int64_t> shape) override;

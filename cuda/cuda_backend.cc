@@ -73,14 +73,7 @@ class CudaBackend final : public Backend {
   Device device() const override { return Device::kCuda; }
   DType compute_dtype() const override { return DType::kBF16; }
 
-  using Backend::Allocate;
   using Backend::TryAllocate;
-  Buffer Allocate(DType dtype, std::span<const int64_t> shape) override {
-    absl::StatusOr<Buffer> buffer = TryAllocate(dtype, shape);
-    TPSERVE_CHECK(buffer.ok(), buffer.status().message());
-    return *std::move(buffer);
-  }
-
   absl::StatusOr<Buffer> TryAllocate(DType dtype, std::span<const int64_t> shape) override {
     NotCapturing("Allocate");
     Tensor t = Tensor::Describe(dtype, Device::kCuda, shape, "CudaBackend::Allocate");

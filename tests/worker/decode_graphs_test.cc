@@ -268,10 +268,10 @@ class RecordingBackend final : public Backend {
   std::string name() const override { return "recording-cpu"; }
   Device device() const override { return Device::kCpu; }
   DType compute_dtype() const override { return DType::kF32; }
-  using Backend::Allocate;
-  Buffer Allocate(DType dtype, std::span<const int64_t> shape) override {
+  using Backend::TryAllocate;
+  absl::StatusOr<Buffer> TryAllocate(DType dtype, std::span<const int64_t> shape) override {
     NotCapturing("Allocate");
-    return cpu_->Allocate(dtype, shape);
+    return cpu_->TryAllocate(dtype, shape);
   }
   void CopyFromHost(const void* src, DType src_dtype, Tensor dst) override {
     NotCapturing("CopyFromHost");
