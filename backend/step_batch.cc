@@ -38,7 +38,8 @@ absl::Status CheckSequences(std::span<const StepSequence> seqs, int32_t block_si
 }
 
 // A pure decode of at most `bucket` sequences with arrays of the right sizes.
-absl::Status CheckPaddable(const StepMetadata& step, int32_t bucket) {
+absl::Status CheckPaddable(const StepMetadata& step, int32_t bucket, int32_t block_size) {
+  if (block_size < 1) return Invalid("block_size is ", block_size, "; it must be at least 1");
   const int32_t S = step.num_seqs();
   if (step.num_prefill_seqs != 0 || S > bucket || bucket < 1) {
     return Invalid("a step of ", step.num_prefill_seqs, " prefill and ", step.num_decode_seqs,
@@ -115,7 +116,7 @@ absl::Status StepBatch::Assign(std::span<const StepSequence> seqs, int32_t block
 absl::Status StepBatch::AssignPaddedDecode(const StepMetadata& step, int32_t bucket, int32_t max_blocks_per_seq,
                                            int32_t block_size) {
   Clear();
-  TPSERVE_RETURN_IF_ERROR(CheckPaddable(step, bucket));
+  TPSERVE_RETURN_IF_ERROR(CheckPaddable(step, bucket, block_size));
   const size_t B = static_cast<size_t>(bucket), M = static_cast<size_t>(std::max(max_blocks_per_seq, 0));
   a_.num_decode_seqs = bucket;
   a_.max_blocks_per_seq = max_blocks_per_seq;
@@ -134,7 +135,7 @@ absl::Status StepBatch::AssignPaddedDecode(const StepMetadata& step, int32_t buc
   a_.query_start[B] = bucket;
   for (size_t s = 0; s < static_cast<size_t>(step.num_seqs()); ++s) {
     const int32_t seq_len = step.seq_lens[s];
-    const int64_t used = block_size > 0 ? (int64_t{seq_len} + block_size - 1) / block_size : 0;
+    const int64_t used = (int64_t{seq_len} + block_size - 1) / block_size;
     if (seq_len < 1 || used > max_blocks_per_seq || used > step.max_blocks_per_seq) {
       Clear();
       return Invalid("sequence ", s, " has seq_len ", seq_len, ", which needs ", used, " blocks of ", block_size,
@@ -145,9 +146,9 @@ absl::Status StepBatch::AssignPaddedDecode(const StepMetadata& step, int32_t buc
     a_.positions[s] = step.positions[s];
     a_.slot_mapping[s] = step.slot_mapping[s];
     a_.seq_lens[s] = seq_len;
-    // Only the blocks the context uses; the rest stay -1.
+    // Only the blocks the context uses (at least one: it replaces the
+    // padding's block 0); the rest stay -1.
     const auto row = step.block_tables.begin() + static_cast<std::ptrdiff_t>(s) * step.max_blocks_per_seq;
-    std::fill_n(a_.block_tables.begin() + static_cast<std::ptrdiff_t>(s * M), M, -1);
     std::copy_n(row, used, a_.block_tables.begin() + static_cast<std::ptrdiff_t>(s * M));
   }
   return absl::OkStatus();

@@ -94,8 +94,8 @@ class StepBatch {
   // table columns: rows 0..S-1 are step's own (only the blocks their seq_len
   // uses are copied, the rest -1), rows S..bucket-1 are padding: token 0,
   // position 0, seq_len 1, slot -1, block-table row [0, -1, ...]. S may be 0
-  // (all padding: a graph's warm-up step). INVALID_ARGUMENT when the step has
-  // prefill sequences, more than `bucket` sequences, arrays of the wrong
+  // (all padding: a graph's warm-up step). INVALID_ARGUMENT when block_size
+  // < 1, the step has prefill sequences, more than `bucket` sequences, arrays of the wrong
   // sizes, or a sequence whose seq_len needs more than max_blocks_per_seq
   // blocks of `block_size` tokens; the batch is then empty.
   absl::Status AssignPaddedDecode(const StepMetadata& step, int32_t bucket, int32_t max_blocks_per_seq,
