@@ -64,7 +64,7 @@ absl::Status EngineLoop::Submit(const std::string& request_id, PreparedRequest r
   }
   // A prompt that needs more blocks than the whole cache could never run:
   // refuse it now rather than after its stream has started.
-  const int64_t need = (static_cast<int64_t>(request.prompt.size()) + options_.block_size - 1) / options_.block_size;
+  const int64_t need = BlockManager::BlocksFor(std::ssize(request.prompt), options_.block_size);
   if (need > options_.num_blocks) {
     return absl::ResourceExhaustedError(absl::StrCat(
         "the prompt of ", request.prompt.size(), " tokens needs ", need, " KV blocks of ", options_.block_size,
@@ -308,17 +308,19 @@ void EngineLoop::OnStepFailed(const ScheduledStep& step, uint64_t step_id, const
 }
 
 void EngineLoop::OnStepDone(const ScheduledStep& step, uint64_t step_id, std::span<const StepToken> tokens) {
-  absl::flat_hash_map<uint64_t, const StepToken*> by_seq;
-  for (const StepToken& t : tokens) by_seq[t.seq_id] = &t;
+  const std::vector<const StepToken*> ordered = TokensInStepOrder(step, tokens);
   std::vector<std::pair<uint64_t, int32_t>> sampled;
+  std::vector<const StepToken*> streamed;  // [sampled]
   std::vector<uint64_t> missing;
+  size_t k = 0;
   for (const ScheduledSequence& s : step.sequences) {
     if (!s.sample) continue;
-    auto it = by_seq.find(s.seq->id);
-    if (it == by_seq.end()) {
+    const StepToken* token = ordered[k++];
+    if (token == nullptr) {
       missing.push_back(s.seq->id);
     } else {
-      sampled.emplace_back(s.seq->id, it->second->sampled.token);
+      sampled.emplace_back(s.seq->id, token->sampled.token);
+      streamed.push_back(token);
     }
   }
   scheduler_.OnStepDone(step, sampled);
@@ -328,7 +330,7 @@ void EngineLoop::OnStepDone(const ScheduledStep& step, uint64_t step_id, std::sp
                                              ": rank 0 returned no token for this sequence")));
   }
   const absl::Time now = absl::Now();
-  for (const auto& [id, token] : sampled) Stream(id, *by_seq.at(id), now);
+  for (size_t i = 0; i < sampled.size(); ++i) Stream(sampled[i].first, *streamed[i], now);
 }
 
 void EngineLoop::Stream(uint64_t seq_id, const StepToken& token, absl::Time now) {

@@ -53,8 +53,11 @@ class BlockManager {
   int64_t num_free_blocks() const { return static_cast<int64_t>(free_.size()); }
   BlockManagerStats stats() const;
 
-  // Blocks needed to hold `num_tokens` tokens.
-  int64_t BlocksFor(int64_t num_tokens) const { return (num_tokens + block_size_ - 1) / block_size_; }
+  // Blocks of `block_size` tokens needed to hold `num_tokens` tokens.
+  static int64_t BlocksFor(int64_t num_tokens, int32_t block_size) {
+    return (num_tokens + block_size - 1) / block_size;
+  }
+  int64_t BlocksFor(int64_t num_tokens) const { return BlocksFor(num_tokens, block_size_); }
 
   // How many leading tokens of `prompt` are in cached full blocks (always leaves
   // at least one token to compute, so the last prompt token produces logits).

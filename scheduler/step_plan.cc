@@ -1,5 +1,7 @@
 #include "scheduler/step_plan.h"
 
+#include "absl/container/flat_hash_map.h"
+
 namespace tpserve {
 
 StepPlan BuildStepPlan(const ScheduledStep& step, const SamplingLookup& sampling) {
@@ -32,6 +34,18 @@ StepPlan BuildStepPlan(const ScheduledStep& step, const SamplingLookup& sampling
     plan.order.push_back(seq.id);
   }
   return plan;
+}
+
+std::vector<const StepToken*> TokensInStepOrder(const ScheduledStep& step, std::span<const StepToken> tokens) {
+  absl::flat_hash_map<uint64_t, const StepToken*> by_seq;
+  for (const StepToken& t : tokens) by_seq[t.seq_id] = &t;
+  std::vector<const StepToken*> ordered;
+  for (const ScheduledSequence& s : step.sequences) {
+    if (!s.sample) continue;
+    const auto it = by_seq.find(s.seq->id);
+    ordered.push_back(it == by_seq.end() ? nullptr : it->second);
+  }
+  return ordered;
 }
 
 }  // namespace tpserve

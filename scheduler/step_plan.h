@@ -8,6 +8,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <span>
 #include <vector>
 
 #include "sampling/sampler.h"
@@ -62,5 +63,11 @@ using SamplingLookup = std::function<const SamplingParams&(uint64_t seq_id)>;
 // first). Call before Scheduler::OnStepDone, which advances
 // num_computed_tokens.
 StepPlan BuildStepPlan(const ScheduledStep& step, const SamplingLookup& sampling);
+
+// Rank 0's answer to a step matched to what it had to sample: one entry per
+// sequence of `step` with sample = true, in step order, pointing into
+// `tokens`; nullptr where `tokens` has none for it (a rank that does not
+// sample, or a rank 0 that failed to).
+std::vector<const StepToken*> TokensInStepOrder(const ScheduledStep& step, std::span<const StepToken> tokens);
 
 }  // namespace tpserve

@@ -4,15 +4,12 @@
 #include <chrono>
 #include <limits>
 
-#include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
 #include "base/status_macros.h"
 #include "scheduler/step_plan.h"
 
 namespace tpserve {
 namespace {
-
-int64_t BlocksFor(int64_t tokens, int32_t block_size) { return (tokens + block_size - 1) / block_size; }
 
 // The statistics' notion of a decode: a sequence past its first step that
 // computes exactly its last token.
@@ -60,7 +57,7 @@ absl::Status Engine::Validate(std::span<const GenerationRequest> requests) const
           where, "prompt (", r.prompt.size(), ") + max_tokens (", r.max_tokens, ") = ", total,
           " exceeds the ", model_->max_position(), " positions of the model (max_position)"));
     }
-    const int64_t blocks = BlocksFor(total, options_.block_size);
+    const int64_t blocks = BlockManager::BlocksFor(total, options_.block_size);
     if (options_.num_blocks > 0 && blocks > options_.num_blocks) {
       return absl::InvalidArgumentError(absl::StrCat(
           where, "needs ", blocks, " KV blocks of ", options_.block_size,
@@ -77,7 +74,7 @@ absl::Status Engine::EnsureCache(std::span<const GenerationRequest> requests) {
   int64_t want = options_.num_blocks;
   if (want == 0) {
     for (const GenerationRequest& r : requests) {
-      want += BlocksFor(std::ssize(r.prompt) + r.max_tokens, options_.block_size);
+      want += BlockManager::BlocksFor(std::ssize(r.prompt) + r.max_tokens, options_.block_size);
     }
   }
   if (cache_ && cache_->num_blocks() >= want) return absl::OkStatus();
@@ -143,7 +140,8 @@ absl::Status Engine::RunStep(const ScheduledStep& step, std::span<const Generati
   });
   const auto start = std::chrono::steady_clock::now();
   TPSERVE_ASSIGN_OR_RETURN(const std::vector<StepToken> tokens, runner_->Run(plan));
-  TPSERVE_ASSIGN_OR_RETURN(const std::vector<int32_t> chosen, ShareTokens(step, tokens));
+  const std::vector<const StepToken*> ordered = TokensInStepOrder(step, tokens);  // rank 0's
+  TPSERVE_ASSIGN_OR_RETURN(const std::vector<int32_t> chosen, ShareTokens(step, ordered));
   if (!step.sequences.empty()) {
     Account(step, std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
   }
@@ -153,16 +151,11 @@ absl::Status Engine::RunStep(const ScheduledStep& step, std::span<const Generati
     if (s.sample) sampled.emplace_back(s.seq->id, chosen[sampled.size()]);
   }
   scheduler.OnStepDone(step, sampled);
-  absl::flat_hash_map<uint64_t, const StepToken*> by_seq;  // rank 0
-  for (const StepToken& t : tokens) by_seq[t.seq_id] = &t;
-  for (const auto& [id, token] : sampled) {
+  for (size_t k = 0; k < sampled.size(); ++k) {
+    const auto [id, token] = sampled[k];
     const Sequence& seq = *scheduler.Find(id);
     GenerationResult& result = results[id];
-    const auto it = by_seq.find(id);
-    if (!Append(requests[id], seq.num_output_tokens(), token, it == by_seq.end() ? nullptr : it->second,
-                result)) {
-      continue;
-    }
+    if (!Append(requests[id], seq.num_output_tokens(), token, ordered[k], result)) continue;
     result.cached_tokens = seq.num_cached_tokens;
     stats_.cached_tokens += seq.num_cached_tokens;
     stats_.preemptions += seq.num_preemptions;
@@ -172,17 +165,15 @@ absl::Status Engine::RunStep(const ScheduledStep& step, std::span<const Generati
 }
 
 absl::StatusOr<std::vector<int32_t>> Engine::ShareTokens(const ScheduledStep& step,
-                                                         std::span<const StepToken> tokens) {
-  absl::flat_hash_map<uint64_t, int32_t> by_seq;  // rank 0
-  for (const StepToken& t : tokens) by_seq[t.seq_id] = t.sampled.token;
+                                                         std::span<const StepToken* const> ordered) {
   std::vector<float> ids;  // [sampled sequences] token ids as floats: collectives carry f32/bf16
   for (const ScheduledSequence& s : step.sequences) {
     if (!s.sample) continue;
-    const auto it = by_seq.find(s.seq->id);
-    if (comm_.rank() == 0 && it == by_seq.end()) {
+    const StepToken* t = ordered[ids.size()];
+    if (comm_.rank() == 0 && t == nullptr) {
       return absl::InternalError(absl::StrCat("Engine: rank 0 sampled no token for sequence ", s.seq->id));
     }
-    ids.push_back(it == by_seq.end() ? -1.0f : static_cast<float>(it->second));
+    ids.push_back(t == nullptr ? -1.0f : static_cast<float>(t->sampled.token));
   }
   if (ids.empty()) return std::vector<int32_t>{};
   if (shared_tokens_.empty()) {

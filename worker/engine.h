@@ -111,10 +111,10 @@ class Engine {
   // sequences leave the scheduler.
   absl::Status RunStep(const ScheduledStep& step, std::span<const GenerationRequest> requests,
                        Scheduler& scheduler, std::vector<GenerationResult>& results);
-  // Rank 0's tokens of the step's sampled sequences (in step order) on every
-  // rank, broadcast through shared_tokens_.
+  // Rank 0's tokens of the step's sampled sequences (TokensInStepOrder) on
+  // every rank, broadcast through shared_tokens_.
   absl::StatusOr<std::vector<int32_t>> ShareTokens(const ScheduledStep& step,
-                                                   std::span<const StepToken> tokens);
+                                                   std::span<const StepToken* const> ordered);
   // Appends `token` to its result; true when the request stops there.
   bool Append(const GenerationRequest& request, int64_t num_output, int32_t token,
               const StepToken* sampled, GenerationResult& result) const;

@@ -129,5 +129,31 @@ TEST_F(StepPlanTest, MatchesTheSchedulerOverRandomRuns) {
   }
 }
 
+// Rank 0's tokens, in whatever order they came, line up with the step's
+// sampled sequences in step order; an unsampled chunk has no entry and a
+// sequence rank 0 answered nothing for gets nullptr.
+TEST(TokensInStepOrder, FollowsTheStepAndMarksMissingTokens) {
+  Sequence chunk, a, b, c;
+  chunk.id = 4;
+  a.id = 1;
+  b.id = 2;
+  c.id = 3;
+  ScheduledStep step;
+  step.sequences.push_back({&chunk, 8, false, {}, /*sample=*/false});
+  step.sequences.push_back({&a, 1, false, {}, /*sample=*/true});
+  step.sequences.push_back({&b, 1, false, {}, /*sample=*/true});
+  step.sequences.push_back({&c, 1, false, {}, /*sample=*/true});
+  const std::vector<StepToken> tokens = {{.seq_id = 3, .sampled = {.token = 30}},
+                                         {.seq_id = 1, .sampled = {.token = 10}}};
+  const std::vector<const StepToken*> ordered = TokensInStepOrder(step, tokens);
+  ASSERT_EQ(ordered.size(), 3u);
+  ASSERT_NE(ordered[0], nullptr);
+  EXPECT_EQ(ordered[0]->sampled.token, 10);
+  EXPECT_EQ(ordered[1], nullptr);
+  ASSERT_NE(ordered[2], nullptr);
+  EXPECT_EQ(ordered[2]->sampled.token, 30);
+  EXPECT_EQ(TokensInStepOrder(step, {}), (std::vector<const StepToken*>(3, nullptr)));
+}
+
 }  // namespace
 }  // namespace tpserve
