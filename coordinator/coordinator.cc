@@ -258,9 +258,9 @@ void Coordinator::StartEngine(int64_t num_blocks) {
   WorkerPool* pool = pool_.get();
   engine_ = std::make_unique<EngineLoop>(
       *tokenizer_, engine_options,
-      [pool](const iv1::Step& step) -> absl::StatusOr<iv1::StepResult> {
+      [pool](iv1::Step step) -> absl::StatusOr<iv1::StepResult> {
         iv1::CoordinatorMessage command;
-        *command.mutable_step() = step;
+        *command.mutable_step() = std::move(step);
         TPSERVE_ASSIGN_OR_RETURN(std::vector<iv1::WorkerMessage> replies,
                                  pool->RunOnAll(std::move(command)));
         return std::move(*replies[0].mutable_step());

@@ -57,9 +57,10 @@ struct EngineStats {
 
 class EngineLoop {
  public:
-  // Runs one step on every worker; returns rank 0's result.
+  // Runs one step on every worker; returns rank 0's result. The step is
+  // handed over (by value: it can move into the command sent to the workers).
   using RunStepFn = std::function<absl::StatusOr<tpserve::internal::v1::StepResult>(
-      const tpserve::internal::v1::Step&)>;
+      tpserve::internal::v1::Step)>;
 
   // `tokenizer` must outlive the loop.
   EngineLoop(const Tokenizer& tokenizer, EngineLoopOptions options, RunStepFn run_step);
