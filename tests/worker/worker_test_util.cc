@@ -7,7 +7,6 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
-#include <fstream>
 #include <random>
 
 #include "gtest/gtest.h"
@@ -54,15 +53,6 @@ double RelativeError(std::span<const float> a, std::span<const float> b) {
 
 int64_t Argmax(std::span<const float> v) {
   return std::max_element(v.begin(), v.end()) - v.begin();
-}
-
-int64_t PeakRssKb() {
-  std::ifstream status("/proc/self/status");
-  std::string line;
-  while (std::getline(status, line)) {
-    if (line.rfind("VmHWM:", 0) == 0) return std::stoll(line.substr(6));
-  }
-  return -1;
 }
 
 }  // namespace tpserve::testing_util

@@ -38,7 +38,4 @@ double RelativeError(std::span<const float> a, std::span<const float> b);
 // Index of the largest value (first on ties).
 int64_t Argmax(std::span<const float> v);
 
-// Peak resident set of this process (VmHWM) in kB.
-int64_t PeakRssKb();
-
 }  // namespace tpserve::testing_util
