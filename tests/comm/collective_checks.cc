@@ -10,6 +10,7 @@
 #include <thread>
 #include <vector>
 
+#include "base/random.h"
 #include "model/dtype.h"
 #if defined(TPSERVE_WITH_CUDA)
 #include <cuda_runtime_api.h>
@@ -17,13 +18,6 @@
 
 namespace tpserve::comm_test {
 namespace {
-
-uint64_t Mix(uint64_t x) {  // splitmix64
-  x += 0x9e3779b97f4a7c15ull;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-  return x ^ (x >> 31);
-}
 
 // A tensor's bytes on the host, mirrored on the device for kCuda tests.
 class TestTensor {
@@ -184,8 +178,8 @@ struct Checker {
 }  // namespace
 
 float InputValue(uint64_t seed, int which, int rank, int64_t i) {
-  uint64_t h = Mix(seed ^ Mix(static_cast<uint64_t>(which) * 1000003u + static_cast<uint64_t>(rank)) ^
-                   Mix(static_cast<uint64_t>(i) + 0x51ed27u));
+  uint64_t h = SplitMix64(seed ^ SplitMix64(static_cast<uint64_t>(which) * 1000003u + static_cast<uint64_t>(rank)) ^
+                   SplitMix64(static_cast<uint64_t>(i) + 0x51ed27u));
   int k = static_cast<int>(h % 511) - 255;  // -255 .. 255: 8 significant bits, exact in bf16
   return static_cast<float>(k) / 64.0f;
 }
