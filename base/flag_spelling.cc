@@ -12,6 +12,9 @@ std::vector<std::string> UnderscoreFlagNames(int argc, char** argv) {
     std::string& a = args[i];
     if (a == "--") break;
     if (a.rfind("--", 0) != 0) continue;
+    // --no-enable-prefix-caching is absl's --noenable_prefix_caching (a bool
+    // flag set to false).
+    if (a.rfind("--no-", 0) == 0) a.erase(4, 1);
     const size_t end = std::min(a.find('='), a.size());
     std::replace(a.begin() + 2, a.begin() + static_cast<std::ptrdiff_t>(end), '-', '_');
   }

@@ -7,7 +7,8 @@
 
 namespace tpserve {
 
-// argv with every "--flag-name[=value]" rewritten to "--flag_name[=value]"
+// argv with every "--flag-name[=value]" rewritten to "--flag_name[=value]",
+// and "--no-flag-name" (false for a bool flag) to absl's "--noflag_name"
 // (values and positional arguments untouched; "--" ends the flags).
 std::vector<std::string> UnderscoreFlagNames(int argc, char** argv);
 
