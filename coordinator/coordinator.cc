@@ -228,6 +228,7 @@ absl::Status Coordinator::ConnectWorkers() {
   startup.gpu_memory_utilization = static_cast<float>(options_.gpu_memory_utilization);
   startup.num_blocks_override = options_.num_gpu_blocks_override;
   startup.enforce_eager = options_.enforce_eager;
+  startup.simulated_step_us = options_.simulate_step_us;
   TPSERVE_ASSIGN_OR_RETURN(const StartupResult started, StartWorkers(*pool_, startup));
 
   StartEngine(started.num_blocks);
@@ -242,8 +243,9 @@ absl::Status Coordinator::ConnectWorkers() {
   return absl::OkStatus();
 }
 
-// The engine loop runs each step on every worker and reads rank 0's result;
-// a lost worker ends its requests and the service's availability for good.
+// The engine loop sends each step to every worker and reads rank 0's result
+// (one step in flight ahead unless --no-overlap); a lost worker ends its
+// requests and the service's availability for good.
 void Coordinator::StartEngine(int64_t num_blocks) {
   EngineLoopOptions engine_options;
   engine_options.scheduler.max_num_batched_tokens = options_.max_num_batched_tokens;
@@ -255,16 +257,20 @@ void Coordinator::StartEngine(int64_t num_blocks) {
   engine_options.max_model_len = max_model_len_;
   for (int64_t id : config_->eos_token_ids)
     engine_options.eos_token_ids.push_back(static_cast<int32_t>(id));
+  engine_options.overlap = options_.overlap;
   WorkerPool* pool = pool_.get();
-  engine_ = std::make_unique<EngineLoop>(
-      *tokenizer_, engine_options,
-      [pool](iv1::Step step) -> absl::StatusOr<iv1::StepResult> {
+  StepTransport workers{
+      .send = [pool](iv1::Step step) -> absl::StatusOr<uint64_t> {
         iv1::CoordinatorMessage command;
         *command.mutable_step() = std::move(step);
-        TPSERVE_ASSIGN_OR_RETURN(std::vector<iv1::WorkerMessage> replies,
-                                 pool->RunOnAll(std::move(command)));
+        return pool->Send(std::move(command));
+      },
+      .receive = [pool](uint64_t seq) -> absl::StatusOr<iv1::StepResult> {
+        TPSERVE_ASSIGN_OR_RETURN(std::vector<iv1::WorkerMessage> replies, pool->Await(seq));
         return std::move(*replies[0].mutable_step());
-      });
+      },
+  };
+  engine_ = std::make_unique<EngineLoop>(*tokenizer_, engine_options, std::move(workers));
   pool_->SetOnLost([engine = engine_.get(), service = service_.get()](const absl::Status& lost) {
     service->SetAvailability(lost, /*permanent=*/true);
     engine->Fail(lost);

@@ -62,6 +62,12 @@ struct CoordinatorOptions {
   bool enforce_eager = false;             // no CUDA graphs for decode steps
   int64_t num_gpu_blocks_override = 0;    // > 0: allocate this many KV blocks (tests)
   bool enable_prefix_caching = true;
+  // Schedule and send step N+1 before step N's tokens come back (one step in
+  // flight ahead); false: lock-step, for comparison and debugging (--no-overlap).
+  bool overlap = true;
+  // Benchmarks only: the workers replace each forward by a sleep of this many
+  // microseconds and emit made-up tokens (--simulate-step-us).
+  uint32_t simulate_step_us = 0;
   absl::Duration drain_timeout = absl::Seconds(30);    // Drain: how long streams may finish
   absl::Duration worker_timeout = absl::Seconds(120);  // Start: how long workers may take to connect
   std::string chat_template = "auto";     // auto (tokenizer_config.json), llama3 or chatml

@@ -30,10 +30,10 @@ struct EngineLoop::Live {
   std::optional<absl::Time> first_token;
 };
 
-EngineLoop::EngineLoop(const Tokenizer& tokenizer, EngineLoopOptions options, RunStepFn run_step)
+EngineLoop::EngineLoop(const Tokenizer& tokenizer, EngineLoopOptions options, StepTransport workers)
     : tokenizer_(tokenizer),
       options_(std::move(options)),
-      run_step_(std::move(run_step)),
+      workers_(std::move(workers)),
       blocks_(options_.num_blocks, options_.block_size, options_.enable_prefix_caching),
       scheduler_(blocks_, options_.scheduler) {
   Publish();
@@ -154,7 +154,7 @@ void EngineLoop::Run() {
       // queued) wait a little rather than spin.
       const absl::Time until = stalled ? absl::Now() + absl::Milliseconds(5) : absl::InfiniteFuture();
       while (!stop_ && inbox_.empty() && aborts_.empty()) {
-        const bool work = failed_.ok() ? !scheduler_.idle() : !live_.empty();
+        const bool work = failed_.ok() ? !scheduler_.idle() || !in_flight_.empty() : !live_.empty();
         if (work && !stalled) break;
         if (cv_.WaitWithDeadline(&mu_, until)) break;
       }
@@ -167,6 +167,7 @@ void EngineLoop::Run() {
     Publish();
   }
   // Stopping: nothing more runs; every request still live ends now.
+  DrainInFlight();
   std::vector<Inbound> adds;
   {
     absl::MutexLock lock(&mu_);
@@ -263,40 +264,63 @@ bool EngineLoop::Iterate(std::vector<Inbound> adds,
   Admit(std::move(adds), failed);
   ApplyAborts(std::move(aborts));
   if (!failed.ok()) {  // a worker was lost: nothing can run any more
+    in_flight_.clear();
     EndAll(failed);
     return true;
   }
+  // With overlap the next step goes out before the oldest comes back, so the
+  // workers never wait for this thread; lock-step receives each step first.
+  const size_t depth = options_.overlap ? 2 : 1;
+  bool sent = false;
+  if (in_flight_.size() < depth) sent = ScheduleAndSend();
+  if (!in_flight_.empty() && (in_flight_.size() == depth || !sent)) {
+    ReceiveOldest();
+    return true;
+  }
+  return sent || had_requests;
+}
 
+bool EngineLoop::ScheduleAndSend() {
   ScheduledStep step = scheduler_.Schedule();
   EndUnservable(step.unservable);
-  if (step.empty()) return !step.unservable.empty() || had_requests;
-
+  if (step.empty()) return !step.unservable.empty();
   const uint64_t step_id = next_step_id_++;
-  absl::StatusOr<std::vector<StepToken>> tokens = RunStep(step, step_id);
-  if (!tokens.ok()) {
-    OnStepFailed(step, step_id, tokens.status());
+  const StepPlan plan = BuildStepPlan(step, [this](uint64_t id) -> const SamplingParams& {
+    return live_.at(id)->request.sampling;
+  });
+  const absl::Time now = absl::Now();
+  for (const ScheduledSequence& s : step.sequences) {
+    Live& live = *live_.at(s.id);
+    if (!live.first_scheduled) live.first_scheduled = now;
+  }
+  absl::StatusOr<uint64_t> ticket = workers_.send(StepPlanToProto(plan, step_id));
+  if (!ticket.ok()) {
+    OnStepFailed(step, step_id, ticket.status());
   } else {
-    OnStepDone(step, step_id, *tokens);
+    in_flight_.push_back(InFlight{.step = std::move(step), .step_id = step_id, .ticket = *ticket});
   }
   return true;
 }
 
-absl::StatusOr<std::vector<StepToken>> EngineLoop::RunStep(const ScheduledStep& step, uint64_t step_id) {
-  const StepPlan plan = BuildStepPlan(step, [this](uint64_t id) -> const SamplingParams& {
-    return live_.at(id)->request.sampling;
-  });
-  const absl::Time started = absl::Now();
-  for (const ScheduledSequence& s : step.sequences) {
-    Live& live = *live_.at(s.seq->id);
-    if (!live.first_scheduled) live.first_scheduled = started;
+void EngineLoop::ReceiveOldest() {
+  InFlight oldest = std::move(in_flight_.front());
+  in_flight_.pop_front();
+  absl::StatusOr<iv1::StepResult> result = workers_.receive(oldest.ticket);
+  if (!result.ok()) {
+    OnStepFailed(oldest.step, oldest.step_id, result.status());
+  } else {
+    OnStepDone(oldest.step, oldest.step_id, TokensFromProto(*result));
   }
-  absl::StatusOr<iv1::StepResult> result = run_step_(StepPlanToProto(plan, step_id));
-  if (!result.ok()) return result.status();
-  return TokensFromProto(*result);
+}
+
+void EngineLoop::DrainInFlight() {
+  for (const InFlight& f : in_flight_) (void)workers_.receive(f.ticket);
+  in_flight_.clear();
 }
 
 void EngineLoop::OnStepFailed(const ScheduledStep& step, uint64_t step_id, const absl::Status& status) {
   if (absl::IsUnavailable(status)) {
+    in_flight_.clear();  // nothing more will come back
     Fail(status);
     EndAll(status);
     return;
@@ -304,7 +328,7 @@ void EngineLoop::OnStepFailed(const ScheduledStep& step, uint64_t step_id, const
   CoordinatorLog(absl::StrCat("step ", step_id, " failed: ", status.message()));
   const absl::Status internal = absl::InternalError(
       absl::StrCat("step ", step_id, " failed on the workers: ", status.message()));
-  for (const ScheduledSequence& s : step.sequences) End(s.seq->id, internal);
+  for (const ScheduledSequence& s : step.sequences) End(s.id, internal);
 }
 
 void EngineLoop::OnStepDone(const ScheduledStep& step, uint64_t step_id, std::span<const StepToken> tokens) {
@@ -317,9 +341,9 @@ void EngineLoop::OnStepDone(const ScheduledStep& step, uint64_t step_id, std::sp
     if (!s.sample) continue;
     const StepToken* token = ordered[k++];
     if (token == nullptr) {
-      missing.push_back(s.seq->id);
+      missing.push_back(s.id);
     } else {
-      sampled.emplace_back(s.seq->id, token->sampled.token);
+      sampled.emplace_back(s.id, token->sampled.token);
       streamed.push_back(token);
     }
   }

@@ -3,10 +3,19 @@
 //
 // gRPC threads talk to it only through its inbox (new requests, aborts) and
 // read results from each request's ResponseQueue. Each iteration:
-//   drain the inbox → Schedule → BuildStepPlan → run the step on every worker →
-//   OnStepDone → each sampled token through its request's OutputProcessor →
-//   Chunk to the stream; Complete and Finish for requests that stopped.
+//   drain the inbox → Schedule → BuildStepPlan → send the step to the workers →
+//   receive the oldest step's result → OnStepDone → each sampled token through
+//   its request's OutputProcessor → Chunk to the stream; Complete and Finish
+//   for requests that stopped.
 // With nothing to do it blocks on the inbox (no spinning).
+//
+// Overlap (the default; docs/architecture.md, "The step pipeline"): step N+1
+// is scheduled and sent before step N's result comes back, so the workers
+// always have the next step queued. N+1 counts the tokens N will sample as
+// pending (the workers feed them in themselves: decode_sampled); stops, EOS,
+// max_tokens and aborts apply when N's tokens arrive, and a sequence that
+// finished at N has the token N+1 computed for it dropped unseen. Without
+// overlap each step is received before the next is scheduled (lock-step).
 //
 // Failures: a step that fails with UNAVAILABLE (a worker was lost) ends every
 // live request with that status and closes admission for good; any other step
@@ -14,6 +23,7 @@
 #pragma once
 
 #include <cstdint>
+#include <deque>
 #include <functional>
 #include <memory>
 #include <span>
@@ -44,6 +54,18 @@ struct EngineLoopOptions {
   bool enable_prefix_caching = true;
   int64_t max_model_len = 0;
   std::vector<int32_t> eos_token_ids;   // generation_config.json
+  bool overlap = true;                  // one step in flight ahead (false: lock-step)
+};
+
+// How the loop reaches the workers: the Coordinator wires the worker pool,
+// tests a fake. Steps are answered in the order they were sent.
+struct StepTransport {
+  // Hands the step to every worker without waiting for it to run; the ticket
+  // to receive its result with.
+  std::function<absl::StatusOr<uint64_t>(tpserve::internal::v1::Step)> send;
+  // Rank 0's result of the step sent with `ticket`; blocks until every
+  // worker answered it.
+  std::function<absl::StatusOr<tpserve::internal::v1::StepResult>(uint64_t ticket)> receive;
 };
 
 struct EngineStats {
@@ -57,13 +79,8 @@ struct EngineStats {
 
 class EngineLoop {
  public:
-  // Runs one step on every worker; returns rank 0's result. The step is
-  // handed over (by value: it can move into the command sent to the workers).
-  using RunStepFn = std::function<absl::StatusOr<tpserve::internal::v1::StepResult>(
-      tpserve::internal::v1::Step)>;
-
   // `tokenizer` must outlive the loop.
-  EngineLoop(const Tokenizer& tokenizer, EngineLoopOptions options, RunStepFn run_step);
+  EngineLoop(const Tokenizer& tokenizer, EngineLoopOptions options, StepTransport workers);
   ~EngineLoop();  // Stop()
 
   void Start();
@@ -95,6 +112,11 @@ class EngineLoop {
     uint64_t seq_id;
     std::unique_ptr<Live> live;
   };
+  struct InFlight {  // a step sent and not yet received
+    ScheduledStep step;
+    uint64_t step_id = 0;
+    uint64_t ticket = 0;
+  };
 
   void Run();
   // One iteration; false when it found nothing to run.
@@ -104,8 +126,12 @@ class EngineLoop {
   void Admit(std::vector<Inbound> adds, const absl::Status& failed);  // to the scheduler, or End
   void ApplyAborts(std::vector<std::pair<uint64_t, absl::Status>> aborts);
   void EndUnservable(std::span<const uint64_t> ids);  // too long for the whole KV cache
-  // Sends the step to the workers (run_step_); rank 0's tokens.
-  absl::StatusOr<std::vector<StepToken>> RunStep(const ScheduledStep& step, uint64_t step_id);
+  // Schedules the next step and sends it; false when there was nothing to run.
+  bool ScheduleAndSend();
+  // Receives the oldest step in flight and applies its result.
+  void ReceiveOldest();
+  // Receives every step in flight and drops the results (stopping).
+  void DrainInFlight();
   // UNAVAILABLE fails the loop; anything else ends the step's requests with INTERNAL.
   void OnStepFailed(const ScheduledStep& step, uint64_t step_id, const absl::Status& status);
   // Advances the scheduler and streams every sampled token.
@@ -120,12 +146,13 @@ class EngineLoop {
 
   const Tokenizer& tokenizer_;
   EngineLoopOptions options_;
-  RunStepFn run_step_;
+  StepTransport workers_;
 
   // Engine thread only.
   BlockManager blocks_;
   Scheduler scheduler_;
   absl::flat_hash_map<uint64_t, std::unique_ptr<Live>> live_;
+  std::deque<InFlight> in_flight_;  // oldest first; at most 2 with overlap, else 1
   uint64_t next_step_id_ = 1;
 
   mutable absl::Mutex mu_;

@@ -6,6 +6,7 @@
 #include "absl/strings/str_join.h"
 #include "coordinator/grpc_status.h"
 #include "coordinator/log.h"
+#include "base/status_macros.h"
 
 namespace tpserve {
 
@@ -13,8 +14,9 @@ namespace iv1 = tpserve::internal::v1;
 
 namespace {
 
-// How often an idle session looks whether its worker hung up.
-constexpr absl::Duration kIdlePoll = absl::Milliseconds(100);
+// How long a worker that exited after a failed collective waits for a peer's
+// session to break before the loss is blamed on it.
+constexpr absl::Duration kPeerGrace = absl::Seconds(2);
 
 }  // namespace
 
@@ -44,8 +46,7 @@ void WorkerPool::MarkLost(int rank, absl::string_view why) {
   if (callback) callback(status);
 }
 
-grpc::Status WorkerPool::Session(grpc::ServerContext* context,
-                                 grpc::ServerReaderWriter<CoordinatorMessage, WorkerMessage>* stream) {
+grpc::Status WorkerPool::Session(grpc::ServerContext* context, Stream* stream) {
   WorkerMessage first;
   if (!stream->Read(&first)) {
     return grpc::Status(grpc::StatusCode::CANCELLED, "the session ended before Hello");
@@ -65,46 +66,63 @@ grpc::Status WorkerPool::Session(grpc::ServerContext* context,
       CoordinatorLog(absl::StrCat("refused a worker: ", admitted.message()));
       return ToGrpc(admitted);
     }
+    slots_[rank].stream = stream;
+    slots_[rank].context = context;
     cv_.SignalAll();
   }
   CoordinatorLog(absl::StrCat("worker connected: ", WorkerRoster::Describe(hello)));
+  const grpc::Status end = ReadReplies(rank, stream);
+  // Retire the stream: once this handler returns no Send may write to it.
+  absl::MutexLock send(&send_mu_);
+  absl::MutexLock lock(&mu_);
+  slots_[rank].stream = nullptr;
+  slots_[rank].context = nullptr;
+  return end;
+}
 
-  while (true) {
-    std::optional<CoordinatorMessage> next;
+grpc::Status WorkerPool::ReadReplies(int rank, Stream* stream) {
+  WorkerMessage reply;
+  while (stream->Read(&reply)) {
+    std::string error;
+    bool shut_down = false;
     {
       absl::MutexLock lock(&mu_);
-      while (!closed_ && !slots_[rank].command && !context->IsCancelled()) {
-        cv_.WaitWithTimeout(&mu_, kIdlePoll);
+      Slot& slot = slots_[rank];
+      if (slot.sent.empty() || reply.seq() != slot.sent.front()) {
+        error = absl::StrCat("protocol error: answered command ", reply.seq(), " while ",
+                             slot.sent.empty() ? std::string("none") : absl::StrCat(slot.sent.front()),
+                             " was expected");
+      } else {
+        slot.sent.pop_front();
+        shut_down = reply.seq() == slot.shutdown_seq;
+        if (reply.exiting()) slot.exiting_error = reply.error();
+        slot.replies.push_back(std::move(reply));
+        cv_.SignalAll();
       }
-      if (closed_) return grpc::Status::OK;
-      next.swap(slots_[rank].command);
     }
-    if (!next) {  // cancelled while idle: the worker hung up
-      MarkLost(rank, "its connection closed (process exited or was killed)");
-      return grpc::Status(grpc::StatusCode::CANCELLED, "the worker went away");
-    }
-    CoordinatorMessage command = std::move(*next);
-    if (!stream->Write(command)) {
-      MarkLost(rank, "its connection broke while a command was being sent");
-      return grpc::Status(grpc::StatusCode::UNAVAILABLE, "the session broke");
-    }
-    WorkerMessage reply;
-    if (!stream->Read(&reply)) {
-      MarkLost(rank, "its connection closed before it answered (process exited or was killed)");
-      return grpc::Status(grpc::StatusCode::UNAVAILABLE, "the session broke");
-    }
-    if (reply.seq() != command.seq()) {
-      MarkLost(rank, absl::StrCat("protocol error: answered command ", reply.seq(), " while ",
-                                  command.seq(), " was expected"));
+    if (!error.empty()) {
+      MarkLost(rank, error);
       return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION, "reply out of order");
     }
-    {
-      absl::MutexLock lock(&mu_);
-      slots_[rank].reply = std::move(reply);
-      cv_.SignalAll();
-    }
-    if (command.has_shutdown()) return grpc::Status::OK;
+    if (shut_down) return grpc::Status::OK;  // the worker exits; its stream ends here
   }
+  std::string exited_after;  // the failure this worker reported before it exited
+  {
+    absl::MutexLock lock(&mu_);
+    if (closed_) return grpc::Status::OK;
+    exited_after = slots_[rank].exiting_error;
+    if (!exited_after.empty()) {
+      // A rank that exits after a failed collective was most often failed by
+      // a peer that died first: give that peer's session time to break, so
+      // the loss names the rank that died.
+      auto peer_lost = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return !lost_.ok() || closed_; };
+      mu_.AwaitWithTimeout(absl::Condition(&peer_lost), kPeerGrace);
+    }
+  }
+  MarkLost(rank, exited_after.empty()
+                     ? "its connection closed (process exited or was killed)"
+                     : absl::StrCat("it exited after a failed collective: ", exited_after));
+  return grpc::Status(grpc::StatusCode::UNAVAILABLE, "the session broke");
 }
 
 absl::Status WorkerPool::WaitForWorkers(absl::Duration timeout, const std::atomic<bool>& cancel) {
@@ -124,36 +142,64 @@ absl::Status WorkerPool::WaitForWorkers(absl::Duration timeout, const std::atomi
   return lost_;
 }
 
-absl::StatusOr<std::vector<WorkerPool::WorkerMessage>> WorkerPool::RunOnAll(CoordinatorMessage command) {
-  absl::MutexLock lock(&mu_);
-  if (!lost_.ok()) return lost_;
-  if (closed_) return absl::UnavailableError("the worker sessions are closed");
-  command.set_seq(next_seq_++);
-  for (Slot& slot : slots_) {
-    slot.reply.reset();
-    slot.command = command;
-  }
-  cv_.SignalAll();
-  auto all_replied = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    for (const Slot& slot : slots_) {
-      if (!slot.reply) return false;
+absl::StatusOr<uint64_t> WorkerPool::Send(CoordinatorMessage command) {
+  int broken = -1;
+  {
+    absl::MutexLock send(&send_mu_);
+    command.set_seq(next_seq_++);
+    std::vector<Stream*> streams;
+    {
+      absl::MutexLock lock(&mu_);
+      if (!lost_.ok()) return lost_;
+      if (closed_) return absl::UnavailableError("the worker sessions are closed");
+      for (const Slot& slot : slots_) {
+        if (slot.stream == nullptr) return absl::UnavailableError("not every worker has connected");
+      }
+      for (Slot& slot : slots_) {
+        slot.sent.push_back(command.seq());
+        if (command.has_shutdown()) slot.shutdown_seq = command.seq();
+        streams.push_back(slot.stream);
+      }
     }
-    return true;
-  };
-  while (lost_.ok() && !closed_ && !all_replied()) cv_.Wait(&mu_);
+    // The streams stay valid: a session retires its stream under send_mu_.
+    for (size_t r = 0; r < streams.size() && broken < 0; ++r) {
+      if (!streams[r]->Write(command)) broken = static_cast<int>(r);
+    }
+    if (broken < 0) return command.seq();
+  }
+  MarkLost(broken, "its connection broke while a command was being sent");
+  return lost();
+}
+
+bool WorkerPool::AllAnswered(uint64_t seq) {
+  bool all = true;
+  for (Slot& slot : slots_) {
+    while (!slot.replies.empty() && slot.replies.front().seq() < seq) slot.replies.pop_front();
+    all = all && !slot.replies.empty() && slot.replies.front().seq() == seq;
+  }
+  return all;
+}
+
+absl::StatusOr<std::vector<WorkerPool::WorkerMessage>> WorkerPool::Await(uint64_t seq) {
+  absl::MutexLock lock(&mu_);
+  while (lost_.ok() && !closed_ && !AllAnswered(seq)) cv_.Wait(&mu_);
   if (!lost_.ok()) return lost_;
-  if (closed_) return absl::UnavailableError("the worker sessions were closed");
+  if (!AllAnswered(seq)) return absl::UnavailableError("the worker sessions were closed");
   std::vector<WorkerMessage> replies;
   std::vector<std::string> errors;
   for (size_t r = 0; r < slots_.size(); ++r) {
-    if (!slots_[r].reply->error().empty()) {
-      errors.push_back(absl::StrCat("rank ", r, ": ", slots_[r].reply->error()));
-    }
-    replies.push_back(std::move(*slots_[r].reply));
-    slots_[r].reply.reset();
+    WorkerMessage& reply = slots_[r].replies.front();
+    if (!reply.error().empty()) errors.push_back(absl::StrCat("rank ", r, ": ", reply.error()));
+    replies.push_back(std::move(reply));
+    slots_[r].replies.pop_front();
   }
   if (!errors.empty()) return absl::InternalError(absl::StrJoin(errors, "; "));
   return replies;
+}
+
+absl::StatusOr<std::vector<WorkerPool::WorkerMessage>> WorkerPool::RunOnAll(CoordinatorMessage command) {
+  TPSERVE_ASSIGN_OR_RETURN(const uint64_t seq, Send(std::move(command)));
+  return Await(seq);
 }
 
 std::vector<iv1::Hello> WorkerPool::workers() const {
@@ -172,6 +218,9 @@ absl::Status WorkerPool::lost() const {
 void WorkerPool::Close() {
   absl::MutexLock lock(&mu_);
   closed_ = true;
+  for (const Slot& slot : slots_) {
+    if (slot.context != nullptr) slot.context->TryCancel();  // its Read returns: the session ends OK
+  }
   cv_.SignalAll();
 }
 

@@ -1,17 +1,22 @@
 // The coordinator's side of the worker protocol (worker.proto): the internal
 // gRPC service the workers dial. Each worker opens one Session stream and says
-// Hello; the session's handler thread then carries the commands RunOnAll hands
-// it, one at a time, and brings back the worker's reply. Rendezvous for the
+// Hello. Commands then flow one way and replies the other, pipelined: Send
+// writes a command to every rank's stream from the caller's thread and
+// returns; the session's handler thread reads the worker's replies as they
+// come and files them by command; Await takes every rank's reply to one
+// command. Each worker answers its commands in order, so several may be in
+// flight (the engine loop keeps one step ahead). Rendezvous for the
 // collectives (StoreSet/StoreGet) is an in-memory key-value map.
 //
 // A session that breaks after Hello (the worker process died, the connection
-// closed) marks the pool lost: every RunOnAll from then on (and the one in
-// flight) fails with UNAVAILABLE naming the rank, and the on_lost callback runs
-// once, so the service can stop serving even while idle.
+// closed) marks the pool lost: every Send and Await from then on (and those
+// waiting) fail with UNAVAILABLE naming the rank, and the on_lost callback
+// runs once, so the service can stop serving even while idle.
 #pragma once
 
 #include <atomic>
 #include <cstdint>
+#include <deque>
 #include <functional>
 #include <optional>
 #include <string>
@@ -48,9 +53,16 @@ class WorkerPool final : public tpserve::internal::v1::Worker::Service {
   // loss when a connected worker went away meanwhile.
   absl::Status WaitForWorkers(absl::Duration timeout, const std::atomic<bool>& cancel);
 
-  // Sends `command` (its seq is set here) to every rank and waits for all the
-  // replies, by rank. UNAVAILABLE naming the rank when a worker is lost;
-  // INTERNAL with the workers' messages when any reply carries an error.
+  // Writes `command` (its seq is set here) to every rank and returns its seq
+  // without waiting for the replies. Sends are ordered: concurrent callers
+  // are serialized. UNAVAILABLE when a worker is lost or the pool closed.
+  absl::StatusOr<uint64_t> Send(CoordinatorMessage command);
+  // Every rank's reply to command `seq`, by rank; blocks until all came.
+  // Replies to earlier commands that nobody awaited are dropped. UNAVAILABLE
+  // naming the rank when a worker is lost; INTERNAL with the workers'
+  // messages when any reply carries an error.
+  absl::StatusOr<std::vector<WorkerMessage>> Await(uint64_t seq);
+  // Send, then Await.
   absl::StatusOr<std::vector<WorkerMessage>> RunOnAll(CoordinatorMessage command);
 
   // The Hello of every connected rank, by rank (empty until all connected).
@@ -67,17 +79,29 @@ class WorkerPool final : public tpserve::internal::v1::Worker::Service {
   void ReportWorkerExit(int rank, absl::string_view what) { MarkLost(rank, what); }
 
  private:
+  using Stream = grpc::ServerReaderWriter<CoordinatorMessage, WorkerMessage>;
   struct Slot {
-    std::optional<CoordinatorMessage> command;  // waiting to be sent
-    std::optional<WorkerMessage> reply;         // to the last command sent
+    Stream* stream = nullptr;               // while its Session runs (writes under send_mu_)
+    grpc::ServerContext* context = nullptr;  // to end the session (Close)
+    std::deque<uint64_t> sent;              // seqs written and not answered, in order
+    std::deque<WorkerMessage> replies;      // answered and not awaited, in order
+    uint64_t shutdown_seq = 0;              // the Shutdown sent, if any: its reply ends the session
+    std::string exiting_error;              // its reply said it exits (out of step), and why
   };
   void MarkLost(int rank, absl::string_view why);
+  // The handler's loop after Hello: files every reply until the stream ends.
+  grpc::Status ReadReplies(int rank, Stream* stream);
+  // Whether every rank has answered `seq` (older unawaited replies dropped).
+  bool AllAnswered(uint64_t seq) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
+  // Held for the whole of Send, so commands reach every rank in one order; a
+  // session takes it to retire its stream, so no write uses a dead one.
+  absl::Mutex send_mu_ ABSL_ACQUIRED_BEFORE(mu_);
   mutable absl::Mutex mu_;
   absl::CondVar cv_;
   WorkerRoster roster_ ABSL_GUARDED_BY(mu_);
   std::vector<Slot> slots_ ABSL_GUARDED_BY(mu_);  // [world_size]
-  uint64_t next_seq_ ABSL_GUARDED_BY(mu_) = 1;
+  uint64_t next_seq_ ABSL_GUARDED_BY(send_mu_) = 1;
   absl::Status lost_ ABSL_GUARDED_BY(mu_);
   bool closed_ ABSL_GUARDED_BY(mu_) = false;
   std::function<void(const absl::Status&)> on_lost_ ABSL_GUARDED_BY(mu_);

@@ -55,6 +55,7 @@ iv1::Step StepPlanToProto(const StepPlan& plan, uint64_t step_id) {
     c->mutable_new_block_ids()->Add(s.new_block_ids.begin(), s.new_block_ids.end());
     c->mutable_token_ids()->Add(s.token_ids.begin(), s.token_ids.end());
     c->set_sample(s.sample);
+    c->set_decode_sampled(s.decode_sampled);
   }
   out.mutable_order()->Add(plan.order.begin(), plan.order.end());
   return out;
@@ -88,6 +89,7 @@ absl::StatusOr<StepPlan> StepPlanFromProto(const iv1::Step& step) {
         .new_block_ids = {s.new_block_ids().begin(), s.new_block_ids().end()},
         .token_ids = {s.token_ids().begin(), s.token_ids().end()},
         .sample = s.sample(),
+        .decode_sampled = s.decode_sampled(),
     });
   }
   return plan;

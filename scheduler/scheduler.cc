@@ -41,6 +41,7 @@ void Scheduler::ReleaseBlocks(Sequence* seq) {
   if (seq->on_workers) dropped_.push_back(seq->id);
   seq->on_workers = false;
   seq->blocks_on_workers = 0;
+  seq->workers_hold_next_input = false;
 }
 
 void Scheduler::Preempt(Sequence* seq) {
@@ -53,14 +54,21 @@ void Scheduler::Preempt(Sequence* seq) {
 ScheduledSequence Scheduler::Plan(Sequence* seq, int64_t num_tokens) {
   ScheduledSequence s;
   s.seq = seq;
+  s.id = seq->id;
+  s.start = seq->num_computed_tokens;
   s.num_tokens = num_tokens;
   s.is_new = !seq->on_workers;
   const size_t known = s.is_new ? 0 : seq->blocks_on_workers;
   s.new_blocks.assign(seq->block_table.begin() + static_cast<ptrdiff_t>(known),
                       seq->block_table.end());
-  s.sample = seq->num_computed_tokens + num_tokens == static_cast<int64_t>(seq->tokens.size());
+  s.sample = s.start + num_tokens == seq->length();
+  s.decode_sampled = !s.is_new && seq->workers_hold_next_input;
+  s.preemptions = seq->num_preemptions;
   seq->on_workers = true;
   seq->blocks_on_workers = seq->block_table.size();
+  seq->workers_hold_next_input = s.sample;
+  seq->num_computed_tokens += num_tokens;
+  if (s.sample) ++seq->num_pending_tokens;
   return s;
 }
 
@@ -77,7 +85,7 @@ ScheduledStep Scheduler::Schedule() {
   // 1. Running sequences: decodes and the next chunks of partial prefills.
   for (size_t i = 0; i < running_.size() && budget > 0;) {
     Sequence* seq = running_[i];
-    const int64_t remaining = static_cast<int64_t>(seq->tokens.size()) - seq->num_computed_tokens;
+    const int64_t remaining = seq->length() - seq->num_computed_tokens;
     if (remaining <= 0) {  // nothing to compute until the service appends a token
       ++i;
       continue;
@@ -105,6 +113,9 @@ ScheduledStep Scheduler::Schedule() {
   while (!preempted && !waiting_.empty() && budget > 0 &&
          static_cast<int32_t>(running_.size()) < config_.max_num_seqs) {
     Sequence* seq = waiting_.front();
+    // Preempted while a step that samples it was in flight: its recompute
+    // needs that token. Its result comes before the next Schedule.
+    if (seq->num_pending_tokens > 0) break;
     const int64_t total = static_cast<int64_t>(seq->tokens.size());
     if (blocks_.BlocksFor(total) > blocks_.num_blocks()) {
       waiting_.pop_front();  // can never fit, even alone
@@ -139,14 +150,21 @@ ScheduledStep Scheduler::Schedule() {
 void Scheduler::OnStepDone(const ScheduledStep& step,
                            std::span<const std::pair<uint64_t, int32_t>> sampled) {
   for (const ScheduledSequence& s : step.sequences) {
-    Sequence* seq = s.seq;
-    seq->num_computed_tokens += s.num_tokens;
-    blocks_.CommitFullBlocks(seq->tokens, seq->num_computed_tokens, seq->block_table,
-                             seq->hash_chain);
+    auto it = sequences_.find(s.id);
+    if (it == sequences_.end()) continue;  // finished since it was scheduled
+    Sequence* seq = it->second.get();
+    if (seq->num_preemptions != s.preemptions) continue;  // its blocks were freed since
+    // Every input of the step is known by now: a decode's input was the
+    // previous step's sample, whose result came first.
+    const int64_t computed = std::min(s.start + s.num_tokens, static_cast<int64_t>(seq->tokens.size()));
+    blocks_.CommitFullBlocks(seq->tokens, computed, seq->block_table, seq->hash_chain);
   }
   for (const auto& [id, token] : sampled) {
     auto it = sequences_.find(id);
-    if (it != sequences_.end()) it->second->tokens.push_back(token);
+    if (it == sequences_.end()) continue;
+    Sequence* seq = it->second.get();
+    seq->tokens.push_back(token);
+    if (seq->num_pending_tokens > 0) --seq->num_pending_tokens;
   }
 }
 

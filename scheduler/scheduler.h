@@ -35,12 +35,19 @@ struct SchedulerConfig {
   int32_t max_queue = 1024;               // waiting sequences beyond this are refused
 };
 
+// One sequence of a step. `seq` is valid until the scheduler next changes
+// (Add, Schedule, OnStepDone, Finish): a step in flight refers to its
+// sequences by `id`, since one may finish before the step's result arrives.
 struct ScheduledSequence {
   Sequence* seq = nullptr;
-  int64_t num_tokens = 0;           // tokens computed this step, from seq->num_computed_tokens
+  uint64_t id = 0;
+  int64_t start = 0;                // first position computed (num_computed_tokens before)
+  int64_t num_tokens = 0;           // tokens computed this step: positions [start, start + num_tokens)
   bool is_new = false;              // the workers do not know it yet: send everything
   std::vector<BlockId> new_blocks;  // block ids the workers do not know yet (all when is_new)
   bool sample = false;              // the step reaches its last token: a new token is sampled
+  bool decode_sampled = false;      // computes the token its previous step sampled (workers hold it)
+  int32_t preemptions = 0;          // seq->num_preemptions when scheduled
 };
 
 struct ScheduledStep {
@@ -60,12 +67,18 @@ class Scheduler {
   // queue holds max_queue sequences already.
   absl::Status Add(uint64_t id, std::vector<int32_t> prompt);
 
-  // Builds the next step. Sequences listed in the previous step must have been
-  // completed with OnStepDone first.
+  // Builds the next step and counts its tokens as computed. It may be called
+  // again before the previous step's result arrives (one step in flight
+  // ahead): a token sampled by a step in flight is pending
+  // (Sequence::num_pending_tokens) and the next step decodes it with
+  // decode_sampled, while a sequence waiting for readmission after a
+  // preemption is readmitted only once its tokens are all known.
   ScheduledStep Schedule();
 
-  // Applies a completed step: computed counts advance, `sampled` tokens (by
-  // sequence id) are appended, newly full blocks join the prefix cache.
+  // Applies a completed step; steps complete in the order they were
+  // scheduled. `sampled` tokens (by sequence id) are appended, and the full
+  // blocks the step completed join the prefix cache. Sequences finished since
+  // are skipped, and so are the blocks of those preempted since.
   void OnStepDone(const ScheduledStep& step, std::span<const std::pair<uint64_t, int32_t>> sampled);
 
   // Ends a sequence (finished, aborted, cancelled): frees its blocks now; the

@@ -16,7 +16,13 @@ struct Sequence {
   uint64_t id = 0;
   std::vector<int32_t> tokens;      // [num_prompt_tokens + outputs] prompt, then generated tokens
   int64_t num_prompt_tokens = 0;
-  int64_t num_computed_tokens = 0;  // leading tokens whose K/V is in the cache
+  // Leading tokens whose K/V is in the cache or computed by a step already
+  // scheduled (Scheduler::Schedule advances it; a step's result commits it).
+  int64_t num_computed_tokens = 0;
+  // Tokens sampled by steps in flight and not in `tokens` yet (0 or 1): with
+  // one step in flight ahead, the next step is scheduled before they arrive
+  // and computes such a token as a decode the workers feed themselves.
+  int32_t num_pending_tokens = 0;
   int64_t num_cached_tokens = 0;    // prompt tokens served by the prefix cache at first admission
   std::vector<BlockId> block_table; // token p lives in block_table[p / block_size]
   BlockHashChain hash_chain;        // full blocks registered in the prefix cache so far
@@ -29,6 +35,12 @@ struct Sequence {
   // the block table.
   bool on_workers = false;
   size_t blocks_on_workers = 0;
+  // Its last step sampled a token, which the workers hold: the next step
+  // computes that token (StepPlan's decode_sampled).
+  bool workers_hold_next_input = false;
+
+  // Tokens known or pending: the length once every step in flight is back.
+  int64_t length() const { return static_cast<int64_t>(tokens.size()) + num_pending_tokens; }
 
   int64_t num_output_tokens() const {
     return static_cast<int64_t>(tokens.size()) - num_prompt_tokens;

@@ -9,16 +9,21 @@ StepPlan BuildStepPlan(const ScheduledStep& step, const SamplingLookup& sampling
   plan.finished = step.dropped;
   for (const ScheduledSequence& s : step.sequences) {
     const Sequence& seq = *s.seq;
-    const auto begin = seq.tokens.begin() + seq.num_computed_tokens;
-    const auto end = begin + s.num_tokens;
+    // The tokens to compute; none for decode_sampled (the workers hold it, and
+    // the coordinator may not have it yet).
+    std::vector<int32_t> compute;
+    if (!s.decode_sampled) {
+      const auto begin = seq.tokens.begin() + s.start;
+      compute.assign(begin, begin + s.num_tokens);
+    }
     const auto prompt_end = seq.tokens.begin() + seq.num_prompt_tokens;
     if (s.is_new) {
       plan.new_sequences.push_back(NewSequencePlan{
           .seq_id = seq.id,
           .prompt = std::vector<int32_t>(seq.tokens.begin(), prompt_end),
           .output = std::vector<int32_t>(prompt_end, seq.tokens.end()),
-          .token_ids = std::vector<int32_t>(begin, end),
-          .num_computed_tokens = seq.num_computed_tokens,
+          .token_ids = std::move(compute),
+          .num_computed_tokens = s.start,
           .block_ids = s.new_blocks,
           .sampling = sampling(seq.id),
           .sample = s.sample,
@@ -27,8 +32,9 @@ StepPlan BuildStepPlan(const ScheduledStep& step, const SamplingLookup& sampling
       plan.continuing.push_back(ContinuingSequencePlan{
           .seq_id = seq.id,
           .new_block_ids = s.new_blocks,
-          .token_ids = std::vector<int32_t>(begin, end),
+          .token_ids = std::move(compute),
           .sample = s.sample,
+          .decode_sampled = s.decode_sampled,
       });
     }
     plan.order.push_back(seq.id);
@@ -42,7 +48,7 @@ std::vector<const StepToken*> TokensInStepOrder(const ScheduledStep& step, std::
   std::vector<const StepToken*> ordered;
   for (const ScheduledSequence& s : step.sequences) {
     if (!s.sample) continue;
-    const auto it = by_seq.find(s.seq->id);
+    const auto it = by_seq.find(s.id);
     ordered.push_back(it == by_seq.end() ? nullptr : it->second);
   }
   return ordered;

@@ -33,8 +33,12 @@ struct NewSequencePlan {
 struct ContinuingSequencePlan {
   uint64_t seq_id = 0;
   std::vector<int32_t> new_block_ids;  // appended to its block table
-  std::vector<int32_t> token_ids;      // the next prefill chunk, or the last sampled token
+  std::vector<int32_t> token_ids;      // the next prefill chunk (empty with decode_sampled)
   bool sample = false;
+  // Compute the one token sampled for it in its previous step: every rank
+  // holds that token (rank 0 broadcasts what it samples), so the plan does
+  // not carry it and may be built before the token is known.
+  bool decode_sampled = false;
 };
 
 struct StepPlan {
@@ -56,12 +60,12 @@ using SamplingLookup = std::function<const SamplingParams&(uint64_t seq_id)>;
 
 // The plan of one scheduled step: sequences the workers do not know yet go
 // out whole (prompt, output so far, tokens to compute, block table,
-// sampling), known ones as diffs (new blocks, tokens to compute: the next
-// prefill chunk, or for a decode the token sampled last step,
-// tokens[num_computed]). `finished` lists the sequences dropped since the
-// last step; `order` lists every scheduled sequence as scheduled (prefills
-// first). Call before Scheduler::OnStepDone, which advances
-// num_computed_tokens.
+// sampling), known ones as diffs (new blocks, and the tokens to compute: the
+// next prefill chunk, or decode_sampled for the token sampled in its previous
+// step, which the plan does not carry). `finished` lists the sequences
+// dropped since the last step; `order` lists every scheduled sequence as
+// scheduled (prefills first). Call right after Scheduler::Schedule, while
+// the step's Sequence pointers are valid.
 StepPlan BuildStepPlan(const ScheduledStep& step, const SamplingLookup& sampling);
 
 // Rank 0's answer to a step matched to what it had to sample: one entry per

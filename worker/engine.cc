@@ -11,13 +11,9 @@
 namespace tpserve {
 namespace {
 
-// The statistics' notion of a decode: a sequence past its first step that
-// computes exactly its last token.
-bool Decoding(const ScheduledSequence& s) {
-  const Sequence& seq = *s.seq;
-  return seq.num_computed_tokens > 0 && s.num_tokens == 1 &&
-         seq.num_computed_tokens + 1 == static_cast<int64_t>(seq.tokens.size());
-}
+// The statistics' notion of a decode: a sequence that computes the token
+// its previous step sampled.
+bool Decoding(const ScheduledSequence& s) { return s.decode_sampled; }
 
 }  // namespace
 
@@ -139,51 +135,35 @@ absl::Status Engine::RunStep(const ScheduledStep& step, std::span<const Generati
     return requests[id].sampling;
   });
   const auto start = std::chrono::steady_clock::now();
+  // Every rank gets the sampled ids (rank 0 broadcasts them); rank 0's carry log-probs.
   TPSERVE_ASSIGN_OR_RETURN(const std::vector<StepToken> tokens, runner_->Run(plan));
-  const std::vector<const StepToken*> ordered = TokensInStepOrder(step, tokens);  // rank 0's
-  TPSERVE_ASSIGN_OR_RETURN(const std::vector<int32_t> chosen, ShareTokens(step, ordered));
+  const std::vector<const StepToken*> ordered = TokensInStepOrder(step, tokens);
   if (!step.sequences.empty()) {
     Account(step, std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
   }
 
   std::vector<std::pair<uint64_t, int32_t>> sampled;
   for (const ScheduledSequence& s : step.sequences) {
-    if (s.sample) sampled.emplace_back(s.seq->id, chosen[sampled.size()]);
+    if (!s.sample) continue;
+    const StepToken* t = ordered[sampled.size()];
+    if (t == nullptr) {
+      return absl::InternalError(absl::StrCat("Engine: rank ", comm_.rank(), " got no token for sequence ", s.id));
+    }
+    sampled.emplace_back(s.id, t->sampled.token);
   }
   scheduler.OnStepDone(step, sampled);
   for (size_t k = 0; k < sampled.size(); ++k) {
     const auto [id, token] = sampled[k];
     const Sequence& seq = *scheduler.Find(id);
     GenerationResult& result = results[id];
-    if (!Append(requests[id], seq.num_output_tokens(), token, ordered[k], result)) continue;
+    const StepToken* with_logprobs = comm_.rank() == 0 ? ordered[k] : nullptr;
+    if (!Append(requests[id], seq.num_output_tokens(), token, with_logprobs, result)) continue;
     result.cached_tokens = seq.num_cached_tokens;
     stats_.cached_tokens += seq.num_cached_tokens;
     stats_.preemptions += seq.num_preemptions;
     scheduler.Finish(id);
   }
   return absl::OkStatus();
-}
-
-absl::StatusOr<std::vector<int32_t>> Engine::ShareTokens(const ScheduledStep& step,
-                                                         std::span<const StepToken* const> ordered) {
-  std::vector<float> ids;  // [sampled sequences] token ids as floats: collectives carry f32/bf16
-  for (const ScheduledSequence& s : step.sequences) {
-    if (!s.sample) continue;
-    const StepToken* t = ordered[ids.size()];
-    if (comm_.rank() == 0 && t == nullptr) {
-      return absl::InternalError(absl::StrCat("Engine: rank 0 sampled no token for sequence ", s.seq->id));
-    }
-    ids.push_back(t == nullptr ? -1.0f : static_cast<float>(t->sampled.token));
-  }
-  if (ids.empty()) return std::vector<int32_t>{};
-  if (shared_tokens_.empty()) {
-    shared_tokens_ = backend_.Allocate(DType::kF32, {std::max<int64_t>(1, model_->options().max_num_seqs)});
-  }
-  const Tensor staged = shared_tokens_.tensor().Rows(0, std::ssize(ids));
-  backend_.CopyFromHost(ids.data(), DType::kF32, staged);
-  TPSERVE_RETURN_IF_ERROR(comm_.Broadcast(staged, 0));
-  backend_.CopyToHostF32(staged, ids.data());
-  return std::vector<int32_t>(ids.begin(), ids.end());
 }
 
 bool Engine::Append(const GenerationRequest& request, int64_t num_output, int32_t token,

@@ -7,8 +7,8 @@
 // run (worker/step_runner.h) computes it. Every rank of the model creates an
 // Engine over its Communicator and calls Generate with the same requests; the
 // scheduler is deterministic, so all ranks build the same steps. Rank 0
-// samples and broadcasts the chosen tokens (ids as floats, exact below 2^24),
-// then every rank applies them (Scheduler::OnStepDone) and the stop rules:
+// samples and the step runner broadcasts the chosen tokens to every rank,
+// which applies them (Scheduler::OnStepDone) and the stop rules:
 // EOS unless ignore_eos, max_tokens. When KV blocks run out the most recently
 // admitted sequence is preempted and later recomputed (prompt + its output,
 // mostly from the prefix cache), which never changes what is generated.
@@ -111,10 +111,6 @@ class Engine {
   // sequences leave the scheduler.
   absl::Status RunStep(const ScheduledStep& step, std::span<const GenerationRequest> requests,
                        Scheduler& scheduler, std::vector<GenerationResult>& results);
-  // Rank 0's tokens of the step's sampled sequences (TokensInStepOrder) on
-  // every rank, broadcast through shared_tokens_.
-  absl::StatusOr<std::vector<int32_t>> ShareTokens(const ScheduledStep& step,
-                                                   std::span<const StepToken* const> ordered);
   // Appends `token` to its result; true when the request stops there.
   bool Append(const GenerationRequest& request, int64_t num_output, int32_t token,
               const StepToken* sampled, GenerationResult& result) const;
@@ -127,9 +123,6 @@ class Engine {
   std::unique_ptr<KvCache> cache_;
   std::unique_ptr<BlockManager> blocks_;  // over cache_; its prefix cache outlives a Generate call
   std::unique_ptr<StepRunner> runner_;    // over cache_; recreated with it
-  // [max_num_seqs] f32 in the backend's memory: rank 0's sampled ids travel
-  // through it (NCCL broadcasts device buffers only).
-  Buffer shared_tokens_;
   GenerationStats stats_;
 };
 

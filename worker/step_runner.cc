@@ -1,5 +1,7 @@
 #include "worker/step_runner.h"
 
+#include <sys/prctl.h>
+
 #include <algorithm>
 #include <span>
 
@@ -40,6 +42,12 @@ absl::Status CheckNewSequence(const NewSequencePlan& s) {
 
 }  // namespace
 
+int32_t SimulatedToken(uint64_t seq_id, int64_t position, int32_t vocab_size) {
+  uint64_t h = seq_id * 0x9E3779B97F4A7C15ull ^ static_cast<uint64_t>(position) * 0xC2B2AE3D27D4EB4Full;
+  h ^= h >> 29;
+  return static_cast<int32_t>(h % static_cast<uint64_t>(vocab_size));
+}
+
 absl::Status StepRunner::Reserve() {
   if (reserved_) return absl::OkStatus();
   TPSERVE_RETURN_IF_ERROR(model_.backend().Reserve(StepCapacityFor(model_, cache_.block_size())));
@@ -64,10 +72,11 @@ struct StepRunner::Entry {
   uint64_t id = 0;
   const NewSequencePlan* added = nullptr;        // a new sequence, or
   const ContinuingSequencePlan* cont = nullptr;  // a continuing one
-  std::span<const int32_t> tokens;               // [n] to compute
+  std::span<const int32_t> tokens;               // [n] to compute (into `input` for decode_sampled)
   std::vector<int32_t> table;                    // block table after this step's blocks
   int64_t num_computed = 0;                      // before this step
   bool sample = false;
+  int32_t input = -1;                            // decode_sampled: the token its last step sampled
 };
 
 absl::StatusOr<std::vector<StepRunner::Entry>> StepRunner::CheckPlan(const StepPlan& plan) const {
@@ -92,8 +101,14 @@ absl::StatusOr<std::vector<StepRunner::Entry>> StepRunner::CheckPlan(const StepP
                                                              "send it as a new sequence");
     }
     const Sequence& held = seqs_.at(s.seq_id);
+    if (s.decode_sampled && (held.next_input < 0 || !s.token_ids.empty())) {
+      return Invalid(s.seq_id, held.next_input < 0 ? "is decode_sampled but its last step sampled no token; "
+                                                     "send its token in token_ids"
+                                                   : "is decode_sampled and carries token_ids; send one or the other");
+    }
     Entry e{.id = s.seq_id, .cont = &s, .tokens = s.token_ids, .table = held.block_table,
-            .num_computed = held.num_computed, .sample = s.sample};
+            .num_computed = held.num_computed, .sample = s.sample,
+            .input = s.decode_sampled ? held.next_input : -1};
     e.table.insert(e.table.end(), s.new_block_ids.begin(), s.new_block_ids.end());
     if (!entries.emplace(s.seq_id, std::move(e)).second) {
       return Invalid(s.seq_id, "is both new and continuing, or continuing twice");
@@ -114,6 +129,9 @@ absl::StatusOr<std::vector<StepRunner::Entry>> StepRunner::CheckPlan(const StepP
     }
     ordered.push_back(std::move(it->second));
     entries.erase(it);
+  }
+  for (Entry& e : ordered) {  // `ordered` no longer moves: point at each input
+    if (e.input >= 0) e.tokens = std::span<const int32_t>(&e.input, 1);
   }
   for (const Entry& e : ordered) TPSERVE_RETURN_IF_ERROR(CheckEntry(e));
   TPSERVE_RETURN_IF_ERROR(CheckLimits(ordered));
@@ -181,6 +199,7 @@ void StepRunner::Commit(const StepPlan& plan, const std::vector<Entry>& entries)
       Sequence& seq = seqs_.at(e.id);
       seq.block_table = e.table;
       seq.num_computed += n;
+      seq.next_input = -1;  // consumed; ShareTokens sets the next one
       continue;
     }
     const NewSequencePlan& s = *e.added;
@@ -219,7 +238,7 @@ std::vector<StepToken> StepRunner::SampleOnHost(const std::vector<Entry>& entrie
     if (!e.sample) continue;
     SequenceSamplingState* state = seqs_.at(e.id).sampling.get();
     const std::span<const float> row = logits.row(static_cast<int64_t>(s));
-    std::vector<SampledToken> got = Sample(row, vocab, vocab, std::span<SequenceSamplingState* const>(&state, 1));
+    std::vector<SampledToken> got = tpserve::Sample(row, vocab, vocab, std::span<SequenceSamplingState* const>(&state, 1));
     StepToken token{.seq_id = e.id, .sampled = std::move(got[0])};
     if (options_.keep_logits) token.logits.assign(row.begin(), row.end());
     tokens.push_back(std::move(token));
@@ -227,21 +246,82 @@ std::vector<StepToken> StepRunner::SampleOnHost(const std::vector<Entry>& entrie
   return tokens;
 }
 
+std::vector<StepToken> StepRunner::SampleSimulated(const std::vector<Entry>& entries) const {
+  std::vector<StepToken> tokens;
+  for (const Entry& e : entries) {
+    if (!e.sample) continue;
+    const int32_t id = SimulatedToken(e.id, e.num_computed + std::ssize(e.tokens), model_.config().vocab_size);
+    tokens.push_back(StepToken{.seq_id = e.id, .sampled = {.token = id, .logprob = 0.0f, .top = {}}});
+  }
+  return tokens;
+}
+
+std::vector<StepToken> StepRunner::Sample(const std::vector<Entry>& entries, const std::optional<Logits>& logits) {
+  if (options_.simulated_step > absl::ZeroDuration()) return SampleSimulated(entries);
+  return logits ? SampleOnHost(entries, *logits) : SampleOnDevice(entries);
+}
+
+absl::Status StepRunner::ShareTokens(const std::vector<Entry>& entries, std::vector<StepToken>& tokens) {
+  const size_t n = static_cast<size_t>(std::count_if(entries.begin(), entries.end(), [](const Entry& e) { return e.sample; }));
+  if (rank_ == 0 && tokens.size() != n) {
+    return absl::InternalError(absl::StrCat("step: rank 0 sampled ", tokens.size(), " tokens for ", n, " sequences"));
+  }
+  Communicator& comm = model_.comm();
+  if (comm.world_size() > 1 && n > 0) {
+    Backend& backend = model_.backend();
+    if (shared_tokens_.empty()) {
+      shared_tokens_ = backend.Allocate(DType::kF32, {std::max<int64_t>(1, model_.options().max_num_seqs)});
+    }
+    const Tensor staged = shared_tokens_.tensor().Rows(0, static_cast<int64_t>(n));
+    shared_host_.resize(n);
+    if (rank_ == 0) {
+      for (size_t k = 0; k < n; ++k) shared_host_[k] = static_cast<float>(tokens[k].sampled.token);
+      backend.CopyFromHost(shared_host_.data(), DType::kF32, staged);
+    }
+    TPSERVE_RETURN_IF_ERROR(comm.Broadcast(staged, 0));
+    if (rank_ != 0) {
+      backend.CopyToHostF32(staged, shared_host_.data());
+      size_t k = 0;
+      for (const Entry& e : entries) {
+        if (e.sample) tokens.push_back(StepToken{.seq_id = e.id, .sampled = {.token = static_cast<int32_t>(shared_host_[k++])}});
+      }
+    }
+  }
+  size_t k = 0;
+  for (const Entry& e : entries) {
+    if (e.sample && k < tokens.size()) seqs_.at(e.id).next_input = tokens[k++].sampled.token;
+  }
+  return absl::OkStatus();
+}
+
+absl::Status StepRunner::Compute(const std::vector<Entry>& entries, std::optional<Logits>& logits) {
+  if (options_.simulated_step > absl::ZeroDuration()) {
+    if (!timer_slack_set_) {  // the default 50 us of slack would stretch every sleep
+      prctl(PR_SET_TIMERSLACK, 1UL, 0UL, 0UL, 0UL);
+      timer_slack_set_ = true;
+    }
+    absl::SleepFor(options_.simulated_step);
+    return absl::OkStatus();
+  }
+  std::vector<StepSequence> seqs;
+  seqs.reserve(entries.size());
+  for (const Entry& e : entries) seqs.push_back({e.tokens, e.num_computed, e.table});
+  TPSERVE_RETURN_IF_ERROR(batch_.Assign(seqs, cache_.block_size()));
+  TPSERVE_ASSIGN_OR_RETURN(logits, Forward(rank_ == 0 && options_.sampler != nullptr));
+  return absl::OkStatus();
+}
+
 absl::StatusOr<std::vector<StepToken>> StepRunner::Run(const StepPlan& plan) {
   TPSERVE_RETURN_IF_ERROR(Reserve());
   TPSERVE_ASSIGN_OR_RETURN(const std::vector<Entry> entries, CheckPlan(plan));
-  const bool on_device = rank_ == 0 && options_.sampler != nullptr;
   std::optional<Logits> logits;
-  if (!entries.empty()) {
-    std::vector<StepSequence> seqs;
-    seqs.reserve(entries.size());
-    for (const Entry& e : entries) seqs.push_back({e.tokens, e.num_computed, e.table});
-    TPSERVE_RETURN_IF_ERROR(batch_.Assign(seqs, cache_.block_size()));
-    TPSERVE_ASSIGN_OR_RETURN(logits, Forward(on_device));
-  }
+  if (!entries.empty()) TPSERVE_RETURN_IF_ERROR(Compute(entries, logits));
   Commit(plan, entries);
-  if (entries.empty() || rank_ != 0) return std::vector<StepToken>();
-  return on_device ? SampleOnDevice(entries) : SampleOnHost(entries, *logits);
+  std::vector<StepToken> tokens;
+  if (entries.empty()) return tokens;
+  if (rank_ == 0) tokens = Sample(entries, logits);
+  TPSERVE_RETURN_IF_ERROR(ShareTokens(entries, tokens));
+  return tokens;
 }
 
 }  // namespace tpserve

@@ -9,7 +9,11 @@
 //      prompt + output so far, of which num_computed_tokens are already cached,
 //      e.g. a prefix-cache hit), and append `new_block_ids` of `continuing` ones;
 //   3. run one forward over the tokens to compute of every sequence in `order`;
-//   4. on rank 0, sample one token for every sequence with sample = true.
+//   4. on rank 0, sample one token for every sequence with sample = true;
+//      rank 0 broadcasts the sampled ids (Communicator::Broadcast) and every
+//      rank keeps each one as its sequence's next input: a later
+//      `decode_sampled` step computes it without the plan carrying it, so the
+//      coordinator can send that step before it has the token.
 //
 // Step layout (backend/step_batch.h): sequences in `order`; those up to and including
 // the last one with more than one token to compute form the prefill group, the
@@ -33,6 +37,7 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
+#include "absl/time/time.h"
 #include "backend/step_batch.h"
 #include "worker/decode_graphs.h"
 #include "sampling/device_sampler.h"
@@ -54,7 +59,16 @@ struct StepRunnerOptions {
   // Rank 0, host sampling only: every StepToken carries the logits row it was
   // sampled from (tests and --logits of tpserve-generate).
   bool keep_logits = false;
+  // Benchmarks only (worker.proto Load.simulated_step_us): > 0 replaces each
+  // forward by a sleep this long, a stand-in for a GPU that costs no CPU, and
+  // rank 0 "samples" SimulatedToken instead of running the sampler. Sampled
+  // ids are still broadcast, so everything but the model runs.
+  absl::Duration simulated_step = absl::ZeroDuration();
 };
+
+// The token a simulated step (StepRunnerOptions::simulated_step) gives the
+// sequence at `position`: a hash, in [0, vocab_size).
+int32_t SimulatedToken(uint64_t seq_id, int64_t position, int32_t vocab_size);
 
 class StepRunner {
  public:
@@ -74,8 +88,9 @@ class StepRunner {
   // Steps that ran as a graph so far.
   int64_t graph_replays() const { return graphs_ ? graphs_->replays() : 0; }
 
-  // Applies `plan` and runs it. Rank 0 returns one token per sampled sequence,
-  // in `order`; other ranks return an empty vector.
+  // Applies `plan` and runs it. Every rank returns one token per sampled
+  // sequence, in `order`: with its log-probs (and logits, keep_logits) on
+  // rank 0, the id alone elsewhere (broadcast from rank 0).
   absl::StatusOr<std::vector<StepToken>> Run(const StepPlan& plan);
 
   // Sequences currently held (for tests and the worker's log).
@@ -88,6 +103,7 @@ class StepRunner {
   struct Sequence {
     std::vector<int32_t> block_table;  // block ids, position p in block_table[p / block_size]
     int64_t num_computed = 0;          // tokens whose K/V are in the cache
+    int32_t next_input = -1;           // sampled by its last step: the input of a decode_sampled step
     std::unique_ptr<SequenceSamplingState> sampling;  // rank 0 only
   };
 
@@ -99,21 +115,36 @@ class StepRunner {
   absl::StatusOr<std::vector<Entry>> CheckPlan(const StepPlan& plan) const;
   absl::Status CheckEntry(const Entry& e) const;
   absl::Status CheckLimits(const std::vector<Entry>& entries) const;
+  // The forward of the entries (or the simulated step's sleep); `logits` set
+  // on rank 0 with host sampling.
+  absl::Status Compute(const std::vector<Entry>& entries, std::optional<Logits>& logits);
   // The forward over batch_; logits on rank 0 with host sampling, else nullopt.
   absl::StatusOr<std::optional<Logits>> Forward(bool on_device);
   // Applies the plan's drops, new sequences and appended blocks.
   void Commit(const StepPlan& plan, const std::vector<Entry>& entries);
+  // Rank 0's tokens for the sampled entries, in order.
+  std::vector<StepToken> Sample(const std::vector<Entry>& entries, const std::optional<Logits>& logits);
   std::vector<StepToken> SampleOnDevice(const std::vector<Entry>& entries);
   std::vector<StepToken> SampleOnHost(const std::vector<Entry>& entries, const Logits& logits);
+  std::vector<StepToken> SampleSimulated(const std::vector<Entry>& entries) const;
+  // Rank 0's sampled ids to every rank (other ranks get `tokens` with ids
+  // only), then each sampled sequence's next_input. An error leaves the
+  // ranks out of step.
+  absl::Status ShareTokens(const std::vector<Entry>& entries, std::vector<StepToken>& tokens);
 
   Model& model_;
   KvCache& cache_;
   int rank_;
   StepRunnerOptions options_;
   bool reserved_ = false;
+  bool timer_slack_set_ = false;  // simulated_step: this thread's sleeps are exact
   std::unique_ptr<DecodeGraphs> graphs_;  // after WarmUp, when graphs are on
   StepBatch batch_;                       // the step being run (its arrays are reused)
   absl::flat_hash_map<uint64_t, Sequence> seqs_;
+  // [max_num_seqs] f32 in the backend's memory: the sampled ids travel through
+  // it (NCCL broadcasts device buffers; ids as floats, exact below 2^24).
+  Buffer shared_tokens_;
+  std::vector<float> shared_host_;        // its host side, reused
 };
 
 }  // namespace tpserve

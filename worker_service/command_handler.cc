@@ -90,7 +90,10 @@ CommandHandler::Outcome CommandHandler::Handle(const iv1::CoordinatorMessage& co
   }
   if (!status.ok()) {
     reply.set_error(status.ToString());  // the coordinator prefixes the rank
-    if (IsOutOfStep(status)) outcome.exit_code = 1;
+    if (IsOutOfStep(status)) {
+      outcome.exit_code = 1;
+      reply.set_exiting(true);
+    }
   }
   return outcome;
 }
@@ -121,6 +124,7 @@ absl::Status CommandHandler::Load(const iv1::Load& load, iv1::Loaded& out) {
   TPSERVE_ASSIGN_OR_RETURN(rank_, StartRank(options_.rank, start));  // a failed rendezvous is out of step
   block_size_ = load.block_size() > 0 ? static_cast<int32_t>(load.block_size()) : 16;
   enforce_eager_ = load.enforce_eager();
+  simulated_step_ = absl::Microseconds(load.simulated_step_us());
 
   const uint64_t before = UsedBytes();
   TPSERVE_ASSIGN_OR_RETURN(model_, Model::Load(load.model_dir(), *rank_.backend, *rank_.comm, options));
@@ -194,7 +198,9 @@ absl::Status CommandHandler::AllocateKv(const iv1::AllocateKv& allocate) {
   if (!cache.ok()) return cache.status();
   cache_ = std::make_unique<KvCache>(*std::move(cache));
   runner_ = std::make_unique<StepRunner>(*model_, *cache_, options_.rank.rank,
-                                         StepRunnerOptions{.enforce_eager = enforce_eager_, .sampler = rank_.sampler.get()});
+                                         StepRunnerOptions{.enforce_eager = enforce_eager_,
+                                                           .sampler = rank_.sampler.get(),
+                                                           .simulated_step = simulated_step_});
   return absl::OkStatus();
 }
 
@@ -219,7 +225,7 @@ absl::Status CommandHandler::Step(const iv1::Step& step, iv1::StepResult& out) {
     return absl::IsInvalidArgument(failed) ? failed : MarkOutOfStep(failed);
   }
   out.set_compute_seconds(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
-  AppendTokens(*tokens, out);
+  if (options_.rank.rank == 0) AppendTokens(*tokens, out);  // the others hold the ids only
   return absl::OkStatus();
 }
 

@@ -72,6 +72,7 @@ class CommandHandler {
   Store& store_;
   int32_t block_size_ = 16;
   bool enforce_eager_ = false;  // Load's enforce_eager: no CUDA graphs
+  absl::Duration simulated_step_ = absl::ZeroDuration();  // Load's simulated_step_us (benchmarks)
   // Destroyed in reverse order: the runner and cache before the model, the
   // model before the rank's sampler, communicator and backend.
   RankResources rank_;

@@ -27,20 +27,37 @@ namespace iv1 = tpserve::internal::v1;
 
 using testing_util::FakeContinuation;
 
-// The workers of a step function: a FakeStepWorker, plus a failure to inject,
-// a delay per step and a step count.
+// The workers behind a StepTransport: a FakeStepWorker that runs each step
+// as it is sent (in order, as real workers do), plus a failure to inject, a
+// delay per step, a step count, the most steps ever sent and not yet
+// received, and how many tokens were sampled for each sequence.
 class FakeWorkers {
  public:
-  absl::StatusOr<iv1::StepResult> Run(const iv1::Step& step) {
+  StepTransport Transport() {
+    return StepTransport{.send = [this](iv1::Step step) { return Send(std::move(step)); },
+                         .receive = [this](uint64_t ticket) { return Receive(ticket); }};
+  }
+  absl::StatusOr<uint64_t> Send(const iv1::Step& step) {
     absl::MutexLock lock(&mu_);
     ++steps_;
+    const uint64_t ticket = next_ticket_++;
     if (!fail_next_.ok()) {
-      absl::Status s = fail_next_;
+      results_[ticket] = fail_next_;
       fail_next_ = absl::OkStatus();
-      return s;
+    } else {
+      results_[ticket] = testing_util::RunFakeStep(model_, step);
+      if (results_[ticket].ok()) {
+        for (const iv1::SampledToken& t : results_[ticket]->tokens()) ++sampled_[t.seq_id()];
+      }
     }
-    absl::StatusOr<iv1::StepResult> result = testing_util::RunFakeStep(model_, step);
+    max_outstanding_ = std::max(max_outstanding_, static_cast<int>(results_.size()));
+    return ticket;
+  }
+  absl::StatusOr<iv1::StepResult> Receive(uint64_t ticket) {
     if (delay_ > absl::ZeroDuration()) absl::SleepFor(delay_);
+    absl::MutexLock lock(&mu_);
+    absl::StatusOr<iv1::StepResult> result = std::move(results_.at(ticket));
+    results_.erase(ticket);
     return result;
   }
 
@@ -49,6 +66,10 @@ class FakeWorkers {
   absl::Status fail_next_;
   absl::Duration delay_;
   int steps_ = 0;
+  int max_outstanding_ = 0;
+  absl::flat_hash_map<uint64_t, int> sampled_;  // by seq id
+  uint64_t next_ticket_ = 1;
+  absl::flat_hash_map<uint64_t, absl::StatusOr<iv1::StepResult>> results_;  // by ticket
 };
 
 struct Outcome {
@@ -82,7 +103,9 @@ Outcome Drain(ResponseQueue& q) {
   }
 }
 
-class EngineLoopTest : public ::testing::Test {
+// Every test runs with the step pipeline (overlap) and in lock-step: the
+// outputs must not change.
+class EngineLoopTest : public ::testing::TestWithParam<bool> {
  protected:
   void SetUp() override {
     auto tok = Tokenizer::FromJsonText(testing::ToyTokenizerJson().dump(), "toy");
@@ -97,7 +120,8 @@ class EngineLoopTest : public ::testing::Test {
     o.block_size = block_size;
     o.max_model_len = 4096;
     o.eos_token_ids = {testing::kEnd};
-    engine_ = std::make_unique<EngineLoop>(*tokenizer_, o, [this](const iv1::Step& s) { return workers_.Run(s); });
+    o.overlap = GetParam();
+    engine_ = std::make_unique<EngineLoop>(*tokenizer_, o, workers_.Transport());
     engine_->Start();
   }
   static PreparedRequest Request(std::vector<int32_t> prompt, int64_t max_tokens) {
@@ -119,7 +143,7 @@ class EngineLoopTest : public ::testing::Test {
   std::unique_ptr<EngineLoop> engine_;
 };
 
-TEST_F(EngineLoopTest, ConcurrentRequestsUnderATinyKvPoolGetTheirOwnOutputs) {
+TEST_P(EngineLoopTest, ConcurrentRequestsUnderATinyKvPoolGetTheirOwnOutputs) {
   const uint64_t seed = testing_util::TestSeed();
   SCOPED_TRACE(::testing::Message() << "seed " << seed);
   std::mt19937 rng(seed);
@@ -154,7 +178,7 @@ TEST_F(EngineLoopTest, ConcurrentRequestsUnderATinyKvPoolGetTheirOwnOutputs) {
   EXPECT_EQ(s.waiting, 0);
 }
 
-TEST_F(EngineLoopTest, SamePromptTwiceIsServedFromThePrefixCache) {
+TEST_P(EngineLoopTest, SamePromptTwiceIsServedFromThePrefixCache) {
   Start(64);
   const std::vector<int32_t> prompt = {'a', 'b', 'c', 'd', 'e', 'f', 'g', 'h', 'i', 'j', 'k'};
   Outcome first = Drain(*Submit("a", Request(prompt, 5)));
@@ -166,7 +190,7 @@ TEST_F(EngineLoopTest, SamePromptTwiceIsServedFromThePrefixCache) {
   EXPECT_GT(engine_->stats().prefix_cache_hit_rate, 0.0);
 }
 
-TEST_F(EngineLoopTest, EosEndsTheRequestWithoutItsText) {
+TEST_P(EngineLoopTest, EosEndsTheRequestWithoutItsText) {
   workers_.model_.set_eos_after(6, testing::kEnd);
   Start(64);
   PreparedRequest r = Request({'x', 'y', 'z'}, 100);
@@ -179,7 +203,7 @@ TEST_F(EngineLoopTest, EosEndsTheRequestWithoutItsText) {
   EXPECT_EQ(o.text.size(), 3u);
 }
 
-TEST_F(EngineLoopTest, AbortEndsWithAbortedAndFreesTheBlocks) {
+TEST_P(EngineLoopTest, AbortEndsWithAbortedAndFreesTheBlocks) {
   workers_.delay_ = absl::Milliseconds(5);
   Start(64);
   auto q = Submit("long", Request({'a', 'b', 'c', 'd', 'e'}, 3000));
@@ -208,7 +232,7 @@ TEST_F(EngineLoopTest, AbortEndsWithAbortedAndFreesTheBlocks) {
   EXPECT_EQ(workers_.model_.num_sequences(), 0u);
 }
 
-TEST_F(EngineLoopTest, CancellationEndsTheStreamWithTheGivenStatus) {
+TEST_P(EngineLoopTest, CancellationEndsTheStreamWithTheGivenStatus) {
   workers_.delay_ = absl::Milliseconds(5);
   Start(64);
   auto q = Submit("c", Request({'a'}, 3000));
@@ -219,7 +243,7 @@ TEST_F(EngineLoopTest, CancellationEndsTheStreamWithTheGivenStatus) {
   EXPECT_FALSE(o.completed);
 }
 
-TEST_F(EngineLoopTest, QueueFullIsResourceExhausted) {
+TEST_P(EngineLoopTest, QueueFullIsResourceExhausted) {
   workers_.delay_ = absl::Milliseconds(20);
   Start(64, 4, 32, /*max_seqs=*/1, /*max_queue=*/2);
   std::vector<std::shared_ptr<ResponseQueue>> qs;
@@ -235,7 +259,7 @@ TEST_F(EngineLoopTest, QueueFullIsResourceExhausted) {
   for (auto& q : qs) EXPECT_TRUE(Drain(*q).end.ok());
 }
 
-TEST_F(EngineLoopTest, AFailedStepIsInternalForItsRequestsAndTheEngineGoesOn) {
+TEST_P(EngineLoopTest, AFailedStepIsInternalForItsRequestsAndTheEngineGoesOn) {
   Start(64);
   {
     absl::MutexLock lock(&workers_.mu_);
@@ -249,7 +273,7 @@ TEST_F(EngineLoopTest, AFailedStepIsInternalForItsRequestsAndTheEngineGoesOn) {
   EXPECT_EQ(good.tokens, FakeContinuation({'a', 'b'}, 4));
 }
 
-TEST_F(EngineLoopTest, ALostWorkerEndsEveryStreamUnavailableAndClosesAdmission) {
+TEST_P(EngineLoopTest, ALostWorkerEndsEveryStreamUnavailableAndClosesAdmission) {
   workers_.delay_ = absl::Milliseconds(5);
   Start(64);
   auto q1 = Submit("a", Request({'a'}, 3000));
@@ -270,7 +294,7 @@ TEST_F(EngineLoopTest, ALostWorkerEndsEveryStreamUnavailableAndClosesAdmission) 
   EXPECT_NE(s.message().find("worker rank 1"), absl::string_view::npos) << s;
 }
 
-TEST_F(EngineLoopTest, TooLongForTheWholeCacheIsRefusedAtAdmission) {
+TEST_P(EngineLoopTest, TooLongForTheWholeCacheIsRefusedAtAdmission) {
   Start(/*num_blocks=*/3, /*block_size=*/4);
   auto q = std::make_shared<ResponseQueue>();
   const absl::Status refused = engine_->Submit("big", Request(std::vector<int32_t>(13, 'a'), 2), q);
@@ -284,7 +308,7 @@ TEST_F(EngineLoopTest, TooLongForTheWholeCacheIsRefusedAtAdmission) {
   EXPECT_TRUE(fits.end.ok()) << fits.end;
 }
 
-TEST_F(EngineLoopTest, IdleLoopRunsNoSteps) {
+TEST_P(EngineLoopTest, IdleLoopRunsNoSteps) {
   Start(64);
   Drain(*Submit("a", Request({'a'}, 2)));
   int before;
@@ -296,6 +320,31 @@ TEST_F(EngineLoopTest, IdleLoopRunsNoSteps) {
   absl::MutexLock lock(&workers_.mu_);
   EXPECT_LE(workers_.steps_, before + 1);  // at most the step that drops the finished sequence
 }
+
+TEST_P(EngineLoopTest, ASequenceThatStopsNeverStreamsTheTokenComputedAhead) {
+  workers_.model_.set_eos_after(9, testing::kEnd);
+  Start(64);
+  Outcome by_length = Drain(*Submit("len", Request({'a', 'b', 'c'}, 3)));
+  Outcome by_eos = Drain(*Submit("eos", Request({'x', 'y', 'z'}, 100)));
+  ASSERT_TRUE(by_length.end.ok() && by_eos.end.ok()) << by_length.end << by_eos.end;
+  EXPECT_EQ(by_length.tokens, FakeContinuation({'a', 'b', 'c'}, 3));
+  EXPECT_EQ(by_length.complete.usage().completion_tokens(), 3u);
+  ASSERT_EQ(by_eos.tokens.size(), 7u);  // 3 + 6 = 9 tokens, then EOS
+  EXPECT_EQ(by_eos.tokens.back(), testing::kEnd);
+  EXPECT_EQ(by_eos.complete.finish_reason(), v1::EOS);
+  absl::MutexLock lock(&workers_.mu_);
+  // With overlap the workers sampled one token more for each (the step sent
+  // before the stop was seen); it never reached the stream.
+  const int extra = GetParam() ? 1 : 0;
+  EXPECT_EQ(workers_.sampled_[1], 3 + extra);
+  EXPECT_EQ(workers_.sampled_[2], 7 + extra);
+  EXPECT_EQ(workers_.max_outstanding_, GetParam() ? 2 : 1);
+}
+
+INSTANTIATE_TEST_SUITE_P(Pipeline, EngineLoopTest, ::testing::Bool(),
+                         [](const ::testing::TestParamInfo<bool>& info) {
+                           return info.param ? "Overlap" : "LockStep";
+                         });
 
 }  // namespace
 }  // namespace tpserve

@@ -31,11 +31,11 @@ std::vector<std::pair<uint64_t, int32_t>> RunStep(Scheduler& sched, const Schedu
     const Sequence& seq = *s.seq;
     EXPECT_EQ(i < static_cast<size_t>(step.num_prefills), s.num_tokens > 1);
     // Every token computed this step has a block.
+    EXPECT_EQ(seq.num_computed_tokens, s.start + s.num_tokens);  // counted when scheduled
     EXPECT_GE(static_cast<int64_t>(seq.block_table.size()) * sched.blocks().block_size(),
-              seq.num_computed_tokens + s.num_tokens);
+              s.start + s.num_tokens);
     if (s.sample) {
-      auto context = std::span<const int32_t>(seq.tokens).first(
-          static_cast<size_t>(seq.num_computed_tokens + s.num_tokens));
+      auto context = std::span<const int32_t>(seq.tokens).first(static_cast<size_t>(s.start + s.num_tokens));
       sampled.emplace_back(seq.id, NextToken(context));
     }
   }

@@ -43,8 +43,18 @@ absl::Status FakeStepWorker::Apply(const StepPlan& plan) {
   for (const ContinuingSequencePlan& c : plan.continuing) {
     auto it = seqs_.find(c.seq_id);
     if (it == seqs_.end()) return absl::InternalError(absl::StrCat("unknown seq ", c.seq_id));
-    it->second.tokens.insert(it->second.tokens.end(), c.token_ids.begin(), c.token_ids.end());
-    it->second.block_table.insert(it->second.block_table.end(), c.new_block_ids.begin(), c.new_block_ids.end());
+    Sequence& s = it->second;
+    if (c.decode_sampled) {
+      if (s.last_sampled < 0 || !c.token_ids.empty()) {
+        return absl::InternalError(absl::StrCat("seq ", c.seq_id, " is decode_sampled but ",
+                                                s.last_sampled < 0 ? "its last step sampled nothing"
+                                                                   : "the plan carries tokens too"));
+      }
+      s.tokens.push_back(s.last_sampled);
+    }
+    s.last_sampled = -1;
+    s.tokens.insert(s.tokens.end(), c.token_ids.begin(), c.token_ids.end());
+    s.block_table.insert(s.block_table.end(), c.new_block_ids.begin(), c.new_block_ids.end());
     sample_[c.seq_id] = c.sample;
   }
   if (plan.order.size() != sample_.size()) {
@@ -65,9 +75,11 @@ absl::StatusOr<std::vector<StepToken>> FakeStepWorker::Run(const StepPlan& plan)
   std::vector<StepToken> tokens;
   for (uint64_t id : plan.order) {
     if (!sample_.at(id)) continue;
-    const std::vector<int32_t>& held = seqs_.at(id).tokens;
+    Sequence& seq = seqs_.at(id);
+    const std::vector<int32_t>& held = seq.tokens;
     const bool eos = eos_after_ > 0 && static_cast<int64_t>(held.size()) >= eos_after_;
     const int32_t token = eos ? eos_ : FakeNextToken(held);
+    seq.last_sampled = token;
     tokens.push_back(StepToken{.seq_id = id, .sampled = {.token = token, .logprob = -0.5f, .top = {{token, -0.5f}}}});
   }
   return tokens;

@@ -32,10 +32,12 @@ class FakeStepWorker {
   struct Sequence {
     std::vector<int32_t> tokens;       // computed so far: what the KV cache holds
     std::vector<int32_t> block_table;  // every block id learnt of, in order
+    int32_t last_sampled = -1;         // sampled by its last step: a decode_sampled input
   };
 
   // Applies the diffs of `plan` in the order a worker must: drop `finished`,
-  // add the new sequences, extend the continuing ones. INTERNAL naming the
+  // add the new sequences, extend the continuing ones (a decode_sampled one
+  // with the token its last step sampled). INTERNAL naming the
   // sequence for what a worker could not follow: a new sequence it already
   // holds, a continuing one it does not, a new sequence computing past its
   // tokens or sampled before its last one, or an `order` that is not the

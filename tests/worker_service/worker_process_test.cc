@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "proto/protocol_version.h"
 #include "backend/cpu_backend.h"
 #include "gtest/gtest.h"
 #include "tests/launcher/test_process.h"
@@ -184,7 +185,7 @@ TEST_F(WorkerProcessTest, TwoRanksServeStepsWithTheEnginesGreedyTokens) {
     EXPECT_EQ(hellos[r].rank(), static_cast<uint32_t>(r));
     EXPECT_EQ(hellos[r].world_size(), 2u);
     EXPECT_EQ(hellos[r].local_rank(), static_cast<uint32_t>(r));
-    EXPECT_EQ(hellos[r].protocol_version(), 1u);
+    EXPECT_EQ(hellos[r].protocol_version(), kWorkerProtocolVersion);
     EXPECT_EQ(hellos[r].device(), "cpu");
     EXPECT_GT(hellos[r].free_memory(), 0u);
     EXPECT_FALSE(hellos[r].host().empty());

@@ -49,6 +49,11 @@ ABSL_FLAG(int, block_size, 16, "KV cache block size in tokens");
 ABSL_FLAG(double, gpu_memory_utilization, 0.9, "fraction of each GPU's memory the worker may use");
 ABSL_FLAG(int64_t, num_gpu_blocks_override, 0, "allocate this many KV blocks instead of the profiled number (tests)");
 ABSL_FLAG(bool, enable_prefix_caching, true, "reuse KV blocks of identical prompt prefixes");
+ABSL_FLAG(bool, overlap, true,
+          "schedule step N+1 while step N runs (one step in flight ahead); --no-overlap: lock-step");
+ABSL_FLAG(uint32_t, simulate_step_us, 0,
+          "benchmarks only: workers sleep this many microseconds per step instead of running the model "
+          "and emit made-up tokens");
 ABSL_FLAG(bool, enforce_eager, false, "run every step eagerly: no CUDA graphs for decode steps (CUDA workers)");
 
 // Requests and steps.
@@ -77,6 +82,8 @@ CoordinatorOptions OptionsFromFlags() {
   o.enforce_eager = absl::GetFlag(FLAGS_enforce_eager);
   o.num_gpu_blocks_override = absl::GetFlag(FLAGS_num_gpu_blocks_override);
   o.enable_prefix_caching = absl::GetFlag(FLAGS_enable_prefix_caching);
+  o.overlap = absl::GetFlag(FLAGS_overlap);
+  o.simulate_step_us = absl::GetFlag(FLAGS_simulate_step_us);
   o.drain_timeout = absl::GetFlag(FLAGS_drain_timeout);
   o.worker_timeout = absl::GetFlag(FLAGS_worker_timeout);
   o.chat_template = absl::GetFlag(FLAGS_chat_template);
