@@ -5,7 +5,6 @@
 #include <algorithm>
 #include <span>
 
-#include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "base/status_macros.h"
 
@@ -68,79 +67,78 @@ absl::Status StepRunner::WarmUp() {
   return absl::OkStatus();
 }
 
-struct StepRunner::Entry {
-  uint64_t id = 0;
-  const NewSequencePlan* added = nullptr;        // a new sequence, or
-  const ContinuingSequencePlan* cont = nullptr;  // a continuing one
-  std::span<const int32_t> tokens;               // [n] to compute (into `input` for decode_sampled)
-  std::vector<int32_t> table;                    // block table after this step's blocks
-  int64_t num_computed = 0;                      // before this step
-  bool sample = false;
-  int32_t input = -1;                            // decode_sampled: the token its last step sampled
-};
-
-absl::StatusOr<std::vector<StepRunner::Entry>> StepRunner::CheckPlan(const StepPlan& plan) const {
-  const absl::flat_hash_set<uint64_t> finished(plan.finished.begin(), plan.finished.end());
-  auto known = [&](uint64_t id) { return seqs_.contains(id) && !finished.contains(id); };
-  absl::flat_hash_map<uint64_t, Entry> entries;
+absl::Status StepRunner::CheckPlan(const StepPlan& plan) {
+  const size_t scheduled = plan.new_sequences.size() + plan.continuing.size();
+  if (plan.order.size() != scheduled) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "step: order lists ", plan.order.size(), " sequences but the step schedules ", scheduled,
+        " (new + continuing); list every scheduled sequence once"));
+  }
+  auto known = [&](uint64_t id) {
+    return seqs_.contains(id) && std::find(plan.finished.begin(), plan.finished.end(), id) == plan.finished.end();
+  };
   for (const NewSequencePlan& s : plan.new_sequences) {
     if (known(s.seq_id)) {
       return Invalid(s.seq_id, "sent as new but the worker already holds it; send it in "
                                "`continuing`, or in `finished` first to restart it");
     }
-    Entry e{.id = s.seq_id, .added = &s, .tokens = s.token_ids, .table = s.block_ids,
-            .num_computed = s.num_computed_tokens, .sample = s.sample};
-    if (!entries.emplace(s.seq_id, std::move(e)).second) {
-      return Invalid(s.seq_id, "appears twice among the new sequences");
-    }
   }
   for (const ContinuingSequencePlan& s : plan.continuing) {
     if (!known(s.seq_id)) {
-      return Invalid(s.seq_id, finished.contains(s.seq_id) ? "is continuing and finished in the same step"
-                                                           : "is continuing but the worker does not hold it; "
-                                                             "send it as a new sequence");
+      return Invalid(s.seq_id, seqs_.contains(s.seq_id) ? "is continuing and finished in the same step"
+                                                        : "is continuing but the worker does not hold it; "
+                                                          "send it as a new sequence");
     }
-    const Sequence& held = seqs_.at(s.seq_id);
-    if (s.decode_sampled && (held.next_input < 0 || !s.token_ids.empty())) {
-      return Invalid(s.seq_id, held.next_input < 0 ? "is decode_sampled but its last step sampled no token; "
-                                                     "send its token in token_ids"
-                                                   : "is decode_sampled and carries token_ids; send one or the other");
-    }
-    Entry e{.id = s.seq_id, .cont = &s, .tokens = s.token_ids, .table = held.block_table,
-            .num_computed = held.num_computed, .sample = s.sample,
-            .input = s.decode_sampled ? held.next_input : -1};
-    e.table.insert(e.table.end(), s.new_block_ids.begin(), s.new_block_ids.end());
-    if (!entries.emplace(s.seq_id, std::move(e)).second) {
-      return Invalid(s.seq_id, "is both new and continuing, or continuing twice");
+    const int32_t next_input = seqs_.at(s.seq_id).next_input;
+    if (s.decode_sampled && (next_input < 0 || !s.token_ids.empty())) {
+      return Invalid(s.seq_id, next_input < 0 ? "is decode_sampled but its last step sampled no token; "
+                                                "send its token in token_ids"
+                                              : "is decode_sampled and carries token_ids; send one or the other");
     }
   }
-  if (plan.order.size() != entries.size()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "step: order lists ", plan.order.size(), " sequences but the step schedules ", entries.size(),
-        " (new + continuing); list every scheduled sequence once"));
-  }
-  std::vector<Entry> ordered;  // [S]
-  ordered.reserve(entries.size());
-  for (uint64_t id : plan.order) {
-    auto it = entries.find(id);
-    if (it == entries.end()) {
-      const bool listed = std::any_of(ordered.begin(), ordered.end(), [&](const Entry& e) { return e.id == id; });
-      return Invalid(id, listed ? "appears twice in order" : "is in order but neither new nor continuing");
-    }
-    ordered.push_back(std::move(it->second));
-    entries.erase(it);
-  }
-  for (Entry& e : ordered) {  // `ordered` no longer moves: point at each input
+  TPSERVE_RETURN_IF_ERROR(FillEntries(plan));
+  for (Entry& e : entries_) {  // entries_ no longer moves: point at each input
     if (e.input >= 0) e.tokens = std::span<const int32_t>(&e.input, 1);
+    TPSERVE_RETURN_IF_ERROR(CheckEntry(e));
   }
-  for (const Entry& e : ordered) TPSERVE_RETURN_IF_ERROR(CheckEntry(e));
-  TPSERVE_RETURN_IF_ERROR(CheckLimits(ordered));
-  return ordered;
+  return CheckLimits();
+}
+
+absl::Status StepRunner::FillEntries(const StepPlan& plan) {
+  entries_.clear();
+  index_.clear();
+  for (uint64_t id : plan.order) {
+    if (!index_.emplace(id, static_cast<int32_t>(entries_.size())).second) return Invalid(id, "appears twice in order");
+    entries_.push_back(Entry{.id = id});
+  }
+  // The entry of `id` in order; nullptr when order does not list it or it was filled already.
+  auto slot = [&](uint64_t id) -> Entry* {
+    const auto it = index_.find(id);
+    if (it == index_.end()) return nullptr;
+    Entry& e = entries_[static_cast<size_t>(it->second)];
+    return e.added == nullptr && e.cont == nullptr ? &e : nullptr;
+  };
+  for (const NewSequencePlan& s : plan.new_sequences) {
+    Entry* e = slot(s.seq_id);
+    if (e == nullptr) return Invalid(s.seq_id, "is new but not in order, or appears twice");
+    *e = Entry{.id = s.seq_id, .added = &s, .tokens = s.token_ids, .table = s.block_ids,
+               .num_computed = s.num_computed_tokens, .sample = s.sample};
+  }
+  for (const ContinuingSequencePlan& s : plan.continuing) {
+    const Sequence& held = seqs_.at(s.seq_id);
+    Entry* e = slot(s.seq_id);
+    if (e == nullptr) return Invalid(s.seq_id, "is continuing but not in order, or is both new and continuing");
+    *e = Entry{.id = s.seq_id, .cont = &s, .tokens = s.token_ids,
+               .table_before = std::ssize(held.block_table), .num_computed = held.num_computed,
+               .sample = s.sample, .input = s.decode_sampled ? held.next_input : -1};
+  }
+  return absl::OkStatus();
 }
 
 absl::Status StepRunner::CheckEntry(const Entry& e) const {
   const int32_t vocab = model_.config().vocab_size, bs = cache_.block_size();
   const int64_t n = std::ssize(e.tokens), num_blocks = cache_.num_blocks();
+  if (e.added == nullptr && e.cont == nullptr) return Invalid(e.id, "is in order but neither new nor continuing");
   if (n == 0) return Invalid(e.id, "has no tokens to compute; every scheduled sequence needs at least one");
   for (int32_t t : e.tokens) {
     if (t < 0 || t >= vocab) return Invalid(e.id, "token id ", t, " is outside the vocabulary [0, ", vocab, ")");
@@ -150,11 +148,14 @@ absl::Status StepRunner::CheckEntry(const Entry& e) const {
   if (seq_len > model_.max_position()) {
     return Invalid(e.id, "reaches ", seq_len, " tokens, beyond the model's ", model_.max_position(), " positions");
   }
-  if (seq_len > std::ssize(e.table) * bs) {
-    return Invalid(e.id, "has ", seq_len, " tokens after this step but its ", e.table.size(), " blocks of ", bs,
-                   " tokens hold only ", std::ssize(e.table) * bs, "; send the missing block ids");
+  // The blocks it learns of now; those held were checked when they came.
+  const std::span<const int32_t> added = e.added != nullptr ? e.table : std::span<const int32_t>(e.cont->new_block_ids);
+  const int64_t table_size = e.table_before + std::ssize(added);
+  if (seq_len > table_size * bs) {
+    return Invalid(e.id, "has ", seq_len, " tokens after this step but its ", table_size, " blocks of ", bs,
+                   " tokens hold only ", table_size * bs, "; send the missing block ids");
   }
-  for (int32_t b : e.table) {
+  for (int32_t b : added) {
     if (b < 0 || b >= num_blocks) {
       return Invalid(e.id, "block id ", b, " is outside the KV cache's [0, ", num_blocks, ") blocks");
     }
@@ -162,10 +163,25 @@ absl::Status StepRunner::CheckEntry(const Entry& e) const {
   return absl::OkStatus();
 }
 
-absl::Status StepRunner::CheckLimits(const std::vector<Entry>& entries) const {
+void StepRunner::StageBlocks() {
+  for (Entry& e : entries_) {
+    if (e.cont == nullptr) continue;
+    std::vector<int32_t>& table = seqs_.at(e.id).block_table;
+    table.insert(table.end(), e.cont->new_block_ids.begin(), e.cont->new_block_ids.end());
+    e.table = table;
+  }
+}
+
+void StepRunner::UnstageBlocks() {
+  for (const Entry& e : entries_) {
+    if (e.cont != nullptr) seqs_.at(e.id).block_table.resize(static_cast<size_t>(e.table_before));
+  }
+}
+
+absl::Status StepRunner::CheckLimits() const {
   int64_t total_tokens = 0;
-  for (const Entry& e : entries) total_tokens += std::ssize(e.tokens);
-  const int64_t num_seqs = std::ssize(entries);
+  for (const Entry& e : entries_) total_tokens += std::ssize(e.tokens);
+  const int64_t num_seqs = std::ssize(entries_);
   const ModelOptions& o = model_.options();
   if (total_tokens > o.max_num_tokens || num_seqs > o.max_num_seqs) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -191,20 +207,19 @@ absl::StatusOr<std::optional<Logits>> StepRunner::Forward(bool on_device) {
   return logits;
 }
 
-void StepRunner::Commit(const StepPlan& plan, const std::vector<Entry>& entries) {
+void StepRunner::Commit(const StepPlan& plan) {
   for (uint64_t id : plan.finished) seqs_.erase(id);
-  for (const Entry& e : entries) {
+  for (const Entry& e : entries_) {
     const int64_t n = std::ssize(e.tokens);
-    if (e.added == nullptr) {
+    if (e.added == nullptr) {  // its new blocks are in its table already (StageBlocks)
       Sequence& seq = seqs_.at(e.id);
-      seq.block_table = e.table;
       seq.num_computed += n;
       seq.next_input = -1;  // consumed; ShareTokens sets the next one
       continue;
     }
     const NewSequencePlan& s = *e.added;
     Sequence seq;
-    seq.block_table = e.table;
+    seq.block_table.assign(e.table.begin(), e.table.end());
     seq.num_computed = e.num_computed + n;
     if (rank_ == 0) {
       seq.sampling = std::make_unique<SequenceSamplingState>(s.sampling, s.prompt, s.output);
@@ -294,7 +309,7 @@ absl::Status StepRunner::ShareTokens(const std::vector<Entry>& entries, std::vec
   return absl::OkStatus();
 }
 
-absl::Status StepRunner::Compute(const std::vector<Entry>& entries, std::optional<Logits>& logits) {
+absl::Status StepRunner::Compute(std::optional<Logits>& logits) {
   if (options_.simulated_step > absl::ZeroDuration()) {
     if (!timer_slack_set_) {  // the default 50 us of slack would stretch every sleep
       prctl(PR_SET_TIMERSLACK, 1UL, 0UL, 0UL, 0UL);
@@ -303,24 +318,29 @@ absl::Status StepRunner::Compute(const std::vector<Entry>& entries, std::optiona
     absl::SleepFor(options_.simulated_step);
     return absl::OkStatus();
   }
-  std::vector<StepSequence> seqs;
-  seqs.reserve(entries.size());
-  for (const Entry& e : entries) seqs.push_back({e.tokens, e.num_computed, e.table});
-  TPSERVE_RETURN_IF_ERROR(batch_.Assign(seqs, cache_.block_size()));
+  step_seqs_.clear();
+  for (const Entry& e : entries_) step_seqs_.push_back({e.tokens, e.num_computed, e.table});
+  TPSERVE_RETURN_IF_ERROR(batch_.Assign(step_seqs_, cache_.block_size()));
   TPSERVE_ASSIGN_OR_RETURN(logits, Forward(rank_ == 0 && options_.sampler != nullptr));
   return absl::OkStatus();
 }
 
 absl::StatusOr<std::vector<StepToken>> StepRunner::Run(const StepPlan& plan) {
   TPSERVE_RETURN_IF_ERROR(Reserve());
-  TPSERVE_ASSIGN_OR_RETURN(const std::vector<Entry> entries, CheckPlan(plan));
+  TPSERVE_RETURN_IF_ERROR(CheckPlan(plan));
   std::optional<Logits> logits;
-  if (!entries.empty()) TPSERVE_RETURN_IF_ERROR(Compute(entries, logits));
-  Commit(plan, entries);
+  if (!entries_.empty()) {
+    StageBlocks();
+    if (absl::Status computed = Compute(logits); !computed.ok()) {
+      UnstageBlocks();  // a failed forward leaves the state as it was
+      return computed;
+    }
+  }
+  Commit(plan);
   std::vector<StepToken> tokens;
-  if (entries.empty()) return tokens;
-  if (rank_ == 0) tokens = Sample(entries, logits);
-  TPSERVE_RETURN_IF_ERROR(ShareTokens(entries, tokens));
+  if (entries_.empty()) return tokens;
+  if (rank_ == 0) tokens = Sample(entries_, logits);
+  TPSERVE_RETURN_IF_ERROR(ShareTokens(entries_, tokens));
   return tokens;
 }
 

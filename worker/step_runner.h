@@ -33,6 +33,7 @@
 #include <cstdint>
 #include <memory>
 #include <optional>
+#include <span>
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
@@ -107,21 +108,41 @@ class StepRunner {
     std::unique_ptr<SequenceSamplingState> sampling;  // rank 0 only
   };
 
-  struct Entry;  // one scheduled sequence of a plan, checked (step_runner.cc)
+  // One scheduled sequence of a plan, checked.
+  struct Entry {
+    uint64_t id = 0;
+    const NewSequencePlan* added = nullptr;        // a new sequence, or
+    const ContinuingSequencePlan* cont = nullptr;  // a continuing one
+    std::span<const int32_t> tokens;               // [n] to compute (into `input` for decode_sampled)
+    std::span<const int32_t> table;                // block table after this step (valid once staged)
+    int64_t table_before = 0;                      // blocks held before this step (0 for a new one)
+    int64_t num_computed = 0;                      // before this step
+    bool sample = false;
+    int32_t input = -1;                            // decode_sampled: the token its last step sampled
+  };
 
   absl::Status Reserve();
-  // The plan's scheduled sequences in `order`, each checked against the state
-  // after the plan's drops; INVALID_ARGUMENT names the sequence and field.
-  absl::StatusOr<std::vector<Entry>> CheckPlan(const StepPlan& plan) const;
+  // Fills entries_ with the plan's scheduled sequences in `order`, each
+  // checked against the state after the plan's drops (blocks a sequence
+  // already holds were checked when they came); INVALID_ARGUMENT names the
+  // sequence and field, and nothing else changed.
+  absl::Status CheckPlan(const StepPlan& plan);
+  // entries_ in `order` from the plan's new and continuing sequences (each
+  // listed in order once).
+  absl::Status FillEntries(const StepPlan& plan);
   absl::Status CheckEntry(const Entry& e) const;
-  absl::Status CheckLimits(const std::vector<Entry>& entries) const;
-  // The forward of the entries (or the simulated step's sleep); `logits` set
+  absl::Status CheckLimits() const;
+  // Appends each continuing entry's new blocks to its table (and points the
+  // entry at it); UnstageBlocks takes them off again after a failed forward.
+  void StageBlocks();
+  void UnstageBlocks();
+  // The forward of entries_ (or the simulated step's sleep); `logits` set
   // on rank 0 with host sampling.
-  absl::Status Compute(const std::vector<Entry>& entries, std::optional<Logits>& logits);
+  absl::Status Compute(std::optional<Logits>& logits);
   // The forward over batch_; logits on rank 0 with host sampling, else nullopt.
   absl::StatusOr<std::optional<Logits>> Forward(bool on_device);
-  // Applies the plan's drops, new sequences and appended blocks.
-  void Commit(const StepPlan& plan, const std::vector<Entry>& entries);
+  // Applies the plan's drops, new sequences and computed counts.
+  void Commit(const StepPlan& plan);
   // Rank 0's tokens for the sampled entries, in order.
   std::vector<StepToken> Sample(const std::vector<Entry>& entries, const std::optional<Logits>& logits);
   std::vector<StepToken> SampleOnDevice(const std::vector<Entry>& entries);
@@ -140,6 +161,12 @@ class StepRunner {
   bool timer_slack_set_ = false;  // simulated_step: this thread's sleeps are exact
   std::unique_ptr<DecodeGraphs> graphs_;  // after WarmUp, when graphs are on
   StepBatch batch_;                       // the step being run (its arrays are reused)
+  // The step being run, reused from step to step so a step allocates nothing
+  // once they have grown: its sequences in order, order's index by id, and
+  // the view StepBatch is built from.
+  std::vector<Entry> entries_;
+  absl::flat_hash_map<uint64_t, int32_t> index_;
+  std::vector<StepSequence> step_seqs_;
   absl::flat_hash_map<uint64_t, Sequence> seqs_;
   // [max_num_seqs] f32 in the backend's memory: the sampled ids travel through
   // it (NCCL broadcasts device buffers; ids as floats, exact below 2^24).

@@ -37,6 +37,7 @@ struct Seq {
   std::vector<int32_t> blocks;  // block table
   size_t blocks_sent = 0;       // entries of `blocks` the workers have
   bool known = false;           // the workers hold it
+  bool sampled_last = false;    // its last step sampled: the workers hold output.back()
   SamplingParams sampling;
   int64_t max_tokens = 0;
   int64_t all_size() const { return std::ssize(prompt) + std::ssize(output); }
@@ -133,7 +134,10 @@ class StepRunnerTest : public ::testing::Test {
         ContinuingSequencePlan s;
         s.seq_id = seq->id;
         s.new_block_ids.assign(seq->blocks.begin() + static_cast<std::ptrdiff_t>(seq->blocks_sent), seq->blocks.end());
-        s.token_ids = tokens;
+        // A decode of the token its last step sampled goes without it, as
+        // the coordinator sends it, unless the test sends tokens explicitly.
+        s.decode_sampled = seq->sampled_last && !send_sampled_tokens_;
+        if (!s.decode_sampled) s.token_ids = tokens;
         s.sample = sample;
         plan.continuing.push_back(std::move(s));
       }
@@ -146,6 +150,7 @@ class StepRunnerTest : public ::testing::Test {
       seq->known = true;
       seq->blocks_sent = seq->blocks.size();
       seq->computed += n;
+      seq->sampled_last = seq->computed == seq->all_size();
     }
     for (const StepToken& t : *got) {
       auto it = std::find_if(order.begin(), order.end(), [&](const auto& p) { return p.first->id == t.seq_id; });
@@ -188,6 +193,7 @@ class StepRunnerTest : public ::testing::Test {
   std::unique_ptr<KvCache> cache_;
   std::unique_ptr<StepRunner> runner_;
   int32_t next_block_ = 3;  // odd start: block ids are the coordinator's, not 0..n
+  bool send_sampled_tokens_ = false;  // decodes carry their token instead of decode_sampled
 };
 TempDir* StepRunnerTest::dir_ = nullptr;
 
@@ -319,6 +325,9 @@ TEST_F(StepRunnerTest, BadPlansAreRejectedAndChangeNothing) {
   p.continuing[0].new_block_ids = {int32_t{kNumBlocks}};
   expect_invalid(p, "outside the KV cache");
   p = decode();
+  p.continuing[0].decode_sampled = true;
+  expect_invalid(p, "decode_sampled and carries token_ids");
+  p = decode();
   p.finished = {a.id};
   expect_invalid(p, "continuing and finished");
   p = decode();
@@ -389,16 +398,30 @@ TEST_F(StepRunnerTest, KeepLogitsReturnsTheRowEachTokenWasSampledFrom) {
   }
 }
 
-TEST_F(StepRunnerTest, OtherRanksReturnNoTokens) {
-  StepRunner rank1(*model_, *cache_, /*rank=*/1);
+// A decode that names its token (what a plan could always do) and a
+// decode_sampled one (the token the runner kept) give the same tokens; a
+// decode_sampled step needs a sampled token to decode.
+TEST_F(StepRunnerTest, DecodeSampledUsesTheTokenTheRunnerSampled) {
+  SCOPED_TRACE("TPSERVE_TEST_SEED=" + std::to_string(seed_));
+  SamplingParams greedy;
+  greedy.temperature = 0;
+  Seq a{.id = 3, .prompt = RandomTokens(9), .sampling = greedy, .max_tokens = 6};
+  Seq b{.id = 5, .prompt = RandomTokens(12), .sampling = greedy, .max_tokens = 6};
+  const std::vector<std::vector<int32_t>> want = EngineTokens({a, b});
+  Step({{&a, 9}, {&b, 4}});  // b's first chunk samples nothing
   StepPlan plan;
-  NewSequencePlan s{.seq_id = 4, .prompt = {5, 6, 7}, .token_ids = {5, 6, 7}, .block_ids = {2}, .sample = true};
-  plan.new_sequences.push_back(s);
-  plan.order = {4};
-  absl::StatusOr<std::vector<StepToken>> got = rank1.Run(plan);
-  ASSERT_TRUE(got.ok()) << got.status();
-  EXPECT_TRUE(got->empty());
-  EXPECT_TRUE(rank1.contains(4));
+  plan.continuing.push_back({.seq_id = b.id, .sample = false, .decode_sampled = true});
+  plan.order = {b.id};
+  absl::StatusOr<std::vector<StepToken>> got = runner_->Run(plan);
+  EXPECT_EQ(got.status().code(), absl::StatusCode::kInvalidArgument) << got.status();
+  EXPECT_NE(got.status().message().find("its last step sampled no token"), std::string::npos) << got.status();
+  Step({{&a, 1}, {&b, 8}});  // a: decode_sampled
+  send_sampled_tokens_ = true;
+  Step({{&a, 1}, {&b, 1}});  // both name their token
+  send_sampled_tokens_ = false;
+  DecodeToEnd({&a, &b});
+  EXPECT_EQ(a.output, want[0]);
+  EXPECT_EQ(b.output, want[1]);
 }
 
 }  // namespace
