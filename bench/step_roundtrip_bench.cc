@@ -1,7 +1,9 @@
 // The fixed cost of the process split: one empty Step sent by the coordinator's
-// WorkerPool to 2 real tpserve-worker processes and answered by both, next to the
-// baseline of a plain unary gRPC call (StoreGet of a present key) to the same
-// loopback server from this process, measured in the same run.
+// WorkerPool to 2 real tpserve-worker processes and answered by both, over the
+// gRPC streams and then over the shared-memory channel
+// (WorkerPool::UseSharedMemory), next to the baseline of a plain unary gRPC
+// call (StoreGet of a present key) to the same loopback server from this
+// process, measured in the same run.
 //
 //   step_roundtrip_bench [--iterations 2000]
 //
@@ -20,6 +22,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "base/host_name.h"
 #include "coordinator/worker_pool.h"
 #include "launcher/process_group.h"
 #include "tpserve/internal/v1/worker.grpc.pb.h"
@@ -107,38 +110,49 @@ int main(int argc, char** argv) {
     iv1::StoreSetResponse ok;
     if (!stub->StoreSet(&ctx, set, &ok).ok()) return Fail("StoreSet failed");
   }
-  std::vector<double> step_us, rpc_us;
-  for (int i = 0; i < iterations + 100; ++i) {
-    iv1::CoordinatorMessage step;
-    step.mutable_step()->set_step_id(static_cast<uint64_t>(i));
-    auto t0 = Clock::now();
-    absl::StatusOr<std::vector<iv1::WorkerMessage>> replies = run(step);
-    auto t1 = Clock::now();
-    if (!replies.ok()) return Fail(absl::StrCat("empty step: ", replies.status().message()));
-    grpc::ClientContext ctx;
-    iv1::StoreGetRequest get;
-    get.set_key("ping");
-    get.set_timeout_ms(1000);
-    iv1::StoreGetResponse value;
-    auto t2 = Clock::now();
-    grpc::Status st = stub->StoreGet(&ctx, get, &value);
-    auto t3 = Clock::now();
-    if (!st.ok()) return Fail("StoreGet failed: " + st.error_message());
-    if (i < 100) continue;
-    step_us.push_back(std::chrono::duration<double, std::micro>(t1 - t0).count());
-    rpc_us.push_back(std::chrono::duration<double, std::micro>(t3 - t2).count());
+  // Empty steps interleaved with the baseline call, so load changes hit both.
+  std::vector<double> rpc_us;
+  auto measure = [&](std::vector<double>& step_us) -> absl::Status {
+    for (int i = 0; i < iterations + 100; ++i) {
+      iv1::CoordinatorMessage step;
+      step.mutable_step()->set_step_id(static_cast<uint64_t>(i));
+      auto t0 = Clock::now();
+      absl::StatusOr<std::vector<iv1::WorkerMessage>> replies = run(step);
+      auto t1 = Clock::now();
+      if (!replies.ok()) return replies.status();
+      grpc::ClientContext ctx;
+      iv1::StoreGetRequest get;
+      get.set_key("ping");
+      get.set_timeout_ms(1000);
+      iv1::StoreGetResponse value;
+      auto t2 = Clock::now();
+      grpc::Status st = stub->StoreGet(&ctx, get, &value);
+      auto t3 = Clock::now();
+      if (!st.ok()) return absl::UnavailableError("StoreGet failed: " + st.error_message());
+      if (i < 100) continue;
+      step_us.push_back(std::chrono::duration<double, std::micro>(t1 - t0).count());
+      rpc_us.push_back(std::chrono::duration<double, std::micro>(t3 - t2).count());
+    }
+    return absl::OkStatus();
+  };
+  std::vector<double> grpc_us, shm_us;
+  if (absl::Status s = measure(grpc_us); !s.ok()) return Fail(absl::StrCat("empty step: ", s.message()));
+  if (absl::Status s = pool.UseSharedMemory(size_t{1} << 20, tpserve::HostName()); !s.ok()) {
+    return Fail(absl::StrCat("UseSharedMemory: ", s.message()));
   }
-  std::printf("coordinator <-> 2 workers, %d iterations, %u cores\n", iterations,
+  if (absl::Status s = measure(shm_us); !s.ok()) return Fail(absl::StrCat("empty step (shm): ", s.message()));
+  std::printf("coordinator <-> 2 workers, %d iterations each, %u cores\n", iterations,
               std::thread::hardware_concurrency());
-  Print("empty step, coordinator -> 2 workers -> back", step_us);
+  Print("empty step over the gRPC streams", grpc_us);
+  Print("empty step over shared memory", shm_us);
   Print("baseline: unary gRPC call on loopback", rpc_us);
-  std::printf("ratio (mean): %.2fx the loopback call\n",
-              [&] {
-                double a = 0, b = 0;
-                for (double x : step_us) a += x;
-                for (double x : rpc_us) b += x;
-                return a / b;
-              }());
+  auto mean = [](const std::vector<double>& v) {
+    double sum = 0;
+    for (double x : v) sum += x;
+    return sum / static_cast<double>(v.size());
+  };
+  std::printf("ratio (mean): gRPC streams %.2fx, shared memory %.2fx the loopback call\n",
+              mean(grpc_us) / mean(rpc_us), mean(shm_us) / mean(rpc_us));
 
   iv1::CoordinatorMessage shutdown;
   shutdown.mutable_shutdown();

@@ -12,6 +12,7 @@
 #include <grpcpp/health_check_service_interface.h>
 
 #include "absl/strings/str_cat.h"
+#include "base/host_name.h"
 #include "base/status_macros.h"
 #include "coordinator/log.h"
 #include "coordinator/startup.h"
@@ -27,6 +28,10 @@ constexpr int kMaxWorkerMessageBytes = 256 << 20;  // a step of many sequences, 
 constexpr char kDraining[] = "the server is draining (shutting down); retry elsewhere";
 
 absl::Status CheckOptions(const CoordinatorOptions& o) {
+  if (o.worker_transport != "auto" && o.worker_transport != "grpc" && o.worker_transport != "shm") {
+    return absl::InvalidArgumentError(absl::StrCat("--worker-transport must be auto, grpc or shm, got \"",
+                                                   o.worker_transport, "\""));
+  }
   if (o.model.empty()) {
     return absl::InvalidArgumentError("--model DIR is required (a Hugging Face checkpoint folder)");
   }
@@ -230,6 +235,7 @@ absl::Status Coordinator::ConnectWorkers() {
   startup.enforce_eager = options_.enforce_eager;
   startup.simulated_step_us = options_.simulate_step_us;
   TPSERVE_ASSIGN_OR_RETURN(const StartupResult started, StartWorkers(*pool_, startup));
+  TPSERVE_RETURN_IF_ERROR(ChooseWorkerTransport());
 
   StartEngine(started.num_blocks);
   service_->SetEngine(engine_.get(), std::move(worker_names), backend_);
@@ -241,6 +247,27 @@ absl::Status Coordinator::ConnectWorkers() {
     CoordinatorLog("ready");
   }
   return absl::OkStatus();
+}
+
+// Shared memory when every worker is on this host (the default, "auto"), or
+// when asked ("shm": then an error if it cannot be); the gRPC streams
+// otherwise. docs/architecture.md, "The step pipeline", has the numbers.
+absl::Status Coordinator::ChooseWorkerTransport() {
+  if (options_.worker_transport == "grpc") {
+    CoordinatorLog("worker transport: gRPC streams (--worker-transport grpc)");
+    return absl::OkStatus();
+  }
+  const absl::Status shm = pool_->UseSharedMemory(kDefaultShmRingBytes, HostName());
+  if (shm.ok()) {
+    CoordinatorLog(absl::StrCat("worker transport: shared memory (", options_.tp, " workers on this host)"));
+    return absl::OkStatus();
+  }
+  if (options_.worker_transport == "shm") {
+    return absl::Status(shm.code(), absl::StrCat("--worker-transport shm: ", shm.message(),
+                                                 "; use --worker-transport auto or grpc"));
+  }
+  CoordinatorLog(absl::StrCat("worker transport: gRPC streams (shared memory unavailable: ", shm.message(), ")"));
+  return pool_->lost();  // a worker lost meanwhile fails start-up; anything else falls back
 }
 
 // The engine loop sends each step to every worker and reads rank 0's result

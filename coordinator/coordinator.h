@@ -68,6 +68,9 @@ struct CoordinatorOptions {
   // Benchmarks only: the workers replace each forward by a sleep of this many
   // microseconds and emit made-up tokens (--simulate-step-us).
   uint32_t simulate_step_us = 0;
+  // How commands reach the workers after start-up: "auto" (shared memory
+  // when every worker is on this host, else the gRPC streams), "grpc", "shm".
+  std::string worker_transport = "auto";
   absl::Duration drain_timeout = absl::Seconds(30);    // Drain: how long streams may finish
   absl::Duration worker_timeout = absl::Seconds(120);  // Start: how long workers may take to connect
   std::string chat_template = "auto";     // auto (tokenizer_config.json), llama3 or chatml
@@ -108,6 +111,7 @@ class Coordinator {
   absl::Status ListenPublic();
   absl::Status LaunchWorkers();
   absl::Status ConnectWorkers();
+  absl::Status ChooseWorkerTransport();
   void StartEngine(int64_t num_blocks);
   void StopServers();
 

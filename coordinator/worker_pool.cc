@@ -1,5 +1,6 @@
 #include "coordinator/worker_pool.h"
 
+#include <memory>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -31,6 +32,7 @@ void WorkerPool::SetOnLost(std::function<void(const absl::Status&)> on_lost) {
 void WorkerPool::MarkLost(int rank, absl::string_view why) {
   std::function<void(const absl::Status&)> callback;
   absl::Status status;
+  std::shared_ptr<ShmHub> hub;
   {
     absl::MutexLock lock(&mu_);
     if (closed_ || !lost_.ok()) return;  // shutting down, or already reported
@@ -40,8 +42,10 @@ void WorkerPool::MarkLost(int rank, absl::string_view why) {
         " died: ", why, "; restart the coordinator and its workers"));
     status = lost_;
     callback = on_lost_;
+    hub = hub_;
     cv_.SignalAll();
   }
+  if (hub != nullptr) hub->Close(status);  // wakes a Publish or Receive waiting on the dead worker
   CoordinatorLog(status.message());
   if (callback) callback(status);
 }
@@ -80,36 +84,43 @@ grpc::Status WorkerPool::Session(grpc::ServerContext* context, Stream* stream) {
   return end;
 }
 
+absl::StatusOr<bool> WorkerPool::FileReply(int rank, WorkerMessage reply) {
+  absl::Status error;
+  bool shut_down = false;
+  {
+    absl::MutexLock lock(&mu_);
+    Slot& slot = slots_[rank];
+    if (slot.sent.empty() || reply.seq() != slot.sent.front()) {
+      error = absl::InternalError(absl::StrCat(
+          "protocol error: answered command ", reply.seq(), " while ",
+          slot.sent.empty() ? std::string("none") : absl::StrCat(slot.sent.front()), " was expected"));
+    } else {
+      slot.sent.pop_front();
+      shut_down = reply.seq() == slot.shutdown_seq;
+      if (reply.exiting()) slot.exiting_error = reply.error();
+      slot.replies.push_back(std::move(reply));
+      cv_.SignalAll();
+    }
+  }
+  if (!error.ok()) {
+    MarkLost(rank, error.message());
+    return error;
+  }
+  return shut_down;
+}
+
 grpc::Status WorkerPool::ReadReplies(int rank, Stream* stream) {
   WorkerMessage reply;
   while (stream->Read(&reply)) {
-    std::string error;
-    bool shut_down = false;
-    {
-      absl::MutexLock lock(&mu_);
-      Slot& slot = slots_[rank];
-      if (slot.sent.empty() || reply.seq() != slot.sent.front()) {
-        error = absl::StrCat("protocol error: answered command ", reply.seq(), " while ",
-                             slot.sent.empty() ? std::string("none") : absl::StrCat(slot.sent.front()),
-                             " was expected");
-      } else {
-        slot.sent.pop_front();
-        shut_down = reply.seq() == slot.shutdown_seq;
-        if (reply.exiting()) slot.exiting_error = reply.error();
-        slot.replies.push_back(std::move(reply));
-        cv_.SignalAll();
-      }
-    }
-    if (!error.empty()) {
-      MarkLost(rank, error);
-      return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION, "reply out of order");
-    }
-    if (shut_down) return grpc::Status::OK;  // the worker exits; its stream ends here
+    absl::StatusOr<bool> shut_down = FileReply(rank, std::move(reply));
+    if (!shut_down.ok()) return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION, "reply out of order");
+    if (*shut_down) return grpc::Status::OK;  // the worker exits; its stream ends here
   }
   std::string exited_after;  // the failure this worker reported before it exited
   {
     absl::MutexLock lock(&mu_);
-    if (closed_) return grpc::Status::OK;
+    // Closed, or shut down while the replies came through shared memory.
+    if (closed_ || slots_[rank].shutdown_seq != 0) return grpc::Status::OK;
     exited_after = slots_[rank].exiting_error;
     if (!exited_after.empty()) {
       // A rank that exits after a failed collective was most often failed by
@@ -148,6 +159,7 @@ absl::StatusOr<uint64_t> WorkerPool::Send(CoordinatorMessage command) {
     absl::MutexLock send(&send_mu_);
     command.set_seq(next_seq_++);
     std::vector<Stream*> streams;
+    std::shared_ptr<ShmHub> hub;
     {
       absl::MutexLock lock(&mu_);
       if (!lost_.ok()) return lost_;
@@ -160,6 +172,15 @@ absl::StatusOr<uint64_t> WorkerPool::Send(CoordinatorMessage command) {
         if (command.has_shutdown()) slot.shutdown_seq = command.seq();
         streams.push_back(slot.stream);
       }
+      hub = hub_;
+    }
+    if (hub != nullptr) {  // one copy for every worker; a loss closes the hub
+      command.SerializeToString(&send_buffer_);
+      if (absl::Status published = hub->Publish(send_buffer_); !published.ok()) {
+        const absl::Status loss = lost();
+        return loss.ok() ? published : loss;
+      }
+      return command.seq();
     }
     // The streams stay valid: a session retires its stream under send_mu_.
     for (size_t r = 0; r < streams.size() && broken < 0; ++r) {
@@ -169,6 +190,35 @@ absl::StatusOr<uint64_t> WorkerPool::Send(CoordinatorMessage command) {
   }
   MarkLost(broken, "its connection broke while a command was being sent");
   return lost();
+}
+
+absl::Status WorkerPool::ReceiveShmReplies(uint64_t seq) {
+  absl::MutexLock receive(&receive_mu_);
+  for (int rank = 0; rank < static_cast<int>(slots_.size()); ++rank) {
+    std::shared_ptr<ShmHub> hub;
+    while (true) {
+      {
+        absl::MutexLock lock(&mu_);
+        if (!lost_.ok()) return lost_;
+        Slot& slot = slots_[rank];
+        // Answered already, or not yet sent to it: nothing to read.
+        if (slot.sent.empty() || slot.sent.front() > seq) break;
+        hub = hub_;
+      }
+      absl::StatusOr<std::string> bytes = hub->Receive(rank);
+      if (!bytes.ok()) {
+        const absl::Status loss = lost();
+        return loss.ok() ? bytes.status() : loss;
+      }
+      WorkerMessage reply;
+      if (!reply.ParseFromString(*bytes)) {
+        MarkLost(rank, "protocol error: a reply in shared memory does not parse");
+        return lost();
+      }
+      TPSERVE_RETURN_IF_ERROR(FileReply(rank, std::move(reply)).status());
+    }
+  }
+  return absl::OkStatus();
 }
 
 bool WorkerPool::AllAnswered(uint64_t seq) {
@@ -181,6 +231,12 @@ bool WorkerPool::AllAnswered(uint64_t seq) {
 }
 
 absl::StatusOr<std::vector<WorkerPool::WorkerMessage>> WorkerPool::Await(uint64_t seq) {
+  bool shm;
+  {
+    absl::MutexLock lock(&mu_);
+    shm = hub_ != nullptr;
+  }
+  if (shm) TPSERVE_RETURN_IF_ERROR(ReceiveShmReplies(seq));  // this thread reads them
   absl::MutexLock lock(&mu_);
   while (lost_.ok() && !closed_ && !AllAnswered(seq)) cv_.Wait(&mu_);
   if (!lost_.ok()) return lost_;
@@ -216,12 +272,39 @@ absl::Status WorkerPool::lost() const {
 }
 
 void WorkerPool::Close() {
-  absl::MutexLock lock(&mu_);
-  closed_ = true;
-  for (const Slot& slot : slots_) {
-    if (slot.context != nullptr) slot.context->TryCancel();  // its Read returns: the session ends OK
+  std::shared_ptr<ShmHub> hub;
+  {
+    absl::MutexLock lock(&mu_);
+    closed_ = true;
+    for (const Slot& slot : slots_) {
+      if (slot.context != nullptr) slot.context->TryCancel();  // its Read returns: the session ends OK
+    }
+    hub = hub_;
+    cv_.SignalAll();
   }
-  cv_.SignalAll();
+  if (hub != nullptr) hub->Close(absl::UnavailableError("the coordinator closed the worker sessions"));
+}
+
+absl::Status WorkerPool::UseSharedMemory(size_t ring_bytes, const std::string& local_host) {
+  {
+    absl::MutexLock lock(&mu_);
+    for (int r = 0; r < roster_.world_size(); ++r) {
+      const auto& hello = roster_.at(r);
+      if (!hello || hello->host() != local_host) {
+        return absl::FailedPreconditionError(absl::StrCat(
+            "worker rank ", r, " runs on ", hello ? hello->host() : "?", ", not on this host (", local_host, ")"));
+      }
+    }
+    if (hub_ != nullptr) return absl::OkStatus();
+  }
+  TPSERVE_ASSIGN_OR_RETURN(std::unique_ptr<ShmHub> hub, ShmHub::Create(static_cast<int>(slots_.size()), ring_bytes));
+  CoordinatorMessage command;
+  command.mutable_use_shared_memory()->set_name(hub->name());
+  absl::StatusOr<std::vector<WorkerMessage>> acked = RunOnAll(std::move(command));
+  if (!acked.ok()) return acked.status();  // the hub goes; the workers stay on their streams
+  absl::MutexLock lock(&mu_);
+  hub_ = std::move(hub);
+  return absl::OkStatus();
 }
 
 grpc::Status WorkerPool::StoreSet(grpc::ServerContext*, const iv1::StoreSetRequest* request,

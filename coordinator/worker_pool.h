@@ -28,6 +28,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "coordinator/worker_roster.h"
+#include "transport/shm_channel.h"
 #include "tpserve/internal/v1/worker.grpc.pb.h"
 
 namespace tpserve {
@@ -65,6 +66,16 @@ class WorkerPool final : public tpserve::internal::v1::Worker::Service {
   // Send, then Await.
   absl::StatusOr<std::vector<WorkerMessage>> RunOnAll(CoordinatorMessage command);
 
+  // Moves the commands and replies of every worker to a shared-memory channel
+  // (transport/shm_channel.h, rings of `ring_bytes`): no gRPC, no thread
+  // hand-off on the hot path (the thread in Await reads the replies itself).
+  // The streams stay open, so a worker's death is still seen at once (and
+  // closes the channel). Only when every worker said Hello from `local_host`:
+  // FAILED_PRECONDITION naming the rank otherwise; a channel the workers
+  // cannot open (another /dev/shm, in a container) is their INTERNAL error.
+  // On any error everything stays on the streams. Call between commands.
+  absl::Status UseSharedMemory(size_t ring_bytes, const std::string& local_host);
+
   // The Hello of every connected rank, by rank (empty until all connected).
   std::vector<tpserve::internal::v1::Hello> workers() const;
   // OK, or the UNAVAILABLE status of the first worker lost.
@@ -91,12 +102,20 @@ class WorkerPool final : public tpserve::internal::v1::Worker::Service {
   void MarkLost(int rank, absl::string_view why);
   // The handler's loop after Hello: files every reply until the stream ends.
   grpc::Status ReadReplies(int rank, Stream* stream);
+  // Files rank's reply to its oldest unanswered command; whether it answered
+  // the Shutdown. A reply out of order loses the worker (INTERNAL).
+  absl::StatusOr<bool> FileReply(int rank, WorkerMessage reply);
+  // Reads the shared-memory replies of every rank up to command `seq`.
+  absl::Status ReceiveShmReplies(uint64_t seq);
   // Whether every rank has answered `seq` (older unawaited replies dropped).
   bool AllAnswered(uint64_t seq) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   // Held for the whole of Send, so commands reach every rank in one order; a
   // session takes it to retire its stream, so no write uses a dead one.
   absl::Mutex send_mu_ ABSL_ACQUIRED_BEFORE(mu_);
+  std::string send_buffer_ ABSL_GUARDED_BY(send_mu_);  // a command serialized for the channel
+  // One thread reads the channel's replies at a time (ShmHub's contract).
+  absl::Mutex receive_mu_ ABSL_ACQUIRED_BEFORE(mu_);
   mutable absl::Mutex mu_;
   absl::CondVar cv_;
   WorkerRoster roster_ ABSL_GUARDED_BY(mu_);
@@ -104,6 +123,7 @@ class WorkerPool final : public tpserve::internal::v1::Worker::Service {
   uint64_t next_seq_ ABSL_GUARDED_BY(send_mu_) = 1;
   absl::Status lost_ ABSL_GUARDED_BY(mu_);
   bool closed_ ABSL_GUARDED_BY(mu_) = false;
+  std::shared_ptr<ShmHub> hub_ ABSL_GUARDED_BY(mu_);  // after UseSharedMemory
   std::function<void(const absl::Status&)> on_lost_ ABSL_GUARDED_BY(mu_);
 
   absl::Mutex store_mu_;

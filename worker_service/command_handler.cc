@@ -5,6 +5,7 @@
 #include <chrono>
 
 #include "absl/strings/str_cat.h"
+#include "base/host_name.h"
 #include "base/proc_status.h"
 #include "base/status_macros.h"
 #include "model/config.h"
@@ -21,12 +22,6 @@ namespace {
 
 // Kept free after the KV cache for what the warm-up adds (CUDA graphs).
 constexpr uint64_t kCudaGraphReserveBytes = uint64_t{256} << 20;
-
-std::string HostName() {
-  char buf[256] = {};
-  if (gethostname(buf, sizeof(buf) - 1) != 0) return "unknown";
-  return buf;
-}
 
 }  // namespace
 
@@ -81,6 +76,9 @@ CommandHandler::Outcome CommandHandler::Handle(const iv1::CoordinatorMessage& co
     case iv1::CoordinatorMessage::kShutdown:
       reply.mutable_ack();
       outcome.exit_code = 0;
+      break;
+    case iv1::CoordinatorMessage::kUseSharedMemory:  // the session's, not the handler's
+      status = absl::InternalError("UseSharedMemory reached the command handler; the session answers it");
       break;
     case iv1::CoordinatorMessage::COMMAND_NOT_SET:
       status = absl::InvalidArgumentError(

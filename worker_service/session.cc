@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "grpcpp/grpcpp.h"
+#include "transport/shm_channel.h"
 #include "worker_service/coordinator_store.h"
 
 namespace tpserve {
@@ -26,6 +27,7 @@ const char* CommandName(const iv1::CoordinatorMessage& m) {
     case iv1::CoordinatorMessage::kWarmUp: return "WarmUp";
     case iv1::CoordinatorMessage::kStep: return "Step";
     case iv1::CoordinatorMessage::kShutdown: return "Shutdown";
+    case iv1::CoordinatorMessage::kUseSharedMemory: return "UseSharedMemory";
     default: return "unknown";
   }
 }
@@ -73,36 +75,99 @@ std::optional<int> AwaitCoordinator(grpc::Channel& channel, const SessionOptions
 struct LoopEnd {
   int exit_code = -1;
   bool clean_end = false;  // the exit came from Shutdown
+  std::unique_ptr<ShmEndpoint> shm;  // set: go on with the commands of this channel
 };
 
-// Says Hello, then answers every command in order until one asks to exit or the stream breaks.
+// Handles one command; the reply to send, and whether (and how) to exit.
+CommandHandler::Outcome Answer(CommandHandler& handler, const iv1::CoordinatorMessage& command, int rank,
+                               LoopEnd& end) {
+  CommandHandler::Outcome outcome = handler.Handle(command);
+  if (!outcome.reply.error().empty()) {
+    Log(rank, absl::StrCat(CommandName(command), " (seq ", command.seq(), ") failed: ", outcome.reply.error()));
+  } else if (command.command_case() != iv1::CoordinatorMessage::kStep) {
+    Log(rank, absl::StrCat(CommandName(command), " done"));
+  }
+  if (outcome.exit_code) {
+    end.exit_code = *outcome.exit_code;
+    end.clean_end = command.command_case() == iv1::CoordinatorMessage::kShutdown;
+  }
+  return outcome;
+}
+
+// UseSharedMemory: opens the channel (this worker is reader `rank`); the Ack
+// or the error to reply on the stream.
+iv1::WorkerMessage OpenChannel(const iv1::CoordinatorMessage& command, int rank, LoopEnd& end) {
+  iv1::WorkerMessage reply;
+  reply.set_seq(command.seq());
+  absl::StatusOr<std::unique_ptr<ShmEndpoint>> shm = ShmEndpoint::Open(command.use_shared_memory().name(), rank);
+  if (!shm.ok()) {
+    reply.set_error(absl::StrCat("UseSharedMemory: ", shm.status().ToString(),
+                                 "; the coordinator goes on over the stream"));
+    Log(rank, reply.error());
+    return reply;
+  }
+  reply.mutable_ack();
+  end.shm = *std::move(shm);
+  Log(rank, "commands now come through shared memory");
+  return reply;
+}
+
+// Says Hello, then answers every command in order until one asks to exit, the
+// stream breaks, or the commands move to shared memory (end.shm).
 LoopEnd AnswerCommands(SessionStream& stream, CommandHandler& handler, int rank) {
   iv1::WorkerMessage hello;
   *hello.mutable_hello() = handler.MakeHello();
   LoopEnd end;
   if (stream.Write(hello)) {
     iv1::CoordinatorMessage command;
-    while (end.exit_code < 0 && stream.Read(&command)) {
-      CommandHandler::Outcome outcome = handler.Handle(command);
-      if (!outcome.reply.error().empty()) {
-        Log(rank, absl::StrCat(CommandName(command), " (seq ", command.seq(), ") failed: ", outcome.reply.error()));
-      } else if (command.command_case() != iv1::CoordinatorMessage::kStep) {
-        Log(rank, absl::StrCat(CommandName(command), " done"));
-      }
-      if (!stream.Write(outcome.reply)) break;
-      if (outcome.exit_code) {
-        end.exit_code = *outcome.exit_code;
-        end.clean_end = command.command_case() == iv1::CoordinatorMessage::kShutdown;
+    while (end.exit_code < 0 && end.shm == nullptr && stream.Read(&command)) {
+      const iv1::WorkerMessage reply = command.has_use_shared_memory() ? OpenChannel(command, rank, end)
+                                                                       : Answer(handler, command, rank, end).reply;
+      if (!stream.Write(reply)) {
+        end.shm.reset();
+        break;
       }
     }
   }
   return end;
 }
 
-// After a command asked to exit: reads until the coordinator closes the stream
-// (cancelled after 5 s), finishes it and detaches the context from the stopper.
-void CloseStream(SessionStream& stream, grpc::ClientContext& context, SessionStopper& stopper) {
-  // Let the coordinator close the stream; do not wait for ever.
+// Answers the commands of the shared-memory channel until one asks to exit or
+// the channel closes (the hub closed, or `shm` was closed because the stream
+// ended). Replies go back through the channel.
+void AnswerShmCommands(ShmEndpoint& shm, CommandHandler& handler, int rank, LoopEnd& end) {
+  iv1::CoordinatorMessage command;
+  std::string reply;
+  while (end.exit_code < 0) {
+    absl::StatusOr<std::string> bytes = shm.Receive();
+    if (!bytes.ok()) return;
+    if (!command.ParseFromString(*bytes)) {
+      Log(rank, "a command in shared memory does not parse; is the coordinator from the same build?");
+      return;
+    }
+    Answer(handler, command, rank, end).reply.SerializeToString(&reply);
+    if (!shm.Reply(reply).ok()) return;
+  }
+}
+
+// The stream once commands come through shared memory: this thread only
+// reads it, to learn when it ends (the coordinator went away or closed it, or
+// the stopper cancelled it), and then closes the channel so a Receive wakes.
+std::thread WatchStream(SessionStream& stream, ShmEndpoint& shm) {
+  return std::thread([&stream, &shm] {
+    iv1::CoordinatorMessage ignored;
+    while (stream.Read(&ignored)) {
+    }
+    shm.Close(absl::UnavailableError("the session with the coordinator ended"));
+  });
+}
+
+// After a command asked to exit: lets the coordinator close the stream
+// (cancelled after 5 s), finishes it and detaches the context from the
+// stopper. `reader`, when the stream is already being read (WatchStream), is
+// joined instead of reading here.
+void CloseStream(SessionStream& stream, grpc::ClientContext& context, SessionStopper& stopper,
+                 std::thread* reader = nullptr) {
   stream.WritesDone();
   absl::Mutex mu;
   bool finished = false;
@@ -110,8 +175,12 @@ void CloseStream(SessionStream& stream, grpc::ClientContext& context, SessionSto
     absl::MutexLock lock(&mu);
     if (!mu.AwaitWithTimeout(absl::Condition(&finished), absl::Seconds(5))) context.TryCancel();
   });
-  iv1::CoordinatorMessage ignored;
-  while (stream.Read(&ignored)) {
+  if (reader != nullptr) {
+    reader->join();
+  } else {
+    iv1::CoordinatorMessage ignored;
+    while (stream.Read(&ignored)) {
+    }
   }
   (void)stream.Finish();
   {
@@ -158,11 +227,20 @@ int RunWorkerSession(const SessionOptions& options, SessionStopper& stopper) {
   grpc::ClientContext context;
   stopper.Attach(&context);
   std::unique_ptr<SessionStream> stream = stub->Session(&context);
-  const LoopEnd end = AnswerCommands(*stream, handler, rank);
+  LoopEnd end = AnswerCommands(*stream, handler, rank);
+  std::thread watcher;
+  if (end.shm != nullptr) {
+    watcher = WatchStream(*stream, *end.shm);
+    AnswerShmCommands(*end.shm, handler, rank, end);
+  }
   if (end.exit_code >= 0) {
-    CloseStream(*stream, context, stopper);
+    CloseStream(*stream, context, stopper, watcher.joinable() ? &watcher : nullptr);
     Log(rank, end.clean_end ? "shut down by the coordinator" : absl::StrCat("exiting with code ", end.exit_code));
     return end.exit_code;
+  }
+  if (watcher.joinable()) {  // the channel closed: the stream is ending, or ends now
+    context.TryCancel();
+    watcher.join();
   }
   const grpc::Status status = stream->Finish();
   stopper.Attach(nullptr);

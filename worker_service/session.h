@@ -1,5 +1,9 @@
 // The worker process's life (tpserve-worker): dial the coordinator, open the
 // Session stream, say Hello, answer every command in order until Shutdown.
+// After UseSharedMemory (a coordinator on this host) the commands come, and
+// the replies go, through that shared-memory channel (transport/); a second
+// thread then only reads the stream, to see it end, and closes the channel
+// when it does, so the worker still notices a coordinator that went away.
 //
 //   * The coordinator is dialled again and again until `connect_timeout`
 //     passes (it may still be starting); then the error names the address.

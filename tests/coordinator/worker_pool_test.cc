@@ -166,6 +166,34 @@ TEST_F(WorkerPoolTest, ALostWorkerFailsTheCommandAndIsNamed) {
   workers_.pop_back();
 }
 
+// Commands are pipelined: several go out before any reply is awaited, every
+// rank answers each in order, and Await takes each command's replies (or
+// drops those of commands nobody awaited).
+TEST_F(WorkerPoolTest, SendsAheadAndAwaitsEachCommandsReplies) {
+  Start(2);
+  AddWorker(FakeHello(0, 2));
+  AddWorker(FakeHello(1, 2));
+  ASSERT_TRUE(WaitAll().ok());
+  std::vector<uint64_t> seqs;
+  for (uint64_t i = 1; i <= 4; ++i) {
+    iv1::CoordinatorMessage step;
+    step.mutable_step()->set_step_id(i);
+    absl::StatusOr<uint64_t> seq = pool_->Send(step);
+    ASSERT_TRUE(seq.ok()) << seq.status();
+    seqs.push_back(*seq);
+  }
+  for (size_t k = 0; k < 2; ++k) {
+    auto replies = pool_->Await(seqs[k]);
+    ASSERT_TRUE(replies.ok()) << replies.status();
+    ASSERT_EQ(replies->size(), 2u);
+    for (const iv1::WorkerMessage& r : *replies) EXPECT_EQ(r.step().step_id(), k + 1);
+  }
+  auto last = pool_->Await(seqs[3]);  // the third one's replies are dropped unseen
+  ASSERT_TRUE(last.ok()) << last.status();
+  EXPECT_EQ((*last)[1].step().step_id(), 4u);
+  EXPECT_EQ(workers_[0]->commands(), 4);
+}
+
 TEST_F(WorkerPoolTest, AnIdleWorkerThatHangsUpIsNoticed) {
   Start(1);
   std::atomic<bool> lost{false};

@@ -72,13 +72,25 @@ class ServingLoadTest : public ::testing::Test {
   TempDir dir_;
 };
 
-TEST_F(ServingLoadTest, SixtyFourConcurrentStreamsGetIndependentCorrectOutputs) {
+// Both worker transports: shared memory (auto picks it: the workers are on
+// this host) and the gRPC streams.
+class ServingTransportTest : public ::testing::TestWithParam<std::string> {
+ protected:
+  TempDir dir_;
+};
+
+TEST_P(ServingTransportTest, SixtyFourConcurrentStreamsGetIndependentCorrectOutputs) {
   const uint32_t seed = testing_util::TestSeed();
   SCOPED_TRACE(::testing::Message() << "seed " << seed);
   std::mt19937 rng(seed);
   const std::string model = MakeModel(dir_.path(), "qwen3", {"--seed", "5"});
-  Coordinator c = StartCoordinator(model, 2, dir_.path() + "/coordinator.log");
+  const std::string log = dir_.path() + "/coordinator.log";
+  Coordinator c = StartCoordinator(model, 2, log, {"--worker-transport", GetParam()});
   ASSERT_TRUE(c.stub);
+  EXPECT_NE(c.process->Log().find(GetParam() == "grpc" ? "worker transport: gRPC streams"
+                                                        : "worker transport: shared memory"),
+            std::string::npos)
+      << c.process->Log();
   const int kStreams = 64;
   std::vector<std::vector<int32_t>> prompts(kStreams);
   std::vector<int> lengths(kStreams);
@@ -110,6 +122,8 @@ TEST_F(ServingLoadTest, SixtyFourConcurrentStreamsGetIndependentCorrectOutputs) 
   EXPECT_EQ(info.free_blocks(), info.num_blocks());
   EXPECT_EQ(info.running(), 0u);
 }
+
+INSTANTIATE_TEST_SUITE_P(WorkerTransport, ServingTransportTest, ::testing::Values("auto", "grpc", "shm"));
 
 TEST_F(ServingLoadTest, SamePromptTwiceIsServedFromThePrefixCache) {
   const std::string model = MakeModel(dir_.path(), "llama", {"--seed", "2"});

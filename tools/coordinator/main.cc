@@ -54,6 +54,9 @@ ABSL_FLAG(bool, overlap, true,
 ABSL_FLAG(uint32_t, simulate_step_us, 0,
           "benchmarks only: workers sleep this many microseconds per step instead of running the model "
           "and emit made-up tokens");
+ABSL_FLAG(std::string, worker_transport, "auto",
+          "how steps reach the workers: auto (shared memory when every worker is on this host, "
+          "else the gRPC streams), grpc, or shm");
 ABSL_FLAG(bool, enforce_eager, false, "run every step eagerly: no CUDA graphs for decode steps (CUDA workers)");
 
 // Requests and steps.
@@ -84,6 +87,7 @@ CoordinatorOptions OptionsFromFlags() {
   o.enable_prefix_caching = absl::GetFlag(FLAGS_enable_prefix_caching);
   o.overlap = absl::GetFlag(FLAGS_overlap);
   o.simulate_step_us = absl::GetFlag(FLAGS_simulate_step_us);
+  o.worker_transport = absl::GetFlag(FLAGS_worker_transport);
   o.drain_timeout = absl::GetFlag(FLAGS_drain_timeout);
   o.worker_timeout = absl::GetFlag(FLAGS_worker_timeout);
   o.chat_template = absl::GetFlag(FLAGS_chat_template);
