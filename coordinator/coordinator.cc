@@ -10,6 +10,7 @@
 
 #include <grpcpp/ext/proto_server_reflection_plugin.h>
 #include <grpcpp/health_check_service_interface.h>
+#include <grpcpp/resource_quota.h>
 
 #include "absl/strings/str_cat.h"
 #include "base/host_name.h"
@@ -25,6 +26,7 @@ namespace iv1 = tpserve::internal::v1;
 namespace {
 
 constexpr int kMaxWorkerMessageBytes = 256 << 20;  // a step of many sequences, and its logits rows
+constexpr int kMaxPublicSyncThreads = 8;  // reflection calls at once on the public server
 constexpr char kDraining[] = "the server is draining (shutting down); retry elsewhere";
 
 absl::Status CheckOptions(const CoordinatorOptions& o) {
@@ -45,6 +47,10 @@ absl::Status CheckOptions(const CoordinatorOptions& o) {
   if (o.max_num_seqs < 1 || o.max_num_batched_tokens < 1 || o.max_queue < 1) {
     return absl::InvalidArgumentError(
         "--max-num-seqs, --max-num-batched-tokens and --max-queue must be at least 1");
+  }
+  if (o.max_buffered_chunks < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--max-buffered-chunks must be at least 1, got ", o.max_buffered_chunks));
   }
   return absl::OkStatus();
 }
@@ -156,13 +162,20 @@ absl::Status Coordinator::ListenPublic() {
       std::min<int32_t>(tokenizer_->vocab_size(), static_cast<int32_t>(config_->vocab_size));
   limits.max_model_len = max_model_len_;
   limits.defaults = config_->generation;
-  service_ = std::make_unique<GenerationService>(*tokenizer_, chat_format_, limits, info);
+  service_ = std::make_unique<GenerationService>(*tokenizer_, chat_format_, limits, info,
+                                                 options_.max_buffered_chunks);
 
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   int port = 0;
   grpc::ServerBuilder builder;
   builder.AddListeningPort(options_.listen, grpc::InsecureServerCredentials(), &port);
+  // Generation is a callback service: its calls run on gRPC's few callback
+  // threads, an open stream holds none. Only the reflection service is
+  // synchronous (a pool thread per call): cap that pool.
+  grpc::ResourceQuota sync_threads("tpserve-public-sync");
+  sync_threads.SetMaxThreads(kMaxPublicSyncThreads);
+  builder.SetResourceQuota(sync_threads);
   builder.RegisterService(service_.get());
   server_ = builder.BuildAndStart();
   if (!server_ || port == 0) {

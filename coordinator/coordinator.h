@@ -59,6 +59,9 @@ struct CoordinatorOptions {
   int max_num_seqs = 256;                 // most sequences running at once (so also in one step)
   int64_t max_num_batched_tokens = 2048;  // token budget of one step
   int max_queue = 1024;                   // waiting requests beyond this: RESOURCE_EXHAUSTED
+  // Responses held for a stream whose client is not reading; one more aborts
+  // its request with RESOURCE_EXHAUSTED (coordinator/response_queue.h).
+  int64_t max_buffered_chunks = 1024;
   bool enforce_eager = false;             // no CUDA graphs for decode steps
   int64_t num_gpu_blocks_override = 0;    // > 0: allocate this many KV blocks (tests)
   bool enable_prefix_caching = true;

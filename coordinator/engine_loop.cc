@@ -379,7 +379,12 @@ void EngineLoop::Stream(uint64_t seq_id, const StepToken& token, absl::Time now)
       top->set_logprob(logprob);
     }
   }
-  live.out->Push(std::move(response));
+  if (!live.out->Push(std::move(response))) {
+    // The stream is over (its client fell --max-buffered-chunks behind, or
+    // went away): stop generating for it and free its blocks now.
+    End(seq_id, absl::ResourceExhaustedError("the client stopped reading its stream"));
+    return;
+  }
   if (delta.finish != StopReason::kNone) Complete(seq_id, delta.finish, std::move(delta.matched_stop));
 }
 

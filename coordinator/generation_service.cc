@@ -3,6 +3,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "base/status_macros.h"
 #include "coordinator/grpc_status.h"
 
 namespace tpserve {
@@ -11,18 +12,98 @@ namespace v1 = tpserve::v1;
 
 namespace {
 
-// How often a waiting Generate looks whether its client went away.
-constexpr absl::Duration kCancelPoll = absl::Milliseconds(20);
+// A unary call answered inline: the default reactor, finished with `status`.
+grpc::ServerUnaryReactor* Answer(grpc::CallbackServerContext* context, grpc::Status status) {
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  reactor->Finish(std::move(status));
+  return reactor;
+}
 
 }  // namespace
 
+// One Generate call. The call has one "turn" (the right to take from the queue
+// and to write), held by exactly one of: the constructor, the write in flight
+// (until OnWriteDone), the queue while parked (until it calls on_ready, on the
+// engine thread), or OnCancel when it takes a parked turn back (Cancel). Pump
+// runs only with the turn, so there is never more than one write outstanding
+// and response_ is never written to while a write reads it. Pump's last action
+// is StartWrite or Finish: after either, OnDone may delete this at once on
+// another thread. gRPC runs OnWriteDone, OnCancel and OnDone holding a
+// reference to the call, so OnDone never runs while one of them does.
+class GenerationService::GenerateReactor final
+    : public grpc::ServerWriteReactor<v1::GenerateResponse> {
+ public:
+  GenerateReactor(GenerationService& service, grpc::CallbackServerContext* context,
+                  const v1::GenerateRequest& request)
+      : context_(context),
+        queue_(std::make_shared<ResponseQueue>(service.max_buffered_chunks_, [this] { Pump(); })) {
+    absl::StatusOr<Submitted> submitted = service.Submit(request, queue_);
+    if (!submitted.ok()) {
+      Finish(ToGrpc(submitted.status()));
+      return;
+    }
+    engine_ = submitted->engine;
+    request_id_ = std::move(submitted->request_id);
+    Pump();  // the constructor's turn: write what is there already, else park
+  }
+
+  void OnWriteDone(bool ok) override {
+    if (!ok) Stop(absl::CancelledError("the client went away"));
+    Pump();  // the finished write's turn
+  }
+
+  void OnCancel() override {
+    if (engine_ == nullptr) return;  // refused before submission: finished already
+    const bool deadline = context_->deadline() <= std::chrono::system_clock::now();
+    const ResponseQueue::CancelResult cancelled =
+        Stop(deadline ? absl::DeadlineExceededError("the deadline passed")
+                      : absl::CancelledError("the client cancelled"));
+    if (cancelled.consumer_waiting) Pump();  // the parked turn is ours now: Finish
+  }
+
+  void OnDone() override { delete this; }
+
+ private:
+  // The client went away: drop what is buffered and abort the request unless
+  // the engine ended it already.
+  ResponseQueue::CancelResult Stop(const absl::Status& why) {
+    const ResponseQueue::CancelResult cancelled = queue_->Cancel(why);
+    if (cancelled.producer_open) engine_->Abort(request_id_, why);
+    return cancelled;
+  }
+
+  // With the turn: writes the next response, finishes the call, or parks.
+  void Pump() {
+    absl::Status end;
+    switch (queue_->TryPop(&response_, &end)) {
+      case ResponseQueue::Next::kMessage:
+        StartWrite(&response_);
+        return;
+      case ResponseQueue::Next::kEnd:
+        Finish(ToGrpc(end));
+        return;
+      case ResponseQueue::Next::kTimeout:
+        return;  // parked: the queue calls Pump when a response or the end arrives
+    }
+  }
+
+  grpc::CallbackServerContext* const context_;
+  const std::shared_ptr<ResponseQueue> queue_;  // shared with the engine loop
+  // Set by the constructor after a successful Submit (null: refused), before
+  // gRPC can call OnWriteDone or OnCancel.
+  EngineLoop* engine_ = nullptr;
+  std::string request_id_;
+  v1::GenerateResponse response_;  // the write in flight
+};
+
 GenerationService::GenerationService(const Tokenizer& tokenizer,
                                      absl::StatusOr<ChatFormat> chat_format, RequestLimits limits,
-                                     ServiceInfo info)
+                                     ServiceInfo info, int64_t max_buffered_chunks)
     : tokenizer_(tokenizer),
       chat_format_(std::move(chat_format)),
       limits_(std::move(limits)),
-      info_(std::move(info)) {}
+      info_(std::move(info)),
+      max_buffered_chunks_(max_buffered_chunks) {}
 
 void GenerationService::SetEngine(EngineLoop* engine, std::vector<std::string> workers,
                                   std::string backend) {
@@ -56,73 +137,56 @@ absl::Status GenerationService::availability() const {
   return availability_;
 }
 
-grpc::Status GenerationService::Generate(grpc::ServerContext* context,
-                                         const v1::GenerateRequest* request,
-                                         grpc::ServerWriter<v1::GenerateResponse>* writer) {
-  EngineLoop* engine;
-  std::string request_id = request->request_id();
+absl::StatusOr<GenerationService::Submitted> GenerationService::Submit(
+    const v1::GenerateRequest& request, std::shared_ptr<ResponseQueue> queue) {
+  Submitted submitted;
+  submitted.request_id = request.request_id();
   {
     absl::MutexLock lock(&mu_);
-    if (!availability_.ok()) return ToGrpc(availability_);
-    engine = engine_;
-    if (request_id.empty()) request_id = absl::StrCat("req-", next_id_++);
+    if (!availability_.ok()) return availability_;
+    if (engine_ == nullptr) return absl::UnavailableError("the server is starting: no engine yet");
+    submitted.engine = engine_;
+    if (submitted.request_id.empty()) submitted.request_id = absl::StrCat("req-", next_id_++);
   }
-  if (request->has_chat() && !chat_format_.ok()) {
-    return ToGrpc(absl::InvalidArgumentError(
-        absl::StrCat("chat: this model's chat format is unknown: ", chat_format_.status().message())));
+  if (request.has_chat() && !chat_format_.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("chat: this model's chat format is unknown: ", chat_format_.status().message()));
   }
   absl::StatusOr<PreparedRequest> prepared =
-      PrepareRequest(*request, tokenizer_, chat_format_.value_or(ChatFormat::kChatML), limits_);
-  if (!prepared.ok()) return ToGrpc(prepared.status());
-
-  auto queue = std::make_shared<ResponseQueue>();
-  if (absl::Status s = engine->Submit(request_id, std::move(*prepared), queue); !s.ok()) {
-    return ToGrpc(s);
-  }
-  v1::GenerateResponse response;
-  absl::Status end;
-  while (true) {
-    switch (queue->Pop(kCancelPoll, &response, &end)) {
-      case ResponseQueue::Next::kMessage:
-        if (!writer->Write(response)) {
-          engine->Abort(request_id, absl::CancelledError("the client went away"));
-          return grpc::Status(grpc::StatusCode::CANCELLED, "the client went away");
-        }
-        break;
-      case ResponseQueue::Next::kEnd:
-        return ToGrpc(end);
-      case ResponseQueue::Next::kTimeout:
-        if (context->IsCancelled()) {
-          const bool deadline = context->deadline() <= std::chrono::system_clock::now();
-          engine->Abort(request_id, deadline ? absl::DeadlineExceededError("the deadline passed")
-                                             : absl::CancelledError("the client cancelled"));
-          return deadline ? grpc::Status(grpc::StatusCode::DEADLINE_EXCEEDED, "the deadline passed")
-                          : grpc::Status(grpc::StatusCode::CANCELLED, "the client cancelled");
-        }
-        break;
-    }
-  }
+      PrepareRequest(request, tokenizer_, chat_format_.value_or(ChatFormat::kChatML), limits_);
+  if (!prepared.ok()) return prepared.status();
+  TPSERVE_RETURN_IF_ERROR(
+      submitted.engine->Submit(submitted.request_id, std::move(*prepared), std::move(queue)));
+  return submitted;
 }
 
-grpc::Status GenerationService::Abort(grpc::ServerContext*, const v1::AbortRequest* request,
-                                      v1::AbortResponse* response) {
+grpc::ServerWriteReactor<v1::GenerateResponse>* GenerationService::Generate(
+    grpc::CallbackServerContext* context, const v1::GenerateRequest* request) {
+  return new GenerateReactor(*this, context, *request);
+}
+
+grpc::ServerUnaryReactor* GenerationService::Abort(grpc::CallbackServerContext* context,
+                                                   const v1::AbortRequest* request,
+                                                   v1::AbortResponse* response) {
   EngineLoop* engine;
   {
     absl::MutexLock lock(&mu_);
     engine = engine_;
   }
   response->set_found(engine != nullptr && engine->Abort(request->request_id(), absl::OkStatus()));
-  return grpc::Status::OK;
+  return Answer(context, grpc::Status::OK);
 }
 
-grpc::Status GenerationService::GetModelInfo(grpc::ServerContext*, const v1::ModelInfoRequest*,
-                                             v1::ModelInfo* response) {
+grpc::ServerUnaryReactor* GenerationService::GetModelInfo(grpc::CallbackServerContext* context,
+                                                          const v1::ModelInfoRequest*,
+                                                          v1::ModelInfo* response) {
   *response = info_.model;
-  return grpc::Status::OK;
+  return Answer(context, grpc::Status::OK);
 }
 
-grpc::Status GenerationService::GetServerInfo(grpc::ServerContext*, const v1::ServerInfoRequest*,
-                                              v1::ServerInfo* response) {
+grpc::ServerUnaryReactor* GenerationService::GetServerInfo(grpc::CallbackServerContext* context,
+                                                           const v1::ServerInfoRequest*,
+                                                           v1::ServerInfo* response) {
   EngineLoop* engine;
   {
     absl::MutexLock lock(&mu_);
@@ -141,25 +205,29 @@ grpc::Status GenerationService::GetServerInfo(grpc::ServerContext*, const v1::Se
     response->set_waiting(static_cast<uint32_t>(s.waiting));
     response->set_prefix_cache_hit_rate(s.prefix_cache_hit_rate);
   }
-  return grpc::Status::OK;
+  return Answer(context, grpc::Status::OK);
 }
 
-grpc::Status GenerationService::Tokenize(grpc::ServerContext*, const v1::TokenizeRequest* request,
-                                         v1::TokenizeResponse* response) {
+grpc::ServerUnaryReactor* GenerationService::Tokenize(grpc::CallbackServerContext* context,
+                                                      const v1::TokenizeRequest* request,
+                                                      v1::TokenizeResponse* response) {
+  return Answer(context, ToGrpc(TokenizeInto(*request, response)));
+}
+
+absl::Status GenerationService::TokenizeInto(const v1::TokenizeRequest& request,
+                                             v1::TokenizeResponse* response) const {
   std::vector<int32_t> ids;
-  if (request->has_chat()) {
+  if (request.has_chat()) {
     if (!chat_format_.ok()) {
-      return ToGrpc(absl::InvalidArgumentError(absl::StrCat(
-          "chat: this model's chat format is unknown: ", chat_format_.status().message())));
+      return absl::InvalidArgumentError(absl::StrCat(
+          "chat: this model's chat format is unknown: ", chat_format_.status().message()));
     }
-    absl::StatusOr<std::vector<int32_t>> chat = EncodeChat(request->chat(), tokenizer_, *chat_format_);
-    if (!chat.ok()) return ToGrpc(chat.status());
-    ids = std::move(*chat);
+    TPSERVE_ASSIGN_OR_RETURN(ids, EncodeChat(request.chat(), tokenizer_, *chat_format_));
   } else {
-    ids = tokenizer_.Encode(request->text(), request->add_special_tokens());
+    ids = tokenizer_.Encode(request.text(), request.add_special_tokens());
   }
   for (int32_t id : ids) response->add_token_ids(static_cast<uint32_t>(id));
-  return grpc::Status::OK;
+  return absl::OkStatus();
 }
 
 }  // namespace tpserve

@@ -1,11 +1,18 @@
-// The public tpserve.v1.Generation service over the engine loop.
+// The public tpserve.v1.Generation service over the engine loop, on gRPC's
+// callback API: no thread per call (docs/architecture.md, "Threads and locks").
 //
-// Generate validates and tokenizes on the gRPC thread (INVALID_ARGUMENT naming
-// the field), submits to the engine loop, then forwards the request's
-// responses. While it waits it watches the call: a client that cancels or whose
-// deadline passes has its request aborted at the next step (blocks freed).
-// Every RPC but Tokenize and GetModelInfo answers UNAVAILABLE unless the server
-// is serving (starting, draining, or a worker lost: the reason is the message).
+// Generate validates and tokenizes on the gRPC thread that delivers the call
+// (INVALID_ARGUMENT naming the field) and submits to the engine loop; from then
+// on the call is a reactor (GenerateReactor in generation_service.cc) fed by
+// its ResponseQueue: the engine thread's Push wakes it when it is idle, it has
+// at most one write outstanding and starts the next from OnWriteDone. A client
+// that cancels or whose deadline passes (OnCancel), or whose write fails, has
+// its request aborted at the next step (blocks freed). A client that stops
+// reading gets at most `max_buffered_chunks` responses buffered, then its
+// stream ends with RESOURCE_EXHAUSTED naming --max-buffered-chunks.
+// The unary RPCs run inline on the gRPC thread. Every RPC but Tokenize and
+// GetModelInfo answers UNAVAILABLE unless the server is serving (starting,
+// draining, or a worker lost: the reason is the message).
 #pragma once
 
 #include <functional>
@@ -19,6 +26,7 @@
 #include "absl/synchronization/mutex.h"
 #include "coordinator/engine_loop.h"
 #include "coordinator/request.h"
+#include "coordinator/response_queue.h"
 #include "tokenizer/chat_template.h"
 #include "tokenizer/tokenizer.h"
 #include "tpserve/v1/generation.grpc.pb.h"
@@ -32,12 +40,15 @@ struct ServiceInfo {
   uint32_t block_size = 0;
 };
 
-class GenerationService final : public tpserve::v1::Generation::Service {
+class GenerationService final : public tpserve::v1::Generation::CallbackService {
  public:
   // `chat_format` is an error (said to chat requests) when the model's format
-  // is unknown. `tokenizer` must outlive the service.
+  // is unknown. `tokenizer` must outlive the service. `max_buffered_chunks`
+  // (>= 1, --max-buffered-chunks): responses held for a stream whose client
+  // is not reading before its request is aborted with RESOURCE_EXHAUSTED.
   GenerationService(const Tokenizer& tokenizer, absl::StatusOr<ChatFormat> chat_format,
-                    RequestLimits limits, ServiceInfo info);
+                    RequestLimits limits, ServiceInfo info,
+                    int64_t max_buffered_chunks = ResponseQueue::kDefaultMaxBuffered);
 
   // Starts serving with `engine` (must outlive the service), its workers
   // ("rank 0: host device (pid P)") and the backend they run.
@@ -49,23 +60,39 @@ class GenerationService final : public tpserve::v1::Generation::Service {
   // Called with true/false as the server starts or stops serving (health).
   void SetOnServingChange(std::function<void(bool)> callback);
 
-  grpc::Status Generate(grpc::ServerContext* context, const tpserve::v1::GenerateRequest* request,
-                        grpc::ServerWriter<tpserve::v1::GenerateResponse>* writer) override;
-  grpc::Status Abort(grpc::ServerContext* context, const tpserve::v1::AbortRequest* request,
-                     tpserve::v1::AbortResponse* response) override;
-  grpc::Status GetModelInfo(grpc::ServerContext* context, const tpserve::v1::ModelInfoRequest* request,
-                            tpserve::v1::ModelInfo* response) override;
-  grpc::Status GetServerInfo(grpc::ServerContext* context,
-                             const tpserve::v1::ServerInfoRequest* request,
-                             tpserve::v1::ServerInfo* response) override;
-  grpc::Status Tokenize(grpc::ServerContext* context, const tpserve::v1::TokenizeRequest* request,
-                        tpserve::v1::TokenizeResponse* response) override;
+  grpc::ServerWriteReactor<tpserve::v1::GenerateResponse>* Generate(
+      grpc::CallbackServerContext* context, const tpserve::v1::GenerateRequest* request) override;
+  grpc::ServerUnaryReactor* Abort(grpc::CallbackServerContext* context,
+                                  const tpserve::v1::AbortRequest* request,
+                                  tpserve::v1::AbortResponse* response) override;
+  grpc::ServerUnaryReactor* GetModelInfo(grpc::CallbackServerContext* context,
+                                         const tpserve::v1::ModelInfoRequest* request,
+                                         tpserve::v1::ModelInfo* response) override;
+  grpc::ServerUnaryReactor* GetServerInfo(grpc::CallbackServerContext* context,
+                                          const tpserve::v1::ServerInfoRequest* request,
+                                          tpserve::v1::ServerInfo* response) override;
+  grpc::ServerUnaryReactor* Tokenize(grpc::CallbackServerContext* context,
+                                     const tpserve::v1::TokenizeRequest* request,
+                                     tpserve::v1::TokenizeResponse* response) override;
 
  private:
+  class GenerateReactor;  // one Generate call (generation_service.cc)
+  struct Submitted {
+    EngineLoop* engine = nullptr;
+    std::string request_id;  // the client's, or "req-N"
+  };
+  // Refuses unless serving, names the request, prepares it (PrepareRequest)
+  // and submits it to the engine loop with `queue` as its stream.
+  absl::StatusOr<Submitted> Submit(const tpserve::v1::GenerateRequest& request,
+                                   std::shared_ptr<ResponseQueue> queue);
+  absl::Status TokenizeInto(const tpserve::v1::TokenizeRequest& request,
+                            tpserve::v1::TokenizeResponse* response) const;
+
   const Tokenizer& tokenizer_;
   absl::StatusOr<ChatFormat> chat_format_;
   RequestLimits limits_;
   ServiceInfo info_;
+  const int64_t max_buffered_chunks_;
 
   mutable absl::Mutex mu_;
   EngineLoop* engine_ ABSL_GUARDED_BY(mu_) = nullptr;

@@ -1,10 +1,31 @@
-// The stream of one Generate call between the engine loop (producer) and the
-// gRPC handler thread (consumer): responses in order, then one end status
-// (OK after the Complete response, or the error that ends the call).
+// The stream of one Generate call between the engine loop (the producer) and
+// the call's consumer: responses in order, then one end status (OK after the
+// Complete response, or the error that ends the call)
+// (docs/architecture.md, "Threads and locks").
+//
+// Two kinds of consumer:
+//  * event-driven (the Generate reactor, coordinator/generation_service.cc):
+//    constructed with `on_ready`; it calls TryPop, and when that finds nothing
+//    (kTimeout) the queue calls `on_ready` exactly once, on the producer's
+//    thread with no lock held, as soon as a response or the end arrives. So
+//    the consumer holds one "turn" at a time: it is either taking a response,
+//    writing one (at most one write outstanding), or parked in the queue.
+//  * blocking (tests): Pop with a wait.
+//
+// Buffering is bounded: when `max_buffered` responses wait untaken and another
+// arrives, the client has stopped reading; the queue drops what it holds and
+// ends itself with RESOURCE_EXHAUSTED (the message names the bound and
+// --max-buffered-chunks), and Push returns false so the producer stops
+// generating for it. The producer never blocks on the consumer.
+//
+// Thread safety: one producer thread (Push, End) and one consumer at a time
+// (TryPop/Pop, Cancel); every method may be called concurrently with the
+// other side's. The queue never calls `on_ready` while holding its lock.
 #pragma once
 
+#include <cstdint>
 #include <deque>
-#include <utility>
+#include <functional>
 
 #include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
@@ -15,47 +36,67 @@ namespace tpserve {
 
 class ResponseQueue {
  public:
-  enum class Next { kMessage, kEnd, kTimeout };
+  static constexpr int64_t kDefaultMaxBuffered = 1024;  // --max-buffered-chunks
 
-  void Push(tpserve::v1::GenerateResponse response) {
-    absl::MutexLock lock(&mu_);
-    items_.push_back(std::move(response));
-    cv_.Signal();
-  }
-  // Only the first End counts.
-  void End(absl::Status status) {
-    absl::MutexLock lock(&mu_);
-    if (ended_) return;
-    ended_ = true;
-    end_ = std::move(status);
-    cv_.Signal();
-  }
-  // Waits up to `wait` for the next response (kMessage) or the end (kEnd, with
-  // the status; only once every response was taken).
-  Next Pop(absl::Duration wait, tpserve::v1::GenerateResponse* out, absl::Status* end) {
-    absl::MutexLock lock(&mu_);
-    const absl::Time deadline = absl::Now() + wait;
-    while (items_.empty() && !ended_) {
-      if (cv_.WaitWithDeadline(&mu_, deadline)) break;
-    }
-    if (!items_.empty()) {
-      *out = std::move(items_.front());
-      items_.pop_front();
-      return Next::kMessage;
-    }
-    if (ended_) {
-      *end = end_;
-      return Next::kEnd;
-    }
-    return Next::kTimeout;
-  }
+  enum class Next {
+    kMessage,  // *out holds the next response
+    kEnd,      // the stream is over; *end holds its status (only once every response was taken)
+    kTimeout,  // nothing yet (TryPop: `on_ready` will be called once when something arrives)
+  };
+
+  // `max_buffered` >= 1: the most responses held for a consumer that is not
+  // taking them. `on_ready` (may be empty) must not call Push or End.
+  explicit ResponseQueue(int64_t max_buffered = kDefaultMaxBuffered,
+                         std::function<void()> on_ready = nullptr);
+
+  ResponseQueue(const ResponseQueue&) = delete;
+  ResponseQueue& operator=(const ResponseQueue&) = delete;
+
+  // Producer. Queues `response`. False when it was dropped because the stream
+  // is over: ended (End, Cancel, or an earlier overflow), or ending now
+  // because `max_buffered` responses were already waiting (RESOURCE_EXHAUSTED).
+  // After false the producer should stop generating for this stream and may
+  // call End (ignored).
+  bool Push(tpserve::v1::GenerateResponse response);
+  // Producer. The last word: the consumer gets `status` after the responses
+  // queued before it. Only the first End (or overflow, or Cancel) counts.
+  void End(absl::Status status);
+
+  // Consumer. Takes the next response or the end without waiting; kTimeout
+  // when there is neither, and then `on_ready` (if any) will be called once.
+  Next TryPop(tpserve::v1::GenerateResponse* out, absl::Status* end);
+  // Consumer. Waits up to `wait` for the next response or the end.
+  Next Pop(absl::Duration wait, tpserve::v1::GenerateResponse* out, absl::Status* end);
+
+  struct CancelResult {
+    bool producer_open = false;     // End had not come: the producer should be told to stop
+    bool consumer_waiting = false;  // a TryPop was parked: `on_ready` will not come; the
+                                    // caller now has the consumer's turn (and calls TryPop)
+  };
+  // Consumer side: the client went away (cancelled, deadline, a failed write).
+  // Drops what is buffered (also after End: nobody will read it); the next
+  // TryPop/Pop returns kEnd with `why`, later Pushes return false and End is
+  // ignored. Only the first Cancel counts: later ones return {false, false}.
+  CancelResult Cancel(absl::Status why);
 
  private:
+  // Takes the next response or the end into *out / *end, or kTimeout.
+  Next TakeLocked(tpserve::v1::GenerateResponse* out, absl::Status* end)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Clears `waiting_`; true when it was set (the caller then calls on_ready_).
+  bool WakeLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  const int64_t max_buffered_;
+  const std::function<void()> on_ready_;  // set once: read without the lock
+
   absl::Mutex mu_;
-  absl::CondVar cv_;
-  std::deque<tpserve::v1::GenerateResponse> items_ ABSL_GUARDED_BY(mu_);
-  bool ended_ ABSL_GUARDED_BY(mu_) = false;
-  absl::Status end_ ABSL_GUARDED_BY(mu_);
+  absl::CondVar cv_;  // for Pop: items_ or ended_ changed
+  std::deque<tpserve::v1::GenerateResponse> items_ ABSL_GUARDED_BY(mu_);  // [<= max_buffered_]
+  bool ended_ ABSL_GUARDED_BY(mu_) = false;    // End, overflow or Cancel happened
+  absl::Status end_ ABSL_GUARDED_BY(mu_);      // the status the consumer gets
+  bool cancelled_ ABSL_GUARDED_BY(mu_) = false;  // Cancel happened
+  // TryPop found nothing: on_ready_ is owed. Implies items_ empty and !ended_.
+  bool waiting_ ABSL_GUARDED_BY(mu_) = false;
 };
 
 }  // namespace tpserve

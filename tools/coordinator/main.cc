@@ -65,6 +65,9 @@ ABSL_FLAG(int64_t, max_model_len, 0, "longest sequence (prompt + output); 0 = th
 ABSL_FLAG(int, max_num_seqs, 256, "most sequences running at once (and so in one step)");
 ABSL_FLAG(int64_t, max_num_batched_tokens, 2048, "token budget of one step");
 ABSL_FLAG(int, max_queue, 1024, "waiting requests beyond this get RESOURCE_EXHAUSTED");
+ABSL_FLAG(int64_t, max_buffered_chunks, 1024,
+          "responses held for a stream whose client is not reading; one more aborts its request "
+          "with RESOURCE_EXHAUSTED");
 
 namespace tpserve {
 namespace {
@@ -82,6 +85,7 @@ CoordinatorOptions OptionsFromFlags() {
   o.max_num_seqs = absl::GetFlag(FLAGS_max_num_seqs);
   o.max_num_batched_tokens = absl::GetFlag(FLAGS_max_num_batched_tokens);
   o.max_queue = absl::GetFlag(FLAGS_max_queue);
+  o.max_buffered_chunks = absl::GetFlag(FLAGS_max_buffered_chunks);
   o.enforce_eager = absl::GetFlag(FLAGS_enforce_eager);
   o.num_gpu_blocks_override = absl::GetFlag(FLAGS_num_gpu_blocks_override);
   o.enable_prefix_caching = absl::GetFlag(FLAGS_enable_prefix_caching);

@@ -1,0 +1,104 @@
+#include "coordinator/response_queue.h"
+
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "base/check.h"
+
+namespace tpserve {
+
+namespace v1 = tpserve::v1;
+
+ResponseQueue::ResponseQueue(int64_t max_buffered, std::function<void()> on_ready)
+    : max_buffered_(max_buffered), on_ready_(std::move(on_ready)) {
+  TPSERVE_CHECK(max_buffered_ >= 1);
+}
+
+bool ResponseQueue::Push(v1::GenerateResponse response) {
+  bool wake;
+  {
+    absl::MutexLock lock(&mu_);
+    if (ended_) return false;
+    if (static_cast<int64_t>(items_.size()) >= max_buffered_) {
+      items_.clear();
+      ended_ = true;
+      end_ = absl::ResourceExhaustedError(absl::StrCat(
+          "the client stopped reading: more than ", max_buffered_,
+          " responses were waiting to be sent (--max-buffered-chunks), so the request was "
+          "aborted; read the stream as it arrives, or raise --max-buffered-chunks"));
+      cv_.SignalAll();
+      // The consumer is busy with a write (items were waiting), so no wake is owed.
+      return false;
+    }
+    items_.push_back(std::move(response));
+    cv_.SignalAll();
+    wake = WakeLocked();
+  }
+  if (wake) on_ready_();
+  return true;
+}
+
+void ResponseQueue::End(absl::Status status) {
+  bool wake;
+  {
+    absl::MutexLock lock(&mu_);
+    if (ended_) return;
+    ended_ = true;
+    end_ = std::move(status);
+    cv_.SignalAll();
+    wake = WakeLocked();
+  }
+  if (wake) on_ready_();
+}
+
+ResponseQueue::Next ResponseQueue::TryPop(v1::GenerateResponse* out, absl::Status* end) {
+  absl::MutexLock lock(&mu_);
+  const Next next = TakeLocked(out, end);
+  if (next == Next::kTimeout && on_ready_) waiting_ = true;
+  return next;
+}
+
+ResponseQueue::Next ResponseQueue::Pop(absl::Duration wait, v1::GenerateResponse* out,
+                                       absl::Status* end) {
+  absl::MutexLock lock(&mu_);
+  const absl::Time deadline = absl::Now() + wait;
+  while (items_.empty() && !ended_) {
+    if (cv_.WaitWithDeadline(&mu_, deadline)) break;
+  }
+  return TakeLocked(out, end);
+}
+
+ResponseQueue::CancelResult ResponseQueue::Cancel(absl::Status why) {
+  absl::MutexLock lock(&mu_);
+  CancelResult result;
+  if (cancelled_) return result;
+  cancelled_ = true;
+  result.producer_open = !ended_;
+  result.consumer_waiting = WakeLocked();
+  items_.clear();  // nobody will read them
+  ended_ = true;
+  end_ = std::move(why);  // also after End: what was left unsent is gone
+  cv_.SignalAll();
+  return result;
+}
+
+ResponseQueue::Next ResponseQueue::TakeLocked(v1::GenerateResponse* out, absl::Status* end) {
+  if (!items_.empty()) {
+    *out = std::move(items_.front());
+    items_.pop_front();
+    return Next::kMessage;
+  }
+  if (ended_) {
+    *end = end_;
+    return Next::kEnd;
+  }
+  return Next::kTimeout;
+}
+
+bool ResponseQueue::WakeLocked() {
+  const bool wake = waiting_;
+  waiting_ = false;
+  return wake;
+}
+
+}  // namespace tpserve
