@@ -75,7 +75,7 @@ class GenerationService::GenerateReactor final
   // With the turn: writes the next response, finishes the call, or parks.
   void Pump() {
     absl::Status end;
-    switch (queue_->TryPop(&response_, &end)) {
+    switch (queue_->TryPop(&response_, &end, /*merge_chunks=*/true)) {
       case ResponseQueue::Next::kMessage:
         StartWrite(&response_);
         return;

@@ -51,9 +51,10 @@ void ResponseQueue::End(absl::Status status) {
   if (wake) on_ready_();
 }
 
-ResponseQueue::Next ResponseQueue::TryPop(v1::GenerateResponse* out, absl::Status* end) {
+ResponseQueue::Next ResponseQueue::TryPop(v1::GenerateResponse* out, absl::Status* end, bool merge_chunks) {
   absl::MutexLock lock(&mu_);
   const Next next = TakeLocked(out, end);
+  if (merge_chunks && next == Next::kMessage && out->has_chunk()) MergeWaitingChunksLocked(*out->mutable_chunk());
   if (next == Next::kTimeout && on_ready_) waiting_ = true;
   return next;
 }
@@ -93,6 +94,16 @@ ResponseQueue::Next ResponseQueue::TakeLocked(v1::GenerateResponse* out, absl::S
     return Next::kEnd;
   }
   return Next::kTimeout;
+}
+
+void ResponseQueue::MergeWaitingChunksLocked(v1::Chunk& into) {
+  while (!items_.empty() && items_.front().has_chunk()) {
+    v1::Chunk& next = *items_.front().mutable_chunk();
+    into.mutable_token_ids()->MergeFrom(next.token_ids());
+    into.mutable_text()->append(next.text());
+    for (v1::TokenLogprob& lp : *next.mutable_logprobs()) *into.add_logprobs() = std::move(lp);
+    items_.pop_front();
+  }
 }
 
 bool ResponseQueue::WakeLocked() {

@@ -64,7 +64,11 @@ class ResponseQueue {
 
   // Consumer. Takes the next response or the end without waiting; kTimeout
   // when there is neither, and then `on_ready` (if any) will be called once.
-  Next TryPop(tpserve::v1::GenerateResponse* out, absl::Status* end);
+  // With `merge_chunks`, the Chunks waiting right behind a Chunk come merged
+  // into it (token ids, text and log-probs appended in order): a consumer
+  // that fell behind sends one message instead of many, which is what keeps
+  // a busy server's write count near one per stream per step.
+  Next TryPop(tpserve::v1::GenerateResponse* out, absl::Status* end, bool merge_chunks = false);
   // Consumer. Waits up to `wait` for the next response or the end.
   Next Pop(absl::Duration wait, tpserve::v1::GenerateResponse* out, absl::Status* end);
 
@@ -81,6 +85,7 @@ class ResponseQueue {
 
  private:
   // Takes the next response or the end into *out / *end, or kTimeout.
+  void MergeWaitingChunksLocked(tpserve::v1::Chunk& into) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   Next TakeLocked(tpserve::v1::GenerateResponse* out, absl::Status* end)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Clears `waiting_`; true when it was set (the caller then calls on_ready_).

@@ -112,6 +112,36 @@ TEST(ResponseQueueTest, TakingMakesRoomUnderTheBound) {
   }
 }
 
+// A consumer that fell behind takes the chunks waiting in a row as one: token
+// ids, text and log-probs in order; a Complete is never merged into them.
+TEST(ResponseQueueTest, MergingTakesTheChunksWaitingInARowAsOne) {
+  ResponseQueue q;
+  for (uint32_t t : {4u, 5u, 6u}) {
+    v1::GenerateResponse r = Chunk(t);
+    r.set_request_id("r");
+    r.mutable_chunk()->set_text(std::string(1, static_cast<char>('a' + t)));
+    r.mutable_chunk()->add_logprobs()->set_token_id(t);
+    ASSERT_TRUE(q.Push(std::move(r)));
+  }
+  v1::GenerateResponse complete;
+  complete.mutable_complete()->set_finish_reason(v1::LENGTH);
+  ASSERT_TRUE(q.Push(complete));
+  ASSERT_TRUE(q.Push(Chunk(9)));  // cannot happen after Complete; shows no merge across it
+  v1::GenerateResponse r;
+  absl::Status end;
+  ASSERT_EQ(q.TryPop(&r, &end, /*merge_chunks=*/true), Next::kMessage);
+  EXPECT_EQ(r.request_id(), "r");
+  EXPECT_EQ(std::vector<uint32_t>(r.chunk().token_ids().begin(), r.chunk().token_ids().end()),
+            (std::vector<uint32_t>{4, 5, 6}));
+  EXPECT_EQ(r.chunk().text(), "efg");
+  ASSERT_EQ(r.chunk().logprobs_size(), 3);
+  EXPECT_EQ(r.chunk().logprobs(2).token_id(), 6u);
+  ASSERT_EQ(q.TryPop(&r, &end, /*merge_chunks=*/true), Next::kMessage);
+  EXPECT_TRUE(r.has_complete());
+  ASSERT_EQ(q.TryPop(&r, &end, /*merge_chunks=*/true), Next::kMessage);
+  EXPECT_EQ(r.chunk().token_ids_size(), 1);
+}
+
 TEST(ResponseQueueTest, APushAfterTheEndIsDropped) {
   ResponseQueue q;
   EXPECT_TRUE(q.Push(Chunk(1)));
