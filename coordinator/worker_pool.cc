@@ -109,9 +109,17 @@ absl::StatusOr<bool> WorkerPool::FileReply(int rank, WorkerMessage reply) {
   return shut_down;
 }
 
+bool WorkerPool::TakeExitNotice(int rank, const WorkerMessage& message) {
+  absl::MutexLock lock(&mu_);
+  if (hub_ == nullptr) return false;
+  if (message.exiting()) slots_[rank].exiting_error = message.error();
+  return true;
+}
+
 grpc::Status WorkerPool::ReadReplies(int rank, Stream* stream) {
   WorkerMessage reply;
   while (stream->Read(&reply)) {
+    if (TakeExitNotice(rank, reply)) continue;
     absl::StatusOr<bool> shut_down = FileReply(rank, std::move(reply));
     if (!shut_down.ok()) return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION, "reply out of order");
     if (*shut_down) return grpc::Status::OK;  // the worker exits; its stream ends here

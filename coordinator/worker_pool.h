@@ -105,6 +105,10 @@ class WorkerPool final : public tpserve::internal::v1::Worker::Service {
   // Files rank's reply to its oldest unanswered command; whether it answered
   // the Shutdown. A reply out of order loses the worker (INTERNAL).
   absl::StatusOr<bool> FileReply(int rank, WorkerMessage reply);
+  // With shared memory a worker's stream carries only the reply after which
+  // it exits (worker_service/session.cc): recorded, true. False before
+  // UseSharedMemory (the message is a reply to file).
+  bool TakeExitNotice(int rank, const WorkerMessage& message);
   // Reads the shared-memory replies of every rank up to command `seq`.
   absl::Status ReceiveShmReplies(uint64_t seq);
   // Whether every rank has answered `seq` (older unawaited replies dropped).

@@ -134,10 +134,13 @@ LoopEnd AnswerCommands(SessionStream& stream, CommandHandler& handler, int rank)
 
 // Answers the commands of the shared-memory channel until one asks to exit or
 // the channel closes (the hub closed, or `shm` was closed because the stream
-// ended). Replies go back through the channel.
-void AnswerShmCommands(ShmEndpoint& shm, CommandHandler& handler, int rank, LoopEnd& end) {
+// ended). Replies go back through the channel. A reply that says the worker
+// exits (a failed collective) also goes on the stream, as the stream's only
+// message: the coordinator's session thread sees it before the stream ends,
+// and so knows this rank did not die first.
+void AnswerShmCommands(SessionStream& stream, ShmEndpoint& shm, CommandHandler& handler, int rank, LoopEnd& end) {
   iv1::CoordinatorMessage command;
-  std::string reply;
+  std::string bytes_out;
   while (end.exit_code < 0) {
     absl::StatusOr<std::string> bytes = shm.Receive();
     if (!bytes.ok()) return;
@@ -145,8 +148,10 @@ void AnswerShmCommands(ShmEndpoint& shm, CommandHandler& handler, int rank, Loop
       Log(rank, "a command in shared memory does not parse; is the coordinator from the same build?");
       return;
     }
-    Answer(handler, command, rank, end).reply.SerializeToString(&reply);
-    if (!shm.Reply(reply).ok()) return;
+    const iv1::WorkerMessage reply = Answer(handler, command, rank, end).reply;
+    if (reply.exiting()) (void)stream.Write(reply);
+    reply.SerializeToString(&bytes_out);
+    if (!shm.Reply(bytes_out).ok()) return;
   }
 }
 
@@ -231,7 +236,7 @@ int RunWorkerSession(const SessionOptions& options, SessionStopper& stopper) {
   std::thread watcher;
   if (end.shm != nullptr) {
     watcher = WatchStream(*stream, *end.shm);
-    AnswerShmCommands(*end.shm, handler, rank, end);
+    AnswerShmCommands(*stream, *end.shm, handler, rank, end);
   }
   if (end.exit_code >= 0) {
     CloseStream(*stream, context, stopper, watcher.joinable() ? &watcher : nullptr);

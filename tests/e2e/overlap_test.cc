@@ -45,9 +45,13 @@ struct Spec {
   std::atomic<int>* started = nullptr;             // when set: incremented at the first chunk
 };
 
-// What one stream delivered, in order.
+// What one stream delivered, in order. Where one chunk ends and the next
+// begins is not part of the output: a stream that fell behind gets the chunks
+// waiting in a row merged (coordinator/response_queue.h), which depends on
+// timing; `all` is every chunk appended into one.
 struct Observed {
   std::vector<v1::Chunk> chunks;  // one per response with a chunk
+  v1::Chunk all;                  // the chunks in order, merged
   int completes = 0;
   bool chunk_after_complete = false;
   v1::Complete complete;
@@ -149,6 +153,9 @@ Observed Stream(v1::Generation::Stub& stub, const Spec& spec) {
     if (r.has_chunk()) {
       if (o.completes > 0) o.chunk_after_complete = true;
       o.chunks.push_back(r.chunk());
+      o.all.mutable_token_ids()->MergeFrom(r.chunk().token_ids());
+      o.all.mutable_text()->append(r.chunk().text());
+      o.all.mutable_logprobs()->MergeFrom(r.chunk().logprobs());
       if (o.chunks.size() == 1 && spec.started != nullptr) ++*spec.started;
       if (static_cast<int>(o.chunks.size()) == spec.abort_after) SendAbort(stub, spec.request.request_id());
     } else if (r.has_complete()) {
@@ -240,24 +247,24 @@ bool SameLogprob(const v1::TokenLogprob& a, const v1::TokenLogprob& b) {
   return true;
 }
 
-// Token ids and text exactly, log-probs to within kLogprobTolerance.
-bool SameChunk(const v1::Chunk& a, const v1::Chunk& b) {
-  if (!std::equal(a.token_ids().begin(), a.token_ids().end(), b.token_ids().begin(), b.token_ids().end())) return false;
-  if (a.text() != b.text() || a.logprobs_size() != b.logprobs_size()) return false;
-  for (int k = 0; k < a.logprobs_size(); ++k) {
-    if (!SameLogprob(a.logprobs(k), b.logprobs(k))) return false;
-  }
-  return true;
-}
-
-// The first difference between the first `n` chunks of a and b ("" when none).
-std::string ChunkDifference(const Observed& a, const Observed& b, size_t n) {
-  for (size_t k = 0; k < n; ++k) {
-    if (!SameChunk(a.chunks[k], b.chunks[k])) {
-      return absl::StrCat("chunk ", k, ": overlap {", a.chunks[k].ShortDebugString(), "} vs no-overlap {",
-                          b.chunks[k].ShortDebugString(), "}");
+// The first difference between the first `n` tokens of the merged streams
+// (ids exactly, log-probs to within kLogprobTolerance), and their text: the
+// same when both ended by themselves (`whole`), else one a prefix of the
+// other ("" when none).
+std::string StreamDifference(const Observed& a, const Observed& b, int n, bool whole) {
+  for (int k = 0; k < n; ++k) {
+    if (a.all.token_ids(k) != b.all.token_ids(k)) {
+      return absl::StrCat("token ", k, ": ", a.all.token_ids(k), " with overlap, ", b.all.token_ids(k), " without");
+    }
+    if (k < a.all.logprobs_size() && k < b.all.logprobs_size() && !SameLogprob(a.all.logprobs(k), b.all.logprobs(k))) {
+      return absl::StrCat("token ", k, "'s log-probs: overlap {", a.all.logprobs(k).ShortDebugString(),
+                          "} vs no-overlap {", b.all.logprobs(k).ShortDebugString(), "}");
     }
   }
+  const std::string& ta = a.all.text();
+  const std::string& tb = b.all.text();
+  const bool same_text = whole ? ta == tb : (ta.size() <= tb.size() ? tb.starts_with(ta) : ta.starts_with(tb));
+  if (!same_text) return absl::StrCat("text \"", ta, "\" with overlap, \"", tb, "\" without");
   return "";
 }
 
@@ -266,16 +273,14 @@ std::string ChunkDifference(const Observed& a, const Observed& b, size_t n) {
 // short deadline not at all (where it ends depends on timing).
 std::string Difference(const Spec& spec, const Observed& a, const Observed& b) {
   if (spec.deadline > absl::ZeroDuration() || !a.status.ok() || !b.status.ok()) return "";
-  if (spec.abort_after > 0) {
-    const size_t n = std::min({static_cast<size_t>(spec.abort_after), a.chunks.size(), b.chunks.size()});
-    const bool both_natural = a.complete.finish_reason() != v1::ABORTED && b.complete.finish_reason() != v1::ABORTED;
-    if (!both_natural) return ChunkDifference(a, b, n);
+  const int na = a.all.token_ids_size(), nb = b.all.token_ids_size();
+  const bool both_natural = a.complete.finish_reason() != v1::ABORTED && b.complete.finish_reason() != v1::ABORTED;
+  if (spec.abort_after > 0 && !both_natural) return StreamDifference(a, b, std::min(na, nb), /*whole=*/false);
+  if (na != nb) {
+    const std::string first = StreamDifference(a, b, std::min(na, nb), /*whole=*/false);
+    return absl::StrCat(na, " tokens vs ", nb, first.empty() ? "" : "; ", first);
   }
-  if (a.chunks.size() != b.chunks.size()) {
-    const std::string first = ChunkDifference(a, b, std::min(a.chunks.size(), b.chunks.size()));
-    return absl::StrCat(a.chunks.size(), " chunks vs ", b.chunks.size(), first.empty() ? "" : "; ", first);
-  }
-  if (std::string d = ChunkDifference(a, b, a.chunks.size()); !d.empty()) return d;
+  if (std::string d = StreamDifference(a, b, na, /*whole=*/true); !d.empty()) return d;
   if (a.complete.finish_reason() != b.complete.finish_reason() ||
       a.complete.matched_stop() != b.complete.matched_stop()) {
     return absl::StrCat("finish ", v1::FinishReason_Name(a.complete.finish_reason()), " \"",
