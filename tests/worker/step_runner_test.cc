@@ -398,6 +398,24 @@ TEST_F(StepRunnerTest, KeepLogitsReturnsTheRowEachTokenWasSampledFrom) {
   }
 }
 
+// The benchmarks' stand-in for a GPU: no forward, a sleep, and the hash token
+// of each sampled sequence's position, fed back by decode_sampled as usual.
+TEST_F(StepRunnerTest, ASimulatedStepSamplesTheHashTokenOfEachPosition) {
+  runner_ = std::make_unique<StepRunner>(*model_, *cache_, /*rank=*/0,
+                                         StepRunnerOptions{.simulated_step = absl::Microseconds(200)});
+  Seq a{.id = 21, .prompt = RandomTokens(5), .max_tokens = 4};
+  Seq b{.id = 22, .prompt = RandomTokens(7), .max_tokens = 4};
+  EXPECT_EQ(Step({{&a, 5}, {&b, 7}}), 2u);
+  DecodeToEnd({&a, &b});
+  for (const Seq* s : {&a, &b}) {
+    ASSERT_EQ(s->output.size(), 4u);
+    for (size_t k = 0; k < s->output.size(); ++k) {
+      EXPECT_EQ(s->output[k], SimulatedToken(s->id, std::ssize(s->prompt) + static_cast<int64_t>(k), kVocab))
+          << "sequence " << s->id << ", token " << k;
+    }
+  }
+}
+
 // A decode that names its token (what a plan could always do) and a
 // decode_sampled one (the token the runner kept) give the same tokens; a
 // decode_sampled step needs a sampled token to decode.
