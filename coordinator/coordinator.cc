@@ -131,13 +131,15 @@ absl::Status Coordinator::ListenForWorkers() {
   int port = 0;
   grpc::ServerBuilder builder;
   builder.AddListeningPort(options_.worker_listen, grpc::InsecureServerCredentials(), &port);
+  builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);  // exclusive: a taken port is an error
   builder.RegisterService(pool_.get());
   builder.SetMaxReceiveMessageSize(kMaxWorkerMessageBytes);
   builder.SetMaxSendMessageSize(kMaxWorkerMessageBytes);
   worker_server_ = builder.BuildAndStart();
   if (!worker_server_ || port == 0) {
     return absl::UnavailableError(absl::StrCat(
-        "cannot listen for workers on ", options_.worker_listen, "; pick another --worker-listen"));
+        "cannot listen for workers on ", options_.worker_listen,
+        " (is another server using that port?); pick another --worker-listen"));
   }
   worker_port_ = port;
   worker_address_ = absl::StrCat(Host(options_.worker_listen), ":", port);
@@ -148,7 +150,10 @@ absl::Status Coordinator::ListenForWorkers() {
 // The public server, health NOT_SERVING until the engine runs.
 absl::Status Coordinator::ListenPublic() {
   ServiceInfo info;
-  info.model.set_model_path(model_dir_);
+  // The folder's name, not its path: clients learn nothing of the server's files.
+  std::filesystem::path dir = std::filesystem::path(model_dir_).lexically_normal();
+  if (dir.filename().empty()) dir = dir.parent_path();  // "models/qwen/"
+  info.model.set_model_name(dir.filename().string());
   info.model.set_architecture(std::string(ArchitectureName(config_->arch)));
   info.model.set_vocab_size(static_cast<uint32_t>(tokenizer_->vocab_size()));
   info.model.set_max_model_len(static_cast<uint32_t>(max_model_len_));
@@ -170,6 +175,9 @@ absl::Status Coordinator::ListenPublic() {
   int port = 0;
   grpc::ServerBuilder builder;
   builder.AddListeningPort(options_.listen, grpc::InsecureServerCredentials(), &port);
+  // Exclusive: no second server may share the port (SO_REUSEPORT) and take
+  // some of its connections.
+  builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
   // Generation is a callback service: its calls run on gRPC's few callback
   // threads, an open stream holds none. Only the reflection service is
   // synchronous (a pool thread per call): cap that pool.
@@ -180,7 +188,8 @@ absl::Status Coordinator::ListenPublic() {
   server_ = builder.BuildAndStart();
   if (!server_ || port == 0) {
     return absl::UnavailableError(
-        absl::StrCat("cannot listen on ", options_.listen, "; pick another --listen"));
+        absl::StrCat("cannot listen on ", options_.listen,
+                     " (is another server using that port?); pick another --listen"));
   }
   grpc::HealthCheckServiceInterface* health = server_->GetHealthCheckService();
   auto set_health = [health](bool serving) {
@@ -211,7 +220,8 @@ absl::Status Coordinator::LaunchWorkers() {
   launch.output = OutputMode::kPrefix;
   // A worker that ends on its own (before Hello, too) is a lost worker now.
   launch.on_exit = [pool = pool_.get()](const RankExit& e) {
-    if (!e.stopped) pool->ReportWorkerExit(e.rank, e.Describe());
+    const bool clean = e.ok() && e.signal == 0 && !e.status_lost;
+    if (!e.stopped) pool->ReportWorkerExit(e.rank, e.Describe(), clean);
   };
   absl::StatusOr<ProcessGroup> group = LaunchLocal(std::move(launch));
   if (!group.ok()) {

@@ -13,15 +13,17 @@ namespace v1 = tpserve::v1;
 namespace iv1 = tpserve::internal::v1;
 
 struct EngineLoop::Live {
-  Live(const Tokenizer& tokenizer, const EngineLoopOptions& options, std::string id,
-       PreparedRequest req, std::shared_ptr<ResponseQueue> queue)
-      : request_id(std::move(id)),
+  Live(const Tokenizer& tokenizer, const EngineLoopOptions& options, std::string owner,
+       std::string id, PreparedRequest req, std::shared_ptr<ResponseQueue> queue)
+      : client(std::move(owner)),
+        request_id(std::move(id)),
         request(std::move(req)),
         out(std::move(queue)),
         processor(tokenizer, request.stop, options.eos_token_ids,
                   static_cast<int64_t>(request.prompt.size()), options.max_model_len) {}
 
-  std::string request_id;
+  std::string client;      // whose request it is (ids_ key with request_id)
+  std::string request_id;  // as the client named it, or server-assigned
   PreparedRequest request;
   std::shared_ptr<ResponseQueue> out;
   OutputProcessor processor;
@@ -52,15 +54,15 @@ void EngineLoop::Stop() {
   if (thread_.joinable()) thread_.join();
 }
 
-absl::Status EngineLoop::Submit(const std::string& request_id, PreparedRequest request,
-                                std::shared_ptr<ResponseQueue> out) {
+absl::Status EngineLoop::Submit(const std::string& client, const std::string& request_id,
+                                PreparedRequest request, std::shared_ptr<ResponseQueue> out) {
   absl::MutexLock lock(&mu_);
   if (!failed_.ok()) return failed_;
   if (!admission_.ok()) return admission_;
   if (stop_) return absl::UnavailableError("the server is shutting down");
-  if (ids_.contains(request_id)) {
-    return absl::AlreadyExistsError(
-        absl::StrCat("request_id \"", request_id, "\" is already running; use a unique id"));
+  if (ids_.contains(std::pair(client, request_id))) {
+    return absl::AlreadyExistsError(absl::StrCat(
+        "request_id \"", request_id, "\" is already running for this client; use a unique id"));
   }
   // A prompt that needs more blocks than the whole cache could never run:
   // refuse it now rather than after its stream has started.
@@ -78,16 +80,17 @@ absl::Status EngineLoop::Submit(const std::string& request_id, PreparedRequest r
         " requests waiting, --max-queue); retry later"));
   }
   const uint64_t seq_id = next_seq_id_++;
-  ids_[request_id] = seq_id;
-  inbox_.push_back({seq_id, std::make_unique<Live>(tokenizer_, options_, request_id,
+  ids_[std::pair(client, request_id)] = seq_id;
+  inbox_.push_back({seq_id, std::make_unique<Live>(tokenizer_, options_, client, request_id,
                                                    std::move(request), std::move(out))});
   cv_.SignalAll();
   return absl::OkStatus();
 }
 
-bool EngineLoop::Abort(const std::string& request_id, absl::Status why) {
+bool EngineLoop::Abort(const std::string& client, const std::string& request_id,
+                       absl::Status why) {
   absl::MutexLock lock(&mu_);
-  auto it = ids_.find(request_id);
+  auto it = ids_.find(std::pair(client, request_id));
   if (it == ids_.end()) return false;
   aborts_.emplace_back(it->second, std::move(why));
   cv_.SignalAll();
@@ -186,7 +189,7 @@ void EngineLoop::End(uint64_t seq_id, absl::Status status) {
   scheduler_.Finish(seq_id);
   {
     absl::MutexLock lock(&mu_);
-    ids_.erase(live->request_id);
+    ids_.erase(std::pair(live->client, live->request_id));
     PublishLocked();  // a client that sees the end then asks GetServerInfo sees its blocks freed
     cv_.SignalAll();
   }

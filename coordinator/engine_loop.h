@@ -29,6 +29,7 @@
 #include <span>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
@@ -87,15 +88,20 @@ class EngineLoop {
   // Ends the loop thread; requests still live end with UNAVAILABLE.
   void Stop();
 
+  // A live request is named by its client (the caller's identity: see
+  // ClientIdentity in generation_service.h) and its request_id: clients share
+  // no ids, so one can neither collide with nor abort another's requests.
+  // Responses carry the bare request_id.
+  //
   // Queues a request; its responses go to `out`. UNAVAILABLE once admission is
   // closed, RESOURCE_EXHAUSTED when max_queue requests are waiting already,
-  // ALREADY_EXISTS when `request_id` is live.
-  absl::Status Submit(const std::string& request_id, PreparedRequest request,
-                      std::shared_ptr<ResponseQueue> out);
+  // ALREADY_EXISTS when `client` has a live `request_id`.
+  absl::Status Submit(const std::string& client, const std::string& request_id,
+                      PreparedRequest request, std::shared_ptr<ResponseQueue> out);
   // Ends a live request at the next step boundary (its blocks are freed). With
   // an OK `why` its stream gets Complete{ABORTED}; otherwise it ends with `why`.
-  // False when no live request has this id.
-  bool Abort(const std::string& request_id, absl::Status why);
+  // False when `client` has no live request with this id.
+  bool Abort(const std::string& client, const std::string& request_id, absl::Status why);
   void AbortAll(absl::Status why);
   // Refuses new requests from now on with `why` (UNAVAILABLE: draining).
   void CloseAdmission(absl::Status why);
@@ -159,7 +165,8 @@ class EngineLoop {
   absl::CondVar cv_;  // inbox changed / stop / live set changed
   std::vector<Inbound> inbox_ ABSL_GUARDED_BY(mu_);
   std::vector<std::pair<uint64_t, absl::Status>> aborts_ ABSL_GUARDED_BY(mu_);
-  absl::flat_hash_map<std::string, uint64_t> ids_ ABSL_GUARDED_BY(mu_);  // live request ids
+  // (client, request_id) -> sequence id of every live request
+  absl::flat_hash_map<std::pair<std::string, std::string>, uint64_t> ids_ ABSL_GUARDED_BY(mu_);
   uint64_t next_seq_id_ ABSL_GUARDED_BY(mu_) = 1;
   absl::Status admission_ ABSL_GUARDED_BY(mu_);  // not OK: refuse with it
   absl::Status failed_ ABSL_GUARDED_BY(mu_);     // not OK: a worker was lost

@@ -1,7 +1,12 @@
 #include "coordinator/generation_service.h"
 
+#include <sys/random.h>
+
+#include <random>
 #include <utility>
 
+#include "absl/strings/ascii.h"
+#include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "base/status_macros.h"
 #include "coordinator/grpc_status.h"
@@ -21,6 +26,31 @@ grpc::ServerUnaryReactor* Answer(grpc::CallbackServerContext* context, grpc::Sta
 
 }  // namespace
 
+std::string ClientIdentity(std::string_view peer) {
+  // "ipv4:1.2.3.4:PORT", "ipv6:[::1]:PORT"; anything else ("unix:PATH") is kept whole.
+  const size_t colon = peer.rfind(':');
+  if (colon == std::string_view::npos || colon + 1 == peer.size()) return std::string(peer);
+  const std::string_view port = peer.substr(colon + 1);
+  for (char c : port) {
+    if (!absl::ascii_isdigit(static_cast<unsigned char>(c))) return std::string(peer);
+  }
+  const std::string_view host = peer.substr(0, colon);
+  if (!host.starts_with("ipv4:") && !host.starts_with("ipv6:")) return std::string(peer);
+  return std::string(host);
+}
+
+std::string NewRequestId() {
+  char bytes[16];
+  if (getrandom(bytes, sizeof(bytes), 0) != static_cast<ssize_t>(sizeof(bytes))) {
+    std::random_device device;  // /dev/urandom or the CPU's generator
+    for (size_t i = 0; i < sizeof(bytes); i += 4) {
+      const uint32_t r = device();
+      for (size_t k = 0; k < 4; ++k) bytes[i + k] = static_cast<char>(r >> (8 * k));
+    }
+  }
+  return absl::StrCat("req-", absl::BytesToHexString(absl::string_view(bytes, sizeof(bytes))));
+}
+
 // One Generate call. The call has one "turn" (the right to take from the queue
 // and to write), held by exactly one of: the constructor, the write in flight
 // (until OnWriteDone), the queue while parked (until it calls on_ready, on the
@@ -36,8 +66,9 @@ class GenerationService::GenerateReactor final
   GenerateReactor(GenerationService& service, grpc::CallbackServerContext* context,
                   const v1::GenerateRequest& request)
       : context_(context),
+        client_(ClientIdentity(context->peer())),
         queue_(std::make_shared<ResponseQueue>(service.max_buffered_chunks_, [this] { Pump(); })) {
-    absl::StatusOr<Submitted> submitted = service.Submit(request, queue_);
+    absl::StatusOr<Submitted> submitted = service.Submit(request, client_, queue_);
     if (!submitted.ok()) {
       Finish(ToGrpc(submitted.status()));
       return;
@@ -68,7 +99,7 @@ class GenerationService::GenerateReactor final
   // the engine ended it already.
   ResponseQueue::CancelResult Stop(const absl::Status& why) {
     const ResponseQueue::CancelResult cancelled = queue_->Cancel(why);
-    if (cancelled.producer_open) engine_->Abort(request_id_, why);
+    if (cancelled.producer_open) engine_->Abort(client_, request_id_, why);
     return cancelled;
   }
 
@@ -88,6 +119,7 @@ class GenerationService::GenerateReactor final
   }
 
   grpc::CallbackServerContext* const context_;
+  const std::string client_;  // ClientIdentity: whose request this is
   const std::shared_ptr<ResponseQueue> queue_;  // shared with the engine loop
   // Set by the constructor after a successful Submit (null: refused), before
   // gRPC can call OnWriteDone or OnCancel.
@@ -138,7 +170,13 @@ absl::Status GenerationService::availability() const {
 }
 
 absl::StatusOr<GenerationService::Submitted> GenerationService::Submit(
-    const v1::GenerateRequest& request, std::shared_ptr<ResponseQueue> queue) {
+    const v1::GenerateRequest& request, const std::string& client,
+    std::shared_ptr<ResponseQueue> queue) {
+  if (request.request_id().size() > kMaxRequestIdBytes) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "request_id: ", request.request_id().size(), " bytes is longer than the limit of ",
+        kMaxRequestIdBytes, "; use a shorter id, or leave it empty for the server to assign one"));
+  }
   Submitted submitted;
   submitted.request_id = request.request_id();
   {
@@ -146,8 +184,8 @@ absl::StatusOr<GenerationService::Submitted> GenerationService::Submit(
     if (!availability_.ok()) return availability_;
     if (engine_ == nullptr) return absl::UnavailableError("the server is starting: no engine yet");
     submitted.engine = engine_;
-    if (submitted.request_id.empty()) submitted.request_id = absl::StrCat("req-", next_id_++);
   }
+  if (submitted.request_id.empty()) submitted.request_id = NewRequestId();
   if (request.has_chat() && !chat_format_.ok()) {
     return absl::InvalidArgumentError(
         absl::StrCat("chat: this model's chat format is unknown: ", chat_format_.status().message()));
@@ -156,7 +194,7 @@ absl::StatusOr<GenerationService::Submitted> GenerationService::Submit(
       PrepareRequest(request, tokenizer_, chat_format_.value_or(ChatFormat::kChatML), limits_);
   if (!prepared.ok()) return prepared.status();
   TPSERVE_RETURN_IF_ERROR(
-      submitted.engine->Submit(submitted.request_id, std::move(*prepared), std::move(queue)));
+      submitted.engine->Submit(client, submitted.request_id, std::move(*prepared), std::move(queue)));
   return submitted;
 }
 
@@ -173,7 +211,9 @@ grpc::ServerUnaryReactor* GenerationService::Abort(grpc::CallbackServerContext* 
     absl::MutexLock lock(&mu_);
     engine = engine_;
   }
-  response->set_found(engine != nullptr && engine->Abort(request->request_id(), absl::OkStatus()));
+  // Only the caller's own request: ids are scoped by client (ClientIdentity).
+  response->set_found(engine != nullptr && engine->Abort(ClientIdentity(context->peer()),
+                                                         request->request_id(), absl::OkStatus()));
   return Answer(context, grpc::Status::OK);
 }
 
@@ -216,16 +256,9 @@ grpc::ServerUnaryReactor* GenerationService::Tokenize(grpc::CallbackServerContex
 
 absl::Status GenerationService::TokenizeInto(const v1::TokenizeRequest& request,
                                              v1::TokenizeResponse* response) const {
-  std::vector<int32_t> ids;
-  if (request.has_chat()) {
-    if (!chat_format_.ok()) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "chat: this model's chat format is unknown: ", chat_format_.status().message()));
-    }
-    TPSERVE_ASSIGN_OR_RETURN(ids, EncodeChat(request.chat(), tokenizer_, *chat_format_));
-  } else {
-    ids = tokenizer_.Encode(request.text(), request.add_special_tokens());
-  }
+  // The same encoding as Generate's (special tokens in the text stay text
+  // unless the request allows them).
+  TPSERVE_ASSIGN_OR_RETURN(const std::vector<int32_t> ids, EncodeTokenizeRequest(request, tokenizer_, chat_format_));
   for (int32_t id : ids) response->add_token_ids(static_cast<uint32_t>(id));
   return absl::OkStatus();
 }

@@ -19,6 +19,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -32,6 +33,19 @@
 #include "tpserve/v1/generation.grpc.pb.h"
 
 namespace tpserve {
+
+// The longest request_id a client may choose (it is repeated in every response).
+inline constexpr size_t kMaxRequestIdBytes = 256;
+
+// Who a call comes from: the peer's address without its port ("ipv4:10.0.0.7",
+// "ipv6:[::1]"), from grpc::ServerContext::peer() ("ipv4:10.0.0.7:51234").
+// Request ids are scoped by it: a client's id collides only with its own ids,
+// and Abort ends only its own requests. API keys, when they come, replace it.
+std::string ClientIdentity(std::string_view peer);
+
+// A fresh server-assigned request id: "req-" and 128 random bits as 32 hex
+// digits, from the OS's CSPRNG (unguessable, so not a handle on anyone's stream).
+std::string NewRequestId();
 
 struct ServiceInfo {
   tpserve::v1::ModelInfo model;
@@ -79,11 +93,12 @@ class GenerationService final : public tpserve::v1::Generation::CallbackService 
   class GenerateReactor;  // one Generate call (generation_service.cc)
   struct Submitted {
     EngineLoop* engine = nullptr;
-    std::string request_id;  // the client's, or "req-N"
+    std::string request_id;  // the client's, or NewRequestId()
   };
   // Refuses unless serving, names the request, prepares it (PrepareRequest)
-  // and submits it to the engine loop with `queue` as its stream.
+  // and submits it to the engine loop as `client`'s, with `queue` as its stream.
   absl::StatusOr<Submitted> Submit(const tpserve::v1::GenerateRequest& request,
+                                   const std::string& client,
                                    std::shared_ptr<ResponseQueue> queue);
   absl::Status TokenizeInto(const tpserve::v1::TokenizeRequest& request,
                             tpserve::v1::TokenizeResponse* response) const;
@@ -102,7 +117,6 @@ class GenerationService final : public tpserve::v1::Generation::CallbackService 
       absl::UnavailableError("the server is starting: waiting for the workers to load the model");
   bool permanent_ ABSL_GUARDED_BY(mu_) = false;
   std::function<void(bool)> on_serving_ ABSL_GUARDED_BY(mu_);
-  uint64_t next_id_ ABSL_GUARDED_BY(mu_) = 1;
 };
 
 }  // namespace tpserve

@@ -1,9 +1,12 @@
 #include "coordinator/request.h"
 
 #include <cmath>
+#include <optional>
+#include <string>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "base/status_macros.h"
 
 namespace tpserve {
 namespace {
@@ -39,92 +42,135 @@ absl::Status CheckChat(const v1::Chat& chat) {
   return absl::OkStatus();
 }
 
-// A finite float in [lo, hi] (lo_open: (lo, hi]).
-bool InRange(float v, float lo, float hi, bool lo_open = false) {
-  if (!std::isfinite(v)) return false;
-  return (lo_open ? v > lo : v >= lo) && v <= hi;
+// The coordinator's upper bounds on fields the sampler accepts up to any finite
+// value: beyond them the distribution no longer changes meaningfully.
+constexpr float kMaxTemperature = 1e6f;
+constexpr float kMaxRepetitionPenalty = 1e6f;
+
+// A float field: OK when finite and in [lo, hi] (lo_open: (lo, hi]); otherwise
+// "field: value is outside RANGE; what", the range written as accepted.
+absl::Status CheckFloat(absl::string_view field, float v, float lo, float hi, bool lo_open,
+                        absl::string_view what) {
+  if (std::isfinite(v) && (lo_open ? v > lo : v >= lo) && v <= hi) return absl::OkStatus();
+  return Invalid(field, absl::StrCat(v, " is outside ", lo_open ? "(" : "[", lo, ", ", hi, "]; ", what));
+}
+
+absl::Status CheckInput(const v1::GenerateRequest& request, const RequestLimits& limits) {
+  switch (request.input_case()) {
+    case v1::GenerateRequest::kPrompt:
+      if (request.prompt().empty()) return Invalid("prompt", "is empty; give some text");
+      return absl::OkStatus();
+    case v1::GenerateRequest::kPromptTokenIds:
+      if (request.prompt_token_ids().ids().empty()) {
+        return Invalid("prompt_token_ids.ids", "is empty; give at least one token id");
+      }
+      return CheckTokenIds("prompt_token_ids.ids", request.prompt_token_ids().ids(), limits.vocab_size);
+    case v1::GenerateRequest::kChat:
+      return CheckChat(request.chat());
+    case v1::GenerateRequest::INPUT_NOT_SET:
+      break;
+  }
+  return Invalid("prompt", "no input; set one of prompt, prompt_token_ids or chat");
+}
+
+absl::Status CheckSampling(const v1::SamplingParams& s) {
+  if (s.has_temperature()) {
+    TPSERVE_RETURN_IF_ERROR(CheckFloat("sampling.temperature", s.temperature(), 0.f, kMaxTemperature, false,
+                                       "0 = greedy, 1 = the model's distribution"));
+  }
+  if (s.has_top_p()) TPSERVE_RETURN_IF_ERROR(CheckFloat("sampling.top_p", s.top_p(), 0.f, 1.f, true, "1 = off"));
+  if (s.has_top_k() && s.top_k() < -1) {
+    return Invalid("sampling.top_k", absl::StrCat(s.top_k(), " is outside [-1, 2^31); -1 or 0 = off, "
+                                                  "k >= 1 keeps the k most likely tokens"));
+  }
+  if (s.has_min_p()) TPSERVE_RETURN_IF_ERROR(CheckFloat("sampling.min_p", s.min_p(), 0.f, 1.f, false, "0 = off"));
+  if (s.has_repetition_penalty()) {
+    TPSERVE_RETURN_IF_ERROR(CheckFloat("sampling.repetition_penalty", s.repetition_penalty(), 0.f,
+                                       kMaxRepetitionPenalty, true, "1 = off"));
+  }
+  TPSERVE_RETURN_IF_ERROR(CheckFloat("sampling.presence_penalty", s.presence_penalty(), -2.f, 2.f, false, "0 = off"));
+  return CheckFloat("sampling.frequency_penalty", s.frequency_penalty(), -2.f, 2.f, false, "0 = off");
+}
+
+absl::Status CheckStopping(const v1::StoppingParams& st, const RequestLimits& limits) {
+  if (st.has_max_tokens() && st.max_tokens() == 0) {
+    return Invalid("stopping.max_tokens", "0 is below the minimum of 1; leave it unset for what the prompt leaves "
+                                          "of the model's maximum length");
+  }
+  if (st.has_max_tokens() && st.min_tokens() > st.max_tokens()) {
+    return Invalid("stopping.min_tokens", absl::StrCat(st.min_tokens(), " is above stopping.max_tokens (",
+                                                       st.max_tokens(), "); it must be in [0, max_tokens]"));
+  }
+  // Without max_tokens: at least one prompt token, so at most max_model_len - 1
+  // generated (PrepareRequest checks the room the prompt actually leaves).
+  if (limits.max_model_len > 0 && st.min_tokens() >= limits.max_model_len) {
+    return Invalid("stopping.min_tokens",
+                   absl::StrCat(st.min_tokens(), " is outside [0, ", limits.max_model_len - 1,
+                                "] (the model's maximum length ", limits.max_model_len, " less the prompt)"));
+  }
+  std::vector<std::string> stop(st.stop().begin(), st.stop().end());
+  if (auto status = ValidateStopStrings(stop); !status.ok()) return status;
+  return CheckTokenIds("stopping.stop_token_ids", st.stop_token_ids(), limits.vocab_size);
 }
 
 }  // namespace
 
 absl::Status ValidateRequestFields(const v1::GenerateRequest& request, const RequestLimits& limits) {
-  switch (request.input_case()) {
-    case v1::GenerateRequest::kPrompt:
-      if (request.prompt().empty()) return Invalid("prompt", "is empty; give some text");
-      break;
-    case v1::GenerateRequest::kPromptTokenIds:
-      if (request.prompt_token_ids().ids().empty()) {
-        return Invalid("prompt_token_ids.ids", "is empty; give at least one token id");
-      }
-      if (auto s = CheckTokenIds("prompt_token_ids.ids", request.prompt_token_ids().ids(),
-                                 limits.vocab_size);
-          !s.ok()) {
-        return s;
-      }
-      break;
-    case v1::GenerateRequest::kChat:
-      if (auto s = CheckChat(request.chat()); !s.ok()) return s;
-      break;
-    case v1::GenerateRequest::INPUT_NOT_SET:
-      return Invalid("prompt", "no input; set one of prompt, prompt_token_ids or chat");
-  }
-
-  const v1::SamplingParams& s = request.sampling();
-  if (s.has_temperature() && !InRange(s.temperature(), 0.f, 1e6f)) {
-    return Invalid("sampling.temperature",
-                   absl::StrCat("must be >= 0 (0 = greedy), got ", s.temperature()));
-  }
-  if (s.has_top_p() && !InRange(s.top_p(), 0.f, 1.f, /*lo_open=*/true)) {
-    return Invalid("sampling.top_p", absl::StrCat("must be in (0, 1], got ", s.top_p()));
-  }
-  if (s.has_top_k() && s.top_k() < -1) {
-    return Invalid("sampling.top_k", absl::StrCat("must be -1 or 0 (off) or positive, got ", s.top_k()));
-  }
-  if (s.has_min_p() && !InRange(s.min_p(), 0.f, 1.f)) {
-    return Invalid("sampling.min_p", absl::StrCat("must be in [0, 1], got ", s.min_p()));
-  }
-  if (s.has_repetition_penalty() && !InRange(s.repetition_penalty(), 0.f, 1e6f, true)) {
-    return Invalid("sampling.repetition_penalty",
-                   absl::StrCat("must be > 0 (1 = off), got ", s.repetition_penalty()));
-  }
-  if (!InRange(s.presence_penalty(), -2.f, 2.f)) {
-    return Invalid("sampling.presence_penalty",
-                   absl::StrCat("must be in [-2, 2], got ", s.presence_penalty()));
-  }
-  if (!InRange(s.frequency_penalty(), -2.f, 2.f)) {
-    return Invalid("sampling.frequency_penalty",
-                   absl::StrCat("must be in [-2, 2], got ", s.frequency_penalty()));
-  }
-
-  const v1::StoppingParams& st = request.stopping();
-  if (st.has_max_tokens() && st.max_tokens() == 0) {
-    return Invalid("stopping.max_tokens", "must be at least 1 (leave it unset for the model's maximum)");
-  }
-  if (st.has_max_tokens() && st.min_tokens() > st.max_tokens()) {
-    return Invalid("stopping.min_tokens", absl::StrCat(st.min_tokens(), " is above stopping.max_tokens (",
-                                                       st.max_tokens(), ")"));
-  }
-  std::vector<std::string> stop(st.stop().begin(), st.stop().end());
-  if (auto status = ValidateStopStrings(stop); !status.ok()) return status;
-  if (auto status = CheckTokenIds("stopping.stop_token_ids", st.stop_token_ids(), limits.vocab_size);
-      !status.ok()) {
-    return status;
-  }
+  if (auto s = CheckInput(request, limits); !s.ok()) return s;
+  if (auto s = CheckSampling(request.sampling()); !s.ok()) return s;
+  if (auto s = CheckStopping(request.stopping(), limits); !s.ok()) return s;
   if (request.has_logprobs() && request.logprobs() > static_cast<uint32_t>(limits.max_logprobs)) {
-    return Invalid("logprobs", absl::StrCat(request.logprobs(), " alternatives asked, at most ",
-                                            limits.max_logprobs));
+    return Invalid("logprobs", absl::StrCat(request.logprobs(), " is outside [0, ", limits.max_logprobs,
+                                            "] (alternatives per token); leave it unset for none"));
   }
   return absl::OkStatus();
 }
 
 absl::StatusOr<std::vector<int32_t>> EncodeChat(const v1::Chat& chat, const Tokenizer& tokenizer,
-                                                ChatFormat format) {
+                                                ChatFormat format, bool allow_special_tokens) {
   if (auto s = CheckChat(chat); !s.ok()) return s;
   std::vector<ChatMessage> messages;
   for (const v1::ChatMessage& m : chat.messages()) messages.push_back({m.role(), m.content()});
-  absl::StatusOr<std::string> text = RenderChat(format, messages, /*add_generation_prompt=*/true);
-  if (!text.ok()) return Invalid("chat.messages", text.status().message());
-  return tokenizer.Encode(*text, /*add_special_tokens=*/false);
+  absl::StatusOr<std::vector<ChatSegment>> segments =
+      RenderChatSegments(format, messages, /*add_generation_prompt=*/true);
+  if (!segments.ok()) return Invalid("chat.messages", segments.status().message());
+  // The template's control tokens are pushed as ids; the text between them
+  // (role names, newlines, content) is encoded in one piece, as the whole
+  // rendering would be between those tokens.
+  const SpecialTokensInText specials =
+      allow_special_tokens ? SpecialTokensInText::kMatch : SpecialTokensInText::kAsText;
+  std::vector<int32_t> ids;
+  std::string text;
+  auto flush = [&] {
+    const std::vector<int32_t> part = tokenizer.Encode(text, /*add_special_tokens=*/false, specials);
+    ids.insert(ids.end(), part.begin(), part.end());
+    text.clear();
+  };
+  for (const ChatSegment& seg : *segments) {
+    std::optional<int32_t> id = seg.control ? tokenizer.TokenToId(seg.text) : std::nullopt;
+    if (!id.has_value()) {
+      text += seg.text;  // a control token this tokenizer lacks stays text, as before
+      continue;
+    }
+    flush();
+    ids.push_back(*id);
+  }
+  flush();
+  return ids;
+}
+
+absl::StatusOr<std::vector<int32_t>> EncodeTokenizeRequest(const v1::TokenizeRequest& request,
+                                                           const Tokenizer& tokenizer,
+                                                           const absl::StatusOr<ChatFormat>& format) {
+  const bool allow = request.allow_special_tokens_in_input();
+  if (request.has_chat()) {
+    if (!format.ok()) {
+      return Invalid("chat", absl::StrCat("this model's chat format is unknown: ", format.status().message()));
+    }
+    return EncodeChat(request.chat(), tokenizer, *format, allow);
+  }
+  return tokenizer.Encode(request.text(), request.add_special_tokens(),
+                          allow ? SpecialTokensInText::kMatch : SpecialTokensInText::kAsText);
 }
 
 absl::StatusOr<PreparedRequest> PrepareRequest(const v1::GenerateRequest& request,
@@ -135,7 +181,9 @@ absl::StatusOr<PreparedRequest> PrepareRequest(const v1::GenerateRequest& reques
   absl::string_view input_field = "prompt";
   switch (request.input_case()) {
     case v1::GenerateRequest::kPrompt:
-      out.prompt = tokenizer.Encode(request.prompt(), /*add_special_tokens=*/true);
+      out.prompt = tokenizer.Encode(request.prompt(), /*add_special_tokens=*/true,
+                                    request.allow_special_tokens_in_input() ? SpecialTokensInText::kMatch
+                                                                            : SpecialTokensInText::kAsText);
       break;
     case v1::GenerateRequest::kPromptTokenIds:
       input_field = "prompt_token_ids.ids";
@@ -143,7 +191,8 @@ absl::StatusOr<PreparedRequest> PrepareRequest(const v1::GenerateRequest& reques
       break;
     case v1::GenerateRequest::kChat: {
       input_field = "chat.messages";
-      absl::StatusOr<std::vector<int32_t>> ids = EncodeChat(request.chat(), tokenizer, format);
+      absl::StatusOr<std::vector<int32_t>> ids =
+          EncodeChat(request.chat(), tokenizer, format, request.allow_special_tokens_in_input());
       if (!ids.ok()) return ids.status();
       out.prompt = std::move(*ids);
       break;
@@ -162,7 +211,13 @@ absl::StatusOr<PreparedRequest> PrepareRequest(const v1::GenerateRequest& reques
   const v1::StoppingParams& st = request.stopping();
   if (st.has_max_tokens() && st.max_tokens() > room) {
     return Invalid("stopping.max_tokens",
-                   absl::StrCat(st.max_tokens(), " tokens asked, but the prompt's ", n,
+                   absl::StrCat(st.max_tokens(), " is outside [1, ", room, "]: the prompt's ", n,
+                                " tokens leave room for ", room, " (maximum length ",
+                                limits.max_model_len, ")"));
+  }
+  if (st.min_tokens() > room) {  // with max_tokens set, min_tokens <= max_tokens <= room already
+    return Invalid("stopping.min_tokens",
+                   absl::StrCat(st.min_tokens(), " is outside [0, ", room, "]: the prompt's ", n,
                                 " tokens leave room for ", room, " (maximum length ",
                                 limits.max_model_len, ")"));
   }

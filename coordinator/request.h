@@ -44,12 +44,25 @@ absl::Status ValidateRequestFields(const tpserve::v1::GenerateRequest& request,
                                    const RequestLimits& limits);
 
 // Tokenizes the chat messages: rendered with `format`, encoded without adding
-// special tokens (the rendering carries them).
+// special tokens (the rendering carries them). The template's control tokens are
+// real special tokens; special-token text inside the messages' content is plain
+// text unless allow_special_tokens (the request's allow_special_tokens_in_input).
 absl::StatusOr<std::vector<int32_t>> EncodeChat(const tpserve::v1::Chat& chat,
-                                                const Tokenizer& tokenizer, ChatFormat format);
+                                                const Tokenizer& tokenizer, ChatFormat format,
+                                                bool allow_special_tokens = false);
 
-// Validates, tokenizes (a text prompt with add_special_tokens = true) and
-// resolves defaults: max_tokens defaults to what is left of max_model_len.
+// The ids a Tokenize call answers, encoded as Generate would: a chat as EncodeChat,
+// text with the request's add_special_tokens; special-token text in the input is
+// plain text unless allow_special_tokens_in_input. `format` is the model's chat
+// format, or why it is unknown (a chat input is then INVALID_ARGUMENT).
+absl::StatusOr<std::vector<int32_t>> EncodeTokenizeRequest(const tpserve::v1::TokenizeRequest& request,
+                                                           const Tokenizer& tokenizer,
+                                                           const absl::StatusOr<ChatFormat>& format);
+
+// Validates, tokenizes (a text prompt with add_special_tokens = true; special-token
+// text in the prompt or chat content is plain text unless the request's
+// allow_special_tokens_in_input) and resolves defaults: max_tokens defaults to
+// what is left of max_model_len.
 absl::StatusOr<PreparedRequest> PrepareRequest(const tpserve::v1::GenerateRequest& request,
                                                const Tokenizer& tokenizer, ChatFormat format,
                                                const RequestLimits& limits);

@@ -50,6 +50,17 @@ void WorkerPool::MarkLost(int rank, absl::string_view why) {
   if (callback) callback(status);
 }
 
+void WorkerPool::ReportWorkerExit(int rank, absl::string_view what, bool clean) {
+  bool shut_down;
+  {
+    absl::MutexLock lock(&mu_);
+    shut_down = slots_.at(static_cast<size_t>(rank)).shutdown_seq != 0;
+  }
+  if (!shut_down) return MarkLost(rank, what);
+  CoordinatorLog(clean ? absl::StrCat("worker rank ", rank, " shut down cleanly")
+                       : absl::StrCat("worker rank ", rank, " ended badly after Shutdown: ", what));
+}
+
 grpc::Status WorkerPool::Session(grpc::ServerContext* context, Stream* stream) {
   WorkerMessage first;
   if (!stream->Read(&first)) {

@@ -87,7 +87,9 @@ class WorkerPool final : public tpserve::internal::v1::Worker::Service {
   // A worker process ended (the launcher of --spawn-workers saw it): the pool
   // is lost as when its session breaks, so WaitForWorkers returns at once
   // with `what` instead of waiting out its timeout for a rank that is gone.
-  void ReportWorkerExit(int rank, absl::string_view what) { MarkLost(rank, what); }
+  // After its Shutdown the exit is expected: logged (a `clean` one, status 0,
+  // as such), the pool not lost.
+  void ReportWorkerExit(int rank, absl::string_view what, bool clean);
 
  private:
   using Stream = grpc::ServerReaderWriter<CoordinatorMessage, WorkerMessage>;

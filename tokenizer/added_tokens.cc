@@ -51,13 +51,14 @@ AddedTokenMatcher::AddedTokenMatcher(const std::vector<const AddedToken*>& token
   }
 }
 
-void AddedTokenMatcher::Split(std::string_view text, std::vector<Segment>& out) const {
+void AddedTokenMatcher::Split(std::string_view text, std::vector<Segment>& out, bool match_special) const {
   size_t done = 0;  // text before `done` has been emitted
   size_t i = 0;
   while (i < text.size()) {
     const auto& candidates = by_first_byte_[static_cast<unsigned char>(text[i])];
     const AddedToken* match = nullptr;
     for (const AddedToken* t : candidates) {
+      if (t->special && !match_special) continue;
       if (text.compare(i, t->content.size(), t->content) == 0) {
         match = t;  // longest first
         break;

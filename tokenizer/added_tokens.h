@@ -38,7 +38,9 @@ class AddedTokenMatcher {
     int32_t id;
   };
   // Appends the segments of `text` (valid UTF-8) in order. Empty text segments are left out.
-  void Split(std::string_view text, std::vector<Segment>& out) const;
+  // With match_special = false, tokens marked special are not matched: their
+  // content stays in the text segments (Hugging Face's split_special_tokens).
+  void Split(std::string_view text, std::vector<Segment>& out, bool match_special = true) const;
 
  private:
   std::array<std::vector<const AddedToken*>, 256> by_first_byte_;  // each sorted longest first

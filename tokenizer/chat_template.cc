@@ -113,33 +113,72 @@ absl::StatusOr<ChatFormat> DetectChatFormat(const std::filesystem::path& model_d
             "(<|im_start|>)"));
 }
 
-absl::StatusOr<std::string> RenderChat(ChatFormat format, std::span<const ChatMessage> messages,
-                                       bool add_generation_prompt) {
+namespace {
+
+// Appends to a segment list, merging adjacent text.
+class SegmentWriter {
+ public:
+  void Control(std::string_view token) { out_.push_back({std::string(token), true}); }
+  void Text(std::string_view text) {
+    if (text.empty()) return;
+    if (out_.empty() || out_.back().control) out_.push_back({std::string(), false});
+    out_.back().text += text;
+  }
+  std::vector<ChatSegment> Take() { return std::move(out_); }
+
+ private:
+  std::vector<ChatSegment> out_;
+};
+
+}  // namespace
+
+absl::StatusOr<std::vector<ChatSegment>> RenderChatSegments(ChatFormat format,
+                                                            std::span<const ChatMessage> messages,
+                                                            bool add_generation_prompt) {
   if (absl::Status s = CheckMessages(messages); !s.ok()) return s;
-  std::string out;
+  SegmentWriter w;
   switch (format) {
     case ChatFormat::kLlama3:
-      out += "<|begin_of_text|>";
+      w.Control("<|begin_of_text|>");
       for (const ChatMessage& m : messages) {
-        out += "<|start_header_id|>";
-        out += m.role;
-        out += "<|end_header_id|>\n\n";
-        out += Trim(m.content);
-        out += "<|eot_id|>";
+        w.Control("<|start_header_id|>");
+        w.Text(m.role);
+        w.Control("<|end_header_id|>");
+        w.Text("\n\n");
+        w.Text(Trim(m.content));
+        w.Control("<|eot_id|>");
       }
-      if (add_generation_prompt) out += "<|start_header_id|>assistant<|end_header_id|>\n\n";
+      if (add_generation_prompt) {
+        w.Control("<|start_header_id|>");
+        w.Text("assistant");
+        w.Control("<|end_header_id|>");
+        w.Text("\n\n");
+      }
       break;
     case ChatFormat::kChatML:
       for (const ChatMessage& m : messages) {
-        out += "<|im_start|>";
-        out += m.role;
-        out += "\n";
-        out += m.content;
-        out += "<|im_end|>\n";
+        w.Control("<|im_start|>");
+        w.Text(m.role);
+        w.Text("\n");
+        w.Text(m.content);
+        w.Control("<|im_end|>");
+        w.Text("\n");
       }
-      if (add_generation_prompt) out += "<|im_start|>assistant\n";
+      if (add_generation_prompt) {
+        w.Control("<|im_start|>");
+        w.Text("assistant\n");
+      }
       break;
   }
+  return w.Take();
+}
+
+absl::StatusOr<std::string> RenderChat(ChatFormat format, std::span<const ChatMessage> messages,
+                                       bool add_generation_prompt) {
+  absl::StatusOr<std::vector<ChatSegment>> segments = RenderChatSegments(format, messages, add_generation_prompt);
+  if (!segments.ok()) return segments.status();
+  std::string out;
+  for (const ChatSegment& s : *segments) out += s.text;
   return out;
 }
 

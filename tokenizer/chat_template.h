@@ -22,6 +22,7 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "absl/status/statusor.h"
 
@@ -50,5 +51,21 @@ absl::StatusOr<ChatFormat> DetectChatFormat(const std::filesystem::path& model_d
 // message after the first is InvalidArgument.
 absl::StatusOr<std::string> RenderChat(ChatFormat format, std::span<const ChatMessage> messages,
                                        bool add_generation_prompt = true);
+
+// One piece of a rendered conversation. The template's own control tokens
+// (<|begin_of_text|>, <|start_header_id|>, <|eot_id|>, <|im_start|>, <|im_end|>)
+// are segments of their own; everything between them (role names, newlines, the
+// messages' content) is one text segment, so that a caller can encode the text
+// with special tokens disabled and still get the real control tokens.
+struct ChatSegment {
+  std::string text;
+  bool control = false;  // true: exactly one of the template's control tokens
+};
+
+// The same rendering as RenderChat, as segments whose texts concatenate to it;
+// no two text segments are adjacent and none is empty.
+absl::StatusOr<std::vector<ChatSegment>> RenderChatSegments(ChatFormat format,
+                                                            std::span<const ChatMessage> messages,
+                                                            bool add_generation_prompt = true);
 
 }  // namespace tpserve

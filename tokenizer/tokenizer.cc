@@ -206,7 +206,9 @@ absl::Status Tokenizer::CheckDecoder(const nlohmann::json& config, const std::st
                     absl::StrCat("decoder '", type, "' is not supported (supported: ByteLevel, Sequence of ByteLevel)"));
 }
 
-std::vector<int32_t> Tokenizer::Encode(std::string_view text, bool add_special_tokens) const {
+std::vector<int32_t> Tokenizer::Encode(std::string_view text, bool add_special_tokens,
+                                       SpecialTokensInText specials) const {
+  const bool match_special = specials == SpecialTokensInText::kMatch;
   std::string repaired;
   if (!utf8::IsValid(text)) {
     repaired = utf8::Lossy(text);
@@ -216,15 +218,15 @@ std::vector<int32_t> Tokenizer::Encode(std::string_view text, bool add_special_t
   ids.reserve(text.size() / 3 + prefix_ids_.size() + suffix_ids_.size() + 4);
   if (add_special_tokens) ids.insert(ids.end(), prefix_ids_.begin(), prefix_ids_.end());
   if (raw_matcher_.empty()) {
-    EncodeSection(text, ids);
+    EncodeSection(text, match_special, ids);
   } else {
     std::vector<AddedTokenMatcher::Segment> segments;
-    raw_matcher_.Split(text, segments);
+    raw_matcher_.Split(text, segments, match_special);
     for (const auto& seg : segments) {
       if (seg.id >= 0) {
         ids.push_back(seg.id);
       } else {
-        EncodeSection(text.substr(seg.begin, seg.end - seg.begin), ids);
+        EncodeSection(text.substr(seg.begin, seg.end - seg.begin), match_special, ids);
       }
     }
   }
@@ -232,7 +234,7 @@ std::vector<int32_t> Tokenizer::Encode(std::string_view text, bool add_special_t
   return ids;
 }
 
-void Tokenizer::EncodeSection(std::string_view text, std::vector<int32_t>& ids) const {
+void Tokenizer::EncodeSection(std::string_view text, bool match_special, std::vector<int32_t>& ids) const {
   if (normalizer_.empty()) {
     EncodeWords(text, ids);
     return;
@@ -243,7 +245,7 @@ void Tokenizer::EncodeSection(std::string_view text, std::vector<int32_t>& ids) 
     return;
   }
   std::vector<AddedTokenMatcher::Segment> segments;
-  normalized_matcher_.Split(normalized, segments);
+  normalized_matcher_.Split(normalized, segments, match_special);
   for (const auto& seg : segments) {
     if (seg.id >= 0) {
       ids.push_back(seg.id);

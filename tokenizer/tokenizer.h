@@ -30,6 +30,14 @@
 
 namespace tpserve {
 
+// How Encode treats the content of an added token marked special
+// (<|im_end|>, <|eot_id|>, ...) when it is written in the text.
+enum class SpecialTokensInText {
+  kMatch,   // it is that special token (Hugging Face's default)
+  kAsText,  // it is plain text: its bytes go through BPE like any other characters
+            // (HF's split_special_tokens; untrusted text cannot forge control tokens)
+};
+
 class Tokenizer {
  public:
   // Loads `path`: a model folder holding tokenizer.json, or the json file itself.
@@ -42,9 +50,12 @@ class Tokenizer {
   ~Tokenizer();
 
   // Token ids of `text`. Ill-formed UTF-8 in `text` is first replaced by U+FFFD.
-  // add_special_tokens applies the post-processor (e.g. Llama 3's BOS); added
-  // tokens written in the text are recognised either way.
-  std::vector<int32_t> Encode(std::string_view text, bool add_special_tokens) const;
+  // add_special_tokens applies the post-processor (e.g. Llama 3's BOS) either way.
+  // Added tokens written in the text are recognised, except those marked special
+  // when `specials` is kAsText (non-special added tokens such as Qwen's <think>
+  // are words of the vocabulary and always match, as in Hugging Face).
+  std::vector<int32_t> Encode(std::string_view text, bool add_special_tokens,
+                              SpecialTokensInText specials = SpecialTokensInText::kMatch) const;
 
   // Text of `ids`. An id outside [0, vocab_size()) or without a token is
   // InvalidArgument naming the id. skip_special_tokens drops added tokens marked special.
@@ -75,7 +86,7 @@ class Tokenizer {
   absl::Status ParseAddedTokens(const nlohmann::json& root);
   absl::Status ParsePostProcessor(const nlohmann::json& config, const std::string& field);
   absl::Status CheckDecoder(const nlohmann::json& config, const std::string& field) const;
-  void EncodeSection(std::string_view text, std::vector<int32_t>& ids) const;
+  void EncodeSection(std::string_view text, bool match_special, std::vector<int32_t>& ids) const;
   void EncodeWords(std::string_view text, std::vector<int32_t>& ids) const;
   const Piece* PieceOf(int32_t id) const;
 

@@ -133,7 +133,7 @@ class EngineLoopTest : public ::testing::TestWithParam<bool> {
   }
   std::shared_ptr<ResponseQueue> Submit(const std::string& id, PreparedRequest r) {
     auto q = std::make_shared<ResponseQueue>();
-    absl::Status s = engine_->Submit(id, std::move(r), q);
+    absl::Status s = engine_->Submit("client", id, std::move(r), q);
     EXPECT_TRUE(s.ok()) << s;
     return q;
   }
@@ -211,8 +211,8 @@ TEST_P(EngineLoopTest, AbortEndsWithAbortedAndFreesTheBlocks) {
   absl::Status end;
   ASSERT_EQ(q->Pop(absl::Seconds(10), &r, &end), ResponseQueue::Next::kMessage);  // it runs
   EXPECT_GT(engine_->stats().num_blocks - engine_->stats().free_blocks, 0);
-  EXPECT_TRUE(engine_->Abort("long", absl::OkStatus()));
-  EXPECT_FALSE(engine_->Abort("nope", absl::OkStatus()));
+  EXPECT_TRUE(engine_->Abort("client", "long", absl::OkStatus()));
+  EXPECT_FALSE(engine_->Abort("client", "nope", absl::OkStatus()));
   Outcome o = Drain(*q);
   ASSERT_TRUE(o.end.ok()) << o.end;
   ASSERT_TRUE(o.completed);
@@ -232,12 +232,37 @@ TEST_P(EngineLoopTest, AbortEndsWithAbortedAndFreesTheBlocks) {
   EXPECT_EQ(workers_.model_.num_sequences(), 0u);
 }
 
+TEST_P(EngineLoopTest, ClientsShareNoRequestIds) {
+  workers_.delay_ = absl::Milliseconds(5);
+  Start(64);
+  auto alice = std::make_shared<ResponseQueue>();
+  auto bob = std::make_shared<ResponseQueue>();
+  ASSERT_TRUE(engine_->Submit("alice", "x", Request({'a'}, 3000), alice).ok());
+  // The same id from another client is another request, not ALREADY_EXISTS...
+  ASSERT_TRUE(engine_->Submit("bob", "x", Request({'b'}, 3000), bob).ok());
+  // ... but the same client may not reuse a live id.
+  const absl::Status again = engine_->Submit("alice", "x", Request({'a'}, 3), std::make_shared<ResponseQueue>());
+  EXPECT_EQ(again.code(), absl::StatusCode::kAlreadyExists) << again;
+  // A client aborts only its own requests.
+  EXPECT_FALSE(engine_->Abort("mallory", "x", absl::OkStatus()));
+  EXPECT_TRUE(engine_->Abort("alice", "x", absl::OkStatus()));
+  Outcome a = Drain(*alice);
+  ASSERT_TRUE(a.completed) << a.end;
+  EXPECT_EQ(a.complete.finish_reason(), v1::ABORTED);
+  v1::GenerateResponse r;
+  absl::Status end;
+  ASSERT_EQ(bob->Pop(absl::Seconds(10), &r, &end), ResponseQueue::Next::kMessage) << end;
+  EXPECT_EQ(r.request_id(), "x");  // responses carry the bare id
+  EXPECT_TRUE(engine_->Abort("bob", "x", absl::OkStatus()));
+  EXPECT_TRUE(Drain(*bob).completed);
+}
+
 TEST_P(EngineLoopTest, CancellationEndsTheStreamWithTheGivenStatus) {
   workers_.delay_ = absl::Milliseconds(5);
   Start(64);
   auto q = Submit("c", Request({'a'}, 3000));
   absl::SleepFor(absl::Milliseconds(30));
-  engine_->Abort("c", absl::CancelledError("the client cancelled"));
+  engine_->Abort("client", "c", absl::CancelledError("the client cancelled"));
   Outcome o = Drain(*q);
   EXPECT_EQ(o.end.code(), absl::StatusCode::kCancelled);
   EXPECT_FALSE(o.completed);
@@ -250,7 +275,7 @@ TEST_P(EngineLoopTest, QueueFullIsResourceExhausted) {
   absl::Status refused;
   for (int i = 0; i < 6 && refused.ok(); ++i) {
     auto q = std::make_shared<ResponseQueue>();
-    refused = engine_->Submit(absl::StrCat("q", i), Request({'a', 'b'}, 50), q);
+    refused = engine_->Submit("client", absl::StrCat("q", i), Request({'a', 'b'}, 50), q);
     if (refused.ok()) qs.push_back(q);
   }
   EXPECT_EQ(refused.code(), absl::StatusCode::kResourceExhausted) << refused;
@@ -289,7 +314,7 @@ TEST_P(EngineLoopTest, ALostWorkerEndsEveryStreamUnavailableAndClosesAdmission) 
     EXPECT_NE(o.end.message().find("worker rank 1"), absl::string_view::npos) << o.end;
   }
   auto q = std::make_shared<ResponseQueue>();
-  absl::Status s = engine_->Submit("c", Request({'a'}, 3), q);
+  absl::Status s = engine_->Submit("client", "c", Request({'a'}, 3), q);
   EXPECT_EQ(s.code(), absl::StatusCode::kUnavailable);
   EXPECT_NE(s.message().find("worker rank 1"), absl::string_view::npos) << s;
 }
@@ -297,7 +322,7 @@ TEST_P(EngineLoopTest, ALostWorkerEndsEveryStreamUnavailableAndClosesAdmission) 
 TEST_P(EngineLoopTest, TooLongForTheWholeCacheIsRefusedAtAdmission) {
   Start(/*num_blocks=*/3, /*block_size=*/4);
   auto q = std::make_shared<ResponseQueue>();
-  const absl::Status refused = engine_->Submit("big", Request(std::vector<int32_t>(13, 'a'), 2), q);
+  const absl::Status refused = engine_->Submit("client", "big", Request(std::vector<int32_t>(13, 'a'), 2), q);
   EXPECT_EQ(refused.code(), absl::StatusCode::kResourceExhausted) << refused;
   EXPECT_NE(refused.message().find("the prompt of 13 tokens needs 4 KV blocks of 4 tokens but the whole cache "
                                    "holds 3"),

@@ -74,6 +74,7 @@ TEST_F(FailureTest, InvalidRequestsNameTheField) {
       {"stopping.stop", [](auto& r) { for (int i = 0; i < 17; ++i) r.mutable_stopping()->add_stop("x"); }},
       {"stopping.stop[0]", [](auto& r) { r.mutable_stopping()->add_stop(std::string(300, 'x')); }},
       {"chat.messages[0].role", [](auto& r) { r.mutable_chat()->add_messages()->set_role("wizard"); }},
+      {"request_id", [](auto& r) { r.set_request_id(std::string(257, 'r')); }},
   };
   for (const Case& k : cases) {
     v1::GenerateRequest r;
@@ -116,6 +117,103 @@ TEST_F(FailureTest, QueueFullIsResourceExhaustedAndAbortEndsStreams) {
     EXPECT_TRUE(o->completed);
     EXPECT_EQ(o->complete.finish_reason(), v1::ABORTED);
   }
+}
+
+// Issue 15, point 5: ids are unguessable and scoped by client (its address).
+TEST_F(FailureTest, RequestIdsAreRandomAndBelongToTheirClient) {
+  // Dual-stack: one client over IPv4 loopback, the other over IPv6 loopback.
+  Coordinator c = Start({"--listen", "[::]:0"});
+  ASSERT_TRUE(c.stub);
+  const std::string port = c.address.substr(c.address.rfind(':') + 1);
+  auto connect = [](const std::string& address) {
+    return v1::Generation::NewStub(grpc::CreateChannel(address, grpc::InsecureChannelCredentials()));
+  };
+  auto alice = connect("127.0.0.1:" + port);
+  auto bob = connect("[::1]:" + port);
+  // Server-assigned ids: "req-" + 32 hex digits, not a sequence.
+  std::vector<std::string> ids;
+  for (int i = 0; i < 2; ++i) {
+    grpc::ClientContext ctx;
+    v1::GenerateRequest request = Greedy(1);
+    request.set_prompt("x");
+    auto reader = alice->Generate(&ctx, request);
+    v1::GenerateResponse r;
+    ASSERT_TRUE(reader->Read(&r));
+    ids.push_back(r.request_id());
+    while (reader->Read(&r)) {
+    }
+    ASSERT_TRUE(reader->Finish().ok());
+  }
+  for (const std::string& id : ids) {
+    ASSERT_EQ(id.size(), 36u) << id;
+    EXPECT_EQ(id.substr(0, 4), "req-") << id;
+    EXPECT_EQ(id.find_first_not_of("0123456789abcdef", 4), std::string::npos) << id;
+  }
+  EXPECT_NE(ids[0], ids[1]);
+  EXPECT_NE(ids[0].substr(0, 30), ids[1].substr(0, 30)) << ids[0] << " " << ids[1];
+  // The same id from two clients: two requests; each Abort ends only its own.
+  GenerateOutcome a, b;
+  auto abort = [](v1::Generation::Stub& stub, const std::string& id) {
+    grpc::ClientContext ctx;
+    v1::AbortRequest req;
+    req.set_request_id(id);
+    v1::AbortResponse resp;
+    EXPECT_TRUE(stub.Abort(&ctx, req, &resp).ok());
+    return resp.found();
+  };
+  std::thread ta([&] { a = Generate(*alice, Long("shared")); });
+  for (int i = 0; i < 500 && ServerInfo(*alice).running() < 1; ++i) absl::SleepFor(absl::Milliseconds(10));
+  EXPECT_FALSE(abort(*bob, "shared")) << "bob aborted alice's request";
+  std::thread tb([&] { b = Generate(*bob, Long("shared")); });
+  for (int i = 0; i < 500 && ServerInfo(*alice).running() < 2; ++i) absl::SleepFor(absl::Milliseconds(10));
+  EXPECT_EQ(ServerInfo(*alice).running(), 2u) << "bob's \"shared\" was refused";
+  EXPECT_TRUE(abort(*alice, "shared"));
+  ta.join();
+  EXPECT_TRUE(a.completed) << a.status.error_message();
+  EXPECT_EQ(a.complete.finish_reason(), v1::ABORTED);
+  // Bob's stream still runs; then bob ends it himself.
+  absl::SleepFor(absl::Milliseconds(100));
+  EXPECT_EQ(ServerInfo(*alice).running(), 1u);
+  EXPECT_FALSE(abort(*alice, "shared"));
+  EXPECT_TRUE(abort(*bob, "shared"));
+  tb.join();
+  EXPECT_EQ(b.complete.finish_reason(), v1::ABORTED);
+  // An overlong id names the field and the limit.
+  v1::GenerateRequest r = Greedy(1);
+  r.set_prompt("x");
+  r.set_request_id(std::string(300, 'r'));
+  GenerateOutcome o = Generate(*alice, r);
+  EXPECT_EQ(o.status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_NE(o.status.error_message().find("256"), std::string::npos) << o.status.error_message();
+}
+
+// Issue 15, point 6: no second server shares the public port (SO_REUSEPORT).
+TEST_F(FailureTest, ASecondCoordinatorOnATakenPortFailsNamingListen) {
+  Coordinator c = Start();
+  ASSERT_TRUE(c.stub);
+  Process second({BinaryPath("tools/coordinator/tpserve-coordinator"), "--model", model_, "--tp", "2",
+                  "--listen", c.address, "--spawn-workers", "--worker-timeout", "20s",
+                  "--worker-binary", BinaryPath("tools/worker/tpserve-worker")},
+                 dir_.path() + "/second.log");
+  const int rc = second.Wait(absl::Seconds(60));
+  EXPECT_NE(rc, 0) << second.Log();
+  EXPECT_NE(rc, -1) << "the second coordinator is still running:\n" << second.Log();
+  EXPECT_NE(second.Log().find("--listen"), std::string::npos) << second.Log();
+  EXPECT_NE(second.Log().find(c.address), std::string::npos) << second.Log();
+  v1::GenerateRequest r = Greedy(1);
+  r.set_prompt("x");
+  EXPECT_TRUE(Generate(*c.stub, r).status.ok());  // the first one still serves
+}
+
+// Issue 15, point 8: the model's name, not the server's path to it.
+TEST_F(FailureTest, ModelInfoNamesTheModelWithoutItsPath) {
+  Coordinator c = Start();
+  ASSERT_TRUE(c.stub);
+  grpc::ClientContext ctx;
+  v1::ModelInfo info;
+  ASSERT_TRUE(c.stub->GetModelInfo(&ctx, v1::ModelInfoRequest(), &info).ok());
+  EXPECT_EQ(info.model_name(), model_.substr(model_.rfind('/') + 1));
+  EXPECT_EQ(info.model_name().find('/'), std::string::npos) << info.model_name();
 }
 
 TEST_F(FailureTest, CancellingMidStreamReturnsTheBlocks) {
@@ -213,6 +311,7 @@ TEST_F(FailureTest, SigtermDrainsRunningStreamsThenExitsZero) {
   EXPECT_EQ(running.tokens.size(), 300u);
   EXPECT_EQ(c.process->Wait(absl::Seconds(30)), 0) << c.process->Log();
   EXPECT_NE(c.process->Log().find("Shutdown done"), std::string::npos) << "the workers got no Shutdown";
+  EXPECT_EQ(c.process->Log().find("died:"), std::string::npos) << "a clean exit logged as a death";
 }
 
 TEST_F(FailureTest, DrainTimeoutCutsStreamsWithAborted) {

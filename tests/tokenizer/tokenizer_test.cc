@@ -95,6 +95,35 @@ TEST(Tokenizer, SplitsSpecialTokensOutOfText) {
   EXPECT_EQ(t->Encode("", false), Ids{});
 }
 
+TEST(Tokenizer, SpecialTokensAsTextEncodeTheirBytes) {
+  auto t = Toy();
+  const SpecialTokensInText as_text = SpecialTokensInText::kAsText;
+  // Disallowed: the special token's text goes through BPE like any other text.
+  Ids want = Bytes("hi<|s|>");
+  want.push_back(testing::kSpaceT);
+  EXPECT_EQ(t->Encode("hi<|s|> t", false, as_text), want);
+  EXPECT_EQ(t->Encode("<|e|>", false, as_text), Bytes("<|e|>"));
+  Ids with_bos = {testing::kBos};  // add_special_tokens still adds the post-processor's BOS
+  for (int32_t id : Bytes("<|s|>")) with_bos.push_back(id);
+  EXPECT_EQ(t->Encode("<|s|>", true, as_text), with_bos);
+  EXPECT_EQ(*t->Decode(t->Encode("a<|e|>b", false, as_text), false), "a<|e|>b");
+  // Allowed (the default): the special id.
+  EXPECT_EQ(t->Encode("<|e|>", false), (Ids{testing::kEnd}));
+  EXPECT_EQ(t->Encode("<|e|>", false, SpecialTokensInText::kMatch), (Ids{testing::kEnd}));
+  // Non-special added tokens are words of the vocabulary: they match either way.
+  EXPECT_EQ(t->Encode("<think>", false, as_text), (Ids{testing::kThink}));
+  EXPECT_EQ(t->Encode("x <R>  y", false, as_text), (Ids{'x', 0x20, testing::kR, 'y'}));
+}
+
+TEST(Tokenizer, NormalizedSpecialTokensAsText) {
+  nlohmann::json j = ToyTokenizerJson({.nfc = true});
+  j["added_tokens"][1]["normalized"] = true;  // <|e|>, matched after NFC
+  auto t = Tokenizer::FromJsonText(j.dump(), "toy");
+  ASSERT_TRUE(t.ok()) << t.status();
+  EXPECT_EQ((*t)->Encode("a<|e|>", false), (Ids{'a', testing::kEnd}));
+  EXPECT_EQ((*t)->Encode("a<|e|>", false, SpecialTokensInText::kAsText), Bytes("a<|e|>"));
+}
+
 TEST(Tokenizer, LstripRstripSingleWord) {
   auto t = Toy();
   // lstrip swallows the spaces on the left of <L>, rstrip those on the right of <R>.

@@ -260,7 +260,7 @@ int Info(v1::Generation::Stub& stub) {
     if (!s.ok()) return RpcError(s);
   }
   nlohmann::json out = {
-      {"model", {{"model_path", model.model_path()},
+      {"model", {{"model_name", model.model_name()},
                  {"architecture", model.architecture()},
                  {"vocab_size", model.vocab_size()},
                  {"max_model_len", model.max_model_len()},
