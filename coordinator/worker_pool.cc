@@ -186,12 +186,12 @@ absl::StatusOr<uint64_t> WorkerPool::Send(CoordinatorMessage command) {
       for (const Slot& slot : slots_) {
         if (slot.stream == nullptr) return absl::UnavailableError("not every worker has connected");
       }
+      hub = hub_;
       for (Slot& slot : slots_) {
         slot.sent.push_back(command.seq());
         if (command.has_shutdown()) slot.shutdown_seq = command.seq();
-        streams.push_back(slot.stream);
+        if (hub == nullptr) streams.push_back(slot.stream);  // the channel needs no stream list
       }
-      hub = hub_;
     }
     if (hub != nullptr) {  // one copy for every worker; a loss closes the hub
       command.SerializeToString(&send_buffer_);

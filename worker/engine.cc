@@ -9,13 +9,6 @@
 #include "scheduler/step_plan.h"
 
 namespace tpserve {
-namespace {
-
-// The statistics' notion of a decode: a sequence that computes the token
-// its previous step sampled.
-bool Decoding(const ScheduledSequence& s) { return s.decode_sampled; }
-
-}  // namespace
 
 absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(const std::filesystem::path& model_dir,
                                                        Backend& backend, Communicator& comm,
@@ -180,7 +173,9 @@ bool Engine::Append(const GenerationRequest& request, int64_t num_output, int32_
 
 void Engine::Account(const ScheduledStep& step, double seconds) {
   ++stats_.steps;
-  if (std::all_of(step.sequences.begin(), step.sequences.end(), Decoding)) {
+  // A decode step: every sequence computes the token its previous step sampled.
+  if (std::all_of(step.sequences.begin(), step.sequences.end(),
+                  [](const ScheduledSequence& s) { return s.decode_sampled; })) {
     stats_.decode_tokens += step.num_tokens;
     stats_.decode_seconds += seconds;
   } else {
