@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <random>
 #include <utility>
 #include <vector>
@@ -11,9 +13,12 @@
 #include <grpcpp/ext/proto_server_reflection_plugin.h>
 #include <grpcpp/health_check_service_interface.h>
 #include <grpcpp/resource_quota.h>
+#include <grpcpp/security/server_credentials.h>
 
 #include "absl/strings/str_cat.h"
+#include "auth/secret_file.h"
 #include "base/host_name.h"
+#include "launcher/temp_dir.h"
 #include "base/status_macros.h"
 #include "coordinator/log.h"
 #include "coordinator/startup.h"
@@ -48,6 +53,10 @@ absl::Status CheckOptions(const CoordinatorOptions& o) {
     return absl::InvalidArgumentError(
         "--max-num-seqs, --max-num-batched-tokens and --max-queue must be at least 1");
   }
+  if (o.max_streams_per_client < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--max-streams-per-client must be >= 0 (0 = no cap), got ", o.max_streams_per_client));
+  }
   if (o.max_buffered_chunks < 1) {
     return absl::InvalidArgumentError(
         absl::StrCat("--max-buffered-chunks must be at least 1, got ", o.max_buffered_chunks));
@@ -71,6 +80,23 @@ std::string WorkerBinary(const std::string& option) {
   return "tpserve-worker";
 }
 
+// Keepalive and idle limits of the public port.
+constexpr int kKeepaliveMs = 60'000;
+constexpr int kKeepaliveTimeoutMs = 20'000;
+constexpr int kMaxConnectionIdleMs = 15 * 60'000;
+constexpr int kMinClientPingMs = 10'000;
+
+// A PEM file's text; NOT_FOUND / INVALID_ARGUMENT naming `flag` and the path.
+absl::StatusOr<std::string> ReadTextFile(const std::string& path, absl::string_view flag) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return absl::NotFoundError(absl::StrCat(flag, ": cannot read ", path));
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  if (text.find("-----BEGIN") == std::string::npos) {
+    return absl::InvalidArgumentError(absl::StrCat(flag, ": ", path, " is not a PEM file (no -----BEGIN line)"));
+  }
+  return text;
+}
+
 std::string Host(const std::string& address) {
   const size_t colon = address.rfind(':');
   return colon == std::string::npos ? address : address.substr(0, colon);
@@ -90,6 +116,7 @@ absl::Status Coordinator::Start() {
   absl::Status started = [this]() -> absl::Status {
     TPSERVE_RETURN_IF_ERROR(CheckOptions(options_));
     TPSERVE_RETURN_IF_ERROR(LoadModel());
+    TPSERVE_RETURN_IF_ERROR(SetUpClusterSecret());
     // The internal server first: its port goes to the workers.
     TPSERVE_RETURN_IF_ERROR(ListenForWorkers());
     TPSERVE_RETURN_IF_ERROR(ListenPublic());
@@ -126,8 +153,32 @@ absl::Status Coordinator::LoadModel() {
   return absl::OkStatus();
 }
 
+absl::Status Coordinator::SetUpClusterSecret() {
+  if (!options_.cluster_secret_file.empty()) {
+    TPSERVE_ASSIGN_OR_RETURN(secret_, ClusterSecret::FromFile(options_.cluster_secret_file, "--cluster-secret-file"));
+    CoordinatorLog("workers must prove the cluster secret of --cluster-secret-file");
+    return absl::OkStatus();
+  }
+  if (options_.spawn_workers) {
+    // A fresh secret, handed to the children through a private file named in
+    // their environment: never on a command line, where `ps` shows it.
+    TPSERVE_ASSIGN_OR_RETURN(secret_dir_, MakeTempDir("tpserve-secret-"));
+    secret_ = ClusterSecret::Generate();
+    return WriteSecretFile(std::filesystem::path(secret_dir_) / "cluster-secret", secret_->bytes());
+  }
+  if (!IsLoopbackAddress(options_.worker_listen)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--worker-listen ", options_.worker_listen, " is reachable from other machines, so anyone there could ",
+        "join as a worker and read every prompt: set --cluster-secret-file FILE (and give the workers the same ",
+        "file), or listen on 127.0.0.1"));
+  }
+  CoordinatorLog("warning: the worker port is not authenticated (loopback only): any local user can join as a "
+                 "worker; set --cluster-secret-file to require a secret");
+  return absl::OkStatus();
+}
+
 absl::Status Coordinator::ListenForWorkers() {
-  pool_ = std::make_unique<WorkerPool>(options_.tp);
+  pool_ = std::make_unique<WorkerPool>(options_.tp, secret_);
   int port = 0;
   grpc::ServerBuilder builder;
   builder.AddListeningPort(options_.worker_listen, grpc::InsecureServerCredentials(), &port);
@@ -169,15 +220,30 @@ absl::Status Coordinator::ListenPublic() {
   limits.defaults = config_->generation;
   service_ = std::make_unique<GenerationService>(*tokenizer_, chat_format_, limits, info,
                                                  options_.max_buffered_chunks);
+  AccessOptions access;
+  access.max_streams_per_client = options_.max_streams_per_client;
+  if (!options_.api_key_file.empty()) {
+    TPSERVE_ASSIGN_OR_RETURN(access.api_keys, ApiKeys::FromFile(options_.api_key_file));
+    CoordinatorLog(absl::StrCat("the public API needs one of ", access.api_keys->size(), " API keys"));
+  }
+  service_->SetAccess(std::move(access));
+  TPSERVE_ASSIGN_OR_RETURN(std::shared_ptr<grpc::ServerCredentials> credentials, PublicCredentials());
 
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   int port = 0;
   grpc::ServerBuilder builder;
-  builder.AddListeningPort(options_.listen, grpc::InsecureServerCredentials(), &port);
+  builder.AddListeningPort(options_.listen, credentials, &port);
   // Exclusive: no second server may share the port (SO_REUSEPORT) and take
   // some of its connections.
   builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
+  // Dead peers are found by keepalive pings; connections idle (no call) for
+  // long are closed; clients may not ping more often than every 10 s.
+  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIME_MS, kKeepaliveMs);
+  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, kKeepaliveTimeoutMs);
+  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
+  builder.AddChannelArgument(GRPC_ARG_MAX_CONNECTION_IDLE_MS, kMaxConnectionIdleMs);
+  builder.AddChannelArgument(GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS, kMinClientPingMs);
   // Generation is a callback service: its calls run on gRPC's few callback
   // threads, an open stream holds none. Only the reflection service is
   // synchronous (a pool thread per call): cap that pool.
@@ -204,6 +270,34 @@ absl::Status Coordinator::ListenPublic() {
   return absl::OkStatus();
 }
 
+absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> Coordinator::PublicCredentials() const {
+  if (options_.tls_cert.empty() != options_.tls_key.empty()) {
+    return absl::InvalidArgumentError("--tls-cert and --tls-key go together: give both PEM files, or neither");
+  }
+  if (options_.tls_cert.empty()) {
+    if (!options_.tls_client_ca.empty()) {
+      return absl::InvalidArgumentError("--tls-client-ca needs --tls-cert and --tls-key (mutual TLS is TLS)");
+    }
+    if (!IsLoopbackAddress(options_.listen)) {
+      CoordinatorLog(absl::StrCat("warning: the public API on ", options_.listen,
+                                  " is plain text; set --tls-cert and --tls-key to encrypt it"));
+    }
+    return grpc::InsecureServerCredentials();
+  }
+  grpc::SslServerCredentialsOptions ssl;
+  grpc::SslServerCredentialsOptions::PemKeyCertPair pair;
+  TPSERVE_ASSIGN_OR_RETURN(pair.private_key, ReadSecretFile(options_.tls_key, "--tls-key"));
+  TPSERVE_ASSIGN_OR_RETURN(pair.cert_chain, ReadTextFile(options_.tls_cert, "--tls-cert"));
+  ssl.pem_key_cert_pairs.push_back(std::move(pair));
+  if (!options_.tls_client_ca.empty()) {
+    TPSERVE_ASSIGN_OR_RETURN(ssl.pem_root_certs, ReadTextFile(options_.tls_client_ca, "--tls-client-ca"));
+    ssl.client_certificate_request = GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY;
+  }
+  CoordinatorLog(options_.tls_client_ca.empty() ? "the public API speaks TLS"
+                                                : "the public API speaks mutual TLS (client certificates required)");
+  return grpc::SslServerCredentials(ssl);
+}
+
 // Workers: spawned here, or started by the user (mpirun / tpserve-launch).
 absl::Status Coordinator::LaunchWorkers() {
   const int tp = options_.tp;
@@ -218,6 +312,12 @@ absl::Status Coordinator::LaunchWorkers() {
   launch.master_addr = "127.0.0.1";
   launch.master_port = worker_port_;  // unused by the workers: rendezvous goes through the pool
   launch.output = OutputMode::kPrefix;
+  if (!secret_dir_.empty()) {
+    launch.extra_env.push_back(absl::StrCat(kClusterSecretFileEnv, "=", secret_dir_, "/cluster-secret"));
+  } else if (!options_.cluster_secret_file.empty()) {
+    const std::string path = std::filesystem::absolute(options_.cluster_secret_file).string();
+    launch.extra_env.push_back(absl::StrCat(kClusterSecretFileEnv, "=", path));
+  }
   // A worker that ends on its own (before Hello, too) is a lost worker now.
   launch.on_exit = [pool = pool_.get()](const RankExit& e) {
     const bool clean = e.ok() && e.signal == 0 && !e.status_lost;
@@ -366,6 +466,7 @@ void Coordinator::StopServers() {
   if (pool_) pool_->Close();
   if (worker_server_) worker_server_->Shutdown(soon());
   if (workers_) (void)workers_->Stop(absl::Seconds(10));
+  if (!secret_dir_.empty()) RemoveTempDir(secret_dir_);
 }
 
 }  // namespace tpserve

@@ -36,6 +36,7 @@
 #include "absl/status/status.h"
 #include "absl/synchronization/notification.h"
 #include "absl/time/time.h"
+#include "auth/cluster_secret.h"
 #include "coordinator/engine_loop.h"
 #include "coordinator/generation_service.h"
 #include "coordinator/worker_pool.h"
@@ -78,6 +79,19 @@ struct CoordinatorOptions {
   absl::Duration worker_timeout = absl::Seconds(120);  // Start: how long workers may take to connect
   std::string chat_template = "auto";     // auto (tokenizer_config.json), llama3 or chatml
   bool spawn_workers = false;             // start the tp local workers (torchrun-style environment)
+  // The secret a worker must prove (auth/cluster_secret.h); "" = none, then
+  // --spawn-workers makes a fresh one, and otherwise the worker port must be
+  // a loopback address.
+  std::string cluster_secret_file;
+  // The public API's doors (README, "Security"): TLS when tls_cert and
+  // tls_key are set (PEM files), mutual TLS when tls_client_ca is also set;
+  // bearer API keys from api_key_file (auth/api_keys.h); and a cap on the
+  // Generate streams one client may hold open (0 = none).
+  std::string tls_cert;
+  std::string tls_key;
+  std::string tls_client_ca;
+  std::string api_key_file;
+  int max_streams_per_client = 512;
   std::string worker_binary;              // for spawn_workers; "" = next to this binary, else PATH
 };
 
@@ -110,8 +124,12 @@ class Coordinator {
 
  private:
   absl::Status LoadModel();
+  // The cluster secret: read, made for the spawned workers, or none.
+  absl::Status SetUpClusterSecret();
   absl::Status ListenForWorkers();
   absl::Status ListenPublic();
+  // The public port's credentials: TLS from the files, or insecure.
+  absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> PublicCredentials() const;
   absl::Status LaunchWorkers();
   absl::Status ConnectWorkers();
   absl::Status ChooseWorkerTransport();
@@ -134,6 +152,8 @@ class Coordinator {
   std::string worker_address_;  // HOST:PORT the workers dial
   std::unique_ptr<GenerationService> service_;
   std::unique_ptr<grpc::Server> server_;
+  std::optional<ClusterSecret> secret_;
+  std::string secret_dir_;  // a fresh secret for the spawned workers lives here (removed at stop)
   std::optional<ProcessGroup> workers_;  // spawn_workers only
   std::string backend_;                   // "cpu" or "cuda", once the workers said Hello
   std::unique_ptr<EngineLoop> engine_;

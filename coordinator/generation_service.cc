@@ -65,9 +65,16 @@ class GenerationService::GenerateReactor final
  public:
   GenerateReactor(GenerationService& service, grpc::CallbackServerContext* context,
                   const v1::GenerateRequest& request)
-      : context_(context),
-        client_(ClientIdentity(context->peer())),
+      : service_(service),
+        context_(context),
         queue_(std::make_shared<ResponseQueue>(service.max_buffered_chunks_, [this] { Pump(); })) {
+    absl::StatusOr<std::string> client = service.Caller(*context);
+    absl::Status open = client.ok() ? service.OpenStream(*client) : client.status();
+    if (!open.ok()) {
+      Finish(ToGrpc(open));
+      return;
+    }
+    client_ = *std::move(client);
     absl::StatusOr<Submitted> submitted = service.Submit(request, client_, queue_);
     if (!submitted.ok()) {
       Finish(ToGrpc(submitted.status()));
@@ -92,7 +99,10 @@ class GenerationService::GenerateReactor final
     if (cancelled.consumer_waiting) Pump();  // the parked turn is ours now: Finish
   }
 
-  void OnDone() override { delete this; }
+  void OnDone() override {
+    if (!client_.empty()) service_.CloseStream(client_);
+    delete this;
+  }
 
  private:
   // The client went away: drop what is buffered and abort the request unless
@@ -118,8 +128,9 @@ class GenerationService::GenerateReactor final
     }
   }
 
+  GenerationService& service_;
   grpc::CallbackServerContext* const context_;
-  const std::string client_;  // ClientIdentity: whose request this is
+  std::string client_;  // whose request this is (Caller); set once counted by OpenStream
   const std::shared_ptr<ResponseQueue> queue_;  // shared with the engine loop
   // Set by the constructor after a successful Submit (null: refused), before
   // gRPC can call OnWriteDone or OnCancel.
@@ -143,6 +154,48 @@ void GenerationService::SetEngine(EngineLoop* engine, std::vector<std::string> w
   engine_ = engine;
   workers_ = std::move(workers);
   backend_ = std::move(backend);
+}
+
+void GenerationService::SetAccess(AccessOptions access) { access_ = std::move(access); }
+
+absl::StatusOr<std::string> GenerationService::Caller(const grpc::CallbackServerContext& context) const {
+  if (!access_.api_keys) return ClientIdentity(context.peer());
+  const auto& metadata = context.client_metadata();
+  auto it = metadata.find("authorization");
+  if (it == metadata.end()) {
+    return absl::UnauthenticatedError(
+        "this server needs an API key: send the metadata \"authorization: Bearer KEY\" (tpserve-client --api-key-file)");
+  }
+  const std::optional<absl::string_view> token =
+      ApiKeys::BearerToken(absl::string_view(it->second.data(), it->second.size()));
+  std::optional<std::string> name = token ? access_.api_keys->Match(*token) : std::nullopt;
+  if (!name) return absl::UnauthenticatedError("the API key is not valid (the authorization metadata must be \"Bearer KEY\")");
+  return *std::move(name);
+}
+
+absl::Status GenerationService::OpenStream(const std::string& client) {
+  absl::MutexLock lock(&mu_);
+  int& open = open_streams_[client];
+  if (access_.max_streams_per_client > 0 && open >= access_.max_streams_per_client) {
+    if (open == 0) open_streams_.erase(client);
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "this client already has ", open, " open streams, the most --max-streams-per-client allows; ",
+        "wait for one to end"));
+  }
+  ++open;
+  return absl::OkStatus();
+}
+
+void GenerationService::CloseStream(const std::string& client) {
+  absl::MutexLock lock(&mu_);
+  auto it = open_streams_.find(client);
+  if (it != open_streams_.end() && --it->second <= 0) open_streams_.erase(it);
+}
+
+int GenerationService::open_streams(const std::string& client) const {
+  absl::MutexLock lock(&mu_);
+  auto it = open_streams_.find(client);
+  return it == open_streams_.end() ? 0 : it->second;
 }
 
 void GenerationService::SetOnServingChange(std::function<void(bool)> callback) {
@@ -206,20 +259,24 @@ grpc::ServerWriteReactor<v1::GenerateResponse>* GenerationService::Generate(
 grpc::ServerUnaryReactor* GenerationService::Abort(grpc::CallbackServerContext* context,
                                                    const v1::AbortRequest* request,
                                                    v1::AbortResponse* response) {
+  absl::StatusOr<std::string> client = Caller(*context);
+  if (!client.ok()) return Answer(context, ToGrpc(client.status()));
   EngineLoop* engine;
   {
     absl::MutexLock lock(&mu_);
     engine = engine_;
   }
-  // Only the caller's own request: ids are scoped by client (ClientIdentity).
-  response->set_found(engine != nullptr && engine->Abort(ClientIdentity(context->peer()),
-                                                         request->request_id(), absl::OkStatus()));
+  // Only the caller's own request: ids are scoped by client.
+  response->set_found(engine != nullptr && engine->Abort(*client, request->request_id(), absl::OkStatus()));
   return Answer(context, grpc::Status::OK);
 }
 
 grpc::ServerUnaryReactor* GenerationService::GetModelInfo(grpc::CallbackServerContext* context,
                                                           const v1::ModelInfoRequest*,
                                                           v1::ModelInfo* response) {
+  if (absl::StatusOr<std::string> client = Caller(*context); !client.ok()) {
+    return Answer(context, ToGrpc(client.status()));
+  }
   *response = info_.model;
   return Answer(context, grpc::Status::OK);
 }
@@ -227,6 +284,9 @@ grpc::ServerUnaryReactor* GenerationService::GetModelInfo(grpc::CallbackServerCo
 grpc::ServerUnaryReactor* GenerationService::GetServerInfo(grpc::CallbackServerContext* context,
                                                            const v1::ServerInfoRequest*,
                                                            v1::ServerInfo* response) {
+  if (absl::StatusOr<std::string> client = Caller(*context); !client.ok()) {
+    return Answer(context, ToGrpc(client.status()));
+  }
   EngineLoop* engine;
   {
     absl::MutexLock lock(&mu_);
@@ -251,7 +311,8 @@ grpc::ServerUnaryReactor* GenerationService::GetServerInfo(grpc::CallbackServerC
 grpc::ServerUnaryReactor* GenerationService::Tokenize(grpc::CallbackServerContext* context,
                                                       const v1::TokenizeRequest* request,
                                                       v1::TokenizeResponse* response) {
-  return Answer(context, ToGrpc(TokenizeInto(*request, response)));
+  absl::StatusOr<std::string> client = Caller(*context);
+  return Answer(context, ToGrpc(client.ok() ? TokenizeInto(*request, response) : client.status()));
 }
 
 absl::Status GenerationService::TokenizeInto(const v1::TokenizeRequest& request,

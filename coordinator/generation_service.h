@@ -22,9 +22,11 @@
 #include <string_view>
 #include <vector>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
+#include "auth/api_keys.h"
 #include "coordinator/engine_loop.h"
 #include "coordinator/request.h"
 #include "coordinator/response_queue.h"
@@ -37,11 +39,22 @@ namespace tpserve {
 // The longest request_id a client may choose (it is repeated in every response).
 inline constexpr size_t kMaxRequestIdBytes = 256;
 
-// Who a call comes from: the peer's address without its port ("ipv4:10.0.0.7",
-// "ipv6:[::1]"), from grpc::ServerContext::peer() ("ipv4:10.0.0.7:51234").
-// Request ids are scoped by it: a client's id collides only with its own ids,
-// and Abort ends only its own requests. API keys, when they come, replace it.
+// Who a call comes from without API keys: the peer's address without its port
+// ("ipv4:10.0.0.7", "ipv6:[::1]"), from grpc::ServerContext::peer()
+// ("ipv4:10.0.0.7:51234"). With keys it is the key's name (AccessOptions).
+// Request ids are scoped by the client: a client's id collides only with its
+// own ids, Abort ends only its own requests, and the stream cap is per client.
 std::string ClientIdentity(std::string_view peer);
+
+// Who may call, and how much one client may hold open.
+struct AccessOptions {
+  // Set: every RPC needs "authorization: Bearer KEY" with one of these keys
+  // (UNAUTHENTICATED otherwise), and the client is the key's name.
+  std::optional<ApiKeys> api_keys;
+  // Generate streams one client may have open at once; one more is
+  // RESOURCE_EXHAUSTED naming --max-streams-per-client. 0 = no cap.
+  int max_streams_per_client = 0;
+};
 
 // A fresh server-assigned request id: "req-" and 128 random bits as 32 hex
 // digits, from the OS's CSPRNG (unguessable, so not a handle on anyone's stream).
@@ -73,6 +86,10 @@ class GenerationService final : public tpserve::v1::Generation::CallbackService 
   absl::Status availability() const;
   // Called with true/false as the server starts or stops serving (health).
   void SetOnServingChange(std::function<void(bool)> callback);
+  // Before the server starts.
+  void SetAccess(AccessOptions access);
+  // Open Generate streams of `client` (tests, metrics).
+  int open_streams(const std::string& client) const;
 
   grpc::ServerWriteReactor<tpserve::v1::GenerateResponse>* Generate(
       grpc::CallbackServerContext* context, const tpserve::v1::GenerateRequest* request) override;
@@ -102,6 +119,12 @@ class GenerationService final : public tpserve::v1::Generation::CallbackService 
                                    std::shared_ptr<ResponseQueue> queue);
   absl::Status TokenizeInto(const tpserve::v1::TokenizeRequest& request,
                             tpserve::v1::TokenizeResponse* response) const;
+  // The caller's client identity (AccessOptions), or UNAUTHENTICATED.
+  absl::StatusOr<std::string> Caller(const grpc::CallbackServerContext& context) const;
+  // Counts a stream of `client` against its cap (RESOURCE_EXHAUSTED when full);
+  // each OK is matched by one CloseStream.
+  absl::Status OpenStream(const std::string& client);
+  void CloseStream(const std::string& client);
 
   const Tokenizer& tokenizer_;
   absl::StatusOr<ChatFormat> chat_format_;
@@ -117,6 +140,8 @@ class GenerationService final : public tpserve::v1::Generation::CallbackService 
       absl::UnavailableError("the server is starting: waiting for the workers to load the model");
   bool permanent_ ABSL_GUARDED_BY(mu_) = false;
   std::function<void(bool)> on_serving_ ABSL_GUARDED_BY(mu_);
+  AccessOptions access_;  // set before serving, then read-only
+  absl::flat_hash_map<std::string, int> open_streams_ ABSL_GUARDED_BY(mu_);  // by client
 };
 
 }  // namespace tpserve

@@ -21,8 +21,31 @@ constexpr absl::Duration kPeerGrace = absl::Seconds(2);
 
 }  // namespace
 
-WorkerPool::WorkerPool(int world_size, uint32_t protocol_version)
-    : roster_(world_size, protocol_version), slots_(static_cast<size_t>(world_size)) {}
+WorkerPool::WorkerPool(int world_size, std::optional<ClusterSecret> secret, uint32_t protocol_version)
+    : roster_(world_size, protocol_version),
+      slots_(static_cast<size_t>(world_size)),
+      gate_(std::move(secret), world_size) {}
+
+grpc::Status WorkerPool::Challenge(grpc::ServerContext*, const iv1::ChallengeRequest*,
+                                   iv1::ChallengeResponse* response) {
+  response->set_challenge(gate_.IssueChallenge());
+  response->set_secret_required(gate_.secret_required());
+  return grpc::Status::OK;
+}
+
+absl::StatusOr<std::string> WorkerPool::Authenticate(const iv1::Hello& hello, const std::string& peer) {
+  absl::StatusOr<std::string> token = gate_.Verify(hello);
+  if (!token.ok()) CoordinatorLog(absl::StrCat("refused a worker from ", peer, ": ", token.status().message()));
+  return token;
+}
+
+grpc::Status WorkerPool::CheckStoreCaller(const grpc::ServerContext& context) const {
+  const auto& metadata = context.client_metadata();
+  auto it = metadata.find(kStoreTokenMetadata);
+  const absl::string_view token =
+      it == metadata.end() ? absl::string_view() : absl::string_view(it->second.data(), it->second.size());
+  return ToGrpc(gate_.CheckStoreToken(token));
+}
 
 void WorkerPool::SetOnLost(std::function<void(const absl::Status&)> on_lost) {
   absl::MutexLock lock(&mu_);
@@ -73,6 +96,8 @@ grpc::Status WorkerPool::Session(grpc::ServerContext* context, Stream* stream) {
   }
   const iv1::Hello& hello = first.hello();
   const int rank = static_cast<int>(hello.rank());
+  absl::StatusOr<std::string> store_token = Authenticate(hello, context->peer());
+  if (!store_token.ok()) return ToGrpc(store_token.status());
   {
     absl::MutexLock lock(&mu_);
     absl::Status admitted = closed_ ? absl::UnavailableError("the coordinator is shutting down")
@@ -83,6 +108,7 @@ grpc::Status WorkerPool::Session(grpc::ServerContext* context, Stream* stream) {
     }
     slots_[rank].stream = stream;
     slots_[rank].context = context;
+    gate_.Grant(rank, *std::move(store_token));
     cv_.SignalAll();
   }
   CoordinatorLog(absl::StrCat("worker connected: ", WorkerRoster::Describe(hello)));
@@ -92,6 +118,7 @@ grpc::Status WorkerPool::Session(grpc::ServerContext* context, Stream* stream) {
   absl::MutexLock lock(&mu_);
   slots_[rank].stream = nullptr;
   slots_[rank].context = nullptr;
+  gate_.Forget(rank);
   return end;
 }
 
@@ -326,9 +353,20 @@ absl::Status WorkerPool::UseSharedMemory(size_t ring_bytes, const std::string& l
   return absl::OkStatus();
 }
 
-grpc::Status WorkerPool::StoreSet(grpc::ServerContext*, const iv1::StoreSetRequest* request,
+grpc::Status WorkerPool::StoreSet(grpc::ServerContext* context, const iv1::StoreSetRequest* request,
                                   iv1::StoreSetResponse*) {
+  if (grpc::Status caller = CheckStoreCaller(*context); !caller.ok()) return caller;
+  if (request->key().size() > kMaxStoreKeyBytes || request->value().size() > kMaxStoreValueBytes) {
+    return grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED,
+                        absl::StrCat("a rendezvous key holds at most ", kMaxStoreKeyBytes, " bytes and its value ",
+                                     kMaxStoreValueBytes, " (got ", request->key().size(), " and ",
+                                     request->value().size(), ")"));
+  }
   absl::MutexLock lock(&store_mu_);
+  if (store_.size() >= kMaxStoreKeys && !store_.contains(request->key())) {
+    return grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED,
+                        absl::StrCat("the rendezvous store holds at most ", kMaxStoreKeys, " keys"));
+  }
   store_[request->key()] = request->value();
   store_cv_.SignalAll();
   return grpc::Status::OK;
@@ -339,18 +377,30 @@ grpc::Status WorkerPool::StoreGet(grpc::ServerContext* context, const iv1::Store
   const absl::Duration wait =
       request->timeout_ms() == 0 ? absl::Minutes(5) : absl::Milliseconds(request->timeout_ms());
   const absl::Time deadline = absl::Now() + wait;
+  if (grpc::Status caller = CheckStoreCaller(*context); !caller.ok()) return caller;
   absl::MutexLock lock(&store_mu_);
+  if (store_waiters_ >= kMaxStoreWaiters) {
+    return grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED,
+                        absl::StrCat("at most ", kMaxStoreWaiters, " rendezvous reads may wait at once"));
+  }
+  ++store_waiters_;
+  grpc::Status status = grpc::Status::OK;
   while (!store_.contains(request->key())) {
-    if (context->IsCancelled()) return grpc::Status(grpc::StatusCode::CANCELLED, "cancelled");
+    if (context->IsCancelled()) {
+      status = grpc::Status(grpc::StatusCode::CANCELLED, "cancelled");
+      break;
+    }
     if (absl::Now() >= deadline) {
-      return grpc::Status(grpc::StatusCode::DEADLINE_EXCEEDED,
-                          absl::StrCat("rendezvous key \"", request->key(), "\" was not set within ",
-                                       absl::FormatDuration(wait), "; is every rank running?"));
+      status = grpc::Status(grpc::StatusCode::DEADLINE_EXCEEDED,
+                            absl::StrCat("rendezvous key \"", request->key(), "\" was not set within ",
+                                         absl::FormatDuration(wait), "; is every rank running?"));
+      break;
     }
     store_cv_.WaitWithTimeout(&store_mu_, absl::Milliseconds(100));
   }
-  response->set_value(store_.at(request->key()));
-  return grpc::Status::OK;
+  --store_waiters_;
+  if (status.ok()) response->set_value(store_.at(request->key()));
+  return status;
 }
 
 }  // namespace tpserve

@@ -27,6 +27,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "coordinator/worker_gate.h"
 #include "coordinator/worker_roster.h"
 #include "transport/shm_channel.h"
 #include "tpserve/internal/v1/worker.grpc.pb.h"
@@ -38,7 +39,19 @@ class WorkerPool final : public tpserve::internal::v1::Worker::Service {
   using CoordinatorMessage = tpserve::internal::v1::CoordinatorMessage;
   using WorkerMessage = tpserve::internal::v1::WorkerMessage;
 
-  explicit WorkerPool(int world_size, uint32_t protocol_version = kWorkerProtocolVersion);
+  // With a `secret`, only workers that prove it are admitted and may use the
+  // store (coordinator/worker_gate.h); without one, any caller may.
+  explicit WorkerPool(int world_size, std::optional<ClusterSecret> secret = std::nullopt,
+                      uint32_t protocol_version = kWorkerProtocolVersion);
+
+  // Rendezvous store limits: what authenticated workers could still get wrong.
+  static constexpr size_t kMaxStoreKeys = 4096;
+  static constexpr size_t kMaxStoreKeyBytes = 1024;
+  static constexpr size_t kMaxStoreValueBytes = 1 << 20;
+  static constexpr int kMaxStoreWaiters = 256;
+
+  grpc::Status Challenge(grpc::ServerContext* context, const tpserve::internal::v1::ChallengeRequest* request,
+                         tpserve::internal::v1::ChallengeResponse* response) override;
 
   grpc::Status Session(grpc::ServerContext* context,
                        grpc::ServerReaderWriter<CoordinatorMessage, WorkerMessage>* stream) override;
@@ -132,9 +145,16 @@ class WorkerPool final : public tpserve::internal::v1::Worker::Service {
   std::shared_ptr<ShmHub> hub_ ABSL_GUARDED_BY(mu_);  // after UseSharedMemory
   std::function<void(const absl::Status&)> on_lost_ ABSL_GUARDED_BY(mu_);
 
+  // The Hello's proof; UNAUTHENTICATED (logged) when it fails.
+  absl::StatusOr<std::string> Authenticate(const tpserve::internal::v1::Hello& hello, const std::string& peer);
+  // Whether `context` carries an admitted session's store token.
+  grpc::Status CheckStoreCaller(const grpc::ServerContext& context) const;
+
+  WorkerGate gate_;
   absl::Mutex store_mu_;
   absl::CondVar store_cv_;
   absl::flat_hash_map<std::string, std::string> store_ ABSL_GUARDED_BY(store_mu_);
+  int store_waiters_ ABSL_GUARDED_BY(store_mu_) = 0;
 };
 
 }  // namespace tpserve

@@ -7,6 +7,6 @@
 
 namespace tpserve {
 
-inline constexpr uint32_t kWorkerProtocolVersion = 2;
+inline constexpr uint32_t kWorkerProtocolVersion = 3;
 
 }  // namespace tpserve

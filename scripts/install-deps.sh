@@ -7,7 +7,7 @@ packages=(
   cmake ninja-build g++ clang libclang-rt-14-dev pkg-config
   libgtest-dev libgmock-dev googletest libbenchmark-dev
   libabsl-dev nlohmann-json3-dev libpcre2-dev libutf8proc-dev
-  libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev
+  libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev libssl-dev openssl
   libgloo-dev openmpi-bin libopenmpi-dev libopenblas-dev
   python3 python3-numpy nodejs npm
 )

@@ -3,14 +3,20 @@
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
+#include "auth/cluster_secret.h"
 #include "grpcpp/grpcpp.h"
 
 namespace tpserve {
 namespace iv1 = tpserve::internal::v1;
 
+void CoordinatorStore::Authorize(grpc::ClientContext& context) const {
+  if (!token_.empty()) context.AddMetadata(kStoreTokenMetadata, token_);
+}
+
 absl::Status CoordinatorStore::Set(std::string_view key, std::string_view value) {
   grpc::ClientContext context;
   context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
+  Authorize(context);
   iv1::StoreSetRequest request;
   request.set_key(std::string(key));
   request.set_value(std::string(value));
@@ -26,6 +32,7 @@ absl::StatusOr<std::string> CoordinatorStore::Get(std::string_view key, std::chr
   grpc::ClientContext context;
   // The coordinator answers by `timeout`; the RPC deadline leaves it room.
   context.set_deadline(std::chrono::system_clock::now() + std::chrono::milliseconds(ms) + std::chrono::seconds(10));
+  Authorize(context);
   iv1::StoreGetRequest request;
   request.set_key(std::string(key));
   request.set_timeout_ms(static_cast<uint32_t>(ms));

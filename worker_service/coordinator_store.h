@@ -16,9 +16,11 @@ namespace tpserve {
 class CoordinatorStore final : public Store {
  public:
   // `stub` is a Worker stub on the coordinator's channel; `address` names the
-  // coordinator in error messages.
-  CoordinatorStore(std::shared_ptr<tpserve::internal::v1::Worker::StubInterface> stub, std::string address)
-      : stub_(std::move(stub)), address_(std::move(address)) {}
+  // coordinator in error messages; `token` is this session's store token
+  // (auth/cluster_secret.h), sent with every call ("" = none).
+  CoordinatorStore(std::shared_ptr<tpserve::internal::v1::Worker::StubInterface> stub, std::string address,
+                   std::string token = "")
+      : stub_(std::move(stub)), address_(std::move(address)), token_(std::move(token)) {}
 
   // UNAVAILABLE naming the coordinator when the RPC fails.
   absl::Status Set(std::string_view key, std::string_view value) override;
@@ -27,8 +29,11 @@ class CoordinatorStore final : public Store {
   absl::StatusOr<std::string> Get(std::string_view key, std::chrono::milliseconds timeout) override;
 
  private:
+  void Authorize(grpc::ClientContext& context) const;
+
   std::shared_ptr<tpserve::internal::v1::Worker::StubInterface> stub_;
   std::string address_;
+  std::string token_;
 };
 
 }  // namespace tpserve

@@ -63,7 +63,8 @@ std::optional<int> AwaitCoordinator(grpc::Channel& channel, const SessionOptions
     if (absl::Now() >= deadline) {
       Log(rank, absl::StrCat("the coordinator at ", options.coordinator, " did not answer within ",
                              absl::FormatDuration(options.connect_timeout),
-                             "; is tpserve-coordinator running and listening there (its --listen)? "
+                             "; is tpserve-coordinator running, and is this its --worker-listen address "
+                             "(printed as 'workers connect to HOST:PORT')? "
                              "Raise --connect-timeout if it starts slowly"));
       return 1;
     }
@@ -112,11 +113,55 @@ iv1::WorkerMessage OpenChannel(const iv1::CoordinatorMessage& command, int rank,
   return reply;
 }
 
+// What a session needs to be admitted: the challenge and the proof for its
+// Hello, the token for its store calls (all empty without a secret).
+struct Credentials {
+  std::string challenge;
+  std::string proof;
+  std::string store_token;
+};
+
+// Asks the coordinator for a challenge and answers it with `options.secret`.
+// An error (logged) when the call fails or the coordinator wants a secret
+// this worker lacks.
+absl::StatusOr<Credentials> Authenticate(iv1::Worker::Stub& stub, const SessionOptions& options) {
+  const int rank = options.worker.rank.rank;
+  grpc::ClientContext context;
+  context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
+  iv1::ChallengeResponse response;
+  const grpc::Status status = stub.Challenge(&context, iv1::ChallengeRequest(), &response);
+  absl::Status error;
+  if (!status.ok()) {
+    error = absl::UnavailableError(absl::StrCat("asking the coordinator at ", options.coordinator,
+                                                " for a challenge failed (", Describe(status),
+                                                "); is it a tpserve-coordinator of the same version?"));
+  } else if (response.secret_required() && !options.secret) {
+    error = absl::UnauthenticatedError(absl::StrCat(
+        "the coordinator at ", options.coordinator, " requires the cluster secret: pass --cluster-secret-file FILE ",
+        "(or set ", kClusterSecretFileEnv, ") with the file the coordinator was given"));
+  }
+  if (!error.ok()) {
+    Log(rank, std::string(error.message()));
+    return error;
+  }
+  Credentials credentials;
+  if (options.secret) {
+    credentials.challenge = response.challenge();
+    credentials.proof = options.secret->HelloProof(credentials.challenge, static_cast<uint32_t>(rank),
+                                                   static_cast<uint32_t>(options.worker.rank.world_size));
+    credentials.store_token = options.secret->StoreToken(credentials.challenge);
+    if (!response.secret_required()) Log(rank, "note: the coordinator does not check the cluster secret");
+  }
+  return credentials;
+}
+
 // Says Hello, then answers every command in order until one asks to exit, the
 // stream breaks, or the commands move to shared memory (end.shm).
-LoopEnd AnswerCommands(SessionStream& stream, CommandHandler& handler, int rank) {
+LoopEnd AnswerCommands(SessionStream& stream, CommandHandler& handler, const Credentials& credentials, int rank) {
   iv1::WorkerMessage hello;
   *hello.mutable_hello() = handler.MakeHello();
+  hello.mutable_hello()->set_challenge(credentials.challenge);
+  hello.mutable_hello()->set_proof(credentials.proof);
   LoopEnd end;
   if (stream.Write(hello)) {
     iv1::CoordinatorMessage command;
@@ -226,13 +271,15 @@ int RunWorkerSession(const SessionOptions& options, SessionStopper& stopper) {
   if (std::optional<int> exit_code = AwaitCoordinator(*channel, options, stopper)) return *exit_code;
 
   std::shared_ptr<iv1::Worker::Stub> stub = iv1::Worker::NewStub(channel);
-  CoordinatorStore store(stub, address);
+  absl::StatusOr<Credentials> credentials = Authenticate(*stub, options);
+  if (!credentials.ok()) return 1;
+  CoordinatorStore store(stub, address, credentials->store_token);
   CommandHandler handler(options.worker, store);
 
   grpc::ClientContext context;
   stopper.Attach(&context);
   std::unique_ptr<SessionStream> stream = stub->Session(&context);
-  LoopEnd end = AnswerCommands(*stream, handler, rank);
+  LoopEnd end = AnswerCommands(*stream, handler, *credentials, rank);
   std::thread watcher;
   if (end.shm != nullptr) {
     watcher = WatchStream(*stream, *end.shm);

@@ -7,6 +7,9 @@
 //
 //   * The coordinator is dialled again and again until `connect_timeout`
 //     passes (it may still be starting); then the error names the address.
+//   * Before Hello the worker asks for a challenge and proves the cluster
+//     secret with it; a coordinator that wants a secret this worker lacks is
+//     logged with the fix, exit 1.
 //   * A Hello the coordinator refuses (duplicate rank, wrong world size,
 //     protocol version) ends the stream with its reason: logged, exit 1.
 //   * The stream breaking without Shutdown (the coordinator died) is logged
@@ -15,10 +18,12 @@
 //   * Stop() (SIGTERM, SIGINT) cancels the stream: exit 0.
 #pragma once
 
+#include <optional>
 #include <string>
 
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "auth/cluster_secret.h"
 #include "worker_service/command_handler.h"
 
 namespace grpc {
@@ -31,6 +36,9 @@ struct SessionOptions {
   std::string coordinator;                       // HOST:PORT
   absl::Duration connect_timeout = absl::Seconds(60);
   WorkerOptions worker;
+  // Proven in Hello (auth/cluster_secret.h). A coordinator that requires a
+  // secret refuses a worker without one: logged, exit 1.
+  std::optional<ClusterSecret> secret;
 };
 
 // Lets another thread (the signal handler's) end a running session.

@@ -170,7 +170,7 @@ TEST_F(FrontendTest, TwoThousandOpenStreamsCostNoThreadEach) {
   constexpr int kStreams = 2000;
   // One sequence runs at a time (16000 steps each), the others wait in the
   // queue: nearly all streams stay open until cancelled.
-  Coordinator c = Start({"--max-num-seqs", "1", "--max-queue", "4000"});
+  Coordinator c = Start({"--max-num-seqs", "1", "--max-queue", "4000", "--max-streams-per-client", "0"});
   ASSERT_TRUE(c.stub);
   const uint64_t total = ServerInfo(*c.stub).num_blocks();
   const int idle_threads = ThreadCount(c.process->pid());

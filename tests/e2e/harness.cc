@@ -57,7 +57,7 @@ pid_t Spawn(const std::vector<std::string>& argv, const std::string& log) {
     std::vector<char*> args;
     for (const std::string& a : argv) args.push_back(const_cast<char*>(a.c_str()));
     args.push_back(nullptr);
-    execv(args[0], args.data());
+    execvp(args[0], args.data());  // a bare name is looked up on PATH
     _exit(127);
   }
   return pid;

@@ -34,7 +34,8 @@ class TempDir {
   std::string path_;
 };
 
-// Runs a command to completion; returns its exit status (output to `log`).
+// Runs a command to completion (a bare argv[0] is looked up on PATH); returns
+// its exit status (output to `log`).
 int RunCommand(const std::vector<std::string>& argv, const std::string& log);
 
 // The tiny model (tests/testing/tiny_model.h) of `arch` plus `extra` in

@@ -50,6 +50,12 @@ class FakeCoordinator final : public iv1::Worker::Service {
                         iv1::StoreSetResponse* response) override;
   grpc::Status StoreGet(grpc::ServerContext* context, const iv1::StoreGetRequest* request,
                         iv1::StoreGetResponse* response) override;
+  // A fixed challenge, no secret required: this fake checks no proof.
+  grpc::Status Challenge(grpc::ServerContext*, const iv1::ChallengeRequest*,
+                         iv1::ChallengeResponse* response) override {
+    response->set_challenge("fake-coordinator-challenge");
+    return grpc::Status::OK;
+  }
 
  private:
   using Stream = grpc::ServerReaderWriter<iv1::CoordinatorMessage, iv1::WorkerMessage>;

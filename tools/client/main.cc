@@ -14,6 +14,9 @@
 // "tpserve-client: CODE: message" and exits 1 (2 for bad usage).
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <iterator>
 #include <iostream>
 #include <memory>
 #include <set>
@@ -26,9 +29,12 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/ascii.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "auth/secret_file.h"
 #include "base/flag_spelling.h"
 #include "health.grpc.pb.h"
 #include "nlohmann/json.hpp"
@@ -50,6 +56,14 @@ ABSL_FLAG(int32_t, logprobs, -1, "log-probs of the chosen token and this many al
 ABSL_FLAG(std::string, request_id, "", "request id (generate: optional; abort: required)");
 ABSL_FLAG(double, timeout, 0, "deadline in seconds (0 = none)");
 ABSL_FLAG(bool, json, false, "JSON lines instead of text");
+ABSL_FLAG(bool, allow_special_tokens, false,
+          "encode special-token text in --prompt / --chat as the special tokens (off: as plain text)");
+ABSL_FLAG(std::string, api_key_file, "",
+          "file holding the API key to send (its first `KEY` or `NAME KEY` line; default: $TPSERVE_API_KEY)");
+ABSL_FLAG(bool, tls, false, "connect with TLS (implied by --tls-ca and --tls-cert)");
+ABSL_FLAG(std::string, tls_ca, "", "PEM CA bundle that signed the server's certificate (default: the system's)");
+ABSL_FLAG(std::string, tls_cert, "", "PEM client certificate, for a server with --tls-client-ca");
+ABSL_FLAG(std::string, tls_key, "", "PEM private key of --tls-cert");
 
 namespace {
 
@@ -96,12 +110,69 @@ std::set<std::string>& GivenFlags() {
 }
 bool Given(const std::string& name) { return GivenFlags().contains(name); }
 
+// The API key to send ("" = none): --api-key-file, else $TPSERVE_API_KEY.
+std::string& ApiKey() {
+  static std::string key;
+  return key;
+}
+
+// Every call's deadline (--timeout) and API key.
 void SetDeadline(grpc::ClientContext& context) {
+  if (!ApiKey().empty()) context.AddMetadata("authorization", absl::StrCat("Bearer ", ApiKey()));
   const double timeout = absl::GetFlag(FLAGS_timeout);
   if (timeout > 0) {
     context.set_deadline(std::chrono::system_clock::now() +
                          std::chrono::microseconds(static_cast<int64_t>(timeout * 1e6)));
   }
+}
+
+// Reads the API key; the error to print, or "".
+std::string LoadApiKey() {
+  const std::string path = absl::GetFlag(FLAGS_api_key_file);
+  if (path.empty()) {
+    const char* env = std::getenv("TPSERVE_API_KEY");
+    if (env != nullptr) ApiKey() = env;
+    return "";
+  }
+  absl::StatusOr<std::string> text = tpserve::ReadSecretFile(path, "--api-key-file");
+  if (!text.ok()) return std::string(text.status().message());
+  for (absl::string_view line : absl::StrSplit(*text, '\n')) {
+    line = absl::StripAsciiWhitespace(line);
+    if (line.empty() || line.front() == '#') continue;
+    std::vector<absl::string_view> words = absl::StrSplit(line, absl::ByAnyChar(" \t"), absl::SkipEmpty());
+    ApiKey() = std::string(words.back());
+    return "";
+  }
+  return absl::StrCat("--api-key-file ", path, " holds no key");
+}
+
+absl::StatusOr<std::string> ReadPem(const std::string& path, absl::string_view flag) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return absl::NotFoundError(absl::StrCat(flag, ": cannot read ", path));
+  return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+}
+
+// TLS when --tls, --tls-ca or --tls-cert asks for it, else plain text.
+absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> ChannelCredentials() {
+  const std::string ca = absl::GetFlag(FLAGS_tls_ca), cert = absl::GetFlag(FLAGS_tls_cert),
+                    key = absl::GetFlag(FLAGS_tls_key);
+  if (cert.empty() != key.empty()) return absl::InvalidArgumentError("--tls-cert and --tls-key go together");
+  if (!absl::GetFlag(FLAGS_tls) && ca.empty() && cert.empty()) return grpc::InsecureChannelCredentials();
+  grpc::SslCredentialsOptions ssl;
+  if (!ca.empty()) {
+    absl::StatusOr<std::string> pem = ReadPem(ca, "--tls-ca");
+    if (!pem.ok()) return pem.status();
+    ssl.pem_root_certs = *pem;
+  }
+  if (!cert.empty()) {
+    absl::StatusOr<std::string> chain = ReadPem(cert, "--tls-cert");
+    absl::StatusOr<std::string> private_key = tpserve::ReadSecretFile(key, "--tls-key");
+    if (!chain.ok()) return chain.status();
+    if (!private_key.ok()) return private_key.status();
+    ssl.pem_cert_chain = *chain;
+    ssl.pem_private_key = *private_key;
+  }
+  return grpc::SslCredentials(ssl);
 }
 
 std::string FinishName(v1::FinishReason reason) {
@@ -161,6 +232,7 @@ std::string SetParamsFromFlags(const std::vector<std::string>& stops, v1::Genera
   }
   for (const std::string& stop : stops) st->add_stop(stop);
   st->set_ignore_eos(absl::GetFlag(FLAGS_ignore_eos));
+  request.set_allow_special_tokens_in_input(absl::GetFlag(FLAGS_allow_special_tokens));
   if (Given("logprobs")) {
     if (absl::GetFlag(FLAGS_logprobs) < 0) return "--logprobs must not be negative";
     request.set_logprobs(static_cast<uint32_t>(absl::GetFlag(FLAGS_logprobs)));
@@ -338,7 +410,10 @@ int main(int argc, char** argv) {
   std::vector<char*> positional = absl::ParseCommandLine(static_cast<int>(pointers.size()), pointers.data());
   if (positional.size() != 2) return Usage("give one command: generate, info, health or abort (see --help)");
   const std::string command = positional[1];
-  auto channel = grpc::CreateChannel(absl::GetFlag(FLAGS_server), grpc::InsecureChannelCredentials());
+  if (std::string error = LoadApiKey(); !error.empty()) return Usage(error);
+  absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> credentials = ChannelCredentials();
+  if (!credentials.ok()) return Usage(std::string(credentials.status().message()));
+  auto channel = grpc::CreateChannel(absl::GetFlag(FLAGS_server), *credentials);
   auto stub = v1::Generation::NewStub(channel);
   if (command == "generate") return Generate(*stub, stops);
   if (command == "info") return Info(*stub);

@@ -16,6 +16,7 @@
 //
 // This file parses the flags and handles the signals; Coordinator does the rest.
 #include <csignal>
+#include <cstdlib>
 #include <cstdio>
 #include <string>
 #include <thread>
@@ -27,6 +28,7 @@
 #include "absl/flags/usage.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
+#include "auth/cluster_secret.h"
 #include "base/flag_spelling.h"
 #include "coordinator/coordinator.h"
 #include "coordinator/log.h"
@@ -41,6 +43,17 @@ ABSL_FLAG(std::string, worker_binary, "", "tpserve-worker for --spawn-workers (d
 // Where it listens, and how long it waits.
 ABSL_FLAG(std::string, listen, "127.0.0.1:50051", "public gRPC address (port 0 picks a free one)");
 ABSL_FLAG(std::string, worker_listen, "127.0.0.1:0", "address the workers dial (port 0 picks a free one)");
+ABSL_FLAG(std::string, cluster_secret_file, "",
+          "file holding the secret every worker must prove (default: $TPSERVE_CLUSTER_SECRET_FILE; "
+          "--spawn-workers makes a fresh one); required when --worker-listen is not a loopback address");
+ABSL_FLAG(std::string, tls_cert, "", "PEM certificate chain of the public API (with --tls-key: TLS)");
+ABSL_FLAG(std::string, tls_key, "", "PEM private key of the public API (chmod 600)");
+ABSL_FLAG(std::string, tls_client_ca, "", "PEM CA bundle: the public API then requires client certificates it signed");
+ABSL_FLAG(std::string, api_key_file, "",
+          "file of API keys, one per line (`KEY` or `NAME KEY`, chmod 600): every call then needs "
+          "\"authorization: Bearer KEY\"");
+ABSL_FLAG(int, max_streams_per_client, 512,
+          "Generate streams one client (API key, else peer address) may hold open; 0 = no cap");
 ABSL_FLAG(absl::Duration, worker_timeout, absl::Seconds(120), "how long to wait for the workers to connect");
 ABSL_FLAG(absl::Duration, drain_timeout, absl::Seconds(30), "on SIGTERM, how long running streams may finish");
 
@@ -97,6 +110,15 @@ CoordinatorOptions OptionsFromFlags() {
   o.chat_template = absl::GetFlag(FLAGS_chat_template);
   o.spawn_workers = absl::GetFlag(FLAGS_spawn_workers);
   o.worker_binary = absl::GetFlag(FLAGS_worker_binary);
+  o.cluster_secret_file = absl::GetFlag(FLAGS_cluster_secret_file);
+  o.tls_cert = absl::GetFlag(FLAGS_tls_cert);
+  o.tls_key = absl::GetFlag(FLAGS_tls_key);
+  o.tls_client_ca = absl::GetFlag(FLAGS_tls_client_ca);
+  o.api_key_file = absl::GetFlag(FLAGS_api_key_file);
+  o.max_streams_per_client = absl::GetFlag(FLAGS_max_streams_per_client);
+  if (const char* env = std::getenv(kClusterSecretFileEnv); o.cluster_secret_file.empty() && env != nullptr) {
+    o.cluster_secret_file = env;
+  }
   return o;
 }
 

@@ -14,12 +14,14 @@
 #include <atomic>
 #include <cerrno>
 #include <cstdio>
+#include <cstdlib>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "absl/flags/flag.h"
 #include "absl/flags/usage.h"
+#include "auth/cluster_secret.h"
 #include "base/flag_spelling.h"
 #include "comm/rank_env.h"
 #include "worker_service/session.h"
@@ -31,6 +33,9 @@ ABSL_FLAG(int, local_rank, -1, "rank on this host = device index (default: from 
 ABSL_FLAG(absl::Duration, connect_timeout, absl::Seconds(60), "how long to keep dialling the coordinator");
 ABSL_FLAG(std::string, comm_host, "127.0.0.1",
           "address this rank's gloo transport listens on (a routable one when ranks span hosts)");
+ABSL_FLAG(std::string, cluster_secret_file, "",
+          "file holding the coordinator's cluster secret (default: $TPSERVE_CLUSTER_SECRET_FILE); "
+          "a coordinator with a secret admits only workers that prove it");
 ABSL_FLAG(int, threads, 0, "CPU backend GEMM threads (0 = cores / ranks on this host)");
 
 namespace {
@@ -74,6 +79,19 @@ int main(int argc, char** argv) {
   options.connect_timeout = absl::GetFlag(FLAGS_connect_timeout);
   options.worker.comm_host = absl::GetFlag(FLAGS_comm_host);
   options.worker.cpu_threads = absl::GetFlag(FLAGS_threads);
+  std::string secret_file = absl::GetFlag(FLAGS_cluster_secret_file);
+  const char* secret_env = std::getenv(tpserve::kClusterSecretFileEnv);
+  const bool from_env = secret_file.empty() && secret_env != nullptr && *secret_env != '\0';
+  if (from_env) secret_file = secret_env;
+  if (!secret_file.empty()) {
+    absl::StatusOr<tpserve::ClusterSecret> secret = tpserve::ClusterSecret::FromFile(
+        secret_file, from_env ? tpserve::kClusterSecretFileEnv : "--cluster-secret-file");
+    if (!secret.ok()) {
+      std::fprintf(stderr, "tpserve-worker: %s\n", std::string(secret.status().message()).c_str());
+      return 2;
+    }
+    options.secret = *std::move(secret);
+  }
 
   // SIGTERM / SIGINT: the handler only writes a byte to a pipe (libraries
   // such as OpenBLAS start threads before main, so masking the signals and

@@ -1,0 +1,118 @@
+#include <sys/stat.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <string>
+
+#include <gtest/gtest.h>
+
+#include "auth/api_keys.h"
+#include "auth/cluster_secret.h"
+#include "auth/secret_file.h"
+
+namespace tpserve {
+namespace {
+
+class AuthTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    std::string pattern = (std::filesystem::temp_directory_path() / "tpserve-auth-XXXXXX").string();
+    ASSERT_NE(mkdtemp(pattern.data()), nullptr);
+    dir_ = pattern;
+  }
+  void TearDown() override { std::filesystem::remove_all(dir_); }
+  std::string Write(const std::string& name, const std::string& text, mode_t mode) {
+    const std::string path = (dir_ / name).string();
+    std::ofstream(path) << text;
+    chmod(path.c_str(), mode);
+    return path;
+  }
+  std::filesystem::path dir_;
+};
+
+TEST_F(AuthTest, ASecretReadableByOthersIsRefusedWithTheFix) {
+  const std::string path = Write("secret", "0123456789abcdef0123", 0644);
+  absl::StatusOr<ClusterSecret> secret = ClusterSecret::FromFile(path, "--cluster-secret-file");
+  ASSERT_FALSE(secret.ok());
+  EXPECT_NE(secret.status().message().find("chmod 600"), std::string::npos) << secret.status();
+  EXPECT_NE(secret.status().message().find("--cluster-secret-file"), std::string::npos) << secret.status();
+}
+
+TEST_F(AuthTest, AShortOrMissingSecretIsRefused) {
+  EXPECT_EQ(ClusterSecret::FromFile(Write("short", "abc\n", 0600), "F").status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(ClusterSecret::FromFile((dir_ / "absent").string(), "F").status().code(), absl::StatusCode::kNotFound);
+}
+
+TEST_F(AuthTest, TrailingNewlineIsNotPartOfTheSecret) {
+  absl::StatusOr<ClusterSecret> a = ClusterSecret::FromFile(Write("a", "0123456789abcdef0123\n", 0600), "F");
+  absl::StatusOr<ClusterSecret> b = ClusterSecret::FromFile(Write("b", "0123456789abcdef0123", 0600), "F");
+  ASSERT_TRUE(a.ok() && b.ok());
+  EXPECT_EQ(a->HelloProof("challenge", 0, 2), b->HelloProof("challenge", 0, 2));
+}
+
+TEST_F(AuthTest, ProofsBindTheChallengeRankAndWorldSize) {
+  const ClusterSecret secret = ClusterSecret::Generate();
+  const std::string proof = secret.HelloProof("challenge-1", 0, 2);
+  EXPECT_EQ(proof.size(), 32u);
+  EXPECT_NE(proof, secret.HelloProof("challenge-2", 0, 2));
+  EXPECT_NE(proof, secret.HelloProof("challenge-1", 1, 2));
+  EXPECT_NE(proof, secret.HelloProof("challenge-1", 0, 4));
+  EXPECT_NE(proof, secret.StoreToken("challenge-1"));
+  EXPECT_NE(proof, ClusterSecret::Generate().HelloProof("challenge-1", 0, 2));
+}
+
+TEST_F(AuthTest, WrittenSecretFilesArePrivate) {
+  const std::string path = (dir_ / "made").string();
+  ASSERT_TRUE(WriteSecretFile(path, "0123456789abcdef0123").ok());
+  struct stat st {};
+  ASSERT_EQ(stat(path.c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0600u);
+  EXPECT_TRUE(ClusterSecret::FromFile(path, "F").ok());
+  EXPECT_FALSE(WriteSecretFile(path, "again").ok()) << "an existing file is never overwritten";
+}
+
+TEST_F(AuthTest, ApiKeysMatchByNameAndRejectEverythingElse) {
+  absl::StatusOr<ApiKeys> keys = ApiKeys::FromText(
+      "# team keys\n"
+      "alice  alice-key-0123456789\n"
+      "\n"
+      "bob-key-0123456789abcdef\n",
+      "keys");
+  ASSERT_TRUE(keys.ok()) << keys.status();
+  EXPECT_EQ(keys->size(), 2u);
+  EXPECT_EQ(keys->Match("alice-key-0123456789"), "alice");
+  EXPECT_EQ(keys->Match("bob-key-0123456789abcdef"), "key-4");
+  EXPECT_EQ(keys->Match("alice-key-012345678"), std::nullopt);
+  EXPECT_EQ(keys->Match(""), std::nullopt);
+  EXPECT_EQ(keys->Match("alice"), std::nullopt) << "a name is not a key";
+}
+
+TEST_F(AuthTest, BadKeyFilesNameTheLine) {
+  absl::StatusOr<ApiKeys> short_key = ApiKeys::FromText("ok-key-0123456789abc\nshort\n", "keys");
+  ASSERT_FALSE(short_key.ok());
+  EXPECT_NE(short_key.status().message().find("line 2"), std::string::npos) << short_key.status();
+  EXPECT_FALSE(ApiKeys::FromText("# nothing\n", "keys").ok());
+  EXPECT_FALSE(ApiKeys::FromText("same-key-0123456789\nsame-key-0123456789\n", "keys").ok());
+  EXPECT_FALSE(ApiKeys::FromText("a b c-0123456789abcdef\n", "keys").ok());
+  EXPECT_FALSE(ApiKeys::FromFile(Write("open-keys", "k-0123456789abcdef\n", 0644)).ok());
+}
+
+TEST_F(AuthTest, BearerTokenParsesOnlyTheBearerScheme) {
+  EXPECT_EQ(ApiKeys::BearerToken("Bearer abc"), "abc");
+  EXPECT_EQ(ApiKeys::BearerToken("bearer  abc "), "abc");
+  EXPECT_EQ(ApiKeys::BearerToken("Basic abc"), std::nullopt);
+  EXPECT_EQ(ApiKeys::BearerToken("Bearer "), std::nullopt);
+  EXPECT_EQ(ApiKeys::BearerToken("abc"), std::nullopt);
+}
+
+TEST_F(AuthTest, ConstantTimeEqualsComparesWholeStrings) {
+  EXPECT_TRUE(ConstantTimeEquals("abc", "abc"));
+  EXPECT_FALSE(ConstantTimeEquals("abc", "abd"));
+  EXPECT_FALSE(ConstantTimeEquals("abc", "ab"));
+  EXPECT_TRUE(ConstantTimeEquals("", ""));
+}
+
+}  // namespace
+}  // namespace tpserve

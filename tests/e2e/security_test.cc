@@ -1,0 +1,315 @@
+// End to end, real processes: the doors of the service (README, "Security").
+// Forged workers with no or the wrong cluster secret, before and after the
+// real ones, and store calls from outside are refused while the real workers
+// serve; --spawn-workers makes a secret of its own; a worker port off
+// loopback needs a secret; API keys, the per-client stream cap, TLS and
+// mutual TLS on the public API.
+#include <sys/stat.h>
+
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <iterator>
+
+#include "absl/strings/str_cat.h"
+#include "auth/cluster_secret.h"
+#include "proto/protocol_version.h"
+#include "tests/e2e/harness.h"
+#include "tpserve/internal/v1/worker.grpc.pb.h"
+
+namespace tpserve::e2e {
+namespace {
+
+namespace v1 = tpserve::v1;
+namespace iv1 = tpserve::internal::v1;
+
+// The text after `marker` on its line in `log`, waiting up to 60 s for it.
+std::string AwaitLine(Process& process, const std::string& marker) {
+  const absl::Time deadline = absl::Now() + absl::Seconds(60);
+  while (absl::Now() < deadline) {
+    const std::string text = process.Log();
+    const size_t at = text.find(marker);
+    if (at != std::string::npos && text.find('\n', at) != std::string::npos) {
+      return text.substr(at + marker.size(), text.find('\n', at) - at - marker.size());
+    }
+    if (process.Wait(absl::ZeroDuration()) != -1) break;
+    absl::SleepFor(absl::Milliseconds(50));
+  }
+  ADD_FAILURE() << "no \"" << marker << "\" in:\n" << process.Log();
+  return "";
+}
+
+// A process that pretends to be a worker: it asks for a challenge and says
+// Hello as `rank` with a proof made from `secret` (none: no proof).
+grpc::Status ForgedHello(const std::string& worker_address, int rank, int world,
+                         const std::optional<ClusterSecret>& secret) {
+  auto stub = iv1::Worker::NewStub(grpc::CreateChannel(worker_address, grpc::InsecureChannelCredentials()));
+  grpc::ClientContext challenge_context;
+  iv1::ChallengeResponse challenge;
+  grpc::Status status = stub->Challenge(&challenge_context, iv1::ChallengeRequest(), &challenge);
+  if (!status.ok()) return status;
+  grpc::ClientContext context;
+  context.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(20)));
+  auto stream = stub->Session(&context);
+  iv1::WorkerMessage hello;
+  iv1::Hello* h = hello.mutable_hello();
+  h->set_protocol_version(kWorkerProtocolVersion);
+  h->set_rank(rank);
+  h->set_world_size(world);
+  h->set_host("forger");
+  h->set_device("cpu");
+  h->set_challenge(challenge.challenge());
+  if (secret) h->set_proof(secret->HelloProof(challenge.challenge(), rank, world));
+  stream->Write(hello);
+  iv1::CoordinatorMessage command;
+  const bool got_command = stream->Read(&command);
+  EXPECT_FALSE(got_command) << "a forged worker got a command: " << command.DebugString();
+  return stream->Finish();
+}
+
+grpc::Status ForgedStoreSet(const std::string& worker_address) {
+  auto stub = iv1::Worker::NewStub(grpc::CreateChannel(worker_address, grpc::InsecureChannelCredentials()));
+  grpc::ClientContext context;
+  iv1::StoreSetRequest request;
+  request.set_key("tpserve/forged");
+  request.set_value(std::string(1000, 'x'));
+  iv1::StoreSetResponse response;
+  return stub->StoreSet(&context, request, &response);
+}
+
+grpc::Status ForgedStoreGet(const std::string& worker_address) {
+  auto stub = iv1::Worker::NewStub(grpc::CreateChannel(worker_address, grpc::InsecureChannelCredentials()));
+  grpc::ClientContext context;
+  iv1::StoreGetRequest request;
+  request.set_key("tpserve/anything");
+  request.set_timeout_ms(100);
+  iv1::StoreGetResponse response;
+  return stub->StoreGet(&context, request, &response);
+}
+
+class SecurityTest : public ::testing::Test {
+ protected:
+  void SetUp() override { model_ = MakeModel(dir_.path(), "qwen3", {"--seed", "8", "--max-pos", "4096"}); }
+
+  std::string WriteFile(const std::string& name, const std::string& text, mode_t mode = 0600) {
+    const std::string path = absl::StrCat(dir_.path(), "/", name);
+    std::ofstream(path) << text;
+    chmod(path.c_str(), mode);
+    return path;
+  }
+  std::unique_ptr<Process> Worker(const std::string& address, int rank, int world, const std::string& secret_file) {
+    std::vector<std::string> argv = {BinaryPath("tools/worker/tpserve-worker"), "--coordinator", address,
+                                     "--rank", std::to_string(rank), "--world-size", std::to_string(world),
+                                     "--local-rank", std::to_string(rank)};
+    if (!secret_file.empty()) argv.insert(argv.end(), {"--cluster-secret-file", secret_file});
+    return std::make_unique<Process>(argv, absl::StrCat(dir_.path(), "/worker-", rank, "-", ++workers_, ".log"));
+  }
+  std::unique_ptr<Process> CoordinatorProcess(const std::vector<std::string>& extra) {
+    std::vector<std::string> argv = {BinaryPath("tools/coordinator/tpserve-coordinator"), "--model", model_,
+                                     "--listen", "127.0.0.1:0", "--worker-timeout", "60s"};
+    argv.insert(argv.end(), extra.begin(), extra.end());
+    return std::make_unique<Process>(argv, dir_.path() + "/coordinator.log");
+  }
+
+  TempDir dir_;
+  std::string model_;
+  int workers_ = 0;
+};
+
+TEST_F(SecurityTest, ForgedWorkersAndStoreCallsAreRefusedAndTheRealWorkersServe) {
+  const std::string secret_file = WriteFile("cluster-secret", "the-real-cluster-secret-0123456789\n");
+  const std::string other_file = WriteFile("other-secret", "a-wrong-cluster-secret-0123456789\n");
+  std::unique_ptr<Process> coordinator = CoordinatorProcess({"--tp", "2", "--cluster-secret-file", secret_file});
+  const std::string workers = AwaitLine(*coordinator, "tpserve-coordinator: workers connect to ");
+  const std::string public_address = AwaitLine(*coordinator, "serving tpserve.v1.Generation on ");
+  ASSERT_FALSE(workers.empty());
+
+  // Before the real workers: every forged rank and store call is refused.
+  const absl::StatusOr<ClusterSecret> wrong = ClusterSecret::FromFile(other_file, "test");
+  ASSERT_TRUE(wrong.ok());
+  EXPECT_EQ(ForgedHello(workers, 0, 2, std::nullopt).error_code(), grpc::StatusCode::UNAUTHENTICATED);
+  EXPECT_EQ(ForgedHello(workers, 1, 2, *wrong).error_code(), grpc::StatusCode::UNAUTHENTICATED);
+  EXPECT_EQ(ForgedStoreSet(workers).error_code(), grpc::StatusCode::UNAUTHENTICATED);
+  EXPECT_EQ(ForgedStoreGet(workers).error_code(), grpc::StatusCode::UNAUTHENTICATED);
+
+  std::unique_ptr<Process> rank0 = Worker(workers, 0, 2, secret_file);
+  std::unique_ptr<Process> rank1 = Worker(workers, 1, 2, secret_file);
+  AwaitLine(*coordinator, "tpserve-coordinator: ready");
+  auto stub = v1::Generation::NewStub(grpc::CreateChannel(public_address, grpc::InsecureChannelCredentials()));
+  v1::GenerateRequest request = Greedy(6);
+  request.set_prompt("hello");
+  GenerateOutcome out = Generate(*stub, request);
+  EXPECT_TRUE(out.status.ok()) << out.status.error_message() << "\n" << coordinator->Log();
+  EXPECT_EQ(out.tokens.size(), 6u);
+
+  // After: still refused (UNAUTHENTICATED, not "rank taken"), the service unharmed.
+  EXPECT_EQ(ForgedHello(workers, 1, 2, *wrong).error_code(), grpc::StatusCode::UNAUTHENTICATED);
+  EXPECT_EQ(ForgedHello(workers, 0, 2, std::nullopt).error_code(), grpc::StatusCode::UNAUTHENTICATED);
+  EXPECT_EQ(ForgedStoreSet(workers).error_code(), grpc::StatusCode::UNAUTHENTICATED);
+  EXPECT_TRUE(Generate(*stub, request).status.ok());
+  const std::string log = coordinator->Log();
+  EXPECT_NE(log.find("refused a worker"), std::string::npos) << log;
+  EXPECT_EQ(log.find("the-real-cluster-secret"), std::string::npos) << "the secret is never logged";
+}
+
+TEST_F(SecurityTest, AWorkerWithoutTheSecretIsToldHowToGetIt) {
+  const std::string secret_file = WriteFile("cluster-secret", "the-real-cluster-secret-0123456789\n");
+  std::unique_ptr<Process> coordinator = CoordinatorProcess({"--tp", "1", "--cluster-secret-file", secret_file});
+  const std::string workers = AwaitLine(*coordinator, "tpserve-coordinator: workers connect to ");
+  std::unique_ptr<Process> worker = Worker(workers, 0, 1, "");
+  EXPECT_EQ(worker->Wait(absl::Seconds(60)), 1);
+  EXPECT_NE(worker->Log().find("--cluster-secret-file"), std::string::npos) << worker->Log();
+}
+
+TEST_F(SecurityTest, SpawnedWorkersShareAFreshSecretThatForgersLack) {
+  Coordinator c = StartCoordinator(model_, 1, dir_.path() + "/spawned.log");
+  ASSERT_TRUE(c.stub);
+  const std::string workers = AwaitLine(*c.process, "tpserve-coordinator: workers connect to ");
+  EXPECT_EQ(ForgedHello(workers, 0, 1, std::nullopt).error_code(), grpc::StatusCode::UNAUTHENTICATED);
+  EXPECT_EQ(ForgedStoreSet(workers).error_code(), grpc::StatusCode::UNAUTHENTICATED);
+  v1::GenerateRequest request = Greedy(4);
+  request.set_prompt("hi");
+  EXPECT_TRUE(Generate(*c.stub, request).status.ok());
+}
+
+TEST_F(SecurityTest, AWorkerPortOffLoopbackNeedsASecret) {
+  std::unique_ptr<Process> coordinator =
+      CoordinatorProcess({"--tp", "1", "--worker-listen", "0.0.0.0:0", "--worker-timeout", "5s"});
+  EXPECT_NE(coordinator->Wait(absl::Seconds(60)), 0);
+  EXPECT_NE(coordinator->Log().find("--cluster-secret-file"), std::string::npos) << coordinator->Log();
+}
+
+// A long greedy request (thousands of steps unless cancelled).
+v1::GenerateRequest Long() {
+  v1::GenerateRequest r = Greedy(4000);
+  r.set_prompt("count forever");
+  return r;
+}
+
+// Calls with "authorization: Bearer KEY" (none when `key` is empty).
+std::unique_ptr<grpc::ClientContext> KeyedContext(const std::string& key) {
+  auto context = std::make_unique<grpc::ClientContext>();
+  context->set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(60)));
+  if (!key.empty()) context->AddMetadata("authorization", absl::StrCat("Bearer ", key));
+  return context;
+}
+
+grpc::Status Tokenize(v1::Generation::Stub& stub, const std::string& key) {
+  std::unique_ptr<grpc::ClientContext> context = KeyedContext(key);
+  v1::TokenizeRequest request;
+  request.set_text("hello");
+  v1::TokenizeResponse response;
+  return stub.Tokenize(context.get(), request, &response);
+}
+
+// The first response of a stream (the stream stays open).
+struct OpenStream {
+  std::unique_ptr<grpc::ClientContext> context;
+  std::unique_ptr<grpc::ClientReader<v1::GenerateResponse>> reader;
+  bool got_first = false;
+};
+OpenStream Open(v1::Generation::Stub& stub, const std::string& key) {
+  OpenStream s;
+  s.context = KeyedContext(key);
+  s.reader = stub.Generate(s.context.get(), Long());
+  v1::GenerateResponse first;
+  s.got_first = s.reader->Read(&first);
+  return s;
+}
+
+TEST_F(SecurityTest, ApiKeysGuardEveryCallAndScopeTheStreamCap) {
+  const std::string alice = "alice-key-0123456789abcdef", bob = "bob-key-0123456789abcdef";
+  const std::string keys = WriteFile("api-keys", absl::StrCat("alice ", alice, "\nbob ", bob, "\n"));
+  Coordinator c = StartCoordinator(model_, 1, dir_.path() + "/keys.log",
+                                   {"--api-key-file", keys, "--max-streams-per-client", "2"});
+  ASSERT_TRUE(c.process);
+  auto stub = v1::Generation::NewStub(grpc::CreateChannel(c.address, grpc::InsecureChannelCredentials()));
+  EXPECT_EQ(Tokenize(*stub, "").error_code(), grpc::StatusCode::UNAUTHENTICATED);
+  EXPECT_EQ(Tokenize(*stub, "not-a-key-0123456789abc").error_code(), grpc::StatusCode::UNAUTHENTICATED);
+  EXPECT_TRUE(Tokenize(*stub, alice).ok());
+  {
+    std::unique_ptr<grpc::ClientContext> context = KeyedContext("");
+    v1::GenerateResponse r;
+    auto reader = stub->Generate(context.get(), Long());
+    EXPECT_FALSE(reader->Read(&r));
+    EXPECT_EQ(reader->Finish().error_code(), grpc::StatusCode::UNAUTHENTICATED);
+  }
+
+  // Two streams for alice fill her cap; a third is refused, bob still gets in.
+  OpenStream a1 = Open(*stub, alice), a2 = Open(*stub, alice);
+  ASSERT_TRUE(a1.got_first && a2.got_first);
+  OpenStream a3 = Open(*stub, alice);
+  EXPECT_FALSE(a3.got_first);
+  const grpc::Status refused = a3.reader->Finish();
+  EXPECT_EQ(refused.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
+  EXPECT_NE(refused.error_message().find("--max-streams-per-client"), std::string::npos) << refused.error_message();
+  OpenStream b1 = Open(*stub, bob);
+  EXPECT_TRUE(b1.got_first);
+  // Alice's id space is hers: bob cannot abort her request by its id.
+  for (OpenStream* s : {&a1, &a2, &b1}) s->context->TryCancel();
+  for (OpenStream* s : {&a1, &a2, &b1}) (void)s->reader->Finish();
+  // Once her streams ended she may open again.
+  absl::SleepFor(absl::Milliseconds(200));
+  OpenStream again = Open(*stub, alice);
+  EXPECT_TRUE(again.got_first);
+  again.context->TryCancel();
+  (void)again.reader->Finish();
+
+  int rc = 0;
+  const std::string client_log = dir_.path() + "/client.out";
+  rc = RunCommand({BinaryPath("tools/client/tpserve-client"), "--server", c.address, "--api-key-file", keys,
+                   "--prompt", "hello", "--max-tokens", "3", "--temperature", "0", "generate"},
+                  client_log);
+  EXPECT_EQ(rc, 0) << client_log;
+  EXPECT_EQ(c.process->Log().find(alice), std::string::npos) << "keys are never logged";
+}
+
+// A self-signed certificate for 127.0.0.1 and its key, made by openssl.
+bool MakeCertificate(const std::string& dir, const std::string& name) {
+  const int rc = RunCommand({"openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1",
+                             "-nodes", "-days", "2", "-subj", absl::StrCat("/CN=", name), "-addext",
+                             "subjectAltName=IP:127.0.0.1,DNS:localhost", "-keyout", dir + "/" + name + ".key",
+                             "-out", dir + "/" + name + ".pem"},
+                            dir + "/openssl-" + name + ".log");
+  chmod((dir + "/" + name + ".key").c_str(), 0600);
+  return rc == 0;
+}
+
+std::string Pem(const std::string& path) {
+  std::ifstream in(path);
+  return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+}
+
+TEST_F(SecurityTest, TlsAndMutualTlsOnThePublicApi) {
+  const std::string d = dir_.path();
+  ASSERT_TRUE(MakeCertificate(d, "server") && MakeCertificate(d, "client") && MakeCertificate(d, "stranger"))
+      << "openssl could not make test certificates";
+  Coordinator c = StartCoordinator(model_, 1, d + "/tls.log",
+                                   {"--tls-cert", d + "/server.pem", "--tls-key", d + "/server.key",
+                                    "--tls-client-ca", d + "/client.pem"});
+  ASSERT_TRUE(c.process);
+  auto channel = [&](const std::string& client) {
+    grpc::SslCredentialsOptions ssl;
+    ssl.pem_root_certs = Pem(d + "/server.pem");
+    if (!client.empty()) {
+      ssl.pem_cert_chain = Pem(d + "/" + client + ".pem");
+      ssl.pem_private_key = Pem(d + "/" + client + ".key");
+    }
+    return v1::Generation::NewStub(grpc::CreateChannel(c.address, grpc::SslCredentials(ssl)));
+  };
+  EXPECT_TRUE(Tokenize(*channel("client"), "").ok());
+  EXPECT_FALSE(Tokenize(*channel(""), "").ok()) << "no client certificate";
+  EXPECT_FALSE(Tokenize(*channel("stranger"), "").ok()) << "a certificate the CA did not sign";
+  auto plain = v1::Generation::NewStub(grpc::CreateChannel(c.address, grpc::InsecureChannelCredentials()));
+  EXPECT_FALSE(Tokenize(*plain, "").ok()) << "plain text to a TLS port";
+
+  const std::string client_log = d + "/tls-client.out";
+  const int rc = RunCommand({BinaryPath("tools/client/tpserve-client"), "--server", c.address, "--tls-ca",
+                             d + "/server.pem", "--tls-cert", d + "/client.pem", "--tls-key", d + "/client.key",
+                             "--prompt", "hello", "--max-tokens", "3", "--temperature", "0", "generate"},
+                            client_log);
+  EXPECT_EQ(rc, 0) << Pem(client_log);
+}
+
+}  // namespace
+}  // namespace tpserve::e2e
