@@ -53,6 +53,10 @@ absl::Status CheckOptions(const CoordinatorOptions& o) {
     return absl::InvalidArgumentError(
         "--max-num-seqs, --max-num-batched-tokens and --max-queue must be at least 1");
   }
+  if (o.step_timeout < absl::Milliseconds(100) || o.step_timeout > absl::Hours(1)) {
+    return absl::InvalidArgumentError(absl::StrCat("--step-timeout must be in 100ms..1h, got ",
+                                                   absl::FormatDuration(o.step_timeout)));
+  }
   if (o.max_streams_per_client < 0) {
     return absl::InvalidArgumentError(
         absl::StrCat("--max-streams-per-client must be >= 0 (0 = no cap), got ", o.max_streams_per_client));
@@ -79,6 +83,9 @@ std::string WorkerBinary(const std::string& option) {
   }
   return "tpserve-worker";
 }
+
+// How much longer than --step-timeout the workers' collectives wait.
+constexpr absl::Duration kCollectiveGrace = absl::Seconds(30);
 
 // Keepalive and idle limits of the public port.
 constexpr int kKeepaliveMs = 60'000;
@@ -357,8 +364,13 @@ absl::Status Coordinator::ConnectWorkers() {
   startup.num_blocks_override = options_.num_gpu_blocks_override;
   startup.enforce_eager = options_.enforce_eager;
   startup.simulated_step_us = options_.simulate_step_us;
+  // The collectives wait past the step timeout, so the watchdog names a
+  // stalled rank before a peer's collective gives up on it.
+  startup.collective_timeout_ms =
+      static_cast<uint32_t>(absl::ToInt64Milliseconds(options_.step_timeout + kCollectiveGrace));
   TPSERVE_ASSIGN_OR_RETURN(const StartupResult started, StartWorkers(*pool_, startup));
   TPSERVE_RETURN_IF_ERROR(ChooseWorkerTransport());
+  pool_->SetStepTimeout(options_.step_timeout);
 
   StartEngine(started.num_blocks);
   service_->SetEngine(engine_.get(), std::move(worker_names), backend_);

@@ -77,6 +77,10 @@ struct CoordinatorOptions {
   std::string worker_transport = "auto";
   absl::Duration drain_timeout = absl::Seconds(30);    // Drain: how long streams may finish
   absl::Duration worker_timeout = absl::Seconds(120);  // Start: how long workers may take to connect
+  // The step watchdog: a rank that has not answered a step this long after
+  // it was sent is lost, named (WorkerPool::SetStepTimeout). Generous enough
+  // for a long prefill on CPUs; a GPU step takes milliseconds.
+  absl::Duration step_timeout = absl::Seconds(60);
   std::string chat_template = "auto";     // auto (tokenizer_config.json), llama3 or chatml
   bool spawn_workers = false;             // start the tp local workers (torchrun-style environment)
   // The secret a worker must prove (auth/cluster_secret.h); "" = none, then

@@ -23,6 +23,7 @@ struct StartupOptions {
   float gpu_memory_utilization = 0.9f;
   int64_t num_blocks_override = 0;    // > 0: allocate this many blocks instead of the profiled minimum
   bool enforce_eager = false;         // workers never run decode steps as CUDA graphs
+  uint32_t collective_timeout_ms = 0;  // the workers' communicators (worker.proto Load)
   uint32_t simulated_step_us = 0;     // benchmarks: workers sleep instead of computing (worker.proto Load)
 };
 

@@ -26,6 +26,58 @@ WorkerPool::WorkerPool(int world_size, std::optional<ClusterSecret> secret, uint
       slots_(static_cast<size_t>(world_size)),
       gate_(std::move(secret), world_size) {}
 
+WorkerPool::~WorkerPool() {
+  {
+    absl::MutexLock lock(&mu_);
+    stop_watch_ = true;
+  }
+  if (watchdog_.joinable()) watchdog_.join();
+}
+
+void WorkerPool::SetStepTimeout(absl::Duration timeout) {
+  absl::MutexLock lock(&mu_);
+  step_timeout_ = timeout;
+  if (!watchdog_.joinable()) watchdog_ = std::thread([this] { Watch(); });
+}
+
+void WorkerPool::Watch() {
+  while (true) {
+    std::optional<std::pair<int, std::string>> stalled;
+    {
+      absl::MutexLock lock(&mu_);
+      // A tenth of the timeout, at most 100 ms: a stall is named soon after its deadline.
+      const absl::Duration tick = std::min(absl::Milliseconds(100), step_timeout_ / 10);
+      if (mu_.AwaitWithTimeout(absl::Condition(&stop_watch_), tick)) return;
+      if (closed_ || !lost_.ok()) continue;
+      stalled = FindStalled(absl::Now());
+    }
+    if (stalled) MarkLost(stalled->first, stalled->second, "stalled");
+  }
+}
+
+std::optional<std::pair<int, std::string>> WorkerPool::FindStalled(absl::Time now) {
+  std::vector<int> late, silent;
+  uint64_t seq = 0;
+  for (int r = 0; r < static_cast<int>(slots_.size()); ++r) {
+    const Slot& slot = slots_[r];
+    if (slot.sent.empty() || slot.sent.front().deadline > now) continue;
+    late.push_back(r);
+    seq = slot.sent.front().seq;
+    if (now - slot.last_heartbeat > kHeartbeatStale) silent.push_back(r);
+  }
+  if (late.empty()) return std::nullopt;
+  const std::string step = absl::StrCat("did not answer step command ", seq, " within ",
+                                        absl::FormatDuration(step_timeout_), " (--step-timeout)");
+  if (!silent.empty()) {
+    return std::make_pair(silent.front(), absl::StrCat(step, " and sent no heartbeat for ",
+                                                       absl::FormatDuration(absl::Trunc(now - slots_[silent.front()].last_heartbeat, absl::Milliseconds(100))),
+                                                       ": its process is stopped or frozen"));
+  }
+  return std::make_pair(late.front(), absl::StrCat(step, " while alive: stuck in the step (ranks ",
+                                                   absl::StrJoin(late, ", "),
+                                                   " did not answer; a hung collective or device)"));
+}
+
 grpc::Status WorkerPool::Challenge(grpc::ServerContext*, const iv1::ChallengeRequest*,
                                    iv1::ChallengeResponse* response) {
   response->set_challenge(gate_.IssueChallenge());
@@ -52,7 +104,7 @@ void WorkerPool::SetOnLost(std::function<void(const absl::Status&)> on_lost) {
   on_lost_ = std::move(on_lost);
 }
 
-void WorkerPool::MarkLost(int rank, absl::string_view why) {
+void WorkerPool::MarkLost(int rank, absl::string_view why, absl::string_view what) {
   std::function<void(const absl::Status&)> callback;
   absl::Status status;
   std::shared_ptr<ShmHub> hub;
@@ -62,7 +114,7 @@ void WorkerPool::MarkLost(int rank, absl::string_view why) {
     const auto& hello = roster_.at(rank);
     lost_ = absl::UnavailableError(absl::StrCat(
         "worker rank ", rank, hello ? absl::StrCat(" (", hello->host(), ", pid ", hello->pid(), ")") : "",
-        " died: ", why, "; restart the coordinator and its workers"));
+        " ", what, ": ", why, "; restart the coordinator and its workers"));
     status = lost_;
     callback = on_lost_;
     hub = hub_;
@@ -108,6 +160,7 @@ grpc::Status WorkerPool::Session(grpc::ServerContext* context, Stream* stream) {
     }
     slots_[rank].stream = stream;
     slots_[rank].context = context;
+    slots_[rank].last_heartbeat = absl::Now();
     gate_.Grant(rank, *std::move(store_token));
     cv_.SignalAll();
   }
@@ -128,10 +181,10 @@ absl::StatusOr<bool> WorkerPool::FileReply(int rank, WorkerMessage reply) {
   {
     absl::MutexLock lock(&mu_);
     Slot& slot = slots_[rank];
-    if (slot.sent.empty() || reply.seq() != slot.sent.front()) {
+    if (slot.sent.empty() || reply.seq() != slot.sent.front().seq) {
       error = absl::InternalError(absl::StrCat(
           "protocol error: answered command ", reply.seq(), " while ",
-          slot.sent.empty() ? std::string("none") : absl::StrCat(slot.sent.front()), " was expected"));
+          slot.sent.empty() ? std::string("none") : absl::StrCat(slot.sent.front().seq), " was expected"));
     } else {
       slot.sent.pop_front();
       shut_down = reply.seq() == slot.shutdown_seq;
@@ -157,6 +210,11 @@ bool WorkerPool::TakeExitNotice(int rank, const WorkerMessage& message) {
 grpc::Status WorkerPool::ReadReplies(int rank, Stream* stream) {
   WorkerMessage reply;
   while (stream->Read(&reply)) {
+    if (reply.heartbeat()) {
+      absl::MutexLock lock(&mu_);
+      slots_[rank].last_heartbeat = absl::Now();
+      continue;
+    }
     if (TakeExitNotice(rank, reply)) continue;
     absl::StatusOr<bool> shut_down = FileReply(rank, std::move(reply));
     if (!shut_down.ok()) return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION, "reply out of order");
@@ -214,8 +272,10 @@ absl::StatusOr<uint64_t> WorkerPool::Send(CoordinatorMessage command) {
         if (slot.stream == nullptr) return absl::UnavailableError("not every worker has connected");
       }
       hub = hub_;
+      const absl::Time deadline =
+          command.has_step() ? absl::Now() + step_timeout_ : absl::InfiniteFuture();
       for (Slot& slot : slots_) {
-        slot.sent.push_back(command.seq());
+        slot.sent.push_back({command.seq(), deadline});
         if (command.has_shutdown()) slot.shutdown_seq = command.seq();
         if (hub == nullptr) streams.push_back(slot.stream);  // the channel needs no stream list
       }
@@ -248,7 +308,7 @@ absl::Status WorkerPool::ReceiveShmReplies(uint64_t seq) {
         if (!lost_.ok()) return lost_;
         Slot& slot = slots_[rank];
         // Answered already, or not yet sent to it: nothing to read.
-        if (slot.sent.empty() || slot.sent.front() > seq) break;
+        if (slot.sent.empty() || slot.sent.front().seq > seq) break;
         hub = hub_;
       }
       absl::StatusOr<std::string> bytes = hub->Receive(rank);

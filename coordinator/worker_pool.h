@@ -20,6 +20,8 @@
 #include <functional>
 #include <optional>
 #include <string>
+#include <thread>
+#include <utility>
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
@@ -43,6 +45,17 @@ class WorkerPool final : public tpserve::internal::v1::Worker::Service {
   // store (coordinator/worker_gate.h); without one, any caller may.
   explicit WorkerPool(int world_size, std::optional<ClusterSecret> secret = std::nullopt,
                       uint32_t protocol_version = kWorkerProtocolVersion);
+  ~WorkerPool() override;  // stops the watchdog
+
+  // The step watchdog (--step-timeout): from now on a Step command that some
+  // rank has not answered `timeout` after it was sent loses the pool, as a
+  // broken session does, naming the rank that went silent: the one whose
+  // heartbeats (worker.proto) stopped (a stopped or frozen process), else
+  // every rank that did not answer (stuck in the step: a hung collective or
+  // device). Other commands (Load, Profile, ...) have no deadline here.
+  void SetStepTimeout(absl::Duration timeout);
+  // A rank whose last heartbeat is older than this counts as silent.
+  static constexpr absl::Duration kHeartbeatStale = absl::Seconds(2);
 
   // Rendezvous store limits: what authenticated workers could still get wrong.
   static constexpr size_t kMaxStoreKeys = 4096;
@@ -106,15 +119,25 @@ class WorkerPool final : public tpserve::internal::v1::Worker::Service {
 
  private:
   using Stream = grpc::ServerReaderWriter<CoordinatorMessage, WorkerMessage>;
+  struct Sent {
+    uint64_t seq = 0;
+    absl::Time deadline = absl::InfiniteFuture();  // steps only: by when it must be answered
+  };
   struct Slot {
     Stream* stream = nullptr;               // while its Session runs (writes under send_mu_)
     grpc::ServerContext* context = nullptr;  // to end the session (Close)
-    std::deque<uint64_t> sent;              // seqs written and not answered, in order
+    std::deque<Sent> sent;                  // written and not answered, in order
+    absl::Time last_heartbeat;              // Hello, then each heartbeat
     std::deque<WorkerMessage> replies;      // answered and not awaited, in order
     uint64_t shutdown_seq = 0;              // the Shutdown sent, if any: its reply ends the session
     std::string exiting_error;              // its reply said it exits (out of step), and why
   };
-  void MarkLost(int rank, absl::string_view why);
+  // `what` happened to it: "died" (its session broke) or "stalled" (the watchdog).
+  void MarkLost(int rank, absl::string_view why, absl::string_view what = "died");
+  // The watchdog thread's loop (SetStepTimeout) and one look: the rank to
+  // blame and why when a step is overdue at `now`.
+  void Watch();
+  std::optional<std::pair<int, std::string>> FindStalled(absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The handler's loop after Hello: files every reply until the stream ends.
   grpc::Status ReadReplies(int rank, Stream* stream);
   // Files rank's reply to its oldest unanswered command; whether it answered
@@ -144,6 +167,9 @@ class WorkerPool final : public tpserve::internal::v1::Worker::Service {
   bool closed_ ABSL_GUARDED_BY(mu_) = false;
   std::shared_ptr<ShmHub> hub_ ABSL_GUARDED_BY(mu_);  // after UseSharedMemory
   std::function<void(const absl::Status&)> on_lost_ ABSL_GUARDED_BY(mu_);
+  absl::Duration step_timeout_ ABSL_GUARDED_BY(mu_) = absl::InfiniteDuration();
+  bool stop_watch_ ABSL_GUARDED_BY(mu_) = false;
+  std::thread watchdog_;
 
   // The Hello's proof; UNAUTHENTICATED (logged) when it fails.
   absl::StatusOr<std::string> Authenticate(const tpserve::internal::v1::Hello& hello, const std::string& peer);

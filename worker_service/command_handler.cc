@@ -116,6 +116,7 @@ absl::Status CommandHandler::Load(const iv1::Load& load, iv1::Loaded& out) {
   start.gloo_host = options_.comm_host;
   start.store = &store_;
   start.store_prefix = load.store_prefix();
+  start.timeout = std::chrono::milliseconds(load.collective_timeout_ms());
   start.vocab_size = config.vocab_size;
   start.max_seqs = static_cast<int32_t>(options.max_num_seqs);
   rank_ = RankResources();  // what a failed Load made goes (in order) before the new rank is made

@@ -113,6 +113,53 @@ iv1::WorkerMessage OpenChannel(const iv1::CoordinatorMessage& command, int rank,
   return reply;
 }
 
+// Writes to the session stream for the command loop and the heartbeat
+// thread, one at a time (a gRPC stream takes one writer at once). The
+// heartbeat goes every `interval` until StopHeartbeat, whatever the command
+// loop does (a step blocked in a collective included), so the coordinator
+// can tell a stopped or frozen process from one that is busy.
+class StreamWriter {
+ public:
+  explicit StreamWriter(SessionStream& stream) : stream_(stream) {}
+  ~StreamWriter() { StopHeartbeat(); }
+
+  bool Write(const iv1::WorkerMessage& message) {
+    absl::MutexLock lock(&mu_);
+    return !done_ && stream_.Write(message);
+  }
+  // No write after this one.
+  void WritesDone() {
+    absl::MutexLock lock(&mu_);
+    if (!done_) stream_.WritesDone();
+    done_ = true;
+  }
+  void StartHeartbeat(absl::Duration interval) {
+    heartbeat_ = std::thread([this, interval] {
+      iv1::WorkerMessage beat;
+      beat.set_heartbeat(true);
+      absl::MutexLock lock(&mu_);
+      while (!stop_ && !done_) {
+        if (mu_.AwaitWithTimeout(absl::Condition(&stop_), interval)) break;
+        if (!done_ && !stream_.Write(beat)) break;
+      }
+    });
+  }
+  void StopHeartbeat() {
+    {
+      absl::MutexLock lock(&mu_);
+      stop_ = true;
+    }
+    if (heartbeat_.joinable()) heartbeat_.join();
+  }
+
+ private:
+  SessionStream& stream_;
+  absl::Mutex mu_;
+  bool done_ ABSL_GUARDED_BY(mu_) = false;
+  bool stop_ ABSL_GUARDED_BY(mu_) = false;
+  std::thread heartbeat_;
+};
+
 // What a session needs to be admitted: the challenge and the proof for its
 // Hello, the token for its store calls (all empty without a secret).
 struct Credentials {
@@ -157,18 +204,20 @@ absl::StatusOr<Credentials> Authenticate(iv1::Worker::Stub& stub, const SessionO
 
 // Says Hello, then answers every command in order until one asks to exit, the
 // stream breaks, or the commands move to shared memory (end.shm).
-LoopEnd AnswerCommands(SessionStream& stream, CommandHandler& handler, const Credentials& credentials, int rank) {
+LoopEnd AnswerCommands(SessionStream& stream, StreamWriter& writer, CommandHandler& handler,
+                       const Credentials& credentials, int rank) {
   iv1::WorkerMessage hello;
   *hello.mutable_hello() = handler.MakeHello();
   hello.mutable_hello()->set_challenge(credentials.challenge);
   hello.mutable_hello()->set_proof(credentials.proof);
   LoopEnd end;
-  if (stream.Write(hello)) {
+  if (writer.Write(hello)) {
+    writer.StartHeartbeat(kHeartbeatInterval);
     iv1::CoordinatorMessage command;
     while (end.exit_code < 0 && end.shm == nullptr && stream.Read(&command)) {
       const iv1::WorkerMessage reply = command.has_use_shared_memory() ? OpenChannel(command, rank, end)
                                                                        : Answer(handler, command, rank, end).reply;
-      if (!stream.Write(reply)) {
+      if (!writer.Write(reply)) {
         end.shm.reset();
         break;
       }
@@ -183,7 +232,7 @@ LoopEnd AnswerCommands(SessionStream& stream, CommandHandler& handler, const Cre
 // exits (a failed collective) also goes on the stream, as the stream's only
 // message: the coordinator's session thread sees it before the stream ends,
 // and so knows this rank did not die first.
-void AnswerShmCommands(SessionStream& stream, ShmEndpoint& shm, CommandHandler& handler, int rank, LoopEnd& end) {
+void AnswerShmCommands(StreamWriter& writer, ShmEndpoint& shm, CommandHandler& handler, int rank, LoopEnd& end) {
   iv1::CoordinatorMessage command;
   std::string bytes_out;
   while (end.exit_code < 0) {
@@ -194,7 +243,7 @@ void AnswerShmCommands(SessionStream& stream, ShmEndpoint& shm, CommandHandler& 
       return;
     }
     const iv1::WorkerMessage reply = Answer(handler, command, rank, end).reply;
-    if (reply.exiting()) (void)stream.Write(reply);
+    if (reply.exiting()) (void)writer.Write(reply);
     reply.SerializeToString(&bytes_out);
     if (!shm.Reply(bytes_out).ok()) return;
   }
@@ -216,9 +265,9 @@ std::thread WatchStream(SessionStream& stream, ShmEndpoint& shm) {
 // (cancelled after 5 s), finishes it and detaches the context from the
 // stopper. `reader`, when the stream is already being read (WatchStream), is
 // joined instead of reading here.
-void CloseStream(SessionStream& stream, grpc::ClientContext& context, SessionStopper& stopper,
+void CloseStream(SessionStream& stream, StreamWriter& writer, grpc::ClientContext& context, SessionStopper& stopper,
                  std::thread* reader = nullptr) {
-  stream.WritesDone();
+  writer.WritesDone();
   absl::Mutex mu;
   bool finished = false;
   std::thread watchdog([&] {
@@ -279,14 +328,16 @@ int RunWorkerSession(const SessionOptions& options, SessionStopper& stopper) {
   grpc::ClientContext context;
   stopper.Attach(&context);
   std::unique_ptr<SessionStream> stream = stub->Session(&context);
-  LoopEnd end = AnswerCommands(*stream, handler, *credentials, rank);
+  StreamWriter writer(*stream);
+  LoopEnd end = AnswerCommands(*stream, writer, handler, *credentials, rank);
   std::thread watcher;
   if (end.shm != nullptr) {
     watcher = WatchStream(*stream, *end.shm);
-    AnswerShmCommands(*stream, *end.shm, handler, rank, end);
+    AnswerShmCommands(writer, *end.shm, handler, rank, end);
   }
+  writer.StopHeartbeat();
   if (end.exit_code >= 0) {
-    CloseStream(*stream, context, stopper, watcher.joinable() ? &watcher : nullptr);
+    CloseStream(*stream, writer, context, stopper, watcher.joinable() ? &watcher : nullptr);
     Log(rank, end.clean_end ? "shut down by the coordinator" : absl::StrCat("exiting with code ", end.exit_code));
     return end.exit_code;
   }

@@ -32,6 +32,10 @@ class ClientContext;
 
 namespace tpserve {
 
+// How often a worker tells the coordinator it is alive (worker.proto
+// WorkerMessage.heartbeat), from a thread of its own.
+inline constexpr absl::Duration kHeartbeatInterval = absl::Milliseconds(500);
+
 struct SessionOptions {
   std::string coordinator;                       // HOST:PORT
   absl::Duration connect_timeout = absl::Seconds(60);

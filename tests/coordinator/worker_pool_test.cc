@@ -166,6 +166,45 @@ TEST_F(WorkerPoolTest, ALostWorkerFailsTheCommandAndIsNamed) {
   workers_.pop_back();
 }
 
+// The step watchdog: a rank that does not answer a step in time (and sends no
+// heartbeat, as a stopped process) loses the pool, named as stalled, while the
+// rank that answered is not blamed; commands other than steps have no deadline.
+TEST_F(WorkerPoolTest, AStepNotAnsweredInTimeLosesThePoolNamingTheSilentRank) {
+  Start(2);
+  std::atomic<int> lost_calls{0};
+  pool_->SetOnLost([&](const absl::Status&) { ++lost_calls; });
+  AddWorker(FakeHello(0, 2));
+  // Shared with the session's thread, which may still be in the handler at teardown.
+  auto release = std::make_shared<std::atomic<bool>>(false);
+  AddWorker(FakeHello(1, 2), [release](const iv1::CoordinatorMessage& c) {
+    while (c.has_step() && !release->load()) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    return FakeAnswer(c);
+  });
+  ASSERT_TRUE(WaitAll().ok());
+  pool_->SetStepTimeout(absl::Milliseconds(300));
+  iv1::CoordinatorMessage ack;
+  ack.mutable_warm_up();
+  ASSERT_TRUE(pool_->RunOnAll(ack).ok()) << "not a step: no deadline";
+  // Past the heartbeat staleness: a fake session sends none, like a stopped process.
+  std::this_thread::sleep_for(absl::ToChronoMilliseconds(WorkerPool::kHeartbeatStale));
+  iv1::CoordinatorMessage step;
+  step.mutable_step()->set_step_id(1);
+  const absl::Time sent = absl::Now();
+  auto r = pool_->RunOnAll(step);
+  const absl::Duration waited = absl::Now() - sent;
+  *release = true;
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kUnavailable);
+  EXPECT_NE(r.status().message().find("worker rank 1"), absl::string_view::npos) << r.status();
+  EXPECT_NE(r.status().message().find("stalled"), absl::string_view::npos) << r.status();
+  EXPECT_NE(r.status().message().find("--step-timeout"), absl::string_view::npos) << r.status();
+  EXPECT_EQ(r.status().message().find("rank 0"), absl::string_view::npos) << r.status();
+  EXPECT_GE(waited, absl::Milliseconds(300));
+  EXPECT_LT(waited, absl::Seconds(5));
+  for (int i = 0; i < 200 && lost_calls.load() == 0; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  EXPECT_EQ(lost_calls.load(), 1);
+}
+
 // Commands are pipelined: several go out before any reply is awaited, every
 // rank answers each in order, and Await takes each command's replies (or
 // drops those of commands nobody awaited).

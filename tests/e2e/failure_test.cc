@@ -25,6 +25,16 @@ std::string Slurp(const std::string& path) {
   return ss.str();
 }
 
+// The pid of `rank` from ServerInfo's "rank R: host cpu (pid P)"; 0 if absent.
+int WorkerPid(const v1::ServerInfo& info, int rank) {
+  if (rank >= info.workers_size()) return 0;
+  const std::string& w = info.workers(rank);
+  const size_t at = w.rfind("(pid ");
+  int pid = 0;
+  if (at == std::string::npos || !absl::SimpleAtoi(w.substr(at + 5, w.size() - at - 6), &pid)) return 0;
+  return pid;
+}
+
 class FailureTest : public ::testing::Test {
  protected:
   void SetUp() override { model_ = MakeModel(dir_.path(), "qwen3", {"--seed", "4", "--max-pos", "4096"}); }
@@ -254,13 +264,8 @@ TEST_F(FailureTest, CancellingMidStreamReturnsTheBlocks) {
 TEST_F(FailureTest, KillingAWorkerEndsStreamsUnavailableAndNamesTheRank) {
   Coordinator c = Start();
   ASSERT_TRUE(c.stub);
-  const v1::ServerInfo info = ServerInfo(*c.stub);
-  ASSERT_EQ(info.workers_size(), 2);
-  const std::string& w1 = info.workers(1);  // "rank 1: host cpu (pid P)"
-  const size_t at = w1.rfind("(pid ");
-  ASSERT_NE(at, std::string::npos) << w1;
-  int pid = 0;
-  ASSERT_TRUE(absl::SimpleAtoi(w1.substr(at + 5, w1.size() - at - 6), &pid)) << w1;
+  const int pid = WorkerPid(ServerInfo(*c.stub), 1);
+  ASSERT_GT(pid, 0);
 
   grpc::ClientContext ctx;
   auto reader = c.stub->Generate(&ctx, Long());
@@ -286,6 +291,35 @@ TEST_F(FailureTest, KillingAWorkerEndsStreamsUnavailableAndNamesTheRank) {
   EXPECT_EQ(after.status.error_code(), grpc::StatusCode::UNAVAILABLE);
   EXPECT_NE(after.status.error_message().find("worker rank 1"), std::string::npos) << after.status.error_message();
   EXPECT_NE(c.process->Log().find("tpserve-coordinator: worker rank 1"), std::string::npos) << c.process->Log();
+}
+
+// A worker that stops (SIGSTOP: no crash, no closed connection, no heartbeat)
+// is named by the step watchdog within --step-timeout: streams end
+// UNAVAILABLE naming the rank, health turns NOT_SERVING.
+TEST_F(FailureTest, AStoppedWorkerIsNamedByTheStepWatchdog) {
+  Coordinator c = Start({"--step-timeout", "2s"});
+  ASSERT_TRUE(c.stub);
+  const int pid = WorkerPid(ServerInfo(*c.stub), 1);
+  ASSERT_GT(pid, 0);
+  grpc::ClientContext ctx;
+  auto reader = c.stub->Generate(&ctx, Long());
+  v1::GenerateResponse r;
+  ASSERT_TRUE(reader->Read(&r));
+  ASSERT_EQ(kill(pid, SIGSTOP), 0);
+  const absl::Time stopped = absl::Now();
+  while (reader->Read(&r)) {
+  }
+  const grpc::Status s = reader->Finish();
+  const absl::Duration noticed = absl::Now() - stopped;
+  kill(pid, SIGCONT);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::UNAVAILABLE) << s.error_message();
+  EXPECT_NE(s.error_message().find("worker rank 1"), std::string::npos) << s.error_message();
+  EXPECT_NE(s.error_message().find("stalled"), std::string::npos) << s.error_message();
+  EXPECT_GE(noticed, absl::Seconds(1)) << "only the watchdog can see a stopped process";
+  EXPECT_LT(noticed, absl::Seconds(20)) << "well before the collectives' timeout (step timeout + 30 s)";
+  int rc = 0;
+  const std::string out = Client({"health", "--server", c.address}, &rc);
+  EXPECT_NE(out.find("NOT_SERVING"), std::string::npos) << out;
 }
 
 TEST_F(FailureTest, SigtermDrainsRunningStreamsThenExitsZero) {

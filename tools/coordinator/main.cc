@@ -55,6 +55,9 @@ ABSL_FLAG(std::string, api_key_file, "",
 ABSL_FLAG(int, max_streams_per_client, 512,
           "Generate streams one client (API key, else peer address) may hold open; 0 = no cap");
 ABSL_FLAG(absl::Duration, worker_timeout, absl::Seconds(120), "how long to wait for the workers to connect");
+ABSL_FLAG(absl::Duration, step_timeout, absl::Seconds(60),
+          "a worker that does not answer a step this long is named and the service stops serving "
+          "(the workers' collectives wait 30 s longer)");
 ABSL_FLAG(absl::Duration, drain_timeout, absl::Seconds(30), "on SIGTERM, how long running streams may finish");
 
 // The KV cache on every worker.
@@ -106,6 +109,7 @@ CoordinatorOptions OptionsFromFlags() {
   o.simulate_step_us = absl::GetFlag(FLAGS_simulate_step_us);
   o.worker_transport = absl::GetFlag(FLAGS_worker_transport);
   o.drain_timeout = absl::GetFlag(FLAGS_drain_timeout);
+  o.step_timeout = absl::GetFlag(FLAGS_step_timeout);
   o.worker_timeout = absl::GetFlag(FLAGS_worker_timeout);
   o.chat_template = absl::GetFlag(FLAGS_chat_template);
   o.spawn_workers = absl::GetFlag(FLAGS_spawn_workers);
