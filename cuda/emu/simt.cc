@@ -1,7 +1,6 @@
 #include "cuda/emu/simt.h"
 
 #include <sys/mman.h>
-#include <ucontext.h>
 #include <unistd.h>
 
 #include <cstdio>
@@ -23,6 +22,45 @@
 extern "C" const char* __asan_default_options() { return "detect_leaks=0"; }
 #endif
 
+// The fiber switch: saves the callee-saved registers and the FP control words
+// on the current stack, stores its pointer in *save and continues on `next`.
+// glibc's swapcontext would also save the signal mask with a system call per
+// switch, which made it the runner's main cost.
+#if !defined(__x86_64__)
+#error "cuda/emu/simt.cc: the fiber switch is written for x86-64 (tests/CMakeLists.txt skips cuda-emu elsewhere)"
+#endif
+extern "C" void tpserve_emu_switch(void** save, void* next);
+asm(R"(
+  .text
+  .globl tpserve_emu_switch
+  .type tpserve_emu_switch, @function
+tpserve_emu_switch:
+  pushq %rbp
+  pushq %rbx
+  pushq %r12
+  pushq %r13
+  pushq %r14
+  pushq %r15
+  subq $8, %rsp
+  stmxcsr (%rsp)
+  fnstcw 4(%rsp)
+  movq %rsp, (%rdi)
+  movq %rsi, %rsp
+  ldmxcsr (%rsp)
+  fldcw 4(%rsp)
+  addq $8, %rsp
+  popq %r15
+  popq %r14
+  popq %r13
+  popq %r12
+  popq %rbx
+  popq %rbp
+  ret
+  .size tpserve_emu_switch, .-tpserve_emu_switch
+  .section .note.GNU-stack,"",@progbits
+  .text
+)");
+
 namespace tpserve::cuda::emu {
 namespace {
 
@@ -33,7 +71,7 @@ constexpr size_t kStackBytes = TPSERVE_EMU_ASAN ? 256 * 1024 : 64 * 1024;
 enum class State { kRunnable, kBarrier, kWarpOp, kDone };
 
 struct Fiber {
-  ucontext_t context;
+  void* sp = nullptr;  // saved stack pointer while switched away
   char* stack = nullptr;
   uint3 tid;
   int linear = 0;  // threadIdx.x + blockDim.x · (threadIdx.y + blockDim.y · threadIdx.z)
@@ -84,7 +122,7 @@ struct Block {
   uint3 block_idx{};
   std::vector<Fiber> fibers;
   Fiber* current = nullptr;
-  ucontext_t scheduler;
+  void* scheduler_sp = nullptr;
   const void* scheduler_stack = nullptr;  // ASan: the scheduler's stack bounds
   size_t scheduler_stack_size = 0;
   std::vector<SharedVar> shared;
@@ -138,7 +176,7 @@ void YieldToScheduler(Block& b, bool dying = false) {
 #if TPSERVE_EMU_ASAN
   __sanitizer_start_switch_fiber(dying ? nullptr : &f.fake_stack, b.scheduler_stack, b.scheduler_stack_size);
 #endif
-  swapcontext(&f.context, &b.scheduler);
+  tpserve_emu_switch(&f.sp, b.scheduler_sp);
 #if TPSERVE_EMU_ASAN
   __sanitizer_finish_switch_fiber(f.fake_stack, nullptr, nullptr);
 #endif
@@ -170,7 +208,7 @@ void Resume(Block& b, Fiber& f) {
   void* fake = nullptr;
   __sanitizer_start_switch_fiber(&fake, f.stack, kStackBytes);
 #endif
-  swapcontext(&b.scheduler, &f.context);
+  tpserve_emu_switch(&b.scheduler_sp, f.sp);
 #if TPSERVE_EMU_ASAN
   __sanitizer_finish_switch_fiber(fake, nullptr, nullptr);
 #endif
@@ -187,33 +225,38 @@ std::string Describe(const Fiber& f) {
   return "?";
 }
 
-uint64_t LaneResult(const std::vector<Fiber*>& lanes, const Fiber& f, int lane, unsigned mask, std::string* error) {
+bool SameSite(const std::source_location& a, const std::source_location& b) {
+  return a.line() == b.line() && (a.file_name() == b.file_name() || std::strcmp(a.file_name(), b.file_name()) == 0);
+}
+
+// The lane `lane` of an exchange reads from; -1 for the votes and __syncwarp.
+int SourceLane(const Fiber& f, int lane) {
   const int w = f.width, base = lane & ~(w - 1);
-  int src = lane;
   switch (f.kind) {
-    case WarpOpKind::kShflIdx: src = base + (f.arg & (w - 1)); break;
-    case WarpOpKind::kShflXor: src = lane ^ f.arg; break;
-    case WarpOpKind::kShflUp: src = lane - f.arg >= base ? lane - f.arg : lane; break;
-    case WarpOpKind::kShflDown: src = lane + f.arg < base + w ? lane + f.arg : lane; break;
-    case WarpOpKind::kSyncWarp: return 0;
-    case WarpOpKind::kBallot:
-    case WarpOpKind::kAny:
-    case WarpOpKind::kAll: {
-      uint64_t ballot = 0;
-      for (int l = 0; l < kWarpSize; ++l) {
-        if ((mask >> l & 1u) && lanes[l]->value) ballot |= uint64_t{1} << l;
-      }
-      if (f.kind == WarpOpKind::kBallot) return ballot;
-      if (f.kind == WarpOpKind::kAny) return ballot != 0;
-      return ballot == mask;
-    }
+    case WarpOpKind::kShflIdx: return base + (f.arg & (w - 1));
+    case WarpOpKind::kShflXor: return lane ^ f.arg;
+    case WarpOpKind::kShflUp: return lane - f.arg >= base ? lane - f.arg : lane;
+    case WarpOpKind::kShflDown: return lane + f.arg < base + w ? lane + f.arg : lane;
+    default: return -1;
   }
-  if (src < 0 || src >= kWarpSize || !(mask >> src & 1u)) {
-    *error = std::string(OpName(f.kind)) + " at " + Where(f.site) + ": lane " + std::to_string(lane) +
-             " reads lane " + std::to_string(src) + ", which the mask leaves out (its value is undefined)";
-    return 0;
+}
+
+uint64_t VoteResult(Fiber* const* lanes, WarpOpKind kind, unsigned mask) {
+  uint64_t ballot = 0;
+  for (int l = 0; l < kWarpSize; ++l) {
+    if ((mask >> l & 1u) && lanes[l]->value) ballot |= uint64_t{1} << l;
   }
-  return lanes[src]->value;
+  if (kind == WarpOpKind::kBallot) return ballot;
+  if (kind == WarpOpKind::kAny) return ballot != 0;
+  if (kind == WarpOpKind::kAll) return ballot == mask;
+  return 0;  // __syncwarp
+}
+
+void WarpError(Block& b, int w, const Fiber& first, const std::string& detail) {
+  std::ostringstream os;
+  os << "warp " << w << ": " << OpName(first.kind) << " at " << Where(first.site) << " with mask 0x" << std::hex
+     << first.mask << std::dec << ": " << detail;
+  b.error = os.str();
 }
 
 // Checks warp w's lanes at a warp operation against their mask and completes
@@ -221,44 +264,38 @@ uint64_t LaneResult(const std::vector<Fiber*>& lanes, const Fiber& f, int lane, 
 // arrived are not the lanes the mask names (the warp would hang on a GPU).
 bool ResolveWarp(Block& b, int w) {
   const int n = static_cast<int>(b.fibers.size());
-  std::vector<Fiber*> lanes(kWarpSize, nullptr);
+  Fiber* lanes[kWarpSize] = {};
   const Fiber* first = nullptr;
   for (int l = 0; l < kWarpSize && w * kWarpSize + l < n; ++l) {
-    lanes[l] = &b.fibers[w * kWarpSize + l];
+    lanes[l] = &b.fibers[static_cast<size_t>(w * kWarpSize + l)];
     if (lanes[l]->state == State::kWarpOp && first == nullptr) first = lanes[l];
   }
   if (first == nullptr) return false;
   const unsigned mask = first->mask;
-  std::ostringstream err;
-  err << "warp " << w << ": " << OpName(first->kind) << " at " << Where(first->site) << " with mask 0x" << std::hex
-      << mask << std::dec << ": ";
   for (int l = 0; l < kWarpSize; ++l) {
-    const bool named = mask >> l & 1u;
+    if (!(mask >> l & 1u)) continue;  // lanes outside the mask may wait at an operation of their own
     if (lanes[l] == nullptr) {
-      if (named) {
-        b.error = err.str() + "the mask names lane " + std::to_string(l) + ", which does not exist (blockDim too small)";
-        return true;
-      }
-      continue;
+      WarpError(b, w, *first, "the mask names lane " + std::to_string(l) + ", which does not exist (blockDim too small)");
+      return true;
     }
     const Fiber& f = *lanes[l];
-    const bool here = f.state == State::kWarpOp && f.kind == first->kind && f.mask == mask &&
-                      f.site.line() == first->site.line() && std::strcmp(f.site.file_name(), first->site.file_name()) == 0;
-    // Lanes outside the mask may wait at another operation of their own
-    // (divergent halves of a warp): their group is resolved on its own.
-    if (named && !here) {
-      b.error = err.str() + "lane " + std::to_string(l) + " " + Describe(f);
+    if (f.state != State::kWarpOp || f.kind != first->kind || f.mask != mask || !SameSite(f.site, first->site)) {
+      WarpError(b, w, *first, "lane " + std::to_string(l) + " " + Describe(f));
       return true;
     }
   }
-  std::vector<uint64_t> results(kWarpSize);
+  uint64_t results[kWarpSize] = {};
   for (int l = 0; l < kWarpSize; ++l) {
     if (!(mask >> l & 1u)) continue;
-    std::string e;
-    results[l] = LaneResult(lanes, *lanes[l], l, mask, &e);
-    if (!e.empty()) {
-      b.error = "warp " + std::to_string(w) + ": " + e;
+    const int src = SourceLane(*lanes[l], l);
+    if (src < 0) {
+      results[l] = VoteResult(lanes, first->kind, mask);
+    } else if (src >= kWarpSize || !(mask >> src & 1u)) {
+      WarpError(b, w, *first, "lane " + std::to_string(l) + " reads lane " + std::to_string(src) +
+                                  ", which the mask leaves out (its value is undefined)");
       return true;
+    } else {
+      results[l] = lanes[src]->value;
     }
   }
   for (int l = 0; l < kWarpSize; ++l) {
@@ -285,7 +322,7 @@ void ReleaseBarrier(Block& b) {
     return;
   }
   for (const Fiber& f : b.fibers) {
-    if (f.site.line() != waiting->site.line() || std::strcmp(f.site.file_name(), waiting->site.file_name()) != 0) {
+    if (!SameSite(f.site, waiting->site)) {
       b.error = "threads of the block wait at different __syncthreads: thread " + Tid(waiting->tid) + " at " +
                 Where(waiting->site) + ", thread " + Tid(f.tid) + " at " + Where(f.site);
       return;
@@ -332,18 +369,21 @@ std::string CheckConfig(const LaunchConfig& c) {
   return os.str();
 }
 
-// Out of line: getcontext returns twice as far as the compiler knows, so the
-// caller's loop variables stay out of its frame.
-[[gnu::noinline]] void InitFiber(Fiber& f, uint3 tid, int linear) {
+// A fresh fiber's stack as tpserve_emu_switch leaves a suspended one: the
+// saved control words, six callee-saved registers and FiberMain as the return
+// address, with the alignment a called function expects.
+void InitFiber(Fiber& f, uint3 tid, int linear) {
   f = Fiber{};
   f.tid = tid;
   f.linear = linear;
   f.stack = t_stacks.Stack(static_cast<size_t>(linear));
-  getcontext(&f.context);
-  f.context.uc_stack.ss_sp = f.stack;
-  f.context.uc_stack.ss_size = kStackBytes;
-  f.context.uc_link = nullptr;
-  makecontext(&f.context, FiberMain, 0);
+  auto top = reinterpret_cast<uintptr_t>(f.stack + kStackBytes) & ~uintptr_t{15};
+  auto* slot = reinterpret_cast<uint64_t*>(top);
+  *--slot = 0;                                         // FiberMain's return address: never used
+  *--slot = reinterpret_cast<uint64_t>(&FiberMain);    // where the first switch "returns"
+  for (int r = 0; r < 6; ++r) *--slot = 0;             // rbp rbx r12 r13 r14 r15
+  *--slot = uint64_t{0x1f80} | uint64_t{0x037f} << 32;  // MXCSR, x87 control word: the defaults
+  f.sp = slot;
 }
 
 void RunBlock(Block& b, uint3 block_idx) {

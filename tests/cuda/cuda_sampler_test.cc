@@ -24,6 +24,7 @@
 #include "sampling/sampling_row.h"
 #include "model/dtype.h"
 #include "tests/cuda/gpu_test_util.h"
+#include "tests/cuda/test_sizes.h"
 #include "sampling/sampler.h"
 #include "tests/testing/seed.h"
 
@@ -195,7 +196,7 @@ TEST(CudaSampler, MatchesHostSampler) {
   const uint64_t seed = testing_util::TestSeed();
   for (int tp : {1, 2}) {
     for (int rows : {1, 3, 19, 111}) {
-      for (int vocab : {7, 4097, 128256}) CompareWithHost(tp, rows, vocab, seed + rows * 7 + vocab);
+      for (int vocab : {7, 4097, cuda_test::kLargeVocab}) CompareWithHost(tp, rows, vocab, seed + rows * 7 + vocab);
     }
   }
 }
