@@ -14,13 +14,15 @@ inline constexpr bool kEmulated = true;
 inline constexpr int64_t kLargeDim = 333;          // > 256 threads: grid-stride and block-stride loops
 inline constexpr int32_t kLongContext = 700;       // > one 512-key decode partition
 inline constexpr int32_t kLongPrefill = 100;       // a prefill over several pages
-inline constexpr int32_t kLargeVocab = 4097;       // sampler vocabulary, > 512 threads · 8
+inline constexpr int32_t kLargeVocab = 1031;       // sampler vocabulary: > 512 threads, odd
+inline constexpr int kMaxSampleRows = 19;          // sampled rows (blocks) per launch, at most
 #else
 inline constexpr bool kEmulated = false;
 inline constexpr int64_t kLargeDim = 4097;
 inline constexpr int32_t kLongContext = 4097;
 inline constexpr int32_t kLongPrefill = 1000;
 inline constexpr int32_t kLargeVocab = 128256;     // Llama 3's vocabulary
+inline constexpr int kMaxSampleRows = 111;
 #endif
 
 }  // namespace tpserve::cuda_test
