@@ -6,6 +6,8 @@
 #include <cstdio>
 #include <cstdlib>
 #include <memory>
+#include <mutex>
+#include <set>
 #include <sstream>
 #include <vector>
 
@@ -406,6 +408,21 @@ void RunBlock(Block& b, uint3 block_idx) {
   std::free(b.dynamic);
 }
 
+// With TPSERVE_EMU_LAUNCH_LOG=<file>, appends each kernel's name the first time
+// it is launched (tests/cuda_emu/kernel_coverage_test.cc reads it).
+void LogLaunch(const char* kernel) {
+  static const char* const path = std::getenv("TPSERVE_EMU_LAUNCH_LOG");
+  if (path == nullptr) return;
+  static std::mutex mu;
+  static std::set<std::string> logged;
+  std::lock_guard lock(mu);
+  if (!logged.insert(kernel).second) return;
+  if (FILE* f = std::fopen(path, "a")) {
+    std::fprintf(f, "%s\n", kernel);
+    std::fclose(f);
+  }
+}
+
 }  // namespace
 
 cudaError_t RunLaunch(const LaunchConfig& config, const std::function<void()>& thread_body) {
@@ -417,6 +434,7 @@ cudaError_t RunLaunch(const LaunchConfig& config, const std::function<void()>& t
     t_report = std::string(config.kernel) + ": " + e;
     return cudaErrorInvalidConfiguration;
   }
+  LogLaunch(config.kernel);
   Block b;
   b.config = &config;
   b.body = &thread_body;
