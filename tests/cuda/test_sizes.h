@@ -16,6 +16,7 @@ inline constexpr int32_t kLongContext = 700;       // > one 512-key decode parti
 inline constexpr int32_t kLongPrefill = 100;       // a prefill over several pages
 inline constexpr int32_t kLargeVocab = 1031;       // sampler vocabulary: > 512 threads, odd
 inline constexpr int kMaxSampleRows = 19;          // sampled rows (blocks) per launch, at most
+inline constexpr int kModelDecodeSteps = 8;        // whole-model decode steps after the prefill
 #else
 inline constexpr bool kEmulated = false;
 inline constexpr int64_t kLargeDim = 4097;
@@ -23,6 +24,7 @@ inline constexpr int32_t kLongContext = 4097;
 inline constexpr int32_t kLongPrefill = 1000;
 inline constexpr int32_t kLargeVocab = 128256;     // Llama 3's vocabulary
 inline constexpr int kMaxSampleRows = 111;
+inline constexpr int kModelDecodeSteps = 32;
 #endif
 
 }  // namespace tpserve::cuda_test
