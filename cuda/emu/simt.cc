@@ -3,6 +3,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <memory>
@@ -333,20 +334,32 @@ void ReleaseBarrier(Block& b) {
   for (Fiber& f : b.fibers) f.state = State::kRunnable;
 }
 
-// Runs the block's threads until all have exited or one failed.
+// Runs warp w's lanes, exchange by exchange, until each has exited or waits at
+// the block barrier; false when the block failed.
+bool RunWarp(Block& b, int w) {
+  const size_t first = static_cast<size_t>(w) * kWarpSize;
+  const size_t last = std::min(b.fibers.size(), first + kWarpSize);
+  do {
+    for (size_t i = first; i < last; ++i) {
+      if (b.fibers[i].state == State::kRunnable) Resume(b, b.fibers[i]);
+      if (!b.error.empty()) return false;
+    }
+  } while (ResolveWarp(b, w) && b.error.empty());
+  return b.error.empty();
+}
+
+// Runs the block's threads until all have exited or one failed. Warps run one
+// at a time, each as far as it gets before the next block barrier, in the
+// opposite order after every barrier: one warp runs ahead of the others, as a
+// GPU may let it, so a missing barrier between one warp's shared writes and
+// another's reads (in either order) shows up as poison or a stale value.
 void Schedule(Block& b) {
   const int warps = static_cast<int>((b.fibers.size() + kWarpSize - 1) / kWarpSize);
-  for (;;) {
-    bool live = false;
-    for (Fiber& f : b.fibers) {
-      if (f.state == State::kRunnable) Resume(b, f);
-      if (!b.error.empty()) return;
-      live |= f.state != State::kDone;
+  for (bool reverse = false;; reverse = !reverse) {
+    for (int i = 0; i < warps; ++i) {
+      if (!RunWarp(b, reverse ? warps - 1 - i : i)) return;
     }
-    if (!live) return;
-    bool moved = false;
-    for (int w = 0; w < warps; ++w) moved |= ResolveWarp(b, w);
-    if (!b.error.empty() || moved) continue;
+    if (std::all_of(b.fibers.begin(), b.fibers.end(), [](const Fiber& f) { return f.state == State::kDone; })) return;
     ReleaseBarrier(b);
     if (!b.error.empty()) return;
   }
