@@ -54,6 +54,25 @@ TEST(SimtTest, MissingBarrierReadsUnwrittenSharedMemoryAsNaN) {
   EXPECT_TRUE(std::isnan(out[0]));
 }
 
+// Each warp reads the other warp's slots, then overwrites its own without a
+// barrier in between: on a GPU the other warp may not have read them yet.
+__global__ void OverwriteBeforeOtherWarpRead(int* out) {
+  TPSERVE_SHARED_ARRAY(int, s, 64);
+  const int t = static_cast<int>(threadIdx.x);
+  s[t] = 1;
+  __syncthreads();
+  out[t] = s[(t + 32) % 64];
+  s[t] = 2;  // a __syncthreads() belongs before this write
+}
+
+TEST(SimtTest, AWarpRunningAheadExposesAMissingBarrierBeforeAnOverwrite) {
+  std::vector<int> out(64);
+  ASSERT_EQ(LAUNCH(OverwriteBeforeOtherWarpRead, 1, 64, 0, out.data()), cudaSuccess);
+  int stale = 0;
+  for (int v : out) stale += v != 1;
+  EXPECT_GT(stale, 0) << "warp 0 ran to its overwrite before warp 1 read: warp 1 must see 2";
+}
+
 __global__ void BlockSums(const float* x, float* out) {
   const float s = BlockSum(x[blockIdx.x * blockDim.x + threadIdx.x]);
   const float again = BlockSum(2.f * x[blockIdx.x * blockDim.x + threadIdx.x]);  // reuses `partial`
