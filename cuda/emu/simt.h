@@ -3,8 +3,10 @@
 // serves links it.
 //
 // A launch runs its blocks one after another on the calling thread. The
-// threads of a block are fibers (ucontext) switched by a scheduler at the
-// points where CUDA threads wait for each other:
+// threads of a block are fibers (a register switch in simt.cc, x86-64) switched
+// by a scheduler at the points where CUDA threads wait for each other; warps
+// run one at a time up to the next block barrier, in alternating order, so one
+// warp runs ahead of the others as a GPU may let it:
 //   * __syncthreads: a block barrier. Every thread of the block must reach the
 //     same __syncthreads (the same source line); a thread that exits while
 //     others wait, or threads waiting at different barriers, fail the launch.
