@@ -141,7 +141,8 @@ TEST_F(CudaBackendTest, RmsNormAndAddRmsNorm) {
 
 TEST_F(CudaBackendTest, QkNormRopeWithAndWithoutNorms) {
   SEED_TRACE();
-  const AttentionShape shapes[] = {{4, 2, 24}, {6, 2, 64}, {2, 1, 128}, {16, 8, 128}};
+  // The last: odd head counts and the kernel's largest head (kMaxRopeHeadDim).
+  const AttentionShape shapes[] = {{4, 2, 24}, {6, 2, 64}, {2, 1, 128}, {16, 8, 128}, {3, 1, 512}};
   for (const AttentionShape& shape : shapes) {
     const int64_t hd = shape.head_dim, max_pos = 300;
     std::vector<float> rope(static_cast<size_t>(max_pos * hd));
