@@ -13,6 +13,7 @@
 #include <vector>
 
 #if defined(__SANITIZE_ADDRESS__)
+#include <sanitizer/asan_interface.h>
 #include <sanitizer/common_interface_defs.h>
 #define TPSERVE_EMU_ASAN 1
 #else
@@ -30,7 +31,7 @@ extern "C" const char* __asan_default_options() { return "detect_leaks=0"; }
 // glibc's swapcontext would also save the signal mask with a system call per
 // switch, which made it the runner's main cost.
 #if !defined(__x86_64__)
-#error "cuda/emu/simt.cc: the fiber switch is written for x86-64 (tests/CMakeLists.txt skips cuda-emu elsewhere)"
+#error "cuda/emu/simt.cc: the fiber switch is written for x86-64 (cuda/CMakeLists.txt skips cuda-emu elsewhere)"
 #endif
 extern "C" void tpserve_emu_switch(void** save, void* next);
 asm(R"(
@@ -417,6 +418,13 @@ void RunBlock(Block& b, uint3 block_idx) {
     }
   }
   Schedule(b);
+#if TPSERVE_EMU_ASAN
+  // A failed block leaves its threads' frames, and ASan's poisoned redzones in
+  // them, on stacks the next launch reuses.
+  if (!b.error.empty()) {
+    for (const Fiber& f : b.fibers) __asan_unpoison_memory_region(f.stack, kStackBytes);
+  }
+#endif
   for (SharedVar& v : b.shared) std::free(v.data);
   std::free(b.dynamic);
 }
