@@ -115,7 +115,7 @@ struct Launcher {
   LaunchConfig config;
   Kernel* kernel;
   template <typename... Args>
-  void operator()(const Args&... args) const {
+  void operator()(Args... args) const {  // by value, like a launch's arguments (arrays decay)
     SetLastError(RunLaunch(config, [&] { kernel(args...); }));
   }
 };
