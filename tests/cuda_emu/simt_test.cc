@@ -107,6 +107,7 @@ __global__ void Shuffles(int width, int* out) {
   o[4] = static_cast<int>(__ballot_sync(0xffffffffu, lane % 3 == 0));
   o[5] = __any_sync(0xffffffffu, lane == 31);
   o[6] = __all_sync(0xffffffffu, lane < 31);
+  __syncwarp();
   o[7] = static_cast<int>(__shfl_xor_sync(0xffffffffu, static_cast<double>(v) + 0.5, 1) * 2);  // 8 bytes
 }
 
@@ -176,6 +177,9 @@ TEST(SimtTest, BarrierSkippedByAThreadFails) {
   EXPECT_THAT(emu::LastReport(), HasSubstr("not reached by every thread"));
   EXPECT_THAT(emu::LastReport(), HasSubstr("thread (5,0,0) has exited"));
   EXPECT_THAT(emu::LastReport(), HasSubstr("EarlyExitBeforeBarrier"));
+  // What CUDA_CHECK prints (cuda/check.h) carries the report.
+  EXPECT_THAT(cudaGetErrorString(cudaErrorLaunchFailure), HasSubstr("thread (5,0,0) has exited"));
+  EXPECT_EQ(cudaGetLastError(), cudaSuccess) << "cudaGetLastError clears the error, as in CUDA";
 }
 
 __global__ void DivergentBarriers(int* out) {
