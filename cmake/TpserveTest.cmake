@@ -1,11 +1,12 @@
-# tpserve_add_gtest(<name> SOURCES <files...> LIBS <targets...> LABELS <unit|tp|e2e|gpu...>
-#                   [TIMEOUT <seconds>])
+# tpserve_add_gtest(<name> SOURCES <files...> LIBS <targets...> LABELS <unit|tp|e2e|gpu|cuda-emu...>
+#                   [TIMEOUT <seconds>] [PREFIX <ctest name prefix>])
 # Builds one GoogleTest executable and registers its tests with ctest under the labels.
+# PREFIX tells apart the tests of a source built twice (tests/cuda_emu/: "emu.").
 include(GoogleTest)
 function(tpserve_add_gtest name)
-  cmake_parse_arguments(T "" "TIMEOUT" "SOURCES;LIBS;LABELS" ${ARGN})
+  cmake_parse_arguments(T "" "TIMEOUT;PREFIX" "SOURCES;LIBS;LABELS" ${ARGN})
   if(NOT T_LABELS)
-    message(FATAL_ERROR "tpserve_add_gtest(${name}): give LABELS (unit, tp, e2e or gpu)")
+    message(FATAL_ERROR "tpserve_add_gtest(${name}): give LABELS (unit, tp, e2e, gpu or cuda-emu)")
   endif()
   if(NOT T_TIMEOUT)
     set(T_TIMEOUT 300)
@@ -15,6 +16,7 @@ function(tpserve_add_gtest name)
   target_compile_definitions(${name} PRIVATE
     TPSERVE_SOURCE_DIR="${PROJECT_SOURCE_DIR}" TPSERVE_BINARY_DIR="${PROJECT_BINARY_DIR}")
   gtest_discover_tests(${name}
+    TEST_PREFIX "${T_PREFIX}"
     PROPERTIES LABELS "${T_LABELS}" TIMEOUT ${T_TIMEOUT}
     DISCOVERY_TIMEOUT 60)
 endfunction()

@@ -3,6 +3,7 @@
 #include "cuda/attention.cuh"
 #include "cuda/attention_merge.h"
 #include "cuda/reduce.cuh"
+#include "cuda/simt.cuh"
 
 namespace tpserve::cuda {
 namespace {
@@ -116,7 +117,7 @@ __device__ float MergeWarps(const WarpPartials& sm, int g, int d) {
 // The whole context of each token in one block. grid: x = token, y = KV head · group_chunks + chunk.
 template <int DPL>
 __global__ void __launch_bounds__(kThreads) PagedAttentionKernel(PagedAttentionArgs a, int group_chunks) {
-  __shared__ WarpPartials sm;
+  TPSERVE_SHARED(WarpPartials, sm);
   const int64_t t = blockIdx.x;
   const HeadChunk hc = BlockHeads(a, group_chunks);
   AttendKeys<DPL>(a, t, hc, 0, a.positions[t] + 1, sm);  // keys 0 .. positions[t]
@@ -153,7 +154,7 @@ __global__ void __launch_bounds__(kThreads)
   if (begin >= ctx) return;  // past this token's context (the grid is sized for the longest)
   const int end = min(ctx, begin + split.partition_size);
 
-  __shared__ WarpPartials sm;
+  TPSERVE_SHARED(WarpPartials, sm);
   const HeadChunk hc = BlockHeads(a, group_chunks);
   AttendKeys<DPL>(a, t, hc, begin, end, sm);
 
@@ -204,13 +205,13 @@ cudaError_t LaunchPagedAttention(const PagedAttentionArgs& a, cudaStream_t strea
   const int group_chunks = GroupChunks(a);
   const dim3 grid(static_cast<unsigned>(a.num_tokens), static_cast<unsigned>(a.num_kv_heads * group_chunks));
   if (a.head_dim <= 32) {
-    PagedAttentionKernel<1><<<grid, kThreads, 0, stream>>>(a, group_chunks);
+    TPSERVE_LAUNCH(PagedAttentionKernel<1>, grid, kThreads, 0, stream)(a, group_chunks);
   } else if (a.head_dim <= 64) {
-    PagedAttentionKernel<2><<<grid, kThreads, 0, stream>>>(a, group_chunks);
+    TPSERVE_LAUNCH(PagedAttentionKernel<2>, grid, kThreads, 0, stream)(a, group_chunks);
   } else if (a.head_dim <= 128) {
-    PagedAttentionKernel<4><<<grid, kThreads, 0, stream>>>(a, group_chunks);
+    TPSERVE_LAUNCH(PagedAttentionKernel<4>, grid, kThreads, 0, stream)(a, group_chunks);
   } else {
-    PagedAttentionKernel<8><<<grid, kThreads, 0, stream>>>(a, group_chunks);
+    TPSERVE_LAUNCH(PagedAttentionKernel<8>, grid, kThreads, 0, stream)(a, group_chunks);
   }
   return cudaGetLastError();
 }
@@ -234,17 +235,17 @@ cudaError_t LaunchSplitDecodeAttention(const PagedAttentionArgs& a, const SplitD
   const dim3 parts(static_cast<unsigned>(n), static_cast<unsigned>(a.num_kv_heads * group_chunks),
                    static_cast<unsigned>(split.max_partitions));
   if (a.head_dim <= 32) {
-    SplitDecodePartitionKernel<1><<<parts, kThreads, 0, stream>>>(a, split, group_chunks);
+    TPSERVE_LAUNCH(SplitDecodePartitionKernel<1>, parts, kThreads, 0, stream)(a, split, group_chunks);
   } else if (a.head_dim <= 64) {
-    SplitDecodePartitionKernel<2><<<parts, kThreads, 0, stream>>>(a, split, group_chunks);
+    TPSERVE_LAUNCH(SplitDecodePartitionKernel<2>, parts, kThreads, 0, stream)(a, split, group_chunks);
   } else if (a.head_dim <= 128) {
-    SplitDecodePartitionKernel<4><<<parts, kThreads, 0, stream>>>(a, split, group_chunks);
+    TPSERVE_LAUNCH(SplitDecodePartitionKernel<4>, parts, kThreads, 0, stream)(a, split, group_chunks);
   } else {
-    SplitDecodePartitionKernel<8><<<parts, kThreads, 0, stream>>>(a, split, group_chunks);
+    TPSERVE_LAUNCH(SplitDecodePartitionKernel<8>, parts, kThreads, 0, stream)(a, split, group_chunks);
   }
   if (cudaError_t err = cudaGetLastError(); err != cudaSuccess) return err;
   const dim3 heads(static_cast<unsigned>(n), static_cast<unsigned>(a.num_heads));
-  SplitDecodeCombineKernel<<<heads, kThreads, 0, stream>>>(a, split);
+  TPSERVE_LAUNCH(SplitDecodeCombineKernel, heads, kThreads, 0, stream)(a, split);
   return cudaGetLastError();
 }
 

@@ -1,4 +1,5 @@
 #include "cuda/convert.h"
+#include "cuda/simt.cuh"
 
 namespace tpserve::cuda {
 namespace {
@@ -30,13 +31,13 @@ int GridFor(int64_t n) {
 
 cudaError_t F32ToBf16(const float* in, __nv_bfloat16* out, int64_t n, cudaStream_t stream) {
   if (n == 0) return cudaSuccess;
-  F32ToBf16Kernel<<<GridFor(n), kThreads, 0, stream>>>(in, out, n);
+  TPSERVE_LAUNCH(F32ToBf16Kernel, GridFor(n), kThreads, 0, stream)(in, out, n);
   return cudaGetLastError();
 }
 
 cudaError_t Bf16ToF32(const __nv_bfloat16* in, float* out, int64_t n, cudaStream_t stream) {
   if (n == 0) return cudaSuccess;
-  Bf16ToF32Kernel<<<GridFor(n), kThreads, 0, stream>>>(in, out, n);
+  TPSERVE_LAUNCH(Bf16ToF32Kernel, GridFor(n), kThreads, 0, stream)(in, out, n);
   return cudaGetLastError();
 }
 

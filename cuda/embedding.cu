@@ -1,4 +1,5 @@
 #include "cuda/embedding.cuh"
+#include "cuda/simt.cuh"
 
 namespace tpserve::cuda {
 namespace {
@@ -27,7 +28,7 @@ cudaError_t LaunchEmbedding(const int32_t* ids, int64_t T, const __nv_bfloat16* 
                             int64_t D, int64_t vocab_start, __nv_bfloat16* out, cudaStream_t stream) {
   if (T == 0 || D == 0) return cudaSuccess;
   const unsigned blocks = static_cast<unsigned>(T < 65535 ? T : 65535);
-  EmbeddingKernel<<<blocks, kThreads, 0, stream>>>(ids, T, table, Vs, D, vocab_start, out);
+  TPSERVE_LAUNCH(EmbeddingKernel, blocks, kThreads, 0, stream)(ids, T, table, Vs, D, vocab_start, out);
   return cudaGetLastError();
 }
 

@@ -1,4 +1,5 @@
 #include "cuda/gather_rows.cuh"
+#include "cuda/simt.cuh"
 
 namespace tpserve::cuda {
 namespace {
@@ -20,7 +21,7 @@ cudaError_t LaunchGatherRows(const __nv_bfloat16* x, int64_t D, const int32_t* r
                              __nv_bfloat16* out, cudaStream_t stream) {
   if (S == 0 || D == 0) return cudaSuccess;
   const unsigned blocks = static_cast<unsigned>(S < 65535 ? S : 65535);
-  GatherRowsKernel<<<blocks, kThreads, 0, stream>>>(x, D, rows, S, out);
+  TPSERVE_LAUNCH(GatherRowsKernel, blocks, kThreads, 0, stream)(x, D, rows, S, out);
   return cudaGetLastError();
 }
 

@@ -1,4 +1,5 @@
 #include "cuda/kv_store.cuh"
+#include "cuda/simt.cuh"
 
 namespace tpserve::cuda {
 namespace {
@@ -30,8 +31,9 @@ cudaError_t LaunchStoreKv(const __nv_bfloat16* qkv, int64_t T, const int64_t* sl
                           __nv_bfloat16* v_cache, cudaStream_t stream) {
   if (T == 0) return cudaSuccess;
   const unsigned blocks = static_cast<unsigned>(T < 65535 ? T : 65535);
-  StoreKvKernel<<<blocks, kThreads, 0, stream>>>(qkv, T, slot_mapping, int64_t{num_heads} * head_dim,
-                                                 int64_t{num_kv_heads} * head_dim, k_cache, v_cache);
+  TPSERVE_LAUNCH(StoreKvKernel, blocks, kThreads, 0, stream)(qkv, T, slot_mapping,
+                                                             int64_t{num_heads} * head_dim,
+                                                             int64_t{num_kv_heads} * head_dim, k_cache, v_cache);
   return cudaGetLastError();
 }
 

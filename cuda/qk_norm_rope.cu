@@ -1,5 +1,6 @@
 #include "cuda/qk_norm_rope.cuh"
 #include "cuda/reduce.cuh"
+#include "cuda/simt.cuh"
 
 namespace tpserve::cuda {
 namespace {
@@ -13,8 +14,8 @@ __global__ void QkNormRopeKernel(__nv_bfloat16* __restrict__ qkv, const int32_t*
                                  const __nv_bfloat16* __restrict__ q_norm,
                                  const __nv_bfloat16* __restrict__ k_norm, float eps,
                                  const float* __restrict__ rope) {
-  __shared__ float x[kMaxRopeHeadDim];  // [hd] this head, fp32
-  const int h = blockIdx.x;             // 0..Hq-1: q heads, Hq..Hq+Hkv-1: k heads
+  TPSERVE_SHARED_ARRAY(float, x, kMaxRopeHeadDim);  // [hd] this head, fp32
+  const int h = blockIdx.x;  // 0..Hq-1: q heads, Hq..Hq+Hkv-1: k heads
   const int64_t t = blockIdx.y;
   const int64_t width = int64_t{num_heads + 2 * num_kv_heads} * hd;
   __nv_bfloat16* head = qkv + t * width + int64_t{h} * hd;
@@ -52,8 +53,8 @@ cudaError_t LaunchQkNormRope(__nv_bfloat16* qkv, int64_t T, const int32_t* posit
     return cudaErrorInvalidValue;
   }
   const dim3 grid(static_cast<unsigned>(num_heads + num_kv_heads), static_cast<unsigned>(T));
-  QkNormRopeKernel<<<grid, kThreads, 0, stream>>>(qkv, positions, num_heads, num_kv_heads, head_dim,
-                                                  q_norm, k_norm, eps, rope);
+  TPSERVE_LAUNCH(QkNormRopeKernel, grid, kThreads, 0, stream)(qkv, positions, num_heads, num_kv_heads,
+                                                              head_dim, q_norm, k_norm, eps, rope);
   return cudaGetLastError();
 }
 

@@ -4,6 +4,8 @@
 
 #include <cstdint>
 
+#include "cuda/simt.cuh"
+
 namespace tpserve::cuda {
 
 constexpr int kWarpSize = 32;
@@ -19,7 +21,7 @@ __device__ __forceinline__ float WarpSum(float v) {
 // Sum of v over the block (blockDim.x a multiple of 32, at most 1024); every
 // thread gets the result. Contains __syncthreads: call from all threads.
 __device__ __forceinline__ float BlockSum(float v) {
-  __shared__ float partial[32];  // [warps]
+  TPSERVE_SHARED_ARRAY(float, partial, 32);  // [warps]
   const int lane = threadIdx.x % kWarpSize, warp = threadIdx.x / kWarpSize;
   const int num_warps = (blockDim.x + kWarpSize - 1) / kWarpSize;
   v = WarpSum(v);

@@ -1,5 +1,6 @@
 #include "cuda/reduce.cuh"
 #include "cuda/rmsnorm.cuh"
+#include "cuda/simt.cuh"
 
 namespace tpserve::cuda {
 namespace {
@@ -46,7 +47,7 @@ cudaError_t LaunchRmsNorm(const __nv_bfloat16* x, const __nv_bfloat16* w, float 
                           int64_t D, __nv_bfloat16* out, cudaStream_t stream) {
   if (M == 0 || D == 0) return cudaSuccess;
   if (M > 0x7fffffff) return cudaErrorInvalidValue;
-  RmsNormKernel<<<static_cast<unsigned>(M), kThreads, 0, stream>>>(x, w, eps, D, out);
+  TPSERVE_LAUNCH(RmsNormKernel, static_cast<unsigned>(M), kThreads, 0, stream)(x, w, eps, D, out);
   return cudaGetLastError();
 }
 
@@ -54,7 +55,7 @@ cudaError_t LaunchAddRmsNorm(__nv_bfloat16* x, __nv_bfloat16* residual, const __
                              float eps, int64_t M, int64_t D, cudaStream_t stream) {
   if (M == 0 || D == 0) return cudaSuccess;
   if (M > 0x7fffffff) return cudaErrorInvalidValue;
-  AddRmsNormKernel<<<static_cast<unsigned>(M), kThreads, 0, stream>>>(x, residual, w, eps, D);
+  TPSERVE_LAUNCH(AddRmsNormKernel, static_cast<unsigned>(M), kThreads, 0, stream)(x, residual, w, eps, D);
   return cudaGetLastError();
 }
 

@@ -1,4 +1,5 @@
 #include "cuda/sampling.cuh"
+#include "cuda/simt.cuh"
 
 #include <cstdint>
 
@@ -38,7 +39,7 @@ struct CudaBlock {
 
   template <typename T, typename Op>
   __device__ T Reduce(T v, Op op) {
-    __shared__ T partial[kWarps];
+    TPSERVE_SHARED_ARRAY(T, partial, kWarps);
     for (int offset = 16; offset > 0; offset /= 2) v = op(v, ShflXor(v, offset));
     __syncthreads();  // partial may still be read by the previous reduction
     if (threadIdx.x % 32 == 0) partial[threadIdx.x / 32] = v;
@@ -64,7 +65,7 @@ struct CudaBlock {
 
   // Σ of v over the threads before this one (thread order); *total: over all.
   __device__ double ExclusiveSum(double v, double* total) {
-    __shared__ double warp_sums[kWarps];
+    TPSERVE_SHARED_ARRAY(double, warp_sums, kWarps);
     const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
     double inclusive = v;
     for (int offset = 1; offset < 32; offset *= 2) {
@@ -91,8 +92,8 @@ struct CudaBlock {
 
 template <typename T>
 __global__ void __launch_bounds__(kSampleThreads) SampleRowsKernel(SampleRowsArgs a) {
-  extern __shared__ uint32_t seen[];  // [ceil(V / 32)] the row's penalty bitmask
-  __shared__ int32_t counter;         // slots of the top-n list
+  TPSERVE_DYNAMIC_SHARED(uint32_t, seen);  // [ceil(V / 32)] the row's penalty bitmask
+  TPSERVE_SHARED(int32_t, counter);       // slots of the top-n list
   using Block = CudaBlock<kSampleThreads>;
   Block block;
   const int32_t s = static_cast<int32_t>(blockIdx.x);  // sampled row
@@ -120,9 +121,9 @@ cudaError_t LaunchSampleRows(const SampleRowsArgs& args, cudaStream_t stream) {
   const size_t shared = SampleRowsSharedBytes(args.vocab);
   const dim3 grid(static_cast<unsigned>(args.rows)), block(kSampleThreads);
   if (args.bf16) {
-    SampleRowsKernel<uint16_t><<<grid, block, shared, stream>>>(args);
+    TPSERVE_LAUNCH(SampleRowsKernel<uint16_t>, grid, block, shared, stream)(args);
   } else {
-    SampleRowsKernel<float><<<grid, block, shared, stream>>>(args);
+    TPSERVE_LAUNCH(SampleRowsKernel<float>, grid, block, shared, stream)(args);
   }
   return cudaGetLastError();
 }

@@ -1,5 +1,6 @@
 #include "cuda/reduce.cuh"
 #include "cuda/silu_mul.cuh"
+#include "cuda/simt.cuh"
 
 namespace tpserve::cuda {
 namespace {
@@ -32,14 +33,14 @@ __global__ void AddBiasKernel(__nv_bfloat16* __restrict__ y, const __nv_bfloat16
 cudaError_t LaunchSiluMul(const __nv_bfloat16* gate_up, int64_t M, int64_t F, __nv_bfloat16* out,
                           cudaStream_t stream) {
   if (M * F == 0) return cudaSuccess;
-  SiluMulKernel<<<GridStrideBlocks(M * F, kThreads), kThreads, 0, stream>>>(gate_up, M, F, out);
+  TPSERVE_LAUNCH(SiluMulKernel, GridStrideBlocks(M * F, kThreads), kThreads, 0, stream)(gate_up, M, F, out);
   return cudaGetLastError();
 }
 
 cudaError_t LaunchAddBias(__nv_bfloat16* y, const __nv_bfloat16* bias, int64_t M, int64_t N,
                           cudaStream_t stream) {
   if (M * N == 0) return cudaSuccess;
-  AddBiasKernel<<<GridStrideBlocks(M * N, kThreads), kThreads, 0, stream>>>(y, bias, M, N);
+  TPSERVE_LAUNCH(AddBiasKernel, GridStrideBlocks(M * N, kThreads), kThreads, 0, stream)(y, bias, M, N);
   return cudaGetLastError();
 }
 

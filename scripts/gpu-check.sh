@@ -33,6 +33,7 @@ fi
 
 export LD_LIBRARY_PATH="$deps/lib:$deps/lib/$arch${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DTPSERVE_CUDA=ON -DTPSERVE_ENGINE_ONLY=ON \
+  -DTPSERVE_CUDA_EMU=OFF \
   -DTPSERVE_BLAS=OFF -DCMAKE_CUDA_ARCHITECTURES=native \
   -DCMAKE_PREFIX_PATH="$deps;$gtest_prefix" -DCMAKE_INCLUDE_PATH="$deps/include" \
   -DCMAKE_LIBRARY_PATH="$deps/lib;$deps/lib/$arch" >"$build.configure.log" 2>&1 ||

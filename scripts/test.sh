@@ -6,6 +6,8 @@
 #   scripts/test.sh --sanitize    also build the CPU code with ASan + UBSan in build-asan/ and run
 #                                 the unit tests there
 #   scripts/test.sh -L unit       pass ctest arguments through (here: only the unit label)
+#   scripts/test.sh -L cuda-emu   only the CUDA kernels run on the CPU by the SIMT runner
+#                                 (tests/cuda_emu/; part of every full run when nvcc is present)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 

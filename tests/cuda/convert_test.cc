@@ -10,13 +10,14 @@
 #include "cuda/check.h"
 #include "model/dtype.h"
 #include "tests/cuda/gpu_test_util.h"
+#include "tests/cuda/test_sizes.h"
 
 namespace tpserve::cuda {
 namespace {
 
 TEST(CudaConvert, MatchesHostConversionForOddSizes) {
   TPSERVE_REQUIRE_GPU();
-  for (int64_t n : {1, 3, 7, 19, 111, 4097}) {
+  for (int64_t n : {int64_t{1}, int64_t{3}, int64_t{7}, int64_t{19}, int64_t{111}, cuda_test::kLargeDim}) {
     std::mt19937 rng(static_cast<uint32_t>(n));
     std::normal_distribution<float> dist(0.0f, 10.0f);
     std::vector<float> x(n);

@@ -15,6 +15,7 @@
 #include "backend/cpu_backend.h"
 #include "tests/cuda/cuda_test_util.h"
 #include "tests/cuda/gpu_test_util.h"
+#include "tests/cuda/test_sizes.h"
 
 namespace tpserve {
 namespace {
@@ -28,7 +29,7 @@ using cuda_test::SeqPart;
 using cuda_test::Upload;
 
 constexpr double kTol = 1e-2;
-const int64_t kOddSizes[] = {1, 3, 7, 19, 111, 4097};
+const int64_t kOddSizes[] = {1, 3, 7, 19, 111, cuda_test::kLargeDim};
 
 class CudaBackendTest : public ::testing::Test {
  protected:
@@ -76,7 +77,7 @@ TEST_F(CudaBackendTest, CopiesRoundTripBf16AndF32) {
 TEST_F(CudaBackendTest, EmbeddingMasksIdsOutsideTheShard) {
   SEED_TRACE();
   for (int64_t vs : {1, 7, 111}) {
-    for (int64_t d : {1, 19, 4097}) {
+    for (int64_t d : {int64_t{1}, int64_t{19}, cuda_test::kLargeDim}) {
       const int64_t vocab_start = 5;
       const std::vector<float> table = RandomBf16(rng_, vs * d);
       for (int32_t T : {1, 7, 19}) {
@@ -95,7 +96,7 @@ TEST_F(CudaBackendTest, EmbeddingMasksIdsOutsideTheShard) {
 TEST_F(CudaBackendTest, LinearMatchesWithAndWithoutBias) {
   SEED_TRACE();
   for (int64_t m : {1, 3, 7, 19, 111}) {
-    for (int64_t k : {1, 19, 4097}) {
+    for (int64_t k : {int64_t{1}, int64_t{19}, cuda_test::kLargeDim}) {
       for (int64_t n : {3, 111, 1027}) {
         const std::vector<float> x = RandomBf16(rng_, m * k), w = RandomBf16(rng_, n * k, 0.1f),
                                  bias = RandomBf16(rng_, n);
@@ -140,7 +141,8 @@ TEST_F(CudaBackendTest, RmsNormAndAddRmsNorm) {
 
 TEST_F(CudaBackendTest, QkNormRopeWithAndWithoutNorms) {
   SEED_TRACE();
-  const AttentionShape shapes[] = {{4, 2, 24}, {6, 2, 64}, {2, 1, 128}, {16, 8, 128}};
+  // The last: odd head counts and the kernel's largest head (kMaxRopeHeadDim).
+  const AttentionShape shapes[] = {{4, 2, 24}, {6, 2, 64}, {2, 1, 128}, {16, 8, 128}, {3, 1, 512}};
   for (const AttentionShape& shape : shapes) {
     const int64_t hd = shape.head_dim, max_pos = 300;
     std::vector<float> rope(static_cast<size_t>(max_pos * hd));
@@ -196,7 +198,7 @@ TEST_F(CudaBackendTest, SiluMul) {
 
 TEST_F(CudaBackendTest, GatherRows) {
   SEED_TRACE();
-  for (int64_t d : {1, 19, 4097}) {
+  for (int64_t d : {int64_t{1}, int64_t{19}, cuda_test::kLargeDim}) {
     // Three prefill sequences and two decodes: the gathered rows are their last tokens.
     StepBatch step = RandomStep({{5, 5, {0}}, {1, 1, {1}}, {19, 19, {2, 3}}, {7, 1, {4}}, {12, 1, {5}}}, 16, rng_, 50);
     Begin(step, 6, 16, 64);
@@ -229,7 +231,7 @@ TEST_P(CudaAttentionTest, StoreKvAndAttentionOnAMixedBatch) {
   const int32_t bs = GetParam().block_size;
   // (seq_len, new tokens): prefill from 0, prefill after a cached prefix, decodes of odd lengths.
   const std::vector<std::pair<int32_t, int32_t>> seqs = {
-      {19, 19}, {1, 1}, {111, 7}, {600, 3}, {1, 1}, {3, 1}, {7, 1}, {111, 1}, {4097, 1}};
+      {19, 19}, {1, 1}, {111, 7}, {600, 3}, {1, 1}, {3, 1}, {7, 1}, {111, 1}, {cuda_test::kLongContext, 1}};
   std::vector<int32_t> lens;
   for (auto [len, n] : seqs) lens.push_back(len);
   int64_t num_blocks = 0;
@@ -279,7 +281,7 @@ TEST_F(CudaBackendTest, DecodeAttentionMatchesPrefillAttention) {
   SEED_TRACE();
   const AttentionShape shape{8, 2, 128};
   const int32_t bs = 16;
-  for (int32_t len : {1, 3, 19, 111, 1000}) {
+  for (int32_t len : {1, 3, 19, 111, cuda_test::kLongPrefill}) {
     const int64_t num_blocks = (len + bs - 1) / bs + 2;
     const auto blocks = cuda_test::DealBlocks({len}, bs, num_blocks, rng_);
     StepBatch prefill = RandomStep({{len, len, blocks[0]}}, bs, rng_, 100);

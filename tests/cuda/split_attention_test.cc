@@ -29,6 +29,7 @@
 #include "model/dtype.h"
 #include "tests/cuda/cuda_test_util.h"
 #include "tests/cuda/gpu_test_util.h"
+#include "tests/cuda/test_sizes.h"
 
 namespace tpserve {
 namespace {
@@ -44,7 +45,7 @@ using cuda_test::SeqPart;
 using cuda_test::Upload;
 
 constexpr double kTol = 1e-2;
-const std::vector<int32_t> kContexts = {1, 3, 7, 19, 111, 4097};
+const std::vector<int32_t> kContexts = {1, 3, 7, 19, 111, cuda_test::kLongContext};
 
 // A device array that frees itself.
 template <typename T>
