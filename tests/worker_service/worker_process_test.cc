@@ -351,6 +351,17 @@ TEST_F(WorkerProcessTest, NoCoordinatorIsExitOneNamingTheAddress) {
   EXPECT_EQ(Wait(pid, absl::Seconds(20)), 1);
   const std::string log = ReadFile(Log(0));
   EXPECT_NE(log.find("the coordinator at " + address + " did not answer within 1s"), std::string::npos) << log;
+  EXPECT_NE(log.find("--worker-listen"), std::string::npos) << "names the coordinator's flag: " << log;
+}
+
+TEST_F(WorkerProcessTest, AMalformedAddressIsExitTwoNamingWorkerListen) {
+  for (const std::string address : {"127.0.0.1", "127.0.0.1:http", "127.0.0.1:70000", ":50052", "::1:50052"}) {
+    const pid_t pid = StartWorker(address, 0, 1, {"--connect-timeout", "1s"});
+    EXPECT_EQ(Wait(pid, absl::Seconds(20)), 2) << address;
+    const std::string log = ReadFile(Log(0));
+    EXPECT_NE(log.find("is not HOST:PORT"), std::string::npos) << address << ": " << log;
+    EXPECT_NE(log.find("--worker-listen"), std::string::npos) << log;
+  }
 }
 
 TEST_F(WorkerProcessTest, KeepsDiallingACoordinatorThatStartsLate) {

@@ -42,6 +42,25 @@ namespace {
 
 int g_signal_pipe[2] = {-1, -1};
 
+// Why `address` is not HOST:PORT ("" when it is): a host, a colon, a port in
+// 1..65535 ("[::1]:P" for IPv6). A unix:PATH address is accepted as it is.
+std::string CheckAddress(const std::string& address) {
+  if (address.starts_with("unix:")) return "";
+  const size_t colon = address.rfind(':');
+  if (colon == std::string::npos) return "no port";
+  const std::string host = address.substr(0, colon), port = address.substr(colon + 1);
+  if (host.empty()) return "no host";
+  if (host.find(':') != std::string::npos && (host.front() != '[' || host.back() != ']')) {
+    return "an IPv6 host goes in brackets, [::1]:PORT";
+  }
+  int value = 0;
+  if (port.empty() || port.size() > 5 || port.find_first_not_of("0123456789") != std::string::npos ||
+      (value = std::stoi(port)) < 1 || value > 65535) {
+    return "the port must be a number in 1..65535";
+  }
+  return "";
+}
+
 void OnSignal(int) {
   const char byte = 1;
   (void)!write(g_signal_pipe[1], &byte, 1);
@@ -64,6 +83,12 @@ int main(int argc, char** argv) {
   options.coordinator = absl::GetFlag(FLAGS_coordinator);
   if (options.coordinator.empty()) {
     std::fprintf(stderr, "tpserve-worker: --coordinator HOST:PORT is required (the coordinator's worker address)\n");
+    return 2;
+  }
+  if (std::string why = CheckAddress(options.coordinator); !why.empty()) {
+    std::fprintf(stderr, "tpserve-worker: --coordinator %s is not HOST:PORT: %s (give the address the coordinator "
+                 "prints as 'workers connect to HOST:PORT', its --worker-listen)\n",
+                 options.coordinator.c_str(), why.c_str());
     return 2;
   }
   tpserve::RankOverrides overrides;
