@@ -23,8 +23,12 @@ absl::StatusOr<Text> Template::Render(const nlohmann::ordered_json& data, const 
     return absl::InvalidArgumentError("template variables must be given as JSON objects");
   }
   Interpreter::Frame globals;
-  for (const auto& [k, v] : data.items()) globals[k] = Value::FromJson(v, /*trusted=*/false);
-  for (const auto& [k, v] : trusted.items()) globals[k] = Value::FromJson(v, /*trusted=*/true);
+  try {
+    for (const auto& [k, v] : data.items()) globals[k] = Value::FromJson(v, /*trusted=*/false);
+    for (const auto& [k, v] : trusted.items()) globals[k] = Value::FromJson(v, /*trusted=*/true);
+  } catch (const RenderError& e) {
+    return absl::InvalidArgumentError(e.what());
+  }
   Interpreter interp(limits, std::move(globals));
   try {
     return interp.Run(*program_);

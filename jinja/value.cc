@@ -87,7 +87,8 @@ Value Value::MakeFunction(Function f) {
   return v;
 }
 
-Value Value::FromJson(const nlohmann::ordered_json& j, bool trusted) {
+Value Value::FromJson(const nlohmann::ordered_json& j, bool trusted, int depth) {
+  if (depth > kMaxJsonDepth) Fail("a template variable is nested more than " + std::to_string(kMaxJsonDepth) + " levels deep");
   switch (j.type()) {
     case nlohmann::ordered_json::value_t::null:
       return None();
@@ -107,12 +108,12 @@ Value Value::FromJson(const nlohmann::ordered_json& j, bool trusted) {
     case nlohmann::ordered_json::value_t::array: {
       List items;
       items.reserve(j.size());
-      for (const auto& e : j) items.push_back(FromJson(e, trusted));
+      for (const auto& e : j) items.push_back(FromJson(e, trusted, depth + 1));
       return MakeList(std::move(items));
     }
     case nlohmann::ordered_json::value_t::object: {
       Dict d;
-      for (const auto& [k, e] : j.items()) d.Set(k, FromJson(e, trusted));
+      for (const auto& [k, e] : j.items()) d.Set(k, FromJson(e, trusted, depth + 1));
       return MakeDict(std::move(d));
     }
     default:

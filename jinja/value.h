@@ -64,7 +64,9 @@ class Value {
   static Value MakeDict(Dict d, bool is_namespace = false);
   static Value MakeFunction(Function f);
   // JSON -> Value: strings are data (untrusted) unless `trusted`; object key order kept.
-  static Value FromJson(const nlohmann::ordered_json& j, bool trusted = false);
+  // Nesting deeper than kMaxJsonDepth throws RenderError.
+  static Value FromJson(const nlohmann::ordered_json& j, bool trusted = false, int depth = 0);
+  static constexpr int kMaxJsonDepth = 128;
 
   Kind kind() const { return kind_; }
   bool is_undefined() const { return kind_ == Kind::kUndefined; }
