@@ -76,7 +76,7 @@ struct CoordinatorOptions {
   std::string worker_transport = "auto";
   absl::Duration drain_timeout = absl::Seconds(30);    // Drain: how long streams may finish
   absl::Duration worker_timeout = absl::Seconds(120);  // Start: how long workers may take to connect
-  std::string chat_template = "auto";     // auto (tokenizer_config.json), llama3 or chatml
+  std::string chat_template = "auto";     // auto (tokenizer_config.json), llama3, chatml or a Jinja2 file
   bool spawn_workers = false;             // start the tp local workers (torchrun-style environment)
   std::string worker_binary;              // for spawn_workers; "" = next to this binary, else PATH
 };
@@ -126,7 +126,7 @@ class Coordinator {
   std::string model_dir_;  // absolute: the workers may run elsewhere
   std::optional<ModelConfig> config_;
   std::unique_ptr<Tokenizer> tokenizer_;
-  absl::StatusOr<ChatFormat> chat_format_ = absl::UnknownError("not loaded");
+  absl::StatusOr<ChatTemplate> chat_format_ = absl::UnknownError("not loaded");
   int64_t max_model_len_ = 0;
   std::unique_ptr<WorkerPool> pool_;
   std::unique_ptr<grpc::Server> worker_server_;

@@ -320,7 +320,7 @@ absl::StatusOr<std::vector<ChatSegment>> ChatTemplate::RenderSegments(const Chat
     if (!data.contains(k)) trusted[k] = v;  // a request's kwarg overrides, as data
   }
   absl::StatusOr<jinja::Text> text = jinja_->Render(data, trusted);
-  if (!text.ok()) return absl::InvalidArgumentError("chat: " + std::string(text.status().message()));
+  if (!text.ok()) return text.status();  // InvalidArgument: the template's message, or "line N: ..."
   SegmentWriter w;
   size_t begin = 0;
   for (const jinja::Text::Run& run : text->runs()) {
