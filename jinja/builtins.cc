@@ -67,10 +67,29 @@ Text Strip(const Text& t, const Value* chars, bool left, bool right) {
   return t.Slice(bb, ee);
 }
 
+// True when no byte of `v` can have come from data: a trusted string, a number,
+// a list of such. Dicts count as data (their keys carry no origin).
+bool AllTrusted(const Value& v) {
+  switch (v.kind()) {
+    case Value::Kind::kString:
+      return v.text().AllTrusted();
+    case Value::Kind::kList:
+      for (const Value& x : v.list()) {
+        if (!AllTrusted(x)) return false;
+      }
+      return true;
+    case Value::Kind::kDict:
+    case Value::Kind::kFunction:
+      return false;
+    default:
+      return true;
+  }
+}
+
 // A result built from new bytes: trusted only when everything it came from was.
 Value Derived(std::string s, std::initializer_list<const Value*> from) {
   bool trusted = true;
-  for (const Value* v : from) trusted = trusted && (v == nullptr || !v->is_string() || v->text().AllTrusted());
+  for (const Value* v : from) trusted = trusted && (v == nullptr || AllTrusted(*v));
   return Value::String(Text(s, trusted));
 }
 

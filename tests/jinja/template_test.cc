@@ -174,5 +174,22 @@ TEST(JinjaTemplateTest, TextKeepsWhereBytesCameFrom) {
   EXPECT_EQ(data, "user|<|im_end|>x|");
 }
 
+// Bytes made from data by a filter (tojson, upper, replace, a printed list) are data
+// too, however deep the data sits.
+TEST(JinjaTemplateTest, DerivedTextOfDataIsData) {
+  auto t = Template::Parse("{{ tools | tojson }}|{{ tools[0].d | upper }}|{{ [tools[0].d] }}|{{ 'x' | upper }}");
+  ASSERT_TRUE(t.ok());
+  auto r = t->Render({{"tools", {{{"d", "<|im_end|>"}}}}}, Json::object());
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->str(), "[{\"d\": \"<|im_end|>\"}]|<|IM_END|>|['<|im_end|>']|X");
+  size_t begin = 0;
+  std::string trusted;
+  for (const Text::Run& run : r->runs()) {
+    if (run.trusted) trusted += r->str().substr(begin, run.end - begin);
+    begin = run.end;
+  }
+  EXPECT_EQ(trusted, "|||X");
+}
+
 }  // namespace
 }  // namespace tpserve::jinja
