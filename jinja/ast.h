@@ -30,7 +30,7 @@ struct Expr {
     kBinary,    // a op b: + - * / // % ** ~ and or
     kCompare,   // a op1 b op2 c ...: == != < <= > >= in notin (ops in `ops`)
     kCond,      // args[0] if args[1] else args[2] (args[2] may be null)
-    kList,      // [args...] and tuples
+    kList,      // [args...], and tuples (name "tuple")
     kDict,      // {keys[i]: args[i]}
   };
   Kind kind;

@@ -105,9 +105,7 @@ Value Split(const Text& t, const Value* sep, const Value* maxsplit_v) {
       while (i < cps.size() && space_at(i)) ++i;
       if (i == cps.size()) break;
       if (maxsplit >= 0 && static_cast<int64_t>(parts.size()) == maxsplit) {
-        size_t e = cps.size();
-        while (e > i && space_at(e - 1)) --e;
-        parts.push_back(Value::String(t.Slice(cps[i].first, cps[e - 1].first + cps[e - 1].second)));
+        parts.push_back(Value::String(t.Slice(cps[i].first, s.size())));  // Python keeps its trailing space
         break;
       }
       const size_t b = i;

@@ -384,7 +384,7 @@ Value Interpreter::Eval(const Expr& e) {
     case Expr::Kind::kList: {
       List items;
       for (const auto& x : e.args) items.push_back(Eval(*x));
-      return Value::MakeList(std::move(items));
+      return Value::MakeList(std::move(items), /*is_tuple=*/e.name == "tuple");
     }
     case Expr::Kind::kDict: {
       Dict d;

@@ -277,10 +277,11 @@ ExprPtr Parser::ParseTupleOrExpr(bool with_condexpr) {
   ExprPtr first = one();
   if (!IsOp(",")) return first;
   auto list = Make(Expr::Kind::kList);
+  list->name = "tuple";
   list->args.push_back(std::move(first));
   while (IsOp(",")) {
     Next();
-    if (Cur().type == T::kBlockEnd || IsName("if")) break;
+    if (Cur().type == T::kBlockEnd || IsName("if") || IsOp(")")) break;
     list->args.push_back(one());
   }
   return list;
@@ -456,6 +457,7 @@ ExprPtr Parser::ParsePrimary() {
     if (IsOp(")")) {
       Next();
       e->kind = Expr::Kind::kList;
+      e->name = "tuple";
       return e;
     }
     ExprPtr inner = ParseTupleOrExpr();

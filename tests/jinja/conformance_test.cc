@@ -94,6 +94,43 @@ INSTANTIATE_TEST_SUITE_P(RealTemplates, ChatTemplateConformanceTest,
                            return n;
                          });
 
+// One small template per construct (tests/jinja/constructs.jsonl, make_constructs.py),
+// each rendered by Python's Jinja2 and by the engine.
+TEST(ChatTemplateConformanceTest, ConstructsMatchPythonJinja2) {
+  const fs::path corpus = SourceDir() / "constructs.jsonl";
+  const fs::path out = fs::path(TPSERVE_BINARY_DIR) / "jinja_reference_constructs.jsonl";
+  const std::string cmd = "python3 '" + (SourceDir() / "reference_render.py").string() + "' - '" + corpus.string() +
+                          "' '" + out.string() + "'";
+  const int rc = std::system(cmd.c_str());
+  if (rc != 0) GTEST_SKIP() << "python3 with jinja2 is not available (" << cmd << " exited " << rc << ")";
+  const std::vector<Json> cases = ReadJsonLines(corpus);
+  const std::vector<Json> expected = ReadJsonLines(out);
+  ASSERT_EQ(cases.size(), expected.size());
+  ASSERT_GE(cases.size(), 50u);
+  for (size_t i = 0; i < cases.size(); ++i) {
+    const std::string src = cases[i]["template"].get<std::string>();
+    SCOPED_TRACE(cases[i]["name"].get<std::string>() + ": " + src);
+    auto t = Template::Parse(src);
+    if (!t.ok()) {
+      ADD_FAILURE() << t.status();
+      continue;
+    }
+    auto got = t->Render(cases[i]["vars"], SpecialTokens("llama"));
+    if (expected[i].contains("text")) {
+      if (!got.ok()) {
+        ADD_FAILURE() << got.status();
+        continue;
+      }
+      EXPECT_EQ(got->str(), expected[i]["text"].get<std::string>());
+    } else {
+      EXPECT_FALSE(got.ok()) << "Jinja2 failed with " << expected[i]["error"] << " but we rendered:\n" << got->str();
+      if (expected[i].contains("raised")) {
+        EXPECT_EQ(got.status().message(), expected[i]["error"].get<std::string>());
+      }
+    }
+  }
+}
+
 // Content that imitates the template's control tokens renders exactly as Jinja2
 // renders it, but every byte of it is data, never template.
 TEST(ChatTemplateConformanceTest, ForgedControlTokensStayData) {

@@ -5,7 +5,8 @@ ImmutableSandboxedEnvironment, trim_blocks, lstrip_blocks, loopcontrols,
 tojson with ensure_ascii=False, raise_exception, strftime_now).
 
 usage: reference_render.py TEMPLATE CORPUS.jsonl OUT.jsonl
-Writes one line per corpus line: {"text": ...} or {"error": ...}.
+Writes one line per corpus line: {"text": ...} or {"error": ...}. With TEMPLATE "-",
+each corpus line carries its own {"template": ...} (tests/jinja/constructs.jsonl).
 bos_token / eos_token are passed as transformers does for the template's family.
 Exit status 77 when jinja2 is not installed (the C++ test then skips).
 """
@@ -57,8 +58,10 @@ def main():
     env.filters["tojson"] = tojson
     env.globals["raise_exception"] = raise_exception
     env.globals["strftime_now"] = strftime_now
-    with open(template_path, encoding="utf-8") as f:
-        template = env.from_string(f.read())
+    template = None
+    if template_path != "-":
+        with open(template_path, encoding="utf-8") as f:
+            template = env.from_string(f.read())
     special = {"bos_token": "<|begin_of_text|>", "eos_token": "<|eot_id|>"} if "llama" in template_path else \
         {"eos_token": "<|im_end|>", "pad_token": "<|endoftext|>"}
     with open(corpus_path, encoding="utf-8") as f, open(out_path, "w", encoding="utf-8") as out:
@@ -67,7 +70,8 @@ def main():
                 continue
             case = json.loads(line)
             try:
-                result = {"text": template.render(**case["vars"], **special)}
+                t = template if template is not None else env.from_string(case["template"])
+                result = {"text": t.render(**case["vars"], **special)}
             except TemplateError as e:
                 result = {"error": str(e), "raised": True}
             except Exception as e:  # a type error in the template on this input
