@@ -27,8 +27,8 @@ class Dict {
  public:
   const Value* Find(std::string_view key) const;
   void Set(const std::string& key, Value v);
-  const std::vector<std::pair<std::string, Value>>& items() const { return items_; }
-  size_t size() const { return items_.size(); }
+  const std::vector<std::pair<std::string, Value>>& items() const;
+  size_t size() const;  // defined below Value: std::pair needs the complete type
 
  private:
   std::vector<std::pair<std::string, Value>> items_;
@@ -111,6 +111,9 @@ class Value {
   std::shared_ptr<Dict> dict_;
   std::shared_ptr<const Function> fn_;
 };
+
+inline const std::vector<std::pair<std::string, Value>>& Dict::items() const { return items_; }
+inline size_t Dict::size() const { return items_.size(); }
 
 // Python's repr(float): shortest round-trip digits, "1e+20", "1e-05", "1.0".
 std::string FloatRepr(double f);
