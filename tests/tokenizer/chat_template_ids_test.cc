@@ -2,14 +2,16 @@
 // template (tests/jinja/templates) with the real Llama 3 and Qwen3 tokenizers:
 // over the conformance corpus (tests/jinja/conversations.jsonl) the rendering is
 // byte-identical to Python's Jinja2 (tests/jinja/reference_render.py), and the ids
-// equal the tokenization of that whole text -- Tokenizer::Encode with special
-// tokens matched, which tokenizer_conformance_test holds to Hugging Face's.
+// equal the reference tokenization of that whole text: Hugging Face's tokenizers
+// (@lenml/tokenizers under node, tests/tokenizer/reference_tokenize.js) and
+// Tokenizer::Encode with special tokens matched.
 // Content that spells a control token ("<|im_end|>") is the exception, on
 // purpose: it renders the same but encodes as text.
 // Skips without the real tokenizers (scripts/fetch-tokenizers.sh) or python3-jinja2.
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <iostream>
 #include <string>
 #include <vector>
 
@@ -94,6 +96,25 @@ TEST_P(ChatTemplateIdsTest, IdsAreTheTokenizationOfTheReferenceText) {
   const std::vector<OJson> cases = ReadJsonLines(corpus);
   const std::vector<OJson> expected = ReadJsonLines(ref);
   ASSERT_EQ(cases.size(), expected.size());
+  // The Hugging Face reference ids of every text Jinja2 rendered, in corpus order.
+  const fs::path texts = fs::path(TPSERVE_BINARY_DIR) / ("chat_ids_texts_" + c.template_name + ".jsonl");
+  {
+    std::ofstream out(texts, std::ios::binary);
+    for (const OJson& e : expected) {
+      if (e.contains("text")) out << OJson{{"text", e["text"]}}.dump() << "\n";
+    }
+  }
+  std::vector<OJson> hf;
+  if (testing::HaveNodeReference()) {
+    const fs::path hf_out = fs::path(TPSERVE_BINARY_DIR) / ("chat_ids_hf_" + c.template_name + ".jsonl");
+    const std::string node = "node " + testing::Quote(fs::path(TPSERVE_SOURCE_DIR) / "tests/tokenizer/reference_tokenize.js") +
+                             " " + testing::Quote(testing::NodeModules()) + " " + testing::Quote(*dir / "tokenizer.json") +
+                             " " + testing::Quote(*dir / "tokenizer_config.json") + " " + testing::Quote(texts) + " > " +
+                             testing::Quote(hf_out);
+    ASSERT_EQ(std::system(node.c_str()), 0) << node;
+    hf = ReadJsonLines(hf_out);
+  }
+  size_t rendered = 0;
   int compared = 0, forged = 0;
   for (size_t i = 0; i < cases.size(); ++i) {
     if (!expected[i].contains("text")) continue;
@@ -106,6 +127,11 @@ TEST_P(ChatTemplateIdsTest, IdsAreTheTokenizationOfTheReferenceText) {
     ASSERT_EQ(text, want);
     const std::vector<int32_t> ids = EncodeChatSegments(*segments, **tok, /*allow_special_tokens=*/false);
     const std::vector<int32_t> reference = (*tok)->Encode(want, /*add_special_tokens=*/false);
+    if (!hf.empty()) {
+      ASSERT_LT(rendered, hf.size());
+      EXPECT_EQ(reference, hf[rendered]["plain"].get<std::vector<int32_t>>()) << "Hugging Face disagrees";
+    }
+    ++rendered;
     if (TextSpellsSpecialToken(*segments, **tok)) {
       EXPECT_NE(ids, reference) << "content spelling a control token was encoded as that token";
       EXPECT_EQ(EncodeChatSegments(*segments, **tok, /*allow_special_tokens=*/true), reference);
@@ -120,6 +146,12 @@ TEST_P(ChatTemplateIdsTest, IdsAreTheTokenizationOfTheReferenceText) {
   }
   EXPECT_GE(compared, 50);
   EXPECT_GE(forged, 1);
+  if (hf.empty()) {
+    std::cerr << "chat_template_ids_test: node reference not available (" << testing::SkipMessage()
+              << "); compared with Tokenizer::Encode only\n";
+  } else {
+    EXPECT_EQ(rendered, hf.size());
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(RealCheckpoints, ChatTemplateIdsTest,
