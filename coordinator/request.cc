@@ -36,8 +36,8 @@ absl::Status CheckChat(const v1::Chat& chat) {
   for (int i = 0; i < chat.messages_size(); ++i) {
     const std::string& role = chat.messages(i).role();
     const std::string field = absl::StrCat("chat.messages[", i, "].role");
-    if (role != "system" && role != "user" && role != "assistant" && role != "tool") {
-      return Invalid(field, absl::StrCat("\"", role, "\" is not one of system, user, assistant, tool"));
+    if (role != "system" && role != "user" && role != "assistant" && role != "tool" && role != "ipython") {
+      return Invalid(field, absl::StrCat("\"", role, "\" is not one of system, user, assistant, tool, ipython"));
     }
   }  // the order of roles is the chat template's to judge (tokenizer/chat_template.h)
   return absl::OkStatus();
