@@ -515,6 +515,20 @@ Value DictMethod(const Value& self, const std::string& name) {
 
 }  // namespace
 
+bool IsKnownMethod(std::string_view name) {
+  static constexpr std::string_view kMethods[] = {
+      "strip", "lstrip", "rstrip", "split", "startswith", "endswith", "lower", "upper", "capitalize", "title",
+      "replace", "find", "join",                // str (StrMethod)
+      "items", "keys", "values", "get",         // dict (DictMethod)
+      "cycle"};                                 // loop (Interpreter::ExecFor)
+  return std::find(std::begin(kMethods), std::end(kMethods), name) != std::end(kMethods);
+}
+
+bool IsKnownGlobal(std::string_view name) {
+  return name == "range" || name == "namespace" || name == "dict" || name == "raise_exception" ||
+         name == "strftime_now";
+}
+
 bool IsKnownFilter(std::string_view name) { return Filters().count(name) != 0 || FilterAliases().count(name) != 0; }
 bool IsKnownTest(std::string_view name) { return Tests().count(name) != 0; }
 

@@ -14,6 +14,11 @@ namespace tpserve::jinja {
 
 bool IsKnownFilter(std::string_view name);
 bool IsKnownTest(std::string_view name);
+// A method some value offers (str.split, dict.items, loop.cycle, ...): the parser
+// refuses a call of any other `x.name(...)` at start-up.
+bool IsKnownMethod(std::string_view name);
+// range, namespace, dict, raise_exception, strftime_now.
+bool IsKnownGlobal(std::string_view name);
 
 // `value | name(args)`; throws RenderError.
 Value ApplyFilter(std::string_view name, const Value& value, CallArgs& args);

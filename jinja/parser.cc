@@ -4,6 +4,10 @@
 #include "jinja/parser.h"
 
 #include <initializer_list>
+#include <set>
+#include <string>
+#include <utility>
+#include <vector>
 
 #include "jinja/builtins.h"
 #include "jinja/error.h"
@@ -23,6 +27,15 @@ class Parser {
     Program p;
     std::string end;
     p.body = ParseBody({}, &end);
+    // A called name must be a global or a macro of this template (data holds no functions).
+    for (const auto& [name, line] : called_names_) {
+      if (!IsKnownGlobal(name) && macros_.count(name) == 0) {
+        throw RenderError(RenderError::Kind::kSyntax,
+                          "line " + std::to_string(line) + ": unsupported function '" + name +
+                              "()'; supported: range, namespace, dict, raise_exception, strftime_now and macros",
+                          line);
+      }
+    }
     return p;
   }
 
@@ -101,9 +114,23 @@ class Parser {
     return e;
   }
 
+  // A call `callee(...)` at the current token: a method must be one some value has.
+  ExprPtr MakeCall(ExprPtr callee) {
+    if (callee->kind == Expr::Kind::kGetAttr && !IsKnownMethod(callee->name)) {
+      Error("unsupported method '." + callee->name + "()'");
+    }
+    if (callee->kind == Expr::Kind::kName) called_names_.emplace_back(callee->name, callee->line);
+    auto c = Make(Expr::Kind::kCall);
+    c->a = std::move(callee);
+    ParseCallArgs(*c);
+    return c;
+  }
+
   std::vector<Token> toks_;
   size_t pos_ = 0;
   int depth_ = 0;
+  std::set<std::string> macros_;                            // names of the template's macros
+  std::vector<std::pair<std::string, int>> called_names_;  // name(...) calls and their lines
 };
 
 Body Parser::ParseBody(std::initializer_list<std::string_view> ends, std::string* end) {
@@ -253,6 +280,7 @@ std::unique_ptr<Stmt> Parser::ParseMacro(int line) {
   s->kind = Stmt::Kind::kMacro;
   s->line = line;
   s->targets.push_back(ExpectName());
+  macros_.insert(s->targets[0]);
   Expect("(");
   while (!IsOp(")")) {
     if (!s->params.empty()) Expect(",");
@@ -534,10 +562,7 @@ ExprPtr Parser::ParsePostfix(ExprPtr e) {
       e = std::move(g);
     } else if (IsOp("(")) {
       Next();
-      auto c = Make(Expr::Kind::kCall);
-      c->a = std::move(e);
-      ParseCallArgs(*c);
-      e = std::move(c);
+      e = MakeCall(std::move(e));
     } else {
       return e;
     }
@@ -598,10 +623,7 @@ ExprPtr Parser::ParseFilterExpr(ExprPtr e) {
       e = std::move(t);
     } else if (IsOp("(")) {
       Next();
-      auto c = Make(Expr::Kind::kCall);
-      c->a = std::move(e);
-      ParseCallArgs(*c);
-      e = std::move(c);
+      e = MakeCall(std::move(e));
     } else {
       return e;
     }

@@ -2,7 +2,8 @@
 // Supported statements: if/elif/else, for (loop variables, tuple unpacking,
 // `if` filter, else), set (name, namespace attribute, block set), macro,
 // break/continue, and transformers' generation block. Anything else -- an unknown
-// statement, filter or test -- is a kSyntax RenderError naming it and its line.
+// statement, filter, test, method (`x.format()`) or function (`lipsum()`) -- is a
+// kSyntax RenderError naming it and its line.
 #pragma once
 
 #include <string_view>

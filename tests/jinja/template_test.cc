@@ -137,6 +137,23 @@ TEST(JinjaTemplateTest, UnsupportedConstructsNameTheLine) {
   EXPECT_EQ(Render("\n\n{{ x is prime }}"), "PARSE ERROR: line 3: unsupported test 'is prime'");
   EXPECT_EQ(Render("{% if x %}"), "PARSE ERROR: line 1: the template ended inside a block; expected {% elif %} or {% else %} or {% endif %}");
   EXPECT_EQ(Render("{{ 'abc }}"), "PARSE ERROR: line 1: unterminated string literal (add the closing ')");
+  EXPECT_EQ(Render("a\n{{ 'x {}'.format(1) }}"), "PARSE ERROR: line 2: unsupported method '.format()'");
+  EXPECT_EQ(Render("{% if x %}\n{{ lipsum(2) }}{% endif %}"),
+            "PARSE ERROR: line 2: unsupported function 'lipsum()'; supported: range, namespace, dict, raise_exception, "
+            "strftime_now and macros");
+  // A macro may be called before the statement that defines it.
+  EXPECT_EQ(Render("{% macro m() %}M{% endmacro %}{{ m() }}"), "M");
+}
+
+// Every method the parser accepts is one a value really has.
+TEST(JinjaTemplateTest, KnownMethodsExist) {
+  EXPECT_EQ(Render("{{ s.strip is defined and s.lstrip is defined and s.rstrip is defined and s.split is defined"
+                   " and s.startswith is defined and s.endswith is defined and s.lower is defined and s.upper is defined"
+                   " and s.capitalize is defined and s.title is defined and s.replace is defined and s.find is defined"
+                   " and s.join is defined and d.items is defined and d.keys is defined and d.values is defined"
+                   " and d.get is defined }}{% for x in [1] %}{{ loop.cycle is defined }}{% endfor %}",
+                   {{"s", "x"}, {"d", Json::object()}}),
+            "TrueTrue");
 }
 
 TEST(JinjaTemplateTest, RuntimeErrorsNameTheLine) {
