@@ -8,22 +8,14 @@
 #include <map>
 
 #include "jinja/error.h"
+#include "jinja/utf8.h"
+
+#include <utf8proc.h>
 
 namespace tpserve::jinja {
 namespace {
 
 // ---- UTF-8 and Python's notion of whitespace ----
-
-// Decodes the code point at s[i], setting `len` to its byte count (1 for a stray byte).
-uint32_t DecodeAt(std::string_view s, size_t i, size_t* len) {
-  const auto c = static_cast<unsigned char>(s[i]);
-  size_t n = c < 0x80 ? 1 : (c >> 5) == 0x6 ? 2 : (c >> 4) == 0xE ? 3 : (c >> 3) == 0x1E ? 4 : 1;
-  if (i + n > s.size()) n = 1;
-  uint32_t cp = n == 1 ? c : n == 2 ? (c & 0x1F) : n == 3 ? (c & 0x0F) : (c & 0x07);
-  for (size_t k = 1; k < n; ++k) cp = (cp << 6) | (static_cast<unsigned char>(s[i + k]) & 0x3F);
-  *len = n;
-  return cp;
-}
 
 std::vector<std::pair<size_t, size_t>> CodePoints(std::string_view s) {  // (offset, length) each
   std::vector<std::pair<size_t, size_t>> out;
@@ -155,17 +147,54 @@ std::string Replace(const std::string& s, const std::string& from, const std::st
   return out + s.substr(b);
 }
 
-std::string MapCase(std::string_view s, int mode) {  // 0 lower, 1 upper, 2 capitalize, 3 title (ASCII letters)
-  std::string out(s);
-  bool prev_alpha = false;
-  for (size_t i = 0; i < out.size(); ++i) {
-    const auto c = static_cast<unsigned char>(out[i]);
-    const bool alpha = std::isalpha(c) != 0;
-    bool up = mode == 1 || (mode == 2 && i == 0) || (mode == 3 && alpha && !prev_alpha);
-    out[i] = static_cast<char>(up ? std::toupper(c) : (mode == 1 ? c : std::tolower(c)));
-    prev_alpha = alpha || (c >= 0x80);
+bool IsCased(uint32_t cp) {
+  const utf8proc_category_t c = utf8proc_category(static_cast<utf8proc_int32_t>(cp));
+  return c == UTF8PROC_CATEGORY_LU || c == UTF8PROC_CATEGORY_LL || c == UTF8PROC_CATEGORY_LT;
+}
+
+// Python's str.lower / upper / capitalize / title, code point by code point with
+// utf8proc's simple case mappings (Python's few one-to-many ones, like "ß".upper()
+// == "SS", are not applied). Stray bytes are kept as they are.
+std::string MapCase(std::string_view s, int mode) {  // 0 lower, 1 upper, 2 capitalize, 3 title, 4 Jinja's title
+  std::string out;
+  out.reserve(s.size());
+  bool prev_cased = false;
+  bool word_start = true;  // mode 4: after whitespace or one of -({[< (Jinja's do_title)
+  size_t n = 0;
+  for (size_t i = 0; i < s.size(); i += n) {
+    const uint32_t cp = DecodeAt(s, i, &n);
+    if (n == 1 && cp >= 0x80) {
+      out += s[i];
+      prev_cased = false;
+      continue;
+    }
+    const auto c = static_cast<utf8proc_int32_t>(cp);
+    utf8proc_int32_t m = c;
+    if (mode == 0) m = utf8proc_tolower(c);
+    if (mode == 1) m = utf8proc_toupper(c);
+    if (mode == 2) m = i == 0 ? utf8proc_totitle(c) : utf8proc_tolower(c);
+    if (mode == 3) m = prev_cased ? utf8proc_tolower(c) : utf8proc_totitle(c);
+    const bool separator = IsPyWhitespace(cp) || (cp < 0x80 && std::string_view("-({[<").find(static_cast<char>(cp)) !=
+                                                                     std::string_view::npos);
+    if (mode == 4) m = separator ? c : (word_start ? utf8proc_toupper(c) : utf8proc_tolower(c));
+    word_start = separator;
+    prev_cased = IsCased(cp);
+    AppendUtf8(static_cast<uint32_t>(m), out);
   }
   return out;
+}
+
+// Python's str.islower (mode 0) / isupper (mode 1): some cased code point, none of the other case.
+bool IsCase(std::string_view s, int mode) {
+  bool cased = false;
+  size_t n = 0;
+  for (size_t i = 0; i < s.size(); i += n) {
+    const auto c = static_cast<utf8proc_int32_t>(DecodeAt(s, i, &n));
+    if (!IsCased(static_cast<uint32_t>(c))) continue;
+    cased = true;
+    if ((mode == 0 ? utf8proc_tolower(c) : utf8proc_toupper(c)) != c) return false;
+  }
+  return cased;
 }
 
 int64_t Length(const Value& v) {
@@ -241,8 +270,8 @@ const std::map<std::string, TestFn, std::less<>>& Tests() {
       {"callable", [](const Value& v, CallArgs&) { return v.kind() == Value::Kind::kFunction; }},
       {"odd", [](const Value& v, CallArgs&) { return v.kind() == Value::Kind::kInt && v.as_int() % 2 != 0; }},
       {"even", [](const Value& v, CallArgs&) { return v.kind() == Value::Kind::kInt && v.as_int() % 2 == 0; }},
-      {"lower", [](const Value& v, CallArgs&) { return v.is_string() && MapCase(v.text().str(), 0) == v.text().str(); }},
-      {"upper", [](const Value& v, CallArgs&) { return v.is_string() && MapCase(v.text().str(), 1) == v.text().str(); }},
+      {"lower", [](const Value& v, CallArgs&) { return v.is_string() && IsCase(v.text().str(), 0); }},
+      {"upper", [](const Value& v, CallArgs&) { return v.is_string() && IsCase(v.text().str(), 1); }},
       {"divisibleby", [](const Value& v, CallArgs& a) {
          const Value& d = Arg(a, 0, "num", "divisibleby");
          if (!d.is_number() || d.as_number() == 0) Fail("divisibleby: needs a non-zero number");
@@ -395,7 +424,7 @@ const std::map<std::string, FilterFn, std::less<>>& Filters() {
       {"upper", [](const Value& v, CallArgs&) { return Derived(MapCase(v.ToText().str(), 1), {&v}); }},
       {"lower", [](const Value& v, CallArgs&) { return Derived(MapCase(v.ToText().str(), 0), {&v}); }},
       {"capitalize", [](const Value& v, CallArgs&) { return Derived(MapCase(v.ToText().str(), 2), {&v}); }},
-      {"title", [](const Value& v, CallArgs&) { return Derived(MapCase(v.ToText().str(), 3), {&v}); }},
+      {"title", [](const Value& v, CallArgs&) { return Derived(MapCase(v.ToText().str(), 4), {&v}); }},
       {"replace", [](const Value& v, CallArgs& a) {
          const Value& from = Arg(a, 0, "old", "replace");
          const Value& to = Arg(a, 1, "new", "replace");

@@ -4,6 +4,7 @@
 #include <cctype>
 
 #include "jinja/error.h"
+#include "jinja/utf8.h"
 
 namespace tpserve::jinja {
 namespace {
@@ -167,24 +168,6 @@ void Lexer::LexTag(bool block) {
 
 // Python's unicode-escape decoding of a Jinja string literal: \n \t \r \\ \' \" \xHH \uHHHH
 // \UHHHHHHHH are decoded, any other backslash sequence is kept as written.
-void AppendUtf8(uint32_t cp, std::string& out) {
-  if (cp < 0x80) {
-    out += static_cast<char>(cp);
-  } else if (cp < 0x800) {
-    out += static_cast<char>(0xC0 | (cp >> 6));
-    out += static_cast<char>(0x80 | (cp & 0x3F));
-  } else if (cp < 0x10000) {
-    out += static_cast<char>(0xE0 | (cp >> 12));
-    out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-    out += static_cast<char>(0x80 | (cp & 0x3F));
-  } else {
-    out += static_cast<char>(0xF0 | (cp >> 18));
-    out += static_cast<char>(0x80 | ((cp >> 12) & 0x3F));
-    out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-    out += static_cast<char>(0x80 | (cp & 0x3F));
-  }
-}
-
 void Lexer::LexString(char quote) {
   const int start = line_;
   std::string value;

@@ -60,6 +60,7 @@ CASES = [
     ("{{ xs | join }} {{ xs | join(', ') }} {{ xs | first }} {{ xs | last }} {{ [] | first }}|{{ 'abc' | first }}{{ 'abc' | last }}", {"xs": ["a", "b"]}),
     ("{{ u | default('d') }} {{ '' | default('e') }} {{ '' | default('e', true) }} {{ none | d('n') }} {{ u | default }}|", {}),
     ("{{ 'Ab cD' | upper }} {{ 'Ab cD' | lower }} {{ 'ab cd' | capitalize }} {{ 'ab cd' | title }} {{ 'aXa' | replace('a', 'b') }} {{ 'aaa' | replace('a', 'b', 2) }}", {}),
+    ("{{ 'éàü ñoño' | upper }} {{ 'ÉCOLE Ünï' | lower }} {{ 'élan vital x1y (ab-cd' | title }} {{ 'x1y ab-cd'.title() }} {{ 'éLAN' | capitalize }} {{ 'é' is lower }} {{ '' is lower }} {{ '1' is upper }} {{ 'Ab' is upper }}", {}),
     ("{{ 3 | string }}{{ none | string }} {{ '42' | int }} {{ 'x' | int }} {{ 3.9 | int }} {{ '2.5' | float }} {{ -3 | abs }} {{ [3, 1, 2] | sort }} {{ [3, 1] | sort(reverse=true) }}", {}),
     ("{{ [1, 2, 3] | reverse | list }} {{ 'abc' | reverse }} {{ 'ab' | list }} {{ {'a': 1, 'b': 2} | list }} {{ d | items | list }}", {"d": {"x": 1}}),
     ("{{ ['a', 'code_interpreter', 'b'] | reject('equalto', 'code_interpreter') | join(', ') }} {{ [1, 2, 3, 4] | select('even') | list }} {{ [0, 1, '', 'a'] | select | list }}", {}),
