@@ -143,10 +143,10 @@ absl::Status Coordinator::LoadModel() {
   TPSERVE_ASSIGN_OR_RETURN(config_, LoadModelConfig(model_dir_));
   TPSERVE_ASSIGN_OR_RETURN(tokenizer_, Tokenizer::Load(model_dir_));
   const bool auto_format = options_.chat_template == "auto";
-  chat_format_ =
-      auto_format ? DetectChatFormat(model_dir_) : ParseChatFormatFlag(options_.chat_template);
+  chat_format_ = LoadChatTemplate(model_dir_, options_.chat_template, *tokenizer_);
   if (!chat_format_.ok()) {
-    if (!auto_format) return chat_format_.status();
+    // A template that is there but cannot be rendered stops the start-up, naming the construct.
+    if (!auto_format || !absl::IsNotFound(chat_format_.status())) return chat_format_.status();
     CoordinatorLog(
         absl::StrCat("chat requests will be refused: ", chat_format_.status().message()));
   }
@@ -216,7 +216,7 @@ absl::Status Coordinator::ListenPublic() {
   info.model.set_vocab_size(static_cast<uint32_t>(tokenizer_->vocab_size()));
   info.model.set_max_model_len(static_cast<uint32_t>(max_model_len_));
   for (int64_t id : config_->eos_token_ids) info.model.add_eos_token_ids(static_cast<uint32_t>(id));
-  if (chat_format_.ok()) info.model.set_chat_format(std::string(ChatFormatName(*chat_format_)));
+  if (chat_format_.ok()) info.model.set_chat_format(std::string(chat_format_->name()));
   info.version = "tpserve 0.1.0";
   info.tensor_parallel_size = static_cast<uint32_t>(options_.tp);
   info.block_size = static_cast<uint32_t>(options_.block_size);

@@ -81,7 +81,7 @@ struct CoordinatorOptions {
   // it was sent is lost, named (WorkerPool::SetStepTimeout). Generous enough
   // for a long prefill on CPUs; a GPU step takes milliseconds.
   absl::Duration step_timeout = absl::Seconds(60);
-  std::string chat_template = "auto";     // auto (tokenizer_config.json), llama3 or chatml
+  std::string chat_template = "auto";     // auto (tokenizer_config.json), llama3, chatml or a Jinja2 file
   bool spawn_workers = false;             // start the tp local workers (torchrun-style environment)
   // The secret a worker must prove (auth/cluster_secret.h); "" = none, then
   // --spawn-workers makes a fresh one, and otherwise the worker port must be
@@ -148,7 +148,7 @@ class Coordinator {
   std::string model_dir_;  // absolute: the workers may run elsewhere
   std::optional<ModelConfig> config_;
   std::unique_ptr<Tokenizer> tokenizer_;
-  absl::StatusOr<ChatFormat> chat_format_ = absl::UnknownError("not loaded");
+  absl::StatusOr<ChatTemplate> chat_format_ = absl::UnknownError("not loaded");
   int64_t max_model_len_ = 0;
   std::unique_ptr<WorkerPool> pool_;
   std::unique_ptr<grpc::Server> worker_server_;

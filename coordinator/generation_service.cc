@@ -140,7 +140,7 @@ class GenerationService::GenerateReactor final
 };
 
 GenerationService::GenerationService(const Tokenizer& tokenizer,
-                                     absl::StatusOr<ChatFormat> chat_format, RequestLimits limits,
+                                     absl::StatusOr<ChatTemplate> chat_format, RequestLimits limits,
                                      ServiceInfo info, int64_t max_buffered_chunks)
     : tokenizer_(tokenizer),
       chat_format_(std::move(chat_format)),

@@ -73,7 +73,7 @@ class GenerationService final : public tpserve::v1::Generation::CallbackService 
   // is unknown. `tokenizer` must outlive the service. `max_buffered_chunks`
   // (>= 1, --max-buffered-chunks): responses held for a stream whose client
   // is not reading before its request is aborted with RESOURCE_EXHAUSTED.
-  GenerationService(const Tokenizer& tokenizer, absl::StatusOr<ChatFormat> chat_format,
+  GenerationService(const Tokenizer& tokenizer, absl::StatusOr<ChatTemplate> chat_format,
                     RequestLimits limits, ServiceInfo info,
                     int64_t max_buffered_chunks = ResponseQueue::kDefaultMaxBuffered);
 
@@ -127,7 +127,7 @@ class GenerationService final : public tpserve::v1::Generation::CallbackService 
   void CloseStream(const std::string& client);
 
   const Tokenizer& tokenizer_;
-  absl::StatusOr<ChatFormat> chat_format_;
+  absl::StatusOr<ChatTemplate> chat_format_;
   RequestLimits limits_;
   ServiceInfo info_;
   const int64_t max_buffered_chunks_;

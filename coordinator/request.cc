@@ -5,7 +5,9 @@
 #include <string>
 #include <utility>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "nlohmann/json.hpp"
 #include "base/status_macros.h"
 
 namespace tpserve {
@@ -34,12 +36,54 @@ absl::Status CheckChat(const v1::Chat& chat) {
   for (int i = 0; i < chat.messages_size(); ++i) {
     const std::string& role = chat.messages(i).role();
     const std::string field = absl::StrCat("chat.messages[", i, "].role");
-    if (role != "system" && role != "user" && role != "assistant") {
-      return Invalid(field, absl::StrCat("\"", role, "\" is not one of system, user, assistant"));
+    if (role != "system" && role != "user" && role != "assistant" && role != "tool" && role != "ipython") {
+      return Invalid(field, absl::StrCat("\"", role, "\" is not one of system, user, assistant, tool, ipython"));
     }
-    if (role == "system" && i > 0) return Invalid(field, "a system message may only come first");
-  }
+  }  // the order of roles is the chat template's to judge (tokenizer/chat_template.h)
   return absl::OkStatus();
+}
+
+// A tool call's arguments: a JSON object as a mapping (as vLLM passes it to the
+// template), anything else as the string itself.
+nlohmann::ordered_json ToolCallArguments(const std::string& text) {
+  nlohmann::ordered_json args = nlohmann::ordered_json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (args.is_discarded() || !args.is_object()) return text;
+  return args;
+}
+
+// The chat as the template's variables. INVALID_ARGUMENT for malformed tools or kwargs JSON.
+absl::StatusOr<ChatInput> ChatInputOf(const v1::Chat& chat) {
+  using OJson = nlohmann::ordered_json;
+  ChatInput in;
+  for (const v1::ChatMessage& m : chat.messages()) {
+    OJson j = {{"role", m.role()}, {"content", m.content()}};
+    if (m.has_reasoning_content()) j["reasoning_content"] = m.reasoning_content();
+    for (const v1::ToolCall& tc : m.tool_calls()) {
+      OJson call = {{"type", tc.type().empty() ? "function" : tc.type()},
+                    {"function", {{"name", tc.name()}, {"arguments", ToolCallArguments(tc.arguments())}}}};
+      if (!tc.id().empty()) call["id"] = tc.id();
+      j["tool_calls"].push_back(std::move(call));
+    }
+    if (!m.tool_call_id().empty()) j["tool_call_id"] = m.tool_call_id();
+    if (!m.name().empty()) j["name"] = m.name();
+    in.messages.push_back(std::move(j));
+  }
+  if (!chat.tools_json().empty()) {
+    in.tools = OJson::parse(chat.tools_json(), nullptr, /*allow_exceptions=*/false);
+    if (in.tools.is_discarded() || !in.tools.is_array()) {
+      return Invalid("chat.tools_json", "is not a JSON array of tool schemas ([{\"type\": \"function\", \"function\": {...}}])");
+    }
+  }
+  for (const auto& [key, value] : chat.chat_template_kwargs()) {
+    OJson v = OJson::parse(value, nullptr, /*allow_exceptions=*/false);
+    if (v.is_discarded()) {
+      return Invalid(absl::StrCat("chat.chat_template_kwargs[\"", key, "\"]"),
+                     "is not JSON text; write values as JSON (false, 1, \"text\")");
+    }
+    in.kwargs[key] = std::move(v);
+  }
+  in.add_generation_prompt = true;  // the server always asks the model for the next turn
+  return in;
 }
 
 // The coordinator's upper bounds on fields the sampler accepts up to any finite
@@ -127,41 +171,21 @@ absl::Status ValidateRequestFields(const v1::GenerateRequest& request, const Req
 }
 
 absl::StatusOr<std::vector<int32_t>> EncodeChat(const v1::Chat& chat, const Tokenizer& tokenizer,
-                                                ChatFormat format, bool allow_special_tokens) {
+                                                const ChatTemplate& chat_template, bool allow_special_tokens) {
   if (auto s = CheckChat(chat); !s.ok()) return s;
-  std::vector<ChatMessage> messages;
-  for (const v1::ChatMessage& m : chat.messages()) messages.push_back({m.role(), m.content()});
-  absl::StatusOr<std::vector<ChatSegment>> segments =
-      RenderChatSegments(format, messages, /*add_generation_prompt=*/true);
-  if (!segments.ok()) return Invalid("chat.messages", segments.status().message());
-  // The template's control tokens are pushed as ids; the text between them
-  // (role names, newlines, content) is encoded in one piece, as the whole
-  // rendering would be between those tokens.
-  const SpecialTokensInText specials =
-      allow_special_tokens ? SpecialTokensInText::kMatch : SpecialTokensInText::kAsText;
-  std::vector<int32_t> ids;
-  std::string text;
-  auto flush = [&] {
-    const std::vector<int32_t> part = tokenizer.Encode(text, /*add_special_tokens=*/false, specials);
-    ids.insert(ids.end(), part.begin(), part.end());
-    text.clear();
-  };
-  for (const ChatSegment& seg : *segments) {
-    std::optional<int32_t> id = seg.control ? tokenizer.TokenToId(seg.text) : std::nullopt;
-    if (!id.has_value()) {
-      text += seg.text;  // a control token this tokenizer lacks stays text, as before
-      continue;
-    }
-    flush();
-    ids.push_back(*id);
+  absl::StatusOr<ChatInput> input = ChatInputOf(chat);
+  if (!input.ok()) return input.status();
+  absl::StatusOr<std::vector<ChatSegment>> segments = chat_template.RenderSegments(*input);
+  if (!segments.ok()) {
+    if (absl::StartsWith(segments.status().message(), "chat.")) return segments.status();
+    return Invalid("chat.messages", segments.status().message());
   }
-  flush();
-  return ids;
+  return EncodeChatSegments(*segments, tokenizer, allow_special_tokens);
 }
 
 absl::StatusOr<std::vector<int32_t>> EncodeTokenizeRequest(const v1::TokenizeRequest& request,
                                                            const Tokenizer& tokenizer,
-                                                           const absl::StatusOr<ChatFormat>& format) {
+                                                           const absl::StatusOr<ChatTemplate>& format) {
   const bool allow = request.allow_special_tokens_in_input();
   if (request.has_chat()) {
     if (!format.ok()) {
@@ -174,7 +198,7 @@ absl::StatusOr<std::vector<int32_t>> EncodeTokenizeRequest(const v1::TokenizeReq
 }
 
 absl::StatusOr<PreparedRequest> PrepareRequest(const v1::GenerateRequest& request,
-                                               const Tokenizer& tokenizer, ChatFormat format,
+                                               const Tokenizer& tokenizer, const ChatTemplate& format,
                                                const RequestLimits& limits) {
   if (auto s = ValidateRequestFields(request, limits); !s.ok()) return s;
   PreparedRequest out;

@@ -43,12 +43,15 @@ struct PreparedRequest {
 absl::Status ValidateRequestFields(const tpserve::v1::GenerateRequest& request,
                                    const RequestLimits& limits);
 
-// Tokenizes the chat messages: rendered with `format`, encoded without adding
-// special tokens (the rendering carries them). The template's control tokens are
+// Tokenizes the chat: rendered with `chat_template` (the checkpoint's Jinja2
+// template or a built-in format; tools, tool calls, reasoning_content and
+// chat_template_kwargs go to the template), encoded without adding special tokens
+// (the rendering carries them). A template's raise_exception, malformed tools_json or
+// kwargs are INVALID_ARGUMENT quoting what went wrong. The template's control tokens are
 // real special tokens; special-token text inside the messages' content is plain
 // text unless allow_special_tokens (the request's allow_special_tokens_in_input).
 absl::StatusOr<std::vector<int32_t>> EncodeChat(const tpserve::v1::Chat& chat,
-                                                const Tokenizer& tokenizer, ChatFormat format,
+                                                const Tokenizer& tokenizer, const ChatTemplate& chat_template,
                                                 bool allow_special_tokens = false);
 
 // The ids a Tokenize call answers, encoded as Generate would: a chat as EncodeChat,
@@ -57,14 +60,14 @@ absl::StatusOr<std::vector<int32_t>> EncodeChat(const tpserve::v1::Chat& chat,
 // format, or why it is unknown (a chat input is then INVALID_ARGUMENT).
 absl::StatusOr<std::vector<int32_t>> EncodeTokenizeRequest(const tpserve::v1::TokenizeRequest& request,
                                                            const Tokenizer& tokenizer,
-                                                           const absl::StatusOr<ChatFormat>& format);
+                                                           const absl::StatusOr<ChatTemplate>& format);
 
 // Validates, tokenizes (a text prompt with add_special_tokens = true; special-token
 // text in the prompt or chat content is plain text unless the request's
 // allow_special_tokens_in_input) and resolves defaults: max_tokens defaults to
 // what is left of max_model_len.
 absl::StatusOr<PreparedRequest> PrepareRequest(const tpserve::v1::GenerateRequest& request,
-                                               const Tokenizer& tokenizer, ChatFormat format,
+                                               const Tokenizer& tokenizer, const ChatTemplate& format,
                                                const RequestLimits& limits);
 
 }  // namespace tpserve

@@ -9,7 +9,7 @@ packages=(
   libabsl-dev nlohmann-json3-dev libpcre2-dev libutf8proc-dev
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev libssl-dev openssl
   libgloo-dev openmpi-bin libopenmpi-dev libopenblas-dev
-  python3 python3-numpy nodejs npm
+  python3 python3-numpy python3-jinja2 nodejs npm
 )
 
 missing=()

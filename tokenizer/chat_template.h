@@ -1,6 +1,9 @@
-// Chat formatting: renders [{role, content}] messages into the prompt text a
-// model was trained on, without a Jinja engine. Two formats cover the supported
-// families:
+// Chat formatting: renders messages into the prompt text a model was trained on.
+//
+// ChatTemplate (at the end of this header) is what the coordinator uses: the
+// checkpoint's own Jinja2 `chat_template` from tokenizer_config.json, rendered by
+// jinja/template.h as transformers would, or -- for a checkpoint without one --
+// one of two built-in formats:
 //
 //   kLlama3 (Llama 3, 3.1, 3.2 instruct)
 //     <|begin_of_text|>
@@ -18,15 +21,21 @@
 // Roles are "system", "user" and "assistant"; a system message may only come first.
 #pragma once
 
+#include <cstdint>
 #include <filesystem>
+#include <memory>
 #include <span>
 #include <string>
 #include <string_view>
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "jinja/template.h"
+#include "nlohmann/json.hpp"
 
 namespace tpserve {
+
+class Tokenizer;
 
 enum class ChatFormat { kLlama3, kChatML };
 
@@ -67,5 +76,69 @@ struct ChatSegment {
 absl::StatusOr<std::vector<ChatSegment>> RenderChatSegments(ChatFormat format,
                                                             std::span<const ChatMessage> messages,
                                                             bool add_generation_prompt = true);
+
+// Token ids of a rendering: each control segment is its token's id (one the
+// tokenizer lacks stays text); the text between control tokens is encoded in one
+// piece, as encoding the whole rendering would, with special-token text in it
+// ("<|im_end|>" written in a message) matched only when allow_special_tokens.
+// No BOS is added: the rendering carries it.
+std::vector<int32_t> EncodeChatSegments(std::span<const ChatSegment> segments, const Tokenizer& tokenizer,
+                                        bool allow_special_tokens);
+
+// A chat request as the templates see it (the variables transformers'
+// apply_chat_template passes, in OpenAI's shapes).
+struct ChatInput {
+  // [{"role", "content", optional "reasoning_content", "tool_calls": [{"type", "function":
+  //   {"name", "arguments"}}], "tool_call_id", "name"}]
+  nlohmann::ordered_json messages = nlohmann::ordered_json::array();
+  nlohmann::ordered_json tools = nullptr;  // [tool JSON schema, ...] or null
+  // chat_template_kwargs: extra variables, e.g. {"enable_thinking": false}. They are
+  // data (untrusted), and override the tokenizer's special tokens of the same name.
+  nlohmann::ordered_json kwargs = nlohmann::ordered_json::object();
+  bool add_generation_prompt = true;
+};
+
+// How a model's chats are rendered: its Jinja2 chat template, or a built-in format.
+// Cheap to copy; safe to use from several threads at once.
+class ChatTemplate {
+ public:
+  // A built-in format (implicit, so a ChatFormat can be passed where a ChatTemplate is wanted).
+  ChatTemplate(ChatFormat format) : format_(format) {}  // NOLINT(google-explicit-constructor)
+
+  // A Jinja2 template. `special_tokens`: the tokenizer's bos_token, eos_token, ...
+  // (trusted variables). `control_tokens`: the special tokens' texts; where the
+  // template itself writes one, it becomes a control segment. InvalidArgument
+  // naming the construct and line when the template uses something unsupported.
+  static absl::StatusOr<ChatTemplate> FromJinja(std::string_view source, nlohmann::ordered_json special_tokens,
+                                                std::vector<std::string> control_tokens);
+
+  // "llama3", "chatml" or "jinja".
+  std::string_view name() const;
+
+  // Renders as segments (see ChatSegment): control segments are control tokens the
+  // template wrote; text from the request's data -- even "<|im_end|>" written in a
+  // message -- is always in text segments. Errors are InvalidArgument: the
+  // template's raise_exception message, a template error on this input ("line N:
+  // ..."), or, for a built-in format, a request it cannot express (tools, tool calls,
+  // roles other than system/user/assistant).
+  absl::StatusOr<std::vector<ChatSegment>> RenderSegments(const ChatInput& input) const;
+
+ private:
+  ChatTemplate() = default;
+  ChatFormat format_ = ChatFormat::kChatML;
+  std::shared_ptr<const jinja::Template> jinja_;  // null: the built-in format_
+  nlohmann::ordered_json special_tokens_;
+  std::shared_ptr<const std::vector<std::string>> control_tokens_;
+};
+
+// The chat template for a model folder and a --chat-template flag value:
+//   "auto"            the checkpoint's chat_template (tokenizer_config.json); NotFound when
+//                     it has none (pass llama3 or chatml then)
+//   "llama3"/"chatml" a built-in format
+//   anything else     a file holding a Jinja2 chat template, overriding the checkpoint's
+// Special tokens come from tokenizer_config.json and `tokenizer`. A template using an
+// unsupported construct is InvalidArgument naming it and its line.
+absl::StatusOr<ChatTemplate> LoadChatTemplate(const std::filesystem::path& model_dir, std::string_view flag,
+                                              const Tokenizer& tokenizer);
 
 }  // namespace tpserve

@@ -19,6 +19,8 @@ namespace {
 
 namespace v1 = tpserve::v1;
 
+nlohmann::ordered_json OJsonObject() { return nlohmann::ordered_json::object(); }
+
 class RequestTest : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -225,6 +227,69 @@ TEST_F(RequestTest, TokenizeEncodesLikeGenerate) {
   EXPECT_EQ(ids.status().code(), absl::StatusCode::kInvalidArgument);
 }
 
+// A Jinja2 chat template gets the request's tools, tool calls, reasoning_content
+// and chat_template_kwargs; its raise_exception and malformed JSON are INVALID_ARGUMENT.
+TEST_F(RequestTest, JinjaTemplateGetsToolsReasoningAndKwargs) {
+  std::unique_ptr<Tokenizer> tok = ChatTokenizer();
+  ASSERT_NE(tok, nullptr);
+  limits_.vocab_size = tok->vocab_size();
+  limits_.max_model_len = 1000;
+  absl::StatusOr<ChatTemplate> tmpl = ChatTemplate::FromJinja(
+      "{% for m in messages %}{% if m.role == 'wizard' %}{{ raise_exception('no wizards: ' + m.content) }}{% endif %}"
+      "<|im_start|>{{ m.role }}\n{{ m.reasoning_content | default('-') }}|{{ m.content }}"
+      "{% for c in m.tool_calls | default([]) %}[{{ c.function.name }}({{ c.function.arguments | tojson }})]{% endfor %}"
+      "<|im_end|>\n{% endfor %}{{ tools | map(attribute='function') | map(attribute='name') | join(',') if tools }}"
+      "{% if enable_thinking is false %}<think></think>{% endif %}",
+      {{"eos_token", "<|im_end|>"}}, {"<|im_start|>", "<|im_end|>"});
+  ASSERT_TRUE(tmpl.ok()) << tmpl.status();
+  v1::TokenizeRequest t;
+  v1::Chat* chat = t.mutable_chat();
+  chat->add_messages()->set_role("user");
+  chat->mutable_messages(0)->set_content("hi");
+  v1::ChatMessage* a = chat->add_messages();
+  a->set_role("assistant");
+  a->set_reasoning_content("thought");
+  v1::ToolCall* call = a->add_tool_calls();
+  call->set_name("get_weather");
+  call->set_arguments(R"({"city": "Paris"})");
+  chat->add_messages()->set_role("tool");
+  chat->mutable_messages(2)->set_content("sunny");
+  chat->set_tools_json(R"([{"type": "function", "function": {"name": "get_weather"}}])");
+  (*chat->mutable_chat_template_kwargs())["enable_thinking"] = "false";
+  absl::StatusOr<std::vector<int32_t>> ids = EncodeTokenizeRequest(t, *tok, *tmpl);
+  ASSERT_TRUE(ids.ok()) << ids.status();
+  EXPECT_EQ(*tok->Decode(*ids, false),
+            "<|im_start|>user\n-|hi<|im_end|>\n<|im_start|>assistant\nthought|[get_weather({\"city\": \"Paris\"})]"
+            "<|im_end|>\n<|im_start|>tool\n-|sunny<|im_end|>\nget_weather<think></think>");
+
+  (*chat->mutable_chat_template_kwargs())["enable_thinking"] = "nope";
+  ids = EncodeTokenizeRequest(t, *tok, *tmpl);
+  EXPECT_EQ(ids.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(std::string(ids.status().message()).rfind("chat.chat_template_kwargs[\"enable_thinking\"]", 0), 0u)
+      << ids.status();
+  chat->mutable_chat_template_kwargs()->clear();
+  chat->set_tools_json("[{");
+  ids = EncodeTokenizeRequest(t, *tok, *tmpl);
+  EXPECT_EQ(std::string(ids.status().message()).rfind("chat.tools_json", 0), 0u) << ids.status();
+  chat->clear_tools_json();
+
+  v1::GenerateRequest r;
+  *r.mutable_chat() = *chat;
+  r.mutable_chat()->mutable_messages(0)->set_role("assistant");
+  r.mutable_chat()->mutable_messages(0)->set_content("x");
+  EXPECT_TRUE(PrepareRequest(r, *tok, *tmpl, limits_).ok());
+  // "wizard" is refused by the API's role check before the template sees it; the
+  // template's own raise_exception is quoted.
+  absl::StatusOr<ChatTemplate> strict = ChatTemplate::FromJinja(
+      "{% if messages[0].content == 'x' %}{{ raise_exception('Conversation roles must alternate user/assistant') }}"
+      "{% endif %}", OJsonObject(), {});
+  ASSERT_TRUE(strict.ok());
+  absl::StatusOr<PreparedRequest> got = PrepareRequest(r, *tok, *strict, limits_);
+  ASSERT_FALSE(got.ok());
+  EXPECT_EQ(got.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(got.status().message(), "chat.messages: Conversation roles must alternate user/assistant");
+}
+
 TEST_F(RequestTest, EachInvalidFieldIsNamed) {
   ExpectInvalid([](auto& r) { r.clear_input(); }, "prompt");
   ExpectInvalid([](auto& r) { r.set_prompt(""); }, "prompt");
@@ -241,7 +306,7 @@ TEST_F(RequestTest, EachInvalidFieldIsNamed) {
                   r.mutable_chat()->add_messages()->set_role("user");
                   r.mutable_chat()->add_messages()->set_role("system");
                 },
-                "chat.messages[1].role");
+                "chat.messages");  // the built-in ChatML format takes a system message only first
   ExpectInvalid([](auto& r) { r.mutable_sampling()->set_temperature(-0.5f); }, "sampling.temperature");
   ExpectInvalid([](auto& r) { r.mutable_sampling()->set_temperature(std::nanf("")); }, "sampling.temperature");
   ExpectInvalid([](auto& r) { r.mutable_sampling()->set_top_p(0.0f); }, "sampling.top_p");

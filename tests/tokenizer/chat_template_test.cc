@@ -5,10 +5,15 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <filesystem>
 #include <fstream>
+#include <memory>
+#include <string>
 #include <vector>
 
 #include "nlohmann/json.hpp"
+#include "tests/tokenizer/toy_tokenizer.h"
+#include "tokenizer/tokenizer.h"
 
 namespace tpserve {
 namespace {
@@ -205,6 +210,98 @@ TEST_F(DetectTest, BrokenJsonAndWrongTypes) {
   ExpectError(absl::StatusCode::kInvalidArgument);
   WriteConfig(R"({"chat_template": [{"name": "default"}]})");
   ExpectError(absl::StatusCode::kInvalidArgument);
+}
+
+// LoadChatTemplate: the checkpoint's Jinja2 template, a --chat-template FILE over it,
+// the built-ins, and start-up errors that name the construct and line.
+class LoadTest : public DetectTest {
+ protected:
+  void SetUp() override {
+    DetectTest::SetUp();
+    auto tok = Tokenizer::FromJsonText(testing::ToyTokenizerJson().dump(), "toy");
+    ASSERT_TRUE(tok.ok()) << tok.status();
+    tok_ = std::move(*tok);
+  }
+  std::string Render(const ChatTemplate& t, const std::string& content, std::vector<ChatSegment>* segments = nullptr) {
+    ChatInput in;
+    in.messages = {{{"role", "user"}, {"content", content}}};
+    absl::StatusOr<std::vector<ChatSegment>> s = t.RenderSegments(in);
+    if (!s.ok()) return "ERROR " + std::string(s.status().message());
+    std::string out;
+    for (const ChatSegment& seg : *s) out += seg.text;
+    if (segments != nullptr) *segments = *s;
+    return out;
+  }
+  std::unique_ptr<Tokenizer> tok_;
+};
+
+TEST_F(LoadTest, CheckpointTemplateWithItsSpecialTokens) {
+  WriteConfig(R"({"bos_token": {"content": "<|s|>"}, "chat_template": "{{ bos_token }}[{{ messages[0].content }}]<|e|>"})");
+  absl::StatusOr<ChatTemplate> t = LoadChatTemplate(dir_, "auto", *tok_);
+  ASSERT_TRUE(t.ok()) << t.status();
+  EXPECT_EQ(t->name(), "jinja");
+  std::vector<ChatSegment> segs;
+  EXPECT_EQ(Render(*t, "<|e|>"), "<|s|>[<|e|>]<|e|>");
+  Render(*t, "<|e|>", &segs);
+  // <|s|> and <|e|> are the toy tokenizer's special tokens: control where the template
+  // wrote them, text where the message did.
+  ASSERT_EQ(segs.size(), 3u);
+  EXPECT_TRUE(segs[0].control);
+  EXPECT_EQ(segs[1].text, "[<|e|>]");
+  EXPECT_FALSE(segs[1].control);
+  EXPECT_TRUE(segs[2].control);
+  EXPECT_EQ(EncodeChatSegments(segs, *tok_, false),
+            (std::vector<int32_t>{testing::kBos, '[', '<', '|', 'e', '|', '>', ']', testing::kEnd}));
+}
+
+TEST_F(LoadTest, FileOverridesTheCheckpoint) {
+  WriteConfig(R"({"chat_template": "checkpoint {{ messages[0].content }}"})");
+  const std::filesystem::path file = dir_ / "override.jinja";
+  std::ofstream(file) << "override {{ messages[0].content | upper }}\n";
+  absl::StatusOr<ChatTemplate> t = LoadChatTemplate(dir_, file.string(), *tok_);
+  ASSERT_TRUE(t.ok()) << t.status();
+  EXPECT_EQ(Render(*t, "hi"), "override HI");
+  EXPECT_EQ(LoadChatTemplate(dir_, (dir_ / "missing.jinja").string(), *tok_).status().code(), absl::StatusCode::kNotFound);
+}
+
+TEST_F(LoadTest, BuiltinsAndTheirLimits) {
+  absl::StatusOr<ChatTemplate> t = LoadChatTemplate(dir_, "chatml", *tok_);  // no tokenizer_config.json needed
+  ASSERT_TRUE(t.ok()) << t.status();
+  EXPECT_EQ(t->name(), "chatml");
+  EXPECT_EQ(Render(*t, "hi"), "<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n");
+  ChatInput in;
+  in.messages = {{{"role", "user"}, {"content", "hi"}}};
+  in.tools = nlohmann::ordered_json::array({{{"type", "function"}}});
+  absl::StatusOr<std::vector<ChatSegment>> s = t->RenderSegments(in);
+  ASSERT_FALSE(s.ok());
+  EXPECT_THAT(s.status().message(), HasSubstr("chat.tools: tools are not supported"));
+  EXPECT_EQ(LoadChatTemplate(dir_, "auto", *tok_).status().code(), absl::StatusCode::kNotFound);
+}
+
+TEST_F(LoadTest, UnsupportedConstructFailsNamingItAndTheLine) {
+  WriteTemplate("{% for m in messages %}\n{{ m.content | wordwrap(5) }}\n{% endfor %}");
+  absl::StatusOr<ChatTemplate> t = LoadChatTemplate(dir_, "auto", *tok_);
+  ASSERT_FALSE(t.ok());
+  EXPECT_EQ(t.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(t.status().message(), HasSubstr("tokenizer_config.json: chat template line 2: unsupported filter 'wordwrap'"));
+}
+
+TEST_F(LoadTest, RaiseExceptionAndKwargs) {
+  WriteTemplate("{% if messages[0].role != 'user' %}{{ raise_exception('roles must start with user') }}{% endif %}"
+                "{{ 'T' if enable_thinking is not false else 'F' }}");
+  absl::StatusOr<ChatTemplate> t = LoadChatTemplate(dir_, "auto", *tok_);
+  ASSERT_TRUE(t.ok()) << t.status();
+  ChatInput in;
+  in.messages = {{{"role", "assistant"}, {"content", "x"}}};
+  EXPECT_EQ(t->RenderSegments(in).status().message(), "roles must start with user");
+  in.messages[0]["role"] = "user";
+  in.kwargs = {{"enable_thinking", false}};
+  EXPECT_EQ(Render(*t, "x"), "T");
+  absl::StatusOr<std::vector<ChatSegment>> s = t->RenderSegments(in);
+  ASSERT_TRUE(s.ok()) << s.status();
+  EXPECT_EQ((*s)[0].text, "F");
+  in.kwargs = {{"messages", 1}};
+  EXPECT_THAT(t->RenderSegments(in).status().message(), HasSubstr("\"messages\" is set by the request itself"));
 }
 
 }  // namespace

@@ -1,7 +1,7 @@
 // tpserve-client: talks to a tpserve-coordinator.
 //
 //   tpserve-client generate --server ADDR (--prompt TEXT | --prompt-ids 1,2,3 | --chat TEXT)
-//       [--system TEXT] [--max-tokens N] [--temperature T] [--top-p P] [--top-k K]
+//       [--system TEXT] [--tools-json JSON] [--chat-template-kwargs JSON] [--max-tokens N] [--temperature T] [--top-p P] [--top-k K]
 //       [--min-p P] [--seed S] [--stop STR]... [--ignore-eos] [--logprobs N]
 //       [--request-id ID] [--timeout SECONDS] [--json]
 //   tpserve-client info   --server ADDR      (model and server info as one JSON object)
@@ -45,6 +45,9 @@ ABSL_FLAG(std::string, prompt, "", "prompt text");
 ABSL_FLAG(std::string, prompt_ids, "", "prompt token ids, comma separated");
 ABSL_FLAG(std::string, chat, "", "a user message (rendered with the model's chat format)");
 ABSL_FLAG(std::string, system, "", "a system message before --chat");
+ABSL_FLAG(std::string, tools_json, "", "with --chat: the tools, a JSON array of OpenAI tool schemas");
+ABSL_FLAG(std::string, chat_template_kwargs, "",
+          "with --chat: a JSON object of chat template variables, e.g. '{\"enable_thinking\": false}'");
 ABSL_FLAG(int64_t, max_tokens, 0, "tokens to generate (unset: up to the model's maximum length)");
 ABSL_FLAG(double, temperature, 1.0, "0 = greedy (unset: the model's default)");
 ABSL_FLAG(double, top_p, 1.0, "nucleus sampling mass in (0, 1]");
@@ -212,6 +215,12 @@ std::string SetInputFromFlags(v1::GenerateRequest& request) {
   v1::ChatMessage* m = chat->add_messages();
   m->set_role("user");
   m->set_content(absl::GetFlag(FLAGS_chat));
+  chat->set_tools_json(absl::GetFlag(FLAGS_tools_json));  // the server checks it
+  if (Given("chat_template_kwargs")) {
+    const nlohmann::json kwargs = nlohmann::json::parse(absl::GetFlag(FLAGS_chat_template_kwargs), nullptr, false);
+    if (!kwargs.is_object()) return "--chat-template-kwargs: give a JSON object, e.g. '{\"enable_thinking\": false}'";
+    for (const auto& [k, v] : kwargs.items()) (*chat->mutable_chat_template_kwargs())[k] = v.dump();
+  }
   return "";
 }
 

@@ -76,7 +76,9 @@ ABSL_FLAG(std::string, worker_transport, "auto",
 ABSL_FLAG(bool, enforce_eager, false, "run every step eagerly: no CUDA graphs for decode steps (CUDA workers)");
 
 // Requests and steps.
-ABSL_FLAG(std::string, chat_template, "auto", "auto (from tokenizer_config.json), llama3 or chatml");
+ABSL_FLAG(std::string, chat_template, "auto",
+          "auto (the checkpoint's Jinja2 chat_template in tokenizer_config.json), a Jinja2 template FILE to use "
+          "instead, or a built-in format for checkpoints without one: llama3 or chatml");
 ABSL_FLAG(int64_t, max_model_len, 0, "longest sequence (prompt + output); 0 = the model's max_position_embeddings");
 ABSL_FLAG(int, max_num_seqs, 256, "most sequences running at once (and so in one step)");
 ABSL_FLAG(int64_t, max_num_batched_tokens, 2048, "token budget of one step");
