@@ -3,8 +3,8 @@
 # with warnings as errors, and runs the whole test suite.
 #
 #   scripts/test.sh               build in build/, run every test (GPU tests skip without a GPU)
-#   scripts/test.sh --sanitize    also build the CPU code with ASan + UBSan in build-asan/ and run
-#                                 the unit tests there
+#   scripts/test.sh --sanitize    then also build the CPU code with ASan + UBSan in build-asan/ and
+#                                 run the unit, tp and e2e tests there (scripts/test-sanitized.sh)
 #   scripts/test.sh -L unit       pass ctest arguments through (here: only the unit label)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -30,8 +30,5 @@ ctest --test-dir "$build" --output-on-failure -j "$jobs" "${ctest_args[@]}"
 scripts/fuzz.sh "$build"
 
 if [[ $sanitize -eq 1 ]]; then
-  cmake -S . -B build-asan -G Ninja -DTPSERVE_WERROR=ON -DTPSERVE_SANITIZE=ON -DTPSERVE_CUDA=OFF \
-    -DTPSERVE_BUILD_BENCH=OFF -DCMAKE_BUILD_TYPE=Debug >/dev/null
-  cmake --build build-asan -j "$jobs"
-  ctest --test-dir build-asan --output-on-failure -j "$jobs" -L unit
+  scripts/test-sanitized.sh
 fi
