@@ -5,7 +5,8 @@
 #   scripts/test.sh               build in build/, run every test (GPU tests skip without a GPU)
 #   scripts/test.sh --sanitize    then also build the CPU code with ASan + UBSan in build-asan/ and
 #                                 run the unit, tp and e2e tests there (scripts/test-sanitized.sh)
-#   scripts/test.sh -L unit       pass ctest arguments through (here: only the unit label)
+#   scripts/test.sh -L unit       pass ctest arguments through (here: only the unit label), to the
+#                                 sanitized run too
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -30,5 +31,5 @@ ctest --test-dir "$build" --output-on-failure -j "$jobs" "${ctest_args[@]}"
 scripts/fuzz.sh "$build"
 
 if [[ $sanitize -eq 1 ]]; then
-  scripts/test-sanitized.sh
+  scripts/test-sanitized.sh "${ctest_args[@]}"  # none: the unit, tp and e2e labels
 fi
