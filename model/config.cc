@@ -226,7 +226,8 @@ absl::Status ParseRopeScaling(const Json& j, const FileContext& file, ModelConfi
 }
 
 // The largest weight, in elements: its size in bytes (at most 8 per element) must fit
-// in int64, which the checkpoint and model code compute it in. No real model comes near.
+// in int64, which the loader counts in (e.g. parallel/sharding.cc's ExpectedShape
+// multiplies num_heads * head_dim). No real model comes near.
 constexpr int64_t kMaxWeightElements = int64_t{1} << 60;
 
 // Refuses sizes whose weights the model code could not count without overflow.
