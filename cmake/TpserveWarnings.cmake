@@ -5,7 +5,10 @@ target_compile_options(tpserve_flags INTERFACE
   $<$<COMPILE_LANGUAGE:CXX>:-Wall -Wextra -Wno-missing-field-initializers>
   $<$<AND:$<COMPILE_LANGUAGE:CXX>,$<BOOL:${TPSERVE_WERROR}>>:-Werror>)
 if(TPSERVE_SANITIZE)
+  # gcc's -fsanitize=undefined leaves out float-cast-overflow (clang's includes it): a
+  # float or double converted to an integer or float type that cannot hold it is UB.
   target_compile_options(tpserve_flags INTERFACE
-    $<$<COMPILE_LANGUAGE:CXX>:-fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined>)
-  target_link_options(tpserve_flags INTERFACE -fsanitize=address,undefined)
+    $<$<COMPILE_LANGUAGE:CXX>:-fsanitize=address,undefined,float-cast-overflow -fno-omit-frame-pointer
+                              -fno-sanitize-recover=undefined,float-cast-overflow>)
+  target_link_options(tpserve_flags INTERFACE -fsanitize=address,undefined,float-cast-overflow)
 endif()

@@ -6,6 +6,7 @@
 
 #include <cmath>
 #include <fstream>
+#include <limits>
 #include <optional>
 #include <sstream>
 
@@ -224,6 +225,36 @@ absl::Status ParseRopeScaling(const Json& j, const FileContext& file, ModelConfi
   return absl::OkStatus();
 }
 
+// The largest weight, in elements: its size in bytes (at most 8 per element) must fit
+// in int64, which the loader counts in (e.g. parallel/sharding.cc's ExpectedShape
+// multiplies num_heads * head_dim). No real model comes near.
+constexpr int64_t kMaxWeightElements = int64_t{1} << 60;
+
+// Refuses sizes whose weights the model code could not count without overflow.
+absl::Status CheckWeightSizes(const ModelConfig& cfg, const FileContext& file) {
+  struct Weight {
+    std::string_view field;  // the field to blame
+    std::string_view shape;  // the weight, as the error names it
+    int64_t rows_a, rows_b, cols;
+  };
+  const Weight weights[] = {
+      {"vocab_size", "embed_tokens [vocab_size, hidden_size]", cfg.vocab_size, 1, cfg.hidden_size},
+      {"num_attention_heads", "q_proj [num_attention_heads * head_dim, hidden_size]", cfg.num_heads, cfg.head_dim,
+       cfg.hidden_size},
+      {"intermediate_size", "gate_proj [intermediate_size, hidden_size]", cfg.intermediate_size, 1,
+       cfg.hidden_size},
+  };
+  for (const Weight& w : weights) {
+    int64_t n = 0;
+    if (__builtin_mul_overflow(w.rows_a, w.rows_b, &n) || __builtin_mul_overflow(n, w.cols, &n) ||
+        n > kMaxWeightElements) {
+      return file.Error(w.field, absl::StrCat("makes ", std::string(w.shape),
+                                              " larger than 2^60 elements; these sizes are not a real model"));
+    }
+  }
+  return absl::OkStatus();
+}
+
 absl::Status ParseShapes(const Json& j, const FileContext& file, ModelConfig& cfg) {
   TPSERVE_ASSIGN_OR_RETURN(cfg.hidden_size, RequiredPositiveInt(j, "hidden_size", file));
   TPSERVE_ASSIGN_OR_RETURN(cfg.intermediate_size, RequiredPositiveInt(j, "intermediate_size", file));
@@ -260,7 +291,7 @@ absl::Status ParseShapes(const Json& j, const FileContext& file, ModelConfig& cf
   if (cfg.head_dim % 2 != 0) {
     return file.Error("head_dim", absl::StrCat("(", cfg.head_dim, ") must be even for rotary embeddings"));
   }
-  return absl::OkStatus();
+  return CheckWeightSizes(cfg, file);
 }
 
 absl::Status ParseFeatures(const Json& j, const FileContext& file, ModelConfig& cfg) {
@@ -348,17 +379,22 @@ absl::Status ParseGeneration(const Json& gen, const FileContext& file, ModelConf
   TPSERVE_ASSIGN_OR_RETURN(g.top_p, OptionalNumber(gen, "top_p", file));
   TPSERVE_ASSIGN_OR_RETURN(g.top_k, OptionalInt(gen, "top_k", file));
   TPSERVE_ASSIGN_OR_RETURN(g.repetition_penalty, OptionalNumber(gen, "repetition_penalty", file));
-  if (g.temperature.has_value() && !(*g.temperature >= 0)) {
-    return file.Error("temperature", absl::StrCat("must be >= 0, got ", *g.temperature));
+  // The sampler keeps these as float and int32 (sampling/sampler.h): larger values
+  // would not convert (coordinator/request.cc casts them).
+  constexpr double kFloatMax = std::numeric_limits<float>::max();
+  if (g.temperature.has_value() && !(*g.temperature >= 0 && *g.temperature <= kFloatMax)) {
+    return file.Error("temperature", absl::StrCat("must be a finite number >= 0 (at most 3.4e38), got ",
+                                                  *g.temperature));
   }
   if (g.top_p.has_value() && !(*g.top_p > 0 && *g.top_p <= 1)) {
     return file.Error("top_p", absl::StrCat("must be in (0, 1], got ", *g.top_p));
   }
-  if (g.top_k.has_value() && *g.top_k < 0) {
-    return file.Error("top_k", absl::StrCat("must be >= 0, got ", *g.top_k));
+  if (g.top_k.has_value() && !(*g.top_k >= 0 && *g.top_k <= std::numeric_limits<int32_t>::max())) {
+    return file.Error("top_k", absl::StrCat("must be in [0, 2^31 - 1], got ", *g.top_k));
   }
-  if (g.repetition_penalty.has_value() && !(*g.repetition_penalty > 0)) {
-    return file.Error("repetition_penalty", absl::StrCat("must be positive, got ", *g.repetition_penalty));
+  if (g.repetition_penalty.has_value() && !(*g.repetition_penalty > 0 && *g.repetition_penalty <= kFloatMax)) {
+    return file.Error("repetition_penalty", absl::StrCat("must be a finite positive number (at most 3.4e38), got ",
+                                                         *g.repetition_penalty));
   }
   return absl::OkStatus();
 }

@@ -3,9 +3,10 @@
 # with warnings as errors, and runs the whole test suite.
 #
 #   scripts/test.sh               build in build/, run every test (GPU tests skip without a GPU)
-#   scripts/test.sh --sanitize    also build the CPU code with ASan + UBSan in build-asan/ and run
-#                                 the unit tests there
-#   scripts/test.sh -L unit       pass ctest arguments through (here: only the unit label)
+#   scripts/test.sh --sanitize    then also build the CPU code with ASan + UBSan in build-asan/ and
+#                                 run the unit, tp and e2e tests there (scripts/test-sanitized.sh)
+#   scripts/test.sh -L unit       pass ctest arguments through (here: only the unit label), to the
+#                                 sanitized run too
 #   scripts/test.sh -L cuda-emu   only the CUDA kernels run on the CPU by the SIMT runner
 #                                 (tests/cuda_emu/; part of every full run when nvcc is present)
 set -euo pipefail
@@ -32,8 +33,5 @@ ctest --test-dir "$build" --output-on-failure -j "$jobs" "${ctest_args[@]}"
 scripts/fuzz.sh "$build"
 
 if [[ $sanitize -eq 1 ]]; then
-  cmake -S . -B build-asan -G Ninja -DTPSERVE_WERROR=ON -DTPSERVE_SANITIZE=ON -DTPSERVE_CUDA=OFF \
-    -DTPSERVE_BUILD_BENCH=OFF -DCMAKE_BUILD_TYPE=Debug >/dev/null
-  cmake --build build-asan -j "$jobs"
-  ctest --test-dir build-asan --output-on-failure -j "$jobs" -L unit
+  scripts/test-sanitized.sh "${ctest_args[@]}"  # none: the unit, tp and e2e labels
 fi

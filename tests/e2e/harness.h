@@ -47,7 +47,7 @@ std::string MakeModel(const std::string& root, const std::string& arch,
 class Process {
  public:
   Process(const std::vector<std::string>& argv, const std::string& log);
-  ~Process();  // SIGKILL to its group, reaped
+  ~Process();  // SIGKILL to its group, reaped; a sanitizer report in its log fails the test
   pid_t pid() const { return pid_; }
   void Signal(int sig);
   // Waits for exit up to `timeout`; the exit status, or -1 on timeout (128+n for a signal).

@@ -9,6 +9,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "absl/strings/str_cat.h"
 #include "nlohmann/json.hpp"
 
 namespace tpserve {
@@ -278,6 +279,17 @@ INSTANTIATE_TEST_SUITE_P(
         BadCase{"MlpBias", kLlama, [](Json& j) { j["mlp_bias"] = true; }, {"mlp_bias", "not supported"}},
         BadCase{"SlidingWindow", kQwen2, [](Json& j) { j["use_sliding_window"] = true; },
                 {"use_sliding_window", "not supported"}},
+        // Found by tests/model/fuzz_model_config.cc: sizes whose weights overflow int64 were accepted.
+        BadCase{"EmbeddingTooLarge", kLlama,
+                [](Json& j) {
+                  j["hidden_size"] = int64_t{1} << 40;
+                  j["vocab_size"] = int64_t{1} << 40;
+                },
+                {"vocab_size", "embed_tokens", "2^60"}},
+        BadCase{"QueryProjectionTooLarge", kQwen3, [](Json& j) { j["head_dim"] = int64_t{1} << 52; },
+                {"num_attention_heads", "q_proj", "2^60"}},
+        BadCase{"MlpTooLarge", kQwen2, [](Json& j) { j["intermediate_size"] = int64_t{1} << 62; },
+                {"intermediate_size", "gate_proj", "2^60"}},
         BadCase{"NotAnObject", kLlama, [](Json& j) { j = Json::array({1, 2}); }, {"JSON object"}}),
     [](const ::testing::TestParamInfo<BadCase>& info) { return info.param.name; });
 
@@ -286,6 +298,26 @@ TEST(ConfigTest, InvalidJsonNamesTheFile) {
   ASSERT_FALSE(cfg.ok());
   EXPECT_EQ(cfg.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(cfg.status().message(), HasSubstr("config.json: not valid JSON"));
+}
+
+// Found by tests/model/fuzz_model_config.cc: defaults the sampler's float / int32
+// fields cannot hold were accepted, and coordinator/request.cc's cast of them was UB.
+TEST(ConfigTest, GenerationDefaultsMustFitTheSampler) {
+  const std::string config = ReadFixture("llama-3.2-1b.config.json");
+  const std::pair<const char*, const char*> cases[] = {
+      {R"({"temperature": 1e300})", "temperature"},      {R"({"temperature": -0.5})", "temperature"},
+      {R"({"top_k": 99999999999})", "top_k"},            {R"({"top_k": 2147483648})", "top_k"},
+      {R"({"repetition_penalty": 1e39})", "repetition_penalty"}};
+  for (const auto& [gen, field] : cases) {
+    absl::StatusOr<ModelConfig> cfg = ParseModelConfig(config, gen);
+    ASSERT_FALSE(cfg.ok()) << gen;
+    EXPECT_EQ(cfg.status().code(), absl::StatusCode::kInvalidArgument) << gen;
+    EXPECT_THAT(cfg.status().message(), HasSubstr(absl::StrCat("generation_config.json: field \"", field, "\"")));
+  }
+  absl::StatusOr<ModelConfig> edge =
+      ParseModelConfig(config, R"({"temperature": 1e38, "top_k": 2147483647, "repetition_penalty": 3e38})");
+  ASSERT_TRUE(edge.ok()) << edge.status();
+  EXPECT_EQ(edge->generation.top_k, 2147483647);
 }
 
 TEST(ConfigTest, BadGenerationConfigNamesThatFile) {

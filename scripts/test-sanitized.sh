@@ -1,0 +1,50 @@
+#!/usr/bin/env bash
+# Builds the CPU code with AddressSanitizer + UndefinedBehaviorSanitizer in build-asan/
+# and runs the unit, tp and e2e tests there (scripts/test.sh --sanitize calls this; CI does).
+#
+#   scripts/test-sanitized.sh              the unit, tp and e2e labels
+#   scripts/test-sanitized.sh -L unit      pass ctest arguments instead of the default labels
+#   TPSERVE_ASAN_BUILD_DIR=DIR             build somewhere else than build-asan
+#
+# Every process the tests start (the tests themselves, and the tpserve-coordinator,
+# tpserve-worker and tpserve-generate binaries the e2e harness spawns from the same
+# build folder) stops at its first error and writes its report under
+# build-asan/sanitizer-logs/. A report from any process fails this script even when the
+# test that spawned it passed (a worker killed on purpose, a report in a child's log).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+build=${TPSERVE_ASAN_BUILD_DIR:-build-asan}
+jobs=$(nproc)
+ctest_args=("$@")
+[[ ${#ctest_args[@]} -eq 0 ]] && ctest_args=(-L 'unit|tp|e2e')
+
+launcher=()
+command -v ccache >/dev/null && launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache -DCMAKE_C_COMPILER_LAUNCHER=ccache)
+cmake -S . -B "$build" -G Ninja -DTPSERVE_WERROR=ON -DTPSERVE_SANITIZE=ON -DTPSERVE_CUDA=OFF \
+  -DTPSERVE_BUILD_BENCH=OFF -DCMAKE_BUILD_TYPE=Debug "${launcher[@]}" >/dev/null
+cmake --build "$build" -j "$jobs"
+
+logs="$PWD/$build/sanitizer-logs"
+rm -rf "$logs"
+mkdir -p "$logs"
+# halt_on_error + abort_on_error: the first report ends the process with SIGABRT, so its
+# parent (ctest, the harness, the coordinator) sees a crash, not a clean exit.
+# log_path: reports also land in files that the check below finds, whoever the parent was.
+export ASAN_OPTIONS="halt_on_error=1:abort_on_error=1:detect_leaks=1:check_initialization_order=1:\
+strict_init_order=1:log_path=$logs/asan"
+export UBSAN_OPTIONS="halt_on_error=1:abort_on_error=1:print_stacktrace=1:log_path=$logs/ubsan"
+status=0
+ctest --test-dir "$build" --output-on-failure -j "$jobs" "${ctest_args[@]}" || status=$?
+
+reports=("$logs"/*)
+if [[ -e "${reports[0]}" ]]; then
+  for r in "${reports[@]}"; do
+    echo "==== $r"
+    head -n 80 "$r"
+  done
+  echo "test-sanitized.sh: FAILED: ${#reports[@]} sanitizer report(s) above, in $logs" >&2
+  exit 1
+fi
+[[ $status -eq 0 ]] || { echo "test-sanitized.sh: FAILED: ctest exit status $status" >&2; exit "$status"; }
+echo "test-sanitized.sh: no sanitizer reports"
