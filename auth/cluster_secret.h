@@ -38,7 +38,8 @@ class ClusterSecret {
   // Reads a secret file (auth/secret_file.h's rules); `flag` names its source
   // in errors. INVALID_ARGUMENT when shorter than 16 bytes.
   static absl::StatusOr<ClusterSecret> FromFile(const std::filesystem::path& path, absl::string_view flag);
-  // 32 fresh random bytes (--spawn-workers without a configured secret).
+  // 32 fresh random bytes as 64 hex digits (--spawn-workers without a
+  // configured secret): written to a file, it reads back the same.
   static ClusterSecret Generate();
 
   const std::string& bytes() const { return secret_; }

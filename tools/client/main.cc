@@ -12,6 +12,7 @@
 // --json one JSON line per chunk {"token_ids": [...], "text": "..."} and a final
 // {"finish_reason", "matched_stop", "usage", "timing"} line. An error prints
 // "tpserve-client: CODE: message" and exits 1 (2 for bad usage).
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -113,6 +114,8 @@ std::set<std::string>& GivenFlags() {
 }
 bool Given(const std::string& name) { return GivenFlags().contains(name); }
 
+constexpr double kMaxTimeoutSeconds = 365.0 * 24 * 3600;
+
 // The API key to send ("" = none): --api-key-file, else $TPSERVE_API_KEY.
 std::string& ApiKey() {
   static std::string key;
@@ -122,7 +125,8 @@ std::string& ApiKey() {
 // Every call's deadline (--timeout) and API key.
 void SetDeadline(grpc::ClientContext& context) {
   if (!ApiKey().empty()) context.AddMetadata("authorization", absl::StrCat("Bearer ", ApiKey()));
-  const double timeout = absl::GetFlag(FLAGS_timeout);
+  // At most a year: a larger value (or inf) would overflow the microseconds.
+  const double timeout = std::min(absl::GetFlag(FLAGS_timeout), kMaxTimeoutSeconds);
   if (timeout > 0) {
     context.set_deadline(std::chrono::system_clock::now() +
                          std::chrono::microseconds(static_cast<int64_t>(timeout * 1e6)));
@@ -365,7 +369,9 @@ int Health(const std::shared_ptr<grpc::Channel>& channel) {
   auto stub = grpc::health::v1::Health::NewStub(channel);
   grpc::ClientContext context;
   context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(
-      absl::GetFlag(FLAGS_timeout) > 0 ? static_cast<int64_t>(std::ceil(absl::GetFlag(FLAGS_timeout))) : 10));
+      absl::GetFlag(FLAGS_timeout) > 0 ? static_cast<int64_t>(std::ceil(std::min(absl::GetFlag(FLAGS_timeout),
+                                                                                  kMaxTimeoutSeconds)))
+                                       : 10));
   grpc::health::v1::HealthCheckRequest request;
   grpc::health::v1::HealthCheckResponse response;
   grpc::Status s = stub->Check(&context, request, &response);
