@@ -1,5 +1,6 @@
 #include "coordinator/engine_loop.h"
 
+#include <functional>
 #include <optional>
 #include <utility>
 
@@ -233,7 +234,9 @@ void EngineLoop::EndAll(const absl::Status& status) {
 void EngineLoop::Admit(std::vector<Inbound> adds, const absl::Status& failed) {
   for (Inbound& in : adds) {
     std::vector<int32_t> prompt = in.live->request.prompt;
-    absl::Status added = failed.ok() ? scheduler_.Add(in.seq_id, std::move(prompt)) : failed;
+    // Admission is fair between clients (scheduler.h): the group is the client.
+    const uint64_t group = std::hash<std::string>{}(in.live->client);
+    absl::Status added = failed.ok() ? scheduler_.Add(in.seq_id, std::move(prompt), group) : failed;
     live_.emplace(in.seq_id, std::move(in.live));
     if (!added.ok()) End(in.seq_id, added);
   }

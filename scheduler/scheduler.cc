@@ -10,7 +10,7 @@ namespace tpserve {
 Scheduler::Scheduler(BlockManager& blocks, SchedulerConfig config)
     : blocks_(blocks), config_(config) {}
 
-absl::Status Scheduler::Add(uint64_t id, std::vector<int32_t> prompt) {
+absl::Status Scheduler::Add(uint64_t id, std::vector<int32_t> prompt, uint64_t group) {
   if (static_cast<int32_t>(waiting_.size()) >= config_.max_queue) {
     return absl::ResourceExhaustedError(absl::StrCat(
         "the admission queue is full (", config_.max_queue,
@@ -24,6 +24,7 @@ absl::Status Scheduler::Add(uint64_t id, std::vector<int32_t> prompt) {
   seq->id = id;
   seq->num_prompt_tokens = static_cast<int64_t>(prompt.size());
   seq->tokens = std::move(prompt);
+  seq->group = group;
   waiting_.push_back(seq.get());
   sequences_.emplace(id, std::move(seq));
   return absl::OkStatus();
@@ -72,6 +73,26 @@ ScheduledSequence Scheduler::Plan(Sequence* seq, int64_t num_tokens) {
   return s;
 }
 
+std::deque<Sequence*>::iterator Scheduler::NextToAdmit(const absl::flat_hash_map<uint64_t, int32_t>& running) {
+  auto count = [&](const Sequence* seq) {
+    auto it = running.find(seq->group);
+    return it == running.end() ? 0 : it->second;
+  };
+  // A preempted sequence was admitted before: it keeps its place at the front.
+  // A front whose group runs nothing cannot be beaten either (the usual case).
+  if (waiting_.front()->admitted_before || count(waiting_.front()) == 0) return waiting_.begin();
+  auto best = waiting_.begin();
+  int32_t best_count = count(*best);
+  for (auto it = std::next(best); it != waiting_.end() && best_count > 0; ++it) {
+    const int32_t c = count(*it);
+    if (c < best_count) {
+      best = it;
+      best_count = c;
+    }
+  }
+  return best;
+}
+
 ScheduledStep Scheduler::Schedule() {
   ScheduledStep step;
   std::vector<ScheduledSequence> prefills, decodes;
@@ -110,15 +131,18 @@ ScheduledStep Scheduler::Schedule() {
 
   // 2. Waiting sequences, first come first served (none after a preemption:
   //    the blocks just freed go to the running sequences first).
+  absl::flat_hash_map<uint64_t, int32_t> running_by_group;
+  for (const Sequence* seq : running_) ++running_by_group[seq->group];
   while (!preempted && !waiting_.empty() && budget > 0 &&
          static_cast<int32_t>(running_.size()) < config_.max_num_seqs) {
-    Sequence* seq = waiting_.front();
+    const auto next = NextToAdmit(running_by_group);
+    Sequence* seq = *next;
     // Preempted while a step that samples it was in flight: its recompute
     // needs that token. Its result comes before the next Schedule.
     if (seq->num_pending_tokens > 0) break;
     const int64_t total = static_cast<int64_t>(seq->tokens.size());
     if (blocks_.BlocksFor(total) > blocks_.num_blocks()) {
-      waiting_.pop_front();  // can never fit, even alone
+      waiting_.erase(next);  // can never fit, even alone
       step.unservable.push_back(seq->id);
       continue;
     }
@@ -132,8 +156,9 @@ ScheduledStep Scheduler::Schedule() {
       seq->admitted_before = true;
     }
     seq->status = SequenceStatus::kRunning;
-    waiting_.pop_front();
+    waiting_.erase(next);
     running_.push_back(seq);
+    ++running_by_group[seq->group];
     add(Plan(seq, n));
     budget -= n;
   }

@@ -9,8 +9,11 @@
 //      preempted by recompute (its blocks freed, it goes back to the front of
 //      the queue and later recomputes prompt + output, mostly from the prefix
 //      cache), so greedy outputs never change;
-//   2. waiting sequences in arrival order, while budget, sequence slots and
-//      blocks last; a sequence that cannot be admitted blocks those behind it.
+//   2. waiting sequences, while budget, sequence slots and blocks last: a
+//      preempted one first, else the earliest arrival of the group (client)
+//      with the fewest running sequences, so that one client's backlog
+//      cannot keep the others waiting (with a single group: arrival order);
+//      a sequence that cannot be admitted blocks those behind it.
 // Sequences are listed with prefills (including chunks) before decodes, the
 // order the workers' step metadata wants.
 #pragma once
@@ -63,9 +66,10 @@ class Scheduler {
  public:
   Scheduler(BlockManager& blocks, SchedulerConfig config);
 
-  // Queues a new sequence (prompt in `tokens`). RESOURCE_EXHAUSTED when the
-  // queue holds max_queue sequences already.
-  absl::Status Add(uint64_t id, std::vector<int32_t> prompt);
+  // Queues a new sequence (prompt in `tokens`) of `group` (its client; see
+  // the order above). RESOURCE_EXHAUSTED when the queue holds max_queue
+  // sequences already.
+  absl::Status Add(uint64_t id, std::vector<int32_t> prompt, uint64_t group = 0);
 
   // Builds the next step and counts its tokens as computed. It may be called
   // again before the previous step's result arrives (one step in flight
@@ -95,6 +99,9 @@ class Scheduler {
   void Preempt(Sequence* seq);
   void ReleaseBlocks(Sequence* seq);
   ScheduledSequence Plan(Sequence* seq, int64_t num_tokens);
+  // The waiting sequence to admit next (point 2 above); `running` counts the
+  // running sequences of each group.
+  std::deque<Sequence*>::iterator NextToAdmit(const absl::flat_hash_map<uint64_t, int32_t>& running);
 
   BlockManager& blocks_;
   SchedulerConfig config_;

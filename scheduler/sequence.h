@@ -29,6 +29,7 @@ struct Sequence {
   SequenceStatus status = SequenceStatus::kWaiting;
   int32_t num_preemptions = 0;
   bool admitted_before = false;     // num_cached_tokens is set at the first admission only
+  uint64_t group = 0;               // who asked for it (a client): admission is fair between groups
 
   // What the workers hold: nothing until the sequence is first scheduled (and
   // again after a preemption); then the first `blocks_on_workers` entries of

@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <map>
 #include <numeric>
 #include <random>
@@ -128,6 +129,41 @@ TEST(Scheduler, CapsRunningSequencesAndQueue) {
   EXPECT_EQ(step.sequences.size(), 2u);
   EXPECT_EQ(sched.num_waiting(), 1);
   EXPECT_EQ(sched.Add(9, {}).code(), absl::StatusCode::kInvalidArgument);
+}
+
+// Admission is fair between groups (clients): a client that queued many
+// requests first does not keep a later client waiting for a slot; within a
+// group the order stays the arrival order.
+TEST(Scheduler, AdmissionIsFairBetweenGroups) {
+  BlockManager bm(64, 4);
+  Scheduler sched(bm, {.max_num_batched_tokens = 1000, .max_num_seqs = 2, .max_queue = 16});
+  constexpr uint64_t kBusy = 7, kQuiet = 9;
+  for (int i = 0; i < 6; ++i) ASSERT_TRUE(sched.Add(i, Prompt(5, i), kBusy).ok());
+  ASSERT_TRUE(sched.Add(100, Prompt(5, 50), kQuiet).ok());
+  ScheduledStep step = sched.Schedule();
+  std::vector<uint64_t> ids;
+  for (const ScheduledSequence& s : step.sequences) ids.push_back(s.id);
+  std::sort(ids.begin(), ids.end());
+  EXPECT_EQ(ids, (std::vector<uint64_t>{0, 100})) << "the quiet client got the second slot";
+  // When a slot frees, the busy client's next request in arrival order takes it.
+  sched.OnStepDone(step, RunStep(sched, step));
+  ASSERT_TRUE(sched.Finish(100));
+  step = sched.Schedule();
+  bool admitted_1 = false;
+  for (const ScheduledSequence& s : step.sequences) admitted_1 |= s.id == 1 && s.is_new;
+  EXPECT_TRUE(admitted_1);
+}
+
+// With one group, admission is first come first served, as before.
+TEST(Scheduler, OneGroupIsAdmittedInArrivalOrder) {
+  BlockManager bm(64, 4);
+  Scheduler sched(bm, {.max_num_batched_tokens = 1000, .max_num_seqs = 2, .max_queue = 16});
+  for (int i = 0; i < 4; ++i) ASSERT_TRUE(sched.Add(i, Prompt(5, i)).ok());
+  ScheduledStep step = sched.Schedule();
+  std::vector<uint64_t> ids;
+  for (const ScheduledSequence& s : step.sequences) ids.push_back(s.id);
+  std::sort(ids.begin(), ids.end());
+  EXPECT_EQ(ids, (std::vector<uint64_t>{0, 1}));
 }
 
 TEST(Scheduler, PreemptionUnderATinyPoolKeepsOutputs) {
