@@ -93,6 +93,11 @@ std::deque<Sequence*>::iterator Scheduler::NextToAdmit(const absl::flat_hash_map
   return best;
 }
 
+bool Scheduler::MayAdmit(bool preempted, int64_t budget) const {
+  return !preempted && !waiting_.empty() && budget > 0 &&
+         static_cast<int32_t>(running_.size()) < config_.max_num_seqs;
+}
+
 ScheduledStep Scheduler::Schedule() {
   ScheduledStep step;
   std::vector<ScheduledSequence> prefills, decodes;
@@ -131,10 +136,11 @@ ScheduledStep Scheduler::Schedule() {
 
   // 2. Waiting sequences, first come first served (none after a preemption:
   //    the blocks just freed go to the running sequences first).
-  absl::flat_hash_map<uint64_t, int32_t> running_by_group;
-  for (const Sequence* seq : running_) ++running_by_group[seq->group];
-  while (!preempted && !waiting_.empty() && budget > 0 &&
-         static_cast<int32_t>(running_.size()) < config_.max_num_seqs) {
+  absl::flat_hash_map<uint64_t, int32_t> running_by_group;  // counted only when one may be admitted
+  if (MayAdmit(preempted, budget)) {
+    for (const Sequence* seq : running_) ++running_by_group[seq->group];
+  }
+  while (MayAdmit(preempted, budget)) {
     const auto next = NextToAdmit(running_by_group);
     Sequence* seq = *next;
     // Preempted while a step that samples it was in flight: its recompute

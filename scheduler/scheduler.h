@@ -99,6 +99,9 @@ class Scheduler {
   void Preempt(Sequence* seq);
   void ReleaseBlocks(Sequence* seq);
   ScheduledSequence Plan(Sequence* seq, int64_t num_tokens);
+  // Whether step 2 (above) may admit another waiting sequence: none after a
+  // preemption, and only with queue, budget and a sequence slot left.
+  bool MayAdmit(bool preempted, int64_t budget) const;
   // The waiting sequence to admit next (point 2 above); `running` counts the
   // running sequences of each group.
   std::deque<Sequence*>::iterator NextToAdmit(const absl::flat_hash_map<uint64_t, int32_t>& running);
