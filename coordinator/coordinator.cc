@@ -116,7 +116,8 @@ Coordinator::Coordinator(CoordinatorOptions options) : options_(std::move(option
 Coordinator::~Coordinator() { StopServers(); }
 
 void Coordinator::RequestStop() {
-  if (!stop_.exchange(true)) stop_note_.Notify();
+  absl::MutexLock lock(&serve_mu_);
+  stop_ = true;
 }
 
 absl::Status Coordinator::Start() {
@@ -342,19 +343,20 @@ absl::Status Coordinator::LaunchWorkers() {
 
 // Waits for the workers' Hello, brings them to ready and starts the engine.
 absl::Status Coordinator::ConnectWorkers() {
-  TPSERVE_RETURN_IF_ERROR(pool_->WaitForWorkers(options_.worker_timeout, stop_));
-  std::vector<std::string> worker_names;
-  bool all_gpu = true;
-  for (const iv1::Hello& h : pool_->workers()) {
-    worker_names.push_back(WorkerRoster::Describe(h));
-    if (h.device() == "cpu" || h.device().empty()) all_gpu = false;
-  }
-  backend_ = options_.backend != "auto" ? options_.backend : all_gpu ? "cuda" : "cpu";
+  TPSERVE_ASSIGN_OR_RETURN(const int64_t num_blocks, BringUpWorkers());
+  StartEngine(num_blocks);
+  service_->SetAvailability(absl::OkStatus());
+  CoordinatorLog("ready");
+  if (absl::Status lost = pool_->lost(); !lost.ok()) OnWorkersLost(lost);  // Serve recovers
+  return absl::OkStatus();
+}
 
+StartupOptions Coordinator::MakeStartupOptions() const {
   StartupOptions startup;
   startup.model_dir = model_dir_;
   startup.backend = backend_;
   startup.tensor_parallel_size = static_cast<uint32_t>(options_.tp);
+  // A fresh prefix for every group: nothing of a lost group's rendezvous is reused.
   startup.store_prefix = absl::StrCat("tpserve/", getpid(), "-", std::random_device{}(), "/");
   startup.block_size = static_cast<uint32_t>(options_.block_size);
   startup.max_num_batched_tokens = static_cast<uint32_t>(options_.max_num_batched_tokens);
@@ -368,20 +370,26 @@ absl::Status Coordinator::ConnectWorkers() {
   // stalled rank before a peer's collective gives up on it.
   startup.collective_timeout_ms =
       static_cast<uint32_t>(absl::ToInt64Milliseconds(options_.step_timeout + kCollectiveGrace));
-  TPSERVE_ASSIGN_OR_RETURN(const StartupResult started, StartWorkers(*pool_, startup));
+  return startup;
+}
+
+absl::StatusOr<int64_t> Coordinator::BringUpWorkers() {
+  TPSERVE_RETURN_IF_ERROR(pool_->WaitForWorkers(options_.worker_timeout, stop_));
+  worker_names_.clear();
+  bool all_gpu = true;
+  for (const iv1::Hello& h : pool_->workers()) {
+    worker_names_.push_back(WorkerRoster::Describe(h));
+    if (h.device() == "cpu" || h.device().empty()) all_gpu = false;
+  }
+  backend_ = options_.backend != "auto" ? options_.backend : all_gpu ? "cuda" : "cpu";
+  TPSERVE_ASSIGN_OR_RETURN(const StartupResult started, StartWorkers(*pool_, MakeStartupOptions()));
   TPSERVE_RETURN_IF_ERROR(ChooseWorkerTransport());
   pool_->SetStepTimeout(options_.step_timeout);
-
-  StartEngine(started.num_blocks);
-  service_->SetEngine(engine_.get(), std::move(worker_names), backend_);
-  if (absl::Status lost = pool_->lost(); !lost.ok()) {
-    service_->SetAvailability(lost, /*permanent=*/true);
-    engine_->Fail(lost);
-  } else {
-    service_->SetAvailability(absl::OkStatus());
-    CoordinatorLog("ready");
+  if (engine_ != nullptr) {  // a replaced group
+    engine_->Resume(started.num_blocks);
+    service_->SetEngine(engine_.get(), worker_names_, backend_);
   }
-  return absl::OkStatus();
+  return started.num_blocks;
 }
 
 // Shared memory when every worker is on this host (the default, "auto"), or
@@ -433,22 +441,102 @@ void Coordinator::StartEngine(int64_t num_blocks) {
       },
   };
   engine_ = std::make_unique<EngineLoop>(*tokenizer_, engine_options, std::move(workers));
-  pool_->SetOnLost([engine = engine_.get(), service = service_.get()](const absl::Status& lost) {
-    service->SetAvailability(lost, /*permanent=*/true);
-    engine->Fail(lost);
-  });
+  service_->SetEngine(engine_.get(), worker_names_, backend_);
+  pool_->SetOnLost([this](const absl::Status& lost) { OnWorkersLost(lost); });
   engine_->Start();
 }
 
-void Coordinator::Serve() { stop_note_.WaitForNotification(); }
+void Coordinator::OnWorkersLost(const absl::Status& lost) {
+  const absl::Status why = absl::UnavailableError(absl::StrCat(
+      lost.message(), options_.spawn_workers
+                          ? "; the coordinator is restarting its workers: retry shortly"
+                          : absl::StrCat("; start a new group of ", options_.tp,
+                                         " workers (tpserve-worker --coordinator ", worker_address_, ")")));
+  service_->SetAvailability(why);
+  engine_->Suspend(why);
+  absl::MutexLock lock(&serve_mu_);
+  if (pending_loss_.ok()) pending_loss_ = lost;
+}
+
+void Coordinator::Serve() {
+  while (true) {
+    absl::Status lost;
+    {
+      absl::MutexLock lock(&serve_mu_);
+      auto woken = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(serve_mu_) { return stop_ || !pending_loss_.ok(); };
+      serve_mu_.Await(absl::Condition(&woken));
+      if (stop_) return;
+      lost = pending_loss_;
+    }
+    Recover(lost);
+  }
+}
+
+void Coordinator::Recover(const absl::Status& lost) {
+  const absl::Time since = absl::Now();
+  if (!engine_->WaitSuspended()) return;  // stopped: no step goes out from here on
+  absl::Duration backoff = absl::Seconds(1);
+  for (int attempt = 1; !stop_; ++attempt) {
+    {
+      absl::MutexLock lock(&serve_mu_);
+      pending_loss_ = absl::OkStatus();  // this try replaces whatever was lost so far
+    }
+    CoordinatorLog(absl::StrCat("replacing the worker group (try ", attempt, ")"));
+    const absl::Status replaced = ReplaceWorkers();
+    if (replaced.ok()) {
+      service_->SetAvailability(absl::OkStatus());
+      CoordinatorLog(absl::StrCat("ready (recovered in ", absl::FormatDuration(absl::Trunc(absl::Now() - since, absl::Milliseconds(1))),
+                                  " after: ", lost.message(), ")"));
+      return;
+    }
+    if (absl::IsCancelled(replaced)) return;
+    const absl::Status why = absl::UnavailableError(
+        absl::StrCat(lost.message(), "; replacing the workers failed: ", replaced.message()));
+    CoordinatorLog(why.message());
+    service_->SetAvailability(why);
+    engine_->AbortAll(why);  // the waiting requests learn why rather than wait on
+    if (!SleepUnlessStopped(backoff)) return;
+    backoff = std::min(backoff * 2, absl::Seconds(30));
+  }
+}
+
+absl::Status Coordinator::ReplaceWorkers() {
+  if (workers_) {
+    (void)workers_->Stop(absl::Seconds(2));  // a stopped (SIGSTOP) rank gets SIGKILL after the grace
+    workers_.reset();
+  }
+  TPSERVE_RETURN_IF_ERROR(pool_->BeginNewGroup(absl::Seconds(10)));
+  TPSERVE_RETURN_IF_ERROR(LaunchWorkers());
+  // Workers started by the user: wait for all of them as long as it takes,
+  // without starting over (which would send away the ranks already here);
+  // the waiting requests end each time --worker-timeout passes.
+  while (!options_.spawn_workers) {
+    const absl::Status all_here = pool_->WaitForWorkers(options_.worker_timeout, stop_);
+    if (!absl::IsDeadlineExceeded(all_here)) {
+      TPSERVE_RETURN_IF_ERROR(all_here);
+      break;
+    }
+    CoordinatorLog(all_here.message());
+    engine_->AbortAll(absl::UnavailableError(absl::StrCat("no complete worker group connected: ", all_here.message())));
+  }
+  return BringUpWorkers().status();
+}
+
+bool Coordinator::SleepUnlessStopped(absl::Duration d) {
+  absl::MutexLock lock(&serve_mu_);
+  auto stopped = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(serve_mu_) { return stop_.load(); };
+  return !serve_mu_.AwaitWithTimeout(absl::Condition(&stopped), d);
+}
 
 absl::Status Coordinator::Drain() {
   if (engine_ == nullptr) {  // Start did not succeed: it stopped everything already
     StopServers();
     return absl::OkStatus();
   }
-  service_->SetAvailability(absl::UnavailableError(kDraining));
+  service_->SetAvailability(absl::UnavailableError(kDraining), /*permanent=*/true);
   engine_->CloseAdmission(absl::UnavailableError(kDraining));
+  // Without workers nothing waiting can run: it ends now, not after the drain timeout.
+  if (absl::Status lost = pool_->lost(); !lost.ok()) engine_->AbortAll(lost);
   if (!engine_->WaitIdle(absl::Now() + options_.drain_timeout)) {
     CoordinatorLog(absl::StrCat("drain timeout (", absl::FormatDuration(options_.drain_timeout),
                                 ") passed; aborting the running streams"));

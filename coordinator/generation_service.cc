@@ -208,7 +208,7 @@ void GenerationService::SetAvailability(absl::Status availability, bool permanen
   bool serving;
   {
     absl::MutexLock lock(&mu_);
-    if (permanent_) return;  // a lost worker stays the reason: draining must not hide it
+    if (permanent_) return;  // draining: a late loss or recovery must not reopen the doors
     permanent_ = permanent;
     availability_ = std::move(availability);
     serving = availability_.ok() && engine_ != nullptr;

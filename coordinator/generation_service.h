@@ -81,7 +81,7 @@ class GenerationService final : public tpserve::v1::Generation::CallbackService 
   // ("rank 0: host device (pid P)") and the backend they run.
   void SetEngine(EngineLoop* engine, std::vector<std::string> workers, std::string backend);
   // OK: serving; otherwise every Generate gets this status (UNAVAILABLE).
-  // After a permanent one (a worker lost) later calls change nothing.
+  // After a permanent one (draining) later calls change nothing.
   void SetAvailability(absl::Status availability, bool permanent = false);
   absl::Status availability() const;
   // Called with true/false as the server starts or stops serving (health).

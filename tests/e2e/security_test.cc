@@ -23,22 +23,6 @@ namespace {
 namespace v1 = tpserve::v1;
 namespace iv1 = tpserve::internal::v1;
 
-// The text after `marker` on its line in `log`, waiting up to 60 s for it.
-std::string AwaitLine(Process& process, const std::string& marker) {
-  const absl::Time deadline = absl::Now() + absl::Seconds(60);
-  while (absl::Now() < deadline) {
-    const std::string text = process.Log();
-    const size_t at = text.find(marker);
-    if (at != std::string::npos && text.find('\n', at) != std::string::npos) {
-      return text.substr(at + marker.size(), text.find('\n', at) - at - marker.size());
-    }
-    if (process.Wait(absl::ZeroDuration()) != -1) break;
-    absl::SleepFor(absl::Milliseconds(50));
-  }
-  ADD_FAILURE() << "no \"" << marker << "\" in:\n" << process.Log();
-  return "";
-}
-
 // A process that pretends to be a worker: it asks for a challenge and says
 // Hello as `rank` with a proof made from `secret` (none: no proof).
 grpc::Status ForgedHello(const std::string& worker_address, int rank, int world,
@@ -98,11 +82,10 @@ class SecurityTest : public ::testing::Test {
     return path;
   }
   std::unique_ptr<Process> Worker(const std::string& address, int rank, int world, const std::string& secret_file) {
-    std::vector<std::string> argv = {BinaryPath("tools/worker/tpserve-worker"), "--coordinator", address,
-                                     "--rank", std::to_string(rank), "--world-size", std::to_string(world),
-                                     "--local-rank", std::to_string(rank)};
-    if (!secret_file.empty()) argv.insert(argv.end(), {"--cluster-secret-file", secret_file});
-    return std::make_unique<Process>(argv, absl::StrCat(dir_.path(), "/worker-", rank, "-", ++workers_, ".log"));
+    std::vector<std::string> extra;
+    if (!secret_file.empty()) extra = {"--cluster-secret-file", secret_file};
+    return StartWorker(address, rank, world, absl::StrCat(dir_.path(), "/worker-", rank, "-", ++workers_, ".log"),
+                       extra);
   }
   std::unique_ptr<Process> CoordinatorProcess(const std::vector<std::string>& extra) {
     std::vector<std::string> argv = {BinaryPath("tools/coordinator/tpserve-coordinator"), "--model", model_,
