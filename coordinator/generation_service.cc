@@ -118,6 +118,13 @@ class GenerationService::GenerateReactor final
     absl::Status end;
     switch (queue_->TryPop(&response_, &end, /*merge_chunks=*/true)) {
       case ResponseQueue::Next::kMessage:
+        // The Complete is the last message and the call then ends OK: both go
+        // in one batch, so a client whose deadline is near never sees the
+        // Complete followed by DEADLINE_EXCEEDED.
+        if (response_.has_complete()) {
+          StartWriteAndFinish(&response_, grpc::WriteOptions(), grpc::Status::OK);
+          return;
+        }
         StartWrite(&response_);
         return;
       case ResponseQueue::Next::kEnd:
