@@ -2,8 +2,6 @@
 
 #include <algorithm>
 #include <filesystem>
-#include <fstream>
-#include <iterator>
 #include <random>
 #include <utility>
 #include <vector>
@@ -17,6 +15,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "auth/secret_file.h"
+#include "auth/tls_credentials.h"
 #include "base/host_name.h"
 #include "launcher/temp_dir.h"
 #include "base/status_macros.h"
@@ -93,17 +92,6 @@ constexpr int kKeepaliveTimeoutMs = 20'000;
 constexpr int kMaxConnectionIdleMs = 15 * 60'000;
 constexpr int kMinClientPingMs = 10'000;
 
-// A PEM file's text; NOT_FOUND / INVALID_ARGUMENT naming `flag` and the path.
-absl::StatusOr<std::string> ReadTextFile(const std::string& path, absl::string_view flag) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return absl::NotFoundError(absl::StrCat(flag, ": cannot read ", path));
-  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  if (text.find("-----BEGIN") == std::string::npos) {
-    return absl::InvalidArgumentError(absl::StrCat(flag, ": ", path, " is not a PEM file (no -----BEGIN line)"));
-  }
-  return text;
-}
-
 std::string Host(const std::string& address) {
   const size_t colon = address.rfind(':');
   return colon == std::string::npos ? address : address.substr(0, colon);
@@ -174,11 +162,16 @@ absl::Status Coordinator::SetUpClusterSecret() {
     secret_ = ClusterSecret::Generate();
     return WriteSecretFile(std::filesystem::path(secret_dir_) / "cluster-secret", secret_->bytes());
   }
+  if (!options_.worker_tls_ca.empty()) {
+    CoordinatorLog("workers must present a certificate signed by --worker-tls-ca");
+    return absl::OkStatus();
+  }
   if (!IsLoopbackAddress(options_.worker_listen)) {
     return absl::InvalidArgumentError(absl::StrCat(
         "--worker-listen ", options_.worker_listen, " is reachable from other machines, so anyone there could ",
         "join as a worker and read every prompt: set --cluster-secret-file FILE (and give the workers the same ",
-        "file), or listen on 127.0.0.1"));
+        "file), or require worker certificates (--worker-tls-cert, --worker-tls-key, --worker-tls-ca), or ",
+        "listen on 127.0.0.1"));
   }
   CoordinatorLog("warning: the worker port is not authenticated (loopback only): any local user can join as a "
                  "worker; set --cluster-secret-file to require a secret");
@@ -187,9 +180,18 @@ absl::Status Coordinator::SetUpClusterSecret() {
 
 absl::Status Coordinator::ListenForWorkers() {
   pool_ = std::make_unique<WorkerPool>(options_.tp, secret_);
+  TlsFiles tls{.cert = options_.worker_tls_cert, .key = options_.worker_tls_key, .ca = options_.worker_tls_ca,
+               .cert_flag = "--worker-tls-cert", .key_flag = "--worker-tls-key", .ca_flag = "--worker-tls-ca"};
+  TPSERVE_ASSIGN_OR_RETURN(std::shared_ptr<grpc::ServerCredentials> credentials, MakeServerCredentials(tls));
+  if (!tls.cert.empty()) {
+    CoordinatorLog(tls.ca.empty() ? "the worker port speaks TLS" : "the worker port speaks mutual TLS");
+  } else if (!IsLoopbackAddress(options_.worker_listen)) {
+    CoordinatorLog(absl::StrCat("warning: the worker port ", options_.worker_listen, " is plain text: prompts and ",
+                                "tokens cross the network readable; set --worker-tls-cert and --worker-tls-key"));
+  }
   int port = 0;
   grpc::ServerBuilder builder;
-  builder.AddListeningPort(options_.worker_listen, grpc::InsecureServerCredentials(), &port);
+  builder.AddListeningPort(options_.worker_listen, credentials, &port);
   builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);  // exclusive: a taken port is an error
   builder.RegisterService(pool_.get());
   builder.SetMaxReceiveMessageSize(kMaxWorkerMessageBytes);
@@ -279,31 +281,19 @@ absl::Status Coordinator::ListenPublic() {
 }
 
 absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> Coordinator::PublicCredentials() const {
-  if (options_.tls_cert.empty() != options_.tls_key.empty()) {
-    return absl::InvalidArgumentError("--tls-cert and --tls-key go together: give both PEM files, or neither");
-  }
-  if (options_.tls_cert.empty()) {
-    if (!options_.tls_client_ca.empty()) {
-      return absl::InvalidArgumentError("--tls-client-ca needs --tls-cert and --tls-key (mutual TLS is TLS)");
-    }
+  const TlsFiles tls{.cert = options_.tls_cert, .key = options_.tls_key, .ca = options_.tls_client_ca,
+                     .ca_flag = "--tls-client-ca"};
+  TPSERVE_ASSIGN_OR_RETURN(std::shared_ptr<grpc::ServerCredentials> credentials, MakeServerCredentials(tls));
+  if (tls.cert.empty()) {
     if (!IsLoopbackAddress(options_.listen)) {
       CoordinatorLog(absl::StrCat("warning: the public API on ", options_.listen,
                                   " is plain text; set --tls-cert and --tls-key to encrypt it"));
     }
-    return grpc::InsecureServerCredentials();
+  } else {
+    CoordinatorLog(tls.ca.empty() ? "the public API speaks TLS"
+                                  : "the public API speaks mutual TLS (client certificates required)");
   }
-  grpc::SslServerCredentialsOptions ssl;
-  grpc::SslServerCredentialsOptions::PemKeyCertPair pair;
-  TPSERVE_ASSIGN_OR_RETURN(pair.private_key, ReadSecretFile(options_.tls_key, "--tls-key"));
-  TPSERVE_ASSIGN_OR_RETURN(pair.cert_chain, ReadTextFile(options_.tls_cert, "--tls-cert"));
-  ssl.pem_key_cert_pairs.push_back(std::move(pair));
-  if (!options_.tls_client_ca.empty()) {
-    TPSERVE_ASSIGN_OR_RETURN(ssl.pem_root_certs, ReadTextFile(options_.tls_client_ca, "--tls-client-ca"));
-    ssl.client_certificate_request = GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY;
-  }
-  CoordinatorLog(options_.tls_client_ca.empty() ? "the public API speaks TLS"
-                                                : "the public API speaks mutual TLS (client certificates required)");
-  return grpc::SslServerCredentials(ssl);
+  return credentials;
 }
 
 // Workers: spawned here, or started by the user (mpirun / tpserve-launch).
@@ -316,6 +306,15 @@ absl::Status Coordinator::LaunchWorkers() {
   }
   LaunchOptions launch;
   launch.argv = {WorkerBinary(options_.worker_binary), "--coordinator", worker_address_};
+  if (!options_.worker_tls_cert.empty()) {
+    // Paths only: the key stays in its file. A self-signed certificate is its own CA.
+    const auto absolute = [](const std::string& path) { return std::filesystem::absolute(path).string(); };
+    launch.argv.insert(launch.argv.end(),
+                       {"--tls-ca", absolute(options_.worker_tls_ca.empty() ? options_.worker_tls_cert
+                                                                            : options_.worker_tls_ca),
+                        "--tls-cert", absolute(options_.worker_tls_cert), "--tls-key",
+                        absolute(options_.worker_tls_key)});
+  }
   launch.nproc_per_node = tp;
   launch.master_addr = "127.0.0.1";
   launch.master_port = worker_port_;  // unused by the workers: rendezvous goes through the pool

@@ -103,6 +103,13 @@ struct CoordinatorOptions {
   std::string tls_cert;
   std::string tls_key;
   std::string tls_client_ca;
+  // The worker port's TLS (--worker-tls-cert/-key): the workers check the
+  // certificate against --worker-tls-ca, and with that CA set every worker
+  // must present a certificate it signed (mutual TLS). Spawned workers are
+  // given the CA and, as their client certificate, this same pair.
+  std::string worker_tls_cert;
+  std::string worker_tls_key;
+  std::string worker_tls_ca;
   std::string api_key_file;
   int max_streams_per_client = 512;
   std::string worker_binary;              // for spawn_workers; "" = next to this binary, else PATH
