@@ -204,6 +204,11 @@ absl::Status Coordinator::ListenForWorkers() {
   }
   worker_port_ = port;
   worker_address_ = absl::StrCat(Host(options_.worker_listen), ":", port);
+  // Every loss says what happens next (Recover).
+  pool_->SetLossAdvice(options_.spawn_workers
+                           ? "; the coordinator is restarting its workers: retry shortly"
+                           : absl::StrCat("; start a new group of ", options_.tp,
+                                          " workers (tpserve-worker --coordinator ", worker_address_, ")"));
   CoordinatorLog(absl::StrCat("workers connect to ", worker_address_));
   return absl::OkStatus();
 }
@@ -446,13 +451,8 @@ void Coordinator::StartEngine(int64_t num_blocks) {
 }
 
 void Coordinator::OnWorkersLost(const absl::Status& lost) {
-  const absl::Status why = absl::UnavailableError(absl::StrCat(
-      lost.message(), options_.spawn_workers
-                          ? "; the coordinator is restarting its workers: retry shortly"
-                          : absl::StrCat("; start a new group of ", options_.tp,
-                                         " workers (tpserve-worker --coordinator ", worker_address_, ")")));
-  service_->SetAvailability(why);
-  engine_->Suspend(why);
+  service_->SetAvailability(lost);
+  engine_->Suspend(lost);
   absl::MutexLock lock(&serve_mu_);
   if (pending_loss_.ok()) pending_loss_ = lost;
 }
@@ -484,8 +484,9 @@ void Coordinator::Recover(const absl::Status& lost) {
     const absl::Status replaced = ReplaceWorkers();
     if (replaced.ok()) {
       service_->SetAvailability(absl::OkStatus());
-      CoordinatorLog(absl::StrCat("ready (recovered in ", absl::FormatDuration(absl::Trunc(absl::Now() - since, absl::Milliseconds(1))),
-                                  " after: ", lost.message(), ")"));
+      const absl::Duration took = absl::Trunc(absl::Now() - since, absl::Milliseconds(1));
+      const absl::string_view what = lost.message().substr(0, lost.message().find(';'));  // without the advice
+      CoordinatorLog(absl::StrCat("ready (recovered in ", absl::FormatDuration(took), " after: ", what, ")"));
       return;
     }
     if (absl::IsCancelled(replaced)) return;

@@ -216,19 +216,21 @@ void EngineLoop::Run() {
   Publish();
 }
 
-void EngineLoop::End(uint64_t seq_id, absl::Status status) {
+std::unique_ptr<EngineLoop::Live> EngineLoop::Retire(uint64_t seq_id) {
   auto it = live_.find(seq_id);
-  if (it == live_.end()) return;
+  if (it == live_.end()) return nullptr;
   std::unique_ptr<Live> live = std::move(it->second);
   live_.erase(it);
   scheduler_->Finish(seq_id);
-  {
-    absl::MutexLock lock(&mu_);
-    ids_.erase(std::pair(live->client, live->request_id));
-    PublishLocked();  // a client that sees the end then asks GetServerInfo sees its blocks freed
-    cv_.SignalAll();
-  }
-  live->out->End(std::move(status));
+  absl::MutexLock lock(&mu_);
+  ids_.erase(std::pair(live->client, live->request_id));
+  PublishLocked();  // a client that sees the end then asks GetServerInfo sees its blocks freed
+  cv_.SignalAll();
+  return live;
+}
+
+void EngineLoop::End(uint64_t seq_id, absl::Status status) {
+  if (std::unique_ptr<Live> live = Retire(seq_id)) live->out->End(std::move(status));
 }
 
 void EngineLoop::Complete(uint64_t seq_id, StopReason reason, std::string matched_stop) {
@@ -255,8 +257,12 @@ void EngineLoop::Complete(uint64_t seq_id, StopReason reason, std::string matche
   t->set_queue_seconds(absl::ToDoubleSeconds(live.first_scheduled.value_or(now) - live.arrival));
   if (live.first_token) t->set_time_to_first_token_seconds(absl::ToDoubleSeconds(*live.first_token - live.arrival));
   t->set_total_seconds(absl::ToDoubleSeconds(now - live.arrival));
-  live.out->Push(std::move(response));
-  End(seq_id, absl::OkStatus());
+  // Retired before the Complete goes out: the stream's last write carries the
+  // OK status with it (generation_service.cc), so the client may see the end
+  // at once.
+  std::unique_ptr<Live> retired = Retire(seq_id);
+  retired->out->Push(std::move(response));
+  retired->out->End(absl::OkStatus());
 }
 
 void EngineLoop::EndAll(const absl::Status& status) {

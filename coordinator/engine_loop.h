@@ -163,6 +163,9 @@ class EngineLoop {
   // One token through its request's OutputProcessor to its stream; Complete when it stops.
   void Stream(uint64_t seq_id, const StepToken& token, absl::Time now);
   void EndAll(const absl::Status& status);
+  // Forgets a live request (its sequence finished, its blocks freed, stats
+  // published); null when it is not live.
+  std::unique_ptr<Live> Retire(uint64_t seq_id);
   void End(uint64_t seq_id, absl::Status status);                 // error end
   void Complete(uint64_t seq_id, StopReason reason, std::string matched_stop);
   void Publish();  // stats snapshot

@@ -105,6 +105,11 @@ void WorkerPool::SetOnLost(std::function<void(const absl::Status&)> on_lost) {
   on_lost_ = std::move(on_lost);
 }
 
+void WorkerPool::SetLossAdvice(std::string advice) {
+  absl::MutexLock lock(&mu_);
+  loss_advice_ = std::move(advice);
+}
+
 void WorkerPool::MarkLost(int rank, absl::string_view why, absl::string_view what) {
   std::function<void(const absl::Status&)> callback;
   absl::Status status;
@@ -115,7 +120,7 @@ void WorkerPool::MarkLost(int rank, absl::string_view why, absl::string_view wha
     const auto& hello = roster_.at(rank);
     lost_ = absl::UnavailableError(absl::StrCat(
         "worker rank ", rank, hello ? absl::StrCat(" (", hello->host(), ", pid ", hello->pid(), ")") : "",
-        " ", what, ": ", why));
+        " ", what, ": ", why, loss_advice_));
     status = lost_;
     callback = on_lost_;
     hub = hub_;

@@ -110,6 +110,9 @@ class WorkerPool final : public tpserve::internal::v1::Worker::Service {
   absl::Status lost() const;
   // Called once (from a session thread, no lock held) when a worker is lost.
   void SetOnLost(std::function<void(const absl::Status&)> on_lost);
+  // What a client should do after a loss (the coordinator's recovery), the
+  // end of every loss's message from now on: "; retry shortly".
+  void SetLossAdvice(std::string advice);
   // Ends every session (after Shutdown): their handlers return OK.
   void Close();
   // Recovery: ends every session of the current group (its workers see the
@@ -179,6 +182,7 @@ class WorkerPool final : public tpserve::internal::v1::Worker::Service {
   bool replacing_ ABSL_GUARDED_BY(mu_) = false;  // BeginNewGroup is ending the old sessions
   std::shared_ptr<ShmHub> hub_ ABSL_GUARDED_BY(mu_);  // after UseSharedMemory
   std::function<void(const absl::Status&)> on_lost_ ABSL_GUARDED_BY(mu_);
+  std::string loss_advice_ ABSL_GUARDED_BY(mu_);
   absl::Duration step_timeout_ ABSL_GUARDED_BY(mu_) = absl::InfiniteDuration();
   bool stop_watch_ ABSL_GUARDED_BY(mu_) = false;
   std::thread watchdog_;

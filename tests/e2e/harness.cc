@@ -116,10 +116,16 @@ Process::Process(const std::vector<std::string>& argv, const std::string& log) :
 
 Process::~Process() {
   if (!reaped_ && pid_ > 0) {
-    kill(-pid_, SIGKILL);
-    kill(pid_, SIGKILL);
-    int status;
-    waitpid(pid_, &status, 0);
+    // SIGTERM first: a process that ends on its own runs LeakSanitizer's
+    // check at exit (and a coordinator shuts its workers down, which then do
+    // too); one that does not within the grace gets SIGKILL.
+    kill(pid_, SIGTERM);
+    if (Wait(kTeardownGrace) == -1) {
+      kill(-pid_, SIGKILL);
+      kill(pid_, SIGKILL);
+      int status;
+      waitpid(pid_, &status, 0);
+    }
   }
   if (pid_ > 0) ExpectNoSanitizerReport(log_);
 }
@@ -152,6 +158,8 @@ Coordinator StartCoordinator(const std::string& model_dir, int tp, const std::st
                                    "--model", model_dir, "--tp", std::to_string(tp),
                                    "--listen", "127.0.0.1:0", "--spawn-workers",
                                    "--worker-timeout", "60s",
+                                   // Teardown's SIGTERM cuts streams left open soon (extra may override).
+                                   "--drain-timeout", "1s",
                                    "--worker-binary", BinaryPath("tools/worker/tpserve-worker")};
   argv.insert(argv.end(), extra.begin(), extra.end());
   c.process = std::make_unique<Process>(argv, log);

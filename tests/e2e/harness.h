@@ -47,7 +47,10 @@ std::string MakeModel(const std::string& root, const std::string& arch,
 class Process {
  public:
   Process(const std::vector<std::string>& argv, const std::string& log);
-  ~Process();  // SIGKILL to its group, reaped; a sanitizer report in its log fails the test
+  // SIGTERM, then SIGKILL to its group if it has not ended within
+  // kTeardownGrace; reaped. A sanitizer report in its log fails the test.
+  ~Process();
+  static constexpr absl::Duration kTeardownGrace = absl::Seconds(10);
   pid_t pid() const { return pid_; }
   void Signal(int sig);
   // Waits for exit up to `timeout`; the exit status, or -1 on timeout (128+n for a signal).

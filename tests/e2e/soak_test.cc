@@ -149,8 +149,12 @@ TEST(SoakTest, EveryStreamEndsOnceAndTheServerReturnsToIdle) {
   std::map<grpc::StatusCode, int> codes;
   for (const Outcome& o : outcomes) {
     ++codes[o.status.error_code()];
-    // Exactly one terminal outcome: a Complete on OK, none with an error status.
-    EXPECT_EQ(o.completes, o.status.ok() ? 1 : 0) << o.status.error_message();
+    // Exactly one terminal outcome: a Complete on OK, none with an error status
+    // (but a deadline passing as the Complete arrives may end the call
+    // DEADLINE_EXCEEDED on the client's own timer after it).
+    const bool deadline_race = o.kind == Kind::kDeadline && o.status.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED;
+    EXPECT_EQ(o.completes, o.status.ok() ? 1 : deadline_race ? o.completes : 0) << o.status.error_message();
+    EXPECT_LE(o.completes, 1);
     switch (o.kind) {
       case Kind::kGreedy:
         if (o.status.error_code() == grpc::StatusCode::UNAVAILABLE) {
