@@ -11,11 +11,13 @@
 #   environment), checks that abseil and gloo came from DEPS, and builds TARGETs
 #   (default: a gloo rank, a GoogleTest suite and tpserve-make-model);
 # --exes: only checks the executables already built in BUILD (gpu-check.sh).
-# Then, for every shared library in DEPS and every executable in BUILD, `ldd`
-# with LD_LIBRARY_PATH=DEPS's lib folders must show no "not found" (missing
-# library or symbol version), and every library it resolves must lie in DEPS or
-# be one the GPU machine has anyway (glibc, libstdc++, libgcc_s, the CUDA
-# toolkit's): a library found in /usr/lib here would be missing there.
+# Then `ldd` of every executable in BUILD with an empty LD_LIBRARY_PATH (their
+# RPATH must reach the pack, for the pack's own dependencies too) and of every
+# shared library in DEPS with LD_LIBRARY_PATH=DEPS's lib folders must show no
+# "not found" (missing library or symbol version), and every library it
+# resolves must lie in DEPS or be one the GPU machine has anyway (glibc,
+# libstdc++, libgcc_s, the CUDA toolkit's): a library found in /usr/lib here
+# would be missing there.
 # Exit status 0 when all of that holds; every offence is printed.
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 2
@@ -36,23 +38,27 @@ if [[ "${1:-}" == "--build" ]]; then
       exit 1
     fi
   done
-  env -u LD_LIBRARY_PATH ninja -C "$build" "${targets[@]}" >"$build.build.log" 2>&1 ||
+  env -u LD_LIBRARY_PATH ninja -C "$build" -j "${TPSERVE_JOBS:-$(nproc)}" "${targets[@]}" >"$build.build.log" 2>&1 ||
     { tail -30 "$build.build.log"; echo "check-gpu-deps: build failed (log: $build.build.log)" >&2; exit 1; }
 elif [[ "${1:-}" == "--exes" ]]; then
   build="${2:?--exes needs a folder}"
 fi
 
 source scripts/gpu-base-libs.sh
-files=()
+files=() exes=()
 while IFS= read -r f; do files+=("$f"); done < <(find "$deps/lib" -name '*.so*' -type f 2>/dev/null | sort)
 if [[ -n "$build" ]]; then
   while IFS= read -r f; do
-    file -b "$f" | grep -q '^ELF.*executable\|^ELF.*pie executable' && files+=("$f")
+    file -b "$f" | grep -q '^ELF.*executable' && exes+=("$f")
   done < <(find "$build" -path "$build/_gtest*" -prune -o -type f -perm -u+x -print | sort)
 fi
 bad=0
-for f in "${files[@]}"; do
-  out="$(LD_LIBRARY_PATH="$deps/lib:$deps/lib/$arch" ldd "$f" 2>&1)"
+for f in "${files[@]}" "${exes[@]}"; do
+  if [[ "$f" == "$deps"/* ]]; then
+    out="$(LD_LIBRARY_PATH="$deps/lib:$deps/lib/$arch" ldd "$f" 2>&1)"
+  else
+    out="$(env -u LD_LIBRARY_PATH ldd "$f" 2>&1)"
+  fi
   if grep -q "not found" <<<"$out"; then
     echo "check-gpu-deps: $f: $(grep "not found" <<<"$out" | tr -s ' \t' ' ' | paste -sd';')"
     bad=1
@@ -64,6 +70,6 @@ for f in "${files[@]}"; do
     bad=1
   done < <(grep "=> /" <<<"$out")
 done
-echo "check-gpu-deps: ${#files[@]} files checked ($(find "$deps/lib" -name '*.so*' -type f | wc -l) packed" \
-  "libraries${build:+, the executables of $build}): $([[ $bad == 0 ]] && echo OK || echo FAILED)"
+echo "check-gpu-deps: ${#files[@]} packed libraries${build:+ and ${#exes[@]} executables of $build} checked:" \
+  "$([[ $bad == 0 ]] && echo OK || echo FAILED)"
 exit "$bad"

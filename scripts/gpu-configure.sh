@@ -29,12 +29,15 @@ if [[ ! -f "$gtest_prefix/lib/cmake/GTest/GTestConfig.cmake" ]]; then
     { tail -20 "$build.gtest.log"; echo "gpu-configure: GoogleTest build failed (log: $build.gtest.log)" >&2; exit 2; }
 fi
 # The packed libraries come first for the linker (-rpath-link: gloo's own
-# dependencies) and are the only non-system folders it is given.
+# dependencies) and are the only non-system folders it is given. The
+# executables get DT_RPATH (--disable-new-dtags), not DT_RUNPATH: a RUNPATH
+# serves only an executable's direct dependencies, so libgloo's own (hiredis,
+# ibverbs, ...) would be looked for in the system folders alone and missed there.
 packed_libs="$deps/lib:$deps/lib/$arch"
 cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DTPSERVE_ENGINE_ONLY=ON -DTPSERVE_CUDA_EMU=OFF \
   -DTPSERVE_BLAS=OFF -DCMAKE_PREFIX_PATH="$deps;$gtest_prefix" -DCMAKE_INCLUDE_PATH="$deps/include" \
   -DCMAKE_LIBRARY_PATH="$deps/lib;$deps/lib/$arch" \
-  -DCMAKE_EXE_LINKER_FLAGS="-Wl,--no-undefined -Wl,-rpath-link,$packed_libs" \
+  -DCMAKE_EXE_LINKER_FLAGS="-Wl,--no-undefined -Wl,--disable-new-dtags -Wl,-rpath-link,$packed_libs" \
   -DCMAKE_SHARED_LINKER_FLAGS="-Wl,--no-undefined -Wl,-rpath-link,$packed_libs" \
   "$@" >"$build.configure.log" 2>&1 ||
   { tail -30 "$build.configure.log"; echo "gpu-configure: configure failed (log: $build.configure.log)" >&2; exit 2; }
