@@ -44,6 +44,7 @@ elif [[ "${1:-}" == "--exes" ]]; then
   build="${2:?--exes needs a folder}"
 fi
 
+# shellcheck source=scripts/gpu-base-libs.sh
 source scripts/gpu-base-libs.sh
 files=() exes=()
 while IFS= read -r f; do files+=("$f"); done < <(find "$deps/lib" -name '*.so*' -type f 2>/dev/null | sort)

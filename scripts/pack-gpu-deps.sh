@@ -33,6 +33,7 @@ fi
 # The libraries the packed ones need (transitively: ldd lists the whole
 # closure), by soname, except those every GPU machine has (gpu-base-libs.sh)
 # and those already packed.
+# shellcheck source=scripts/gpu-base-libs.sh
 source "$(dirname "$0")/gpu-base-libs.sh"
 while read -r name path; do
   [[ "$name" =~ $gpu_base_libs_re ]] && continue
