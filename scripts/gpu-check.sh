@@ -174,6 +174,11 @@ fi
 
 : >"$log"
 start=$SECONDS
+# The models the bench and the parity check write (about 4.5 GB) go to memory
+# when it can hold them: writing 1.2 GB to this project's disk took 2 minutes.
+work="$(mktemp -d /dev/shm/tpserve-gpu-check.XXXXXX 2>/dev/null || mktemp -d)"
+export work
+trap 'rm -rf "$work"' EXIT
 echo "gpu-check: output in $out; phases capped at $total s in all (build in $build, deps $deps)"
 if ! phase preflight "GPU, nvcc, cuBLAS, NCCL, sanitizer, torch, the pack" preflight; then
   gpu_name="(preflight failed)"
@@ -202,12 +207,12 @@ if phase configure "engine-only, CUDA arch $cuda_arch" configure; then
       phase memcheck "compute-sanitizer memcheck, 4 op suites" memcheck
     fi
     phase bench "gpu_bench -> gpu_bench.md" "$build/bench/gpu/gpu_bench" --out "$out/gpu_bench.md" \
-      --workdir "${TMPDIR:-/tmp}"
+      --workdir "$work"
     phase sampling "sampling_bench -> sampling_bench.md" \
       bash -c "set -o pipefail; '$build/bench/gpu/sampling_bench' | tee '$out/sampling_bench.md'"
     phase parity "hf_parity.py vs transformers fp32/bf16" env PYTHONUNBUFFERED=1 python3 tools/hf_parity.py \
       --reference hf --backend cuda --make-model "$build/tools/make_model/tpserve-make-model" \
-      --logits "$build/tools/logits/tpserve-logits" --workdir "${TMPDIR:-/tmp}" --out "$out/parity.md"
+      --logits "$build/tools/logits/tpserve-logits" --workdir "$work" --out "$out/parity.md"
   fi
 fi
 summary
