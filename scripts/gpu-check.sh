@@ -189,7 +189,8 @@ gpu_name="$(timeout 5 nvidia-smi --query-gpu=name,driver_version --format=csv,no
 # This GPU's architecture only (compute capability 9.0 -> 90): half the nvcc work of 80 + 90.
 cuda_arch="${TPSERVE_CUDA_ARCH:-$(timeout 5 nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2>/dev/null |
   head -1 | tr -d '. ')}"
-export cuda_arch="${cuda_arch:-90}"
+[[ "$cuda_arch" =~ ^[0-9]+[a-z]?$ ]] || cuda_arch=90
+export cuda_arch
 sed -n '/==== preflight/,$p' "$log" | grep -E "^(NCCL|cuBLAS|compute-sanitizer|python3|Cuda|Build)" | sed 's/^/    /'
 if phase configure "engine-only, CUDA arch $cuda_arch" configure; then
   comms="$(grep -oE "tpserve: (gloo|NCCL) communicator (ON|OFF)" "$build.configure.log" | sed 's/tpserve: //' | paste -sd, -)"
