@@ -185,7 +185,7 @@ def hf_reference(model_dir, prompt, tokens):
             model = AutoModelForCausalLM.from_pretrained(model_dir, torch_dtype=dtype)
         model = model.to("cuda").eval()
         rotary = getattr(getattr(model, "model", None), "rotary_emb", None)
-        if rotary is not None and hasattr(rotary, "inv_freq"):
+        if name == "hf-fp32" and rotary is not None and hasattr(rotary, "inv_freq"):
             want = reference_forward.inv_frequencies(cfg, cfg.get("head_dim") or cfg["hidden_size"] // cfg["num_attention_heads"])
             have = rotary.inv_freq.double().cpu().numpy()
             err = float(np.max(np.abs(have - want) / want))
