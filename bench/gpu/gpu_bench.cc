@@ -377,6 +377,10 @@ absl::Status ServedDecodeRows(const Sizes& z, const std::filesystem::path& dir, 
       MakeServingEngine(z, dir, *backend, *solo, 2048, max_batch * blocks_per_seq + 16, std::max(8192, max_batch * prompt));
   if (!serving.ok()) return serving.status();
   const int64_t kv_bytes_per_token = 2 * c->num_layers * c->num_kv_heads * c->head_dim * 2;
+  // Warm-up: the cache, the graphs, cuBLAS and the sampler's first calls stay out of the numbers.
+  if (auto warm = serving->engine->Generate(FixedRequests(1, 16, 4, static_cast<int>(c->vocab_size))); !warm.ok()) {
+    return warm.status();
+  }
   for (int batch : z.decode_batches) {
     const std::vector<GenerationRequest> requests = FixedRequests(batch, prompt, outputs, static_cast<int>(c->vocab_size));
     absl::StatusOr<std::vector<GenerationResult>> results = serving->engine->Generate(requests);
