@@ -1,5 +1,8 @@
 #include "cuda/check.h"
 
+#include <cstdlib>
+#include <cstring>
+
 #include "absl/strings/str_cat.h"
 #include "base/check.h"
 
@@ -33,6 +36,14 @@ bool CapturingOnThisThread() {
   // synchronise inside a capture.
   if (cudaStreamIsCapturing(capture_stream, &status) != cudaSuccess) return true;
   return status != cudaStreamCaptureStatusNone;
+}
+
+bool SyncCheckFromEnvironment() {
+  static const bool on = [] {
+    const char* v = std::getenv("TPSERVE_CUDA_SYNC_CHECK");
+    return v != nullptr && std::strcmp(v, "1") == 0;
+  }();
+  return on;
 }
 
 }  // namespace tpserve::cuda

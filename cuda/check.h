@@ -6,8 +6,10 @@
 // start-up) are returned as absl::Status by the callers that can see them.
 //
 // TPSERVE_SYNC_CHECK() synchronises the device and checks for errors after a
-// kernel launch in debug builds only (NDEBUG undefined), so a faulting kernel is
-// reported at its launch site; release builds pay nothing. While this thread
+// kernel launch in debug builds (NDEBUG undefined), and in release builds when
+// the environment sets TPSERVE_CUDA_SYNC_CHECK=1 (read once; scripts/gpu-check.sh
+// sets it for the tests), so a faulting kernel is reported at the op that
+// launched it; otherwise release builds only check the launch. While this thread
 // captures a CUDA graph (a synchronisation would invalidate the capture) it
 // only checks the launch.
 #pragma once
@@ -28,6 +30,10 @@ int DeviceCount();
 void SetCaptureStream(cudaStream_t stream);
 bool CapturingOnThisThread();
 
+// Whether TPSERVE_CUDA_SYNC_CHECK=1 was set when first asked (release builds'
+// TPSERVE_SYNC_CHECK synchronises after each launch only then).
+bool SyncCheckFromEnvironment();
+
 }  // namespace tpserve::cuda
 
 #define CUDA_CHECK(stmt)                                                              \
@@ -44,7 +50,13 @@ bool CapturingOnThisThread();
     if (!::tpserve::cuda::CapturingOnThisThread()) CUDA_CHECK(cudaDeviceSynchronize()); \
   } while (0)
 #else
-#define TPSERVE_SYNC_CHECK() CUDA_CHECK(cudaGetLastError())
+#define TPSERVE_SYNC_CHECK()                                                      \
+  do {                                                                            \
+    CUDA_CHECK(cudaGetLastError());                                               \
+    if (::tpserve::cuda::SyncCheckFromEnvironment() &&                            \
+        !::tpserve::cuda::CapturingOnThisThread())                                \
+      CUDA_CHECK(cudaDeviceSynchronize());                                        \
+  } while (0)
 #endif
 
 // CUBLAS_CHECK(stmt): like CUDA_CHECK for cuBLAS calls (cublasStatus_t, passed on

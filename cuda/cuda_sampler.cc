@@ -24,6 +24,25 @@ cudaError_t AllocMirrored(T** device, T** host, int64_t count) {
   return err != cudaSuccess ? err : cudaMallocHost(reinterpret_cast<void**>(host), bytes);
 }
 
+// The launch would fail (too much shared memory) if the row's bitmask did not
+// fit what the device gives the kernel: say so at start-up, not at a step.
+absl::Status CheckSharedMemoryFits(int64_t vocab_size) {
+  size_t limit = 0;
+  if (const cudaError_t e = SampleRowsMaxDynamicShared(&limit); e != cudaSuccess) {
+    cudaGetLastError();
+    return absl::InternalError(absl::StrCat("CudaSampler: cudaFuncGetAttributes(SampleRowsKernel) failed: ",
+                                            cudaGetErrorString(e)));
+  }
+  const size_t need = SampleRowsSharedBytes(vocab_size);
+  if (need > limit) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "CudaSampler: vocab_size = ", vocab_size, " needs ", need,
+        " bytes of shared memory per row for its penalty bitmask, but the sampling kernel may use only ",
+        limit, " on this device; this vocabulary cannot be sampled on the GPU"));
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<CudaSampler>> CudaSampler::Create(const Options& options,
@@ -35,7 +54,8 @@ absl::StatusOr<std::unique_ptr<CudaSampler>> CudaSampler::Create(const Options& 
   if (options.vocab_size < 1 || options.vocab_size > kMaxSampleVocab) {
     return absl::InvalidArgumentError(absl::StrCat(
         "CudaSampler: vocab_size = ", options.vocab_size, " must be in [1, ", kMaxSampleVocab,
-        "] (the per-row penalty bitmask lives in 48 KiB of shared memory)"));
+        "] (the per-row penalty bitmask lives in shared memory: 48 KiB a block, less the kernel's own "
+        "arrays; cuda/sampling.cuh)"));
   }
   if (options.max_logprobs < 0) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -45,6 +65,7 @@ absl::StatusOr<std::unique_ptr<CudaSampler>> CudaSampler::Create(const Options& 
     return absl::InvalidArgumentError(absl::StrCat(
         "CudaSampler: penalty_entries = ", options.penalty_entries, " must be >= 0 (0: default)"));
   }
+  if (absl::Status fits = CheckSharedMemoryFits(options.vocab_size); !fits.ok()) return fits;
   std::unique_ptr<CudaSampler> sampler(new CudaSampler(options, stream));
   if (absl::Status status = sampler->Allocate(); !status.ok()) return status;
   return sampler;

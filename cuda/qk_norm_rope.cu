@@ -7,16 +7,17 @@ namespace {
 
 constexpr int kThreads = 64;
 
-// grid: (Hq + Hkv heads, T tokens); one block per (token, head), the head held
-// in shared memory as fp32 between the norm and the rotation.
+// grid: QkNormRopeGridFor (x: T tokens, y: Hq + Hkv heads); one block per
+// (token, head), the head held in shared memory as fp32 between the norm and
+// the rotation.
 __global__ void QkNormRopeKernel(__nv_bfloat16* __restrict__ qkv, const int32_t* __restrict__ positions,
                                  int num_heads, int num_kv_heads, int hd,
                                  const __nv_bfloat16* __restrict__ q_norm,
                                  const __nv_bfloat16* __restrict__ k_norm, float eps,
                                  const float* __restrict__ rope) {
   TPSERVE_SHARED_ARRAY(float, x, kMaxRopeHeadDim);  // [hd] this head, fp32
-  const int h = blockIdx.x;  // 0..Hq-1: q heads, Hq..Hq+Hkv-1: k heads
-  const int64_t t = blockIdx.y;
+  const int64_t t = blockIdx.x;
+  const int h = static_cast<int>(blockIdx.y);  // 0..Hq-1: q heads, Hq..Hq+Hkv-1: k heads
   const int64_t width = int64_t{num_heads + 2 * num_kv_heads} * hd;
   __nv_bfloat16* head = qkv + t * width + int64_t{h} * hd;
   const __nv_bfloat16* norm = h < num_heads ? q_norm : k_norm;
@@ -49,10 +50,12 @@ cudaError_t LaunchQkNormRope(__nv_bfloat16* qkv, int64_t T, const int32_t* posit
                              const __nv_bfloat16* q_norm, const __nv_bfloat16* k_norm, float eps,
                              const float* rope, cudaStream_t stream) {
   if (T == 0) return cudaSuccess;
-  if (head_dim <= 0 || head_dim % 2 != 0 || head_dim > kMaxRopeHeadDim || T > 65535) {
+  QkNormRopeGrid g;
+  if (head_dim <= 0 || head_dim % 2 != 0 || head_dim > kMaxRopeHeadDim ||
+      !QkNormRopeGridFor(T, num_heads, num_kv_heads, &g)) {
     return cudaErrorInvalidValue;
   }
-  const dim3 grid(static_cast<unsigned>(num_heads + num_kv_heads), static_cast<unsigned>(T));
+  const dim3 grid(g.tokens, g.heads);
   TPSERVE_LAUNCH(QkNormRopeKernel, grid, kThreads, 0, stream)(qkv, positions, num_heads, num_kv_heads,
                                                               head_dim, q_norm, k_norm, eps, rope);
   return cudaGetLastError();

@@ -10,6 +10,21 @@ namespace tpserve::cuda {
 
 constexpr int kMaxRopeHeadDim = 512;  // hd limit of the kernel (shared memory row)
 
+// Launch geometry: one block per (token, head); tokens on grid.x (up to
+// 2^31 - 1: a step's token budget can pass the 65,535 that grid.y and grid.z
+// allow), the Hq + Hkv heads on grid.y. False when either is out of range.
+struct QkNormRopeGrid {
+  unsigned tokens = 0;  // grid.x
+  unsigned heads = 0;   // grid.y
+};
+inline bool QkNormRopeGridFor(int64_t T, int num_heads, int num_kv_heads, QkNormRopeGrid* grid) {
+  const int64_t heads = int64_t{num_heads} + num_kv_heads;
+  if (T < 1 || T > 0x7fffffff || heads < 1 || heads > 65535) return false;
+  grid->tokens = static_cast<unsigned>(T);
+  grid->heads = static_cast<unsigned>(heads);
+  return true;
+}
+
 // In place on the first Hq + Hkv heads (q, then k) of every qkv row:
 //   x = x / sqrt(mean(x²) + eps) * norm   (q_norm for q heads, k_norm for k heads; skipped when null)
 //   (x[i], x[i + hd/2]) = (a·cos − b·sin, b·cos + a·sin), cos/sin from rope row positions[t].

@@ -1,4 +1,6 @@
 #include "cuda/sampling.cuh"
+
+#include <algorithm>
 #include "cuda/simt.cuh"
 
 #include <cstdint>
@@ -109,6 +111,23 @@ __global__ void __launch_bounds__(kSampleThreads) SampleRowsKernel(SampleRowsArg
 }
 
 }  // namespace
+
+cudaError_t SampleRowsMaxDynamicShared(size_t* bytes) {
+#if defined(TPSERVE_CUDA_EMU)
+  *bytes = static_cast<size_t>(48 * 1024 - kSampleStaticSharedReserve);
+  return cudaSuccess;
+#else
+  cudaFuncAttributes bf16{}, f32{};
+  if (cudaError_t e = cudaFuncGetAttributes(&bf16, SampleRowsKernel<uint16_t>); e != cudaSuccess) return e;
+  if (cudaError_t e = cudaFuncGetAttributes(&f32, SampleRowsKernel<float>); e != cudaSuccess) return e;
+  // Without the opt-in a block gets 48 KiB of static + dynamic shared memory.
+  const auto limit = [](const cudaFuncAttributes& a) {
+    return std::min<size_t>(static_cast<size_t>(a.maxDynamicSharedSizeBytes), 48 * 1024 - a.sharedSizeBytes);
+  };
+  *bytes = std::min(limit(bf16), limit(f32));
+  return cudaSuccess;
+#endif
+}
 
 cudaError_t LaunchSampleRows(const SampleRowsArgs& args, cudaStream_t stream) {
   if (args.rows == 0) return cudaSuccess;

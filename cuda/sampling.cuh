@@ -15,9 +15,13 @@ namespace tpserve::cuda {
 
 // Threads per row (one block per row).
 inline constexpr int kSampleThreads = 512;
-// The penalty bitmask of a row lives in shared memory: ceil(V / 32) words, at
-// most the 48 KiB a kernel gets without opting in.
-inline constexpr int64_t kMaxSampleVocab = 48 * 1024 * 8;
+// The penalty bitmask of a row lives in dynamic shared memory: ceil(V / 32)
+// words. A block gets 48 KiB of static + dynamic shared memory without opting
+// in, and the kernel's own static arrays (block reductions, a counter: under
+// 300 bytes) take their share, so 1 KiB is kept for them: V <= 385,024 (Llama 3:
+// 128,256; Qwen: 151,936). SampleRowsMaxDynamicShared() is the exact limit.
+inline constexpr int64_t kSampleStaticSharedReserve = 1024;
+inline constexpr int64_t kMaxSampleVocab = (48 * 1024 - kSampleStaticSharedReserve) * 8;
 
 inline size_t SampleRowsSharedBytes(int64_t vocab) {
   return static_cast<size_t>((vocab + 31) / 32) * sizeof(uint32_t);
@@ -43,6 +47,12 @@ struct SampleRowsArgs {
   sampling::TopLogprob* top = nullptr;              // [rows, top_stride] out: row k's top n
   sampling::RowResult* results = nullptr;           // [rows] out
 };
+
+// The dynamic shared memory a launch may ask for (the device's per-kernel
+// limit less the kernel's static use, the smaller over its two instantiations);
+// under the emulator, 48 KiB less kSampleStaticSharedReserve.
+// cudaFuncGetAttributes' error when it fails.
+cudaError_t SampleRowsMaxDynamicShared(size_t* bytes);
 
 // Samples every row; enqueues one kernel on `stream` (no allocation, no sync).
 cudaError_t LaunchSampleRows(const SampleRowsArgs& args, cudaStream_t stream);

@@ -1,69 +1,220 @@
 #!/usr/bin/env bash
-# Every GPU test and the GPU benchmark in one go, on a machine with one NVIDIA
-# GPU, the CUDA toolkit, CMake and ninja, but none of the Debian packages and no
-# network. What it needs from outside the repository comes packed by
-# scripts/pack-gpu-deps.sh (GoogleTest sources, nlohmann-json, abseil, gloo).
+# shellcheck disable=SC2317  # the phase functions run through "$self" __phase
+# The whole GPU check in one call, on a machine with one NVIDIA GPU, the CUDA
+# toolkit, CMake and ninja but none of the Debian packages and no network (the
+# lent H200: README "GPUs"). What it needs from outside the repository comes
+# packed by scripts/pack-gpu-deps.sh (GoogleTest sources, nlohmann-json,
+# abseil, gloo and the libraries gloo needs).
 #
-#   scripts/gpu-check.sh [DEPS_DIR]      (default: $TPSERVE_GPU_DEPS or shared/deps)
+#   scripts/gpu-check.sh [DEPS_DIR [OUT_DIR]]
+#     DEPS_DIR  default $TPSERVE_GPU_DEPS, else shared/deps
+#     OUT_DIR   default $TPSERVE_GPU_OUT, else $OUT (the device tool's folder), else gpu-check-out
 #
-# Builds the engine core only (-DTPSERVE_ENGINE_ONLY=ON: no gRPC, tokenizer,
-# coordinator), runs `ctest -L gpu`, runs bench/gpu/gpu_bench, writes the table
-# to bench/results/gpu_bench.md and prints it last. Exit status: the tests'.
+# Phases, each with a time cap (seconds; TPSERVE_CAP_<PHASE>=N overrides), the
+# caps summing to 7 minutes: a phase cut at its cap is reported and the check
+# goes on.
+#   preflight  nvidia-smi, nvcc, cuBLAS, NCCL, compute-sanitizer, torch, the pack (ldd)
+#   configure  GoogleTest from the pack, the engine-only build (-DTPSERVE_ENGINE_ONLY=ON,
+#              CUDA for this GPU's architecture, TPSERVE_CUDA_ARCH=NN overrides); prints
+#              which communicators were built
+#   build      only what the check runs: every `gpu` test, comm_test_rank, the benches,
+#              tpserve-make-model, tpserve-logits
+#   deps       ldd of every built executable: nothing missing, nothing from outside the pack
+#   tests      ctest -L gpu with TPSERVE_CUDA_SYNC_CHECK=1 (a fault names the op that launched it)
+#   memcheck   compute-sanitizer --tool memcheck over the op-level suites (kernels built with -lineinfo)
+#   bench      gpu_bench: served decode (graphs + GPU sampler) at batch 1/8/64/256, prefill,
+#              decode attention against the copy bandwidth, the 256-sequence offline workload
+#   sampling   sampling_bench
+#   parity     tools/hf_parity.py: logits and greedy tokens against transformers (fp32, bf16)
+# Writes into OUT_DIR as it goes (at most 8 files, for the device tool):
+#   gpu-check.log (every phase's full output), gpu_bench.md (after every bench section),
+#   sampling_bench.md, parity.md, summary.md; copies the .md files to bench/results/.
+# Prints a one-screen summary last. Exit status: 0 when every phase passed.
 set -uo pipefail
-cd "$(dirname "$0")/.."
-deps="$(realpath "${1:-${TPSERVE_GPU_DEPS:-shared/deps}}")"
-build="${TPSERVE_GPU_BUILD:-build-gpu}"
-jobs="$(nproc)"
-arch="$(gcc -print-multiarch 2>/dev/null || echo x86_64-linux-gnu)"
+cd "$(dirname "$0")/.." || exit 2
+self="$PWD/scripts/gpu-check.sh"
+if [[ "${1:-}" != __phase ]]; then
+  deps="${1:-${TPSERVE_GPU_DEPS:-shared/deps}}"
+  out="${2:-${TPSERVE_GPU_OUT:-${OUT:-gpu-check-out}}}"
+  mkdir -p "$out" bench/results
+  TPSERVE_GPU_DEPS="$(realpath "$deps")"
+  TPSERVE_GPU_OUT="$(realpath "$out")"
+  export TPSERVE_GPU_DEPS TPSERVE_GPU_OUT
+  export TPSERVE_GPU_BUILD="${TPSERVE_GPU_BUILD:-build-gpu}"
+fi
+deps="$TPSERVE_GPU_DEPS" out="$TPSERVE_GPU_OUT" build="$TPSERVE_GPU_BUILD"
+cuda_bin="$(dirname "$(command -v nvcc 2>/dev/null || echo /usr/local/cuda/bin/nvcc)")"
+sanitizer="$(command -v compute-sanitizer || ls "$cuda_bin"/compute-sanitizer \
+  "$cuda_bin"/../compute-sanitizer/compute-sanitizer 2>/dev/null | head -1)"
+log="$out/gpu-check.log"
+
+declare -A cap=([preflight]=25 [configure]=35 [build]=140 [deps]=10 [tests]=40 [memcheck]=30 [bench]=90
+  [sampling]=10 [parity]=40)
+total=0
+for p in "${!cap[@]}"; do
+  v="TPSERVE_CAP_${p^^}"
+  cap[$p]="${!v:-${cap[$p]}}"
+  total=$((total + cap[$p]))
+done
+phases=() results=() notes=() secs=()
+failed=0
+
+# phase NAME NOTE CMD...: runs CMD under NAME's cap, its output appended to the
+# log; one line on the screen, the end of the output too when it failed.
+phase() {
+  local name="$1" note="$2"
+  shift 2
+  local t0=$SECONDS rc result
+  printf '\n==== %s (cap %s s) ====\n' "$name" "${cap[$name]}" >>"$log"
+  local before
+  before=$(wc -l <"$log")
+  # Functions of this script run in a fresh copy of it (timeout runs programs).
+  timeout --kill-after=5 "${cap[$name]}" "$self" __phase "$@" >>"$log" 2>&1
+  rc=$?
+  if [[ $rc -eq 0 ]]; then result="ok"
+  elif [[ $rc -eq 124 || $rc -eq 137 ]]; then result="CUT at ${cap[$name]} s"; failed=1
+  else result="FAILED ($rc)"; failed=1
+  fi
+  phases+=("$name") results+=("$result") notes+=("$note") secs+=("$((SECONDS - t0))")
+  printf 'gpu-check: %-9s %-16s %4d s  %s\n' "$name" "$result" "$((SECONDS - t0))" "$note"
+  if [[ $rc -ne 0 ]]; then tail -n +"$((before + 1))" "$log" | tail -15 | sed 's/^/    /'; fi
+  return $rc
+}
+
+summary() {
+  {
+    echo "# gpu-check summary ($((SECONDS - start)) s of at most $total s; $(date -u '+%Y-%m-%d %H:%M UTC'))"
+    echo
+    echo "GPU: ${gpu_name:-unknown}; communicators: ${comms:-not configured}"
+    echo
+    echo "| phase | result | seconds | what |"
+    echo "|---|---|---|---|"
+    for i in "${!phases[@]}"; do
+      echo "| ${phases[$i]} | ${results[$i]} | ${secs[$i]} | ${notes[$i]} |"
+    done
+    echo
+    echo "Full output: $log"
+  } >"$out/summary.md"
+  for f in gpu_bench.md sampling_bench.md parity.md; do [[ -s "$out/$f" ]] && cp "$out/$f" bench/results/; done
+  echo
+  [[ -s "$out/gpu_bench.md" ]] && cat "$out/gpu_bench.md"
+  [[ -s "$out/parity.md" ]] && { echo; cat "$out/parity.md"; }
+  echo
+  echo "==== $(head -1 "$out/summary.md" | sed 's/^# //') ===="
+  tail -n +3 "$out/summary.md"
+}
+
+preflight() {
+  local ok=0
+  echo "date: $(date -u)  host: $(uname -srm)  cores: $(nproc)  memory: $(free -g | awk '/Mem:/ {print $2 " GiB"}')"
+  if ! timeout 10 nvidia-smi --query-gpu=name,memory.total,driver_version,compute_cap --format=csv,noheader; then
+    echo "preflight: nvidia-smi found no GPU"; ok=1
+  fi
+  if command -v nvcc >/dev/null; then nvcc --version | tail -2
+  else echo "preflight: no nvcc on PATH (add /usr/local/cuda/bin)"; ok=1; fi
+  for tool in cmake ninja gcc; do
+    command -v "$tool" >/dev/null && echo "$tool: $("$tool" --version | head -1)" || { echo "preflight: no $tool"; ok=1; }
+  done
+  echo "cuBLAS: $(ls "$cuda_bin"/../lib64/libcublas.so.* "$cuda_bin"/../targets/*/lib/libcublas.so.* 2>/dev/null | head -1)"
+  echo "NCCL (toolkit): $(ls "$cuda_bin"/../lib64/libnccl.so* 2>/dev/null | head -1)"
+  echo "NCCL (python3): $(timeout 10 python3 -c 'import nvidia.nccl as n, glob; print(glob.glob(list(n.__path__)[0] + "/lib/libnccl.so*"))' 2>&1 | tail -1)"
+  echo "compute-sanitizer: ${sanitizer:-none} $([[ -n "$sanitizer" ]] && timeout 10 "$sanitizer" --version 2>&1 | grep -i version | head -1)"
+  echo "python3: $(timeout 20 python3 -c 'import torch, transformers; print("torch", torch.__version__, "cuda", torch.version.cuda, "gpu", torch.cuda.is_available(), "transformers", transformers.__version__)' 2>&1 | tail -1)"
+  if [[ ! -d "$deps/src/googletest" ]]; then
+    echo "preflight: $deps has no src/googletest: run scripts/pack-gpu-deps.sh on a machine with the Debian packages"
+    ok=1
+  elif ! scripts/check-gpu-deps.sh "$deps"; then
+    echo "preflight: the packed libraries do not all resolve here (above)"; ok=1
+  fi
+  return $ok
+}
+
+configure() {
+  scripts/gpu-configure.sh "$deps" "$build" -DTPSERVE_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES="$cuda_arch" || return 1
+  cat "$build.configure.log"
+}
+
+build_targets() {
+  # Every executable behind a `gpu` test (whatever tests/ registers), the rank
+  # helper of the comm tests, the benches and what the parity script runs.
+  local targets
+  targets="$(ninja -C "$build" -t targets all 2>/dev/null |
+    sed -n 's/^\(cuda_[a-z0-9_]*_test\|attention_merge_test\|comm_gpu_test\|comm_test_rank\): phony$/\1/p' | sort -u)"
+  # shellcheck disable=SC2086
+  ninja -C "$build" $targets gpu_bench sampling_bench tpserve-make-model tpserve-logits
+}
+
+memcheck() {
+  # The op-level suites in parallel, each under the sanitizer; a suite cut by
+  # the phase cap shows as such in the log.
+  local pids=() rc=0 t
+  for t in cuda_backend_test cuda_split_attention_test cuda_convert_test cuda_sampler_test; do
+    [[ -x "$build/tests/cuda/$t" ]] || { echo "memcheck: $t was not built"; rc=1; continue; }
+    "$sanitizer" --tool memcheck --error-exitcode 99 --print-limit 20 "$build/tests/cuda/$t" \
+      >"$build/memcheck.$t.log" 2>&1 &
+    pids+=("$!:$t")
+  done
+  trap 'for p in "${pids[@]}"; do kill "${p%%:*}" 2>/dev/null; done; for p in "${pids[@]}"; do echo "--- ${p#*:} (cut)"; tail -40 "$build/memcheck.${p#*:}.log"; done' TERM
+  for p in "${pids[@]}"; do
+    wait "${p%%:*}"
+    local r=$?
+    echo "--- ${p#*:}: exit $r"
+    grep -E "ERROR SUMMARY|Invalid|==========.*(at|by) " "$build/memcheck.${p#*:}.log" | head -40
+    tail -3 "$build/memcheck.${p#*:}.log"
+    [[ $r -eq 0 ]] || rc=1
+  done
+  return $rc
+}
+
+if [[ "${1:-}" == __phase ]]; then  # phase's child: one function or command
+  shift
+  "$@"
+  exit $?
+fi
+
+: >"$log"
 start=$SECONDS
-if [[ ! -d "$deps/src/googletest" ]]; then
-  echo "gpu-check: $deps has no src/googletest; run scripts/pack-gpu-deps.sh on a machine with the Debian packages and bring the folder along" >&2
+# The models the bench and the parity check write (about 4.5 GB) go to memory
+# when it can hold them: writing 1.2 GB to this project's disk took 2 minutes.
+work="$(mktemp -d /dev/shm/tpserve-gpu-check.XXXXXX 2>/dev/null || mktemp -d)"
+export work
+trap 'rm -rf "$work"' EXIT
+echo "gpu-check: output in $out; phases capped at $total s in all (build in $build, deps $deps)"
+if ! phase preflight "GPU, nvcc, cuBLAS, NCCL, sanitizer, torch, the pack" preflight; then
+  gpu_name="(preflight failed)"
+  summary
   exit 2
 fi
-nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader || true
-
-# GoogleTest from the carried sources, installed next to the build.
-gtest_prefix="$PWD/$build/_gtest"
-if [[ ! -f "$gtest_prefix/lib/cmake/GTest/GTestConfig.cmake" ]]; then
-  cmake -S "$deps/src/googletest" -B "$build/_gtest_build" -G Ninja -DCMAKE_BUILD_TYPE=Release \
-    -DCMAKE_INSTALL_PREFIX="$gtest_prefix" -DBUILD_GMOCK=OFF -DINSTALL_GTEST=ON >/dev/null &&
-    cmake --build "$build/_gtest_build" -j "$jobs" >/dev/null &&
-    cmake --install "$build/_gtest_build" >/dev/null || { echo "gpu-check: GoogleTest build failed" >&2; exit 2; }
+gpu_name="$(timeout 5 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null | head -1)"
+# This GPU's architecture only (compute capability 9.0 -> 90): half the nvcc work of 80 + 90.
+cuda_arch="${TPSERVE_CUDA_ARCH:-$(timeout 5 nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2>/dev/null |
+  head -1 | tr -d '. ')}"
+[[ "$cuda_arch" =~ ^[0-9]+[a-z]?$ ]] || cuda_arch=90
+export cuda_arch
+sed -n '/==== preflight/,$p' "$log" | grep -E "^(NCCL|cuBLAS|compute-sanitizer|python3|Cuda|Build)" | sed 's/^/    /'
+if phase configure "engine-only, CUDA arch $cuda_arch" configure; then
+  comms="$(grep -oE "tpserve: (gloo|NCCL) communicator (ON|OFF)" "$build.configure.log" | sed 's/tpserve: //' | paste -sd, -)"
+  echo "    communicators built: $comms"
+  if phase build "gpu tests, benches, tools" build_targets; then
+    phase deps "ldd of every executable" scripts/check-gpu-deps.sh "$deps" --exes "$build"
+    # The executables' RPATH reaches the pack (the deps phase proves it with an
+    # empty LD_LIBRARY_PATH); the path is set as well, so that a gap there costs
+    # that phase only.
+    multiarch="$(gcc -print-multiarch 2>/dev/null || echo x86_64-linux-gnu)"
+    export LD_LIBRARY_PATH="$deps/lib:$deps/lib/$multiarch${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+    phase tests "ctest -L gpu, TPSERVE_CUDA_SYNC_CHECK=1" env TPSERVE_CUDA_SYNC_CHECK=1 \
+      ctest --test-dir "$build" -L gpu -j 8 --timeout 120 --output-on-failure
+    if [[ -n "$sanitizer" ]]; then
+      phase memcheck "compute-sanitizer memcheck, 4 op suites" memcheck
+    fi
+    phase bench "gpu_bench -> gpu_bench.md" "$build/bench/gpu/gpu_bench" --out "$out/gpu_bench.md" \
+      --workdir "$work"
+    phase sampling "sampling_bench -> sampling_bench.md" \
+      bash -c "set -o pipefail; '$build/bench/gpu/sampling_bench' | tee '$out/sampling_bench.md'"
+    phase parity "hf_parity.py vs transformers fp32/bf16" env PYTHONUNBUFFERED=1 python3 tools/hf_parity.py \
+      --reference hf --backend cuda --make-model "$build/tools/make_model/tpserve-make-model" \
+      --logits "$build/tools/logits/tpserve-logits" --workdir "$work" --out "$out/parity.md"
+  fi
 fi
-
-export LD_LIBRARY_PATH="$deps/lib:$deps/lib/$arch${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DTPSERVE_CUDA=ON -DTPSERVE_ENGINE_ONLY=ON \
-  -DTPSERVE_CUDA_EMU=OFF \
-  -DTPSERVE_BLAS=OFF -DCMAKE_CUDA_ARCHITECTURES=native \
-  -DCMAKE_PREFIX_PATH="$deps;$gtest_prefix" -DCMAKE_INCLUDE_PATH="$deps/include" \
-  -DCMAKE_LIBRARY_PATH="$deps/lib;$deps/lib/$arch" >"$build.configure.log" 2>&1 ||
-  { tail -30 "$build.configure.log"; echo "gpu-check: configure failed (log: $build.configure.log)" >&2; exit 2; }
-# Every executable behind a `gpu` test (whatever tests/ registers; a new one
-# cannot be forgotten here), the rank helper of the comm tests, and the benches.
-gpu_targets="$(ninja -C "$build" -t targets all 2>/dev/null |
-  sed -n 's/^\(cuda_[a-z0-9_]*_test\|attention_merge_test\|comm_gpu_test\|comm_test_rank\): phony$/\1/p' | sort -u)"
-# shellcheck disable=SC2086
-ninja -C "$build" $gpu_targets gpu_bench sampling_bench >"$build.build.log" 2>&1 ||
-  { tail -40 "$build.build.log"; echo "gpu-check: build failed (log: $build.build.log)" >&2; exit 2; }
-echo "gpu-check: built in $((SECONDS - start)) s"
-
-ctest --test-dir "$build" -L gpu --output-on-failure --timeout 300 2>&1 | tee "$build.ctest.log" | tail -25
-tests_rc=${PIPESTATUS[0]}
-
-mkdir -p bench/results
-# gpu_bench writes its table after every section (attention, models, then the
-# longest, the offline throughput run): a run cut short keeps what it measured.
-timeout 240 "$build/bench/gpu/gpu_bench" --out bench/results/gpu_bench.md --workdir "${TMPDIR:-/tmp}" \
-  >"$build.bench.log" 2>&1
-bench_rc=$?
-timeout 120 "$build/bench/gpu/sampling_bench" >"$build.sampling_bench.log" 2>&1 ||
-  echo "sampling_bench failed (log: $build.sampling_bench.log)"
-echo
-echo "==== gpu-check summary ($((SECONDS - start)) s) ===="
-grep -E "tests passed|tests failed" "$build.ctest.log" || true
-if [[ $bench_rc -eq 0 ]]; then cat bench/results/gpu_bench.md; else
-  tail -20 "$build.bench.log"; echo "gpu_bench failed ($bench_rc; 124 = cut at 240 s); what it measured:"
-  cat bench/results/gpu_bench.md 2>/dev/null || true
-fi
-cat "$build.sampling_bench.log" 2>/dev/null || true
-exit "$tests_rc"
+summary
+exit "$failed"

@@ -1,7 +1,10 @@
 // GPU benchmark (issue 5): random weights with the real Qwen3-0.6B and
 // Llama-3.2-1B shapes (tpserve-make-model presets), bf16, tp = 1, each number
 // next to a floor measured in the same run:
-//   * decode ms/step at batch 1, 8, 64, 256 with a 512-token context, against
+//   * decode ms/step at batch 1, 8, 64, 256 with a 512-token prompt, timed
+//     the way the server runs it: the offline Engine's step runner (the
+//     serving scheduler's steps, decode steps replayed as CUDA graphs, tokens
+//     sampled on the GPU at temperature 0.6, no logits read back), against
 //     (weight bytes + KV bytes read) / device-to-device copy bandwidth;
 //   * prefill tokens/s for 1 × 1024 and 16 × 512 prompts, against the TFLOP/s of
 //     a large cuBLAS bf16 GEMM (2 · params · tokens FLOPs, attention excluded);
@@ -19,7 +22,7 @@
 // time limit still leaves what it measured.
 //
 //   gpu_bench [--models qwen3-0.6b,llama-3.2-1b] [--out FILE] [--workdir DIR]
-//             [--sections attention,models,throughput] [--throughput-seqs 256]
+//             [--sections attention,models,throughput] [--throughput-seqs 256] [--smoke]
 // (sections run in that order; the throughput run is the longest, so last).
 #include <cublas_v2.h>
 #include <cuda_runtime_api.h>
@@ -39,9 +42,11 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "backend/step_batch.h"
 #include "base/check.h"
+#include "base/status_macros.h"
 #include "comm/communicator.h"
 #include "cuda/attention.cuh"
 #include "cuda/check.h"
@@ -58,6 +63,42 @@ namespace {
 
 constexpr int32_t kBlockSize = 16;
 
+// Every size the bench uses. Full: the numbers of the top comment. --smoke:
+// tiny everything, eager decode (the emulator cannot capture graphs), for the
+// cuda-emu test that runs this program through the kernels' host build.
+struct Sizes {
+  bool smoke = false;
+  size_t copy_bytes = size_t{1} << 30;
+  int gemm_n = 8192;
+  int warmup = 3, iters = 20;                // model and attention timings
+  std::vector<int32_t> attention_contexts{512, 4096, 32768}, attention_batches{1, 32, 256};
+  std::vector<int> decode_batches{1, 8, 64, 256};
+  int decode_prompt = 512, decode_steps = 32;
+  std::vector<std::pair<int, int>> prefills{{1, 1024}, {16, 512}};  // sequences x tokens
+  int length_min = 100, length_max = 1024;   // throughput prompts and outputs
+  std::string models = "qwen3-0.6b,llama-3.2-1b";
+
+  static Sizes Smoke() {
+    Sizes z;
+    z.smoke = true;
+    z.copy_bytes = size_t{1} << 20, z.gemm_n = 64, z.warmup = 0, z.iters = 1;
+    z.attention_contexts = {600}, z.attention_batches = {1, 2};  // two 512-key partitions
+    z.decode_batches = {1, 3}, z.decode_prompt = 20, z.decode_steps = 3;
+    z.prefills = {{1, 24}, {2, 16}};
+    z.length_min = 8, z.length_max = 16;
+    z.models = "tiny";
+    return z;
+  }
+  int max_attention_context() const { return *std::max_element(attention_contexts.begin(), attention_contexts.end()); }
+  int max_attention_batch() const { return *std::max_element(attention_batches.begin(), attention_batches.end()); }
+  int max_decode_batch() const { return *std::max_element(decode_batches.begin(), decode_batches.end()); }
+};
+
+// A random-weight model of the smoke run (`--models tiny`).
+constexpr const char* kTinyModelArgs =
+    "--arch qwen3 --hidden 64 --intermediate 96 --layers 2 --heads 4 --kv-heads 2 --head-dim 32 --vocab 301 "
+    "--dtype bf16";
+
 // Seconds per call of fn, timed with events on the legacy stream after warm-up
 // (the backend's stream is a blocking stream, so it is ordered with it).
 template <typename Fn>
@@ -71,8 +112,7 @@ double TimeIt(Fn&& fn, int warmup, int iters) {
 }
 
 // Bytes per second of cudaMemcpy device to device, counting read + write.
-double CopyBandwidth() {
-  const size_t bytes = size_t{1} << 30;
+double CopyBandwidth(size_t bytes) {
   void *a = nullptr, *b = nullptr;
   CUDA_CHECK(cudaMalloc(&a, bytes));
   CUDA_CHECK(cudaMalloc(&b, bytes));
@@ -83,10 +123,9 @@ double CopyBandwidth() {
 }
 
 // FLOP/s of an 8192³ bf16 GEMM with fp32 accumulation.
-double GemmFlops() {
-  const int n = 8192;
+double GemmFlops(int n) {
   void *a = nullptr, *b = nullptr, *c = nullptr;
-  const size_t bytes = size_t{n} * n * 2;
+  const size_t bytes = static_cast<size_t>(n) * static_cast<size_t>(n) * 2;
   CUDA_CHECK(cudaMalloc(&a, bytes));
   CUDA_CHECK(cudaMalloc(&b, bytes));
   CUDA_CHECK(cudaMalloc(&c, bytes));
@@ -136,7 +175,12 @@ int64_t DirBytes(const std::filesystem::path& dir, const std::string& ext) {
 absl::StatusOr<std::filesystem::path> PresetModel(const std::filesystem::path& workdir, const std::string& preset) {
   const std::filesystem::path dir = workdir / ("tpserve_gpu_bench_" + preset);
   std::filesystem::remove_all(dir);
-  std::vector<std::string> args{dir.string(), "--preset", preset, "--seed", "1"};
+  std::vector<std::string> args{dir.string(), "--seed", "1"};
+  if (preset == "tiny") {
+    for (absl::string_view a : absl::StrSplit(kTinyModelArgs, ' ', absl::SkipEmpty())) args.emplace_back(a);
+  } else {
+    args.insert(args.end(), {"--preset", preset});
+  }
   absl::StatusOr<make_model::MakeModelOptions> mo = make_model::ParseArgs(args);
   if (!mo.ok()) return mo.status();
   if (absl::Status st = make_model::MakeModel(*mo); !st.ok()) return st;
@@ -147,10 +191,9 @@ absl::StatusOr<std::filesystem::path> PresetModel(const std::filesystem::path& w
 // 128, blocks of 16): the split path (a backend after Reserve) against the
 // single kernel (a backend without), every sequence on its own blocks. The
 // cache is zeros: the kernels' work does not depend on the values.
-void AttentionSplitSection(double bw, std::ostream& table) {
+bool AttentionSplitSection(const Sizes& z, double bw, std::ostream& table) {
   const AttentionShape shape{16, 8, 128};
-  const int32_t contexts[] = {512, 4096, 32768}, batches[] = {1, 32, 256};
-  const int32_t max_context = 32768, max_batch = 256;
+  const int32_t max_context = z.max_attention_context(), max_batch = z.max_attention_batch();
   std::unique_ptr<Backend> single = MakeCudaBackend(0), split = MakeCudaBackend(0);
   StepCapacity capacity;
   capacity.max_tokens = max_batch;
@@ -161,9 +204,9 @@ void AttentionSplitSection(double bw, std::ostream& table) {
   capacity.max_head_dim = shape.head_dim;
   if (absl::Status st = split->Reserve(capacity); !st.ok()) {
     table << "\nsplit attention: Reserve failed: " << st.ToString() << "\n";
-    return;
+    return false;
   }
-  const int64_t num_blocks = int64_t{max_batch} * max_context / kBlockSize;
+  const int64_t num_blocks = int64_t{max_batch} * ((max_context + kBlockSize - 1) / kBlockSize);
   Buffer k = split->Allocate(DType::kBF16, {num_blocks, kBlockSize, shape.num_kv_heads, shape.head_dim});
   Buffer v = split->Allocate(DType::kBF16, {num_blocks, kBlockSize, shape.num_kv_heads, shape.head_dim});
   Buffer qkv = split->Allocate(DType::kBF16, {max_batch, shape.qkv_width()});
@@ -174,8 +217,8 @@ void AttentionSplitSection(double bw, std::ostream& table) {
         << " keys) vs single kernel\n\nOne layer, Hq 16, Hkv 8, hd 128, block size 16; KV bytes read / time"
         << " against the copy bandwidth.\n\n| context | batch | single | split | split/single | split KV GB/s"
         << " (share of copy bw) |\n|---|---|---|---|---|---|\n";
-  for (int32_t ctx : contexts) {
-    for (int32_t batch : batches) {
+  for (int32_t ctx : z.attention_contexts) {
+    for (int32_t batch : z.attention_batches) {
       const StepBatch step = BenchStep(batch, 1, ctx);
       const Tensor q = qkv.tensor().Rows(0, batch), o = out.tensor().Rows(0, batch);
       double seconds[2] = {0, 0};
@@ -183,9 +226,10 @@ void AttentionSplitSection(double bw, std::ostream& table) {
         Backend& b = which == 0 ? *single : *split;
         if (absl::Status st = b.BeginStep(step.view(), num_blocks, kBlockSize, max_context); !st.ok()) {
           table << "BeginStep failed: " << st.ToString() << "\n";
-          return;
+          return false;
         }
-        seconds[which] = TimeIt([&] { b.Attention(q, shape, layer, 0.088f, o); }, 3, ctx * batch > 1 << 20 ? 10 : 50);
+        seconds[which] = TimeIt([&] { b.Attention(q, shape, layer, 0.088f, o); }, z.warmup,
+                                z.smoke ? 1 : ctx * batch > 1 << 20 ? 10 : 50);
       }
       const double bytes = double(batch) * ctx * 2 * shape.num_kv_heads * shape.head_dim * 2;
       char line[256];
@@ -195,14 +239,71 @@ void AttentionSplitSection(double bw, std::ostream& table) {
       table << line;
     }
   }
+  return true;
+}
+
+// An Engine on `backend` as tpserve-worker rank 0 runs one: tp = 1, decode
+// steps as CUDA graphs, sampling on the GPU; blocks of kBlockSize.
+struct ServingEngine {
+  std::unique_ptr<cuda::CudaSampler> sampler;
+  std::unique_ptr<Engine> engine;
+};
+absl::StatusOr<ServingEngine> MakeServingEngine(const Sizes& z, const std::filesystem::path& model_dir,
+                                                Backend& backend, Communicator& solo, int64_t max_position,
+                                                int64_t num_blocks, int64_t max_num_tokens = 8192) {
+  EngineOptions options;
+  options.enforce_eager = z.smoke;
+  options.model.max_num_tokens = max_num_tokens;
+  options.model.max_num_seqs = 256;
+  options.model.max_position = max_position;
+  options.block_size = kBlockSize;
+  options.num_blocks = num_blocks;  // allocated (and the graphs captured) once, at the first Generate
+  absl::StatusOr<ModelConfig> config = LoadModelConfig(model_dir);
+  if (!config.ok()) return config.status();
+  cuda::CudaSampler::Options sampling;
+  sampling.max_seqs = static_cast<int32_t>(options.model.max_num_seqs);
+  sampling.vocab_size = config->vocab_size;
+  ServingEngine out;
+  absl::StatusOr<std::unique_ptr<cuda::CudaSampler>> sampler =
+      cuda::CudaSampler::Create(sampling, static_cast<cudaStream_t>(backend.stream()));
+  if (!sampler.ok()) return sampler.status();
+  out.sampler = *std::move(sampler);
+  options.sampler = out.sampler.get();
+  absl::StatusOr<std::unique_ptr<Engine>> engine = Engine::Create(model_dir, backend, solo, options);
+  if (!engine.ok()) return engine.status();
+  out.engine = *std::move(engine);
+  return out;
+}
+
+// `n` requests of `prompt_len` random ids (seeded) and `max_tokens` outputs,
+// EOS ignored, temperature 0.6, one seed each.
+std::vector<GenerationRequest> FixedRequests(int n, int prompt_len, int max_tokens, int vocab) {
+  std::mt19937 rng(7);
+  std::uniform_int_distribution<int> id(0, std::min(vocab, 10000) - 1);
+  std::vector<GenerationRequest> requests(static_cast<size_t>(n));
+  for (size_t i = 0; i < requests.size(); ++i) {
+    GenerationRequest& r = requests[i];
+    r.prompt.resize(static_cast<size_t>(prompt_len));
+    for (int32_t& t : r.prompt) t = id(rng);
+    r.max_tokens = max_tokens;
+    r.ignore_eos = true;
+    r.sampling.temperature = 0.6f;
+    r.sampling.seed = i;
+  }
+  return requests;
 }
 
 // nano-vllm's bench.py workload through the offline Engine: `num_seqs`
 // requests, prompt lengths and output lengths uniform in 100..1024 (seed 0),
 // prompt ids uniform in 0..9999, EOS ignored, temperature 0.6.
-void ThroughputSection(const std::filesystem::path& model_dir, int num_seqs, std::ostream& table) {
+bool ThroughputSection(const Sizes& z, const std::filesystem::path& model_dir, int num_seqs, std::ostream& table) {
+  absl::StatusOr<ModelConfig> config = LoadModelConfig(model_dir);
+  if (!config.ok()) {
+    table << "\nthroughput: " << config.status().ToString() << "\n";
+    return false;
+  }
   std::mt19937 rng(0);
-  std::uniform_int_distribution<int> len(100, 1024), id(0, 9999);
+  std::uniform_int_distribution<int> len(z.length_min, z.length_max), id(0, static_cast<int>(std::min<int64_t>(config->vocab_size, 10000)) - 1);
   std::vector<GenerationRequest> requests(static_cast<size_t>(num_seqs));
   int64_t blocks = 64;
   for (size_t i = 0; i < requests.size(); ++i) {
@@ -217,71 +318,92 @@ void ThroughputSection(const std::filesystem::path& model_dir, int num_seqs, std
   }
   std::unique_ptr<Backend> backend = MakeCudaBackend(0);
   std::unique_ptr<Communicator> solo = MakeSoloCommunicator();
-  EngineOptions options;
-  options.model.max_num_tokens = 8192;
-  options.model.max_num_seqs = 256;
-  options.model.max_position = 4096;
-  options.block_size = kBlockSize;
-  options.num_blocks = blocks;  // every request at once: the warm-up already allocates it all
-  // Sampling on the GPU, as tpserve-worker rank 0 does.
-  absl::StatusOr<ModelConfig> config = LoadModelConfig(model_dir);
-  if (!config.ok()) {
-    table << "\nthroughput: " << config.status().ToString() << "\n";
-    return;
+  // Every request at once: the warm-up already allocates the whole cache.
+  absl::StatusOr<ServingEngine> serving = MakeServingEngine(z, model_dir, *backend, *solo, 4096, blocks);
+  if (!serving.ok()) {
+    table << "\nthroughput: " << serving.status().ToString() << "\n";
+    return false;
   }
-  cuda::CudaSampler::Options sampling;
-  sampling.max_seqs = static_cast<int32_t>(options.model.max_num_seqs);
-  sampling.vocab_size = config->vocab_size;
-  absl::StatusOr<std::unique_ptr<cuda::CudaSampler>> sampler =
-      cuda::CudaSampler::Create(sampling, static_cast<cudaStream_t>(backend->stream()));
-  if (!sampler.ok()) {
-    table << "\nthroughput: " << sampler.status().ToString() << "\n";
-    return;
-  }
-  options.sampler = sampler->get();
-  absl::StatusOr<std::unique_ptr<Engine>> engine = Engine::Create(model_dir, *backend, *solo, options);
-  if (!engine.ok()) {
-    table << "\nthroughput: " << engine.status().ToString() << "\n";
-    return;
-  }
+  Engine* engine = serving->engine.get();
   GenerationRequest warm;
   warm.prompt = {1, 2, 3, 4, 5, 6, 7, 8};
   warm.max_tokens = 16;
   warm.ignore_eos = true;
-  if (auto r = (*engine)->Generate(std::span<const GenerationRequest>(&warm, 1)); !r.ok()) {
+  if (auto r = engine->Generate(std::span<const GenerationRequest>(&warm, 1)); !r.ok()) {
     table << "\nthroughput warm-up: " << r.status().ToString() << "\n";
-    return;
+    return false;
   }
   const auto t0 = std::chrono::steady_clock::now();
-  absl::StatusOr<std::vector<GenerationResult>> results = (*engine)->Generate(requests);
+  absl::StatusOr<std::vector<GenerationResult>> results = engine->Generate(requests);
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   if (!results.ok()) {
     table << "\nthroughput: " << results.status().ToString() << "\n";
-    return;
+    return false;
   }
   int64_t prompt_tokens = 0, output_tokens = 0;
   for (const GenerationRequest& r : requests) prompt_tokens += std::ssize(r.prompt);
   for (const GenerationResult& r : *results) output_tokens += std::ssize(r.tokens);
-  const GenerationStats& st = (*engine)->last_stats();
+  const GenerationStats& st = engine->last_stats();
   char line[512];
   std::snprintf(line, sizeof line,
-                "\n## Offline throughput (nano-vllm bench.py workload), Qwen3-0.6B shapes, random weights\n\n"
-                "%d sequences, prompts and outputs of 100..1024 tokens (seed 0), EOS ignored, temperature 0.6,"
+                "\n## Offline throughput (nano-vllm bench.py workload), %s, random weights\n\n"
+                "%d sequences, prompts and outputs of %d..%d tokens (seed 0), EOS ignored, temperature 0.6,"
                 " Engine (max 8192 tokens and 256 sequences a step, blocks of %d, sampling on the GPU).\n\n"
                 "| output tokens | prompt tokens | time | output tok/s | prefill tok/s | decode tok/s | steps |"
                 " preemptions |\n|---|---|---|---|---|---|---|---|\n"
                 "| %lld | %lld | %.2f s | %.0f | %.0f | %.0f | %lld | %lld |\n",
-                num_seqs, kBlockSize, static_cast<long long>(output_tokens), static_cast<long long>(prompt_tokens),
+                z.smoke ? "the tiny smoke model" : "Qwen3-0.6B shapes", num_seqs, z.length_min, z.length_max, kBlockSize, static_cast<long long>(output_tokens), static_cast<long long>(prompt_tokens),
                 seconds, output_tokens / seconds, st.prefill_seconds > 0 ? st.prefill_tokens / st.prefill_seconds : 0.0,
                 st.decode_seconds > 0 ? st.decode_tokens / st.decode_seconds : 0.0, static_cast<long long>(st.steps),
                 static_cast<long long>(st.preemptions));
   table << line;
+  return true;
+}
+
+// Decode as served (see the top): for each batch B, B requests with 512-token
+// prompts and Sizes::decode_steps + 1 output tokens through one Engine; ms/step is the
+// engine's time in decode-only steps over their number. The step budget holds
+// every prompt (256 x 512 tokens), so all B prefill in one step and then
+// decode together: every decode step has exactly B sequences.
+absl::Status ServedDecodeRows(const Sizes& z, const std::filesystem::path& dir, const std::string& name, double bw,
+                              int64_t weight_bytes, std::ostream& table) {
+  absl::StatusOr<ModelConfig> c = LoadModelConfig(dir);
+  if (!c.ok()) return c.status();
+  const int prompt = z.decode_prompt, outputs = z.decode_steps + 1, max_batch = z.max_decode_batch();
+  const int64_t blocks_per_seq = (prompt + outputs + kBlockSize - 1) / kBlockSize;
+  std::unique_ptr<Backend> backend = MakeCudaBackend(0);
+  std::unique_ptr<Communicator> solo = MakeSoloCommunicator();
+  absl::StatusOr<ServingEngine> serving =
+      MakeServingEngine(z, dir, *backend, *solo, 2048, max_batch * blocks_per_seq + 16, std::max(8192, max_batch * prompt));
+  if (!serving.ok()) return serving.status();
+  const int64_t kv_bytes_per_token = 2 * c->num_layers * c->num_kv_heads * c->head_dim * 2;
+  // Warm-up: the cache, the graphs, cuBLAS and the sampler's first calls stay out of the numbers.
+  if (auto warm = serving->engine->Generate(FixedRequests(1, 16, 4, static_cast<int>(c->vocab_size))); !warm.ok()) {
+    return warm.status();
+  }
+  for (int batch : z.decode_batches) {
+    const std::vector<GenerationRequest> requests = FixedRequests(batch, prompt, outputs, static_cast<int>(c->vocab_size));
+    absl::StatusOr<std::vector<GenerationResult>> results = serving->engine->Generate(requests);
+    if (!results.ok()) return results.status();
+    const GenerationStats& st = serving->engine->last_stats();
+    const double steps = double(st.decode_tokens) / batch;
+    if (steps < 1) return absl::InternalError(absl::StrCat("batch ", batch, ": no decode-only step was timed"));
+    const double s = st.decode_seconds / steps;
+    const double floor = (weight_bytes + double(batch) * (prompt + outputs / 2) * kv_bytes_per_token) / bw;
+    char line[256];
+    std::snprintf(line, sizeof line,
+                  "| %s | decode batch %d, ctx %d..%d (%s, GPU sampler; %.0f steps) | %.3f ms/step | %.3f ms | %.0f%% |\n",
+                  name.c_str(), batch, prompt, prompt + outputs, z.smoke ? "eager" : "graphs", steps, s * 1e3, floor * 1e3, 100 * floor / s);
+    table << line;
+  }
+  return absl::OkStatus();
 }
 
 // Decode and prefill of whole models next to their floors (see the top).
-absl::Status ModelSection(const std::filesystem::path& dir, const std::string& name, double bw, double flops,
-                          std::ostream& table) {
+absl::Status ModelSection(const Sizes& z, const std::filesystem::path& dir, const std::string& name, double bw,
+                          double flops, std::ostream& table) {
   const int64_t weight_bytes = DirBytes(dir, ".safetensors");
+  TPSERVE_RETURN_IF_ERROR(ServedDecodeRows(z, dir, name, bw, weight_bytes, table));
   std::unique_ptr<Backend> backend = MakeCudaBackend(0);
   std::unique_ptr<Communicator> solo = MakeSoloCommunicator();
   ModelOptions options;
@@ -291,7 +413,6 @@ absl::Status ModelSection(const std::filesystem::path& dir, const std::string& n
   absl::StatusOr<std::unique_ptr<Model>> model = Model::Load(dir, *backend, *solo, options);
   if (!model.ok()) return model.status();
   Model& m = **model;
-  const ModelConfig& c = m.config();
   absl::StatusOr<KvCache> cache = KvCache::Allocate(*backend, m.kv_cache_shape(256 * 32 + 64, kBlockSize));
   if (!cache.ok()) return cache.status();
   StepCapacity capacity;  // as the engine reserves: decode attention takes the split path
@@ -302,20 +423,10 @@ absl::Status ModelSection(const std::filesystem::path& dir, const std::string& n
   capacity.max_query_heads = m.attention_shape().num_heads;
   capacity.max_head_dim = m.attention_shape().head_dim;
   if (absl::Status st = backend->Reserve(capacity); !st.ok()) return st;
-  const int64_t kv_bytes_per_token = 2 * c.num_layers * c.num_kv_heads * c.head_dim * 2;
-  for (int32_t batch : {1, 8, 64, 256}) {
-    const StepBatch step = BenchStep(batch, 1, 512);
-    const double s = TimeIt([&] { (void)m.Forward(step.view(), *cache); }, 3, 20);
-    const double floor = (weight_bytes + double(batch) * 512 * kv_bytes_per_token) / bw;
-    char line[256];
-    std::snprintf(line, sizeof line, "| %s | decode batch %d, ctx 512 | %.3f ms/step | %.3f ms | %.0f%% |\n",
-                  name.c_str(), batch, s * 1e3, floor * 1e3, 100 * floor / s);
-    table << line;
-  }
   const int64_t params = weight_bytes / 2;
-  for (auto [seqs, len] : {std::pair{1, 1024}, std::pair{16, 512}}) {
+  for (auto [seqs, len] : z.prefills) {
     const StepBatch step = BenchStep(seqs, len, len);
-    const double s = TimeIt([&] { (void)m.Forward(step.view(), *cache); }, 1, 5);
+    const double s = TimeIt([&] { (void)m.Forward(step.view(), *cache); }, std::min(z.warmup, 1), z.smoke ? 1 : 5);
     const double tokens = double(seqs) * len;
     const double floor_tps = flops / (2.0 * params);
     char line[256];
@@ -332,7 +443,7 @@ absl::Status ModelSection(const std::filesystem::path& dir, const std::string& n
     Buffer qkv = backend->Allocate(DType::kBF16, {64, shape.qkv_width()});
     Buffer out = backend->Allocate(DType::kBF16, {64, int64_t{shape.num_heads} * shape.head_dim});
     const KvCacheLayer layer = cache->layer(0);
-    const double s = TimeIt([&] { backend->Attention(qkv, shape, layer, 0.088f, out.tensor()); }, 3, 50);
+    const double s = TimeIt([&] { backend->Attention(qkv, shape, layer, 0.088f, out.tensor()); }, z.warmup, 50);
     const double bytes = 64.0 * 1024 * 2 * shape.num_kv_heads * shape.head_dim * 2;
     char line[256];
     std::snprintf(line, sizeof line,
@@ -344,12 +455,19 @@ absl::Status ModelSection(const std::filesystem::path& dir, const std::string& n
 }
 
 int Run(int argc, char** argv) {
-  std::string models = "qwen3-0.6b,llama-3.2-1b", out_path = "bench/results/gpu_bench.md";
+  std::string models, out_path = "bench/results/gpu_bench.md";
   std::string sections = "attention,models,throughput";
   int throughput_seqs = 256;
+  Sizes z;
   std::filesystem::path workdir = std::filesystem::temp_directory_path();
-  for (int i = 1; i + 1 < argc; i += 2) {
+  for (int i = 1; i < argc; i += 2) {
     const std::string k = argv[i];
+    if (k == "--smoke") {
+      z = Sizes::Smoke();
+      --i;  // no value
+      continue;
+    }
+    if (i + 1 == argc) { std::fprintf(stderr, "%s needs a value\n", k.c_str()); return 2; }
     if (k == "--models") models = argv[i + 1];
     else if (k == "--out") out_path = argv[i + 1];
     else if (k == "--workdir") workdir = argv[i + 1];
@@ -357,6 +475,7 @@ int Run(int argc, char** argv) {
     else if (k == "--throughput-seqs") throughput_seqs = std::max(1, std::atoi(argv[i + 1]));
     else { std::fprintf(stderr, "unknown option %s; see the comment at the top of gpu_bench.cc\n", k.c_str()); return 2; }
   }
+  if (models.empty()) models = z.models;
   if (cuda::DeviceCount() == 0) {
     std::fprintf(stderr, "gpu_bench: no CUDA device present; run it on a machine with a GPU\n");
     return 1;
@@ -376,7 +495,7 @@ int Run(int argc, char** argv) {
     }
     std::ofstream(out_path) << table.str();
   };
-  const double bw = CopyBandwidth(), flops = GemmFlops();
+  const double bw = CopyBandwidth(z.copy_bytes), flops = GemmFlops(z.gemm_n);
   table << "# tpserve GPU benchmark on " << prop.name << "\n\n"
         << "copy bandwidth (cudaMemcpy D2D, read+write): " << bw / 1e9 << " GB/s\n"
         << "bf16 GEMM 8192^3 (cuBLAS): " << flops / 1e12 << " TFLOP/s\n";
@@ -393,16 +512,18 @@ int Run(int argc, char** argv) {
   int rc = 0;
   if (wants("attention")) {
     std::fprintf(stderr, "gpu_bench: split vs single decode attention\n");
-    AttentionSplitSection(bw, table);
+    if (!AttentionSplitSection(z, bw, table)) rc = 1;
     flush();
   }
   if (wants("models")) {
     table << "\n## Whole models (decode attention on the split path)\n\n"
+          << "Decode rows: the served path (Engine step runner, CUDA graphs, GPU sampler). Prefill rows: one eager"
+          << " Model::Forward (its [S, V] logits copied back).\n\n"
           << "| model | case | measured | floor | share of floor |\n|---|---|---|---|---|\n";
     for (absl::string_view preset : absl::StrSplit(models, ',', absl::SkipEmpty())) {
       std::fprintf(stderr, "gpu_bench: model %s\n", std::string(preset).c_str());
       absl::StatusOr<std::filesystem::path> dir = model_dir(std::string(preset));
-      absl::Status st = dir.ok() ? ModelSection(*dir, std::string(preset), bw, flops, table) : dir.status();
+      absl::Status st = dir.ok() ? ModelSection(z, *dir, std::string(preset), bw, flops, table) : dir.status();
       if (!st.ok()) {
         table << "| " << preset << " | failed: " << st.ToString() << " | | | |\n";
         rc = 1;
@@ -412,9 +533,9 @@ int Run(int argc, char** argv) {
   }
   if (wants("throughput")) {
     std::fprintf(stderr, "gpu_bench: offline throughput, %d sequences\n", throughput_seqs);
-    absl::StatusOr<std::filesystem::path> dir = model_dir("qwen3-0.6b");
+    absl::StatusOr<std::filesystem::path> dir = model_dir(z.smoke ? "tiny" : "qwen3-0.6b");
     if (dir.ok()) {
-      ThroughputSection(*dir, throughput_seqs, table);
+      if (!ThroughputSection(z, *dir, throughput_seqs, table)) rc = 1;
     } else {
       table << "\nthroughput: could not write the qwen3-0.6b model: " << dir.status().ToString() << "\n";
       rc = 1;

@@ -139,20 +139,26 @@ TEST_F(CudaBackendTest, RmsNormAndAddRmsNorm) {
   }
 }
 
+// [max_pos, hd] = [cos | sin] of rotate-half RoPE with base 10000.
+std::vector<float> RopeTable(int64_t max_pos, int64_t hd) {
+  std::vector<float> rope(static_cast<size_t>(max_pos * hd));
+  for (int64_t p = 0; p < max_pos; ++p) {
+    for (int64_t i = 0; i < hd / 2; ++i) {
+      const double angle = p * std::pow(10000.0, -2.0 * i / hd);
+      rope[p * hd + i] = static_cast<float>(std::cos(angle));
+      rope[p * hd + hd / 2 + i] = static_cast<float>(std::sin(angle));
+    }
+  }
+  return rope;
+}
+
 TEST_F(CudaBackendTest, QkNormRopeWithAndWithoutNorms) {
   SEED_TRACE();
   // The last: odd head counts and the kernel's largest head (kMaxRopeHeadDim).
   const AttentionShape shapes[] = {{4, 2, 24}, {6, 2, 64}, {2, 1, 128}, {16, 8, 128}, {3, 1, 512}};
   for (const AttentionShape& shape : shapes) {
     const int64_t hd = shape.head_dim, max_pos = 300;
-    std::vector<float> rope(static_cast<size_t>(max_pos * hd));
-    for (int64_t p = 0; p < max_pos; ++p) {
-      for (int64_t i = 0; i < hd / 2; ++i) {
-        const double angle = p * std::pow(10000.0, -2.0 * i / hd);
-        rope[p * hd + i] = static_cast<float>(std::cos(angle));
-        rope[p * hd + hd / 2 + i] = static_cast<float>(std::sin(angle));
-      }
-    }
+    const std::vector<float> rope = RopeTable(max_pos, hd);
     std::vector<float> qn = RandomBf16(rng_, hd, 0.2f), kn = RandomBf16(rng_, hd, 0.2f);
     for (float& v : qn) v = Bf16ToFloat(FloatToBf16(1.f + v));
     for (float& v : kn) v = Bf16ToFloat(FloatToBf16(1.f + v));
@@ -179,6 +185,32 @@ TEST_F(CudaBackendTest, QkNormRopeWithAndWithoutNorms) {
       }
     }
   }
+}
+
+// A step of more tokens than grid.y allows (65,535): the kernel once put the
+// token count there, so a large step budget aborted the worker at launch. Too
+// slow for the emulator (131,074 blocks: about 70 s); there the launch
+// geometry is checked instead (tests/cuda/launch_geometry_test.cc).
+TEST_F(CudaBackendTest, QkNormRopePastTheGridYLimit) {
+  if (cuda_test::kEmulated) GTEST_SKIP() << "GPU only; the geometry is checked by launch_geometry_test";
+  SEED_TRACE();
+  const AttentionShape shape{1, 1, 8};
+  const int32_t T = 65535 + 2;
+  const int64_t hd = shape.head_dim, max_pos = T;
+  const std::vector<float> rope = RopeTable(max_pos, hd);
+  Buffer rc = Upload(*cpu_, rope, {max_pos, hd}, DType::kF32), rg = Upload(*gpu_, rope, {max_pos, hd}, DType::kF32);
+  std::vector<float> qn = RandomBf16(rng_, hd, 0.2f), kn = RandomBf16(rng_, hd, 0.2f);
+  Buffer qnc = Upload(*cpu_, qn, {hd}), qng = Upload(*gpu_, qn, {hd});
+  Buffer knc = Upload(*cpu_, kn, {hd}), kng = Upload(*gpu_, kn, {hd});
+  SeqPart p{T, T, {}};
+  for (int32_t b = 0; b < (T + 15) / 16; ++b) p.blocks.push_back(b);
+  StepBatch step = RandomStep({p}, 16, rng_, 100);
+  Begin(step, static_cast<int64_t>(p.blocks.size()), 16, max_pos);
+  const std::vector<float> qkv = RandomBf16(rng_, int64_t{T} * shape.qkv_width());
+  Buffer c = Upload(*cpu_, qkv, {T, shape.qkv_width()}), g = Upload(*gpu_, qkv, {T, shape.qkv_width()});
+  cpu_->QkNormRope(c.tensor(), shape, &qnc.tensor(), &knc.tensor(), 1e-6f, rc);
+  gpu_->QkNormRope(g.tensor(), shape, &qng.tensor(), &kng.tensor(), 1e-6f, rg);
+  ExpectClose(Download(*gpu_, g), Download(*cpu_, c), kTol, "T=" + std::to_string(T));
 }
 
 TEST_F(CudaBackendTest, SiluMul) {

@@ -319,6 +319,36 @@ TEST(CudaSampler, SkippedAndPaddingRowsAreNotSampled) {
   CUDA_CHECK(cudaStreamDestroy(stream));
 }
 
+// The largest vocabulary Create accepts launches: its bitmask plus the
+// kernel's static shared arrays fit the 48 KiB a block gets without opting in
+// (at 48 · 1024 · 8 tokens they did not, and every launch failed). The emulated
+// run checks that limit too (cuda/emu/simt.h).
+TEST(CudaSampler, LargestAcceptedVocabularyLaunches) {
+  TPSERVE_REQUIRE_GPU();
+  const uint64_t seed = testing_util::TestSeed();
+  SCOPED_TRACE("seed=" + std::to_string(seed));
+  std::mt19937_64 rng(seed);
+  const int tp = 1, rows = 1;
+  const int vocab = static_cast<int>(kMaxSampleVocab);
+  HostGathered g = RandomLogits(rng, tp, rows, vocab);
+  Sequences seqs = MakeSequences(rng, rows, vocab);
+  cudaStream_t stream;
+  CUDA_CHECK(cudaStreamCreate(&stream));
+  auto sampler = CudaSampler::Create({rows, vocab, 8, 0}, stream);
+  ASSERT_TRUE(sampler.ok()) << sampler.status();
+  DeviceCopy device(g.bits.data(), g.bits.size() * sizeof(uint16_t));
+  const Tensor gathered(device.ptr, DType::kBF16, Device::kCuda, {tp, rows, g.shard_vocab});
+  const std::vector<SampledToken> got = (*sampler)->Sample(gathered, vocab, seqs.Ptrs(seqs.gpu));
+  const std::vector<float> flat = g.Flat();
+  SequenceSamplingState* ref = seqs.ref[0].get();
+  const std::vector<SampledToken> want =
+      Sample(std::span<const float>(flat), vocab, vocab, std::span<SequenceSamplingState* const>(&ref, 1));
+  ASSERT_EQ(got.size(), 1u);
+  EXPECT_EQ(got[0].token, want[0].token) << "a boundary case is ~1e-6 likely";
+  sampler->reset();
+  CUDA_CHECK(cudaStreamDestroy(stream));
+}
+
 TEST(CudaSampler, CreateRejectsBadOptions) {
   // No device needed: the options are checked before anything is allocated.
   EXPECT_EQ(CudaSampler::Create({0, 7, 8, 0}, nullptr).status().code(),
