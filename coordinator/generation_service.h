@@ -105,6 +105,9 @@ class GenerationService final : public tpserve::v1::Generation::CallbackService 
   grpc::ServerUnaryReactor* Tokenize(grpc::CallbackServerContext* context,
                                      const tpserve::v1::TokenizeRequest* request,
                                      tpserve::v1::TokenizeResponse* response) override;
+  grpc::ServerUnaryReactor* Detokenize(grpc::CallbackServerContext* context,
+                                       const tpserve::v1::DetokenizeRequest* request,
+                                       tpserve::v1::DetokenizeResponse* response) override;
 
  private:
   class GenerateReactor;  // one Generate call (generation_service.cc)
@@ -119,6 +122,8 @@ class GenerationService final : public tpserve::v1::Generation::CallbackService 
                                    std::shared_ptr<ResponseQueue> queue);
   absl::Status TokenizeInto(const tpserve::v1::TokenizeRequest& request,
                             tpserve::v1::TokenizeResponse* response) const;
+  absl::Status DetokenizeInto(const tpserve::v1::DetokenizeRequest& request,
+                              tpserve::v1::DetokenizeResponse* response) const;
   // The caller's client identity (AccessOptions), or UNAUTHENTICATED.
   absl::StatusOr<std::string> Caller(const grpc::CallbackServerContext& context) const;
   // Counts a stream of `client` against its cap (RESOURCE_EXHAUSTED when full);
