@@ -16,8 +16,6 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
-#include <fstream>
-#include <iterator>
 #include <iostream>
 #include <memory>
 #include <set>
@@ -31,12 +29,11 @@
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
 #include "absl/status/statusor.h"
-#include "absl/strings/ascii.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
-#include "auth/secret_file.h"
 #include "base/flag_spelling.h"
+#include "client_channel/channel.h"
 #include "health.grpc.pb.h"
 #include "nlohmann/json.hpp"
 #include "tpserve/v1/generation.grpc.pb.h"
@@ -141,45 +138,10 @@ std::string LoadApiKey() {
     if (env != nullptr) ApiKey() = env;
     return "";
   }
-  absl::StatusOr<std::string> text = tpserve::ReadSecretFile(path, "--api-key-file");
-  if (!text.ok()) return std::string(text.status().message());
-  for (absl::string_view line : absl::StrSplit(*text, '\n')) {
-    line = absl::StripAsciiWhitespace(line);
-    if (line.empty() || line.front() == '#') continue;
-    std::vector<absl::string_view> words = absl::StrSplit(line, absl::ByAnyChar(" \t"), absl::SkipEmpty());
-    ApiKey() = std::string(words.back());
-    return "";
-  }
-  return absl::StrCat("--api-key-file ", path, " holds no key");
-}
-
-absl::StatusOr<std::string> ReadPem(const std::string& path, absl::string_view flag) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return absl::NotFoundError(absl::StrCat(flag, ": cannot read ", path));
-  return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-}
-
-// TLS when --tls, --tls-ca or --tls-cert asks for it, else plain text.
-absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> ChannelCredentials() {
-  const std::string ca = absl::GetFlag(FLAGS_tls_ca), cert = absl::GetFlag(FLAGS_tls_cert),
-                    key = absl::GetFlag(FLAGS_tls_key);
-  if (cert.empty() != key.empty()) return absl::InvalidArgumentError("--tls-cert and --tls-key go together");
-  if (!absl::GetFlag(FLAGS_tls) && ca.empty() && cert.empty()) return grpc::InsecureChannelCredentials();
-  grpc::SslCredentialsOptions ssl;
-  if (!ca.empty()) {
-    absl::StatusOr<std::string> pem = ReadPem(ca, "--tls-ca");
-    if (!pem.ok()) return pem.status();
-    ssl.pem_root_certs = *pem;
-  }
-  if (!cert.empty()) {
-    absl::StatusOr<std::string> chain = ReadPem(cert, "--tls-cert");
-    absl::StatusOr<std::string> private_key = tpserve::ReadSecretFile(key, "--tls-key");
-    if (!chain.ok()) return chain.status();
-    if (!private_key.ok()) return private_key.status();
-    ssl.pem_cert_chain = *chain;
-    ssl.pem_private_key = *private_key;
-  }
-  return grpc::SslCredentials(ssl);
+  absl::StatusOr<std::string> key = tpserve::ReadClientApiKey(path, "--api-key-file");
+  if (!key.ok()) return std::string(key.status().message());
+  ApiKey() = *std::move(key);
+  return "";
 }
 
 std::string FinishName(v1::FinishReason reason) {
@@ -426,7 +388,9 @@ int main(int argc, char** argv) {
   if (positional.size() != 2) return Usage("give one command: generate, info, health or abort (see --help)");
   const std::string command = positional[1];
   if (std::string error = LoadApiKey(); !error.empty()) return Usage(error);
-  absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> credentials = ChannelCredentials();
+  absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> credentials = tpserve::ClientChannelCredentials(
+      {.tls = absl::GetFlag(FLAGS_tls), .ca = absl::GetFlag(FLAGS_tls_ca), .cert = absl::GetFlag(FLAGS_tls_cert),
+       .key = absl::GetFlag(FLAGS_tls_key)});
   if (!credentials.ok()) return Usage(std::string(credentials.status().message()));
   auto channel = grpc::CreateChannel(absl::GetFlag(FLAGS_server), *credentials);
   auto stub = v1::Generation::NewStub(channel);
