@@ -507,6 +507,7 @@ std::optional<std::string> OpenAiParam(const absl::Status& status, Endpoint endp
     return std::string(field);  // messages[i].role, chat_template_kwargs[...]
   }
   if (field == "chat") return "messages";
+  if (field == "token_ids") return "tokens";  // Detokenize
   if (field == "logprobs") return chat ? "top_logprobs" : "logprobs";
   if (absl::StartsWith(field, "prompt")) return chat ? "messages" : "prompt";
   return std::string(field);

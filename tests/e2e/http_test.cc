@@ -190,6 +190,7 @@ TEST_F(HttpTest, BadInputGets4xxAndTheServerStaysUp) {
       {"/v1/completions", R"({"prompt": "x", "model": "gpt-4"})", 404, "model"},
       {"/v1/nothing", R"({})", 404, nullptr},
       {"/tokenize", R"({"prompt": 3})", 400, "prompt"},
+      {"/detokenize", R"({"tokens": [99999999]})", 400, "tokens"},
   };
   for (const Case& c : cases) {
     const HttpReply reply = Post(c.path, c.body);

@@ -176,6 +176,7 @@ TEST(OpenAiRequest, CoordinatorFieldsMapToOpenAiNames) {
   EXPECT_EQ(param("prompt: the prompt has 900 tokens", kChat), "messages");
   EXPECT_EQ(param("logprobs: at most 20", kChat), "top_logprobs");
   EXPECT_EQ(param("logprobs: at most 20", kCompl), "logprobs");
+  EXPECT_EQ(param("token_ids: token id 9 at position 0 is not in the vocabulary", kCompl), "tokens");
   EXPECT_EQ(param("the server is starting: wait", kChat), "(none)");
   EXPECT_FALSE(OpenAiParam(absl::UnavailableError("x: y"), kChat));
 }
