@@ -137,6 +137,32 @@ absl::Status SetMaxTokens(const json& v, OpenAiRequest& r, absl::string_view fie
   return absl::OkStatus();
 }
 
+// temperature, top_p, min_p, the penalties, top_k, seed: GenerateRequest.sampling.
+void AddSamplingFields(std::map<std::string, FieldSetter>& f) {
+  f["temperature"] = FloatField("temperature", &v1::SamplingParams::set_temperature);
+  f["top_p"] = FloatField("top_p", &v1::SamplingParams::set_top_p);
+  f["min_p"] = FloatField("min_p", &v1::SamplingParams::set_min_p);
+  f["presence_penalty"] = FloatField("presence_penalty", &v1::SamplingParams::set_presence_penalty);
+  f["frequency_penalty"] = FloatField("frequency_penalty", &v1::SamplingParams::set_frequency_penalty);
+  f["repetition_penalty"] = FloatField("repetition_penalty", &v1::SamplingParams::set_repetition_penalty);
+  f["top_k"] = [](const json& v, OpenAiRequest& r) -> absl::Status {
+    absl::StatusOr<int64_t> k = Integer(v, "top_k", -1, std::numeric_limits<int32_t>::max());
+    if (!k.ok()) return k.status();
+    r.grpc.mutable_sampling()->set_top_k(static_cast<int32_t>(*k));
+    return absl::OkStatus();
+  };
+  f["seed"] = [](const json& v, OpenAiRequest& r) -> absl::Status {
+    // OpenAI's seed is any 64-bit integer; a negative one keeps its bits.
+    if (v.is_number_unsigned()) {
+      r.grpc.mutable_sampling()->set_seed(v.get<uint64_t>());
+      return absl::OkStatus();
+    }
+    if (!v.is_number_integer()) return WrongType("seed", v, "an integer");
+    r.grpc.mutable_sampling()->set_seed(static_cast<uint64_t>(v.get<int64_t>()));
+    return absl::OkStatus();
+  };
+}
+
 // The fields both endpoints take.
 std::map<std::string, FieldSetter> CommonFields() {
   std::map<std::string, FieldSetter> f;
@@ -180,28 +206,7 @@ std::map<std::string, FieldSetter> CommonFields() {
   });
   f["return_tokens_as_token_ids"] = BoolField("return_tokens_as_token_ids",
                                               [](OpenAiRequest& r, bool b) { r.tokens_as_ids = b; });
-  f["temperature"] = FloatField("temperature", &v1::SamplingParams::set_temperature);
-  f["top_p"] = FloatField("top_p", &v1::SamplingParams::set_top_p);
-  f["min_p"] = FloatField("min_p", &v1::SamplingParams::set_min_p);
-  f["presence_penalty"] = FloatField("presence_penalty", &v1::SamplingParams::set_presence_penalty);
-  f["frequency_penalty"] = FloatField("frequency_penalty", &v1::SamplingParams::set_frequency_penalty);
-  f["repetition_penalty"] = FloatField("repetition_penalty", &v1::SamplingParams::set_repetition_penalty);
-  f["top_k"] = [](const json& v, OpenAiRequest& r) -> absl::Status {
-    absl::StatusOr<int64_t> k = Integer(v, "top_k", -1, std::numeric_limits<int32_t>::max());
-    if (!k.ok()) return k.status();
-    r.grpc.mutable_sampling()->set_top_k(static_cast<int32_t>(*k));
-    return absl::OkStatus();
-  };
-  f["seed"] = [](const json& v, OpenAiRequest& r) -> absl::Status {
-    // OpenAI's seed is any 64-bit integer; a negative one keeps its bits.
-    if (v.is_number_unsigned()) {
-      r.grpc.mutable_sampling()->set_seed(v.get<uint64_t>());
-      return absl::OkStatus();
-    }
-    if (!v.is_number_integer()) return WrongType("seed", v, "an integer");
-    r.grpc.mutable_sampling()->set_seed(static_cast<uint64_t>(v.get<int64_t>()));
-    return absl::OkStatus();
-  };
+  AddSamplingFields(f);
   f["n"] = [](const json& v, OpenAiRequest&) -> absl::Status {
     absl::StatusOr<int64_t> n = Integer(v, "n", 1, std::numeric_limits<int32_t>::max());
     if (!n.ok()) return n.status();
