@@ -332,7 +332,8 @@ std::map<std::string, FieldSetter> ChatFields() {
   };
   f["chat_template_kwargs"] = [](const json& v, OpenAiRequest& r) -> absl::Status {
     if (!v.is_object()) return WrongType("chat_template_kwargs", v, "an object");
-    for (const auto& [key, value] : v.items()) (*r.grpc.mutable_chat()->mutable_chat_template_kwargs())[key] = value.dump();
+    auto& kwargs = *r.grpc.mutable_chat()->mutable_chat_template_kwargs();
+    for (const auto& [key, value] : v.items()) kwargs[key] = value.dump();
     return absl::OkStatus();
   };
   return f;
@@ -348,7 +349,8 @@ absl::Status SetPrompt(const json& v, OpenAiRequest& r) {
   if (v.empty()) return InvalidField("prompt", "the prompt is empty");
   if (v[0].is_string() || v[0].is_array()) {
     if (v.size() != 1) {
-      return InvalidField("prompt", absl::StrCat("a list of ", v.size(), " prompts; one prompt per request is supported"));
+      return InvalidField("prompt",
+                          absl::StrCat("a list of ", v.size(), " prompts; one prompt per request is supported"));
     }
     if (v[0].is_string()) {
       r.grpc.set_prompt(v[0].get<std::string>());

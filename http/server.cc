@@ -78,7 +78,8 @@ absl::Status Server::Bind() {
   }
   if (port_ <= 0) {
     return absl::InvalidArgumentError(
-        absl::StrCat("--listen: cannot listen on ", options_.host, ":", options_.port, " (in use, or not an address here)"));
+        absl::StrCat("--listen: cannot listen on ", options_.host, ":", options_.port,
+                     " (in use, or not an address here)"));
   }
   return absl::OkStatus();
 }
@@ -262,7 +263,9 @@ void Server::Generate(int endpoint, const httplib::Request& req, httplib::Respon
   } while (call->reader->Read(&response));
   grpc::Status s = call->Finish();
   if (!s.ok()) return AnswerError(res, ErrorOf(s, head.endpoint));
-  if (!complete) return AnswerError(res, {.status = 500, .message = "the stream ended without Complete", .type = "server_error"});
+  if (!complete) {
+    return AnswerError(res, {.status = 500, .message = "the stream ended without Complete", .type = "server_error"});
+  }
   absl::StatusOr<json> lp = ChunkLogprobs(*stub_, options_.coordinator_api_key, *parsed, logprobs, 0);
   if (!lp.ok()) return AnswerError(res, ErrorOf(lp.status(), head.endpoint));
   Answer(res, 200, FullResponse(head, text, *lp, *complete));

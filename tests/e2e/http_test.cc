@@ -280,7 +280,8 @@ json Expectations(v1::Generation::Stub& stub) {
   // A stop string: two characters first seen past the start of the text.
   for (size_t i = 2; i + 2 <= text.size(); ++i) {
     const std::string stop = text.substr(i, 2);
-    if (text.find(stop) == i && static_cast<unsigned char>(stop[0]) < 0x80 && static_cast<unsigned char>(stop[1]) < 0x80) {
+    const bool ascii = static_cast<unsigned char>(stop[0]) < 0x80 && static_cast<unsigned char>(stop[1]) < 0x80;
+    if (text.find(stop) == i && ascii) {
       e["stop_string"] = stop;
       break;
     }
@@ -339,8 +340,8 @@ class HttpOpenAiClientTest : public HttpTest {
   }
   std::vector<std::string> Node(const std::string& mode) const {
     return {"env", "OPENAI_MODULE=" + module_, "HTTP_BASE=" + base_ + "/v1", "EXPECT=" + expect_,
-            "GO_FILE=" + dir_->path() + "/go", "node", std::string(TPSERVE_SOURCE_DIR) + "/tests/e2e/http_openai_client.cjs",
-            mode};
+            "GO_FILE=" + dir_->path() + "/go", "node",
+            std::string(TPSERVE_SOURCE_DIR) + "/tests/e2e/http_openai_client.cjs", mode};
   }
   std::string module_, expect_;
 };

@@ -40,7 +40,8 @@ TEST(OpenAiResponse, SseFramingByteForByte) {
             "\"object\":\"chat.completion.chunk\"}\n\n");
   EXPECT_EQ(std::string(kSseDone), "data: [DONE]\n\n");
   // A newline in the text stays escaped inside the one data line.
-  const std::string event = SseEvent(StreamChunk(Head(Endpoint::kCompletions), "a\nb\n\n", false, nullptr, std::nullopt));
+  const std::string event =
+      SseEvent(StreamChunk(Head(Endpoint::kCompletions), "a\nb\n\n", false, nullptr, std::nullopt));
   EXPECT_EQ(event.find('\n'), event.size() - 2) << event;
   EXPECT_NE(event.find(R"("text":"a\nb\n\n")"), std::string::npos) << event;
   EXPECT_NE(event.find(R"("object":"text_completion")"), std::string::npos) << event;

@@ -61,7 +61,9 @@ absl::Status SplitListen(const std::string& listen, tpserve::http::ServerOptions
     return absl::InvalidArgumentError(absl::StrCat("--listen: \"", listen, "\" is not HOST:PORT"));
   }
   options.host = listen.substr(0, colon);
-  if (options.host.size() > 2 && options.host.front() == '[') options.host = options.host.substr(1, options.host.size() - 2);
+  if (options.host.size() > 2 && options.host.front() == '[') {  // [::1]
+    options.host = options.host.substr(1, options.host.size() - 2);
+  }
   options.port = port;
   return absl::OkStatus();
 }
