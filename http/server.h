@@ -1,7 +1,7 @@
 // tpserve-http's server: OpenAI-compatible HTTP (cpp-httplib) in front of the
 // public gRPC API, as a client of it. Stateless: every HTTP request is one
-// gRPC call (two with log-probs: Detokenize names the tokens), so it can run
-// beside a coordinator or anywhere that reaches one.
+// gRPC call (plus Detokenize, naming log-probs' tokens: once per answer or per
+// streamed chunk), so it can run beside a coordinator or anywhere that reaches one.
 //
 //   POST /v1/chat/completions, /v1/completions   Generate (stream: true answers
 //                                                 server-sent events; see openai_response.h)

@@ -286,6 +286,7 @@ json Expectations(v1::Generation::Stub& stub) {
       break;
     }
   }
+  if (!e.contains("stop_string")) ADD_FAILURE() << "no two ASCII characters to stop at in " << json(text);
   v1::GenerateRequest seeded = ids;
   seeded.mutable_sampling()->set_temperature(1.0f);
   seeded.mutable_sampling()->set_seed(1234);
