@@ -96,7 +96,6 @@ struct ProcessGroup::State {
     exits[r] = e;
     CloseFd(pidfds[r]);
     --running;
-    if (!e.ok() && !stopping) BeginStop(options.grace, SIGTERM);
     return e;
   }
 
@@ -112,6 +111,8 @@ struct ProcessGroup::State {
   void DrainWake() const;
   // Reaps the ranks that ended and SIGKILLs the rest once kill_deadline has passed.
   std::vector<RankExit> ReapEnded();
+  // A rank of `reaped` failed on its own: SIGTERM to the others (then SIGKILL after the grace).
+  void StopOthersIfOneFailed(const std::vector<RankExit>& reaped);
   // After the last rank: drains the output, sets the outcome and signals done_fd.
   void Finish();
 };
@@ -166,9 +167,12 @@ void ProcessGroup::State::Run() {
     if (fds[0].revents != 0) DrainWake();
     PumpStreams(streams, fds, /*drain=*/false);
     const std::vector<RankExit> reaped = ReapEnded();
+    // Whoever watches hears of a failed rank before the others are stopped
+    // because of it, so it is not told first of a peer's stop.
     if (options.on_exit) {
       for (const RankExit& e : reaped) options.on_exit(e);
     }
+    StopOthersIfOneFailed(reaped);
   }
   Finish();
 }
@@ -211,6 +215,13 @@ bool ProcessGroup::State::CollectPollFds(std::vector<pollfd>& fds, int& timeout_
 void ProcessGroup::State::DrainWake() const {
   char drain[64];
   while (read(wake_r, drain, sizeof drain) > 0) {
+  }
+}
+
+void ProcessGroup::State::StopOthersIfOneFailed(const std::vector<RankExit>& reaped) {
+  absl::MutexLock lock(&mu);
+  for (const RankExit& e : reaped) {
+    if (!e.ok() && !stopping) BeginStop(options.grace, SIGTERM);
   }
 }
 

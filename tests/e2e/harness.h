@@ -47,7 +47,10 @@ std::string MakeModel(const std::string& root, const std::string& arch,
 class Process {
  public:
   Process(const std::vector<std::string>& argv, const std::string& log);
-  ~Process();  // SIGKILL to its group, reaped; a sanitizer report in its log fails the test
+  // SIGTERM, then SIGKILL to its group if it has not ended within
+  // kTeardownGrace; reaped. A sanitizer report in its log fails the test.
+  ~Process();
+  static constexpr absl::Duration kTeardownGrace = absl::Seconds(10);
   pid_t pid() const { return pid_; }
   void Signal(int sig);
   // Waits for exit up to `timeout`; the exit status, or -1 on timeout (128+n for a signal).
@@ -59,6 +62,17 @@ class Process {
   std::string log_;
   bool reaped_ = false;
 };
+
+// The text after `marker` on its line in the process's log, waiting up to
+// `timeout` for it (fails the test and returns "" if it never comes, or the
+// process ends first). `after`: only text past this offset of the log counts.
+std::string AwaitLine(Process& process, const std::string& marker, absl::Duration timeout = absl::Seconds(60),
+                      size_t after = 0);
+
+// tpserve-worker --coordinator ADDRESS as `rank` of `world` (local rank =
+// rank), plus `extra`, its output in `log`.
+std::unique_ptr<Process> StartWorker(const std::string& coordinator, int rank, int world, const std::string& log,
+                                     const std::vector<std::string>& extra = {});
 
 struct Coordinator {
   std::unique_ptr<Process> process;
@@ -88,6 +102,10 @@ tpserve::v1::GenerateRequest Greedy(int max_tokens);
 
 std::vector<int32_t> Tokenize(tpserve::v1::Generation::Stub& stub, const tpserve::v1::TokenizeRequest& request);
 tpserve::v1::ServerInfo ServerInfo(tpserve::v1::Generation::Stub& stub);
+// The pid of `rank` from ServerInfo's "rank R: host cpu (pid P)"; 0 if absent.
+int WorkerPid(const tpserve::v1::ServerInfo& info, int rank);
+// Polls until the server serves (a one-token Generate succeeds); false after `timeout`.
+bool AwaitServing(tpserve::v1::Generation::Stub& stub, absl::Duration timeout = absl::Seconds(60));
 
 // Greedy tokens of the offline engine (tpserve-generate --tp `tp`, EOS ignored)
 // for every prompt.

@@ -193,8 +193,11 @@ bool StopsAt(const v1::StoppingParams& st, const std::vector<uint32_t>& eos, uin
 // its parameters allow. `eos`: the model's EOS ids.
 std::string WellFormed(const Spec& spec, const Observed& o, const std::vector<uint32_t>& eos) {
   const v1::StoppingParams& st = spec.request.stopping();
+  // A deadline that passes as the Complete arrives may still end the call
+  // DEADLINE_EXCEEDED on the client (gRPC's deadline is the client's own
+  // timer too): the server sent one outcome either way.
   if (spec.deadline > absl::ZeroDuration() && o.status.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED) {
-    return o.completes == 0 ? "" : "a Complete and then DEADLINE_EXCEEDED";
+    return o.completes <= 1 ? "" : "several Complete messages";
   }
   if (!o.status.ok()) return absl::StrCat("status ", o.status.error_code(), ": ", o.status.error_message());
   if (o.completes != 1) return absl::StrCat(o.completes, " Complete messages");
@@ -420,13 +423,14 @@ TEST_F(OverlapTest, AWorkerKilledUnderManyStreamsEndsEachOnceNamingTheRank) {
     EXPECT_EQ(o.completes, 0) << "stream " << i << " got a Complete and an error";
     EXPECT_LT(o.streamed_tokens(), 4000) << "stream " << i;
   }
+  // The group is replaced (recovery_test.cc), and serves a new request whole.
+  ASSERT_TRUE(AwaitServing(*c.stub)) << c.process->Log();
   Spec after;
   after.request = Greedy(4);
   after.request.set_prompt("after the loss");
-  const Observed refused = Stream(*c.stub, after);
-  EXPECT_EQ(refused.status.error_code(), grpc::StatusCode::UNAVAILABLE) << refused.status.error_message();
-  EXPECT_NE(refused.status.error_message().find("rank 1"), std::string::npos) << refused.status.error_message();
-  EXPECT_TRUE(refused.chunks.empty());
+  const Observed served = Stream(*c.stub, after);
+  EXPECT_TRUE(served.status.ok()) << served.status.error_message();
+  EXPECT_EQ(served.completes, 1);
 }
 
 }  // namespace

@@ -32,8 +32,9 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "auth/api_keys.h"
+#include "auth/tls_credentials.h"
 #include "base/flag_spelling.h"
-#include "client_channel/channel.h"
 #include "health.grpc.pb.h"
 #include "nlohmann/json.hpp"
 #include "tpserve/v1/generation.grpc.pb.h"
@@ -142,6 +143,13 @@ std::string LoadApiKey() {
   if (!key.ok()) return std::string(key.status().message());
   ApiKey() = *std::move(key);
   return "";
+}
+
+// TLS when --tls, --tls-ca or --tls-cert asks for it, else plain text.
+absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> ChannelCredentials() {
+  const tpserve::TlsFiles tls{.cert = absl::GetFlag(FLAGS_tls_cert), .key = absl::GetFlag(FLAGS_tls_key),
+                              .ca = absl::GetFlag(FLAGS_tls_ca)};
+  return tpserve::MakeChannelCredentials(tls, absl::GetFlag(FLAGS_tls));
 }
 
 std::string FinishName(v1::FinishReason reason) {
@@ -388,9 +396,7 @@ int main(int argc, char** argv) {
   if (positional.size() != 2) return Usage("give one command: generate, info, health or abort (see --help)");
   const std::string command = positional[1];
   if (std::string error = LoadApiKey(); !error.empty()) return Usage(error);
-  absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> credentials = tpserve::ClientChannelCredentials(
-      {.tls = absl::GetFlag(FLAGS_tls), .ca = absl::GetFlag(FLAGS_tls_ca), .cert = absl::GetFlag(FLAGS_tls_cert),
-       .key = absl::GetFlag(FLAGS_tls_key)});
+  absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> credentials = ChannelCredentials();
   if (!credentials.ok()) return Usage(std::string(credentials.status().message()));
   auto channel = grpc::CreateChannel(absl::GetFlag(FLAGS_server), *credentials);
   auto stub = v1::Generation::NewStub(channel);

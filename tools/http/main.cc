@@ -29,7 +29,7 @@
 #include "absl/strings/str_cat.h"
 #include "auth/api_keys.h"
 #include "base/flag_spelling.h"
-#include "client_channel/channel.h"
+#include "auth/tls_credentials.h"
 #include "health.grpc.pb.h"
 #include "http/server.h"
 
@@ -114,10 +114,14 @@ int main(int argc, char** argv) {
   pthread_sigmask(SIG_BLOCK, &set, nullptr);
   std::signal(SIGPIPE, SIG_IGN);
 
-  absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> credentials = tpserve::ClientChannelCredentials(
-      {.tls = absl::GetFlag(FLAGS_server_tls), .ca = absl::GetFlag(FLAGS_server_tls_ca),
-       .cert = absl::GetFlag(FLAGS_server_tls_cert), .key = absl::GetFlag(FLAGS_server_tls_key),
-       .flag_prefix = "--server-"});
+  const tpserve::TlsFiles tls{.cert = absl::GetFlag(FLAGS_server_tls_cert),
+                              .key = absl::GetFlag(FLAGS_server_tls_key),
+                              .ca = absl::GetFlag(FLAGS_server_tls_ca),
+                              .cert_flag = "--server-tls-cert",
+                              .key_flag = "--server-tls-key",
+                              .ca_flag = "--server-tls-ca"};
+  absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> credentials =
+      tpserve::MakeChannelCredentials(tls, absl::GetFlag(FLAGS_server_tls));
   if (!credentials.ok()) return Fail(credentials.status().message());
   std::shared_ptr<grpc::Channel> channel = grpc::CreateChannel(absl::GetFlag(FLAGS_server), *credentials);
   absl::StatusOr<tpserve::http::ServerOptions> options = OptionsFromFlags(channel);

@@ -21,8 +21,11 @@
 
 #include "absl/flags/flag.h"
 #include "absl/flags/usage.h"
+#include "absl/strings/str_cat.h"
 #include "auth/cluster_secret.h"
+#include "auth/tls_credentials.h"
 #include "base/flag_spelling.h"
+#include "base/status_macros.h"
 #include "comm/rank_env.h"
 #include "worker_service/session.h"
 
@@ -36,6 +39,12 @@ ABSL_FLAG(std::string, comm_host, "127.0.0.1",
 ABSL_FLAG(std::string, cluster_secret_file, "",
           "file holding the coordinator's cluster secret (default: $TPSERVE_CLUSTER_SECRET_FILE); "
           "a coordinator with a secret admits only workers that prove it");
+ABSL_FLAG(std::string, tls_ca, "",
+          "PEM CA bundle the coordinator's worker-port certificate must chain to (turns TLS on)");
+ABSL_FLAG(std::string, tls_cert, "", "PEM client certificate, for a coordinator with --worker-tls-ca");
+ABSL_FLAG(std::string, tls_key, "", "PEM private key of --tls-cert (chmod 600)");
+ABSL_FLAG(std::string, tls_server_name, "",
+          "the name the coordinator's certificate carries, if not the host of --coordinator");
 ABSL_FLAG(int, threads, 0, "CPU backend GEMM threads (0 = cores / ranks on this host)");
 
 namespace {
@@ -66,41 +75,23 @@ void OnSignal(int) {
   (void)!write(g_signal_pipe[1], &byte, 1);
 }
 
-}  // namespace
-
-int main(int argc, char** argv) {
-  absl::SetProgramUsageMessage(
-      "serves one tensor-parallel rank for tpserve-coordinator.\n"
-      "  mpirun -np N tpserve-worker --coordinator HOST:PORT\n"
-      "  tpserve-launch --nproc-per-node N -- tpserve-worker --coordinator HOST:PORT");
-  // Flags are spelled with dashes (--connect-timeout) or underscores.
-  const std::vector<std::string> rest = tpserve::ParseFlagsWithDashes(argc, argv);
-  if (rest.size() > 1) {
-    std::fprintf(stderr, "tpserve-worker: unexpected argument '%s'; see --help\n", rest[1].c_str());
-    return 2;
-  }
+// Fails with the message to print (the flag named) when the flags do not make a session.
+absl::StatusOr<tpserve::SessionOptions> OptionsFromFlags() {
   tpserve::SessionOptions options;
   options.coordinator = absl::GetFlag(FLAGS_coordinator);
   if (options.coordinator.empty()) {
-    std::fprintf(stderr, "tpserve-worker: --coordinator HOST:PORT is required (the coordinator's worker address)\n");
-    return 2;
+    return absl::InvalidArgumentError("--coordinator HOST:PORT is required (the coordinator's worker address)");
   }
   if (std::string why = CheckAddress(options.coordinator); !why.empty()) {
-    std::fprintf(stderr, "tpserve-worker: --coordinator %s is not HOST:PORT: %s (give the address the coordinator "
-                 "prints as 'workers connect to HOST:PORT', its --worker-listen)\n",
-                 options.coordinator.c_str(), why.c_str());
-    return 2;
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--coordinator ", options.coordinator, " is not HOST:PORT: ", why,
+        " (give the address the coordinator prints as 'workers connect to HOST:PORT', its --worker-listen)"));
   }
   tpserve::RankOverrides overrides;
   if (absl::GetFlag(FLAGS_rank) >= 0) overrides.rank = absl::GetFlag(FLAGS_rank);
   if (absl::GetFlag(FLAGS_world_size) >= 0) overrides.world_size = absl::GetFlag(FLAGS_world_size);
   if (absl::GetFlag(FLAGS_local_rank) >= 0) overrides.local_rank = absl::GetFlag(FLAGS_local_rank);
-  absl::StatusOr<tpserve::RankEnv> env = tpserve::ReadRankEnv(overrides);
-  if (!env.ok()) {
-    std::fprintf(stderr, "tpserve-worker: %s\n", std::string(env.status().message()).c_str());
-    return 2;
-  }
-  options.worker.rank = *env;
+  TPSERVE_ASSIGN_OR_RETURN(options.worker.rank, tpserve::ReadRankEnv(overrides));
   options.connect_timeout = absl::GetFlag(FLAGS_connect_timeout);
   options.worker.comm_host = absl::GetFlag(FLAGS_comm_host);
   options.worker.cpu_threads = absl::GetFlag(FLAGS_threads);
@@ -109,19 +100,22 @@ int main(int argc, char** argv) {
   const bool from_env = secret_file.empty() && secret_env != nullptr && *secret_env != '\0';
   if (from_env) secret_file = secret_env;
   if (!secret_file.empty()) {
-    absl::StatusOr<tpserve::ClusterSecret> secret = tpserve::ClusterSecret::FromFile(
-        secret_file, from_env ? tpserve::kClusterSecretFileEnv : "--cluster-secret-file");
-    if (!secret.ok()) {
-      std::fprintf(stderr, "tpserve-worker: %s\n", std::string(secret.status().message()).c_str());
-      return 2;
-    }
-    options.secret = *std::move(secret);
+    TPSERVE_ASSIGN_OR_RETURN(options.secret, tpserve::ClusterSecret::FromFile(
+                                                 secret_file, from_env ? tpserve::kClusterSecretFileEnv
+                                                                       : "--cluster-secret-file"));
   }
+  const tpserve::TlsFiles tls{.cert = absl::GetFlag(FLAGS_tls_cert), .key = absl::GetFlag(FLAGS_tls_key),
+                              .ca = absl::GetFlag(FLAGS_tls_ca)};
+  TPSERVE_ASSIGN_OR_RETURN(options.credentials, tpserve::MakeChannelCredentials(tls));
+  options.tls_server_name = absl::GetFlag(FLAGS_tls_server_name);
+  return options;
+}
 
-  // SIGTERM / SIGINT: the handler only writes a byte to a pipe (libraries
-  // such as OpenBLAS start threads before main, so masking the signals and
-  // sigwait-ing in one thread would not catch them all); a thread reads it and
-  // stops the session.
+// Runs the session; SIGTERM / SIGINT stop it. The handler only writes a byte
+// to a pipe (libraries such as OpenBLAS start threads before main, so masking
+// the signals and sigwait-ing in one thread would not catch them all); a
+// thread reads it and stops the session.
+int RunUntilSignalled(const tpserve::SessionOptions& options) {
   if (pipe(g_signal_pipe) != 0) {
     std::perror("tpserve-worker: pipe");
     return 1;
@@ -145,4 +139,25 @@ int main(int argc, char** argv) {
   (void)!write(g_signal_pipe[1], &byte, 1);  // wake the waiter
   waiter.join();
   return code;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  absl::SetProgramUsageMessage(
+      "serves one tensor-parallel rank for tpserve-coordinator.\n"
+      "  mpirun -np N tpserve-worker --coordinator HOST:PORT\n"
+      "  tpserve-launch --nproc-per-node N -- tpserve-worker --coordinator HOST:PORT");
+  // Flags are spelled with dashes (--connect-timeout) or underscores.
+  const std::vector<std::string> rest = tpserve::ParseFlagsWithDashes(argc, argv);
+  if (rest.size() > 1) {
+    std::fprintf(stderr, "tpserve-worker: unexpected argument '%s'; see --help\n", rest[1].c_str());
+    return 2;
+  }
+  absl::StatusOr<tpserve::SessionOptions> options = OptionsFromFlags();
+  if (!options.ok()) {
+    std::fprintf(stderr, "tpserve-worker: %s\n", std::string(options.status().message()).c_str());
+    return 2;
+  }
+  return RunUntilSignalled(*options);
 }
