@@ -79,4 +79,16 @@ std::optional<absl::string_view> ApiKeys::BearerToken(absl::string_view header) 
   return absl::StripAsciiWhitespace(header.substr(kBearer.size()));
 }
 
+absl::StatusOr<std::string> ReadClientApiKey(const std::filesystem::path& path, absl::string_view flag) {
+  absl::StatusOr<std::string> text = ReadSecretFile(path, flag);
+  if (!text.ok()) return text.status();
+  for (absl::string_view line : absl::StrSplit(*text, '\n')) {
+    line = absl::StripAsciiWhitespace(line);
+    if (line.empty() || line.front() == '#') continue;
+    std::vector<absl::string_view> words = absl::StrSplit(line, absl::ByAnyChar(" \t"), absl::SkipEmpty());
+    return std::string(words.back());
+  }
+  return absl::InvalidArgumentError(absl::StrCat(flag, " ", path.string(), " holds no key"));
+}
+
 }  // namespace tpserve

@@ -42,4 +42,10 @@ class ApiKeys {
   std::vector<Key> keys_;
 };
 
+// A client's side: the key in a key file (the first `KEY` or `NAME KEY` line;
+// blank lines and '#' comments skipped; a private file, read as
+// ReadSecretFile reads it). `flag` names the flag in errors; a file without a
+// key is INVALID_ARGUMENT. tpserve-client and tpserve-http send it.
+absl::StatusOr<std::string> ReadClientApiKey(const std::filesystem::path& path, absl::string_view flag);
+
 }  // namespace tpserve

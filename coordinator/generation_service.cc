@@ -2,7 +2,9 @@
 
 #include <sys/random.h>
 
+#include <climits>
 #include <random>
+#include <span>
 #include <utility>
 
 #include "absl/functional/function_ref.h"
@@ -368,6 +370,32 @@ absl::Status GenerationService::TokenizeInto(const v1::TokenizeRequest& request,
   // unless the request allows them).
   TPSERVE_ASSIGN_OR_RETURN(const std::vector<int32_t> ids, EncodeTokenizeRequest(request, tokenizer_, chat_format_));
   for (int32_t id : ids) response->add_token_ids(static_cast<uint32_t>(id));
+  return absl::OkStatus();
+}
+
+grpc::ServerUnaryReactor* GenerationService::Detokenize(grpc::CallbackServerContext* context,
+                                                        const grpc::ByteBuffer* request, grpc::ByteBuffer* response) {
+  return Unary<v1::DetokenizeRequest, v1::DetokenizeResponse>(
+      context, *request, response, Caller(*context),
+      [this](const std::string&, const v1::DetokenizeRequest& r, v1::DetokenizeResponse* out) {
+        return DetokenizeInto(r, out);
+      });
+}
+
+absl::Status GenerationService::DetokenizeInto(const v1::DetokenizeRequest& request,
+                                               v1::DetokenizeResponse* response) const {
+  // Ids past int32 are outside every vocabulary; Decode names them.
+  std::vector<int32_t> ids;
+  ids.reserve(static_cast<size_t>(request.token_ids_size()));
+  for (uint32_t id : request.token_ids()) ids.push_back(id > INT32_MAX ? -1 : static_cast<int32_t>(id));
+  absl::StatusOr<std::string> text = tokenizer_.Decode(ids, request.skip_special_tokens());
+  if (!text.ok()) return absl::InvalidArgumentError(absl::StrCat("token_ids: ", text.status().message()));
+  response->set_text(*std::move(text));
+  if (!request.pieces()) return absl::OkStatus();
+  for (int32_t id : ids) {
+    TPSERVE_ASSIGN_OR_RETURN(std::string piece, tokenizer_.Decode(std::span<const int32_t>(&id, 1), false));
+    response->add_pieces(std::move(piece));
+  }
   return absl::OkStatus();
 }
 

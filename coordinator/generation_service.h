@@ -72,7 +72,8 @@ struct ServiceInfo {
 using RawGenerationService = tpserve::v1::Generation::WithRawCallbackMethod_Generate<
     tpserve::v1::Generation::WithRawCallbackMethod_Abort<tpserve::v1::Generation::WithRawCallbackMethod_GetModelInfo<
         tpserve::v1::Generation::WithRawCallbackMethod_GetServerInfo<
-            tpserve::v1::Generation::WithRawCallbackMethod_Tokenize<tpserve::v1::Generation::Service>>>>>;
+            tpserve::v1::Generation::WithRawCallbackMethod_Tokenize<
+                tpserve::v1::Generation::WithRawCallbackMethod_Detokenize<tpserve::v1::Generation::Service>>>>>>;
 
 class GenerationService final : public RawGenerationService {
  public:
@@ -110,6 +111,8 @@ class GenerationService final : public RawGenerationService {
                                           grpc::ByteBuffer* response) override;
   grpc::ServerUnaryReactor* Tokenize(grpc::CallbackServerContext* context, const grpc::ByteBuffer* request,
                                      grpc::ByteBuffer* response) override;
+  grpc::ServerUnaryReactor* Detokenize(grpc::CallbackServerContext* context, const grpc::ByteBuffer* request,
+                                       grpc::ByteBuffer* response) override;
 
  private:
   class GenerateReactor;  // one Generate call (generation_service.cc)
@@ -128,6 +131,8 @@ class GenerationService final : public RawGenerationService {
   absl::Status ServerInfoInto(tpserve::v1::ServerInfo* response) const;
   absl::Status TokenizeInto(const tpserve::v1::TokenizeRequest& request,
                             tpserve::v1::TokenizeResponse* response) const;
+  absl::Status DetokenizeInto(const tpserve::v1::DetokenizeRequest& request,
+                              tpserve::v1::DetokenizeResponse* response) const;
   // The caller's client identity (AccessOptions), or UNAUTHENTICATED.
   absl::StatusOr<std::string> Caller(const grpc::CallbackServerContext& context) const;
   // Counts a stream of `client` against its cap (RESOURCE_EXHAUSTED when full);

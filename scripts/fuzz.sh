@@ -6,12 +6,13 @@
 #   fuzz_tokenizer           Encode / Decode / the streaming detokenizer tests/tokenizer/
 #   fuzz_chat_template       RenderChat / RenderChatSegments            tests/tokenizer/
 #   fuzz_generate_request    the request validator on GenerateRequest   tests/coordinator/
+#   fuzz_openai_request      tpserve-http's OpenAI request parsers      tests/http/
 #   fuzz_jinja_template      the Jinja2 engine: template sources, and    tests/jinja/
 #                            message contents under the real templates
 #
 #   scripts/fuzz.sh [BUILD_DIR]   fuzz build in BUILD_DIR-fuzz (default build-fuzz): clang,
 #                                 -DTPSERVE_FUZZ=ON, no CUDA/tests/bench; builds only the fuzzers
-#   TPSERVE_FUZZ_SECONDS=N        how long to fuzz each target (default 30; 6 targets = 3 min)
+#   TPSERVE_FUZZ_SECONDS=N        how long to fuzz each target (default 30; 7 targets = 3.5 min)
 #   TPSERVE_FUZZ_TARGETS="a b"    run only these targets
 #
 # Each target's corpus lives in BUILD_DIR-fuzz/fuzz/<target>/corpus and grows across runs;
@@ -24,7 +25,7 @@ build="${1:-build}"
 build="${build%/}-fuzz"
 seconds="${TPSERVE_FUZZ_SECONDS:-30}"
 targets=(${TPSERVE_FUZZ_TARGETS:-fuzz_safetensors_header fuzz_model_config fuzz_tokenizer fuzz_chat_template
-  fuzz_generate_request fuzz_jinja_template})
+  fuzz_generate_request fuzz_openai_request fuzz_jinja_template})
 work="$build/fuzz"
 
 launcher=()

@@ -200,9 +200,38 @@ def jinja_template(work):
     write(work, "fuzz_jinja_template", seeds, tokens)
 
 
+def openai_request(work):
+    """tests/http/fuzz_openai_request.cc: a byte picking the parser, then an HTTP body."""
+    chat = {"model": "m", "messages": [{"role": "system", "content": "be brief"},
+                                       {"role": "user", "content": [{"type": "text", "text": "hi"}]},
+                                       {"role": "assistant", "content": None, "tool_calls": [
+                                           {"id": "c", "type": "function",
+                                            "function": {"name": "f", "arguments": "{}"}}]},
+                                       {"role": "tool", "tool_call_id": "c", "content": "1"}],
+            "max_tokens": 5, "temperature": 0.5, "stop": ["a"], "logprobs": True, "top_logprobs": 2,
+            "stream": True, "stream_options": {"include_usage": True}, "tools": [], "tool_choice": "auto",
+            "chat_template_kwargs": {"enable_thinking": False}, "seed": -1, "n": 1}
+    completion = {"prompt": [[1, 2, 3]], "max_tokens": 16, "logprobs": 1, "stop": "x", "top_k": -1,
+                  "ignore_eos": True, "min_tokens": 2, "stop_token_ids": [7], "echo": False}
+    seeds = {
+        "chat": b"\x00" + json.dumps(chat).encode(),
+        "completion": b"\x01" + json.dumps(completion).encode(),
+        "completion_text": b"\x01" + json.dumps({"prompt": "hello", "stream": False}).encode(),
+        "tokenize": b"\x02" + json.dumps({"messages": chat["messages"], "add_generation_prompt": False}).encode(),
+        "detokenize": b"\x03" + json.dumps({"tokens": [1, 4294967295], "model": "m"}).encode(),
+        "broken": b"\x00{\"messages\": [{\"role\": 1e999}",
+    }
+    tokens = ["\"messages\"", "\"prompt\"", "\"role\"", "\"content\"", "\"max_tokens\"", "\"stop\"",
+              "\"logprobs\"", "\"top_logprobs\"", "\"stream\"", "\"stream_options\"", "\"include_usage\"",
+              "\"tools\"", "\"tool_choice\"", "\"tool_calls\"", "\"function\"", "\"seed\"", "\"n\"",
+              "\"tokens\"", "null", "true", "false", "[]", "{}", "-1", "4294967296", "1e309", "\"\\u0000\""]
+    write(work, "fuzz_openai_request", seeds, tokens)
+
+
 def main():
     work = sys.argv[1]
-    for make in (safetensors, model_config, tokenizer, chat_template, generate_request, jinja_template):
+    for make in (safetensors, model_config, tokenizer, chat_template, generate_request, openai_request,
+                 jinja_template):
         make(work)
 
 

@@ -7,6 +7,7 @@
 
 #include <gtest/gtest.h>
 
+#include "absl/strings/match.h"
 #include "auth/api_keys.h"
 #include "auth/cluster_secret.h"
 #include "auth/secret_file.h"
@@ -110,6 +111,23 @@ TEST_F(AuthTest, BadKeyFilesNameTheLine) {
   EXPECT_FALSE(ApiKeys::FromText("same-key-0123456789\nsame-key-0123456789\n", "keys").ok());
   EXPECT_FALSE(ApiKeys::FromText("a b c-0123456789abcdef\n", "keys").ok());
   EXPECT_FALSE(ApiKeys::FromFile(Write("open-keys", "k-0123456789abcdef\n", 0644)).ok());
+}
+
+// A client's key file (tpserve-client, tpserve-http): the key of its first key line.
+TEST_F(AuthTest, ClientKeyFileGivesItsFirstKey) {
+  const std::string named = (dir_ / "client-named").string();
+  ASSERT_TRUE(WriteSecretFile(named, "# mine\n\n  alice  alice-key-0123456789 \nbob bob-key-0123456789\n").ok());
+  absl::StatusOr<std::string> key = ReadClientApiKey(named, "--api-key-file");
+  ASSERT_TRUE(key.ok()) << key.status();
+  EXPECT_EQ(*key, "alice-key-0123456789");
+  const std::string bare = (dir_ / "client-bare").string();
+  ASSERT_TRUE(WriteSecretFile(bare, "bare-key-0123456789\n").ok());
+  EXPECT_EQ(ReadClientApiKey(bare, "F").value_or(""), "bare-key-0123456789");
+  const std::string empty = (dir_ / "client-empty").string();
+  ASSERT_TRUE(WriteSecretFile(empty, "# nothing\n").ok());
+  key = ReadClientApiKey(empty, "--server-api-key-file");
+  EXPECT_EQ(key.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(absl::StrContains(key.status().message(), "--server-api-key-file")) << key.status();
 }
 
 TEST_F(AuthTest, BearerTokenParsesOnlyTheBearerScheme) {

@@ -212,6 +212,14 @@ TEST_F(SecurityTest, ApiKeysGuardEveryCallAndScopeTheStreamCap) {
   EXPECT_EQ(Tokenize(*stub, "").error_code(), grpc::StatusCode::UNAUTHENTICATED);
   EXPECT_EQ(Tokenize(*stub, "not-a-key-0123456789abc").error_code(), grpc::StatusCode::UNAUTHENTICATED);
   EXPECT_TRUE(Tokenize(*stub, alice).ok());
+  for (const std::string& key : {std::string(), alice}) {
+    std::unique_ptr<grpc::ClientContext> context = KeyedContext(key);
+    v1::DetokenizeRequest request;
+    request.add_token_ids(1);
+    v1::DetokenizeResponse response;
+    EXPECT_EQ(stub->Detokenize(context.get(), request, &response).error_code(),
+              key.empty() ? grpc::StatusCode::UNAUTHENTICATED : grpc::StatusCode::OK);
+  }
   {
     std::unique_ptr<grpc::ClientContext> context = KeyedContext("");
     v1::GenerateResponse r;

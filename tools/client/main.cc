@@ -16,8 +16,6 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
-#include <fstream>
-#include <iterator>
 #include <iostream>
 #include <memory>
 #include <set>
@@ -31,11 +29,10 @@
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
 #include "absl/status/statusor.h"
-#include "absl/strings/ascii.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
-#include "auth/secret_file.h"
+#include "auth/api_keys.h"
 #include "auth/tls_credentials.h"
 #include "base/flag_spelling.h"
 #include "health.grpc.pb.h"
@@ -142,16 +139,10 @@ std::string LoadApiKey() {
     if (env != nullptr) ApiKey() = env;
     return "";
   }
-  absl::StatusOr<std::string> text = tpserve::ReadSecretFile(path, "--api-key-file");
-  if (!text.ok()) return std::string(text.status().message());
-  for (absl::string_view line : absl::StrSplit(*text, '\n')) {
-    line = absl::StripAsciiWhitespace(line);
-    if (line.empty() || line.front() == '#') continue;
-    std::vector<absl::string_view> words = absl::StrSplit(line, absl::ByAnyChar(" \t"), absl::SkipEmpty());
-    ApiKey() = std::string(words.back());
-    return "";
-  }
-  return absl::StrCat("--api-key-file ", path, " holds no key");
+  absl::StatusOr<std::string> key = tpserve::ReadClientApiKey(path, "--api-key-file");
+  if (!key.ok()) return std::string(key.status().message());
+  ApiKey() = *std::move(key);
+  return "";
 }
 
 // TLS when --tls, --tls-ca or --tls-cert asks for it, else plain text.

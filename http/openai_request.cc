@@ -1,0 +1,523 @@
+#include "http/openai_request.h"
+
+#include <cmath>
+#include <cstdint>
+#include <functional>
+#include <limits>
+#include <map>
+#include <utility>
+
+#include "absl/strings/cord.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/strip.h"
+#include "base/status_macros.h"
+#include "nlohmann/json.hpp"
+
+namespace tpserve::http {
+namespace {
+
+namespace v1 = tpserve::v1;
+using nlohmann::json;
+
+constexpr char kParamPayload[] = "tpserve.http/param";
+
+const char* TypeName(const json& v) {
+  if (v.is_boolean()) return "a boolean";
+  if (v.is_number_integer() || v.is_number_unsigned()) return "an integer";
+  if (v.is_number()) return "a number";
+  if (v.is_string()) return "a string";
+  if (v.is_array()) return "an array";
+  if (v.is_object()) return "an object";
+  return "null";
+}
+
+absl::Status WrongType(absl::string_view field, const json& v, absl::string_view want) {
+  return InvalidField(field, absl::StrCat("expected ", want, ", got ", TypeName(v)));
+}
+
+absl::StatusOr<bool> Bool(const json& v, absl::string_view field) {
+  if (!v.is_boolean()) return WrongType(field, v, "a boolean");
+  return v.get<bool>();
+}
+
+absl::StatusOr<std::string> String(const json& v, absl::string_view field) {
+  if (!v.is_string()) return WrongType(field, v, "a string");
+  return v.get<std::string>();
+}
+
+absl::StatusOr<float> Float(const json& v, absl::string_view field) {
+  if (!v.is_number()) return WrongType(field, v, "a number");
+  const double d = v.get<double>();
+  if (!std::isfinite(d) || std::abs(d) > std::numeric_limits<float>::max()) {
+    return InvalidField(field, absl::StrCat(d, " is not a finite 32-bit float"));
+  }
+  return static_cast<float>(d);
+}
+
+// An integer in [lo, hi].
+absl::StatusOr<int64_t> Integer(const json& v, absl::string_view field, int64_t lo, int64_t hi) {
+  if (v.is_number_unsigned()) {
+    const uint64_t u = v.get<uint64_t>();
+    if (u > static_cast<uint64_t>(hi)) return InvalidField(field, absl::StrCat(u, " is above the maximum ", hi));
+    return static_cast<int64_t>(u);
+  }
+  if (!v.is_number_integer()) return WrongType(field, v, "an integer");
+  const int64_t i = v.get<int64_t>();
+  if (i < lo || i > hi) return InvalidField(field, absl::StrCat(i, " is outside [", lo, ", ", hi, "]"));
+  return i;
+}
+
+absl::StatusOr<uint32_t> Uint32(const json& v, absl::string_view field) {
+  absl::StatusOr<int64_t> i = Integer(v, field, 0, std::numeric_limits<uint32_t>::max());
+  if (!i.ok()) return i.status();
+  return static_cast<uint32_t>(*i);
+}
+
+// A list of token ids (each a uint32).
+absl::Status TokenIds(const json& v, absl::string_view field, v1::TokenIds* out) {
+  if (!v.is_array()) return WrongType(field, v, "an array of token ids");
+  for (size_t i = 0; i < v.size(); ++i) {
+    absl::StatusOr<uint32_t> id = Uint32(v[i], absl::StrCat(field, "[", i, "]"));
+    if (!id.ok()) return id.status();
+    out->add_ids(*id);
+  }
+  return absl::OkStatus();
+}
+
+// Sets `set` from a field's value, or says what is wrong with it.
+using FieldSetter = std::function<absl::Status(const json& value, OpenAiRequest& r)>;
+
+template <typename T, typename Get, typename Apply>
+FieldSetter Setter(Get get, Apply apply, std::string field) {
+  return [get, apply, field](const json& v, OpenAiRequest& r) -> absl::Status {
+    absl::StatusOr<T> value = get(v, field);
+    if (!value.ok()) return value.status();
+    return apply(r, *value);
+  };
+}
+
+FieldSetter FloatField(std::string field, void (v1::SamplingParams::*set)(float)) {
+  return Setter<float>(Float, [set](OpenAiRequest& r, float f) {
+    (r.grpc.mutable_sampling()->*set)(f);
+    return absl::OkStatus();
+  }, std::move(field));
+}
+
+FieldSetter BoolField(std::string field, std::function<void(OpenAiRequest&, bool)> set) {
+  return Setter<bool>(Bool, [set](OpenAiRequest& r, bool b) {
+    set(r, b);
+    return absl::OkStatus();
+  }, std::move(field));
+}
+
+absl::Status SetStop(const json& v, OpenAiRequest& r) {
+  v1::StoppingParams* st = r.grpc.mutable_stopping();
+  if (v.is_string()) {
+    st->add_stop(v.get<std::string>());
+    return absl::OkStatus();
+  }
+  if (!v.is_array()) return WrongType("stop", v, "a string or an array of strings");
+  for (size_t i = 0; i < v.size(); ++i) {
+    absl::StatusOr<std::string> s = String(v[i], absl::StrCat("stop[", i, "]"));
+    if (!s.ok()) return s.status();
+    st->add_stop(*s);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status SetMaxTokens(const json& v, OpenAiRequest& r, absl::string_view field) {
+  absl::StatusOr<uint32_t> n = Uint32(v, field);
+  if (!n.ok()) return n.status();
+  v1::StoppingParams* st = r.grpc.mutable_stopping();
+  if (st->has_max_tokens() && st->max_tokens() != *n) {
+    return InvalidField(field, "max_tokens and max_completion_tokens disagree; give one of them");
+  }
+  st->set_max_tokens(*n);
+  return absl::OkStatus();
+}
+
+// temperature, top_p, min_p, the penalties, top_k, seed: GenerateRequest.sampling.
+void AddSamplingFields(std::map<std::string, FieldSetter>& f) {
+  f["temperature"] = FloatField("temperature", &v1::SamplingParams::set_temperature);
+  f["top_p"] = FloatField("top_p", &v1::SamplingParams::set_top_p);
+  f["min_p"] = FloatField("min_p", &v1::SamplingParams::set_min_p);
+  f["presence_penalty"] = FloatField("presence_penalty", &v1::SamplingParams::set_presence_penalty);
+  f["frequency_penalty"] = FloatField("frequency_penalty", &v1::SamplingParams::set_frequency_penalty);
+  f["repetition_penalty"] = FloatField("repetition_penalty", &v1::SamplingParams::set_repetition_penalty);
+  f["top_k"] = [](const json& v, OpenAiRequest& r) -> absl::Status {
+    absl::StatusOr<int64_t> k = Integer(v, "top_k", -1, std::numeric_limits<int32_t>::max());
+    if (!k.ok()) return k.status();
+    r.grpc.mutable_sampling()->set_top_k(static_cast<int32_t>(*k));
+    return absl::OkStatus();
+  };
+  f["seed"] = [](const json& v, OpenAiRequest& r) -> absl::Status {
+    // OpenAI's seed is any 64-bit integer; a negative one keeps its bits.
+    if (v.is_number_unsigned()) {
+      r.grpc.mutable_sampling()->set_seed(v.get<uint64_t>());
+      return absl::OkStatus();
+    }
+    if (!v.is_number_integer()) return WrongType("seed", v, "an integer");
+    r.grpc.mutable_sampling()->set_seed(static_cast<uint64_t>(v.get<int64_t>()));
+    return absl::OkStatus();
+  };
+}
+
+// The fields both endpoints take.
+std::map<std::string, FieldSetter> CommonFields() {
+  std::map<std::string, FieldSetter> f;
+  f["model"] = Setter<std::string>(String, [](OpenAiRequest& r, std::string m) {
+    r.model = std::move(m);
+    return absl::OkStatus();
+  }, "model");
+  f["stream"] = BoolField("stream", [](OpenAiRequest& r, bool b) { r.stream = b; });
+  f["stream_options"] = [](const json& v, OpenAiRequest& r) -> absl::Status {
+    if (!v.is_object()) return WrongType("stream_options", v, "an object");
+    for (const auto& [key, value] : v.items()) {
+      const std::string field = absl::StrCat("stream_options.", key);
+      if (key != "include_usage") return InvalidField(field, "unknown field; the one known is include_usage");
+      if (value.is_null()) continue;
+      absl::StatusOr<bool> b = Bool(value, field);
+      if (!b.ok()) return b.status();
+      r.include_usage = *b;
+    }
+    return absl::OkStatus();
+  };
+  f["max_tokens"] = [](const json& v, OpenAiRequest& r) { return SetMaxTokens(v, r, "max_tokens"); };
+  f["min_tokens"] = Setter<uint32_t>(Uint32, [](OpenAiRequest& r, uint32_t n) {
+    r.grpc.mutable_stopping()->set_min_tokens(n);
+    return absl::OkStatus();
+  }, "min_tokens");
+  f["stop"] = SetStop;
+  f["stop_token_ids"] = [](const json& v, OpenAiRequest& r) {
+    v1::TokenIds ids;
+    absl::Status s = TokenIds(v, "stop_token_ids", &ids);
+    for (uint32_t id : ids.ids()) r.grpc.mutable_stopping()->add_stop_token_ids(id);
+    return s;
+  };
+  f["ignore_eos"] = BoolField("ignore_eos", [](OpenAiRequest& r, bool b) {
+    r.grpc.mutable_stopping()->set_ignore_eos(b);
+  });
+  f["include_stop_str_in_output"] = BoolField("include_stop_str_in_output", [](OpenAiRequest& r, bool b) {
+    r.grpc.mutable_stopping()->set_include_stop_str_in_output(b);
+  });
+  f["skip_special_tokens"] = BoolField("skip_special_tokens", [](OpenAiRequest& r, bool b) {
+    r.grpc.set_skip_special_tokens(b);
+  });
+  f["return_tokens_as_token_ids"] = BoolField("return_tokens_as_token_ids",
+                                              [](OpenAiRequest& r, bool b) { r.tokens_as_ids = b; });
+  AddSamplingFields(f);
+  f["n"] = [](const json& v, OpenAiRequest&) -> absl::Status {
+    absl::StatusOr<int64_t> n = Integer(v, "n", 1, std::numeric_limits<int32_t>::max());
+    if (!n.ok()) return n.status();
+    if (*n != 1) return InvalidField("n", absl::StrCat(*n, " choices asked; only n = 1 is supported"));
+    return absl::OkStatus();
+  };
+  f["user"] = [](const json& v, OpenAiRequest&) -> absl::Status {
+    return v.is_string() ? absl::OkStatus() : WrongType("user", v, "a string");
+  };
+  return f;
+}
+
+// The text of a message's content: a string, or an array of {"type": "text", "text"} parts.
+absl::StatusOr<std::string> ContentText(const json& v, const std::string& field) {
+  if (v.is_string()) return v.get<std::string>();
+  if (!v.is_array()) return WrongType(field, v, "a string or an array of text parts");
+  std::string text;
+  for (size_t i = 0; i < v.size(); ++i) {
+    const std::string part = absl::StrCat(field, "[", i, "]");
+    if (!v[i].is_object()) return WrongType(part, v[i], "an object {\"type\": \"text\", \"text\": ...}");
+    const auto type = v[i].find("type");
+    if (type == v[i].end() || *type != "text") {
+      return InvalidField(absl::StrCat(part, ".type"), "only \"text\" parts are supported");
+    }
+    const auto t = v[i].find("text");
+    if (t == v[i].end()) return InvalidField(absl::StrCat(part, ".text"), "missing");
+    absl::StatusOr<std::string> s = String(*t, absl::StrCat(part, ".text"));
+    if (!s.ok()) return s.status();
+    text += *s;
+  }
+  return text;
+}
+
+absl::Status ToolCalls(const json& v, const std::string& field, v1::ChatMessage* m) {
+  if (!v.is_array()) return WrongType(field, v, "an array of tool calls");
+  for (size_t i = 0; i < v.size(); ++i) {
+    const std::string call = absl::StrCat(field, "[", i, "]");
+    if (!v[i].is_object()) return WrongType(call, v[i], "an object");
+    v1::ToolCall* c = m->add_tool_calls();
+    for (const auto& [key, value] : v[i].items()) {
+      const std::string f = absl::StrCat(call, ".", key);
+      if (key == "id" || key == "type") {
+        absl::StatusOr<std::string> s = String(value, f);
+        if (!s.ok()) return s.status();
+        key == "id" ? c->set_id(*s) : c->set_type(*s);
+      } else if (key == "function") {
+        if (!value.is_object()) return WrongType(f, value, "an object {\"name\", \"arguments\"}");
+        for (const auto& [fk, fv] : value.items()) {
+          const std::string ff = absl::StrCat(f, ".", fk);
+          if (fk != "name" && fk != "arguments") return InvalidField(ff, "unknown field; known: name, arguments");
+          absl::StatusOr<std::string> s = String(fv, ff);
+          if (!s.ok()) return s.status();
+          fk == "name" ? c->set_name(*s) : c->set_arguments(*s);
+        }
+      } else {
+        return InvalidField(f, "unknown field; known: id, type, function");
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Message(const json& v, const std::string& field, v1::ChatMessage* m) {
+  if (!v.is_object()) return WrongType(field, v, "an object {\"role\", \"content\"}");
+  if (!v.contains("role")) return InvalidField(absl::StrCat(field, ".role"), "missing");
+  for (const auto& [key, value] : v.items()) {
+    const std::string f = absl::StrCat(field, ".", key);
+    if (value.is_null()) continue;
+    if (key == "content") {
+      absl::StatusOr<std::string> text = ContentText(value, f);
+      if (!text.ok()) return text.status();
+      m->set_content(*text);
+    } else if (key == "tool_calls") {
+      TPSERVE_RETURN_IF_ERROR(ToolCalls(value, f, m));
+    } else if (key == "role" || key == "name" || key == "tool_call_id" || key == "reasoning_content") {
+      absl::StatusOr<std::string> s = String(value, f);
+      if (!s.ok()) return s.status();
+      if (key == "role") m->set_role(*s);
+      if (key == "name") m->set_name(*s);
+      if (key == "tool_call_id") m->set_tool_call_id(*s);
+      if (key == "reasoning_content") m->set_reasoning_content(*s);
+    } else {
+      return InvalidField(f, "unknown field; known: role, content, name, tool_calls, tool_call_id, reasoning_content");
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status SetMessages(const json& v, OpenAiRequest& r) {
+  if (!v.is_array()) return WrongType("messages", v, "an array of messages");
+  if (v.empty()) return InvalidField("messages", "give at least one message");
+  v1::Chat* chat = r.grpc.mutable_chat();
+  chat->set_add_generation_prompt(true);
+  for (size_t i = 0; i < v.size(); ++i) {
+    TPSERVE_RETURN_IF_ERROR(Message(v[i], absl::StrCat("messages[", i, "]"), chat->add_messages()));
+  }
+  return absl::OkStatus();
+}
+
+std::map<std::string, FieldSetter> ChatFields() {
+  std::map<std::string, FieldSetter> f = CommonFields();
+  f["messages"] = SetMessages;
+  f["max_completion_tokens"] = [](const json& v, OpenAiRequest& r) {
+    return SetMaxTokens(v, r, "max_completion_tokens");
+  };
+  f["logprobs"] = BoolField("logprobs", [](OpenAiRequest& r, bool b) { r.logprobs = b; });
+  f["top_logprobs"] = Setter<uint32_t>(Uint32, [](OpenAiRequest& r, uint32_t n) {
+    r.grpc.set_logprobs(n);
+    return absl::OkStatus();
+  }, "top_logprobs");
+  f["tools"] = [](const json& v, OpenAiRequest& r) -> absl::Status {
+    if (!v.is_array()) return WrongType("tools", v, "an array of tool schemas");
+    if (!v.empty()) r.grpc.mutable_chat()->set_tools_json(v.dump());
+    return absl::OkStatus();
+  };
+  // "auto" (the default with tools) and "none" are what the chat template can
+  // express; ParseRequest drops the tools for "none".
+  f["tool_choice"] = [](const json& v, OpenAiRequest&) -> absl::Status {
+    if (v != "auto" && v != "none") {
+      return InvalidField("tool_choice", "only \"auto\" and \"none\" are supported");
+    }
+    return absl::OkStatus();
+  };
+  f["chat_template_kwargs"] = [](const json& v, OpenAiRequest& r) -> absl::Status {
+    if (!v.is_object()) return WrongType("chat_template_kwargs", v, "an object");
+    auto& kwargs = *r.grpc.mutable_chat()->mutable_chat_template_kwargs();
+    for (const auto& [key, value] : v.items()) kwargs[key] = value.dump();
+    return absl::OkStatus();
+  };
+  return f;
+}
+
+// A completion prompt: text, token ids, or a list holding one of those.
+absl::Status SetPrompt(const json& v, OpenAiRequest& r) {
+  if (v.is_string()) {
+    r.grpc.set_prompt(v.get<std::string>());
+    return absl::OkStatus();
+  }
+  if (!v.is_array()) return WrongType("prompt", v, "a string, an array of token ids, or a list of one of those");
+  if (v.empty()) return InvalidField("prompt", "the prompt is empty");
+  if (v[0].is_string() || v[0].is_array()) {
+    if (v.size() != 1) {
+      return InvalidField("prompt",
+                          absl::StrCat("a list of ", v.size(), " prompts; one prompt per request is supported"));
+    }
+    if (v[0].is_string()) {
+      r.grpc.set_prompt(v[0].get<std::string>());
+      return absl::OkStatus();
+    }
+    return TokenIds(v[0], "prompt[0]", r.grpc.mutable_prompt_token_ids());
+  }
+  return TokenIds(v, "prompt", r.grpc.mutable_prompt_token_ids());
+}
+
+std::map<std::string, FieldSetter> CompletionFields() {
+  std::map<std::string, FieldSetter> f = CommonFields();
+  f["prompt"] = SetPrompt;
+  // OpenAI's completions logprobs: the number of alternatives (0 = the chosen token only).
+  f["logprobs"] = Setter<uint32_t>(Uint32, [](OpenAiRequest& r, uint32_t n) {
+    r.logprobs = true;
+    r.grpc.set_logprobs(n);
+    return absl::OkStatus();
+  }, "logprobs");
+  f["echo"] = Setter<bool>(Bool, [](OpenAiRequest&, bool echo) {
+    return echo ? InvalidField("echo", "echo is not supported; leave it false") : absl::OkStatus();
+  }, "echo");
+  return f;
+}
+
+const std::map<std::string, FieldSetter>& Fields(Endpoint endpoint) {
+  static const auto* chat = new std::map<std::string, FieldSetter>(ChatFields());
+  static const auto* completion = new std::map<std::string, FieldSetter>(CompletionFields());
+  return endpoint == Endpoint::kChatCompletions ? *chat : *completion;
+}
+
+std::string KnownFields(Endpoint endpoint) {
+  std::string out;
+  for (const auto& [name, setter] : Fields(endpoint)) absl::StrAppend(&out, out.empty() ? "" : ", ", name);
+  return out;
+}
+
+// What the body does not say itself: the input is required, the defaults of
+// the endpoint, and the checks across fields.
+absl::Status Finish(const json& body, OpenAiRequest& r) {
+  const bool chat = r.endpoint == Endpoint::kChatCompletions;
+  if (chat && !r.grpc.has_chat()) return InvalidField("messages", "missing: give the conversation");
+  if (!chat && r.grpc.input_case() == v1::GenerateRequest::INPUT_NOT_SET) {
+    return InvalidField("prompt", "missing: give the prompt");
+  }
+  if (!chat && !r.grpc.stopping().has_max_tokens()) r.grpc.mutable_stopping()->set_max_tokens(16);
+  if (chat && body.value("tool_choice", json()) == "none") r.grpc.mutable_chat()->clear_tools_json();
+  if (chat && r.grpc.has_logprobs() && !r.logprobs) {
+    return InvalidField("top_logprobs", "needs logprobs: true");
+  }
+  if (r.logprobs && !r.grpc.has_logprobs()) r.grpc.set_logprobs(0);
+  if (!r.logprobs) r.grpc.clear_logprobs();
+  if (r.include_usage && !r.stream) return InvalidField("stream_options", "only with stream: true");
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+namespace {
+
+absl::StatusOr<json> ParseObject(absl::string_view body) {
+  json parsed = json::parse(body.begin(), body.end(), nullptr, /*allow_exceptions=*/false);
+  if (parsed.is_discarded()) return absl::InvalidArgumentError("the body is not valid JSON");
+  if (!parsed.is_object()) return absl::InvalidArgumentError("the body must be a JSON object");
+  return parsed;
+}
+
+}  // namespace
+
+absl::Status InvalidField(absl::string_view field, absl::string_view what) {
+  absl::Status status = absl::InvalidArgumentError(absl::StrCat(field, ": ", what));
+  status.SetPayload(kParamPayload, absl::Cord(field));
+  return status;
+}
+
+absl::StatusOr<OpenAiRequest> ParseRequest(Endpoint endpoint, absl::string_view body) {
+  TPSERVE_ASSIGN_OR_RETURN(const json parsed, ParseObject(body));
+  OpenAiRequest r;
+  r.endpoint = endpoint;
+  r.grpc.set_skip_special_tokens(true);  // OpenAI's text holds no special tokens
+  const std::map<std::string, FieldSetter>& fields = Fields(endpoint);
+  for (const auto& [key, value] : parsed.items()) {
+    const auto it = fields.find(key);
+    if (it == fields.end()) {
+      return InvalidField(key, absl::StrCat("unknown field; this endpoint takes ", KnownFields(endpoint)));
+    }
+    if (!value.is_null()) TPSERVE_RETURN_IF_ERROR(it->second(value, r));
+  }
+  TPSERVE_RETURN_IF_ERROR(Finish(parsed, r));
+  return r;
+}
+
+
+absl::StatusOr<v1::TokenizeRequest> ParseTokenizeRequest(absl::string_view body, std::string* model) {
+  TPSERVE_ASSIGN_OR_RETURN(const json parsed, ParseObject(body));
+  v1::TokenizeRequest request;
+  request.set_add_special_tokens(true);
+  std::optional<bool> generation_prompt;
+  for (const auto& [key, value] : parsed.items()) {
+    if (value.is_null()) continue;
+    if (key == "model") {
+      TPSERVE_ASSIGN_OR_RETURN(*model, String(value, key));
+    } else if (key == "prompt") {
+      TPSERVE_ASSIGN_OR_RETURN(*request.mutable_text(), String(value, key));
+    } else if (key == "messages") {
+      OpenAiRequest chat;
+      TPSERVE_RETURN_IF_ERROR(SetMessages(value, chat));
+      *request.mutable_chat() = chat.grpc.chat();
+    } else if (key == "add_special_tokens" || key == "add_generation_prompt") {
+      TPSERVE_ASSIGN_OR_RETURN(const bool b, Bool(value, key));
+      key == "add_special_tokens" ? request.set_add_special_tokens(b) : void(generation_prompt = b);
+    } else {
+      return InvalidField(key, "unknown field; known: model, prompt, messages, add_special_tokens, "
+                               "add_generation_prompt");
+    }
+  }
+  if (request.input_case() == v1::TokenizeRequest::INPUT_NOT_SET) {
+    return InvalidField("prompt", "missing: give prompt or messages");
+  }
+  if (generation_prompt && request.has_chat()) request.mutable_chat()->set_add_generation_prompt(*generation_prompt);
+  return request;
+}
+
+absl::StatusOr<v1::DetokenizeRequest> ParseDetokenizeRequest(absl::string_view body, std::string* model) {
+  TPSERVE_ASSIGN_OR_RETURN(const json parsed, ParseObject(body));
+  v1::DetokenizeRequest request;
+  bool has_tokens = false;
+  for (const auto& [key, value] : parsed.items()) {
+    if (value.is_null()) continue;
+    if (key == "model") {
+      TPSERVE_ASSIGN_OR_RETURN(*model, String(value, key));
+    } else if (key == "tokens") {
+      v1::TokenIds ids;
+      TPSERVE_RETURN_IF_ERROR(TokenIds(value, key, &ids));
+      *request.mutable_token_ids() = ids.ids();
+      has_tokens = true;
+    } else {
+      return InvalidField(key, "unknown field; known: model, tokens");
+    }
+  }
+  if (!has_tokens) return InvalidField("tokens", "missing: give the token ids");
+  return request;
+}
+
+std::optional<std::string> OpenAiParam(const absl::Status& status, Endpoint endpoint) {
+  if (auto param = status.GetPayload(kParamPayload)) return std::string(*param);
+  if (status.code() != absl::StatusCode::kInvalidArgument) return std::nullopt;
+  const absl::string_view message = status.message();
+  const size_t colon = message.find(": ");
+  if (colon == absl::string_view::npos || message.substr(0, colon).find(' ') != absl::string_view::npos) {
+    return std::nullopt;
+  }
+  absl::string_view field = message.substr(0, colon);
+  const bool chat = endpoint == Endpoint::kChatCompletions;
+  // The coordinator's proto fields (coordinator/request.cc) by their OpenAI names.
+  for (absl::string_view prefix : {"sampling.", "stopping."}) {
+    if (absl::ConsumePrefix(&field, prefix)) return std::string(field.substr(0, field.find('[')));
+  }
+  if (absl::ConsumePrefix(&field, "chat.")) {
+    if (absl::ConsumePrefix(&field, "tools_json")) return "tools";
+    return std::string(field);  // messages[i].role, chat_template_kwargs[...]
+  }
+  if (field == "chat") return "messages";
+  if (field == "token_ids") return "tokens";  // Detokenize
+  if (field == "logprobs") return chat ? "top_logprobs" : "logprobs";
+  if (absl::StartsWith(field, "prompt")) return chat ? "messages" : "prompt";
+  return std::string(field);
+}
+
+}  // namespace tpserve::http

@@ -1,0 +1,74 @@
+// OpenAI-compatible request bodies (POST /v1/chat/completions and
+// /v1/completions) mapped onto the public gRPC request (tpserve.v1.GenerateRequest).
+//
+// Every field is checked for its JSON type here; ranges are the coordinator's
+// (its INVALID_ARGUMENT names the proto field, which OpenAiParam maps back).
+// A field this API does not know is an error naming it, as is a known field
+// with an unsupported value (n > 1, echo, tool_choice "required"). JSON null
+// is the same as an absent field.
+//
+//   body field                           GenerateRequest field
+//   messages (chat)                      chat.messages (role, content as text or text
+//                                        parts, name, tool_call_id, tool_calls,
+//                                        reasoning_content); chat.add_generation_prompt
+//   tools, tool_choice "auto" | "none"   chat.tools_json (none: no tools)
+//   chat_template_kwargs                 chat.chat_template_kwargs (values as JSON text)
+//   prompt (completions): text, [text],  prompt | prompt_token_ids
+//     token ids, [token ids]             (a list holds exactly one prompt)
+//   max_tokens, max_completion_tokens    stopping.max_tokens (completions default 16, as OpenAI's)
+//   min_tokens, stop (text or list),     stopping.min_tokens, stop, stop_token_ids,
+//     stop_token_ids, ignore_eos,          ignore_eos, include_stop_str_in_output
+//     include_stop_str_in_output
+//   temperature, top_p, top_k, min_p,    sampling.*
+//     seed, presence_penalty,
+//     frequency_penalty, repetition_penalty
+//   logprobs + top_logprobs (chat),      logprobs (the number of alternatives)
+//     logprobs: N (completions)
+//   skip_special_tokens (default true)   skip_special_tokens
+//   model, stream, stream_options.include_usage, return_tokens_as_token_ids,
+//   n (1 only), user (ignored), echo (false only)   the response (OpenAiRequest)
+#pragma once
+
+#include <optional>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "tpserve/v1/generation.pb.h"
+
+namespace tpserve::http {
+
+enum class Endpoint { kChatCompletions, kCompletions };
+
+struct OpenAiRequest {
+  Endpoint endpoint = Endpoint::kCompletions;
+  std::string model;           // as the client named it ("" when absent)
+  bool stream = false;
+  bool include_usage = false;  // stream_options.include_usage: a last chunk with usage
+  bool logprobs = false;       // answer log-probs (grpc.logprobs alternatives each)
+  bool tokens_as_ids = false;  // return_tokens_as_token_ids: log-prob tokens as "token_id:N"
+  tpserve::v1::GenerateRequest grpc;
+};
+
+// The request in `body`. INVALID_ARGUMENT whose message starts with the
+// field ("temperature: ...", "messages[2].role: ...") and whose payload
+// (ErrorParam) is that field.
+absl::StatusOr<OpenAiRequest> ParseRequest(Endpoint endpoint, absl::string_view body);
+
+// POST /tokenize, as vLLM's: {"prompt": TEXT} or {"messages": [...]} (as in
+// chat completions, with "add_generation_prompt", default true), plus
+// "add_special_tokens" (default true) and "model" (into `model`).
+absl::StatusOr<tpserve::v1::TokenizeRequest> ParseTokenizeRequest(absl::string_view body, std::string* model);
+// POST /detokenize: {"tokens": [ids], "model"}.
+absl::StatusOr<tpserve::v1::DetokenizeRequest> ParseDetokenizeRequest(absl::string_view body, std::string* model);
+
+// The OpenAI field an INVALID_ARGUMENT is about: the payload ParseRequest
+// sets, else the coordinator's proto field at the start of the message mapped
+// to its OpenAI name ("sampling.top_p: ..." -> "top_p"); nullopt when neither.
+std::optional<std::string> OpenAiParam(const absl::Status& status, Endpoint endpoint);
+
+// An INVALID_ARGUMENT "FIELD: what" carrying FIELD as its OpenAI param.
+absl::Status InvalidField(absl::string_view field, absl::string_view what);
+
+}  // namespace tpserve::http

@@ -1,0 +1,176 @@
+#include "http/openai_response.h"
+
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+
+namespace tpserve::http {
+namespace {
+
+namespace v1 = tpserve::v1;
+using nlohmann::json;
+
+json Bytes(const std::string& s) {
+  json out = json::array();
+  for (unsigned char c : s) out.push_back(static_cast<int>(c));
+  return out;
+}
+
+json ChatLogprobs(const google::protobuf::RepeatedPtrField<v1::TokenLogprob>& logprobs, const TokenText& text_of) {
+  json content = json::array();
+  for (const v1::TokenLogprob& lp : logprobs) {
+    json top = json::array();
+    for (const v1::TopLogprob& t : lp.top()) {
+      const std::string token = text_of(t.token_id());
+      top.push_back({{"token", token}, {"logprob", t.logprob()}, {"bytes", Bytes(token)}});
+    }
+    const std::string token = text_of(lp.token_id());
+    content.push_back({{"token", token}, {"logprob", lp.logprob()}, {"bytes", Bytes(token)}, {"top_logprobs", top}});
+  }
+  return {{"content", content}};
+}
+
+json CompletionLogprobs(const google::protobuf::RepeatedPtrField<v1::TokenLogprob>& logprobs,
+                        const TokenText& text_of, int64_t text_offset) {
+  json tokens = json::array(), token_logprobs = json::array(), top_logprobs = json::array(),
+       offsets = json::array();
+  for (const v1::TokenLogprob& lp : logprobs) {
+    const std::string token = text_of(lp.token_id());
+    tokens.push_back(token);
+    token_logprobs.push_back(lp.logprob());
+    json top = json::object();
+    for (const v1::TopLogprob& t : lp.top()) top[text_of(t.token_id())] = t.logprob();
+    top_logprobs.push_back(top);
+    offsets.push_back(text_offset);
+    text_offset += static_cast<int64_t>(token.size());
+  }
+  return {{"tokens", tokens}, {"token_logprobs", token_logprobs}, {"top_logprobs", top_logprobs},
+          {"text_offset", offsets}};
+}
+
+bool IsChat(const ResponseHead& head) { return head.endpoint == Endpoint::kChatCompletions; }
+
+json Envelope(const ResponseHead& head, const char* chat_object, const char* completion_object) {
+  return {{"id", head.id},
+          {"object", IsChat(head) ? chat_object : completion_object},
+          {"created", head.created},
+          {"model", head.model}};
+}
+
+}  // namespace
+
+std::string ResponseId(Endpoint endpoint, const std::string& request_id) {
+  return absl::StrCat(endpoint == Endpoint::kChatCompletions ? "chatcmpl-" : "cmpl-", request_id);
+}
+
+std::string FinishReason(v1::FinishReason reason) {
+  switch (reason) {
+    case v1::LENGTH: return "length";
+    case v1::EOS:
+    case v1::STOP_SEQUENCE: return "stop";
+    case v1::ABORTED: return "abort";
+    default: return "stop";
+  }
+}
+
+json UsageJson(const v1::Usage& usage) {
+  return {{"prompt_tokens", usage.prompt_tokens()},
+          {"completion_tokens", usage.completion_tokens()},
+          {"total_tokens", usage.prompt_tokens() + usage.completion_tokens()},
+          {"prompt_tokens_details", {{"cached_tokens", usage.cached_tokens()}}}};
+}
+
+json LogprobsJson(Endpoint endpoint, const google::protobuf::RepeatedPtrField<v1::TokenLogprob>& logprobs,
+                  const TokenText& text_of, int64_t text_offset) {
+  return endpoint == Endpoint::kChatCompletions ? ChatLogprobs(logprobs, text_of)
+                                                : CompletionLogprobs(logprobs, text_of, text_offset);
+}
+
+json FullResponse(const ResponseHead& head, const std::string& text, const json& logprobs,
+                  const v1::Complete& complete) {
+  json choice = {{"index", 0}, {"logprobs", logprobs}, {"finish_reason", FinishReason(complete.finish_reason())}};
+  if (IsChat(head)) {
+    choice["message"] = {{"role", "assistant"}, {"content", text}};
+  } else {
+    choice["text"] = text;
+  }
+  json out = Envelope(head, "chat.completion", "text_completion");
+  out["choices"] = json::array({choice});
+  out["usage"] = UsageJson(complete.usage());
+  return out;
+}
+
+json StreamChunk(const ResponseHead& head, const std::optional<std::string>& text, bool role, const json& logprobs,
+                 const std::optional<std::string>& finish_reason) {
+  json choice = {{"index", 0}, {"logprobs", logprobs},
+                 {"finish_reason", finish_reason ? json(*finish_reason) : json(nullptr)}};
+  if (IsChat(head)) {
+    json delta = json::object();
+    if (role) delta["role"] = "assistant";
+    if (text) delta["content"] = *text;
+    choice["delta"] = delta;
+  } else {
+    choice["text"] = text.value_or("");
+  }
+  json out = Envelope(head, "chat.completion.chunk", "text_completion");
+  out["choices"] = json::array({choice});
+  if (head.include_usage) out["usage"] = nullptr;
+  return out;
+}
+
+json UsageChunk(const ResponseHead& head, const v1::Usage& usage) {
+  json out = Envelope(head, "chat.completion.chunk", "text_completion");
+  out["choices"] = json::array();
+  out["usage"] = UsageJson(usage);
+  return out;
+}
+
+std::string Dump(const json& value) { return value.dump(-1, ' ', false, json::error_handler_t::replace); }
+
+std::string SseEvent(const json& data) { return absl::StrCat("data: ", Dump(data), "\n\n"); }
+
+json ErrorBody(const HttpError& error) {
+  return {{"error", {{"message", error.message},
+                     {"type", error.type},
+                     {"param", error.param ? json(*error.param) : json(nullptr)},
+                     {"code", error.code ? json(*error.code) : json(nullptr)}}}};
+}
+
+int HttpStatusOf(absl::StatusCode code) {
+  switch (code) {
+    case absl::StatusCode::kInvalidArgument:
+    case absl::StatusCode::kOutOfRange: return 400;
+    case absl::StatusCode::kUnauthenticated: return 401;
+    case absl::StatusCode::kPermissionDenied: return 403;
+    case absl::StatusCode::kNotFound: return 404;
+    case absl::StatusCode::kAlreadyExists: return 409;
+    case absl::StatusCode::kResourceExhausted: return 429;
+    case absl::StatusCode::kCancelled: return 499;
+    case absl::StatusCode::kUnavailable: return 503;
+    case absl::StatusCode::kDeadlineExceeded: return 504;
+    default: return 500;
+  }
+}
+
+HttpError ErrorOf(const absl::Status& status, Endpoint endpoint) {
+  HttpError e;
+  e.status = HttpStatusOf(status.code());
+  e.message = std::string(status.message());
+  switch (e.status) {
+    case 400: e.type = "invalid_request_error"; break;
+    case 401: e.type = "authentication_error"; break;
+    case 403: e.type = "permission_error"; break;
+    case 404: e.type = "not_found_error"; break;
+    case 429: e.type = "rate_limit_error"; break;
+    case 503: e.type = "service_unavailable"; break;
+    default: e.type = "server_error"; break;
+  }
+  if (e.status == 400) e.param = OpenAiParam(status, endpoint);
+  return e;
+}
+
+HttpError ErrorOf(const grpc::Status& status, Endpoint endpoint) {
+  return ErrorOf(absl::Status(static_cast<absl::StatusCode>(status.error_code()), status.error_message()), endpoint);
+}
+
+}  // namespace tpserve::http

@@ -1,0 +1,100 @@
+// OpenAI-compatible response bodies built from the public gRPC stream
+// (tpserve.v1.GenerateResponse), the server-sent-event framing of the
+// streaming ones, and OpenAI's error shape with its HTTP status.
+//
+// Non-streaming:  {"id", "object": "chat.completion" | "text_completion", "created",
+//                  "model", "choices": [{"index": 0, "message": {"role": "assistant",
+//                  "content"} | "text", "logprobs", "finish_reason"}], "usage"}
+// Streaming: one SSE event per chunk, "data: {...}\n\n", then "data: [DONE]\n\n":
+//   chat: first {"delta": {"role": "assistant", "content": ""}}, then
+//   {"delta": {"content": TEXT}} per gRPC chunk, last {"delta": {}, "finish_reason"};
+//   completions: {"text": TEXT} per chunk, last {"text": "", "finish_reason"};
+//   with stream_options.include_usage every chunk has "usage": null and one
+//   more chunk with "choices": [] carries the usage.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <grpcpp/support/status.h>
+
+#include "absl/status/status.h"
+#include "http/openai_request.h"
+#include "nlohmann/json.hpp"
+#include "tpserve/v1/generation.pb.h"
+
+namespace tpserve::http {
+
+// What every chunk of one response repeats.
+struct ResponseHead {
+  Endpoint endpoint = Endpoint::kCompletions;
+  std::string id;       // "chatcmpl-..." / "cmpl-..."
+  int64_t created = 0;  // Unix seconds
+  std::string model;
+  bool include_usage = false;  // streaming: "usage": null on each chunk, then a usage chunk
+};
+
+// The id of a response to gRPC request `request_id`.
+std::string ResponseId(Endpoint endpoint, const std::string& request_id);
+
+// "stop" (EOS, a stop string or token), "length", "abort".
+std::string FinishReason(tpserve::v1::FinishReason reason);
+
+// {"prompt_tokens", "completion_tokens", "total_tokens", "prompt_tokens_details": {"cached_tokens"}}
+nlohmann::json UsageJson(const tpserve::v1::Usage& usage);
+
+// The text a token's log-prob entry shows: the token decoded alone, or
+// "token_id:N" (return_tokens_as_token_ids).
+using TokenText = std::function<std::string(uint32_t id)>;
+
+// The "logprobs" of a choice for `logprobs` (one per generated token):
+// chat {"content": [{"token", "logprob", "bytes", "top_logprobs": [...]}]};
+// completions {"tokens", "token_logprobs", "top_logprobs": [{TOKEN: LOGPROB}],
+// "text_offset"}, offsets counted from `text_offset` (bytes of text before these tokens).
+nlohmann::json LogprobsJson(Endpoint endpoint,
+                            const google::protobuf::RepeatedPtrField<tpserve::v1::TokenLogprob>& logprobs,
+                            const TokenText& text_of, int64_t text_offset);
+
+// The whole non-streaming response. `logprobs`: null, or LogprobsJson's.
+nlohmann::json FullResponse(const ResponseHead& head, const std::string& text, const nlohmann::json& logprobs,
+                            const tpserve::v1::Complete& complete);
+
+// One streamed chunk: `text` (chat: the delta's content; `role` adds
+// "role": "assistant"), `logprobs` (null or LogprobsJson's), `finish_reason` on the last.
+nlohmann::json StreamChunk(const ResponseHead& head, const std::optional<std::string>& text, bool role,
+                           const nlohmann::json& logprobs, const std::optional<std::string>& finish_reason);
+// The chunk after the last, with include_usage: "choices": [] and the usage.
+nlohmann::json UsageChunk(const ResponseHead& head, const tpserve::v1::Usage& usage);
+
+// One server-sent event: "data: " + the JSON on one line + "\n\n".
+std::string SseEvent(const nlohmann::json& data);
+inline constexpr char kSseDone[] = "data: [DONE]\n\n";
+
+// JSON text of `value`, ill-formed UTF-8 replaced by U+FFFD.
+std::string Dump(const nlohmann::json& value);
+
+// An error as OpenAI answers it: the HTTP status and
+// {"error": {"message", "type", "param", "code"}}.
+struct HttpError {
+  int status = 500;
+  std::string message;
+  std::string type;                  // invalid_request_error, authentication_error, ...
+  std::optional<std::string> param;  // the request field at fault
+  std::optional<std::string> code;   // e.g. model_not_found, invalid_api_key
+};
+nlohmann::json ErrorBody(const HttpError& error);
+
+// The HTTP status of a gRPC status: INVALID_ARGUMENT 400, UNAUTHENTICATED 401,
+// PERMISSION_DENIED 403, NOT_FOUND 404, ALREADY_EXISTS 409, RESOURCE_EXHAUSTED 429,
+// CANCELLED 499, UNAVAILABLE 503, DEADLINE_EXCEEDED 504, anything else 500.
+int HttpStatusOf(absl::StatusCode code);
+
+// The error to answer for a failed parse (absl) or gRPC call, the param
+// mapped to the OpenAI field (OpenAiParam).
+HttpError ErrorOf(const absl::Status& status, Endpoint endpoint);
+HttpError ErrorOf(const grpc::Status& status, Endpoint endpoint);
+
+}  // namespace tpserve::http

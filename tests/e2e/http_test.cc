@@ -1,0 +1,381 @@
+// End to end, real processes: tpserve-http in front of a CPU coordinator with a
+// tiny random model. curl checks the SSE framing byte for byte and that bad
+// input gets a 4xx while the server stays up; the official OpenAI Node client
+// (npm `openai`, installed by scripts/fetch-openai-client.sh into a cache
+// outside the tree; skipped with a message when npm cannot fetch it) checks
+// the API as its users see it, against expectations computed here over gRPC.
+#include <sys/stat.h>
+
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <regex>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "nlohmann/json.hpp"
+#include "tests/e2e/harness.h"
+
+namespace tpserve::e2e {
+namespace {
+
+namespace v1 = tpserve::v1;
+using nlohmann::json;
+
+std::string ReadFile(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+struct HttpReply {
+  int status = 0;
+  std::string body;
+};
+
+// The chunks of one gRPC Generate call: each chunk's text, then the Complete.
+struct GrpcStream {
+  std::vector<std::string> texts;
+  std::vector<uint32_t> ids;
+  v1::Complete complete;
+};
+
+GrpcStream ReadStream(v1::Generation::Stub& stub, const v1::GenerateRequest& request) {
+  GrpcStream out;
+  grpc::ClientContext context;
+  auto reader = stub.Generate(&context, request);
+  v1::GenerateResponse r;
+  while (reader->Read(&r)) {
+    if (r.has_chunk()) {
+      out.texts.push_back(r.chunk().text());
+      out.ids.insert(out.ids.end(), r.chunk().token_ids().begin(), r.chunk().token_ids().end());
+    }
+    if (r.has_complete()) out.complete = r.complete();
+  }
+  EXPECT_TRUE(reader->Finish().ok());
+  return out;
+}
+
+class HttpTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    dir_ = new TempDir();
+    // 32k positions: room for a request long enough that only an abort ends it
+    // within the abort test's window.
+    const std::string model = MakeModel(dir_->path(), "qwen3", {"--seed", "5", "--max-pos", "32768"});
+    // A client that stops reading is not cut off (--max-buffered-chunks), so in
+    // the abort test only the cancellation can end the request early.
+    coordinator_ = new Coordinator(StartCoordinator(model, 1, dir_->path() + "/coordinator.log",
+                                                    {"--max-buffered-chunks", "1000000"}));
+    if (coordinator_->process == nullptr) return;
+    http_ = StartHttp(coordinator_->address, {"--max-body-bytes", "65536"}, "http", &base_).release();
+  }
+  // tpserve-http --server `server` --listen 127.0.0.1:0 plus `extra`; its URL
+  // into `base` ("" when it did not say it listens within 30 s).
+  static std::unique_ptr<Process> StartHttp(const std::string& server, const std::vector<std::string>& extra,
+                                            const std::string& name, std::string* base) {
+    std::vector<std::string> argv = {BinaryPath("tools/http/tpserve-http"), "--server", server, "--listen",
+                                     "127.0.0.1:0"};
+    argv.insert(argv.end(), extra.begin(), extra.end());
+    auto http = std::make_unique<Process>(argv, absl::StrCat(dir_->path(), "/", name, ".log"));
+    const std::regex listening("listening on 127\\.0\\.0\\.1:(\\d+)");
+    const absl::Time deadline = absl::Now() + absl::Seconds(30);
+    std::smatch m;
+    std::string log;
+    while (absl::Now() < deadline && !std::regex_search(log = http->Log(), m, listening)) {
+      absl::SleepFor(absl::Milliseconds(20));
+    }
+    base->clear();
+    if (m.size() == 2) *base = absl::StrCat("http://127.0.0.1:", m[1].str());
+    return http;
+  }
+  static void TearDownTestSuite() {
+    delete http_;
+    delete coordinator_;
+    delete dir_;
+  }
+  void SetUp() override {
+    ASSERT_NE(coordinator_->process, nullptr) << "the coordinator did not start";
+    ASSERT_FALSE(base_.empty()) << "tpserve-http did not start:\n" << http_->Log();
+  }
+
+  // curl with `args` (after the URL path); the status and the body.
+  static HttpReply Curl(const std::string& path, const std::vector<std::string>& args) {
+    return CurlAt(base_, path, args);
+  }
+  static HttpReply CurlAt(const std::string& base, const std::string& path, const std::vector<std::string>& args) {
+    static int n = 0;
+    const std::string body = absl::StrCat(dir_->path(), "/curl-", ++n, ".body");
+    const std::string out = absl::StrCat(dir_->path(), "/curl-", n, ".out");
+    std::vector<std::string> argv = {"curl", "-sS", "-o", body, "-w", "%{http_code}", base + path};
+    argv.insert(argv.end(), args.begin(), args.end());
+    EXPECT_EQ(RunCommand(argv, out), 0) << ReadFile(out);
+    HttpReply reply;
+    EXPECT_TRUE(absl::SimpleAtoi(ReadFile(out), &reply.status)) << ReadFile(out);
+    reply.body = ReadFile(body);
+    return reply;
+  }
+  static HttpReply Post(const std::string& path, const std::string& json_body) {
+    return Curl(path, {"-H", "Content-Type: application/json", "--data-binary", json_body});
+  }
+
+  static TempDir* dir_;
+  static Coordinator* coordinator_;
+  static Process* http_;
+  static std::string base_;
+};
+TempDir* HttpTest::dir_ = nullptr;
+Coordinator* HttpTest::coordinator_ = nullptr;
+Process* HttpTest::http_ = nullptr;
+std::string HttpTest::base_;
+
+// `curl -N` on a short greedy stream: exactly the events OpenAI sends, each
+// gRPC chunk's text in one `data:` line, then the finish and [DONE].
+TEST_F(HttpTest, CurlSseFramingByteForByte) {
+  v1::GenerateRequest greedy = Greedy(5);
+  for (uint32_t id : {1u, 2u, 3u, 4u}) greedy.mutable_prompt_token_ids()->add_ids(id);
+  greedy.set_skip_special_tokens(true);
+  const GrpcStream expected = ReadStream(*coordinator_->stub, greedy);
+  ASSERT_EQ(expected.ids.size(), 5u);
+
+  const std::string headers = dir_->path() + "/sse.headers";
+  const HttpReply reply = Curl("/v1/completions",
+                               {"-N", "-D", headers, "-H", "Content-Type: application/json", "--data-binary",
+                                R"({"model": "qwen3", "prompt": [1, 2, 3, 4], "max_tokens": 5, "temperature": 0,
+                                    "ignore_eos": true, "stream": true})"});
+  ASSERT_EQ(reply.status, 200) << reply.body;
+  EXPECT_NE(ReadFile(headers).find("Content-Type: text/event-stream"), std::string::npos) << ReadFile(headers);
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(reply.body, m, std::regex(R"re("created":(\d+),"id":"(cmpl-req-[0-9a-f]{32})")re")))
+      << reply.body;
+  const std::string tail = absl::StrCat(R"("created":)", m[1].str(), R"(,"id":")", m[2].str(),
+                                        R"(","model":"qwen3","object":"text_completion"})", "\n\n");
+  std::string want;
+  for (const std::string& text : expected.texts) {
+    if (text.empty()) continue;
+    absl::StrAppend(&want, R"(data: {"choices":[{"finish_reason":null,"index":0,"logprobs":null,"text":)",
+                    json(text).dump(), "}],", tail);
+  }
+  absl::StrAppend(&want, R"(data: {"choices":[{"finish_reason":"length","index":0,"logprobs":null,"text":""}],)",
+                  tail, "data: [DONE]\n\n");
+  EXPECT_EQ(reply.body, want);
+}
+
+// Malformed JSON, wrong types, unknown fields, a body past --max-body-bytes, an
+// unknown model or path: each a 4xx in OpenAI's error shape; the server stays up.
+TEST_F(HttpTest, BadInputGets4xxAndTheServerStaysUp) {
+  const std::string huge = dir_->path() + "/huge.json";
+  std::ofstream(huge) << R"({"prompt": ")" << std::string(100000, 'x') << R"("})";
+  struct Case {
+    std::string path, body;
+    int status;
+    json param;
+  };
+  const std::vector<Case> cases = {
+      {"/v1/chat/completions", R"({"messages": [)", 400, nullptr},
+      {"/v1/chat/completions", R"({"messages": "hi"})", 400, "messages"},
+      {"/v1/chat/completions", R"({"messages": [{"role": "user", "content": "x"}], "max_tokens": "3"})", 400,
+       "max_tokens"},
+      {"/v1/completions", R"({"prompt": "x", "colour": "red"})", 400, "colour"},
+      {"/v1/completions", R"({"prompt": "x", "top_k": -7})", 400, "top_k"},
+      {"/v1/completions", R"({"prompt": "x", "temperature": -1})", 400, "temperature"},
+      {"/v1/completions", R"({"prompt": [1, 99999999]})", 400, "prompt"},
+      {"/v1/completions", R"({"prompt": "x", "model": "gpt-4"})", 404, "model"},
+      {"/v1/nothing", R"({})", 404, nullptr},
+      {"/tokenize", R"({"prompt": 3})", 400, "prompt"},
+      {"/detokenize", R"({"tokens": [99999999]})", 400, "tokens"},
+  };
+  for (const Case& c : cases) {
+    const HttpReply reply = Post(c.path, c.body);
+    EXPECT_EQ(reply.status, c.status) << c.body << " -> " << reply.body;
+    const json error = json::parse(reply.body, nullptr, false);
+    ASSERT_TRUE(error.is_object() && error.contains("error")) << reply.body;
+    EXPECT_EQ(error["error"]["param"], c.param) << reply.body;
+    EXPECT_FALSE(error["error"]["message"].get<std::string>().empty());
+  }
+  const HttpReply big = Curl("/v1/completions", {"-H", "Content-Type: application/json", "--data-binary", "@" + huge});
+  EXPECT_EQ(big.status, 413) << big.body;
+  EXPECT_NE(big.body.find("--max-body-bytes"), std::string::npos) << big.body;
+
+  EXPECT_EQ(Curl("/health", {}).status, 200);
+  const HttpReply ok = Post("/v1/completions", R"({"prompt": [1, 2], "max_tokens": 2, "temperature": 0})");
+  EXPECT_EQ(ok.status, 200) << ok.body;
+  EXPECT_EQ(json::parse(ok.body)["usage"]["completion_tokens"], 2) << ok.body;
+}
+
+// --api-key-file: 401 without a key or with a wrong one, health needs none;
+// a coordinator that cannot be reached is 503.
+TEST_F(HttpTest, ApiKeysAndAnUnreachableCoordinator) {
+  const std::string keys = dir_->path() + "/keys";
+  std::ofstream(keys) << "alice 0123456789abcdef-alice\n";
+  ASSERT_EQ(chmod(keys.c_str(), 0600), 0);
+  std::string base;
+  std::unique_ptr<Process> keyed = StartHttp(coordinator_->address, {"--api-key-file", keys}, "keyed", &base);
+  ASSERT_FALSE(base.empty()) << keyed->Log();
+  const std::string body = R"({"prompt": [1, 2], "max_tokens": 1})";
+  const std::vector<std::string> json_body = {"-H", "Content-Type: application/json", "--data-binary", body};
+  auto with = [&](std::vector<std::string> headers) {
+    headers.insert(headers.end(), json_body.begin(), json_body.end());
+    return headers;
+  };
+  HttpReply r = CurlAt(base, "/v1/completions", with({}));
+  EXPECT_EQ(r.status, 401) << r.body;
+  EXPECT_EQ(json::parse(r.body, nullptr, false)["error"]["code"], "invalid_api_key") << r.body;
+  EXPECT_EQ(CurlAt(base, "/v1/completions", with({"-H", "Authorization: Bearer 0123456789abcdef-bob"})).status, 401);
+  EXPECT_EQ(CurlAt(base, "/v1/models", {}).status, 401);
+  EXPECT_EQ(CurlAt(base, "/health", {}).status, 200);
+  r = CurlAt(base, "/v1/completions", with({"-H", "Authorization: Bearer 0123456789abcdef-alice"}));
+  EXPECT_EQ(r.status, 200) << r.body;
+
+  std::unique_ptr<Process> orphan = StartHttp("127.0.0.1:1", {}, "orphan", &base);
+  ASSERT_FALSE(base.empty()) << orphan->Log();
+  r = CurlAt(base, "/v1/completions", json_body);
+  EXPECT_EQ(r.status, 503) << r.body;
+  EXPECT_EQ(json::parse(r.body, nullptr, false)["error"]["type"], "service_unavailable") << r.body;
+  EXPECT_EQ(CurlAt(base, "/health", {}).status, 503);
+}
+
+TEST_F(HttpTest, TokenizeDetokenizeAndModels) {
+  const HttpReply tok = Post("/tokenize", R"({"prompt": "hello world"})");
+  ASSERT_EQ(tok.status, 200) << tok.body;
+  v1::TokenizeRequest request;
+  request.set_text("hello world");
+  request.set_add_special_tokens(true);
+  const std::vector<int32_t> ids = Tokenize(*coordinator_->stub, request);
+  EXPECT_EQ(json::parse(tok.body)["tokens"], json(ids));
+  EXPECT_EQ(json::parse(tok.body)["count"], ids.size());
+  const HttpReply detok = Post("/detokenize", json{{"tokens", ids}}.dump());
+  ASSERT_EQ(detok.status, 200) << detok.body;
+  EXPECT_EQ(json::parse(detok.body)["prompt"], "hello world");
+  const HttpReply models = Curl("/v1/models", {});
+  ASSERT_EQ(models.status, 200);
+  EXPECT_EQ(json::parse(models.body)["data"][0]["id"], "qwen3");
+}
+
+// The aborted stream's length: greedy through tpserve-http (curl, one
+// non-streaming request) it took 129 s on the 2-core development machine, far
+// past the 3 s the abort test gives the cancellation.
+constexpr int kAbortMaxTokens = 30000;
+
+// The expectations the Node script checks, from gRPC Generate.
+json Expectations(v1::Generation::Stub& stub) {
+  json e = {{"model", "qwen3"}};
+  const std::vector<uint32_t> prompt = {5, 9, 2, 7, 3, 1};
+  v1::GenerateRequest ids = Greedy(12);
+  ids.set_skip_special_tokens(true);
+  for (uint32_t id : prompt) ids.mutable_prompt_token_ids()->add_ids(id);
+  const GrpcStream greedy = ReadStream(stub, ids);
+  std::string text;
+  for (const std::string& t : greedy.texts) text += t;
+  e["ids_prompt"] = prompt;
+  e["ids_greedy"] = greedy.ids;
+  e["ids_text"] = text;
+  // A stop string: two characters first seen past the start of the text.
+  for (size_t i = 2; i + 2 <= text.size(); ++i) {
+    const std::string stop = text.substr(i, 2);
+    const bool ascii = static_cast<unsigned char>(stop[0]) < 0x80 && static_cast<unsigned char>(stop[1]) < 0x80;
+    if (text.find(stop) == i && ascii) {
+      e["stop_string"] = stop;
+      break;
+    }
+  }
+  if (!e.contains("stop_string")) ADD_FAILURE() << "no two ASCII characters to stop at in " << json(text);
+  v1::GenerateRequest seeded = ids;
+  seeded.mutable_sampling()->set_temperature(1.0f);
+  seeded.mutable_sampling()->set_seed(1234);
+  e["seed"] = 1234;
+  e["seeded_ids"] = ReadStream(stub, seeded).ids;
+
+  const json messages = json::parse(R"([{"role": "system", "content": "You are terse."},
+                                         {"role": "user", "content": "What is two plus two?"}])");
+  v1::GenerateRequest chat = Greedy(8);
+  chat.set_skip_special_tokens(true);
+  for (const json& m : messages) {
+    v1::ChatMessage* cm = chat.mutable_chat()->add_messages();
+    cm->set_role(m["role"]);
+    cm->set_content(m["content"]);
+  }
+  chat.mutable_chat()->set_add_generation_prompt(true);
+  const GrpcStream chat_out = ReadStream(stub, chat);
+  std::string chat_text;
+  for (const std::string& t : chat_out.texts) chat_text += t;
+  e["chat_messages"] = messages;
+  e["chat_max_tokens"] = 8;
+  e["chat_text"] = chat_text;
+  e["chat_prompt_tokens"] = chat_out.complete.usage().prompt_tokens();
+  e["abort_max_tokens"] = kAbortMaxTokens;
+  return e;
+}
+
+// The npm package's folder, installed on demand; "" when npm cannot fetch it.
+std::string OpenAiModule(const std::string& log) {
+  if (RunCommand({std::string(TPSERVE_SOURCE_DIR) + "/scripts/fetch-openai-client.sh"}, log) != 0) return "";
+  const char* cache = std::getenv("TPSERVE_NPM_CACHE");
+  const char* root = std::getenv("TPSERVE_CACHE");
+  const char* home = std::getenv("HOME");
+  const std::string dir = cache != nullptr ? cache
+                          : root != nullptr ? absl::StrCat(root, "/npm")
+                                            : absl::StrCat(home != nullptr ? home : "", "/.cache/tpserve/npm");
+  return dir + "/node_modules/openai";
+}
+
+class HttpOpenAiClientTest : public HttpTest {
+ protected:
+  void SetUp() override {
+    HttpTest::SetUp();
+    if (HasFatalFailure()) return;
+    module_ = OpenAiModule(dir_->path() + "/npm.log");
+    if (module_.empty()) {
+      GTEST_SKIP() << "the openai npm client is not installed and npm could not fetch it:\n"
+                   << ReadFile(dir_->path() + "/npm.log");
+    }
+    expect_ = dir_->path() + "/expect.json";
+    std::ofstream(expect_) << Expectations(*coordinator_->stub).dump();
+  }
+  std::vector<std::string> Node(const std::string& mode) const {
+    return {"env", "OPENAI_MODULE=" + module_, "HTTP_BASE=" + base_ + "/v1", "EXPECT=" + expect_,
+            "GO_FILE=" + dir_->path() + "/go", "node",
+            std::string(TPSERVE_SOURCE_DIR) + "/tests/e2e/http_openai_client.cjs", mode};
+  }
+  std::string module_, expect_;
+};
+
+TEST_F(HttpOpenAiClientTest, ChatAndCompletionsAsTheClientSeesThem) {
+  const std::string log = dir_->path() + "/node-checks.log";
+  const int status = RunCommand(Node("checks"), log);
+  std::cout << ReadFile(log);
+  EXPECT_EQ(status, 0) << ReadFile(log);
+}
+
+// Aborting the stream in the client cancels the request on the coordinator:
+// running goes from 1 to 0 long before its 30,000 tokens could be done.
+TEST_F(HttpOpenAiClientTest, AbortingTheStreamFreesTheRequest) {
+  const std::string log = dir_->path() + "/node-abort.log";
+  Process node(Node("abort"), log);
+  const absl::Time deadline = absl::Now() + absl::Seconds(30);
+  while (absl::Now() < deadline && node.Log().find("STREAMING") == std::string::npos) {
+    absl::SleepFor(absl::Milliseconds(10));
+  }
+  ASSERT_NE(node.Log().find("STREAMING"), std::string::npos) << node.Log();
+  EXPECT_EQ(ServerInfo(*coordinator_->stub).running(), 1u);
+  std::ofstream(dir_->path() + "/go") << "go";
+  ASSERT_EQ(node.Wait(absl::Seconds(10)), 0) << node.Log();
+  v1::ServerInfo info = ServerInfo(*coordinator_->stub);
+  const absl::Time freed_by = absl::Now() + absl::Seconds(3);
+  while (absl::Now() < freed_by && (info.running() != 0 || info.free_blocks() != info.num_blocks())) {
+    absl::SleepFor(absl::Milliseconds(10));
+    info = ServerInfo(*coordinator_->stub);
+  }
+  EXPECT_EQ(info.running(), 0u);
+  EXPECT_EQ(info.free_blocks(), info.num_blocks());
+}
+
+}  // namespace
+}  // namespace tpserve::e2e

@@ -1,0 +1,208 @@
+// http/openai_request.h: every OpenAI field lands in its GenerateRequest
+// field, and bad bodies are INVALID_ARGUMENT naming the field (as message
+// prefix and as the `param` OpenAI clients show).
+#include "http/openai_request.h"
+
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "absl/strings/match.h"
+
+namespace tpserve::http {
+namespace {
+
+namespace v1 = tpserve::v1;
+
+OpenAiRequest Parse(Endpoint endpoint, const std::string& body) {
+  absl::StatusOr<OpenAiRequest> r = ParseRequest(endpoint, body);
+  EXPECT_TRUE(r.ok()) << body << ": " << r.status();
+  return r.ok() ? *r : OpenAiRequest();
+}
+
+// The field a refused body is blamed on (and that the message starts with it).
+std::string Refused(Endpoint endpoint, const std::string& body) {
+  absl::StatusOr<OpenAiRequest> r = ParseRequest(endpoint, body);
+  EXPECT_FALSE(r.ok()) << body;
+  if (r.ok()) return "";
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument) << r.status();
+  std::optional<std::string> param = OpenAiParam(r.status(), endpoint);
+  if (!param) return "(none): " + std::string(r.status().message());
+  EXPECT_TRUE(absl::StartsWith(r.status().message(), *param + ": ")) << r.status();
+  return *param;
+}
+
+constexpr Endpoint kChat = Endpoint::kChatCompletions;
+constexpr Endpoint kCompl = Endpoint::kCompletions;
+
+TEST(OpenAiRequest, ChatMapsEveryField) {
+  const OpenAiRequest r = Parse(kChat, R"({
+    "model": "m", "stream": true, "stream_options": {"include_usage": true},
+    "messages": [{"role": "system", "content": "be brief"},
+                 {"role": "user", "content": [{"type": "text", "text": "hi "}, {"type": "text", "text": "there"}]},
+                 {"role": "assistant", "content": null, "reasoning_content": "hmm",
+                  "tool_calls": [{"id": "c1", "type": "function",
+                                  "function": {"name": "f", "arguments": "{\"a\":1}"}}]},
+                 {"role": "tool", "tool_call_id": "c1", "name": "f", "content": "2"}],
+    "max_completion_tokens": 7, "min_tokens": 2, "temperature": 0.5, "top_p": 0.9, "top_k": 40,
+    "min_p": 0.05, "seed": 11, "stop": ["a", "b"], "stop_token_ids": [3], "presence_penalty": 0.25,
+    "frequency_penalty": 0.5, "repetition_penalty": 1.1, "logprobs": true, "top_logprobs": 3, "n": 1,
+    "user": "u", "ignore_eos": true, "tools": [{"type": "function", "function": {"name": "f"}}],
+    "tool_choice": "auto", "chat_template_kwargs": {"enable_thinking": false}})");
+  EXPECT_EQ(r.model, "m");
+  EXPECT_TRUE(r.stream);
+  EXPECT_TRUE(r.include_usage);
+  EXPECT_TRUE(r.logprobs);
+  const v1::GenerateRequest& g = r.grpc;
+  ASSERT_TRUE(g.has_chat());
+  ASSERT_EQ(g.chat().messages_size(), 4);
+  EXPECT_TRUE(g.chat().add_generation_prompt());
+  EXPECT_EQ(g.chat().messages(1).content(), "hi there");
+  EXPECT_EQ(g.chat().messages(2).reasoning_content(), "hmm");
+  ASSERT_EQ(g.chat().messages(2).tool_calls_size(), 1);
+  EXPECT_EQ(g.chat().messages(2).tool_calls(0).name(), "f");
+  EXPECT_EQ(g.chat().messages(2).tool_calls(0).arguments(), "{\"a\":1}");
+  EXPECT_EQ(g.chat().messages(3).tool_call_id(), "c1");
+  EXPECT_EQ(g.chat().messages(3).name(), "f");
+  EXPECT_EQ(g.chat().tools_json(), R"([{"function":{"name":"f"},"type":"function"}])");
+  EXPECT_EQ(g.chat().chat_template_kwargs().at("enable_thinking"), "false");
+  EXPECT_EQ(g.stopping().max_tokens(), 7u);
+  EXPECT_EQ(g.stopping().min_tokens(), 2u);
+  EXPECT_EQ(g.stopping().stop_size(), 2);
+  EXPECT_EQ(g.stopping().stop_token_ids(0), 3u);
+  EXPECT_TRUE(g.stopping().ignore_eos());
+  EXPECT_FLOAT_EQ(g.sampling().temperature(), 0.5f);
+  EXPECT_FLOAT_EQ(g.sampling().top_p(), 0.9f);
+  EXPECT_EQ(g.sampling().top_k(), 40);
+  EXPECT_FLOAT_EQ(g.sampling().min_p(), 0.05f);
+  EXPECT_EQ(g.sampling().seed(), 11u);
+  EXPECT_FLOAT_EQ(g.sampling().presence_penalty(), 0.25f);
+  EXPECT_FLOAT_EQ(g.sampling().frequency_penalty(), 0.5f);
+  EXPECT_FLOAT_EQ(g.sampling().repetition_penalty(), 1.1f);
+  EXPECT_EQ(g.logprobs(), 3u);
+  EXPECT_TRUE(g.skip_special_tokens());
+}
+
+TEST(OpenAiRequest, CompletionPromptsAndDefaults) {
+  OpenAiRequest r = Parse(kCompl, R"({"prompt": "hello"})");
+  EXPECT_EQ(r.grpc.prompt(), "hello");
+  EXPECT_EQ(r.grpc.stopping().max_tokens(), 16u) << "OpenAI's completions default";
+  EXPECT_FALSE(r.grpc.sampling().has_temperature()) << "unset stays the server's default";
+  EXPECT_FALSE(r.grpc.has_logprobs());
+  EXPECT_FALSE(r.stream);
+  r = Parse(kCompl, R"({"prompt": ["one"], "max_tokens": 3})");
+  EXPECT_EQ(r.grpc.prompt(), "one");
+  EXPECT_EQ(r.grpc.stopping().max_tokens(), 3u);
+  r = Parse(kCompl, R"({"prompt": [1, 2, 3], "logprobs": 0, "stop": "x", "seed": -1})");
+  ASSERT_EQ(r.grpc.prompt_token_ids().ids_size(), 3);
+  EXPECT_EQ(r.grpc.prompt_token_ids().ids(2), 3u);
+  EXPECT_TRUE(r.logprobs);
+  EXPECT_EQ(r.grpc.logprobs(), 0u);
+  EXPECT_EQ(r.grpc.stopping().stop(0), "x");
+  EXPECT_EQ(r.grpc.sampling().seed(), ~uint64_t{0}) << "a negative seed keeps its bits";
+  r = Parse(kCompl, R"({"prompt": [[4, 5]], "temperature": null, "echo": false})");
+  EXPECT_EQ(r.grpc.prompt_token_ids().ids_size(), 2);
+  EXPECT_FALSE(r.grpc.sampling().has_temperature()) << "null is absent";
+}
+
+TEST(OpenAiRequest, ChatLogprobsWithoutAlternatives) {
+  const OpenAiRequest r = Parse(kChat, R"({"messages": [{"role": "user", "content": "x"}], "logprobs": true})");
+  EXPECT_TRUE(r.logprobs);
+  EXPECT_TRUE(r.grpc.has_logprobs());
+  EXPECT_EQ(r.grpc.logprobs(), 0u);
+  EXPECT_FALSE(r.grpc.stopping().has_max_tokens()) << "chat: up to the model's length";
+}
+
+TEST(OpenAiRequest, ToolChoiceNoneDropsTheTools) {
+  const OpenAiRequest r = Parse(kChat, R"({"messages": [{"role": "user", "content": "x"}],
+      "tools": [{"type": "function", "function": {"name": "f"}}], "tool_choice": "none"})");
+  EXPECT_TRUE(r.grpc.chat().tools_json().empty());
+}
+
+TEST(OpenAiRequest, BadBodiesNameTheField) {
+  const std::string msgs = R"("messages": [{"role": "user", "content": "x"}])";
+  EXPECT_EQ(Refused(kChat, "{\"messages\": [}"), "(none): the body is not valid JSON");
+  EXPECT_EQ(Refused(kChat, "[1]"), "(none): the body must be a JSON object");
+  EXPECT_EQ(Refused(kChat, "{}"), "messages");
+  EXPECT_EQ(Refused(kCompl, "{}"), "prompt");
+  EXPECT_EQ(Refused(kChat, "{" + msgs + ", \"temprature\": 1}"), "temprature");
+  EXPECT_EQ(Refused(kChat, "{" + msgs + ", \"temperature\": \"hot\"}"), "temperature");
+  EXPECT_EQ(Refused(kChat, "{" + msgs + ", \"temperature\": true}"), "temperature");
+  EXPECT_EQ(Refused(kChat, "{" + msgs + ", \"max_tokens\": -1}"), "max_tokens");
+  EXPECT_EQ(Refused(kChat, "{" + msgs + ", \"max_tokens\": 1.5}"), "max_tokens");
+  EXPECT_EQ(Refused(kChat, "{" + msgs + ", \"max_tokens\": 2, \"max_completion_tokens\": 3}"),
+            "max_tokens") << "the later key (JSON objects are read in key order)";
+  EXPECT_EQ(Refused(kChat, "{" + msgs + ", \"n\": 2}"), "n");
+  EXPECT_EQ(Refused(kChat, "{" + msgs + ", \"stop\": [1]}"), "stop[0]");
+  EXPECT_EQ(Refused(kChat, "{" + msgs + ", \"stream\": 1}"), "stream");
+  EXPECT_EQ(Refused(kChat, "{" + msgs + ", \"stream_options\": {\"include_usage\": true}}"), "stream_options");
+  EXPECT_EQ(Refused(kChat, "{" + msgs + ", \"stream_options\": {\"x\": 1}, \"stream\": true}"), "stream_options.x");
+  EXPECT_EQ(Refused(kChat, "{" + msgs + ", \"top_logprobs\": 2}"), "top_logprobs");
+  EXPECT_EQ(Refused(kChat, "{" + msgs + ", \"tool_choice\": \"required\"}"), "tool_choice");
+  EXPECT_EQ(Refused(kChat, "{" + msgs + ", \"seed\": 1e3}"), "seed");
+  EXPECT_EQ(Refused(kChat, "{" + msgs + ", \"temperature\": 1e300}"), "temperature");
+  EXPECT_EQ(Refused(kChat, "{\"messages\": []}"), "messages");
+  EXPECT_EQ(Refused(kChat, "{\"messages\": [{\"content\": \"x\"}]}"), "messages[0].role");
+  EXPECT_EQ(Refused(kChat, "{\"messages\": [{\"role\": \"user\", \"content\": 5}]}"), "messages[0].content");
+  EXPECT_EQ(Refused(kChat, "{\"messages\": [{\"role\": \"user\", \"content\": [{\"type\": \"image_url\"}]}]}"),
+            "messages[0].content[0].type");
+  EXPECT_EQ(Refused(kChat, "{\"messages\": [{\"role\": \"user\", \"colour\": \"x\"}]}"), "messages[0].colour");
+  EXPECT_EQ(Refused(kChat, "{\"messages\": [{\"role\": \"assistant\", \"tool_calls\": [{\"function\": 1}]}]}"),
+            "messages[0].tool_calls[0].function");
+  EXPECT_EQ(Refused(kCompl, "{\"prompt\": 5}"), "prompt");
+  EXPECT_EQ(Refused(kCompl, "{\"prompt\": [\"a\", \"b\"]}"), "prompt");
+  EXPECT_EQ(Refused(kCompl, "{\"prompt\": [1, -2]}"), "prompt[1]");
+  EXPECT_EQ(Refused(kCompl, "{\"prompt\": [1, 4294967296]}"), "prompt[1]");
+  EXPECT_EQ(Refused(kCompl, "{\"prompt\": \"x\", \"echo\": true}"), "echo");
+  EXPECT_EQ(Refused(kCompl, "{\"prompt\": \"x\", \"messages\": []}"), "messages") << "a chat field on completions";
+  EXPECT_EQ(Refused(kCompl, "{\"prompt\": \"x\", \"logprobs\": true}"), "logprobs");
+}
+
+TEST(OpenAiRequest, UnknownFieldListsTheKnownOnes) {
+  absl::StatusOr<OpenAiRequest> r = ParseRequest(kCompl, R"({"prompt": "x", "best_of": 2})");
+  ASSERT_FALSE(r.ok());
+  EXPECT_TRUE(absl::StrContains(r.status().message(), "max_tokens")) << r.status();
+}
+
+TEST(OpenAiRequest, CoordinatorFieldsMapToOpenAiNames) {
+  auto param = [](const std::string& message, Endpoint e) {
+    return OpenAiParam(absl::InvalidArgumentError(message), e).value_or("(none)");
+  };
+  EXPECT_EQ(param("sampling.top_p: 2 is outside (0, 1]", kChat), "top_p");
+  EXPECT_EQ(param("stopping.stop[3]: too long", kChat), "stop");
+  EXPECT_EQ(param("stopping.max_tokens: too many", kCompl), "max_tokens");
+  EXPECT_EQ(param("chat.messages[1].role: \"x\" is not one of ...", kChat), "messages[1].role");
+  EXPECT_EQ(param("chat.tools_json: not JSON", kChat), "tools");
+  EXPECT_EQ(param("prompt_token_ids.ids[3]: outside the vocabulary", kCompl), "prompt");
+  EXPECT_EQ(param("prompt: the prompt has 900 tokens", kChat), "messages");
+  EXPECT_EQ(param("logprobs: at most 20", kChat), "top_logprobs");
+  EXPECT_EQ(param("logprobs: at most 20", kCompl), "logprobs");
+  EXPECT_EQ(param("token_ids: token id 9 at position 0 is not in the vocabulary", kCompl), "tokens");
+  EXPECT_EQ(param("the server is starting: wait", kChat), "(none)");
+  EXPECT_FALSE(OpenAiParam(absl::UnavailableError("x: y"), kChat));
+}
+
+TEST(OpenAiRequest, TokenizeAndDetokenizeBodies) {
+  std::string model;
+  absl::StatusOr<v1::TokenizeRequest> t = ParseTokenizeRequest(R"({"model": "m", "prompt": "hi"})", &model);
+  ASSERT_TRUE(t.ok()) << t.status();
+  EXPECT_EQ(model, "m");
+  EXPECT_EQ(t->text(), "hi");
+  EXPECT_TRUE(t->add_special_tokens());
+  t = ParseTokenizeRequest(R"({"messages": [{"role": "user", "content": "hi"}], "add_generation_prompt": false,
+                              "add_special_tokens": false})", &model);
+  ASSERT_TRUE(t.ok()) << t.status();
+  EXPECT_EQ(t->chat().messages(0).content(), "hi");
+  EXPECT_FALSE(t->chat().add_generation_prompt());
+  EXPECT_FALSE(t->add_special_tokens());
+  EXPECT_FALSE(ParseTokenizeRequest(R"({"text": "hi"})", &model).ok());
+  EXPECT_FALSE(ParseTokenizeRequest(R"({})", &model).ok());
+  absl::StatusOr<v1::DetokenizeRequest> d = ParseDetokenizeRequest(R"({"tokens": [1, 2]})", &model);
+  ASSERT_TRUE(d.ok()) << d.status();
+  EXPECT_EQ(d->token_ids_size(), 2);
+  EXPECT_EQ(OpenAiParam(ParseDetokenizeRequest(R"({"tokens": ["a"]})", &model).status(), kCompl), "tokens[0]");
+  EXPECT_EQ(OpenAiParam(ParseDetokenizeRequest(R"({})", &model).status(), kCompl), "tokens");
+}
+
+}  // namespace
+}  // namespace tpserve::http
