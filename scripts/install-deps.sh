@@ -6,10 +6,10 @@ set -euo pipefail
 packages=(
   cmake ninja-build g++ clang libclang-rt-14-dev pkg-config
   libgtest-dev libgmock-dev googletest libbenchmark-dev
-  libabsl-dev nlohmann-json3-dev libpcre2-dev libutf8proc-dev
+  libabsl-dev nlohmann-json3-dev libpcre2-dev libutf8proc-dev libcpp-httplib-dev
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev libssl-dev openssl
   libgloo-dev openmpi-bin libopenmpi-dev libopenblas-dev
-  python3 python3-numpy python3-jinja2 nodejs npm
+  python3 python3-numpy python3-jinja2 python3-prometheus-client gnuplot-nox nodejs npm
 )
 
 missing=()
