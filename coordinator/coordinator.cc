@@ -127,6 +127,7 @@ absl::Status Coordinator::Start() {
     // The internal server first: its port goes to the workers.
     TPSERVE_RETURN_IF_ERROR(ListenForWorkers());
     TPSERVE_RETURN_IF_ERROR(ListenPublic());
+    TPSERVE_RETURN_IF_ERROR(ListenMetrics());
     TPSERVE_RETURN_IF_ERROR(LaunchWorkers());
     return ConnectWorkers();
   }();
@@ -265,15 +266,26 @@ absl::Status Coordinator::ListenPublic() {
                      " (is another server using that port?); pick another --listen"));
   }
   grpc::HealthCheckServiceInterface* health = server_->GetHealthCheckService();
+  health_ = health;
   auto set_health = [health](bool serving) {
     if (health == nullptr) return;
     health->SetServingStatus(serving);
     health->SetServingStatus("tpserve.v1.Generation", serving);
+    health->SetServingStatus(kReadinessService, serving);
   };
   set_health(false);
+  if (health != nullptr) health->SetServingStatus(kLivenessService, true);
   service_->SetOnServingChange(set_health);
   CoordinatorLog(
       absl::StrCat("serving tpserve.v1.Generation on ", Host(options_.listen), ":", port));
+  return absl::OkStatus();
+}
+
+absl::Status Coordinator::ListenMetrics() {
+  metrics_ = std::make_unique<CoordinatorMetrics>(max_model_len_, options_.tp);
+  if (options_.metrics_listen.empty()) return absl::OkStatus();
+  TPSERVE_ASSIGN_OR_RETURN(metrics_server_, MetricsServer::Start(options_.metrics_listen, metrics_->registry()));
+  CoordinatorLog(absl::StrCat("metrics on http://", metrics_server_->address(), "/metrics"));
   return absl::OkStatus();
 }
 
@@ -420,6 +432,8 @@ void Coordinator::StartEngine(int64_t num_blocks) {
   for (int64_t id : config_->eos_token_ids)
     engine_options.eos_token_ids.push_back(static_cast<int32_t>(id));
   engine_options.overlap = options_.overlap;
+  engine_options.metrics = metrics_.get();
+  for (int rank = 0; rank < options_.tp; ++rank) metrics_->SetWorkerUp(rank, true);
   WorkerPool* pool = pool_.get();
   StepTransport workers{
       .send = [pool](iv1::Step step) -> absl::StatusOr<uint64_t> {
@@ -433,9 +447,12 @@ void Coordinator::StartEngine(int64_t num_blocks) {
       },
   };
   engine_ = std::make_unique<EngineLoop>(*tokenizer_, engine_options, std::move(workers));
-  pool_->SetOnLost([engine = engine_.get(), service = service_.get()](const absl::Status& lost) {
+  pool_->SetOnLost([this, engine = engine_.get(), service = service_.get()](const absl::Status& lost) {
     service->SetAvailability(lost, /*permanent=*/true);
     engine->Fail(lost);
+    // The group is lost as a whole; only a restart brings it back.
+    for (int rank = 0; rank < options_.tp; ++rank) metrics_->SetWorkerUp(rank, false);
+    if (health_ != nullptr) health_->SetServingStatus(kLivenessService, false);
   });
   engine_->Start();
 }
@@ -475,6 +492,7 @@ void Coordinator::StopServers() {
   stopped_ = true;
   const auto soon = [] { return absl::ToChronoTime(absl::Now() + absl::Seconds(2)); };
   if (server_) server_->Shutdown(soon());
+  metrics_server_.reset();
   if (pool_) pool_->Close();
   if (worker_server_) worker_server_->Shutdown(soon());
   if (workers_) (void)workers_->Stop(absl::Seconds(10));

@@ -37,8 +37,10 @@
 #include "absl/synchronization/notification.h"
 #include "absl/time/time.h"
 #include "auth/cluster_secret.h"
+#include "coordinator/coordinator_metrics.h"
 #include "coordinator/engine_loop.h"
 #include "coordinator/generation_service.h"
+#include "coordinator/metrics_server.h"
 #include "coordinator/worker_pool.h"
 #include "launcher/process_group.h"
 #include "model/config.h"
@@ -97,7 +99,17 @@ struct CoordinatorOptions {
   std::string api_key_file;
   int max_streams_per_client = 512;
   std::string worker_binary;              // for spawn_workers; "" = next to this binary, else PATH
+  // Prometheus text exposition at http://HOST:PORT/metrics ("PORT" = loopback;
+  // coordinator/metrics_server.h); "" = off.
+  std::string metrics_listen;
 };
+
+// grpc.health.v1 service names (besides "" and "tpserve.v1.Generation", which
+// say readiness as well): liveness is SERVING while the process serves and can
+// still serve (NOT_SERVING once a worker is lost for good: restart it);
+// readiness is SERVING when warm, not draining and every worker up.
+inline constexpr char kLivenessService[] = "tpserve.liveness";
+inline constexpr char kReadinessService[] = "tpserve.readiness";
 
 class Coordinator {
  public:
@@ -132,6 +144,7 @@ class Coordinator {
   absl::Status SetUpClusterSecret();
   absl::Status ListenForWorkers();
   absl::Status ListenPublic();
+  absl::Status ListenMetrics();  // with metrics_listen
   // The public port's credentials: TLS from the files, or insecure.
   absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> PublicCredentials() const;
   absl::Status LaunchWorkers();
@@ -160,6 +173,9 @@ class Coordinator {
   std::string secret_dir_;  // a fresh secret for the spawned workers lives here (removed at stop)
   std::optional<ProcessGroup> workers_;  // spawn_workers only
   std::string backend_;                   // "cpu" or "cuda", once the workers said Hello
+  std::unique_ptr<CoordinatorMetrics> metrics_;        // from LoadModel on
+  std::unique_ptr<MetricsServer> metrics_server_;      // with metrics_listen
+  grpc::HealthCheckServiceInterface* health_ = nullptr;  // the public server's
   std::unique_ptr<EngineLoop> engine_;
   bool stopped_ = false;  // StopServers ran
 };
