@@ -287,6 +287,9 @@ TEST_F(FailureTest, KillingAWorkerEndsStreamsUnavailableAndNamesTheRank) {
   }
   EXPECT_NE(out.find("NOT_SERVING"), std::string::npos) << out;
   EXPECT_EQ(rc, 1);
+  // Lost for good: liveness fails too, so an orchestrator restarts it.
+  out = Client({"health", "--server", c.address, "--service", "tpserve.liveness"}, &rc);
+  EXPECT_NE(out.find("NOT_SERVING"), std::string::npos) << out;
   GenerateOutcome after = Generate(*c.stub, Long());
   EXPECT_EQ(after.status.error_code(), grpc::StatusCode::UNAVAILABLE);
   EXPECT_NE(after.status.error_message().find("worker rank 1"), std::string::npos) << after.status.error_message();
