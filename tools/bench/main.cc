@@ -38,7 +38,8 @@ ABSL_FLAG(std::string, output_len, "100..1024", "output length in tokens, N or M
 ABSL_FLAG(std::string, dataset, "",
           "JSON-lines prompts instead of random ones: {\"prompt\": TEXT | \"prompt_token_ids\": [...], "
           "\"output_len\": N}");
-ABSL_FLAG(uint64_t, seed, 0, "seed of the random prompts and the arrival times");
+ABSL_FLAG(uint64_t, seed, 0,
+          "seed of the random prompts and the arrival times (run k of a --request-rate list uses seed + k)");
 ABSL_FLAG(std::string, request_rate, "inf", "serve: requests/s of Poisson arrivals, or a list (one run each), or inf");
 ABSL_FLAG(int64_t, max_concurrency, 0, "serve: most requests in flight (0 = 1024)");
 ABSL_FLAG(double, burstiness, 1.0, "serve: gamma shape of the arrival gaps (1 = Poisson, < 1 burstier)");
@@ -73,7 +74,10 @@ nlohmann::json Configuration(const std::string& mode) {
 }
 
 struct Workload {
-  std::vector<BenchPrompt> prompts;
+  // [runs][prompts]: random prompts are drawn afresh for each run (seed + run
+  // index), so a later run of a sweep does not find an earlier one's prompts
+  // in the prefix cache; a --dataset file gives every run the same prompts.
+  std::vector<std::vector<BenchPrompt>> prompts;
   std::vector<double> rates;
   std::vector<double> percentiles;
   Slo slo;
@@ -101,11 +105,13 @@ std::string BuildWorkload(const std::string& mode, const v1::ModelInfo& model, W
       return absl::StrCat("--input-len max ", in->max, " + --output-len max ", out->max,
                           " exceeds the server's max_model_len ", model.max_model_len(), "; shorten them");
     }
-    w.prompts = RandomPrompts(n, *in, *out, model.vocab_size(), absl::GetFlag(FLAGS_seed));
+    for (size_t run = 0; run < rates->size(); ++run) {
+      w.prompts.push_back(RandomPrompts(n, *in, *out, model.vocab_size(), absl::GetFlag(FLAGS_seed) + run));
+    }
   } else {
     absl::StatusOr<std::vector<BenchPrompt>> loaded = LoadPrompts(absl::GetFlag(FLAGS_dataset), n, out->max);
     if (!loaded.ok()) return std::string(loaded.status().message());
-    w.prompts = *std::move(loaded);
+    w.prompts.assign(rates->size(), *std::move(loaded));
   }
   w.rates = *rates;
   w.percentiles = *ps;
@@ -165,20 +171,21 @@ int Main(int argc, char** argv) {
   nlohmann::json doc = {{"configuration", Configuration(mode)}, {"model", model.model_name()},
                         {"runs", nlohmann::json::array()}};
   std::vector<RunReport> reports;
-  for (double rate : w.rates) {
+  for (size_t run = 0; run < w.rates.size(); ++run) {
+    const double rate = w.rates[run];
     RunOptions options{.request_rate = rate,
                        .burstiness = absl::GetFlag(FLAGS_burstiness),
                        .max_concurrency = absl::GetFlag(FLAGS_max_concurrency),
-                       .seed = absl::GetFlag(FLAGS_seed),
+                       .seed = absl::GetFlag(FLAGS_seed) + run,
                        .request_timeout_s = absl::GetFlag(FLAGS_timeout),
                        .max_seconds = absl::GetFlag(FLAGS_max_seconds),
                        .ignore_eos = absl::GetFlag(FLAGS_ignore_eos),
                        .temperature = static_cast<float>(absl::GetFlag(FLAGS_temperature)),
                        .progress = isatty(STDERR_FILENO) == 1};
-    const RunResult run = RunBenchmark(*connection, w.prompts, options);
+    const RunResult result = RunBenchmark(*connection, w.prompts[run], options);
     RunReport report{.request_rate = rate,
-                     .metrics = ComputeMetrics(run.records, run.duration_s, w.percentiles, w.slo),
-                     .errors = Errors(run.records)};
+                     .metrics = ComputeMetrics(result.records, result.duration_s, w.percentiles, w.slo),
+                     .errors = Errors(result.records)};
     std::cout << FormatTable(report, mode == "serve") << std::flush;
     doc["runs"].push_back(RunToJson(report));
     reports.push_back(std::move(report));
