@@ -441,8 +441,11 @@ void Coordinator::StartEngine(int64_t num_blocks) {
         *command.mutable_step() = std::move(step);
         return pool->Send(std::move(command));
       },
-      .receive = [pool](uint64_t seq) -> absl::StatusOr<iv1::StepResult> {
+      .receive = [pool, metrics = metrics_.get()](uint64_t seq) -> absl::StatusOr<iv1::StepResult> {
         TPSERVE_ASSIGN_OR_RETURN(std::vector<iv1::WorkerMessage> replies, pool->Await(seq));
+        for (size_t rank = 0; rank < replies.size(); ++rank) {  // Await answers by rank
+          metrics->OnWorkerStep(static_cast<int>(rank), replies[rank].step().compute_seconds());
+        }
         return std::move(*replies[0].mutable_step());
       },
   };

@@ -77,7 +77,17 @@ CoordinatorMetrics::CoordinatorMetrics(int64_t max_model_len, int tp)
                  {"request_inference_time_seconds", &inference_}, {"request_prompt_tokens", &prompt_len_},
                  {"request_generation_tokens", &generation_len_}, {"iteration_tokens_total", &iteration_tokens_},
                  {"step_duration_seconds", &step_duration_},   {"step_batch_size", &batch_size_}};
-  for (int rank = 0; rank < tp; ++rank) SetWorkerUp(rank, false);
+  for (int rank = 0; rank < tp; ++rank) {
+    SetWorkerUp(rank, false);
+    worker_step_.push_back(&registry_.Histogram("tpserve:worker_step_compute_seconds",
+                                                "Histogram of a step's compute time on each rank, in seconds.",
+                                                kStepBuckets, {{"rank", absl::StrCat(rank)}}));
+    histograms_.emplace_back(absl::StrCat("worker_step_compute_seconds{rank=\"", rank, "\"}"), worker_step_.back());
+  }
+}
+
+void CoordinatorMetrics::OnWorkerStep(int rank, double compute_seconds) {
+  if (rank >= 0 && rank < tp_) worker_step_[static_cast<size_t>(rank)]->Observe(compute_seconds);
 }
 
 void CoordinatorMetrics::OnRequestFinished(const std::string& finished_reason, const RequestTimes& t,

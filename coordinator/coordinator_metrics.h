@@ -18,7 +18,9 @@
 //               tpserve:request_inference_time_seconds, tpserve:request_prompt_tokens,
 //               tpserve:request_generation_tokens, tpserve:iteration_tokens_total (tokens
 //               per step), tpserve:step_duration_seconds (send to result, as the
-//               coordinator sees a step), tpserve:step_batch_size (sequences per step)
+//               coordinator sees a step), tpserve:step_batch_size (sequences per step),
+//               tpserve:worker_step_compute_seconds{rank} (a step's compute on each
+//               rank, as the worker measured it: StepResult.compute_seconds)
 // A request's phases: queue = arrival to first scheduled; prefill = first
 // scheduled to first token; decode = first token to end; inference = prefill + decode.
 #pragma once
@@ -54,6 +56,9 @@ class CoordinatorMetrics {
   // The engine's state after an iteration; the totals only grow.
   void OnEngineState(int64_t running, int64_t waiting, double kv_cache_usage, int64_t preemptions_total,
                      int64_t prefix_query_tokens_total, int64_t prefix_hit_tokens_total);
+  void OnWorkerStep(int rank, double compute_seconds);
+  // 1 from warm-up on; 0 once the worker group is lost (all ranks: the group
+  // is lost as a whole and only a restart brings it back).
   void SetWorkerUp(int rank, bool up);
 
   // The figures GetServerInfo reports.
@@ -83,6 +88,7 @@ class CoordinatorMetrics {
       &iteration_tokens_, &step_duration_, &batch_size_;
   std::vector<std::pair<std::string, const MetricHistogram*>> histograms_;  // (name without prefix, metric)
   std::map<std::string, MetricCounter*> success_;                           // by finished_reason
+  std::vector<MetricHistogram*> worker_step_;                               // [tp]
 };
 
 }  // namespace tpserve

@@ -103,6 +103,11 @@ TEST(CoordinatorMetrics, RecordsARequestsPhasesAndTotals) {
   EXPECT_EQ(h.at("inter_token_latency_seconds").first, 1u);
   EXPECT_EQ(h.at("e2e_request_latency_seconds").first, 1u);
   EXPECT_EQ(h.at("step_duration_seconds").first, 0u);
+  m.OnWorkerStep(1, 0.003);
+  m.OnWorkerStep(7, 1.0);  // no such rank: ignored
+  for (const auto& x : m.totals().histograms) h[x.name] = {x.count, x.sum};
+  EXPECT_EQ(h.at("worker_step_compute_seconds{rank=\"0\"}").first, 0u);
+  EXPECT_EQ(h.at("worker_step_compute_seconds{rank=\"1\"}").first, 1u);
   const std::string text = m.registry().Render();
   EXPECT_NE(text.find("tpserve:worker_up{rank=\"1\"} 0\n"), std::string::npos);
   EXPECT_NE(text.find("tpserve:request_success_total{finished_reason=\"length\"} 1\n"), std::string::npos);

@@ -60,6 +60,10 @@ def main():
         check(a is not None and b is not None, f"{name}{labels} missing")
         return (b or 0) - (a or 0)
 
+    steps = delta("tpserve:step_duration_seconds_count")
+    check(steps > 0 and delta("tpserve:worker_step_compute_seconds_count", rank="0") == steps,
+          f"worker_step_compute_seconds{{rank=0}} counted {delta('tpserve:worker_step_compute_seconds_count', rank='0')}"
+          f" steps, the coordinator {steps}")
     served = bench["completed"]
     check(served > 0 and bench["failed"] == 0, f"the benchmark served {served}, failed {bench['failed']}")
     for h in ("time_to_first_token_seconds", "e2e_request_latency_seconds", "request_queue_time_seconds",
