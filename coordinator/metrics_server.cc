@@ -1,5 +1,7 @@
 #include "coordinator/metrics_server.h"
 
+#include <sys/socket.h>
+
 #include <httplib.h>
 
 #include "absl/strings/numbers.h"
@@ -22,6 +24,12 @@ absl::StatusOr<std::unique_ptr<MetricsServer>> MetricsServer::Start(const std::s
   out->server_ = std::make_unique<httplib::Server>();
   httplib::Server& server = *out->server_;
   server.new_task_queue = [] { return new httplib::ThreadPool(1); };  // one scrape at a time is plenty
+  // Exclusive, as the public port: httplib's default adds SO_REUSEPORT, which
+  // would let a second process share the port and take some scrapes.
+  server.set_socket_options([](socket_t sock) {
+    const int yes = 1;
+    setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof(yes));
+  });
   server.Get("/metrics", [&registry](const httplib::Request&, httplib::Response& response) {
     response.set_content(registry.Render(), "text/plain; version=0.0.4; charset=utf-8");
   });
@@ -31,12 +39,20 @@ absl::StatusOr<std::unique_ptr<MetricsServer>> MetricsServer::Start(const std::s
                                                " (is another server using that port?); pick another"));
   }
   out->address_ = absl::StrCat(host.find(':') != std::string::npos ? absl::StrCat("[", host, "]") : host, ":", bound);
-  out->thread_ = std::thread([&server] { server.listen_after_bind(); });
+  out->thread_ = std::thread([&server, done = &out->done_] {
+    server.listen_after_bind();
+    done->store(true);
+  });
   return out;
 }
 
 MetricsServer::~MetricsServer() {
-  if (server_) server_->stop();
+  // httplib's stop() does nothing before the loop runs (is_running): repeat
+  // it until the loop has ended, so a server stopped at once still stops.
+  while (thread_.joinable() && !done_.load()) {
+    server_->stop();
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
   if (thread_.joinable()) thread_.join();
 }
 

@@ -4,6 +4,7 @@
 // only figures, never requests, and binds the loopback unless told otherwise.
 #pragma once
 
+#include <atomic>
 #include <memory>
 #include <string>
 #include <thread>
@@ -33,6 +34,7 @@ class MetricsServer {
   MetricsServer() = default;
   std::unique_ptr<httplib::Server> server_;
   std::thread thread_;
+  std::atomic<bool> done_{false};  // the accept loop has returned
   std::string address_;
 };
 
