@@ -2,8 +2,6 @@
 
 #include <algorithm>
 #include <filesystem>
-#include <fstream>
-#include <iterator>
 #include <random>
 #include <utility>
 #include <vector>
@@ -17,6 +15,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "auth/secret_file.h"
+#include "auth/tls_credentials.h"
 #include "base/host_name.h"
 #include "launcher/temp_dir.h"
 #include "base/status_macros.h"
@@ -93,17 +92,6 @@ constexpr int kKeepaliveTimeoutMs = 20'000;
 constexpr int kMaxConnectionIdleMs = 15 * 60'000;
 constexpr int kMinClientPingMs = 10'000;
 
-// A PEM file's text; NOT_FOUND / INVALID_ARGUMENT naming `flag` and the path.
-absl::StatusOr<std::string> ReadTextFile(const std::string& path, absl::string_view flag) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return absl::NotFoundError(absl::StrCat(flag, ": cannot read ", path));
-  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  if (text.find("-----BEGIN") == std::string::npos) {
-    return absl::InvalidArgumentError(absl::StrCat(flag, ": ", path, " is not a PEM file (no -----BEGIN line)"));
-  }
-  return text;
-}
-
 std::string Host(const std::string& address) {
   const size_t colon = address.rfind(':');
   return colon == std::string::npos ? address : address.substr(0, colon);
@@ -116,7 +104,8 @@ Coordinator::Coordinator(CoordinatorOptions options) : options_(std::move(option
 Coordinator::~Coordinator() { StopServers(); }
 
 void Coordinator::RequestStop() {
-  if (!stop_.exchange(true)) stop_note_.Notify();
+  absl::MutexLock lock(&serve_mu_);
+  stop_ = true;
 }
 
 absl::Status Coordinator::Start() {
@@ -174,11 +163,16 @@ absl::Status Coordinator::SetUpClusterSecret() {
     secret_ = ClusterSecret::Generate();
     return WriteSecretFile(std::filesystem::path(secret_dir_) / "cluster-secret", secret_->bytes());
   }
+  if (!options_.worker_tls_ca.empty()) {
+    CoordinatorLog("workers must present a certificate signed by --worker-tls-ca");
+    return absl::OkStatus();
+  }
   if (!IsLoopbackAddress(options_.worker_listen)) {
     return absl::InvalidArgumentError(absl::StrCat(
         "--worker-listen ", options_.worker_listen, " is reachable from other machines, so anyone there could ",
         "join as a worker and read every prompt: set --cluster-secret-file FILE (and give the workers the same ",
-        "file), or listen on 127.0.0.1"));
+        "file), or require worker certificates (--worker-tls-cert, --worker-tls-key, --worker-tls-ca), or ",
+        "listen on 127.0.0.1"));
   }
   CoordinatorLog("warning: the worker port is not authenticated (loopback only): any local user can join as a "
                  "worker; set --cluster-secret-file to require a secret");
@@ -187,9 +181,18 @@ absl::Status Coordinator::SetUpClusterSecret() {
 
 absl::Status Coordinator::ListenForWorkers() {
   pool_ = std::make_unique<WorkerPool>(options_.tp, secret_);
+  TlsFiles tls{.cert = options_.worker_tls_cert, .key = options_.worker_tls_key, .ca = options_.worker_tls_ca,
+               .cert_flag = "--worker-tls-cert", .key_flag = "--worker-tls-key", .ca_flag = "--worker-tls-ca"};
+  TPSERVE_ASSIGN_OR_RETURN(std::shared_ptr<grpc::ServerCredentials> credentials, MakeServerCredentials(tls));
+  if (!tls.cert.empty()) {
+    CoordinatorLog(tls.ca.empty() ? "the worker port speaks TLS" : "the worker port speaks mutual TLS");
+  } else if (!IsLoopbackAddress(options_.worker_listen)) {
+    CoordinatorLog(absl::StrCat("warning: the worker port ", options_.worker_listen, " is plain text: prompts and ",
+                                "tokens cross the network readable; set --worker-tls-cert and --worker-tls-key"));
+  }
   int port = 0;
   grpc::ServerBuilder builder;
-  builder.AddListeningPort(options_.worker_listen, grpc::InsecureServerCredentials(), &port);
+  builder.AddListeningPort(options_.worker_listen, credentials, &port);
   builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);  // exclusive: a taken port is an error
   builder.RegisterService(pool_.get());
   builder.SetMaxReceiveMessageSize(kMaxWorkerMessageBytes);
@@ -266,7 +269,6 @@ absl::Status Coordinator::ListenPublic() {
                      " (is another server using that port?); pick another --listen"));
   }
   grpc::HealthCheckServiceInterface* health = server_->GetHealthCheckService();
-  health_ = health;
   auto set_health = [health](bool serving) {
     if (health == nullptr) return;
     health->SetServingStatus(serving);
@@ -274,6 +276,8 @@ absl::Status Coordinator::ListenPublic() {
     health->SetServingStatus(kReadinessService, serving);
   };
   set_health(false);
+  // Liveness: the process serves. A lost worker group is replaced in place
+  // (Recover), so even then a restart would not help: it stays SERVING.
   if (health != nullptr) health->SetServingStatus(kLivenessService, true);
   service_->SetOnServingChange(set_health);
   CoordinatorLog(
@@ -290,31 +294,19 @@ absl::Status Coordinator::ListenMetrics() {
 }
 
 absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> Coordinator::PublicCredentials() const {
-  if (options_.tls_cert.empty() != options_.tls_key.empty()) {
-    return absl::InvalidArgumentError("--tls-cert and --tls-key go together: give both PEM files, or neither");
-  }
-  if (options_.tls_cert.empty()) {
-    if (!options_.tls_client_ca.empty()) {
-      return absl::InvalidArgumentError("--tls-client-ca needs --tls-cert and --tls-key (mutual TLS is TLS)");
-    }
+  const TlsFiles tls{.cert = options_.tls_cert, .key = options_.tls_key, .ca = options_.tls_client_ca,
+                     .ca_flag = "--tls-client-ca"};
+  TPSERVE_ASSIGN_OR_RETURN(std::shared_ptr<grpc::ServerCredentials> credentials, MakeServerCredentials(tls));
+  if (tls.cert.empty()) {
     if (!IsLoopbackAddress(options_.listen)) {
       CoordinatorLog(absl::StrCat("warning: the public API on ", options_.listen,
                                   " is plain text; set --tls-cert and --tls-key to encrypt it"));
     }
-    return grpc::InsecureServerCredentials();
+  } else {
+    CoordinatorLog(tls.ca.empty() ? "the public API speaks TLS"
+                                  : "the public API speaks mutual TLS (client certificates required)");
   }
-  grpc::SslServerCredentialsOptions ssl;
-  grpc::SslServerCredentialsOptions::PemKeyCertPair pair;
-  TPSERVE_ASSIGN_OR_RETURN(pair.private_key, ReadSecretFile(options_.tls_key, "--tls-key"));
-  TPSERVE_ASSIGN_OR_RETURN(pair.cert_chain, ReadTextFile(options_.tls_cert, "--tls-cert"));
-  ssl.pem_key_cert_pairs.push_back(std::move(pair));
-  if (!options_.tls_client_ca.empty()) {
-    TPSERVE_ASSIGN_OR_RETURN(ssl.pem_root_certs, ReadTextFile(options_.tls_client_ca, "--tls-client-ca"));
-    ssl.client_certificate_request = GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY;
-  }
-  CoordinatorLog(options_.tls_client_ca.empty() ? "the public API speaks TLS"
-                                                : "the public API speaks mutual TLS (client certificates required)");
-  return grpc::SslServerCredentials(ssl);
+  return credentials;
 }
 
 // Workers: spawned here, or started by the user (mpirun / tpserve-launch).
@@ -327,6 +319,15 @@ absl::Status Coordinator::LaunchWorkers() {
   }
   LaunchOptions launch;
   launch.argv = {WorkerBinary(options_.worker_binary), "--coordinator", worker_address_};
+  if (!options_.worker_tls_cert.empty()) {
+    // Paths only: the key stays in its file. A self-signed certificate is its own CA.
+    const auto absolute = [](const std::string& path) { return std::filesystem::absolute(path).string(); };
+    launch.argv.insert(launch.argv.end(),
+                       {"--tls-ca", absolute(options_.worker_tls_ca.empty() ? options_.worker_tls_cert
+                                                                            : options_.worker_tls_ca),
+                        "--tls-cert", absolute(options_.worker_tls_cert), "--tls-key",
+                        absolute(options_.worker_tls_key)});
+  }
   launch.nproc_per_node = tp;
   launch.master_addr = "127.0.0.1";
   launch.master_port = worker_port_;  // unused by the workers: rendezvous goes through the pool
@@ -354,19 +355,20 @@ absl::Status Coordinator::LaunchWorkers() {
 
 // Waits for the workers' Hello, brings them to ready and starts the engine.
 absl::Status Coordinator::ConnectWorkers() {
-  TPSERVE_RETURN_IF_ERROR(pool_->WaitForWorkers(options_.worker_timeout, stop_));
-  std::vector<std::string> worker_names;
-  bool all_gpu = true;
-  for (const iv1::Hello& h : pool_->workers()) {
-    worker_names.push_back(WorkerRoster::Describe(h));
-    if (h.device() == "cpu" || h.device().empty()) all_gpu = false;
-  }
-  backend_ = options_.backend != "auto" ? options_.backend : all_gpu ? "cuda" : "cpu";
+  TPSERVE_ASSIGN_OR_RETURN(const int64_t num_blocks, BringUpWorkers());
+  StartEngine(num_blocks);
+  service_->SetAvailability(absl::OkStatus());
+  CoordinatorLog("ready");
+  if (absl::Status lost = pool_->lost(); !lost.ok()) OnWorkersLost(lost);  // Serve recovers
+  return absl::OkStatus();
+}
 
+StartupOptions Coordinator::MakeStartupOptions() const {
   StartupOptions startup;
   startup.model_dir = model_dir_;
   startup.backend = backend_;
   startup.tensor_parallel_size = static_cast<uint32_t>(options_.tp);
+  // A fresh prefix for every group: nothing of a lost group's rendezvous is reused.
   startup.store_prefix = absl::StrCat("tpserve/", getpid(), "-", std::random_device{}(), "/");
   startup.block_size = static_cast<uint32_t>(options_.block_size);
   startup.max_num_batched_tokens = static_cast<uint32_t>(options_.max_num_batched_tokens);
@@ -380,20 +382,26 @@ absl::Status Coordinator::ConnectWorkers() {
   // stalled rank before a peer's collective gives up on it.
   startup.collective_timeout_ms =
       static_cast<uint32_t>(absl::ToInt64Milliseconds(options_.step_timeout + kCollectiveGrace));
-  TPSERVE_ASSIGN_OR_RETURN(const StartupResult started, StartWorkers(*pool_, startup));
+  return startup;
+}
+
+absl::StatusOr<int64_t> Coordinator::BringUpWorkers() {
+  TPSERVE_RETURN_IF_ERROR(pool_->WaitForWorkers(options_.worker_timeout, stop_));
+  worker_names_.clear();
+  bool all_gpu = true;
+  for (const iv1::Hello& h : pool_->workers()) {
+    worker_names_.push_back(WorkerRoster::Describe(h));
+    if (h.device() == "cpu" || h.device().empty()) all_gpu = false;
+  }
+  backend_ = options_.backend != "auto" ? options_.backend : all_gpu ? "cuda" : "cpu";
+  TPSERVE_ASSIGN_OR_RETURN(const StartupResult started, StartWorkers(*pool_, MakeStartupOptions()));
   TPSERVE_RETURN_IF_ERROR(ChooseWorkerTransport());
   pool_->SetStepTimeout(options_.step_timeout);
-
-  StartEngine(started.num_blocks);
-  service_->SetEngine(engine_.get(), std::move(worker_names), backend_);
-  if (absl::Status lost = pool_->lost(); !lost.ok()) {
-    service_->SetAvailability(lost, /*permanent=*/true);
-    engine_->Fail(lost);
-  } else {
-    service_->SetAvailability(absl::OkStatus());
-    CoordinatorLog("ready");
+  if (engine_ != nullptr) {  // a replaced group
+    engine_->Resume(started.num_blocks);
+    service_->SetEngine(engine_.get(), worker_names_, backend_);
   }
-  return absl::OkStatus();
+  return started.num_blocks;
 }
 
 // Shared memory when every worker is on this host (the default, "auto"), or
@@ -433,7 +441,7 @@ void Coordinator::StartEngine(int64_t num_blocks) {
     engine_options.eos_token_ids.push_back(static_cast<int32_t>(id));
   engine_options.overlap = options_.overlap;
   engine_options.metrics = metrics_.get();
-  for (int rank = 0; rank < options_.tp; ++rank) metrics_->SetWorkerUp(rank, true);
+  SetWorkersUp(true);
   WorkerPool* pool = pool_.get();
   StepTransport workers{
       .send = [pool](iv1::Step step) -> absl::StatusOr<uint64_t> {
@@ -450,25 +458,108 @@ void Coordinator::StartEngine(int64_t num_blocks) {
       },
   };
   engine_ = std::make_unique<EngineLoop>(*tokenizer_, engine_options, std::move(workers));
-  pool_->SetOnLost([this, engine = engine_.get(), service = service_.get()](const absl::Status& lost) {
-    service->SetAvailability(lost, /*permanent=*/true);
-    engine->Fail(lost);
-    // The group is lost as a whole; only a restart brings it back.
-    for (int rank = 0; rank < options_.tp; ++rank) metrics_->SetWorkerUp(rank, false);
-    if (health_ != nullptr) health_->SetServingStatus(kLivenessService, false);
-  });
+  service_->SetEngine(engine_.get(), worker_names_, backend_);
+  pool_->SetOnLost([this](const absl::Status& lost) { OnWorkersLost(lost); });
   engine_->Start();
 }
 
-void Coordinator::Serve() { stop_note_.WaitForNotification(); }
+void Coordinator::SetWorkersUp(bool up) {
+  for (int rank = 0; rank < options_.tp; ++rank) metrics_->SetWorkerUp(rank, up);
+}
+
+void Coordinator::OnWorkersLost(const absl::Status& lost) {
+  const absl::Status why = absl::UnavailableError(absl::StrCat(
+      lost.message(), options_.spawn_workers
+                          ? "; the coordinator is restarting its workers: retry shortly"
+                          : absl::StrCat("; start a new group of ", options_.tp,
+                                         " workers (tpserve-worker --coordinator ", worker_address_, ")")));
+  service_->SetAvailability(why);
+  engine_->Suspend(why);
+  SetWorkersUp(false);  // the group is lost as a whole
+  absl::MutexLock lock(&serve_mu_);
+  if (pending_loss_.ok()) pending_loss_ = lost;
+}
+
+void Coordinator::Serve() {
+  while (true) {
+    absl::Status lost;
+    {
+      absl::MutexLock lock(&serve_mu_);
+      auto woken = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(serve_mu_) { return stop_ || !pending_loss_.ok(); };
+      serve_mu_.Await(absl::Condition(&woken));
+      if (stop_) return;
+      lost = pending_loss_;
+    }
+    Recover(lost);
+  }
+}
+
+void Coordinator::Recover(const absl::Status& lost) {
+  const absl::Time since = absl::Now();
+  if (!engine_->WaitSuspended()) return;  // stopped: no step goes out from here on
+  absl::Duration backoff = absl::Seconds(1);
+  for (int attempt = 1; !stop_; ++attempt) {
+    {
+      absl::MutexLock lock(&serve_mu_);
+      pending_loss_ = absl::OkStatus();  // this try replaces whatever was lost so far
+    }
+    CoordinatorLog(absl::StrCat("replacing the worker group (try ", attempt, ")"));
+    const absl::Status replaced = ReplaceWorkers();
+    if (replaced.ok()) {
+      SetWorkersUp(true);
+      service_->SetAvailability(absl::OkStatus());
+      CoordinatorLog(absl::StrCat("ready (recovered in ", absl::FormatDuration(absl::Trunc(absl::Now() - since, absl::Milliseconds(1))),
+                                  " after: ", lost.message(), ")"));
+      return;
+    }
+    if (absl::IsCancelled(replaced)) return;
+    const absl::Status why = absl::UnavailableError(
+        absl::StrCat(lost.message(), "; replacing the workers failed: ", replaced.message()));
+    CoordinatorLog(why.message());
+    service_->SetAvailability(why);
+    engine_->AbortAll(why);  // the waiting requests learn why rather than wait on
+    if (!SleepUnlessStopped(backoff)) return;
+    backoff = std::min(backoff * 2, absl::Seconds(30));
+  }
+}
+
+absl::Status Coordinator::ReplaceWorkers() {
+  if (workers_) {
+    (void)workers_->Stop(absl::Seconds(2));  // a stopped (SIGSTOP) rank gets SIGKILL after the grace
+    workers_.reset();
+  }
+  TPSERVE_RETURN_IF_ERROR(pool_->BeginNewGroup(absl::Seconds(10)));
+  TPSERVE_RETURN_IF_ERROR(LaunchWorkers());
+  // Workers started by the user: wait for all of them as long as it takes,
+  // without starting over (which would send away the ranks already here);
+  // the waiting requests end each time --worker-timeout passes.
+  while (!options_.spawn_workers) {
+    const absl::Status all_here = pool_->WaitForWorkers(options_.worker_timeout, stop_);
+    if (!absl::IsDeadlineExceeded(all_here)) {
+      TPSERVE_RETURN_IF_ERROR(all_here);
+      break;
+    }
+    CoordinatorLog(all_here.message());
+    engine_->AbortAll(absl::UnavailableError(absl::StrCat("no complete worker group connected: ", all_here.message())));
+  }
+  return BringUpWorkers().status();
+}
+
+bool Coordinator::SleepUnlessStopped(absl::Duration d) {
+  absl::MutexLock lock(&serve_mu_);
+  auto stopped = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(serve_mu_) { return stop_.load(); };
+  return !serve_mu_.AwaitWithTimeout(absl::Condition(&stopped), d);
+}
 
 absl::Status Coordinator::Drain() {
   if (engine_ == nullptr) {  // Start did not succeed: it stopped everything already
     StopServers();
     return absl::OkStatus();
   }
-  service_->SetAvailability(absl::UnavailableError(kDraining));
+  service_->SetAvailability(absl::UnavailableError(kDraining), /*permanent=*/true);
   engine_->CloseAdmission(absl::UnavailableError(kDraining));
+  // Without workers nothing waiting can run: it ends now, not after the drain timeout.
+  if (absl::Status lost = pool_->lost(); !lost.ok()) engine_->AbortAll(lost);
   if (!engine_->WaitIdle(absl::Now() + options_.drain_timeout)) {
     CoordinatorLog(absl::StrCat("drain timeout (", absl::FormatDuration(options_.drain_timeout),
                                 ") passed; aborting the running streams"));

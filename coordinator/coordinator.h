@@ -17,12 +17,19 @@
 //   tpserve-coordinator: serving tpserve.v1.Generation on HOST:PORT
 //   tpserve-coordinator: ready
 //
-// A lost worker does not end Serve: from then on every request is refused
-// with UNAVAILABLE naming the rank (health NOT_SERVING), so clients learn why,
-// until a stop is asked; Drain then returns the loss.
+// Recovery: a lost worker (died, or named by the step watchdog) ends the
+// requests that were running with UNAVAILABLE naming the rank, and health
+// turns NOT_SERVING at once; new requests are refused with that status while
+// requests that never ran wait. Serve then replaces the group: with
+// spawn_workers it stops the old processes and spawns, loads and warms up a
+// new group; otherwise it ends the old sessions and accepts a complete new
+// group that the user (or mpirun's supervisor) starts. It serves again
+// ("tpserve-coordinator: ready (recovered ...)"), the waiting requests run.
+// While no group comes (worker_timeout per try) the waiting requests end with
+// UNAVAILABLE saying why, and it keeps trying until a stop is asked.
 //
-// Threads: Start, Serve and Drain run on one thread (main's); RequestStop may
-// be called from any thread (the signal thread), at any time.
+// Threads: Start, Serve (and recovery) and Drain run on one thread (main's);
+// RequestStop may be called from any thread (the signal thread), at any time.
 #pragma once
 
 #include <atomic>
@@ -30,17 +37,19 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include <grpcpp/grpcpp.h>
 
 #include "absl/status/status.h"
-#include "absl/synchronization/notification.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "auth/cluster_secret.h"
 #include "coordinator/coordinator_metrics.h"
 #include "coordinator/engine_loop.h"
 #include "coordinator/generation_service.h"
 #include "coordinator/metrics_server.h"
+#include "coordinator/startup.h"
 #include "coordinator/worker_pool.h"
 #include "launcher/process_group.h"
 #include "model/config.h"
@@ -96,6 +105,13 @@ struct CoordinatorOptions {
   std::string tls_cert;
   std::string tls_key;
   std::string tls_client_ca;
+  // The worker port's TLS (--worker-tls-cert/-key): the workers check the
+  // certificate against --worker-tls-ca, and with that CA set every worker
+  // must present a certificate it signed (mutual TLS). Spawned workers are
+  // given the CA and, as their client certificate, this same pair.
+  std::string worker_tls_cert;
+  std::string worker_tls_key;
+  std::string worker_tls_ca;
   std::string api_key_file;
   int max_streams_per_client = 512;
   std::string worker_binary;              // for spawn_workers; "" = next to this binary, else PATH
@@ -105,8 +121,8 @@ struct CoordinatorOptions {
 };
 
 // grpc.health.v1 service names (besides "" and "tpserve.v1.Generation", which
-// say readiness as well): liveness is SERVING while the process serves and can
-// still serve (NOT_SERVING once a worker is lost for good: restart it);
+// say readiness as well): liveness is SERVING while the process serves (a
+// lost worker group is replaced in place, so a restart would not help);
 // readiness is SERVING when warm, not draining and every worker up.
 inline constexpr char kLivenessService[] = "tpserve.liveness";
 inline constexpr char kReadinessService[] = "tpserve.readiness";
@@ -126,7 +142,7 @@ class Coordinator {
   // RequestStop came while it waited for the workers.
   absl::Status Start();
 
-  // Blocks until RequestStop (a lost worker does not end it). After Start.
+  // Blocks until RequestStop, replacing lost worker groups meanwhile. After Start.
   void Serve();
 
   // Admission stops (UNAVAILABLE), running streams finish or are cut with
@@ -149,13 +165,29 @@ class Coordinator {
   absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> PublicCredentials() const;
   absl::Status LaunchWorkers();
   absl::Status ConnectWorkers();
+  // Waits for the group's Hello and brings it to ready (Load..WarmUp, the
+  // transport, the watchdog); the KV blocks each rank holds.
+  absl::StatusOr<int64_t> BringUpWorkers();
+  StartupOptions MakeStartupOptions() const;
+  // The pool's on_lost: the reason every client sees, health NOT_SERVING, the
+  // engine suspended; Serve is woken to recover.
+  void OnWorkersLost(const absl::Status& lost);
+  // The worker_up gauge of every rank (the group comes and goes as a whole).
+  void SetWorkersUp(bool up);
+  // Replaces the lost group until one serves or a stop is asked.
+  void Recover(const absl::Status& lost);
+  // One try: the old group ended, a new one started (spawned) or awaited.
+  absl::Status ReplaceWorkers();
+  // Sleeps `d` unless a stop is asked first; whether to go on.
+  bool SleepUnlessStopped(absl::Duration d);
   absl::Status ChooseWorkerTransport();
   void StartEngine(int64_t num_blocks);
   void StopServers();
 
   CoordinatorOptions options_;
   std::atomic<bool> stop_{false};
-  absl::Notification stop_note_;
+  absl::Mutex serve_mu_;  // Serve waits on it for a stop or a lost group
+  absl::Status pending_loss_ ABSL_GUARDED_BY(serve_mu_);  // not OK: a group was lost, not yet replaced
 
   // Set by Start, in this order.
   std::string model_dir_;  // absolute: the workers may run elsewhere
@@ -173,9 +205,9 @@ class Coordinator {
   std::string secret_dir_;  // a fresh secret for the spawned workers lives here (removed at stop)
   std::optional<ProcessGroup> workers_;  // spawn_workers only
   std::string backend_;                   // "cpu" or "cuda", once the workers said Hello
-  std::unique_ptr<CoordinatorMetrics> metrics_;        // from LoadModel on
-  std::unique_ptr<MetricsServer> metrics_server_;      // with metrics_listen
-  grpc::HealthCheckServiceInterface* health_ = nullptr;  // the public server's
+  std::vector<std::string> worker_names_;  // the current group's "rank R: host device (pid P)"
+  std::unique_ptr<CoordinatorMetrics> metrics_;    // from ListenMetrics on
+  std::unique_ptr<MetricsServer> metrics_server_;  // with metrics_listen
   std::unique_ptr<EngineLoop> engine_;
   bool stopped_ = false;  // StopServers ran
 };

@@ -21,10 +21,12 @@ const std::vector<double> kStepBuckets = {0.0005, 0.001, 0.0025, 0.005, 0.01, 0.
                                           0.25,   0.5,   1.0,    2.5,   5.0,  10.0,  30.0, 60.0};
 const std::vector<double> kBatchBuckets = {1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024};
 
-// A counter that follows a total kept elsewhere.
-void Follow(MetricCounter& counter, int64_t total) {
-  const double delta = static_cast<double>(total) - counter.value();
-  if (delta > 0) counter.Increment(delta);
+// A counter that follows a total kept elsewhere, `last` the total seen
+// before. A total below it started again from 0 (the engine rebuilt its
+// scheduler and block manager for a new worker group): all of it is new.
+void Follow(MetricCounter& counter, int64_t total, int64_t& last) {
+  counter.Increment(static_cast<double>(total >= last ? total - last : total));
+  last = total;
 }
 
 }  // namespace
@@ -127,9 +129,10 @@ void CoordinatorMetrics::OnEngineState(int64_t running, int64_t waiting, double 
   running_.Set(static_cast<double>(running));
   waiting_.Set(static_cast<double>(waiting));
   kv_usage_.Set(kv_cache_usage);
-  Follow(preemptions_, preemptions_total);
-  Follow(prefix_queries_, prefix_query_tokens_total);
-  Follow(prefix_hits_, prefix_hit_tokens_total);
+  absl::MutexLock lock(&follow_mu_);
+  Follow(preemptions_, preemptions_total, last_preemptions_);
+  Follow(prefix_queries_, prefix_query_tokens_total, last_prefix_queries_);
+  Follow(prefix_hits_, prefix_hit_tokens_total, last_prefix_hits_);
 }
 
 CoordinatorMetrics::Totals CoordinatorMetrics::totals() const {

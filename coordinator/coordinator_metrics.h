@@ -31,6 +31,7 @@
 #include <utility>
 #include <vector>
 
+#include "absl/synchronization/mutex.h"
 #include "coordinator/metrics_registry.h"
 
 namespace tpserve {
@@ -53,7 +54,8 @@ class CoordinatorMetrics {
   void OnFirstToken(int64_t prompt_tokens);
   void OnNextToken(double gap_seconds);
   void OnStep(double seconds, int64_t sequences, int64_t tokens);
-  // The engine's state after an iteration; the totals only grow.
+  // The engine's state after an iteration. The totals grow, or start again
+  // from 0 when the engine is rebuilt for a new worker group.
   void OnEngineState(int64_t running, int64_t waiting, double kv_cache_usage, int64_t preemptions_total,
                      int64_t prefix_query_tokens_total, int64_t prefix_hit_tokens_total);
   void OnWorkerStep(int rank, double compute_seconds);
@@ -89,6 +91,10 @@ class CoordinatorMetrics {
   std::vector<std::pair<std::string, const MetricHistogram*>> histograms_;  // (name without prefix, metric)
   std::map<std::string, MetricCounter*> success_;                           // by finished_reason
   std::vector<MetricHistogram*> worker_step_;                               // [tp]
+  absl::Mutex follow_mu_;  // the totals OnEngineState saw last
+  int64_t last_preemptions_ ABSL_GUARDED_BY(follow_mu_) = 0;
+  int64_t last_prefix_queries_ ABSL_GUARDED_BY(follow_mu_) = 0;
+  int64_t last_prefix_hits_ ABSL_GUARDED_BY(follow_mu_) = 0;
 };
 
 }  // namespace tpserve

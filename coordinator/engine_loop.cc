@@ -1,5 +1,6 @@
 #include "coordinator/engine_loop.h"
 
+#include <algorithm>
 #include <functional>
 #include <optional>
 #include <utility>
@@ -38,10 +39,19 @@ EngineLoop::EngineLoop(const Tokenizer& tokenizer, EngineLoopOptions options, St
     : tokenizer_(tokenizer),
       options_(std::move(options)),
       workers_(std::move(workers)),
-      blocks_(options_.num_blocks, options_.block_size, options_.enable_prefix_caching),
-      scheduler_(blocks_, options_.scheduler) {
+      blocks_(std::make_unique<BlockManager>(options_.num_blocks, options_.block_size,
+                                             options_.enable_prefix_caching)),
+      scheduler_(std::make_unique<Scheduler>(*blocks_, options_.scheduler)),
+      num_blocks_(options_.num_blocks) {
   Publish();
 }
+
+namespace {
+
+// Admission is fair between clients (scheduler.h): a request's group is its client.
+uint64_t GroupOf(const std::string& client) { return std::hash<std::string>{}(client); }
+
+}  // namespace
 
 EngineLoop::~EngineLoop() { Stop(); }
 
@@ -59,7 +69,7 @@ void EngineLoop::Stop() {
 absl::Status EngineLoop::Submit(const std::string& client, const std::string& request_id,
                                 PreparedRequest request, std::shared_ptr<ResponseQueue> out) {
   absl::MutexLock lock(&mu_);
-  if (!failed_.ok()) return failed_;
+  if (!suspended_.ok()) return suspended_;
   if (!admission_.ok()) return admission_;
   if (stop_) return absl::UnavailableError("the server is shutting down");
   if (ids_.contains(std::pair(client, request_id))) {
@@ -69,10 +79,10 @@ absl::Status EngineLoop::Submit(const std::string& client, const std::string& re
   // A prompt that needs more blocks than the whole cache could never run:
   // refuse it now rather than after its stream has started.
   const int64_t need = BlockManager::BlocksFor(std::ssize(request.prompt), options_.block_size);
-  if (need > options_.num_blocks) {
+  if (need > num_blocks_) {
     return absl::ResourceExhaustedError(absl::StrCat(
         "the prompt of ", request.prompt.size(), " tokens needs ", need, " KV blocks of ", options_.block_size,
-        " tokens but the whole cache holds ", options_.num_blocks,
+        " tokens but the whole cache holds ", num_blocks_,
         "; shorten the prompt or give the workers more memory (--gpu-memory-utilization, more GPUs)"));
   }
   const int64_t waiting = stats_.waiting + static_cast<int64_t>(inbox_.size());
@@ -110,10 +120,25 @@ void EngineLoop::CloseAdmission(absl::Status why) {
   if (admission_.ok()) admission_ = std::move(why);
 }
 
-void EngineLoop::Fail(absl::Status why) {
+void EngineLoop::Suspend(absl::Status why) {
   absl::MutexLock lock(&mu_);
-  if (failed_.ok()) failed_ = std::move(why);
+  if (suspended_.ok()) suspended_ = std::move(why);
   cv_.SignalAll();
+}
+
+bool EngineLoop::WaitSuspended() {
+  absl::MutexLock lock(&mu_);
+  auto done = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return parked_ || stop_; };
+  mu_.Await(absl::Condition(&done));
+  return parked_;
+}
+
+void EngineLoop::Resume(int64_t num_blocks) {
+  absl::MutexLock lock(&mu_);
+  resume_blocks_ = num_blocks;
+  cv_.SignalAll();
+  auto done = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return resume_blocks_ == 0 || stop_; };
+  mu_.Await(absl::Condition(&done));
 }
 
 bool EngineLoop::WaitIdle(absl::Time deadline) {
@@ -137,18 +162,18 @@ void EngineLoop::Publish() {
 }
 
 void EngineLoop::PublishLocked() {
-  const BlockManagerStats b = blocks_.stats();
+  const BlockManagerStats b = blocks_->stats();
   stats_.num_blocks = b.num_blocks;
   stats_.free_blocks = b.free_blocks;
   stats_.prefix_cache_hit_rate = b.prefix_hit_rate();
-  stats_.running = scheduler_.num_running();
-  stats_.waiting = scheduler_.num_waiting();
+  stats_.running = scheduler_->num_running();
+  stats_.waiting = scheduler_->num_waiting();
   stats_.steps = static_cast<int64_t>(next_step_id_ - 1);
   if (options_.metrics != nullptr) {
     options_.metrics->OnEngineState(
         stats_.running, stats_.waiting + static_cast<int64_t>(inbox_.size()),
         b.num_blocks > 0 ? static_cast<double>(b.num_blocks - b.free_blocks) / static_cast<double>(b.num_blocks) : 0,
-        scheduler_.num_preemptions(), b.prefix_queries * options_.block_size, b.prefix_hits * options_.block_size);
+        scheduler_->num_preemptions(), b.prefix_queries * options_.block_size, b.prefix_hits * options_.block_size);
   }
 }
 
@@ -157,24 +182,33 @@ void EngineLoop::Run() {
   while (true) {
     std::vector<Inbound> adds;
     std::vector<std::pair<uint64_t, absl::Status>> aborts;
-    absl::Status failed;
+    absl::Status suspended;
     {
       absl::MutexLock lock(&mu_);
       // Idle: nothing scheduled and nothing new. Block until the inbox changes.
       // After a step that ran nothing (cannot normally happen while work is
       // queued) wait a little rather than spin.
       const absl::Time until = stalled ? absl::Now() + absl::Milliseconds(5) : absl::InfiniteFuture();
-      while (!stop_ && inbox_.empty() && aborts_.empty()) {
-        const bool work = failed_.ok() ? !scheduler_.idle() || !in_flight_.empty() : !live_.empty();
+      // Suspended, it waits for Resume (or aborts) once it has parked.
+      while (!stop_ && inbox_.empty() && aborts_.empty() && resume_blocks_ == 0) {
+        const bool work = suspended_.ok() ? !scheduler_->idle() || !in_flight_.empty() : !parked_;
         if (work && !stalled) break;
         if (cv_.WaitWithDeadline(&mu_, until)) break;
       }
       if (stop_) break;
+      if (resume_blocks_ > 0) {
+        Rebuild(resume_blocks_);
+        suspended_ = absl::OkStatus();
+        parked_ = false;
+        resume_blocks_ = 0;
+        cv_.SignalAll();
+        continue;
+      }
       adds.swap(inbox_);
       aborts.swap(aborts_);
-      failed = failed_;
+      suspended = suspended_;
     }
-    stalled = !Iterate(std::move(adds), std::move(aborts), failed);
+    stalled = !Iterate(std::move(adds), std::move(aborts), suspended);
     Publish();
   }
   // Stopping: nothing more runs; every request still live ends now.
@@ -194,7 +228,7 @@ void EngineLoop::End(uint64_t seq_id, absl::Status status) {
   if (it == live_.end()) return;
   std::unique_ptr<Live> live = std::move(it->second);
   live_.erase(it);
-  scheduler_.Finish(seq_id);
+  scheduler_->Finish(seq_id);
   {
     absl::MutexLock lock(&mu_);
     ids_.erase(std::pair(live->client, live->request_id));
@@ -221,7 +255,7 @@ void EngineLoop::Complete(uint64_t seq_id, StopReason reason, std::string matche
     case StopReason::kNone: c->set_finish_reason(v1::ABORTED); break;
   }
   c->set_matched_stop(std::move(matched_stop));
-  const Sequence* seq = scheduler_.Find(seq_id);
+  const Sequence* seq = scheduler_->Find(seq_id);
   c->mutable_usage()->set_prompt_tokens(static_cast<uint32_t>(live.request.prompt.size()));
   c->mutable_usage()->set_completion_tokens(static_cast<uint32_t>(live.processor.num_output_tokens()));
   c->mutable_usage()->set_cached_tokens(seq ? static_cast<uint32_t>(seq->num_cached_tokens) : 0);
@@ -252,15 +286,45 @@ void EngineLoop::EndAll(const absl::Status& status) {
   for (uint64_t id : ids) End(id, status);
 }
 
-void EngineLoop::Admit(std::vector<Inbound> adds, const absl::Status& failed) {
+void EngineLoop::Admit(std::vector<Inbound> adds) {
   for (Inbound& in : adds) {
-    std::vector<int32_t> prompt = in.live->request.prompt;
-    // Admission is fair between clients (scheduler.h): the group is the client.
-    const uint64_t group = std::hash<std::string>{}(in.live->client);
-    absl::Status added = failed.ok() ? scheduler_.Add(in.seq_id, std::move(prompt), group) : failed;
+    absl::Status added = scheduler_->Add(in.seq_id, in.live->request.prompt, GroupOf(in.live->client));
     live_.emplace(in.seq_id, std::move(in.live));
     if (!added.ok()) End(in.seq_id, added);
   }
+}
+
+void EngineLoop::Park(const absl::Status& why) {
+  in_flight_.clear();  // the lost group answers none of them
+  std::vector<uint64_t> ran;
+  for (const auto& [id, live] : live_) {
+    if (live->first_scheduled) ran.push_back(id);
+  }
+  for (uint64_t id : ran) End(id, why);
+  absl::MutexLock lock(&mu_);
+  parked_ = true;
+  cv_.SignalAll();
+}
+
+void EngineLoop::Rebuild(int64_t num_blocks) {
+  // Only requests that never ran are live (Park): their sequences hold no
+  // blocks, so the old cache can go with everything it remembers.
+  std::vector<uint64_t> waiting;
+  for (const auto& [id, live] : live_) waiting.push_back(id);
+  std::sort(waiting.begin(), waiting.end());  // sequence ids are given in arrival order
+  scheduler_.reset();
+  blocks_ = std::make_unique<BlockManager>(num_blocks, options_.block_size, options_.enable_prefix_caching);
+  scheduler_ = std::make_unique<Scheduler>(*blocks_, options_.scheduler);
+  num_blocks_ = num_blocks;
+  std::vector<std::pair<uint64_t, absl::Status>> refused;
+  for (uint64_t id : waiting) {
+    const Live& live = *live_.at(id);
+    absl::Status added = scheduler_->Add(id, live.request.prompt, GroupOf(live.client));
+    if (!added.ok()) refused.emplace_back(id, std::move(added));
+  }
+  PublishLocked();
+  // Ended by the loop's next iteration, as aborts: End takes mu_, held here.
+  for (auto& r : refused) aborts_.push_back(std::move(r));
 }
 
 void EngineLoop::ApplyAborts(std::vector<std::pair<uint64_t, absl::Status>> aborts) {
@@ -276,23 +340,22 @@ void EngineLoop::ApplyAborts(std::vector<std::pair<uint64_t, absl::Status>> abor
 void EngineLoop::EndUnservable(std::span<const uint64_t> ids) {
   for (uint64_t id : ids) {
     const auto it = live_.find(id);
-    const int64_t need = it == live_.end() ? 0 : blocks_.BlocksFor(static_cast<int64_t>(
-                                                     it->second->request.prompt.size()));
+    const int64_t need = it == live_.end() ? 0 : blocks_->BlocksFor(static_cast<int64_t>(
+                                                      it->second->request.prompt.size()));
     End(id, absl::ResourceExhaustedError(absl::StrCat(
                 "the sequence needs ", need, " KV blocks but the whole cache holds ",
-                blocks_.num_blocks(), "; shorten the prompt or give the workers more memory")));
+                blocks_->num_blocks(), "; shorten the prompt or give the workers more memory")));
   }
 }
 
 bool EngineLoop::Iterate(std::vector<Inbound> adds,
                          std::vector<std::pair<uint64_t, absl::Status>> aborts,
-                         const absl::Status& failed) {
+                         const absl::Status& suspended) {
   const bool had_requests = !adds.empty() || !aborts.empty();
-  Admit(std::move(adds), failed);
+  Admit(std::move(adds));
   ApplyAborts(std::move(aborts));
-  if (!failed.ok()) {  // a worker was lost: nothing can run any more
-    in_flight_.clear();
-    EndAll(failed);
+  if (!suspended.ok()) {  // the workers were lost: nothing runs until Resume
+    Park(suspended);
     return true;
   }
   // With overlap the next step goes out before the oldest comes back, so the
@@ -308,7 +371,7 @@ bool EngineLoop::Iterate(std::vector<Inbound> adds,
 }
 
 bool EngineLoop::ScheduleAndSend() {
-  ScheduledStep step = scheduler_.Schedule();
+  ScheduledStep step = scheduler_->Schedule();
   EndUnservable(step.unservable);
   if (step.empty()) return !step.unservable.empty();
   const uint64_t step_id = next_step_id_++;
@@ -354,8 +417,8 @@ void EngineLoop::DrainInFlight() {
 void EngineLoop::OnStepFailed(const ScheduledStep& step, uint64_t step_id, const absl::Status& status) {
   if (absl::IsUnavailable(status)) {
     in_flight_.clear();  // nothing more will come back
-    Fail(status);
-    EndAll(status);
+    Suspend(status);
+    Park(status);
     return;
   }
   CoordinatorLog(absl::StrCat("step ", step_id, " failed: ", status.message()));
@@ -380,7 +443,7 @@ void EngineLoop::OnStepDone(const ScheduledStep& step, uint64_t step_id, std::sp
       streamed.push_back(token);
     }
   }
-  scheduler_.OnStepDone(step, sampled);
+  scheduler_->OnStepDone(step, sampled);
   Publish();  // before any chunk goes out: a client reading one sees this step's blocks in use
   for (uint64_t id : missing) {
     End(id, absl::InternalError(absl::StrCat("step ", step_id,

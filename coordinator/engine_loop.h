@@ -17,9 +17,12 @@
 // finished at N has the token N+1 computed for it dropped unseen. Without
 // overlap each step is received before the next is scheduled (lock-step).
 //
-// Failures: a step that fails with UNAVAILABLE (a worker was lost) ends every
-// live request with that status and closes admission for good; any other step
-// failure ends the requests of that step with INTERNAL.
+// Failures: a step that fails with UNAVAILABLE (a worker was lost) suspends
+// the loop (Suspend): every request that has been scheduled ends with that
+// status (its KV cache went with the workers), requests that never ran stay
+// queued, and nothing is sent until Resume gives it a new worker group (the
+// coordinator's recovery, coordinator.h). Any other step failure ends the
+// requests of that step with INTERNAL.
 #pragma once
 
 #include <cstdint>
@@ -108,8 +111,19 @@ class EngineLoop {
   void AbortAll(absl::Status why);
   // Refuses new requests from now on with `why` (UNAVAILABLE: draining).
   void CloseAdmission(absl::Status why);
-  // A worker was lost: every live request ends with `why`, admission closes.
-  void Fail(absl::Status why);
+  // The workers were lost (any thread; returns at once): no step is sent from
+  // now on, every live request that has been scheduled ends with `why`, new
+  // requests are refused with it; requests that never ran wait (an Abort or
+  // AbortAll still ends them). A second call while suspended changes nothing.
+  void Suspend(absl::Status why);
+  // Blocks until the loop thread has acted on Suspend: no step is in flight
+  // and none will be sent until Resume. True; false if the loop stopped.
+  bool WaitSuspended();
+  // A new worker group is ready with `num_blocks` KV blocks each: the loop
+  // starts from an empty cache (no prefix-cache entry survives), re-queues
+  // the waiting requests in arrival order and admits again. Blocks until the
+  // loop thread has done so. Only after WaitSuspended.
+  void Resume(int64_t num_blocks);
   // Blocks until no request is live, or `deadline`; true when none is.
   bool WaitIdle(absl::Time deadline);
 
@@ -133,9 +147,13 @@ class EngineLoop {
   void Run();
   // One iteration; false when it found nothing to run.
   bool Iterate(std::vector<Inbound> adds, std::vector<std::pair<uint64_t, absl::Status>> aborts,
-               const absl::Status& failed);
+               const absl::Status& suspended);
   // The parts of an iteration, in order.
-  void Admit(std::vector<Inbound> adds, const absl::Status& failed);  // to the scheduler, or End
+  void Admit(std::vector<Inbound> adds);  // to the scheduler
+  // Suspended: ends the requests that ran, drops the steps in flight.
+  void Park(const absl::Status& why);
+  // Resume on the loop thread: a fresh cache of `num_blocks`, the parked requests re-queued.
+  void Rebuild(int64_t num_blocks) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void ApplyAborts(std::vector<std::pair<uint64_t, absl::Status>> aborts);
   void EndUnservable(std::span<const uint64_t> ids);  // too long for the whole KV cache
   // Schedules the next step and sends it; false when there was nothing to run.
@@ -144,7 +162,7 @@ class EngineLoop {
   void ReceiveOldest();
   // Receives every step in flight and drops the results (stopping).
   void DrainInFlight();
-  // UNAVAILABLE fails the loop; anything else ends the step's requests with INTERNAL.
+  // UNAVAILABLE suspends the loop; anything else ends the step's requests with INTERNAL.
   void OnStepFailed(const ScheduledStep& step, uint64_t step_id, const absl::Status& status);
   // Advances the scheduler and streams every sampled token.
   void OnStepDone(const ScheduledStep& step, uint64_t step_id, std::span<const StepToken> tokens);
@@ -160,9 +178,9 @@ class EngineLoop {
   EngineLoopOptions options_;
   StepTransport workers_;
 
-  // Engine thread only.
-  BlockManager blocks_;
-  Scheduler scheduler_;
+  // Engine thread only. Made anew by Rebuild (a new worker group, an empty cache).
+  std::unique_ptr<BlockManager> blocks_;
+  std::unique_ptr<Scheduler> scheduler_;
   absl::flat_hash_map<uint64_t, std::unique_ptr<Live>> live_;
   std::deque<InFlight> in_flight_;  // oldest first; at most 2 with overlap, else 1
   uint64_t next_step_id_ = 1;
@@ -175,7 +193,10 @@ class EngineLoop {
   absl::flat_hash_map<std::pair<std::string, std::string>, uint64_t> ids_ ABSL_GUARDED_BY(mu_);
   uint64_t next_seq_id_ ABSL_GUARDED_BY(mu_) = 1;
   absl::Status admission_ ABSL_GUARDED_BY(mu_);  // not OK: refuse with it
-  absl::Status failed_ ABSL_GUARDED_BY(mu_);     // not OK: a worker was lost
+  absl::Status suspended_ ABSL_GUARDED_BY(mu_);  // not OK: the workers were lost (Suspend)
+  bool parked_ ABSL_GUARDED_BY(mu_) = false;    // the loop thread acted on suspended_
+  int64_t resume_blocks_ ABSL_GUARDED_BY(mu_) = 0;  // > 0: Resume asked for this cache
+  int64_t num_blocks_ ABSL_GUARDED_BY(mu_);     // of the current worker group (Submit's check)
   bool stop_ ABSL_GUARDED_BY(mu_) = false;
   EngineStats stats_ ABSL_GUARDED_BY(mu_);
   std::thread thread_;

@@ -5,11 +5,13 @@
 #include <random>
 #include <utility>
 
+#include "absl/functional/function_ref.h"
 #include "absl/strings/ascii.h"
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "base/status_macros.h"
 #include "coordinator/grpc_status.h"
+#include "coordinator/wire.h"
 
 namespace tpserve {
 
@@ -40,6 +42,21 @@ void FillTotals(const CoordinatorMetrics::Totals& t, v1::ServerInfo& info) {
     out->set_count(h.count);
     out->set_sum(h.sum);
   }
+}
+
+// A unary method on the wire: parse, `answer` (with the caller's identity
+// when `caller` is OK), serialize, finish.
+template <typename Request, typename Response>
+grpc::ServerUnaryReactor* Unary(grpc::CallbackServerContext* context, const grpc::ByteBuffer& in,
+                                grpc::ByteBuffer* out, const absl::StatusOr<std::string>& caller,
+                                absl::FunctionRef<absl::Status(const std::string&, const Request&, Response*)> answer) {
+  Request request;
+  Response response;
+  absl::Status status = caller.status();
+  if (status.ok()) status = ParseRequest(in, &request);
+  if (status.ok()) status = answer(*caller, request, &response);
+  if (status.ok()) status = SerializeResponse(response, out);
+  return Answer(context, ToGrpc(status));
 }
 
 }  // namespace
@@ -74,15 +91,15 @@ std::string NewRequestId() {
 // (until OnWriteDone), the queue while parked (until it calls on_ready, on the
 // engine thread), or OnCancel when it takes a parked turn back (Cancel). Pump
 // runs only with the turn, so there is never more than one write outstanding
-// and response_ is never written to while a write reads it. Pump's last action
+// and wire_ is never written to while a write reads it. Pump's last action
 // is StartWrite or Finish: after either, OnDone may delete this at once on
 // another thread. gRPC runs OnWriteDone, OnCancel and OnDone holding a
 // reference to the call, so OnDone never runs while one of them does.
 class GenerationService::GenerateReactor final
-    : public grpc::ServerWriteReactor<v1::GenerateResponse> {
+    : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
  public:
   GenerateReactor(GenerationService& service, grpc::CallbackServerContext* context,
-                  const v1::GenerateRequest& request)
+                  const grpc::ByteBuffer& wire)
       : service_(service),
         context_(context),
         queue_(std::make_shared<ResponseQueue>(service.max_buffered_chunks_, [this] { Pump(); })) {
@@ -93,6 +110,11 @@ class GenerationService::GenerateReactor final
       return;
     }
     client_ = *std::move(client);
+    v1::GenerateRequest request;
+    if (absl::Status parsed = ParseRequest(wire, &request); !parsed.ok()) {
+      Finish(ToGrpc(parsed));
+      return;
+    }
     absl::StatusOr<Submitted> submitted = service.Submit(request, client_, queue_);
     if (!submitted.ok()) {
       Finish(ToGrpc(submitted.status()));
@@ -134,9 +156,22 @@ class GenerationService::GenerateReactor final
   // With the turn: writes the next response, finishes the call, or parks.
   void Pump() {
     absl::Status end;
-    switch (queue_->TryPop(&response_, &end, /*merge_chunks=*/true)) {
+    v1::GenerateResponse response;
+    switch (queue_->TryPop(&response, &end, /*merge_chunks=*/true)) {
       case ResponseQueue::Next::kMessage:
-        StartWrite(&response_);
+        if (absl::Status serialized = SerializeResponse(response, &wire_); !serialized.ok()) {
+          Stop(serialized);
+          Finish(ToGrpc(serialized));
+          return;
+        }
+        // The Complete is the last message and the call then ends OK: both go
+        // in one batch, so a client whose deadline is near never sees the
+        // Complete followed by DEADLINE_EXCEEDED.
+        if (response.has_complete()) {
+          StartWriteAndFinish(&wire_, grpc::WriteOptions(), grpc::Status::OK);
+          return;
+        }
+        StartWrite(&wire_);
         return;
       case ResponseQueue::Next::kEnd:
         Finish(ToGrpc(end));
@@ -154,7 +189,7 @@ class GenerationService::GenerateReactor final
   // gRPC can call OnWriteDone or OnCancel.
   EngineLoop* engine_ = nullptr;
   std::string request_id_;
-  v1::GenerateResponse response_;  // the write in flight
+  grpc::ByteBuffer wire_;  // the write in flight, serialized
 };
 
 GenerationService::GenerationService(const Tokenizer& tokenizer,
@@ -226,7 +261,7 @@ void GenerationService::SetAvailability(absl::Status availability, bool permanen
   bool serving;
   {
     absl::MutexLock lock(&mu_);
-    if (permanent_) return;  // a lost worker stays the reason: draining must not hide it
+    if (permanent_) return;  // draining: a late loss or recovery must not reopen the doors
     permanent_ = permanent;
     availability_ = std::move(availability);
     serving = availability_.ok() && engine_ != nullptr;
@@ -269,42 +304,52 @@ absl::StatusOr<GenerationService::Submitted> GenerationService::Submit(
   return submitted;
 }
 
-grpc::ServerWriteReactor<v1::GenerateResponse>* GenerationService::Generate(
-    grpc::CallbackServerContext* context, const v1::GenerateRequest* request) {
+grpc::ServerWriteReactor<grpc::ByteBuffer>* GenerationService::Generate(grpc::CallbackServerContext* context,
+                                                                       const grpc::ByteBuffer* request) {
   return new GenerateReactor(*this, context, *request);
 }
 
 grpc::ServerUnaryReactor* GenerationService::Abort(grpc::CallbackServerContext* context,
-                                                   const v1::AbortRequest* request,
-                                                   v1::AbortResponse* response) {
-  absl::StatusOr<std::string> client = Caller(*context);
-  if (!client.ok()) return Answer(context, ToGrpc(client.status()));
+                                                   const grpc::ByteBuffer* request, grpc::ByteBuffer* response) {
+  return Unary<v1::AbortRequest, v1::AbortResponse>(
+      context, *request, response, Caller(*context),
+      [this](const std::string& client, const v1::AbortRequest& r, v1::AbortResponse* out) {
+        return AbortInto(client, r, out);
+      });
+}
+
+absl::Status GenerationService::AbortInto(const std::string& client, const v1::AbortRequest& request,
+                                          v1::AbortResponse* response) {
   EngineLoop* engine;
   {
     absl::MutexLock lock(&mu_);
     engine = engine_;
   }
   // Only the caller's own request: ids are scoped by client.
-  response->set_found(engine != nullptr && engine->Abort(*client, request->request_id(), absl::OkStatus()));
-  return Answer(context, grpc::Status::OK);
+  response->set_found(engine != nullptr && engine->Abort(client, request.request_id(), absl::OkStatus()));
+  return absl::OkStatus();
 }
 
 grpc::ServerUnaryReactor* GenerationService::GetModelInfo(grpc::CallbackServerContext* context,
-                                                          const v1::ModelInfoRequest*,
-                                                          v1::ModelInfo* response) {
-  if (absl::StatusOr<std::string> client = Caller(*context); !client.ok()) {
-    return Answer(context, ToGrpc(client.status()));
-  }
-  *response = info_.model;
-  return Answer(context, grpc::Status::OK);
+                                                          const grpc::ByteBuffer* request,
+                                                          grpc::ByteBuffer* response) {
+  return Unary<v1::ModelInfoRequest, v1::ModelInfo>(
+      context, *request, response, Caller(*context),
+      [this](const std::string&, const v1::ModelInfoRequest&, v1::ModelInfo* out) {
+        *out = info_.model;
+        return absl::OkStatus();
+      });
 }
 
 grpc::ServerUnaryReactor* GenerationService::GetServerInfo(grpc::CallbackServerContext* context,
-                                                           const v1::ServerInfoRequest*,
-                                                           v1::ServerInfo* response) {
-  if (absl::StatusOr<std::string> client = Caller(*context); !client.ok()) {
-    return Answer(context, ToGrpc(client.status()));
-  }
+                                                           const grpc::ByteBuffer* request,
+                                                           grpc::ByteBuffer* response) {
+  return Unary<v1::ServerInfoRequest, v1::ServerInfo>(
+      context, *request, response, Caller(*context),
+      [this](const std::string&, const v1::ServerInfoRequest&, v1::ServerInfo* out) { return ServerInfoInto(out); });
+}
+
+absl::Status GenerationService::ServerInfoInto(v1::ServerInfo* response) const {
   EngineLoop* engine;
   {
     absl::MutexLock lock(&mu_);
@@ -324,14 +369,16 @@ grpc::ServerUnaryReactor* GenerationService::GetServerInfo(grpc::CallbackServerC
     response->set_prefix_cache_hit_rate(s.prefix_cache_hit_rate);
     if (const CoordinatorMetrics* metrics = engine->metrics()) FillTotals(metrics->totals(), *response);
   }
-  return Answer(context, grpc::Status::OK);
+  return absl::OkStatus();
 }
 
 grpc::ServerUnaryReactor* GenerationService::Tokenize(grpc::CallbackServerContext* context,
-                                                      const v1::TokenizeRequest* request,
-                                                      v1::TokenizeResponse* response) {
-  absl::StatusOr<std::string> client = Caller(*context);
-  return Answer(context, ToGrpc(client.ok() ? TokenizeInto(*request, response) : client.status()));
+                                                      const grpc::ByteBuffer* request, grpc::ByteBuffer* response) {
+  return Unary<v1::TokenizeRequest, v1::TokenizeResponse>(
+      context, *request, response, Caller(*context),
+      [this](const std::string&, const v1::TokenizeRequest& r, v1::TokenizeResponse* out) {
+        return TokenizeInto(r, out);
+      });
 }
 
 absl::Status GenerationService::TokenizeInto(const v1::TokenizeRequest& request,

@@ -67,7 +67,14 @@ struct ServiceInfo {
   uint32_t block_size = 0;
 };
 
-class GenerationService final : public tpserve::v1::Generation::CallbackService {
+// Every method raw (coordinator/wire.h): a request that does not parse gets
+// INVALID_ARGUMENT saying why.
+using RawGenerationService = tpserve::v1::Generation::WithRawCallbackMethod_Generate<
+    tpserve::v1::Generation::WithRawCallbackMethod_Abort<tpserve::v1::Generation::WithRawCallbackMethod_GetModelInfo<
+        tpserve::v1::Generation::WithRawCallbackMethod_GetServerInfo<
+            tpserve::v1::Generation::WithRawCallbackMethod_Tokenize<tpserve::v1::Generation::Service>>>>>;
+
+class GenerationService final : public RawGenerationService {
  public:
   // `chat_format` is an error (said to chat requests) when the model's format
   // is unknown. `tokenizer` must outlive the service. `max_buffered_chunks`
@@ -81,7 +88,7 @@ class GenerationService final : public tpserve::v1::Generation::CallbackService 
   // ("rank 0: host device (pid P)") and the backend they run.
   void SetEngine(EngineLoop* engine, std::vector<std::string> workers, std::string backend);
   // OK: serving; otherwise every Generate gets this status (UNAVAILABLE).
-  // After a permanent one (a worker lost) later calls change nothing.
+  // After a permanent one (draining) later calls change nothing.
   void SetAvailability(absl::Status availability, bool permanent = false);
   absl::Status availability() const;
   // Called with true/false as the server starts or stops serving (health).
@@ -91,20 +98,18 @@ class GenerationService final : public tpserve::v1::Generation::CallbackService 
   // Open Generate streams of `client` (tests, metrics).
   int open_streams(const std::string& client) const;
 
-  grpc::ServerWriteReactor<tpserve::v1::GenerateResponse>* Generate(
-      grpc::CallbackServerContext* context, const tpserve::v1::GenerateRequest* request) override;
-  grpc::ServerUnaryReactor* Abort(grpc::CallbackServerContext* context,
-                                  const tpserve::v1::AbortRequest* request,
-                                  tpserve::v1::AbortResponse* response) override;
-  grpc::ServerUnaryReactor* GetModelInfo(grpc::CallbackServerContext* context,
-                                         const tpserve::v1::ModelInfoRequest* request,
-                                         tpserve::v1::ModelInfo* response) override;
-  grpc::ServerUnaryReactor* GetServerInfo(grpc::CallbackServerContext* context,
-                                          const tpserve::v1::ServerInfoRequest* request,
-                                          tpserve::v1::ServerInfo* response) override;
-  grpc::ServerUnaryReactor* Tokenize(grpc::CallbackServerContext* context,
-                                     const tpserve::v1::TokenizeRequest* request,
-                                     tpserve::v1::TokenizeResponse* response) override;
+  // The gRPC methods: each parses its request (ParseRequest) and answers
+  // through the typed method below it.
+  grpc::ServerWriteReactor<grpc::ByteBuffer>* Generate(grpc::CallbackServerContext* context,
+                                                       const grpc::ByteBuffer* request) override;
+  grpc::ServerUnaryReactor* Abort(grpc::CallbackServerContext* context, const grpc::ByteBuffer* request,
+                                  grpc::ByteBuffer* response) override;
+  grpc::ServerUnaryReactor* GetModelInfo(grpc::CallbackServerContext* context, const grpc::ByteBuffer* request,
+                                         grpc::ByteBuffer* response) override;
+  grpc::ServerUnaryReactor* GetServerInfo(grpc::CallbackServerContext* context, const grpc::ByteBuffer* request,
+                                          grpc::ByteBuffer* response) override;
+  grpc::ServerUnaryReactor* Tokenize(grpc::CallbackServerContext* context, const grpc::ByteBuffer* request,
+                                     grpc::ByteBuffer* response) override;
 
  private:
   class GenerateReactor;  // one Generate call (generation_service.cc)
@@ -117,6 +122,10 @@ class GenerationService final : public tpserve::v1::Generation::CallbackService 
   absl::StatusOr<Submitted> Submit(const tpserve::v1::GenerateRequest& request,
                                    const std::string& client,
                                    std::shared_ptr<ResponseQueue> queue);
+  // The unary methods' answers, for the caller `client` (Caller).
+  absl::Status AbortInto(const std::string& client, const tpserve::v1::AbortRequest& request,
+                         tpserve::v1::AbortResponse* response);
+  absl::Status ServerInfoInto(tpserve::v1::ServerInfo* response) const;
   absl::Status TokenizeInto(const tpserve::v1::TokenizeRequest& request,
                             tpserve::v1::TokenizeResponse* response) const;
   // The caller's client identity (AccessOptions), or UNAUTHENTICATED.

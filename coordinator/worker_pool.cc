@@ -1,5 +1,6 @@
 #include "coordinator/worker_pool.h"
 
+#include <algorithm>
 #include <memory>
 #include <utility>
 
@@ -110,11 +111,11 @@ void WorkerPool::MarkLost(int rank, absl::string_view why, absl::string_view wha
   std::shared_ptr<ShmHub> hub;
   {
     absl::MutexLock lock(&mu_);
-    if (closed_ || !lost_.ok()) return;  // shutting down, or already reported
+    if (closed_ || replacing_ || !lost_.ok()) return;  // shutting down, replaced, or already reported
     const auto& hello = roster_.at(rank);
     lost_ = absl::UnavailableError(absl::StrCat(
         "worker rank ", rank, hello ? absl::StrCat(" (", hello->host(), ", pid ", hello->pid(), ")") : "",
-        " ", what, ": ", why, "; restart the coordinator and its workers"));
+        " ", what, ": ", why));
     status = lost_;
     callback = on_lost_;
     hub = hub_;
@@ -152,8 +153,10 @@ grpc::Status WorkerPool::Session(grpc::ServerContext* context, Stream* stream) {
   if (!store_token.ok()) return ToGrpc(store_token.status());
   {
     absl::MutexLock lock(&mu_);
-    absl::Status admitted = closed_ ? absl::UnavailableError("the coordinator is shutting down")
-                                    : roster_.Admit(hello);
+    absl::Status admitted =
+        closed_      ? absl::UnavailableError("the coordinator is shutting down")
+        : replacing_ ? absl::UnavailableError("the coordinator is ending its previous worker group; retry")
+                     : roster_.Admit(hello);
     if (!admitted.ok()) {
       CoordinatorLog(absl::StrCat("refused a worker: ", admitted.message()));
       return ToGrpc(admitted);
@@ -223,8 +226,8 @@ grpc::Status WorkerPool::ReadReplies(int rank, Stream* stream) {
   std::string exited_after;  // the failure this worker reported before it exited
   {
     absl::MutexLock lock(&mu_);
-    // Closed, or shut down while the replies came through shared memory.
-    if (closed_ || slots_[rank].shutdown_seq != 0) return grpc::Status::OK;
+    // Closed, replaced, or shut down while the replies came through shared memory.
+    if (closed_ || replacing_ || slots_[rank].shutdown_seq != 0) return grpc::Status::OK;
     exited_after = slots_[rank].exiting_error;
     if (!exited_after.empty()) {
       // A rank that exits after a failed collective was most often failed by
@@ -389,6 +392,42 @@ void WorkerPool::Close() {
     cv_.SignalAll();
   }
   if (hub != nullptr) hub->Close(absl::UnavailableError("the coordinator closed the worker sessions"));
+}
+
+absl::Status WorkerPool::BeginNewGroup(absl::Duration timeout) {
+  std::shared_ptr<ShmHub> hub;
+  {
+    absl::MutexLock lock(&mu_);
+    if (closed_) return absl::UnavailableError("the worker sessions are closed");
+    replacing_ = true;
+    for (const Slot& slot : slots_) {
+      if (slot.context != nullptr) slot.context->TryCancel();  // its Read returns: the session ends
+    }
+    hub = std::move(hub_);
+    cv_.SignalAll();
+  }
+  if (hub != nullptr) hub->Close(absl::UnavailableError("the coordinator replaces its worker group"));
+  {
+    absl::MutexLock lock(&mu_);
+    auto retired = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+      return std::all_of(slots_.begin(), slots_.end(), [](const Slot& s) { return s.stream == nullptr; });
+    };
+    if (!mu_.AwaitWithTimeout(absl::Condition(&retired), timeout)) {
+      for (size_t r = 0; r < slots_.size(); ++r) {
+        if (slots_[r].stream == nullptr) continue;
+        replacing_ = false;
+        return absl::DeadlineExceededError(absl::StrCat("the session of worker rank ", r, " did not end within ",
+                                                        absl::FormatDuration(timeout)));
+      }
+    }
+    roster_ = WorkerRoster(roster_.world_size(), roster_.protocol_version());
+    slots_.assign(slots_.size(), Slot{});
+    lost_ = absl::OkStatus();
+    replacing_ = false;
+  }
+  absl::MutexLock lock(&store_mu_);
+  store_.clear();  // the next group rendezvouses under a new prefix (StartupOptions::store_prefix)
+  return absl::OkStatus();
 }
 
 absl::Status WorkerPool::UseSharedMemory(size_t ring_bytes, const std::string& local_host) {

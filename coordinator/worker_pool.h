@@ -11,7 +11,9 @@
 // A session that breaks after Hello (the worker process died, the connection
 // closed) marks the pool lost: every Send and Await from then on (and those
 // waiting) fail with UNAVAILABLE naming the rank, and the on_lost callback
-// runs once, so the service can stop serving even while idle.
+// runs once, so the service can stop serving even while idle. The pool is
+// then given a new group (BeginNewGroup; the coordinator's recovery) and
+// serves again once it has connected.
 #pragma once
 
 #include <atomic>
@@ -110,6 +112,15 @@ class WorkerPool final : public tpserve::internal::v1::Worker::Service {
   void SetOnLost(std::function<void(const absl::Status&)> on_lost);
   // Ends every session (after Shutdown): their handlers return OK.
   void Close();
+  // Recovery: ends every session of the current group (its workers see the
+  // stream end and exit), waits up to `timeout` for their handlers to
+  // return, then forgets the group: roster, commands and replies, the
+  // shared-memory channel, the rendezvous store and the loss. A complete new
+  // group may then say Hello (WaitForWorkers); Hellos that come meanwhile are
+  // refused (UNAVAILABLE, to retry). DEADLINE_EXCEEDED naming the rank whose
+  // session did not end. Only while nothing is sent or awaited (the engine
+  // loop is suspended).
+  absl::Status BeginNewGroup(absl::Duration timeout);
   // A worker process ended (the launcher of --spawn-workers saw it): the pool
   // is lost as when its session breaks, so WaitForWorkers returns at once
   // with `what` instead of waiting out its timeout for a rank that is gone.
@@ -165,6 +176,7 @@ class WorkerPool final : public tpserve::internal::v1::Worker::Service {
   uint64_t next_seq_ ABSL_GUARDED_BY(send_mu_) = 1;
   absl::Status lost_ ABSL_GUARDED_BY(mu_);
   bool closed_ ABSL_GUARDED_BY(mu_) = false;
+  bool replacing_ ABSL_GUARDED_BY(mu_) = false;  // BeginNewGroup is ending the old sessions
   std::shared_ptr<ShmHub> hub_ ABSL_GUARDED_BY(mu_);  // after UseSharedMemory
   std::function<void(const absl::Status&)> on_lost_ ABSL_GUARDED_BY(mu_);
   absl::Duration step_timeout_ ABSL_GUARDED_BY(mu_) = absl::InfiniteDuration();

@@ -26,6 +26,7 @@ class WorkerRoster {
   void Remove(int rank);
 
   int world_size() const { return static_cast<int>(ranks_.size()); }
+  uint32_t protocol_version() const { return protocol_version_; }
   bool complete() const;
   std::vector<int> missing() const;
   // "ranks 1, 3 of 4 have not connected" (for the start-up timeout).

@@ -38,15 +38,17 @@ std::string Describe(const grpc::Status& s) {
 
 using SessionStream = grpc::ClientReaderWriter<iv1::WorkerMessage, iv1::CoordinatorMessage>;
 
-std::shared_ptr<grpc::Channel> MakeChannel(const std::string& address) {
+std::shared_ptr<grpc::Channel> MakeChannel(const SessionOptions& options) {
   grpc::ChannelArguments args;
+  if (!options.tls_server_name.empty()) args.SetSslTargetNameOverride(options.tls_server_name);
   args.SetMaxReceiveMessageSize(-1);  // a step of long prompts may exceed 4 MB
   args.SetMaxSendMessageSize(-1);
   // Retry the connection quickly while the coordinator starts.
   args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
   args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 100);
   args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
-  return grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), args);
+  return grpc::CreateCustomChannel(
+      options.coordinator, options.credentials ? options.credentials : grpc::InsecureChannelCredentials(), args);
 }
 
 // Waits until the channel connects; the exit code when the session must end
@@ -312,7 +314,7 @@ void SessionStopper::Attach(grpc::ClientContext* context) {
 int RunWorkerSession(const SessionOptions& options, SessionStopper& stopper) {
   const int rank = options.worker.rank.rank;
   const std::string& address = options.coordinator;
-  std::shared_ptr<grpc::Channel> channel = MakeChannel(address);
+  std::shared_ptr<grpc::Channel> channel = MakeChannel(options);
 
   Log(rank, absl::StrCat("rank ", rank, " of ", options.worker.rank.world_size, " (local rank ",
                          options.worker.rank.local_rank, ", from ", options.worker.rank.source,

@@ -18,8 +18,11 @@
 //   * Stop() (SIGTERM, SIGINT) cancels the stream: exit 0.
 #pragma once
 
+#include <memory>
 #include <optional>
 #include <string>
+
+#include <grpcpp/security/credentials.h>
 
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
@@ -43,6 +46,11 @@ struct SessionOptions {
   // Proven in Hello (auth/cluster_secret.h). A coordinator that requires a
   // secret refuses a worker without one: logged, exit 1.
   std::optional<ClusterSecret> secret;
+  // How to dial the coordinator (auth/tls_credentials.h); null: plain text.
+  std::shared_ptr<grpc::ChannelCredentials> credentials;
+  // With TLS: the name the coordinator's certificate must carry, when it is
+  // not the host of `coordinator` (--tls-server-name).
+  std::string tls_server_name;
 };
 
 // Lets another thread (the signal handler's) end a running session.

@@ -12,6 +12,7 @@
 #include <random>
 #include <string>
 #include <thread>
+#include <tuple>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -298,25 +299,56 @@ TEST_P(EngineLoopTest, AFailedStepIsInternalForItsRequestsAndTheEngineGoesOn) {
   EXPECT_EQ(good.tokens, FakeContinuation({'a', 'b'}, 4));
 }
 
-TEST_P(EngineLoopTest, ALostWorkerEndsEveryStreamUnavailableAndClosesAdmission) {
+// Issue 15, recovery: a lost worker group ends the requests that ran (their
+// KV cache went with it) and refuses new ones; requests that never ran wait,
+// and after Resume (a fresh group that remembers nothing) they and new ones
+// get their exact outputs: nothing the old cache held is assumed, prefix
+// cache included (the fake worker would answer a step that relies on state it
+// lacks with an error or a wrong token).
+TEST_P(EngineLoopTest, ALostGroupEndsWhatRanKeepsTheQueueAndResumesOnAFreshCache) {
   workers_.delay_ = absl::Milliseconds(5);
-  Start(64);
-  auto q1 = Submit("a", Request({'a'}, 3000));
-  auto q2 = Submit("b", Request({'b', 'c'}, 3000));
+  Start(/*num_blocks=*/64, /*block_size=*/4, /*budget=*/32, /*max_seqs=*/1);
+  const std::vector<int32_t> prompt = {'a', 'b', 'c', 'd', 'e', 'f', 'g', 'h', 'i'};
+  auto ran = Submit("ran", Request(prompt, 3000));
+  auto cached = Submit("cached", Request(prompt, 5));  // would share ran's prefix blocks
   absl::SleepFor(absl::Milliseconds(30));
+  auto queued = Submit("queued", Request({'q', 'r'}, 6));
+  auto aborted = Submit("aborted", Request({'x'}, 6));
   {
     absl::MutexLock lock(&workers_.mu_);
     workers_.fail_next_ = absl::UnavailableError("worker rank 1 (h, pid 7) died: its connection closed");
   }
-  for (auto* q : {q1.get(), q2.get()}) {
-    Outcome o = Drain(*q);
-    EXPECT_EQ(o.end.code(), absl::StatusCode::kUnavailable);
-    EXPECT_NE(o.end.message().find("worker rank 1"), absl::string_view::npos) << o.end;
+  const Outcome lost = Drain(*ran);
+  EXPECT_EQ(lost.end.code(), absl::StatusCode::kUnavailable);
+  EXPECT_NE(lost.end.message().find("worker rank 1"), absl::string_view::npos) << lost.end;
+  ASSERT_TRUE(engine_->WaitSuspended());
+
+  auto refused_queue = std::make_shared<ResponseQueue>();
+  const absl::Status refused = engine_->Submit("client", "new", Request({'a'}, 3), refused_queue);
+  EXPECT_EQ(refused.code(), absl::StatusCode::kUnavailable);
+  EXPECT_NE(refused.message().find("worker rank 1"), absl::string_view::npos) << refused;
+  // A waiting request's deadline or cancel still ends it while suspended.
+  ASSERT_TRUE(engine_->Abort("client", "aborted", absl::DeadlineExceededError("deadline")));
+  EXPECT_EQ(Drain(*aborted).end.code(), absl::StatusCode::kDeadlineExceeded);
+  EXPECT_EQ(engine_->stats().running, 0);
+  EXPECT_EQ(engine_->stats().waiting, 2);
+
+  {
+    absl::MutexLock lock(&workers_.mu_);
+    workers_.model_ = testing_util::FakeStepWorker();  // the new group holds nothing
   }
-  auto q = std::make_shared<ResponseQueue>();
-  absl::Status s = engine_->Submit("client", "c", Request({'a'}, 3), q);
-  EXPECT_EQ(s.code(), absl::StatusCode::kUnavailable);
-  EXPECT_NE(s.message().find("worker rank 1"), absl::string_view::npos) << s;
+  engine_->Resume(/*num_blocks=*/40);
+  EXPECT_EQ(engine_->stats().num_blocks, 40);
+  for (auto& [q, p, n] : {std::tuple(cached, prompt, 5), std::tuple(queued, std::vector<int32_t>{'q', 'r'}, 6)}) {
+    const Outcome o = Drain(*q);
+    ASSERT_TRUE(o.end.ok()) << o.end;
+    EXPECT_EQ(o.tokens, FakeContinuation(p, n));
+  }
+  const Outcome again = Drain(*Submit("again", Request(prompt, 4)));
+  ASSERT_TRUE(again.end.ok()) << again.end;
+  EXPECT_EQ(again.tokens, FakeContinuation(prompt, 4));
+  ASSERT_TRUE(engine_->WaitIdle(absl::Now() + absl::Seconds(5)));
+  EXPECT_EQ(engine_->stats().free_blocks, 40);
 }
 
 TEST_P(EngineLoopTest, TooLongForTheWholeCacheIsRefusedAtAdmission) {

@@ -85,14 +85,16 @@ TEST(CoordinatorMetrics, RecordsARequestsPhasesAndTotals) {
   m.OnRequestFailed();
   m.OnEngineState(0, 0, 0.5, /*preemptions=*/3, /*prefix queries=*/64, /*hits=*/32);
   m.OnEngineState(0, 0, 0.0, 3, 64, 32);  // the totals again: counted once
+  m.OnEngineState(0, 0, 0.0, 1, 16, 0);   // a rebuilt engine starts again from 0
+  m.OnEngineState(0, 0, 0.0, 1, 16, 0);
   const CoordinatorMetrics::Totals t = m.totals();
   EXPECT_EQ(t.requests_finished.at("length"), 1u);
   EXPECT_EQ(t.requests_finished.at("stop"), 0u);
   EXPECT_EQ(t.requests_failed, 1u);
   EXPECT_EQ(t.prompt_tokens, 10u);
   EXPECT_EQ(t.generation_tokens, 2u);
-  EXPECT_EQ(t.preemptions, 3u);
-  EXPECT_EQ(t.prefix_cache_queries, 64u);
+  EXPECT_EQ(t.preemptions, 4u);
+  EXPECT_EQ(t.prefix_cache_queries, 80u);
   EXPECT_EQ(t.prefix_cache_hits, 32u);
   EXPECT_EQ(t.kv_cache_usage, 0.0);
   std::map<std::string, std::pair<uint64_t, double>> h;  // name -> (count, sum)

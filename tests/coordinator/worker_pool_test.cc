@@ -166,6 +166,41 @@ TEST_F(WorkerPoolTest, ALostWorkerFailsTheCommandAndIsNamed) {
   workers_.pop_back();
 }
 
+// Recovery: after a loss the pool sends the old group away (the surviving
+// rank's session ends), forgets it, and serves a complete new group; ranks
+// of the new group are not refused as duplicates of the old.
+TEST_F(WorkerPoolTest, ANewGroupReplacesALostOne) {
+  Start(2);
+  std::atomic<int> lost_calls{0};
+  pool_->SetOnLost([&](const absl::Status&) { ++lost_calls; });
+  FakeWorkerSession& survivor = AddWorker(FakeHello(0, 2));
+  FakeWorkerSession& doomed = AddWorker(FakeHello(1, 2));
+  ASSERT_TRUE(WaitAll().ok());
+  doomed.Kill();
+  for (int i = 0; i < 200 && pool_->lost().ok(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  ASSERT_EQ(pool_->lost().code(), absl::StatusCode::kUnavailable);
+
+  ASSERT_TRUE(pool_->BeginNewGroup(absl::Seconds(5)).ok());
+  EXPECT_TRUE(pool_->lost().ok());
+  EXPECT_TRUE(pool_->workers().empty());
+  EXPECT_EQ(survivor.WaitStatus().error_code(), grpc::StatusCode::CANCELLED) << "the old group is sent away";
+  EXPECT_EQ(lost_calls.load(), 1) << "ending the old sessions is not another loss";
+
+  AddWorker(FakeHello(1, 2));
+  AddWorker(FakeHello(0, 2));
+  ASSERT_TRUE(WaitAll().ok());
+  iv1::CoordinatorMessage step;
+  step.mutable_step()->set_step_id(9);
+  auto r = pool_->RunOnAll(step);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ((*r)[0].step().step_id(), 9u);
+  EXPECT_EQ(workers_[2]->commands(), 1) << "the new rank 1 got only the new command";
+  // A loss in the new group is reported again.
+  workers_[2]->Kill();
+  for (int i = 0; i < 200 && lost_calls.load() < 2; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  EXPECT_EQ(lost_calls.load(), 2);
+}
+
 // The step watchdog: a rank that does not answer a step in time (and sends no
 // heartbeat, as a stopped process) loses the pool, named as stalled, while the
 // rank that answered is not blamed; commands other than steps have no deadline.

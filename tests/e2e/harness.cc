@@ -6,6 +6,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -13,6 +14,7 @@
 
 #include <gtest/gtest.h>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "nlohmann/json.hpp"
@@ -215,6 +217,50 @@ v1::ServerInfo ServerInfo(v1::Generation::Stub& stub) {
   grpc::Status s = stub.GetServerInfo(&context, v1::ServerInfoRequest(), &info);
   EXPECT_TRUE(s.ok()) << s.error_message();
   return info;
+}
+
+int WorkerPid(const v1::ServerInfo& info, int rank) {
+  if (rank >= info.workers_size()) return 0;
+  const std::string& w = info.workers(rank);
+  const size_t at = w.rfind("(pid ");
+  int pid = 0;
+  if (at == std::string::npos || !absl::SimpleAtoi(w.substr(at + 5, w.size() - at - 6), &pid)) return 0;
+  return pid;
+}
+
+std::unique_ptr<Process> StartWorker(const std::string& coordinator, int rank, int world, const std::string& log,
+                                     const std::vector<std::string>& extra) {
+  std::vector<std::string> argv = {BinaryPath("tools/worker/tpserve-worker"), "--coordinator", coordinator,
+                                   "--rank", std::to_string(rank), "--world-size", std::to_string(world),
+                                   "--local-rank", std::to_string(rank)};
+  argv.insert(argv.end(), extra.begin(), extra.end());
+  return std::make_unique<Process>(argv, log);
+}
+
+bool AwaitServing(v1::Generation::Stub& stub, absl::Duration timeout) {
+  const absl::Time deadline = absl::Now() + timeout;
+  v1::GenerateRequest probe = Greedy(1);
+  probe.set_prompt("are you serving");
+  while (absl::Now() < deadline) {
+    if (Generate(stub, probe, absl::Seconds(10)).status.ok()) return true;
+    absl::SleepFor(absl::Milliseconds(50));
+  }
+  return false;
+}
+
+std::string AwaitLine(Process& process, const std::string& marker, absl::Duration timeout, size_t after) {
+  const absl::Time deadline = absl::Now() + timeout;
+  while (absl::Now() < deadline) {
+    const std::string text = process.Log();
+    const size_t at = text.find(marker, std::min(after, text.size()));
+    if (at != std::string::npos && text.find('\n', at) != std::string::npos) {
+      return text.substr(at + marker.size(), text.find('\n', at) - at - marker.size());
+    }
+    if (process.Wait(absl::ZeroDuration()) != -1) break;
+    absl::SleepFor(absl::Milliseconds(50));
+  }
+  ADD_FAILURE() << "no \"" << marker << "\" in:\n" << process.Log();
+  return "";
 }
 
 std::vector<std::vector<int32_t>> OfflineGreedy(const std::string& model_dir, int tp,

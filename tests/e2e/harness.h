@@ -60,6 +60,17 @@ class Process {
   bool reaped_ = false;
 };
 
+// The text after `marker` on its line in the process's log, waiting up to
+// `timeout` for it (fails the test and returns "" if it never comes, or the
+// process ends first). `after`: only text past this offset of the log counts.
+std::string AwaitLine(Process& process, const std::string& marker, absl::Duration timeout = absl::Seconds(60),
+                      size_t after = 0);
+
+// tpserve-worker --coordinator ADDRESS as `rank` of `world` (local rank =
+// rank), plus `extra`, its output in `log`.
+std::unique_ptr<Process> StartWorker(const std::string& coordinator, int rank, int world, const std::string& log,
+                                     const std::vector<std::string>& extra = {});
+
 struct Coordinator {
   std::unique_ptr<Process> process;
   std::string address;  // public API, HOST:PORT
@@ -88,6 +99,10 @@ tpserve::v1::GenerateRequest Greedy(int max_tokens);
 
 std::vector<int32_t> Tokenize(tpserve::v1::Generation::Stub& stub, const tpserve::v1::TokenizeRequest& request);
 tpserve::v1::ServerInfo ServerInfo(tpserve::v1::Generation::Stub& stub);
+// The pid of `rank` from ServerInfo's "rank R: host cpu (pid P)"; 0 if absent.
+int WorkerPid(const tpserve::v1::ServerInfo& info, int rank);
+// Polls until the server serves (a one-token Generate succeeds); false after `timeout`.
+bool AwaitServing(tpserve::v1::Generation::Stub& stub, absl::Duration timeout = absl::Seconds(60));
 
 // Greedy tokens of the offline engine (tpserve-generate --tp `tp`, EOS ignored)
 // for every prompt.

@@ -420,13 +420,14 @@ TEST_F(OverlapTest, AWorkerKilledUnderManyStreamsEndsEachOnceNamingTheRank) {
     EXPECT_EQ(o.completes, 0) << "stream " << i << " got a Complete and an error";
     EXPECT_LT(o.streamed_tokens(), 4000) << "stream " << i;
   }
+  // The group is replaced (recovery_test.cc), and serves a new request whole.
+  ASSERT_TRUE(AwaitServing(*c.stub)) << c.process->Log();
   Spec after;
   after.request = Greedy(4);
   after.request.set_prompt("after the loss");
-  const Observed refused = Stream(*c.stub, after);
-  EXPECT_EQ(refused.status.error_code(), grpc::StatusCode::UNAVAILABLE) << refused.status.error_message();
-  EXPECT_NE(refused.status.error_message().find("rank 1"), std::string::npos) << refused.status.error_message();
-  EXPECT_TRUE(refused.chunks.empty());
+  const Observed served = Stream(*c.stub, after);
+  EXPECT_TRUE(served.status.ok()) << served.status.error_message();
+  EXPECT_EQ(served.completes, 1);
 }
 
 }  // namespace

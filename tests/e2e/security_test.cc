@@ -23,27 +23,13 @@ namespace {
 namespace v1 = tpserve::v1;
 namespace iv1 = tpserve::internal::v1;
 
-// The text after `marker` on its line in `log`, waiting up to 60 s for it.
-std::string AwaitLine(Process& process, const std::string& marker) {
-  const absl::Time deadline = absl::Now() + absl::Seconds(60);
-  while (absl::Now() < deadline) {
-    const std::string text = process.Log();
-    const size_t at = text.find(marker);
-    if (at != std::string::npos && text.find('\n', at) != std::string::npos) {
-      return text.substr(at + marker.size(), text.find('\n', at) - at - marker.size());
-    }
-    if (process.Wait(absl::ZeroDuration()) != -1) break;
-    absl::SleepFor(absl::Milliseconds(50));
-  }
-  ADD_FAILURE() << "no \"" << marker << "\" in:\n" << process.Log();
-  return "";
-}
-
 // A process that pretends to be a worker: it asks for a challenge and says
-// Hello as `rank` with a proof made from `secret` (none: no proof).
+// Hello as `rank` with a proof made from `secret` (none: no proof), over
+// `credentials` (plain text by default).
 grpc::Status ForgedHello(const std::string& worker_address, int rank, int world,
-                         const std::optional<ClusterSecret>& secret) {
-  auto stub = iv1::Worker::NewStub(grpc::CreateChannel(worker_address, grpc::InsecureChannelCredentials()));
+                         const std::optional<ClusterSecret>& secret,
+                         std::shared_ptr<grpc::ChannelCredentials> credentials = grpc::InsecureChannelCredentials()) {
+  auto stub = iv1::Worker::NewStub(grpc::CreateChannel(worker_address, credentials));
   grpc::ClientContext challenge_context;
   iv1::ChallengeResponse challenge;
   grpc::Status status = stub->Challenge(&challenge_context, iv1::ChallengeRequest(), &challenge);
@@ -98,11 +84,10 @@ class SecurityTest : public ::testing::Test {
     return path;
   }
   std::unique_ptr<Process> Worker(const std::string& address, int rank, int world, const std::string& secret_file) {
-    std::vector<std::string> argv = {BinaryPath("tools/worker/tpserve-worker"), "--coordinator", address,
-                                     "--rank", std::to_string(rank), "--world-size", std::to_string(world),
-                                     "--local-rank", std::to_string(rank)};
-    if (!secret_file.empty()) argv.insert(argv.end(), {"--cluster-secret-file", secret_file});
-    return std::make_unique<Process>(argv, absl::StrCat(dir_.path(), "/worker-", rank, "-", ++workers_, ".log"));
+    std::vector<std::string> extra;
+    if (!secret_file.empty()) extra = {"--cluster-secret-file", secret_file};
+    return StartWorker(address, rank, world, absl::StrCat(dir_.path(), "/worker-", rank, "-", ++workers_, ".log"),
+                       extra);
   }
   std::unique_ptr<Process> CoordinatorProcess(const std::vector<std::string>& extra) {
     std::vector<std::string> argv = {BinaryPath("tools/coordinator/tpserve-coordinator"), "--model", model_,
@@ -309,6 +294,42 @@ TEST_F(SecurityTest, TlsAndMutualTlsOnThePublicApi) {
                              "--prompt", "hello", "--max-tokens", "3", "--temperature", "0", "generate"},
                             client_log);
   EXPECT_EQ(rc, 0) << Pem(client_log);
+}
+
+// Issue 15: TLS on the internal channel. With --worker-tls-cert/-key/-ca the
+// worker port speaks mutual TLS: the spawned workers are given the CA and a
+// certificate and serve; plain text, TLS without a client certificate, and a
+// certificate the CA did not sign are all refused before any Hello.
+TEST_F(SecurityTest, TheWorkerPortSpeaksMutualTls) {
+  const std::string d = dir_.path();
+  ASSERT_TRUE(MakeCertificate(d, "cluster") && MakeCertificate(d, "stranger"))
+      << "openssl could not make test certificates";
+  Coordinator c = StartCoordinator(model_, 2, d + "/coordinator.log",
+                                   {"--worker-tls-cert", d + "/cluster.pem", "--worker-tls-key", d + "/cluster.key",
+                                    "--worker-tls-ca", d + "/cluster.pem"});
+  ASSERT_TRUE(c.stub);
+  v1::GenerateRequest request = Greedy(4);
+  request.set_prompt("over mutual TLS");
+  const GenerateOutcome out = Generate(*c.stub, request);
+  EXPECT_TRUE(out.status.ok()) << out.status.error_message();
+  EXPECT_EQ(out.tokens.size(), 4u);
+  const std::string log = c.process->Log();
+  EXPECT_NE(log.find("the worker port speaks mutual TLS"), std::string::npos) << log;
+
+  const std::string workers = AwaitLine(*c.process, "tpserve-coordinator: workers connect to ");
+  EXPECT_NE(ForgedHello(workers, 0, 2, std::nullopt).error_code(), grpc::StatusCode::OK) << "plain text";
+  grpc::SslCredentialsOptions no_client_cert;
+  no_client_cert.pem_root_certs = Pem(d + "/cluster.pem");
+  EXPECT_EQ(ForgedHello(workers, 0, 2, std::nullopt, grpc::SslCredentials(no_client_cert)).error_code(),
+            grpc::StatusCode::UNAVAILABLE)
+      << "no client certificate: the handshake fails";
+  grpc::SslCredentialsOptions stranger = no_client_cert;
+  stranger.pem_cert_chain = Pem(d + "/stranger.pem");
+  stranger.pem_private_key = Pem(d + "/stranger.key");
+  EXPECT_EQ(ForgedHello(workers, 0, 2, std::nullopt, grpc::SslCredentials(stranger)).error_code(),
+            grpc::StatusCode::UNAVAILABLE)
+      << "a certificate the cluster CA did not sign";
+  EXPECT_TRUE(Generate(*c.stub, request).status.ok()) << "the real workers serve on";
 }
 
 }  // namespace

@@ -1,8 +1,6 @@
 #include "tools/connect/connect.h"
 
 #include <cstdlib>
-#include <fstream>
-#include <iterator>
 #include <vector>
 
 #include "absl/flags/flag.h"
@@ -10,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "auth/secret_file.h"
+#include "auth/tls_credentials.h"
 
 ABSL_FLAG(std::string, server, "127.0.0.1:50051", "coordinator address HOST:PORT");
 ABSL_FLAG(std::string, api_key_file, "",
@@ -43,33 +42,11 @@ absl::StatusOr<std::string> LoadApiKey() {
   return absl::InvalidArgumentError(absl::StrCat("--api-key-file ", path, " holds no key"));
 }
 
-absl::StatusOr<std::string> ReadPem(const std::string& path, absl::string_view flag) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return absl::NotFoundError(absl::StrCat(flag, ": cannot read ", path));
-  return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-}
-
 // TLS when --tls, --tls-ca or --tls-cert asks for it, else plain text.
 absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> ChannelCredentials() {
-  const std::string ca = absl::GetFlag(FLAGS_tls_ca), cert = absl::GetFlag(FLAGS_tls_cert),
-                    key = absl::GetFlag(FLAGS_tls_key);
-  if (cert.empty() != key.empty()) return absl::InvalidArgumentError("--tls-cert and --tls-key go together");
-  if (!absl::GetFlag(FLAGS_tls) && ca.empty() && cert.empty()) return grpc::InsecureChannelCredentials();
-  grpc::SslCredentialsOptions ssl;
-  if (!ca.empty()) {
-    absl::StatusOr<std::string> pem = ReadPem(ca, "--tls-ca");
-    if (!pem.ok()) return pem.status();
-    ssl.pem_root_certs = *pem;
-  }
-  if (!cert.empty()) {
-    absl::StatusOr<std::string> chain = ReadPem(cert, "--tls-cert");
-    absl::StatusOr<std::string> private_key = ReadSecretFile(key, "--tls-key");
-    if (!chain.ok()) return chain.status();
-    if (!private_key.ok()) return private_key.status();
-    ssl.pem_cert_chain = *chain;
-    ssl.pem_private_key = *private_key;
-  }
-  return grpc::SslCredentials(ssl);
+  const TlsFiles tls{.cert = absl::GetFlag(FLAGS_tls_cert), .key = absl::GetFlag(FLAGS_tls_key),
+                     .ca = absl::GetFlag(FLAGS_tls_ca)};
+  return MakeChannelCredentials(tls, absl::GetFlag(FLAGS_tls));
 }
 
 }  // namespace

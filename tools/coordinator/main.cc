@@ -52,6 +52,11 @@ ABSL_FLAG(std::string, cluster_secret_file, "",
 ABSL_FLAG(std::string, tls_cert, "", "PEM certificate chain of the public API (with --tls-key: TLS)");
 ABSL_FLAG(std::string, tls_key, "", "PEM private key of the public API (chmod 600)");
 ABSL_FLAG(std::string, tls_client_ca, "", "PEM CA bundle: the public API then requires client certificates it signed");
+ABSL_FLAG(std::string, worker_tls_cert, "", "PEM certificate chain of the worker port (with --worker-tls-key: TLS)");
+ABSL_FLAG(std::string, worker_tls_key, "", "PEM private key of the worker port (chmod 600)");
+ABSL_FLAG(std::string, worker_tls_ca, "",
+          "PEM CA bundle of the cluster: workers check the worker port's certificate against it, and must "
+          "present a certificate it signed (mutual TLS)");
 ABSL_FLAG(std::string, api_key_file, "",
           "file of API keys, one per line (`KEY` or `NAME KEY`, chmod 600): every call then needs "
           "\"authorization: Bearer KEY\"");
@@ -124,6 +129,9 @@ CoordinatorOptions OptionsFromFlags() {
   o.tls_cert = absl::GetFlag(FLAGS_tls_cert);
   o.tls_key = absl::GetFlag(FLAGS_tls_key);
   o.tls_client_ca = absl::GetFlag(FLAGS_tls_client_ca);
+  o.worker_tls_cert = absl::GetFlag(FLAGS_worker_tls_cert);
+  o.worker_tls_key = absl::GetFlag(FLAGS_worker_tls_key);
+  o.worker_tls_ca = absl::GetFlag(FLAGS_worker_tls_ca);
   o.api_key_file = absl::GetFlag(FLAGS_api_key_file);
   o.max_streams_per_client = absl::GetFlag(FLAGS_max_streams_per_client);
   if (const char* env = std::getenv(kClusterSecretFileEnv); o.cluster_secret_file.empty() && env != nullptr) {

@@ -21,6 +21,7 @@
 
 #include "absl/flags/flag.h"
 #include "auth/cluster_secret.h"
+#include "auth/tls_credentials.h"
 #include "base/flag_spelling.h"
 #include "base/tool_usage.h"
 #include "comm/rank_env.h"
@@ -36,6 +37,12 @@ ABSL_FLAG(std::string, comm_host, "127.0.0.1",
 ABSL_FLAG(std::string, cluster_secret_file, "",
           "file holding the coordinator's cluster secret (default: $TPSERVE_CLUSTER_SECRET_FILE); "
           "a coordinator with a secret admits only workers that prove it");
+ABSL_FLAG(std::string, tls_ca, "",
+          "PEM CA bundle the coordinator's worker-port certificate must chain to (turns TLS on)");
+ABSL_FLAG(std::string, tls_cert, "", "PEM client certificate, for a coordinator with --worker-tls-ca");
+ABSL_FLAG(std::string, tls_key, "", "PEM private key of --tls-cert (chmod 600)");
+ABSL_FLAG(std::string, tls_server_name, "",
+          "the name the coordinator's certificate carries, if not the host of --coordinator");
 ABSL_FLAG(int, threads, 0, "CPU backend GEMM threads (0 = cores / ranks on this host)");
 
 namespace {
@@ -122,6 +129,15 @@ int main(int argc, char** argv) {
     }
     options.secret = *std::move(secret);
   }
+  const tpserve::TlsFiles tls{.cert = absl::GetFlag(FLAGS_tls_cert), .key = absl::GetFlag(FLAGS_tls_key),
+                              .ca = absl::GetFlag(FLAGS_tls_ca)};
+  absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> credentials = tpserve::MakeChannelCredentials(tls);
+  if (!credentials.ok()) {
+    std::fprintf(stderr, "tpserve-worker: %s\n", std::string(credentials.status().message()).c_str());
+    return 2;
+  }
+  options.credentials = *std::move(credentials);
+  options.tls_server_name = absl::GetFlag(FLAGS_tls_server_name);
 
   // SIGTERM / SIGINT: the handler only writes a byte to a pipe (libraries
   // such as OpenBLAS start threads before main, so masking the signals and
