@@ -271,7 +271,8 @@ absl::Status Coordinator::ListenPublic() {
   grpc::HealthCheckServiceInterface* health = server_->GetHealthCheckService();
   auto set_health = [health](bool serving) {
     if (health == nullptr) return;
-    health->SetServingStatus(serving);
+    // By name: SetServingStatus(bool) would set every name, liveness too.
+    health->SetServingStatus("", serving);
     health->SetServingStatus("tpserve.v1.Generation", serving);
     health->SetServingStatus(kReadinessService, serving);
   };
