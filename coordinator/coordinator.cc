@@ -116,6 +116,7 @@ absl::Status Coordinator::Start() {
     // The internal server first: its port goes to the workers.
     TPSERVE_RETURN_IF_ERROR(ListenForWorkers());
     TPSERVE_RETURN_IF_ERROR(ListenPublic());
+    TPSERVE_RETURN_IF_ERROR(ListenMetrics());
     TPSERVE_RETURN_IF_ERROR(LaunchWorkers());
     return ConnectWorkers();
   }();
@@ -275,13 +276,26 @@ absl::Status Coordinator::ListenPublic() {
   grpc::HealthCheckServiceInterface* health = server_->GetHealthCheckService();
   auto set_health = [health](bool serving) {
     if (health == nullptr) return;
-    health->SetServingStatus(serving);
+    // By name: SetServingStatus(bool) would set every name, liveness too.
+    health->SetServingStatus("", serving);
     health->SetServingStatus("tpserve.v1.Generation", serving);
+    health->SetServingStatus(kReadinessService, serving);
   };
   set_health(false);
+  // Liveness: the process serves. A lost worker group is replaced in place
+  // (Recover), so even then a restart would not help: it stays SERVING.
+  if (health != nullptr) health->SetServingStatus(kLivenessService, true);
   service_->SetOnServingChange(set_health);
   CoordinatorLog(
       absl::StrCat("serving tpserve.v1.Generation on ", Host(options_.listen), ":", port));
+  return absl::OkStatus();
+}
+
+absl::Status Coordinator::ListenMetrics() {
+  metrics_ = std::make_unique<CoordinatorMetrics>(max_model_len_, options_.tp);
+  if (options_.metrics_listen.empty()) return absl::OkStatus();
+  TPSERVE_ASSIGN_OR_RETURN(metrics_server_, MetricsServer::Start(options_.metrics_listen, metrics_->registry()));
+  CoordinatorLog(absl::StrCat("metrics on http://", metrics_server_->address(), "/metrics"));
   return absl::OkStatus();
 }
 
@@ -432,6 +446,8 @@ void Coordinator::StartEngine(int64_t num_blocks) {
   for (int64_t id : config_->eos_token_ids)
     engine_options.eos_token_ids.push_back(static_cast<int32_t>(id));
   engine_options.overlap = options_.overlap;
+  engine_options.metrics = metrics_.get();
+  SetWorkersUp(true);
   WorkerPool* pool = pool_.get();
   StepTransport workers{
       .send = [pool](iv1::Step step) -> absl::StatusOr<uint64_t> {
@@ -439,8 +455,11 @@ void Coordinator::StartEngine(int64_t num_blocks) {
         *command.mutable_step() = std::move(step);
         return pool->Send(std::move(command));
       },
-      .receive = [pool](uint64_t seq) -> absl::StatusOr<iv1::StepResult> {
+      .receive = [pool, metrics = metrics_.get()](uint64_t seq) -> absl::StatusOr<iv1::StepResult> {
         TPSERVE_ASSIGN_OR_RETURN(std::vector<iv1::WorkerMessage> replies, pool->Await(seq));
+        for (size_t rank = 0; rank < replies.size(); ++rank) {  // Await answers by rank
+          metrics->OnWorkerStep(static_cast<int>(rank), replies[rank].step().compute_seconds());
+        }
         return std::move(*replies[0].mutable_step());
       },
   };
@@ -450,9 +469,14 @@ void Coordinator::StartEngine(int64_t num_blocks) {
   engine_->Start();
 }
 
+void Coordinator::SetWorkersUp(bool up) {
+  for (int rank = 0; rank < options_.tp; ++rank) metrics_->SetWorkerUp(rank, up);
+}
+
 void Coordinator::OnWorkersLost(const absl::Status& lost) {
   service_->SetAvailability(lost);
   engine_->Suspend(lost);
+  SetWorkersUp(false);  // the group is lost as a whole
   absl::MutexLock lock(&serve_mu_);
   if (pending_loss_.ok()) pending_loss_ = lost;
 }
@@ -483,6 +507,7 @@ void Coordinator::Recover(const absl::Status& lost) {
     CoordinatorLog(absl::StrCat("replacing the worker group (try ", attempt, ")"));
     const absl::Status replaced = ReplaceWorkers();
     if (replaced.ok()) {
+      SetWorkersUp(true);
       service_->SetAvailability(absl::OkStatus());
       const absl::Duration took = absl::Trunc(absl::Now() - since, absl::Milliseconds(1));
       const absl::string_view what = lost.message().substr(0, lost.message().find(';'));  // without the advice
@@ -563,6 +588,7 @@ void Coordinator::StopServers() {
   stopped_ = true;
   const auto soon = [] { return absl::ToChronoTime(absl::Now() + absl::Seconds(2)); };
   if (server_) server_->Shutdown(soon());
+  metrics_server_.reset();
   if (pool_) pool_->Close();
   if (worker_server_) worker_server_->Shutdown(soon());
   if (workers_) (void)workers_->Stop(absl::Seconds(10));

@@ -45,8 +45,10 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "auth/cluster_secret.h"
+#include "coordinator/coordinator_metrics.h"
 #include "coordinator/engine_loop.h"
 #include "coordinator/generation_service.h"
+#include "coordinator/metrics_server.h"
 #include "coordinator/startup.h"
 #include "coordinator/worker_pool.h"
 #include "launcher/process_group.h"
@@ -113,7 +115,17 @@ struct CoordinatorOptions {
   std::string api_key_file;
   int max_streams_per_client = 512;
   std::string worker_binary;              // for spawn_workers; "" = next to this binary, else PATH
+  // Prometheus text exposition at http://HOST:PORT/metrics ("PORT" = loopback;
+  // coordinator/metrics_server.h); "" = off.
+  std::string metrics_listen;
 };
+
+// grpc.health.v1 service names (besides "" and "tpserve.v1.Generation", which
+// say readiness as well): liveness is SERVING while the process serves (a
+// lost worker group is replaced in place, so a restart would not help);
+// readiness is SERVING when warm, not draining and every worker up.
+inline constexpr char kLivenessService[] = "tpserve.liveness";
+inline constexpr char kReadinessService[] = "tpserve.readiness";
 
 class Coordinator {
  public:
@@ -148,6 +160,7 @@ class Coordinator {
   absl::Status SetUpClusterSecret();
   absl::Status ListenForWorkers();
   absl::Status ListenPublic();
+  absl::Status ListenMetrics();  // with metrics_listen
   // The public port's credentials: TLS from the files, or insecure.
   absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> PublicCredentials() const;
   absl::Status LaunchWorkers();
@@ -159,6 +172,8 @@ class Coordinator {
   // The pool's on_lost: the reason every client sees, health NOT_SERVING, the
   // engine suspended; Serve is woken to recover.
   void OnWorkersLost(const absl::Status& lost);
+  // The worker_up gauge of every rank (the group comes and goes as a whole).
+  void SetWorkersUp(bool up);
   // Replaces the lost group until one serves or a stop is asked.
   void Recover(const absl::Status& lost);
   // One try: the old group ended, a new one started (spawned) or awaited.
@@ -191,6 +206,8 @@ class Coordinator {
   std::optional<ProcessGroup> workers_;  // spawn_workers only
   std::string backend_;                   // "cpu" or "cuda", once the workers said Hello
   std::vector<std::string> worker_names_;  // the current group's "rank R: host device (pid P)"
+  std::unique_ptr<CoordinatorMetrics> metrics_;    // from ListenMetrics on
+  std::unique_ptr<MetricsServer> metrics_server_;  // with metrics_listen
   std::unique_ptr<EngineLoop> engine_;
   bool stopped_ = false;  // StopServers ran
 };

@@ -32,6 +32,7 @@ struct EngineLoop::Live {
   absl::Time arrival = absl::Now();
   std::optional<absl::Time> first_scheduled;
   std::optional<absl::Time> first_token;
+  absl::Time last_token;  // when first_token is set
 };
 
 EngineLoop::EngineLoop(const Tokenizer& tokenizer, EngineLoopOptions options, StepTransport workers)
@@ -168,6 +169,12 @@ void EngineLoop::PublishLocked() {
   stats_.running = scheduler_->num_running();
   stats_.waiting = scheduler_->num_waiting();
   stats_.steps = static_cast<int64_t>(next_step_id_ - 1);
+  if (options_.metrics != nullptr) {
+    options_.metrics->OnEngineState(
+        stats_.running, stats_.waiting + static_cast<int64_t>(inbox_.size()),
+        b.num_blocks > 0 ? static_cast<double>(b.num_blocks - b.free_blocks) / static_cast<double>(b.num_blocks) : 0,
+        scheduler_->num_preemptions(), b.prefix_queries * options_.block_size, b.prefix_hits * options_.block_size);
+  }
 }
 
 void EngineLoop::Run() {
@@ -230,7 +237,10 @@ std::unique_ptr<EngineLoop::Live> EngineLoop::Retire(uint64_t seq_id) {
 }
 
 void EngineLoop::End(uint64_t seq_id, absl::Status status) {
-  if (std::unique_ptr<Live> live = Retire(seq_id)) live->out->End(std::move(status));
+  std::unique_ptr<Live> live = Retire(seq_id);
+  if (live == nullptr) return;
+  if (!status.ok() && options_.metrics != nullptr) options_.metrics->OnRequestFailed();
+  live->out->End(std::move(status));
 }
 
 void EngineLoop::Complete(uint64_t seq_id, StopReason reason, std::string matched_stop) {
@@ -257,6 +267,19 @@ void EngineLoop::Complete(uint64_t seq_id, StopReason reason, std::string matche
   t->set_queue_seconds(absl::ToDoubleSeconds(live.first_scheduled.value_or(now) - live.arrival));
   if (live.first_token) t->set_time_to_first_token_seconds(absl::ToDoubleSeconds(*live.first_token - live.arrival));
   t->set_total_seconds(absl::ToDoubleSeconds(now - live.arrival));
+  const absl::Time scheduled = live.first_scheduled.value_or(now), first = live.first_token.value_or(now);
+  t->set_prefill_seconds(absl::ToDoubleSeconds(first - scheduled));
+  t->set_decode_seconds(absl::ToDoubleSeconds(now - first));
+  if (options_.metrics != nullptr) {
+    const char* reason = c->finish_reason() == v1::LENGTH ? "length" : c->finish_reason() == v1::ABORTED ? "abort" : "stop";
+    options_.metrics->OnRequestFinished(
+        reason,
+        {.first_scheduled = absl::ToDoubleSeconds(scheduled - live.arrival),
+         .first_token = absl::ToDoubleSeconds(first - live.arrival),
+         .end = absl::ToDoubleSeconds(now - live.arrival),
+         .has_token = live.first_token.has_value()},
+        c->usage().prompt_tokens(), c->usage().completion_tokens());
+  }
   // Retired before the Complete goes out: the stream's last write carries the
   // OK status with it (generation_service.cc), so the client may see the end
   // at once.
@@ -372,7 +395,7 @@ bool EngineLoop::ScheduleAndSend() {
   if (!ticket.ok()) {
     OnStepFailed(step, step_id, ticket.status());
   } else {
-    in_flight_.push_back(InFlight{.step = std::move(step), .step_id = step_id, .ticket = *ticket});
+    in_flight_.push_back(InFlight{.step = std::move(step), .step_id = step_id, .ticket = *ticket, .sent = now});
   }
   return true;
 }
@@ -384,6 +407,12 @@ void EngineLoop::ReceiveOldest() {
   if (!result.ok()) {
     OnStepFailed(oldest.step, oldest.step_id, result.status());
   } else {
+    if (options_.metrics != nullptr) {
+      int64_t tokens = 0;
+      for (const ScheduledSequence& s : oldest.step.sequences) tokens += s.num_tokens;
+      options_.metrics->OnStep(absl::ToDoubleSeconds(absl::Now() - oldest.sent),
+                               static_cast<int64_t>(oldest.step.sequences.size()), tokens);
+    }
     OnStepDone(oldest.step, oldest.step_id, TokensFromProto(*result));
   }
 }
@@ -436,7 +465,15 @@ void EngineLoop::Stream(uint64_t seq_id, const StepToken& token, absl::Time now)
   auto it = live_.find(seq_id);
   if (it == live_.end()) return;
   Live& live = *it->second;
+  if (options_.metrics != nullptr) {
+    if (!live.first_token) {
+      options_.metrics->OnFirstToken(static_cast<int64_t>(live.request.prompt.size()));
+    } else {
+      options_.metrics->OnNextToken(absl::ToDoubleSeconds(now - live.last_token));
+    }
+  }
   if (!live.first_token) live.first_token = now;
+  live.last_token = now;
   const int32_t id = token.sampled.token;
   OutputDelta delta = live.processor.Append(id);
   v1::GenerateResponse response;

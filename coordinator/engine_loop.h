@@ -41,6 +41,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "scheduler/block_manager.h"
+#include "coordinator/coordinator_metrics.h"
 #include "coordinator/output_processor.h"
 #include "coordinator/request.h"
 #include "coordinator/response_queue.h"
@@ -59,6 +60,8 @@ struct EngineLoopOptions {
   int64_t max_model_len = 0;
   std::vector<int32_t> eos_token_ids;   // generation_config.json
   bool overlap = true;                  // one step in flight ahead (false: lock-step)
+  // Records the live figures (coordinator_metrics.h) when set; must outlive the loop.
+  CoordinatorMetrics* metrics = nullptr;
 };
 
 // How the loop reaches the workers: the Coordinator wires the worker pool,
@@ -125,6 +128,8 @@ class EngineLoop {
   bool WaitIdle(absl::Time deadline);
 
   EngineStats stats() const;
+  // The figures it records into (EngineLoopOptions::metrics), or null.
+  const CoordinatorMetrics* metrics() const { return options_.metrics; }
 
  private:
   struct Live;  // one admitted request (engine thread only)
@@ -136,6 +141,7 @@ class EngineLoop {
     ScheduledStep step;
     uint64_t step_id = 0;
     uint64_t ticket = 0;
+    absl::Time sent;  // for the step-duration metric
   };
 
   void Run();

@@ -28,6 +28,24 @@ grpc::ServerUnaryReactor* Answer(grpc::CallbackServerContext* context, grpc::Sta
   return reactor;
 }
 
+// The metrics' figures into GetServerInfo's answer.
+void FillTotals(const CoordinatorMetrics::Totals& t, v1::ServerInfo& info) {
+  info.set_kv_cache_usage(t.kv_cache_usage);
+  for (const auto& [reason, n] : t.requests_finished) (*info.mutable_requests_finished())[reason] = n;
+  info.set_requests_failed(t.requests_failed);
+  info.set_prompt_tokens_total(t.prompt_tokens);
+  info.set_generation_tokens_total(t.generation_tokens);
+  info.set_num_preemptions_total(t.preemptions);
+  info.set_prefix_cache_queries_total(t.prefix_cache_queries);
+  info.set_prefix_cache_hits_total(t.prefix_cache_hits);
+  for (const CoordinatorMetrics::Totals::Histogram& h : t.histograms) {
+    v1::HistogramTotals* out = info.add_histograms();
+    out->set_name(h.name);
+    out->set_count(h.count);
+    out->set_sum(h.sum);
+  }
+}
+
 // A unary method on the wire: parse, `answer` (with the caller's identity
 // when `caller` is OK), serialize, finish.
 template <typename Request, typename Response>
@@ -351,6 +369,7 @@ absl::Status GenerationService::ServerInfoInto(v1::ServerInfo* response) const {
     response->set_running(static_cast<uint32_t>(s.running));
     response->set_waiting(static_cast<uint32_t>(s.waiting));
     response->set_prefix_cache_hit_rate(s.prefix_cache_hit_rate);
+    if (const CoordinatorMetrics* metrics = engine->metrics()) FillTotals(metrics->totals(), *response);
   }
   return absl::OkStatus();
 }

@@ -31,7 +31,10 @@ std::string LaunchUsage() {
          "  --master-port PORT   MASTER_PORT for the ranks (default 29500)\n"
          "  --log-dir DIR        write DIR/rank-R.stdout and DIR/rank-R.stderr instead of the terminal\n"
          "  --no-prefix          pass the ranks' output through without the \"[rank R] \" prefix\n"
-         "  --grace-seconds S    time between SIGTERM and SIGKILL when stopping (default 10)\n";
+         "  --grace-seconds S    time between SIGTERM and SIGKILL when stopping (default 10)\n"
+         "\n"
+         "Example:\n"
+         "  tpserve-launch --nproc-per-node 4 -- tpserve-worker --coordinator 127.0.0.1:50052\n";
 }
 
 absl::StatusOr<LaunchCommand> ParseLaunchArgs(const std::vector<std::string>& args) {

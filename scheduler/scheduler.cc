@@ -49,6 +49,7 @@ void Scheduler::Preempt(Sequence* seq) {
   ReleaseBlocks(seq);
   seq->status = SequenceStatus::kWaiting;
   ++seq->num_preemptions;
+  ++num_preemptions_;
   waiting_.push_front(seq);
 }
 

@@ -92,6 +92,7 @@ class Scheduler {
   const Sequence* Find(uint64_t id) const;
   int32_t num_running() const { return static_cast<int32_t>(running_.size()); }
   int32_t num_waiting() const { return static_cast<int32_t>(waiting_.size()); }
+  int64_t num_preemptions() const { return num_preemptions_; }  // since construction
   bool idle() const { return running_.empty() && waiting_.empty() && dropped_.empty(); }
   const BlockManager& blocks() const { return blocks_; }
 
@@ -112,6 +113,7 @@ class Scheduler {
   std::vector<Sequence*> running_;  // arrival order
   std::deque<Sequence*> waiting_;   // arrival order; preempted sequences go to the front
   std::vector<uint64_t> dropped_;
+  int64_t num_preemptions_ = 0;
 };
 
 }  // namespace tpserve

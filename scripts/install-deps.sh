@@ -9,7 +9,7 @@ packages=(
   libabsl-dev nlohmann-json3-dev libpcre2-dev libutf8proc-dev libcpp-httplib-dev curl
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev libssl-dev openssl
   libgloo-dev openmpi-bin libopenmpi-dev libopenblas-dev
-  python3 python3-numpy python3-jinja2 nodejs npm
+  python3 python3-numpy python3-jinja2 python3-prometheus-client gnuplot-nox nodejs npm
 )
 
 missing=()

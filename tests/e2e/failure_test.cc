@@ -330,6 +330,9 @@ TEST_F(FailureTest, KillingAWorkerEndsStreamsUnavailableAndNamesTheRank) {
   EXPECT_NE(s.error_message().find("worker rank 1"), std::string::npos) << s.error_message();
 
   AwaitLine(*c.process, "tpserve-coordinator: worker rank 1", absl::Seconds(30));  // logged as it happens
+  int rc = -1;
+  Client({"health", "--server", c.address, "--service", "tpserve.liveness"}, &rc);
+  EXPECT_EQ(rc, 0) << "liveness stays SERVING while the coordinator replaces its workers";
   // Then the group is replaced (tests/e2e/recovery_test.cc has the details).
   EXPECT_TRUE(AwaitServing(*c.stub)) << c.process->Log();
 }

@@ -5,7 +5,8 @@
 //       [--min-p P] [--seed S] [--stop STR]... [--ignore-eos] [--logprobs N]
 //       [--request-id ID] [--timeout SECONDS] [--json]
 //   tpserve-client info   --server ADDR      (model and server info as one JSON object)
-//   tpserve-client health --server ADDR      (SERVING / NOT_SERVING; exit 0 only when SERVING)
+//   tpserve-client health --server ADDR [--service tpserve.liveness|tpserve.readiness]
+//                                            (SERVING / NOT_SERVING; exit 0 only when SERVING)
 //   tpserve-client abort  --server ADDR --request-id ID
 //
 // generate prints the text as it streams, then a summary line on stderr; with
@@ -17,6 +18,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <iostream>
+#include <map>
 #include <memory>
 #include <set>
 #include <string>
@@ -27,19 +29,17 @@
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
-#include "absl/flags/usage.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
-#include "auth/api_keys.h"
-#include "auth/tls_credentials.h"
 #include "base/flag_spelling.h"
+#include "base/tool_usage.h"
 #include "health.grpc.pb.h"
 #include "nlohmann/json.hpp"
+#include "tools/connect/connect.h"
 #include "tpserve/v1/generation.grpc.pb.h"
 
-ABSL_FLAG(std::string, server, "127.0.0.1:50051", "coordinator address HOST:PORT");
 ABSL_FLAG(std::string, prompt, "", "prompt text");
 ABSL_FLAG(std::string, prompt_ids, "", "prompt token ids, comma separated");
 ABSL_FLAG(std::string, chat, "", "a user message (rendered with the model's chat format)");
@@ -58,44 +58,17 @@ ABSL_FLAG(int32_t, logprobs, -1, "log-probs of the chosen token and this many al
 ABSL_FLAG(std::string, request_id, "", "request id (generate: optional; abort: required)");
 ABSL_FLAG(double, timeout, 0, "deadline in seconds (0 = none)");
 ABSL_FLAG(bool, json, false, "JSON lines instead of text");
+ABSL_FLAG(std::string, service, "",
+          "health: the grpc.health.v1 service to ask: tpserve.liveness, tpserve.readiness (\"\" = readiness)");
 ABSL_FLAG(bool, allow_special_tokens, false,
           "encode special-token text in --prompt / --chat as the special tokens (off: as plain text)");
-ABSL_FLAG(std::string, api_key_file, "",
-          "file holding the API key to send (its first `KEY` or `NAME KEY` line; default: $TPSERVE_API_KEY)");
-ABSL_FLAG(bool, tls, false, "connect with TLS (implied by --tls-ca and --tls-cert)");
-ABSL_FLAG(std::string, tls_ca, "", "PEM CA bundle that signed the server's certificate (default: the system's)");
-ABSL_FLAG(std::string, tls_cert, "", "PEM client certificate, for a server with --tls-client-ca");
-ABSL_FLAG(std::string, tls_key, "", "PEM private key of --tls-cert");
 
 namespace {
 
 namespace v1 = tpserve::v1;
 
-const char* CodeName(grpc::StatusCode code) {
-  switch (code) {
-    case grpc::StatusCode::OK: return "OK";
-    case grpc::StatusCode::CANCELLED: return "CANCELLED";
-    case grpc::StatusCode::UNKNOWN: return "UNKNOWN";
-    case grpc::StatusCode::INVALID_ARGUMENT: return "INVALID_ARGUMENT";
-    case grpc::StatusCode::DEADLINE_EXCEEDED: return "DEADLINE_EXCEEDED";
-    case grpc::StatusCode::NOT_FOUND: return "NOT_FOUND";
-    case grpc::StatusCode::ALREADY_EXISTS: return "ALREADY_EXISTS";
-    case grpc::StatusCode::PERMISSION_DENIED: return "PERMISSION_DENIED";
-    case grpc::StatusCode::RESOURCE_EXHAUSTED: return "RESOURCE_EXHAUSTED";
-    case grpc::StatusCode::FAILED_PRECONDITION: return "FAILED_PRECONDITION";
-    case grpc::StatusCode::ABORTED: return "ABORTED";
-    case grpc::StatusCode::OUT_OF_RANGE: return "OUT_OF_RANGE";
-    case grpc::StatusCode::UNIMPLEMENTED: return "UNIMPLEMENTED";
-    case grpc::StatusCode::INTERNAL: return "INTERNAL";
-    case grpc::StatusCode::UNAVAILABLE: return "UNAVAILABLE";
-    case grpc::StatusCode::DATA_LOSS: return "DATA_LOSS";
-    case grpc::StatusCode::UNAUTHENTICATED: return "UNAUTHENTICATED";
-    default: return "UNKNOWN";
-  }
-}
-
 int RpcError(const grpc::Status& status) {
-  std::fprintf(stderr, "tpserve-client: %s: %s\n", CodeName(status.error_code()),
+  std::fprintf(stderr, "tpserve-client: %s: %s\n", tpserve::GrpcCodeName(status.error_code()),
                status.error_message().c_str());
   return 1;
 }
@@ -114,42 +87,21 @@ bool Given(const std::string& name) { return GivenFlags().contains(name); }
 
 constexpr double kMaxTimeoutSeconds = 365.0 * 24 * 3600;
 
-// The API key to send ("" = none): --api-key-file, else $TPSERVE_API_KEY.
-std::string& ApiKey() {
-  static std::string key;
-  return key;
+// The connection of every call (--server, API key, TLS: tools/connect/connect.h).
+tpserve::ClientConnection& Connection() {
+  static tpserve::ClientConnection connection;
+  return connection;
 }
 
 // Every call's deadline (--timeout) and API key.
 void SetDeadline(grpc::ClientContext& context) {
-  if (!ApiKey().empty()) context.AddMetadata("authorization", absl::StrCat("Bearer ", ApiKey()));
+  tpserve::AddApiKey(Connection(), context);
   // At most a year: a larger value (or inf) would overflow the microseconds.
   const double timeout = std::min(absl::GetFlag(FLAGS_timeout), kMaxTimeoutSeconds);
   if (timeout > 0) {
     context.set_deadline(std::chrono::system_clock::now() +
                          std::chrono::microseconds(static_cast<int64_t>(timeout * 1e6)));
   }
-}
-
-// Reads the API key; the error to print, or "".
-std::string LoadApiKey() {
-  const std::string path = absl::GetFlag(FLAGS_api_key_file);
-  if (path.empty()) {
-    const char* env = std::getenv("TPSERVE_API_KEY");
-    if (env != nullptr) ApiKey() = env;
-    return "";
-  }
-  absl::StatusOr<std::string> key = tpserve::ReadClientApiKey(path, "--api-key-file");
-  if (!key.ok()) return std::string(key.status().message());
-  ApiKey() = *std::move(key);
-  return "";
-}
-
-// TLS when --tls, --tls-ca or --tls-cert asks for it, else plain text.
-absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> ChannelCredentials() {
-  const tpserve::TlsFiles tls{.cert = absl::GetFlag(FLAGS_tls_cert), .key = absl::GetFlag(FLAGS_tls_key),
-                              .ca = absl::GetFlag(FLAGS_tls_ca)};
-  return tpserve::MakeChannelCredentials(tls, absl::GetFlag(FLAGS_tls));
 }
 
 std::string FinishName(v1::FinishReason reason) {
@@ -259,6 +211,8 @@ void PrintComplete(const v1::GenerateResponse& response, bool json) {
                               {"cached_tokens", c.usage().cached_tokens()}}},
                    {"timing", {{"queue_seconds", c.timing().queue_seconds()},
                                {"time_to_first_token_seconds", c.timing().time_to_first_token_seconds()},
+                               {"prefill_seconds", c.timing().prefill_seconds()},
+                               {"decode_seconds", c.timing().decode_seconds()},
                                {"total_seconds", c.timing().total_seconds()}}}});
     return;
   }
@@ -331,6 +285,17 @@ int Info(v1::Generation::Stub& stub) {
                   {"waiting", server.waiting()},
                   {"prefix_cache_hit_rate", server.prefix_cache_hit_rate()},
                   {"workers", std::vector<std::string>(server.workers().begin(), server.workers().end())}}}};
+  nlohmann::json& s = out["server"];
+  s["kv_cache_usage"] = server.kv_cache_usage();
+  s["requests_finished"] = std::map<std::string, uint64_t>(server.requests_finished().begin(),
+                                                           server.requests_finished().end());
+  s["requests_failed"] = server.requests_failed();
+  s["prompt_tokens_total"] = server.prompt_tokens_total();
+  s["generation_tokens_total"] = server.generation_tokens_total();
+  s["num_preemptions_total"] = server.num_preemptions_total();
+  s["prefix_cache_queries_total"] = server.prefix_cache_queries_total();
+  s["prefix_cache_hits_total"] = server.prefix_cache_hits_total();
+  for (const v1::HistogramTotals& h : server.histograms()) s["histograms"][h.name()] = {{"count", h.count()}, {"sum", h.sum()}};
   std::cout << out.dump(2) << "\n";
   return 0;
 }
@@ -343,6 +308,7 @@ int Health(const std::shared_ptr<grpc::Channel>& channel) {
                                                                                   kMaxTimeoutSeconds)))
                                        : 10));
   grpc::health::v1::HealthCheckRequest request;
+  request.set_service(absl::GetFlag(FLAGS_service));
   grpc::health::v1::HealthCheckResponse response;
   grpc::Status s = stub->Check(&context, request, &response);
   if (!s.ok()) return RpcError(s);
@@ -366,8 +332,21 @@ int Abort(v1::Generation::Stub& stub) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  absl::SetProgramUsageMessage(
-      "tpserve-client generate|info|health|abort --server HOST:PORT [options]; see --help");
+  tpserve::InitToolUsage(argc, argv,
+      "tpserve-client COMMAND --server HOST:PORT [flags]: a client of tpserve-coordinator's public API.\n"
+      "\n"
+      "Commands:\n"
+      "  generate  stream a generation (give one of --prompt, --prompt-ids, --chat; --stop may repeat)\n"
+      "  info      model and server info as one JSON object\n"
+      "  health    SERVING / NOT_SERVING (exit 0 only when SERVING); --service tpserve.liveness or\n"
+      "            tpserve.readiness (the default)\n"
+      "  abort     end the request --request-id\n"
+      "\n"
+      "Examples:\n"
+      "  tpserve-client generate --server 127.0.0.1:50051 --chat \"Write a haiku about GPUs\" --max-tokens 64\n"
+      "  tpserve-client generate --prompt-ids 1,2,3 --temperature 0.8 --seed 7 --json\n"
+      "  tpserve-client info --server host:50051 --tls-ca ca.pem --api-key-file my-key\n",
+      {__FILE__, tpserve::kConnectFlagsFile});
   // --stop may repeat: take every occurrence (and its value, as written) out
   // before absl parses the rest.
   std::vector<std::string> stops;
@@ -395,10 +374,10 @@ int main(int argc, char** argv) {
   std::vector<char*> positional = absl::ParseCommandLine(static_cast<int>(pointers.size()), pointers.data());
   if (positional.size() != 2) return Usage("give one command: generate, info, health or abort (see --help)");
   const std::string command = positional[1];
-  if (std::string error = LoadApiKey(); !error.empty()) return Usage(error);
-  absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> credentials = ChannelCredentials();
-  if (!credentials.ok()) return Usage(std::string(credentials.status().message()));
-  auto channel = grpc::CreateChannel(absl::GetFlag(FLAGS_server), *credentials);
+  absl::StatusOr<tpserve::ClientConnection> connection = tpserve::ConnectFromFlags();
+  if (!connection.ok()) return Usage(std::string(connection.status().message()));
+  Connection() = *std::move(connection);
+  const std::shared_ptr<grpc::Channel>& channel = Connection().channel;
   auto stub = v1::Generation::NewStub(channel);
   if (command == "generate") return Generate(*stub, stops);
   if (command == "info") return Info(*stub);

@@ -9,6 +9,7 @@
 // where it listens, for scripts and tests to parse:
 //   tpserve-coordinator: workers connect to 127.0.0.1:PORT
 //   tpserve-coordinator: serving tpserve.v1.Generation on 127.0.0.1:PORT
+// (and with --metrics-listen "tpserve-coordinator: metrics on http://HOST:PORT/metrics")
 // and "tpserve-coordinator: ready" once it serves.
 // SIGTERM/SIGINT drain: admission stops (UNAVAILABLE), running streams finish
 // or are cut (ABORTED) after --drain-timeout, the workers get Shutdown, exit 0.
@@ -25,11 +26,11 @@
 #include <unistd.h>
 
 #include "absl/flags/flag.h"
-#include "absl/flags/usage.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
 #include "auth/cluster_secret.h"
 #include "base/flag_spelling.h"
+#include "base/tool_usage.h"
 #include "coordinator/coordinator.h"
 #include "coordinator/log.h"
 
@@ -38,6 +39,8 @@ ABSL_FLAG(std::string, model, "", "Hugging Face checkpoint folder (config.json, 
 ABSL_FLAG(int, tp, 1, "tensor-parallel size: the number of workers to wait for");
 ABSL_FLAG(std::string, backend, "auto", "cpu, cuda, or auto (cuda when every worker reports a GPU)");
 ABSL_FLAG(bool, spawn_workers, false, "start the --tp local workers (torchrun-style environment)");
+ABSL_FLAG(std::string, metrics_listen, "",
+          "serve Prometheus metrics at http://ADDR/metrics: PORT (loopback) or HOST:PORT; off when empty");
 ABSL_FLAG(std::string, worker_binary, "", "tpserve-worker for --spawn-workers (default: next to this binary, else PATH)");
 
 // Where it listens, and how long it waits.
@@ -121,6 +124,7 @@ CoordinatorOptions OptionsFromFlags() {
   o.chat_template = absl::GetFlag(FLAGS_chat_template);
   o.spawn_workers = absl::GetFlag(FLAGS_spawn_workers);
   o.worker_binary = absl::GetFlag(FLAGS_worker_binary);
+  o.metrics_listen = absl::GetFlag(FLAGS_metrics_listen);
   o.cluster_secret_file = absl::GetFlag(FLAGS_cluster_secret_file);
   o.tls_cert = absl::GetFlag(FLAGS_tls_cert);
   o.tls_key = absl::GetFlag(FLAGS_tls_key);
@@ -156,8 +160,16 @@ int Run(Coordinator& coordinator) {
 }  // namespace tpserve
 
 int main(int argc, char** argv) {
-  absl::SetProgramUsageMessage(
-      "tpserve-coordinator --model DIR --tp N [--listen 127.0.0.1:50051] [--spawn-workers]");
+  tpserve::InitToolUsage(argc, argv,
+      "tpserve-coordinator --model DIR --tp N [flags]: serves a model through tensor-parallel workers.\n"
+      "\n"
+      "It listens for the workers (--worker-listen), waits for --tp of them, loads, profiles and\n"
+      "warms them up, then serves tpserve.v1.Generation on --listen. SIGTERM drains.\n"
+      "\n"
+      "Examples:\n"
+      "  tpserve-coordinator --model /models/Qwen3-8B --tp 4 --spawn-workers --listen 0.0.0.0:50051\n"
+      "  tpserve-coordinator --model M --tp 4 --worker-listen 0.0.0.0:50052 --tls-cert s.pem --tls-key s.key\n",
+      {__FILE__});
   tpserve::ParseFlagsWithDashes(argc, argv);  // --max-model-len as well as --max_model_len
   sigset_t set;
   sigemptyset(&set);

@@ -20,12 +20,12 @@
 
 #include "absl/container/flat_hash_set.h"
 #include "absl/flags/flag.h"
-#include "absl/flags/usage.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "base/flag_spelling.h"
+#include "base/tool_usage.h"
 #include "base/proc_status.h"
 #include "base/status_macros.h"
 #include "comm/rank_env.h"
@@ -289,8 +289,15 @@ int Fail(int code, const absl::Status& status) {
 }
 
 int Main(int argc, char** argv) {
-  absl::SetProgramUsageMessage(
-      "tpserve-generate --model DIR [--tp N] --prompt-ids 1,2,3 | --prompt TEXT --max-tokens N");
+  InitToolUsage(argc, argv,
+      "tpserve-generate --model DIR [--tp N] (--prompt-ids 1,2,3[;4,5] | --prompt TEXT) [flags]:\n"
+      "offline generation with the tensor-parallel engine (no coordinator).\n"
+      "\n"
+      "Examples:\n"
+      "  tpserve-generate --model /tmp/m --tp 2 --prompt-ids \"1,2,3;4,5\" --max-tokens 16\n"
+      "  tpserve-generate --model /tmp/m --prompt \"Hello\" --max-tokens 32 --output-json out.json\n"
+      "  mpirun -np 2 tpserve-generate --model DIR --store-dir /shared/dir --prompt-ids 1,2,3\n",
+      {__FILE__});
   const std::vector<std::string> positional = ParseFlagsWithDashes(argc, argv);
   if (positional.size() > 1) {
     std::fprintf(stderr, "tpserve-generate: unexpected argument '%s' (see --help)\n", positional[1].c_str());

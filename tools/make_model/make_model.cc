@@ -214,6 +214,10 @@ Writes a random-weight model in the Hugging Face layout into folder OUT.
   --rope-original-max N  llama3 original_max_position_embeddings
   --tokenizer DIR        copy tokenizer.json and tokenizer_config.json from DIR
                          (default: write a small byte-level BPE tokenizer of the family)
+
+Examples:
+  tpserve-make-model /tmp/m --arch qwen3 --layers 2 --hidden 128 --shards 2
+  tpserve-make-model /tmp/q --preset qwen3-0.6b
 )";
 }
 

@@ -14,9 +14,9 @@
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
-#include "absl/flags/usage.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
+#include "base/tool_usage.h"
 #include "tokenizer/tokenizer.h"
 
 ABSL_FLAG(std::string, model, "", "model folder holding tokenizer.json, or the tokenizer.json file");
@@ -67,10 +67,16 @@ absl::StatusOr<json> Handle(const tpserve::Tokenizer& tok, const std::string& li
 }  // namespace
 
 int main(int argc, char** argv) {
-  absl::SetProgramUsageMessage(
-      "tpserve-tokenize --model DIR < requests.jsonl\n"
+  tpserve::InitToolUsage(argc, argv,
+      "tpserve-tokenize --model DIR < requests.jsonl: a tokenizer on JSON lines.\n"
+      "\n"
+      "Each line in, one line out:\n"
       "  {\"text\": \"...\", \"add_special_tokens\": true} -> {\"ids\": [...]}\n"
-      "  {\"ids\": [...], \"skip_special_tokens\": false} -> {\"text\": \"...\"}");
+      "  {\"ids\": [...], \"skip_special_tokens\": false} -> {\"text\": \"...\"}\n"
+      "\n"
+      "Example:\n"
+      "  echo '{\"text\": \"Hello\"}' | tpserve-tokenize --model /tmp/m\n",
+      {__FILE__});
   absl::ParseCommandLine(argc, argv);
   const std::string model = absl::GetFlag(FLAGS_model);
   if (model.empty()) {

@@ -20,12 +20,12 @@
 #include <vector>
 
 #include "absl/flags/flag.h"
-#include "absl/flags/usage.h"
 #include "absl/strings/str_cat.h"
 #include "auth/cluster_secret.h"
 #include "auth/tls_credentials.h"
 #include "base/flag_spelling.h"
 #include "base/status_macros.h"
+#include "base/tool_usage.h"
 #include "comm/rank_env.h"
 #include "worker_service/session.h"
 
@@ -144,10 +144,15 @@ int RunUntilSignalled(const tpserve::SessionOptions& options) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  absl::SetProgramUsageMessage(
-      "serves one tensor-parallel rank for tpserve-coordinator.\n"
-      "  mpirun -np N tpserve-worker --coordinator HOST:PORT\n"
-      "  tpserve-launch --nproc-per-node N -- tpserve-worker --coordinator HOST:PORT");
+  tpserve::InitToolUsage(argc, argv,
+      "tpserve-worker --coordinator HOST:PORT [flags]: serves one tensor-parallel rank for tpserve-coordinator.\n"
+      "\n"
+      "Its rank comes from the launcher's environment (Open MPI, PMI, torchrun) unless --rank says.\n"
+      "\n"
+      "Examples:\n"
+      "  mpirun -np 4 tpserve-worker --coordinator host:50052\n"
+      "  tpserve-launch --nproc-per-node 4 -- tpserve-worker --coordinator 127.0.0.1:50052\n",
+      {__FILE__});
   // Flags are spelled with dashes (--connect-timeout) or underscores.
   const std::vector<std::string> rest = tpserve::ParseFlagsWithDashes(argc, argv);
   if (rest.size() > 1) {

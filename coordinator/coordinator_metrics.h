@@ -1,0 +1,100 @@
+// The coordinator's live figures, named as vLLM names its own with the
+// `tpserve:` prefix and vLLM's histogram buckets, so dashboards and alerts
+// written for vLLM read them (README, "Operations"). The engine loop records
+// them at a few points (engine_loop.cc: each request's end, each streamed
+// token, each step), the metrics endpoint renders them (metrics_server.h) and
+// GetServerInfo reads them back.
+//
+//   gauges      tpserve:num_requests_running, tpserve:num_requests_waiting,
+//               tpserve:kv_cache_usage_perc (0..1), tpserve:worker_up{rank}
+//   counters    tpserve:request_success_total{finished_reason=stop|length|abort},
+//               tpserve:request_failure_total (ended with an error status),
+//               tpserve:prompt_tokens_total, tpserve:generation_tokens_total,
+//               tpserve:num_preemptions_total, tpserve:prefix_cache_queries_total and
+//               tpserve:prefix_cache_hits_total (in tokens, as vLLM counts them)
+//   histograms  tpserve:time_to_first_token_seconds, tpserve:inter_token_latency_seconds,
+//               tpserve:e2e_request_latency_seconds, tpserve:request_queue_time_seconds,
+//               tpserve:request_prefill_time_seconds, tpserve:request_decode_time_seconds,
+//               tpserve:request_inference_time_seconds, tpserve:request_prompt_tokens,
+//               tpserve:request_generation_tokens, tpserve:iteration_tokens_total (tokens
+//               per step), tpserve:step_duration_seconds (send to result, as the
+//               coordinator sees a step), tpserve:step_batch_size (sequences per step),
+//               tpserve:worker_step_compute_seconds{rank} (a step's compute on each
+//               rank, as the worker measured it: StepResult.compute_seconds)
+// A request's phases: queue = arrival to first scheduled; prefill = first
+// scheduled to first token; decode = first token to end; inference = prefill + decode.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/synchronization/mutex.h"
+#include "coordinator/metrics_registry.h"
+
+namespace tpserve {
+
+class CoordinatorMetrics {
+ public:
+  // `max_model_len` bounds the token-count buckets; `tp` workers get a worker_up gauge each.
+  CoordinatorMetrics(int64_t max_model_len, int tp);
+
+  // A request's times in seconds from its arrival (first_scheduled <= first_token <= end).
+  struct RequestTimes {
+    double first_scheduled = 0, first_token = 0, end = 0;
+    bool has_token = false;  // first_token is set
+  };
+  // finished_reason: "stop", "length" or "abort".
+  void OnRequestFinished(const std::string& finished_reason, const RequestTimes& t, int64_t prompt_tokens,
+                         int64_t generation_tokens);
+  void OnRequestFailed() { failure_.Increment(); }
+  // A request's first token (its prompt counted), or a later one `gap_seconds` after the previous.
+  void OnFirstToken(int64_t prompt_tokens);
+  void OnNextToken(double gap_seconds);
+  void OnStep(double seconds, int64_t sequences, int64_t tokens);
+  // The engine's state after an iteration. The totals grow, or start again
+  // from 0 when the engine is rebuilt for a new worker group.
+  void OnEngineState(int64_t running, int64_t waiting, double kv_cache_usage, int64_t preemptions_total,
+                     int64_t prefix_query_tokens_total, int64_t prefix_hit_tokens_total);
+  void OnWorkerStep(int rank, double compute_seconds);
+  // 1 from warm-up on; 0 once the worker group is lost (all ranks: the group
+  // is lost as a whole and only a restart brings it back).
+  void SetWorkerUp(int rank, bool up);
+
+  // The figures GetServerInfo reports.
+  struct Totals {
+    double kv_cache_usage = 0;
+    std::map<std::string, uint64_t> requests_finished;  // by finished_reason
+    uint64_t requests_failed = 0, prompt_tokens = 0, generation_tokens = 0, preemptions = 0,
+             prefix_cache_queries = 0, prefix_cache_hits = 0;
+    struct Histogram {
+      std::string name;  // without the prefix
+      uint64_t count = 0;
+      double sum = 0;
+    };
+    std::vector<Histogram> histograms;
+  };
+  Totals totals() const;
+
+  MetricsRegistry& registry() { return registry_; }
+  const MetricsRegistry& registry() const { return registry_; }
+
+ private:
+  MetricsRegistry registry_;
+  const int tp_;
+  MetricGauge &running_, &waiting_, &kv_usage_;
+  MetricCounter &failure_, &prompt_tokens_, &generation_tokens_, &preemptions_, &prefix_queries_, &prefix_hits_;
+  MetricHistogram &ttft_, &itl_, &e2e_, &queue_, &prefill_, &decode_, &inference_, &prompt_len_, &generation_len_,
+      &iteration_tokens_, &step_duration_, &batch_size_;
+  std::vector<std::pair<std::string, const MetricHistogram*>> histograms_;  // (name without prefix, metric)
+  std::map<std::string, MetricCounter*> success_;                           // by finished_reason
+  std::vector<MetricHistogram*> worker_step_;                               // [tp]
+  absl::Mutex follow_mu_;  // the totals OnEngineState saw last
+  int64_t last_preemptions_ ABSL_GUARDED_BY(follow_mu_) = 0;
+  int64_t last_prefix_queries_ ABSL_GUARDED_BY(follow_mu_) = 0;
+  int64_t last_prefix_hits_ ABSL_GUARDED_BY(follow_mu_) = 0;
+};
+
+}  // namespace tpserve

@@ -1,0 +1,121 @@
+// The metrics registry's Prometheus text, checked line by line, and its
+// updates from many threads at once (coordinator/metrics_registry.h).
+#include "coordinator/metrics_registry.h"
+
+#include <map>
+#include <thread>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "coordinator/coordinator_metrics.h"
+
+namespace tpserve {
+namespace {
+
+TEST(MetricsRegistry, RendersCountersGaugesAndHistograms) {
+  MetricsRegistry r;
+  r.Counter("t:requests_total", "Requests.", {{"reason", "stop"}}).Increment(3);
+  r.Counter("t:requests_total", "Requests.", {{"reason", "length"}}).Increment();
+  r.Gauge("t:running", "Running now.").Set(0.25);
+  MetricHistogram& h = r.Histogram("t:latency_seconds", "Latency.", {0.5, 1, 2.5});
+  for (double v : {0.1, 0.5, 0.7, 3.0}) h.Observe(v);  // 0.5 is in the le="0.5" bucket
+  EXPECT_EQ(r.Render(),
+            "# HELP t:latency_seconds Latency.\n"
+            "# TYPE t:latency_seconds histogram\n"
+            "t:latency_seconds_bucket{le=\"0.5\"} 2\n"
+            "t:latency_seconds_bucket{le=\"1\"} 3\n"
+            "t:latency_seconds_bucket{le=\"2.5\"} 3\n"
+            "t:latency_seconds_bucket{le=\"+Inf\"} 4\n"
+            "t:latency_seconds_sum 4.3\n"
+            "t:latency_seconds_count 4\n"
+            "# HELP t:requests_total Requests.\n"
+            "# TYPE t:requests_total counter\n"
+            "t:requests_total{reason=\"length\"} 1\n"
+            "t:requests_total{reason=\"stop\"} 3\n"
+            "# HELP t:running Running now.\n"
+            "# TYPE t:running gauge\n"
+            "t:running 0.25\n");
+}
+
+TEST(MetricsRegistry, SameNameAndLabelsIsTheSameMetric) {
+  MetricsRegistry r;
+  MetricCounter& a = r.Counter("c_total", "C.", {{"k", "v"}});
+  EXPECT_EQ(&a, &r.Counter("c_total", "C.", {{"k", "v"}}));
+  EXPECT_NE(&a, &r.Counter("c_total", "C.", {{"k", "w"}}));
+}
+
+TEST(MetricsRegistry, EscapesLabelValues) {
+  MetricsRegistry r;
+  r.Gauge("g", "G.", {{"path", "a\"b\\c\nd"}}).Set(1);
+  EXPECT_NE(r.Render().find("g{path=\"a\\\"b\\\\c\\nd\"} 1\n"), std::string::npos) << r.Render();
+}
+
+TEST(MetricsRegistry, ConcurrentUpdatesAreAllCounted) {
+  MetricsRegistry r;
+  MetricCounter& c = r.Counter("c_total", "C.");
+  MetricHistogram& h = r.Histogram("h", "H.", {1, 2});
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 4; ++t) {
+    threads.emplace_back([&] {
+      for (int i = 0; i < 10000; ++i) {
+        c.Increment();
+        h.Observe(i % 3);
+      }
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  EXPECT_EQ(c.value(), 40000);
+  const MetricHistogram::Snapshot s = h.snapshot();
+  EXPECT_EQ(s.count, 40000u);
+  EXPECT_EQ(s.cumulative.back(), 40000u);
+  EXPECT_EQ(s.cumulative[0], 26668u);  // values 0 and 1: i % 3 != 2, 6667 + 6667 of 10000, times 4
+}
+
+TEST(Buckets125, AsVllmBuildsThem) {
+  EXPECT_EQ(Buckets125(100), (std::vector<double>{1, 2, 5, 10, 20, 50, 100}));
+  EXPECT_EQ(Buckets125(2048), (std::vector<double>{1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000}));
+}
+
+TEST(CoordinatorMetrics, RecordsARequestsPhasesAndTotals) {
+  CoordinatorMetrics m(/*max_model_len=*/128, /*tp=*/2);
+  m.OnFirstToken(10);
+  m.OnNextToken(0.02);
+  m.OnRequestFinished("length", {.first_scheduled = 0.1, .first_token = 0.4, .end = 0.5, .has_token = true}, 10, 2);
+  m.OnRequestFailed();
+  m.OnEngineState(0, 0, 0.5, /*preemptions=*/3, /*prefix queries=*/64, /*hits=*/32);
+  m.OnEngineState(0, 0, 0.0, 3, 64, 32);  // the totals again: counted once
+  m.OnEngineState(0, 0, 0.0, 1, 16, 0);   // a rebuilt engine starts again from 0
+  m.OnEngineState(0, 0, 0.0, 1, 16, 0);
+  const CoordinatorMetrics::Totals t = m.totals();
+  EXPECT_EQ(t.requests_finished.at("length"), 1u);
+  EXPECT_EQ(t.requests_finished.at("stop"), 0u);
+  EXPECT_EQ(t.requests_failed, 1u);
+  EXPECT_EQ(t.prompt_tokens, 10u);
+  EXPECT_EQ(t.generation_tokens, 2u);
+  EXPECT_EQ(t.preemptions, 4u);
+  EXPECT_EQ(t.prefix_cache_queries, 80u);
+  EXPECT_EQ(t.prefix_cache_hits, 32u);
+  EXPECT_EQ(t.kv_cache_usage, 0.0);
+  std::map<std::string, std::pair<uint64_t, double>> h;  // name -> (count, sum)
+  for (const auto& x : t.histograms) h[x.name] = {x.count, x.sum};
+  EXPECT_NEAR(h.at("request_prefill_time_seconds").second, 0.3, 1e-12);
+  EXPECT_NEAR(h.at("request_decode_time_seconds").second, 0.1, 1e-12);
+  EXPECT_NEAR(h.at("request_queue_time_seconds").second, 0.1, 1e-12);
+  EXPECT_EQ(h.at("inter_token_latency_seconds").first, 1u);
+  EXPECT_EQ(h.at("e2e_request_latency_seconds").first, 1u);
+  EXPECT_EQ(h.at("step_duration_seconds").first, 0u);
+  m.OnWorkerStep(1, 0.003);
+  m.OnWorkerStep(7, 1.0);  // no such rank: ignored
+  for (const auto& x : m.totals().histograms) h[x.name] = {x.count, x.sum};
+  EXPECT_EQ(h.at("worker_step_compute_seconds{rank=\"0\"}").first, 0u);
+  EXPECT_EQ(h.at("worker_step_compute_seconds{rank=\"1\"}").first, 1u);
+  const std::string text = m.registry().Render();
+  EXPECT_NE(text.find("tpserve:worker_up{rank=\"1\"} 0\n"), std::string::npos);
+  EXPECT_NE(text.find("tpserve:request_success_total{finished_reason=\"length\"} 1\n"), std::string::npos);
+  EXPECT_NE(text.find("tpserve:time_to_first_token_seconds_bucket{le=\"0.001\"} 0\n"), std::string::npos);
+  EXPECT_NE(text.find("tpserve:request_prompt_tokens_bucket{le=\"100\"} 1\n"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace tpserve
