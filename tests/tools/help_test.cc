@@ -54,6 +54,8 @@ INSTANTIATE_TEST_SUITE_P(
         Tool{TPSERVE_TOKENIZE, {"--model"}},
         Tool{TPSERVE_MAKE_MODEL, {"--arch", "--layers", "--hidden", "--shards"}},
         Tool{TPSERVE_LAUNCH, {"--nproc-per-node", "--log-dir"}},
+        Tool{TPSERVE_HTTP, {"--server", "--listen", "--api-key-file", "--max-body-bytes"}},
+        Tool{TPSERVE_LOGITS, {"--prompt-ids", "--steps", "--out", "--backend"}},
         Tool{TPSERVE_BENCH, {"--server", "--num-prompts", "--request-rate", "--percentiles", "--slo", "--json",
                              "--plot", "throughput", "serve"}}),
     [](const ::testing::TestParamInfo<Tool>& info) {

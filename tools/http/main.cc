@@ -24,11 +24,11 @@
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
-#include "absl/flags/usage.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "auth/api_keys.h"
 #include "base/flag_spelling.h"
+#include "base/tool_usage.h"
 #include "auth/tls_credentials.h"
 #include "health.grpc.pb.h"
 #include "http/server.h"
@@ -100,7 +100,16 @@ absl::StatusOr<tpserve::http::ServerOptions> OptionsFromFlags(const std::shared_
 }  // namespace
 
 int main(int argc, char** argv) {
-  absl::SetProgramUsageMessage("tpserve-http --server HOST:PORT [--listen HOST:PORT] [options]; see --help");
+  tpserve::InitToolUsage(argc, argv,
+      "tpserve-http --server HOST:PORT [--listen HOST:PORT] [flags]: the OpenAI-compatible HTTP API\n"
+      "(/v1/chat/completions, /v1/completions, /v1/models, /tokenize, /detokenize, /health) in front of a\n"
+      "tpserve-coordinator, as a client of its public gRPC API.\n"
+      "\n"
+      "Examples:\n"
+      "  tpserve-http --server 127.0.0.1:50051 --listen 127.0.0.1:8000\n"
+      "  tpserve-http --server coordinator:50051 --server-tls-ca ca.pem --listen 0.0.0.0:8000 \\\n"
+      "      --api-key-file /etc/tpserve/http-keys\n",
+      {__FILE__});
   std::vector<std::string> args = tpserve::UnderscoreFlagNames(argc, argv);
   std::vector<char*> pointers;
   for (std::string& a : args) pointers.push_back(a.data());

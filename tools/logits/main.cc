@@ -96,10 +96,20 @@ absl::Status Run(const Args& a) {
 }  // namespace tpserve
 
 int main(int argc, char** argv) {
+  constexpr char kUsage[] =
+      "usage: tpserve-logits MODEL_DIR --prompt-ids 1,2,3 --steps N --out PREFIX [--backend cpu|cuda]\n"
+      "Greedy tokens of one prompt on one rank, with the logits each came from (PREFIX.json, PREFIX.f32).\n"
+      "Example: tpserve-logits models/qwen3 --prompt-ids 1,2,3 --steps 32 --out /tmp/q --backend cuda\n";
+  for (int i = 1; i < argc; ++i) {
+    const std::string arg = argv[i];
+    if (arg == "--help" || arg == "-h") {
+      std::fputs(kUsage, stdout);
+      return 0;
+    }
+  }
   tpserve::Args args;
   if (!tpserve::ParseArgs(argc, argv, args)) {
-    std::fprintf(stderr,
-                 "usage: tpserve-logits MODEL_DIR --prompt-ids 1,2,3 --steps N --out PREFIX [--backend cpu|cuda]\n");
+    std::fputs(kUsage, stderr);
     return 2;
   }
   if (absl::Status s = tpserve::Run(args); !s.ok()) {
