@@ -85,7 +85,7 @@ absl::Status EngineLoop::Submit(const std::string& client, const std::string& re
         " tokens but the whole cache holds ", num_blocks_,
         "; shorten the prompt or give the workers more memory (--gpu-memory-utilization, more GPUs)"));
   }
-  const int64_t waiting = stats_.waiting + static_cast<int64_t>(inbox_.size());
+  const int64_t waiting = stats_.waiting + static_cast<int64_t>(inbox_.size()) + admitting_;
   if (waiting >= options_.scheduler.max_queue) {
     return absl::ResourceExhaustedError(absl::StrCat(
         "the admission queue is full (", options_.scheduler.max_queue,
@@ -152,7 +152,7 @@ bool EngineLoop::WaitIdle(absl::Time deadline) {
 EngineStats EngineLoop::stats() const {
   absl::MutexLock lock(&mu_);
   EngineStats s = stats_;
-  s.waiting += static_cast<int32_t>(inbox_.size());
+  s.waiting += static_cast<int32_t>(inbox_.size() + admitting_);
   return s;
 }
 
@@ -168,6 +168,7 @@ void EngineLoop::PublishLocked() {
   stats_.prefix_cache_hit_rate = b.prefix_hit_rate();
   stats_.running = scheduler_->num_running();
   stats_.waiting = scheduler_->num_waiting();
+  admitting_ = 0;  // counted by the scheduler from now on
   stats_.steps = static_cast<int64_t>(next_step_id_ - 1);
   if (options_.metrics != nullptr) {
     options_.metrics->OnEngineState(
@@ -205,6 +206,7 @@ void EngineLoop::Run() {
         continue;
       }
       adds.swap(inbox_);
+      admitting_ = static_cast<int64_t>(adds.size());  // until Admit's Publish counts them
       aborts.swap(aborts_);
       suspended = suspended_;
     }
@@ -361,6 +363,7 @@ bool EngineLoop::Iterate(std::vector<Inbound> adds,
                          const absl::Status& suspended) {
   const bool had_requests = !adds.empty() || !aborts.empty();
   Admit(std::move(adds));
+  Publish();  // Submit's --max-queue check counts the admitted from here on
   ApplyAborts(std::move(aborts));
   if (!suspended.ok()) {  // the workers were lost: nothing runs until Resume
     Park(suspended);

@@ -191,6 +191,9 @@ class EngineLoop {
   mutable absl::Mutex mu_;
   absl::CondVar cv_;  // inbox changed / stop / live set changed
   std::vector<Inbound> inbox_ ABSL_GUARDED_BY(mu_);
+  // Taken from the inbox, not yet in published stats: Submit's queue bound
+  // counts them, so it holds while an iteration runs a step.
+  int64_t admitting_ ABSL_GUARDED_BY(mu_) = 0;
   std::vector<std::pair<uint64_t, absl::Status>> aborts_ ABSL_GUARDED_BY(mu_);
   // (client, request_id) -> sequence id of every live request
   absl::flat_hash_map<std::pair<std::string, std::string>, uint64_t> ids_ ABSL_GUARDED_BY(mu_);
