@@ -34,6 +34,8 @@ mkdir -p "$logs"
 export ASAN_OPTIONS="halt_on_error=1:abort_on_error=1:detect_leaks=1:check_initialization_order=1:\
 strict_init_order=1:log_path=$logs/asan"
 export UBSAN_OPTIONS="halt_on_error=1:abort_on_error=1:print_stacktrace=1:log_path=$logs/ubsan"
+# Leaks inside third-party libraries, each with its reason in the file.
+export LSAN_OPTIONS="suppressions=$PWD/scripts/lsan-suppressions.txt:print_suppressions=0"
 status=0
 ctest --test-dir "$build" --output-on-failure -j "$jobs" "${ctest_args[@]}" || status=$?
 
