@@ -265,20 +265,21 @@ void EngineLoop::Complete(uint64_t seq_id, StopReason reason, std::string matche
   c->mutable_usage()->set_prompt_tokens(static_cast<uint32_t>(live.request.prompt.size()));
   c->mutable_usage()->set_completion_tokens(static_cast<uint32_t>(live.processor.num_output_tokens()));
   c->mutable_usage()->set_cached_tokens(seq ? static_cast<uint32_t>(seq->num_cached_tokens) : 0);
-  v1::Timing* t = c->mutable_timing();
-  t->set_queue_seconds(absl::ToDoubleSeconds(live.first_scheduled.value_or(now) - live.arrival));
-  if (live.first_token) t->set_time_to_first_token_seconds(absl::ToDoubleSeconds(*live.first_token - live.arrival));
-  t->set_total_seconds(absl::ToDoubleSeconds(now - live.arrival));
+  // Every figure once, from the request's own times (arrival, first step, first token, now).
   const absl::Time scheduled = live.first_scheduled.value_or(now), first = live.first_token.value_or(now);
+  v1::Timing* t = c->mutable_timing();
+  t->set_queue_seconds(absl::ToDoubleSeconds(scheduled - live.arrival));
+  if (live.first_token) t->set_time_to_first_token_seconds(absl::ToDoubleSeconds(first - live.arrival));
+  t->set_total_seconds(absl::ToDoubleSeconds(now - live.arrival));
   t->set_prefill_seconds(absl::ToDoubleSeconds(first - scheduled));
   t->set_decode_seconds(absl::ToDoubleSeconds(now - first));
   if (options_.metrics != nullptr) {
     const char* reason = c->finish_reason() == v1::LENGTH ? "length" : c->finish_reason() == v1::ABORTED ? "abort" : "stop";
     options_.metrics->OnRequestFinished(
         reason,
-        {.first_scheduled = absl::ToDoubleSeconds(scheduled - live.arrival),
+        {.first_scheduled = t->queue_seconds(),
          .first_token = absl::ToDoubleSeconds(first - live.arrival),
-         .end = absl::ToDoubleSeconds(now - live.arrival),
+         .end = t->total_seconds(),
          .has_token = live.first_token.has_value()},
         c->usage().prompt_tokens(), c->usage().completion_tokens());
   }

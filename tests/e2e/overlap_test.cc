@@ -27,7 +27,6 @@
 #include <random>
 #include <thread>
 
-#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "tests/e2e/harness.h"
 #include "tests/testing/seed.h"
@@ -380,24 +379,13 @@ TEST_F(OverlapTest, Tp1SameOutputsAsLockStepWithChunkedPrefill) {
                                "--max-num-batched-tokens", "32"});
 }
 
-// The pid in GetServerInfo's "rank R: host device (pid P)"; 0 when absent.
-pid_t WorkerPid(v1::Generation::Stub& stub, int rank) {
-  const v1::ServerInfo info = ServerInfo(stub);
-  if (rank >= info.workers_size()) return 0;
-  const std::string& w = info.workers(rank);
-  const size_t at = w.rfind("(pid ");
-  int pid = 0;
-  if (at == std::string::npos || !absl::SimpleAtoi(w.substr(at + 5, w.size() - at - 6), &pid)) return 0;
-  return pid;
-}
-
 // failure_test's KillingAWorkerEndsStreamsUnavailableAndNamesTheRank with one
 // stream; here the default (overlapped) pipeline has steps in flight for many.
 TEST_F(OverlapTest, AWorkerKilledUnderManyStreamsEndsEachOnceNamingTheRank) {
   const std::string model = MakeModel(dir_.path(), "qwen3", {"--seed", "4", "--max-pos", "4096"});
   Coordinator c = StartCoordinator(model, 2, dir_.path() + "/coordinator.log");
   ASSERT_TRUE(c.stub) << "no coordinator";
-  const pid_t rank1 = WorkerPid(*c.stub, 1);
+  const pid_t rank1 = WorkerPid(ServerInfo(*c.stub), 1);
   ASSERT_GT(rank1, 0) << ServerInfo(*c.stub).ShortDebugString();
   constexpr int kStreams = 20;
   std::atomic<int> started{0};
