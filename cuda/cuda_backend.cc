@@ -51,7 +51,7 @@ constexpr size_t kCublasWorkspaceBytes = size_t{32} << 20;
 
 class CudaBackend final : public Backend {
  public:
-  explicit CudaBackend(int device) : device_(device) {
+  CudaBackend(int device, cuda::KernelSet kernels) : device_(device), kernels_(kernels) {
     CUDA_CHECK(cudaSetDevice(device_));
     CUDA_CHECK(cudaStreamCreate(&stream_));
     CUDA_CHECK(cudaEventCreateWithFlags(&upload_done_, cudaEventDisableTiming));
@@ -69,7 +69,10 @@ class CudaBackend final : public Backend {
     cudaStreamDestroy(stream_);
   }
 
-  std::string name() const override { return absl::StrCat("cuda:", device_); }
+  std::string name() const override {
+    return kernels_ == cuda::KernelSet::kFast ? absl::StrCat("cuda:", device_)
+                                              : absl::StrCat("cuda:", device_, " (reference kernels)");
+  }
   Device device() const override { return Device::kCuda; }
   DType compute_dtype() const override { return DType::kBF16; }
 
@@ -377,6 +380,7 @@ class CudaBackend final : public Backend {
   absl::Status ReserveAttentionWorkspace();
 
   int device_;
+  cuda::KernelSet kernels_;  // which kernels the ops launch (cuda/kernel_set.h)
   StepCapacity capacity_;  // from Reserve; zeros until then
   cudaStream_t stream_ = nullptr;
   cublasHandle_t cublas_ = nullptr;
@@ -588,6 +592,8 @@ absl::Status CudaBackend::BeginStep(const StepMetadata& step, int64_t num_blocks
 
 }  // namespace
 
-std::unique_ptr<Backend> MakeCudaBackend(int device) { return std::make_unique<CudaBackend>(device); }
+std::unique_ptr<Backend> MakeCudaBackend(int device, cuda::KernelSet kernels) {
+  return std::make_unique<CudaBackend>(device, kernels);
+}
 
 }  // namespace tpserve

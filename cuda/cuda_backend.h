@@ -29,12 +29,15 @@
 #include <string>
 
 #include "backend/backend.h"
+#include "cuda/kernel_set.h"
 
 namespace tpserve {
 
-// The CUDA backend on `device` (an index into the visible devices). Aborts
-// with the CUDA error when the device cannot be used; callers check
-// cuda::DeviceCount() first to give users a clear message.
-std::unique_ptr<Backend> MakeCudaBackend(int device = 0);
+// The CUDA backend on `device` (an index into the visible devices), launching
+// `kernels` (cuda/kernel_set.h: the fast set, or the reference set that every
+// fast kernel is tested against). Aborts with the CUDA error when the device
+// cannot be used; callers check cuda::DeviceCount() first to give users a
+// clear message.
+std::unique_ptr<Backend> MakeCudaBackend(int device = 0, cuda::KernelSet kernels = cuda::KernelSet::kFast);
 
 }  // namespace tpserve

@@ -39,7 +39,8 @@ absl::Status MakeBackend(const RankEnv& env, const RankStartOptions& options, Ra
   }
   TPSERVE_ASSIGN_OR_RETURN(const GpuPlacement place, PlaceRankOnGpu(env));  // fails without CUDA
 #ifdef TPSERVE_WITH_CUDA
-  rank.backend = MakeCudaBackend(place.device);
+  TPSERVE_ASSIGN_OR_RETURN(const cuda::KernelSet kernels, cuda::KernelSetFromEnvironment());
+  rank.backend = MakeCudaBackend(place.device, kernels);
   rank.gpu = place;
   return absl::OkStatus();
 #else

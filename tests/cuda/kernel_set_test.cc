@@ -1,0 +1,39 @@
+// The kernel-set switch (cuda/kernel_set.h), on the CPU.
+#include "cuda/kernel_set.h"
+
+#include <cstdlib>
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+namespace tpserve::cuda {
+namespace {
+
+using ::testing::HasSubstr;
+
+TEST(KernelSetTest, ParsesBothNamesAndRefusesOthersNamingTheVariable) {
+  ASSERT_TRUE(ParseKernelSet("fast").ok());
+  EXPECT_EQ(*ParseKernelSet("fast"), KernelSet::kFast);
+  EXPECT_EQ(*ParseKernelSet("reference"), KernelSet::kReference);
+  EXPECT_EQ(KernelSetName(KernelSet::kReference), "reference");
+  const absl::StatusOr<KernelSet> bad = ParseKernelSet("Fast");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(bad.status().message(), HasSubstr("TPSERVE_KERNELS=\"Fast\""));
+  EXPECT_THAT(bad.status().message(), HasSubstr("\"reference\""));
+}
+
+TEST(KernelSetTest, EnvironmentDefaultsToFast) {
+  ::unsetenv(kKernelSetEnv);
+  EXPECT_EQ(*KernelSetFromEnvironment(), KernelSet::kFast);
+  ::setenv(kKernelSetEnv, "", 1);
+  EXPECT_EQ(*KernelSetFromEnvironment(), KernelSet::kFast);
+  ::setenv(kKernelSetEnv, "reference", 1);
+  EXPECT_EQ(*KernelSetFromEnvironment(), KernelSet::kReference);
+  ::setenv(kKernelSetEnv, "slow", 1);
+  EXPECT_FALSE(KernelSetFromEnvironment().ok());
+  ::unsetenv(kKernelSetEnv);
+}
+
+}  // namespace
+}  // namespace tpserve::cuda
