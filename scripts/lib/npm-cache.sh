@@ -1,3 +1,4 @@
+# shellcheck shell=bash
 # Sourced by the scripts that install npm packages into tpserve's cache outside
 # the source tree (fetch-tokenizers.sh, fetch-openai-client.sh):
 #
