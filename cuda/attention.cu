@@ -130,18 +130,6 @@ __global__ void __launch_bounds__(kThreads) PagedAttentionKernel(PagedAttentionA
   }
 }
 
-// The workspace of the split path (SplitDecodeArgs), for n decode tokens.
-struct SplitWorkspace {
-  float* out;  // [n, Hq, P, hd]
-  float* max;  // [n, Hq, P]
-  float* sum;  // [n, Hq, P]
-};
-
-__host__ __device__ SplitWorkspace CarveWorkspace(float* base, int64_t n, int num_heads, int head_dim, int P) {
-  const int64_t rows = n * num_heads * P;  // one per (token, head, partition)
-  return {base, base + rows * head_dim, base + rows * head_dim + rows};
-}
-
 // Partition kernel. grid: x = decode token i (row first_token + i), y = KV head ·
 // group_chunks + chunk, z = partition.
 template <int DPL>

@@ -77,4 +77,18 @@ TPSERVE_HOST_DEVICE inline F CombinePartials(const F* max /*[n]*/, const F* sum 
   return num / all.sum;
 }
 
+// The workspace of softmax partials of P pieces per (token, query head), for
+// n tokens (the split decode paths: attention.cuh, decode_attention.cuh).
+struct SplitWorkspace {
+  float* out;  // [n, Hq, P, hd] normalised rows
+  float* max;  // [n, Hq, P]
+  float* sum;  // [n, Hq, P]
+};
+
+TPSERVE_HOST_DEVICE inline SplitWorkspace CarveWorkspace(float* base, int64_t n, int num_heads, int head_dim,
+                                                         int P) {
+  const int64_t rows = n * num_heads * P;  // one per (token, head, partition)
+  return {base, base + rows * head_dim, base + rows * head_dim + rows};
+}
+
 }  // namespace tpserve::cuda

@@ -16,6 +16,8 @@
 #include "cuda/attention.cuh"
 #include "cuda/check.h"
 #include "cuda/cuda_graph.h"
+#include "cuda/decode_attention.cuh"
+#include "cuda/decode_plan.h"
 #include "cuda/embedding.cuh"
 #include "cuda/gather_rows.cuh"
 #include "cuda/kv_store.cuh"
@@ -57,6 +59,9 @@ class CudaBackend final : public Backend {
     CUDA_CHECK(cudaEventCreateWithFlags(&upload_done_, cudaEventDisableTiming));
     CUBLAS_CHECK(cublasCreate(&cublas_));
     CUBLAS_CHECK(cublasSetStream(cublas_, stream_));
+    cudaDeviceProp prop{};
+    CUDA_CHECK(cudaGetDeviceProperties(&prop, device_));
+    sm_count_ = prop.multiProcessorCount;
   }
   ~CudaBackend() override {
     cudaStreamSynchronize(stream_);
@@ -285,12 +290,17 @@ class CudaBackend final : public Backend {
     a.k_cache = Bf(cache.k);
     a.v_cache = Bf(cache.v);
     a.out = Bf(out);
-    // Decode rows (the last num_decode_tokens, one query row each) take the
+    const int64_t first_decode = s.num_tokens - s.num_decode_tokens;
+    if (AttendDecodeRows(a, first_decode)) {  // the fast decode kernel took the decode rows
+      a.num_tokens = first_decode;            // the prefill rows
+      Launched("Attention", cuda::LaunchPagedAttention(a, stream_));
+      return;
+    }
+    // Reference kernels. Decode rows (the last num_decode_tokens, one query row each) take the
     // split path (cuda/attention.cuh) when Reserve left a workspace that holds
     // them; prefill rows, and every row without one, the single kernel. The
     // choice depends only on sizes that stay fixed between a graph's capture
     // and its replays (T, the decode count, the shape, the reserved capacity).
-    const int64_t first_decode = s.num_tokens - s.num_decode_tokens;
     cuda::SplitDecodeArgs split;
     split.first_token = first_decode;
     split.max_partitions = attention_partitions_;
@@ -396,12 +406,19 @@ class CudaBackend final : public Backend {
     }
   }
 
+  // Fast decode attention (cuda/decode_attention.cuh) of rows [first_decode,
+  // T) under KernelSet::kFast; false (nothing launched) when the reference
+  // kernels take them: the reference set, no decode rows, or a shape the fast
+  // kernel does not cover.
+  bool AttendDecodeRows(const cuda::PagedAttentionArgs& a, int64_t first_decode);
+
   // Reserve's parts: the step metadata buffers and the attention workspace,
   // sized for capacity_.
   absl::Status ReserveStepBuffers();
   absl::Status ReserveAttentionWorkspace();
 
   int device_;
+  int sm_count_ = 1;  // multiprocessors of device_ (the decode attention's partition planning)
   cuda::KernelSet kernels_;  // which kernels the ops launch (cuda/kernel_set.h)
   StepCapacity capacity_;  // from Reserve; zeros until then
   cudaStream_t stream_ = nullptr;
@@ -428,8 +445,10 @@ class CudaBackend final : public Backend {
 // The split decode attention's partials (cuda/attention.cuh) for the most
 // decode tokens a step can hold (one per sequence), every local query head and
 // the partitions of the longest context BeginStep accepts (max_blocks_per_seq
-// blocks). Without the heads and head dim (StepCapacity's 0 = unknown) there
-// is no workspace and decode attention runs the single kernel.
+// blocks); under the fast kernels also as many as any plan of the fast decode
+// kernel asks (cuda/decode_plan.h). Without the heads and head dim
+// (StepCapacity's 0 = unknown) there is no workspace: decode attention runs
+// the single reference kernel, or the fast one unsplit.
 absl::Status CudaBackend::ReserveAttentionWorkspace() {
   if (capacity_.max_query_heads < 0 || capacity_.max_head_dim < 0 ||
       capacity_.max_head_dim > cuda::kMaxAttentionHeadDim) {
@@ -446,10 +465,15 @@ absl::Status CudaBackend::ReserveAttentionWorkspace() {
                                                    65535 * int64_t{cuda::kDecodePartitionSize}, " tokens"));
   }
   const int64_t rows = std::min(capacity_.max_seqs, capacity_.max_tokens);
-  const size_t floats = capacity_.max_query_heads > 0 && capacity_.max_head_dim > 0
+  size_t floats = capacity_.max_query_heads > 0 && capacity_.max_head_dim > 0
       ? cuda::SplitDecodeWorkspaceFloats(rows, capacity_.max_query_heads, capacity_.max_head_dim,
                                          static_cast<int>(partitions))
       : 0;
+  if (floats > 0 && kernels_ == cuda::KernelSet::kFast) {  // one partial row per (token, head, split)
+    const int64_t partials = cuda::DecodeWorkspacePartials(rows, context, sm_count_);
+    floats = std::max(floats, cuda::SplitDecodeWorkspaceFloats(partials, capacity_.max_query_heads,
+                                                               capacity_.max_head_dim, 1));
+  }
   if (attention_workspace_) {
     CUDA_CHECK(cudaStreamSynchronize(stream_));  // earlier steps may still read it
     CUDA_CHECK(cudaFree(attention_workspace_));
@@ -471,6 +495,29 @@ absl::Status CudaBackend::ReserveAttentionWorkspace() {
   attention_workspace_floats_ = floats;
   attention_partitions_ = static_cast<int>(partitions);
   return absl::OkStatus();
+}
+
+// The plan's grid depends only on sizes fixed for a graph's bucket while one
+// is captured (decode count, heads, the reserved context), on the step's
+// longest context otherwise; the kernel reads each token's context on the
+// device, so a captured launch serves every replay.
+bool CudaBackend::AttendDecodeRows(const cuda::PagedAttentionArgs& a, int64_t first_decode) {
+  const int64_t n = a.num_tokens - first_decode;
+  if (kernels_ != cuda::KernelSet::kFast || n <= 0 || !cuda::FastDecodeCovers(a)) return false;
+  const int64_t reserved = int64_t{capacity_.max_blocks_per_seq()} * capacity_.block_size;
+  cuda::DecodePlanInput in;
+  in.num_tokens = n;
+  in.num_kv_heads = a.num_kv_heads;
+  in.fixed_grid = capturing_;
+  in.context = capturing_ && reserved > 0 ? reserved : int64_t{step_.max_token_position} + 1;
+  in.sm_count = sm_count_;
+  cuda::DecodePlan plan = cuda::PlanDecode(in);
+  if (cuda::FastDecodeWorkspaceFloats(n, a.num_heads, a.head_dim, plan) > attention_workspace_floats_) {
+    plan.splits = 1;  // no (or too small a) workspace: one block per (token, KV head), no partials
+  }
+  Launched("Attention", cuda::LaunchFastDecodeAttention(a, first_decode, plan, attention_workspace_,
+                                                        attention_workspace_floats_, stream_));
+  return true;
 }
 
 // The packed step metadata in step_host_ / step_device_ for T tokens, S

@@ -208,6 +208,7 @@ inline float __int_as_float(unsigned bits) {
   std::memcpy(&f, &bits, sizeof(f));
   return f;
 }
+inline float __uint_as_float(unsigned bits) { return __int_as_float(bits); }
 inline int min(int a, int b) { return a < b ? a : b; }
 inline int max(int a, int b) { return a > b ? a : b; }
 inline int64_t min(int64_t a, int64_t b) { return a < b ? a : b; }

@@ -121,4 +121,41 @@ inline std::vector<std::vector<int32_t>> DealBlocks(const std::vector<int32_t>& 
   return out;
 }
 
+// A device array that frees itself.
+template <typename T>
+struct DeviceArray {
+  T* ptr = nullptr;
+  size_t n = 0;
+  explicit DeviceArray(size_t count) : n(count) {
+    void* p = nullptr;
+    CUDA_CHECK(cudaMalloc(&p, std::max<size_t>(n, 1) * sizeof(T)));
+    ptr = static_cast<T*>(p);
+  }
+  DeviceArray(const DeviceArray&) = delete;
+  DeviceArray& operator=(const DeviceArray&) = delete;
+  ~DeviceArray() { cudaFree(ptr); }
+  void Upload(const std::vector<T>& v) {
+    ASSERT_EQ(v.size(), n);
+    CUDA_CHECK(cudaMemcpy(ptr, v.data(), n * sizeof(T), cudaMemcpyHostToDevice));
+  }
+  void Poison() { CUDA_CHECK(cudaMemset(ptr, 0xff, std::max<size_t>(n, 1) * sizeof(T))); }  // NaN in bf16 and f32
+  std::vector<T> Download() const {
+    std::vector<T> v(n);
+    CUDA_CHECK(cudaMemcpy(v.data(), ptr, n * sizeof(T), cudaMemcpyDeviceToHost));
+    return v;
+  }
+};
+
+inline std::vector<uint16_t> ToBf16(const std::vector<float>& v) {
+  std::vector<uint16_t> out(v.size());
+  for (size_t i = 0; i < v.size(); ++i) out[i] = FloatToBf16(v[i]);
+  return out;
+}
+
+inline std::vector<float> FromBf16(const std::vector<uint16_t>& v) {
+  std::vector<float> out(v.size());
+  for (size_t i = 0; i < v.size(); ++i) out[i] = Bf16ToFloat(v[i]);
+  return out;
+}
+
 }  // namespace tpserve::cuda_test

@@ -1,0 +1,334 @@
+// The fast paged decode attention (cuda/decode_attention.cuh) against the
+// reference kernels (cuda/attention.cuh) and the CPU backend:
+//   * the launcher, for hand-picked plans (one split; partitions of 100 and 32
+//     keys, so partition boundaries fall inside blocks of 16 and 32 and blocks
+//     loop over several partitions), the host's plan for the step, and a plan
+//     fixed for a context several times longer than the step's (a CUDA graph
+//     captured at the reserved capacity, replayed with short contexts):
+//     every decode row against the reference kernel; rows before first_token
+//     untouched; outputs and workspace NaN-poisoned first;
+//   * the backend's Attention op under KernelSet::kFast (decode rows through
+//     the fast kernel, prefill rows through the reference one) after Reserve
+//     and without it, against KernelSet::kReference and the CPU backend, on
+//     decode-only and mixed prefill + decode steps.
+// head_dim 64 and 128, GQA groups 1, 2, 4, 8, block sizes 16 and 32, contexts
+// 1 .. kLongContext across partition and page boundaries. Skips without a
+// GPU; runs again through the SIMT emulator (tests/cuda_emu/) at small sizes.
+// Replay a failure with TPSERVE_TEST_SEED=<the printed seed>.
+#include <cuda_runtime_api.h>
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "backend/cpu_backend.h"
+#include "cuda/attention.cuh"
+#include "cuda/cuda_backend.h"
+#include "cuda/decode_attention.cuh"
+#include "cuda/decode_plan.h"
+#include "cuda/kernel_set.h"
+#include "tests/cuda/cuda_test_util.h"
+#include "tests/cuda/gpu_test_util.h"
+#include "tests/cuda/test_sizes.h"
+
+namespace tpserve {
+namespace {
+
+using cuda_test::DealBlocks;
+using cuda_test::DeviceArray;
+using cuda_test::Download;
+using cuda_test::ExpectClose;
+using cuda_test::FromBf16;
+using cuda_test::Output;
+using cuda_test::RandomBf16;
+using cuda_test::RandomStep;
+using cuda_test::RelL2;
+using cuda_test::SeqPart;
+using cuda_test::ToBf16;
+using cuda_test::Upload;
+
+constexpr double kTol = 1e-2;
+constexpr int kH200Sms = 132;
+
+// Contexts around the 32-key granule, the 256-key minimum partition, pages of
+// 16 and 32, and one long context.
+const std::vector<int32_t> kContexts = {1, 2, 17, 32, 33, 255, 256, 257, cuda_test::kLongContext};
+
+struct Geometry {
+  int hq, hkv, hd, block_size;
+};
+
+std::string Describe(const Geometry& g) {
+  return "Hq=" + std::to_string(g.hq) + " Hkv=" + std::to_string(g.hkv) + " hd=" + std::to_string(g.hd) +
+         " block_size=" + std::to_string(g.block_size);
+}
+
+// Every covered group size and head dim, both page sizes between them.
+const Geometry kGeometries[] = {{2, 2, 64, 16},  {4, 2, 128, 32}, {8, 2, 64, 32},
+                                {8, 1, 128, 16}, {1, 1, 128, 16}, {16, 2, 64, 16}};
+
+class DecodeAttentionTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    TPSERVE_REQUIRE_GPU();
+    seed_ = cuda_test::TestSeed();
+    rng_.seed(seed_);
+  }
+  uint32_t seed_ = 0;
+  std::mt19937 rng_;
+};
+
+#define SEED_TRACE() SCOPED_TRACE(::testing::Message() << "TPSERVE_TEST_SEED=" << seed_)
+
+// ---- the launcher ----
+
+constexpr int kLead = 2;  // rows of the caller's prefill: the launcher must not write them
+
+// The inputs of one launcher case on the device: decode i (row kLead + i) has
+// context contexts[i]; the lead rows borrow sequence 0 at position 0.
+struct LauncherCase {
+  Geometry g;
+  int T = 0;
+  int64_t out_width = 0;
+  std::unique_ptr<DeviceArray<uint16_t>> qkv, k, v;
+  std::unique_ptr<DeviceArray<int32_t>> seq, pos, tables;
+  cuda::PagedAttentionArgs args;
+};
+
+void Prepare(LauncherCase& c, const std::vector<int32_t>& contexts, std::mt19937& rng) {
+  const Geometry& g = c.g;
+  const int n = static_cast<int>(contexts.size());
+  c.T = kLead + n;
+  const int64_t width = int64_t{g.hq + 2 * g.hkv} * g.hd;
+  c.out_width = int64_t{g.hq} * g.hd;
+  int64_t num_blocks = 3;  // unused blocks hold garbage nobody may read
+  for (int32_t len : contexts) num_blocks += (len + g.block_size - 1) / g.block_size;
+  const auto blocks_of = DealBlocks(contexts, g.block_size, num_blocks, rng);
+  int32_t max_blocks = 1;
+  for (const auto& b : blocks_of) max_blocks = std::max(max_blocks, static_cast<int32_t>(b.size()));
+  std::vector<int32_t> tables, token_seq(static_cast<size_t>(c.T)), positions(static_cast<size_t>(c.T));
+  for (const auto& b : blocks_of) {
+    std::vector<int32_t> row = b;
+    row.resize(static_cast<size_t>(max_blocks), -1);
+    tables.insert(tables.end(), row.begin(), row.end());
+  }
+  for (int t = 0; t < c.T; ++t) {
+    token_seq[static_cast<size_t>(t)] = t < kLead ? 0 : t - kLead;
+    positions[static_cast<size_t>(t)] = t < kLead ? 0 : contexts[static_cast<size_t>(t - kLead)] - 1;
+  }
+  const int64_t cache = num_blocks * g.block_size * g.hkv * g.hd;
+  c.qkv = std::make_unique<DeviceArray<uint16_t>>(static_cast<size_t>(c.T * width));
+  c.k = std::make_unique<DeviceArray<uint16_t>>(static_cast<size_t>(cache));
+  c.v = std::make_unique<DeviceArray<uint16_t>>(static_cast<size_t>(cache));
+  c.seq = std::make_unique<DeviceArray<int32_t>>(token_seq.size());
+  c.pos = std::make_unique<DeviceArray<int32_t>>(positions.size());
+  c.tables = std::make_unique<DeviceArray<int32_t>>(tables.size());
+  c.qkv->Upload(ToBf16(RandomBf16(rng, c.T * width)));
+  c.k->Upload(ToBf16(RandomBf16(rng, cache)));
+  c.v->Upload(ToBf16(RandomBf16(rng, cache)));
+  c.seq->Upload(token_seq);
+  c.pos->Upload(positions);
+  c.tables->Upload(tables);
+  cuda::PagedAttentionArgs& a = c.args;
+  a.qkv = reinterpret_cast<const __nv_bfloat16*>(c.qkv->ptr);
+  a.num_tokens = c.T;
+  a.token_seq = c.seq->ptr;
+  a.positions = c.pos->ptr;
+  a.block_tables = c.tables->ptr;
+  a.max_blocks_per_seq = max_blocks;
+  a.block_size = g.block_size;
+  a.num_heads = g.hq;
+  a.num_kv_heads = g.hkv;
+  a.head_dim = g.hd;
+  a.scale = 1.f / std::sqrt(static_cast<float>(g.hd));
+  a.k_cache = reinterpret_cast<const __nv_bfloat16*>(c.k->ptr);
+  a.v_cache = reinterpret_cast<const __nv_bfloat16*>(c.v->ptr);
+}
+
+// The decode rows of the reference kernel (single kernel over every row).
+std::vector<float> ReferenceRows(LauncherCase& c) {
+  DeviceArray<uint16_t> out(static_cast<size_t>(c.T * c.out_width));
+  out.Poison();
+  cuda::PagedAttentionArgs a = c.args;
+  a.out = reinterpret_cast<__nv_bfloat16*>(out.ptr);
+  EXPECT_EQ(cuda::LaunchPagedAttention(a, nullptr), cudaSuccess);
+  CUDA_CHECK(cudaDeviceSynchronize());
+  const std::vector<float> all = FromBf16(out.Download());
+  return std::vector<float>(all.begin() + kLead * c.out_width, all.end());
+}
+
+// The fast launcher with `plan`, against `want` row by row.
+void ExpectFastMatches(LauncherCase& c, const cuda::DecodePlan& plan, const std::vector<float>& want,
+                       const std::vector<int32_t>& contexts, const std::string& what) {
+  const int n = c.T - kLead;
+  const size_t floats = cuda::FastDecodeWorkspaceFloats(n, c.g.hq, c.g.hd, plan);
+  DeviceArray<float> ws(floats);
+  ws.Poison();  // a partial the combine reads but nobody wrote would give NaN
+  DeviceArray<uint16_t> out(static_cast<size_t>(c.T * c.out_width));
+  out.Poison();
+  cuda::PagedAttentionArgs a = c.args;
+  a.out = reinterpret_cast<__nv_bfloat16*>(out.ptr);
+  if (floats > 0) {
+    EXPECT_EQ(cuda::LaunchFastDecodeAttention(a, kLead, plan, ws.ptr, floats - 1, nullptr), cudaErrorInvalidValue)
+        << what << ": a workspace one float short";
+  }
+  ASSERT_EQ(cuda::LaunchFastDecodeAttention(a, kLead, plan, floats > 0 ? ws.ptr : nullptr, floats, nullptr),
+            cudaSuccess)
+      << what;
+  CUDA_CHECK(cudaDeviceSynchronize());
+  const std::vector<uint16_t> raw = out.Download();
+  for (int64_t e = 0; e < kLead * c.out_width; ++e) {
+    ASSERT_EQ(raw[static_cast<size_t>(e)], 0xffff) << what << ": row " << e / c.out_width << " before first_token was written";
+  }
+  const std::vector<float> all = FromBf16(raw);
+  const std::vector<float> got(all.begin() + kLead * c.out_width, all.end());
+  ExpectClose(got, want, kTol, "fast vs reference kernel, " + what);
+  for (int i = 0; i < n; ++i) {  // each context on its own, so a short one is not hidden by a long one
+    const std::vector<float> gi(got.begin() + i * c.out_width, got.begin() + (i + 1) * c.out_width);
+    const std::vector<float> wi(want.begin() + i * c.out_width, want.begin() + (i + 1) * c.out_width);
+    EXPECT_LE(RelL2(gi, wi), kTol) << what << " context " << contexts[static_cast<size_t>(i)];
+  }
+}
+
+TEST_F(DecodeAttentionTest, LauncherMatchesReferenceKernelForEveryKindOfPlan) {
+  SEED_TRACE();
+  for (const Geometry& g : kGeometries) {
+    LauncherCase c;
+    c.g = g;
+    Prepare(c, kContexts, rng_);
+    ASSERT_TRUE(cuda::FastDecodeCovers(c.args)) << Describe(g);
+    const std::vector<float> want = ReferenceRows(c);
+    const int n = static_cast<int>(kContexts.size());
+    const int64_t longest = *std::max_element(kContexts.begin(), kContexts.end());
+    const cuda::DecodePlan plans[] = {
+        {1, 256},  // one block per (token, KV head) over every partition: no combine
+        {3, 100},  // partition boundaries inside pages; blocks loop over several partitions
+        {7, 32},
+        cuda::PlanDecode({n, g.hkv, longest, kH200Sms, false}),  // this step's plan
+        // A grid fixed for a context 4x the step's (a graph at the reserved capacity).
+        cuda::PlanDecode({n, g.hkv, 4 * longest, kH200Sms, true}),
+    };
+    for (const cuda::DecodePlan& plan : plans) {
+      ExpectFastMatches(c, plan, want, kContexts,
+                        Describe(g) + " splits=" + std::to_string(plan.splits) +
+                            " partition_size=" + std::to_string(plan.partition_size));
+    }
+  }
+}
+
+TEST_F(DecodeAttentionTest, LauncherRejectsShapesItDoesNotCover) {
+  for (const Geometry& g : {Geometry{3, 1, 64, 16}, Geometry{2, 2, 96, 16}, Geometry{16, 1, 64, 16}}) {
+    LauncherCase c;
+    c.g = g;
+    Prepare(c, {5}, rng_);
+    DeviceArray<uint16_t> out(static_cast<size_t>(c.T * c.out_width));
+    c.args.out = reinterpret_cast<__nv_bfloat16*>(out.ptr);
+    EXPECT_FALSE(cuda::FastDecodeCovers(c.args)) << Describe(g);
+    EXPECT_EQ(cuda::LaunchFastDecodeAttention(c.args, kLead, {1, 256}, nullptr, 0, nullptr), cudaErrorNotSupported)
+        << Describe(g);
+  }
+  LauncherCase c;
+  c.g = {4, 2, 64, 16};
+  Prepare(c, {5}, rng_);
+  EXPECT_EQ(cuda::LaunchFastDecodeAttention(c.args, kLead, {0, 256}, nullptr, 0, nullptr), cudaErrorInvalidValue);
+  EXPECT_EQ(cuda::LaunchFastDecodeAttention(c.args, kLead, {1, 0}, nullptr, 0, nullptr), cudaErrorInvalidValue);
+  EXPECT_EQ(cuda::LaunchFastDecodeAttention(c.args, kLead, {2, 256}, nullptr, 0, nullptr), cudaErrorInvalidValue);
+}
+
+// ---- the backend's Attention op ----
+
+class DecodeAttentionBackendTest : public DecodeAttentionTest, public ::testing::WithParamInterface<Geometry> {
+ protected:
+  // StoreKv + Attention of the step on the CPU backend, the reference kernel
+  // set and the fast one (with and without Reserve), compared row by row.
+  void RunAndCompare(const std::vector<SeqPart>& parts, int32_t num_prefill, const Geometry& g,
+                     const std::string& what) {
+    const int32_t bs = g.block_size;
+    int64_t num_blocks = 0;
+    for (const SeqPart& p : parts) {
+      for (int32_t b : p.blocks) num_blocks = std::max<int64_t>(num_blocks, b + 1);
+    }
+    num_blocks += 3;
+    StepBatch step = RandomStep(parts, bs, rng_, 100);
+    step.mutable_arrays().num_prefill_seqs = num_prefill;
+    step.mutable_arrays().num_decode_seqs = static_cast<int32_t>(parts.size()) - num_prefill;
+
+    std::unique_ptr<Backend> cpu = MakeCpuBackend(), reference = MakeCudaBackend(0, cuda::KernelSet::kReference),
+                             fast = MakeCudaBackend(0, cuda::KernelSet::kFast),
+                             fast_unreserved = MakeCudaBackend(0, cuda::KernelSet::kFast);
+    StepCapacity capacity;
+    capacity.max_tokens = 64;
+    capacity.max_seqs = 16;
+    capacity.max_context = 8192;
+    capacity.block_size = bs;
+    capacity.max_query_heads = g.hq;
+    capacity.max_head_dim = g.hd;
+    ASSERT_TRUE(reference->Reserve(capacity).ok()) << what;
+    ASSERT_TRUE(fast->Reserve(capacity).ok()) << what;
+    const std::vector<Backend*> backends = {cpu.get(), reference.get(), fast.get(), fast_unreserved.get()};
+    for (Backend* b : backends) {
+      const absl::Status st = b->BeginStep(step.view(), num_blocks, bs, 8192);
+      ASSERT_TRUE(st.ok()) << what << " " << b->name() << ": " << st;
+    }
+    const AttentionShape shape{g.hq, g.hkv, g.hd};
+    const int64_t T = step.view().num_tokens(), hd = g.hd;
+    const std::vector<float> k = RandomBf16(rng_, num_blocks * bs * g.hkv * hd);
+    const std::vector<float> v = RandomBf16(rng_, num_blocks * bs * g.hkv * hd);
+    const std::vector<float> qkv = RandomBf16(rng_, T * shape.qkv_width());
+    const float scale = 1.f / std::sqrt(static_cast<float>(hd));
+    std::vector<std::vector<float>> results;
+    for (Backend* b : backends) {
+      Buffer kb = Upload(*b, k, {num_blocks, bs, g.hkv, hd}), vb = Upload(*b, v, {num_blocks, bs, g.hkv, hd});
+      Buffer q = Upload(*b, qkv, {T, shape.qkv_width()});
+      const KvCacheLayer cache{kb.tensor(), vb.tensor()};
+      Buffer out = Output(*b, {T, int64_t{g.hq} * hd});
+      b->StoreKv(q, shape, cache);
+      b->Attention(q, shape, cache, scale, out.tensor());
+      results.push_back(Download(*b, out));
+    }
+    const char* names[] = {"cpu", "reference kernels", "fast kernels (reserved)", "fast kernels (no workspace)"};
+    const int64_t w = int64_t{g.hq} * hd;
+    for (size_t r = 2; r < results.size(); ++r) {
+      ExpectClose(results[r], results[0], kTol, std::string(names[r]) + " vs CPU, " + what);
+      ExpectClose(results[r], results[1], kTol, std::string(names[r]) + " vs reference kernels, " + what);
+      for (int64_t t = 0; t < T; ++t) {  // per row, so a short context is not hidden by the long ones
+        const std::vector<float> got(results[r].begin() + t * w, results[r].begin() + (t + 1) * w);
+        const std::vector<float> want(results[0].begin() + t * w, results[0].begin() + (t + 1) * w);
+        EXPECT_LE(RelL2(got, want), kTol) << names[r] << ", " << what << " row " << t;
+      }
+    }
+  }
+};
+
+TEST_P(DecodeAttentionBackendTest, DecodeOnlyAndMixedStepsMatchCpuAndReferenceKernels) {
+  SEED_TRACE();
+  const Geometry g = GetParam();
+  std::vector<int32_t> lens = kContexts;
+  lens.push_back(19);  // the mixed step's prefill
+  int64_t total_blocks = 0;
+  for (int32_t len : lens) total_blocks += (len + g.block_size - 1) / g.block_size;
+  const auto blocks = DealBlocks(lens, g.block_size, total_blocks, rng_);
+  std::vector<SeqPart> decodes;
+  for (size_t i = 0; i < kContexts.size(); ++i) decodes.push_back({kContexts[i], 1, blocks[i]});
+  RunAndCompare(decodes, 0, g, "decode-only " + Describe(g));
+  std::vector<SeqPart> mixed = {{19, 5, blocks.back()}};  // a chunk after a cached prefix of 14
+  mixed.insert(mixed.end(), decodes.begin(), decodes.end());
+  RunAndCompare(mixed, 1, g, "mixed " + Describe(g));
+  // One long decode alone: the plan splits it over many blocks and combines.
+  RunAndCompare({decodes.back()}, 0, g, "one long decode " + Describe(g));
+}
+
+INSTANTIATE_TEST_SUITE_P(Geometries, DecodeAttentionBackendTest, ::testing::ValuesIn(kGeometries),
+                         [](const ::testing::TestParamInfo<Geometry>& info) {
+                           const Geometry& g = info.param;
+                           return "Hq" + std::to_string(g.hq) + "Hkv" + std::to_string(g.hkv) + "hd" +
+                                  std::to_string(g.hd) + "bs" + std::to_string(g.block_size);
+                         });
+
+}  // namespace
+}  // namespace tpserve
