@@ -15,9 +15,14 @@
 // online softmax (running max, sum and fp32 accumulator per query head), and
 // the warps' partial results are merged at the end.
 //
-// Decode tokens over long contexts take the split path below (flash-decoding)
-// once the backend has a workspace (CudaBackend::Reserve). Not yet here: a
-// query-tiled prefill kernel that reads each K/V tile once for many tokens.
+// These are the reference kernels (cuda/kernel_set.h). Under the reference
+// set, decode tokens over long contexts take the split path below
+// (flash-decoding) once the backend has a workspace (CudaBackend::Reserve).
+// Under the fast set, decode rows go through cuda/decode_attention.cuh (16-byte
+// loads, partitions planned per step by cuda/decode_plan.h, one grid for every
+// replay of a CUDA graph) when it covers the shape, and through these
+// kernels otherwise. Not yet here: a query-tiled prefill kernel that reads
+// each K/V tile once for many tokens.
 #pragma once
 
 #include <cstdint>

@@ -11,9 +11,11 @@
 //     a large cuBLAS bf16 GEMM (2 · params · tokens FLOPs, attention excluded);
 //   * decode attention alone at batch 64 with a 1K context (Qwen3-0.6B's
 //     attention geometry) as a share of the copy bandwidth;
-//   * decode attention, split (flash-decoding, after Reserve) against the
-//     single kernel, at contexts 512, 4096, 32768 and batch 1, 32, 256
-//     (Qwen3-0.6B's attention geometry, one layer);
+//   * decode attention, the fast kernel (cuda/decode_attention.cuh) beside the
+//     reference kernels (split flash-decoding after Reserve, and the single
+//     kernel), at contexts 512 .. 32768 and batch 1, 8, 64, 256 (Qwen3-0.6B's
+//     attention geometry, one layer), as KV GB/s and a share of the copy
+//     bandwidth;
 //   * offline throughput (nano-vllm's bench.py workload) through the Engine on
 //     the Qwen3-0.6B-shaped model: 256 sequences, random prompt lengths
 //     100..1024 and output lengths 100..1024 (seeded), EOS ignored, sampled at
@@ -53,6 +55,7 @@
 #include "cuda/check.h"
 #include "cuda/cuda_backend.h"
 #include "cuda/cuda_sampler.h"
+#include "cuda/kernel_set.h"
 #include "model/config.h"
 #include "tools/make_model/make_model.h"
 #include "worker/engine.h"
@@ -72,7 +75,7 @@ struct Sizes {
   size_t copy_bytes = size_t{1} << 30;
   int gemm_n = 8192;
   int warmup = 3, iters = 20;                // model and attention timings
-  std::vector<int32_t> attention_contexts{512, 4096, 32768}, attention_batches{1, 32, 256};
+  std::vector<int32_t> attention_contexts{512, 1024, 4096, 8192, 32768}, attention_batches{1, 8, 64, 256};
   std::vector<int> decode_batches{1, 8, 64, 256};
   int decode_prompt = 512, decode_steps = 32;
   std::vector<std::pair<int, int>> prefills{{1, 1024}, {16, 512}};  // sequences x tokens
@@ -189,13 +192,16 @@ absl::StatusOr<std::filesystem::path> PresetModel(const std::filesystem::path& w
 }
 
 // Decode attention of one layer with Qwen3-0.6B's geometry (Hq 16, Hkv 8, hd
-// 128, blocks of 16): the split path (a backend after Reserve) against the
-// single kernel (a backend without), every sequence on its own blocks. The
-// cache is zeros: the kernels' work does not depend on the values.
+// 128, blocks of 16): the fast kernel (KernelSet::kFast after Reserve) beside
+// the reference kernels' split path (after Reserve) and single kernel (a
+// backend without), every sequence on its own blocks. The cache is zeros: the
+// kernels' work does not depend on the values.
 bool AttentionSplitSection(const Sizes& z, double bw, std::ostream& table) {
   const AttentionShape shape{16, 8, 128};
   const int32_t max_context = z.max_attention_context(), max_batch = z.max_attention_batch();
-  std::unique_ptr<Backend> single = MakeCudaBackend(0), split = MakeCudaBackend(0);
+  std::unique_ptr<Backend> single = MakeCudaBackend(0, cuda::KernelSet::kReference),
+                           split = MakeCudaBackend(0, cuda::KernelSet::kReference),
+                           fast = MakeCudaBackend(0, cuda::KernelSet::kFast);
   StepCapacity capacity;
   capacity.max_tokens = max_batch;
   capacity.max_seqs = max_batch;
@@ -203,9 +209,11 @@ bool AttentionSplitSection(const Sizes& z, double bw, std::ostream& table) {
   capacity.block_size = kBlockSize;
   capacity.max_query_heads = shape.num_heads;
   capacity.max_head_dim = shape.head_dim;
-  if (absl::Status st = split->Reserve(capacity); !st.ok()) {
-    table << "\nsplit attention: Reserve failed: " << st.ToString() << "\n";
-    return false;
+  for (Backend* b : {split.get(), fast.get()}) {
+    if (absl::Status st = b->Reserve(capacity); !st.ok()) {
+      table << "\ndecode attention: Reserve failed on " << b->name() << ": " << st.ToString() << "\n";
+      return false;
+    }
   }
   const int64_t num_blocks = int64_t{max_batch} * ((max_context + kBlockSize - 1) / kBlockSize);
   Buffer k = split->Allocate(DType::kBF16, {num_blocks, kBlockSize, shape.num_kv_heads, shape.head_dim});
@@ -214,17 +222,18 @@ bool AttentionSplitSection(const Sizes& z, double bw, std::ostream& table) {
   Buffer out = split->Allocate(DType::kBF16, {max_batch, int64_t{shape.num_heads} * shape.head_dim});
   split->Synchronize();
   const KvCacheLayer layer{k.tensor(), v.tensor()};
-  table << "\n## Decode attention: split (flash-decoding, partitions of " << cuda::kDecodePartitionSize
-        << " keys) vs single kernel\n\nOne layer, Hq 16, Hkv 8, hd 128, block size 16; KV bytes read / time"
-        << " against the copy bandwidth.\n\n| context | batch | single | split | split/single | split KV GB/s"
-        << " (share of copy bw) |\n|---|---|---|---|---|---|\n";
+  table << "\n## Decode attention: fast kernel vs reference split (flash-decoding, partitions of "
+        << cuda::kDecodePartitionSize << " keys) and single kernel\n\nOne layer, Hq 16, Hkv 8, hd 128, block size"
+        << " 16; KV bytes read / time against the copy bandwidth.\n\n| context | batch | single (ref) | split (ref)"
+        << " | fast | fast/split | split KV GB/s (share) | fast KV GB/s (share of copy bw) |\n"
+        << "|---|---|---|---|---|---|---|---|\n";
   for (int32_t ctx : z.attention_contexts) {
     for (int32_t batch : z.attention_batches) {
       const StepBatch step = BenchStep(batch, 1, ctx);
       const Tensor q = qkv.tensor().Rows(0, batch), o = out.tensor().Rows(0, batch);
-      double seconds[2] = {0, 0};
-      for (int which = 0; which < 2; ++which) {
-        Backend& b = which == 0 ? *single : *split;
+      double seconds[3] = {0, 0, 0};
+      for (int which = 0; which < 3; ++which) {
+        Backend& b = which == 0 ? *single : which == 1 ? *split : *fast;
         if (absl::Status st = b.BeginStep(step.view(), num_blocks, kBlockSize, max_context); !st.ok()) {
           table << "BeginStep failed: " << st.ToString() << "\n";
           return false;
@@ -234,9 +243,10 @@ bool AttentionSplitSection(const Sizes& z, double bw, std::ostream& table) {
       }
       const double bytes = double(batch) * ctx * 2 * shape.num_kv_heads * shape.head_dim * 2;
       char line[256];
-      std::snprintf(line, sizeof line, "| %d | %d | %.1f us | %.1f us | %.2f | %.0f (%.0f%%) |\n", ctx, batch,
-                    seconds[0] * 1e6, seconds[1] * 1e6, seconds[1] / seconds[0], bytes / seconds[1] / 1e9,
-                    100 * bytes / seconds[1] / bw);
+      std::snprintf(line, sizeof line, "| %d | %d | %.1f us | %.1f us | %.1f us | %.2f | %.0f (%.0f%%) | %.0f (%.0f%%) |\n",
+                    ctx, batch, seconds[0] * 1e6, seconds[1] * 1e6, seconds[2] * 1e6, seconds[2] / seconds[1],
+                    bytes / seconds[1] / 1e9, 100 * bytes / seconds[1] / bw, bytes / seconds[2] / 1e9,
+                    100 * bytes / seconds[2] / bw);
       table << line;
     }
   }
@@ -422,7 +432,7 @@ absl::Status ModelSection(const Sizes& z, const std::filesystem::path& dir, cons
   Model& m = **model;
   absl::StatusOr<KvCache> cache = KvCache::Allocate(*backend, m.kv_cache_shape(256 * 32 + 64, kBlockSize));
   if (!cache.ok()) return cache.status();
-  StepCapacity capacity;  // as the engine reserves: decode attention takes the split path
+  StepCapacity capacity;  // as the engine reserves: the decode attention workspace
   capacity.max_tokens = options.max_num_tokens;
   capacity.max_seqs = options.max_num_seqs;
   capacity.max_context = m.max_position();
@@ -518,12 +528,12 @@ int Run(int argc, char** argv) {
   };
   int rc = 0;
   if (wants("attention")) {
-    std::fprintf(stderr, "gpu_bench: split vs single decode attention\n");
+    std::fprintf(stderr, "gpu_bench: decode attention, fast vs reference kernels\n");
     if (!AttentionSplitSection(z, bw, table)) rc = 1;
     flush();
   }
   if (wants("models")) {
-    table << "\n## Whole models (decode attention on the split path)\n\n"
+    table << "\n## Whole models (fast kernels: decode attention through cuda/decode_attention.cuh)\n\n"
           << "Decode rows: the served path (Engine step runner, CUDA graphs, GPU sampler). Prefill rows: one eager"
           << " Model::Forward (its [S, V] logits copied back).\n\n"
           << "| model | case | measured | floor | share of floor |\n|---|---|---|---|---|\n";
