@@ -4,9 +4,10 @@
 //     boundaries mid-block, a grid deeper than any context (blocks past the
 //     context must exit and never be read: the workspace is NaN-poisoned), and
 //     rows before first_token left untouched;
-//   * the CUDA backend's Attention op after Reserve (split path for decode
-//     rows, single kernel for prefill rows) against the CPU backend and
-//     against a CUDA backend without Reserve (single kernel for every row).
+//   * the CUDA backend's Attention op under the reference kernel set after
+//     Reserve (split path for decode rows, single kernel for prefill rows)
+//     against the CPU backend and against a CUDA backend without Reserve
+//     (single kernel for every row).
 // Contexts 1, 3, 7, 19, 111, 4097; GQA ratios 1, 2, 8 (and 12: two head
 // chunks); head dims 64 and 128; block sizes 1, 16 (and 7, 48: mid-block
 // partition boundaries). Outputs are poisoned with NaN first. Skips without a
@@ -26,6 +27,7 @@
 #include "backend/cpu_backend.h"
 #include "cuda/attention.cuh"
 #include "cuda/cuda_backend.h"
+#include "cuda/kernel_set.h"
 #include "model/dtype.h"
 #include "tests/cuda/cuda_test_util.h"
 #include "tests/cuda/gpu_test_util.h"
@@ -232,7 +234,10 @@ class SplitAttentionBackendTest : public SplitAttentionTest, public ::testing::W
     step.mutable_arrays().num_prefill_seqs = num_prefill;  // a 1-token context may be a decode
     step.mutable_arrays().num_decode_seqs = static_cast<int32_t>(parts.size()) - num_prefill;
 
-    std::unique_ptr<Backend> cpu = MakeCpuBackend(), single = MakeCudaBackend(0), split = MakeCudaBackend(0);
+    // The reference kernel set: under the fast one decode rows take cuda/decode_attention.cuh
+    // (tests/cuda/decode_attention_test.cc).
+    std::unique_ptr<Backend> cpu = MakeCpuBackend(), single = MakeCudaBackend(0, cuda::KernelSet::kReference),
+                             split = MakeCudaBackend(0, cuda::KernelSet::kReference);
     StepCapacity capacity;
     capacity.max_tokens = 64;
     capacity.max_seqs = 16;
