@@ -2,7 +2,8 @@
 // decode steps of 1, 3, 7 and 19 sequences (buckets 1, 4, 8, 32) replayed as
 // graphs give the same logits as the same padded step run eagerly, and follow
 // the unpadded eager step within bf16 tolerance, for several steps on a
-// generated Qwen3 and Llama model; and the static step buffers reject a step
+// generated Qwen3 and Llama model, with short contexts and with contexts that
+// cross a decode-attention partition between replays; and the static step buffers reject a step
 // beyond the reserved capacity. Skips without a GPU.
 #include <gtest/gtest.h>
 
@@ -27,8 +28,28 @@ namespace tpserve {
 namespace {
 
 constexpr int32_t kBlockSize = 16;
-constexpr int32_t kBlocksPerSeq = 3;  // 48 tokens: prompt (<= 24) + kSteps
 constexpr int kSteps = 8;
+
+// The sizes of one run of decode graphs.
+struct GraphRun {
+  std::vector<int> batches;   // sequences per step
+  int min_prompt, max_prompt;  // random prompt lengths
+  int32_t blocks_per_seq;      // >= (max_prompt + kSteps) / kBlockSize
+  int64_t max_position;        // the reserved context (the graphs' fixed decode-attention plan)
+  // Graph against the same padded step run eagerly. The eager step plans its
+  // decode attention for its own contexts, the graph for max_position
+  // (cuda/decode_plan.h); when those plans cut the context differently the
+  // fp32 sums run in another order, so bf16 tolerance.
+  double padded_tol;
+};
+
+// Contexts up to 48 keys: every plan is one partition, so the graph and the
+// padded eager step run the same arithmetic.
+const GraphRun kShortContexts{{1, 3, 7, 19}, 1, 24, 3, 256, 1e-3};
+// Contexts 250 .. 274 under a graph planned for 1024 keys: 256-key partitions
+// over several blocks, so replays cross from one used block (output written
+// directly) to two (partials and the combine) inside one captured grid.
+const GraphRun kAcrossPartitions{{1, 3}, 250, 258, 17, 1024, 2e-2};
 
 struct ModelCase {
   const char* name;
@@ -58,20 +79,20 @@ StepBatch MakeStep(const std::vector<std::vector<int32_t>>& tokens, const std::v
   return step.ok() ? *std::move(step) : StepBatch();
 }
 
-class CudaGraphTest : public ::testing::TestWithParam<ModelCase> {};
-
-TEST_P(CudaGraphTest, ReplayedDecodeStepsMatchEagerSteps) {
-  TPSERVE_REQUIRE_GPU();
+// Captures decode graphs once per batch size and replays them for kSteps
+// steps of growing contexts, against the padded and unpadded eager steps.
+void RunDecodeGraphs(const ModelCase& model_case, const GraphRun& run) {
   const uint32_t seed = cuda_test::TestSeed();
   SCOPED_TRACE(testing::Message() << "seed " << seed << " (TPSERVE_TEST_SEED replays it)");
   std::mt19937 rng(seed);
-  const std::filesystem::path dir = MakeTestModel(GetParam());
+  const std::filesystem::path dir = MakeTestModel(model_case);
   std::unique_ptr<Backend> gpu = MakeCudaBackend(0);
   std::unique_ptr<Communicator> solo = MakeSoloCommunicator();
   ModelOptions options;
-  options.max_num_tokens = 512;
+  // The prefill of every sequence in one step.
+  options.max_num_tokens = std::max(512, *std::max_element(run.batches.begin(), run.batches.end()) * run.max_prompt);
   options.max_num_seqs = 32;
-  options.max_position = 256;
+  options.max_position = run.max_position;
   absl::StatusOr<std::unique_ptr<Model>> loaded = Model::Load(dir, *gpu, *solo, options);
   ASSERT_TRUE(loaded.ok()) << loaded.status();
   Model& model = **loaded;
@@ -80,9 +101,10 @@ TEST_P(CudaGraphTest, ReplayedDecodeStepsMatchEagerSteps) {
   ASSERT_TRUE(gpu->Reserve(capacity).ok());
   const int64_t V = model.config().vocab_size;
 
-  for (int S : {1, 3, 7, 19}) {
+  for (int S : run.batches) {
     SCOPED_TRACE(testing::Message() << "batch " << S);
-    const int64_t num_blocks = int64_t{S} * kBlocksPerSeq;
+    const int32_t blocks_per_seq = run.blocks_per_seq;
+    const int64_t num_blocks = int64_t{S} * blocks_per_seq;
     // Three caches with the same history: the graphs', the padded eager
     // step's and the unpadded eager step's.
     absl::StatusOr<KvCache> graph_cache = KvCache::Allocate(*gpu, model.kv_cache_shape(num_blocks, kBlockSize));
@@ -96,15 +118,15 @@ TEST_P(CudaGraphTest, ReplayedDecodeStepsMatchEagerSteps) {
     const int32_t bucket = DecodeGraphBucket(graphs.batch_sizes(), S);
     ASSERT_EQ(bucket, S == 1 ? 1 : S == 3 ? 4 : S == 7 ? 8 : 32);
 
-    // Prefill: random prompts of 1..24 tokens in scattered blocks.
+    // Prefill: random prompts of run.min_prompt .. run.max_prompt tokens in scattered blocks.
     std::vector<int32_t> perm(static_cast<size_t>(num_blocks));
     for (size_t i = 0; i < perm.size(); ++i) perm[i] = static_cast<int32_t>(i);
     std::shuffle(perm.begin(), perm.end(), rng);
     std::vector<std::vector<int32_t>> tables(static_cast<size_t>(S)), prompts(static_cast<size_t>(S));
     std::vector<int32_t> lens;
     for (int s = 0; s < S; ++s) {
-      for (int b = 0; b < kBlocksPerSeq; ++b) tables[static_cast<size_t>(s)].push_back(perm[static_cast<size_t>(s * kBlocksPerSeq + b)]);
-      const int n = 1 + static_cast<int>(rng() % 24);
+      for (int b = 0; b < blocks_per_seq; ++b) tables[static_cast<size_t>(s)].push_back(perm[static_cast<size_t>(s * blocks_per_seq + b)]);
+      const int n = run.min_prompt + static_cast<int>(rng() % static_cast<uint32_t>(run.max_prompt - run.min_prompt + 1));
       for (int i = 0; i < n; ++i) prompts[static_cast<size_t>(s)].push_back(static_cast<int32_t>(rng() % static_cast<uint32_t>(V)));
       lens.push_back(n);
     }
@@ -142,7 +164,7 @@ TEST_P(CudaGraphTest, ReplayedDecodeStepsMatchEagerSteps) {
       ASSERT_EQ((*p)->num_seqs, bucket);
       const std::vector<float> padded_real((*p)->values.begin(), (*p)->values.begin() + S * V);
       // The graph is the padded step's kernels with the same arguments.
-      cuda_test::ExpectClose((*g)->values, padded_real, 1e-3, "graph vs eager padded");
+      cuda_test::ExpectClose((*g)->values, padded_real, run.padded_tol, "graph vs eager padded");
       // Against the unpadded step only the GEMMs' row count differs (cuBLAS
       // may pick another algorithm): bf16 tolerance.
       cuda_test::ExpectClose((*g)->values, (*e)->values, 2e-2, "graph vs eager unpadded");
@@ -154,6 +176,20 @@ TEST_P(CudaGraphTest, ReplayedDecodeStepsMatchEagerSteps) {
     EXPECT_EQ(graphs.replays(), kSteps);
   }
   std::filesystem::remove_all(dir);
+}
+
+class CudaGraphTest : public ::testing::TestWithParam<ModelCase> {};
+
+TEST_P(CudaGraphTest, ReplayedDecodeStepsMatchEagerSteps) {
+  TPSERVE_REQUIRE_GPU();
+  RunDecodeGraphs(GetParam(), kShortContexts);
+}
+
+// The fast decode attention inside a graph: one grid, fixed at capture for
+// the reserved context, serves replays whose contexts cross a partition.
+TEST_P(CudaGraphTest, ReplayedDecodeStepsAcrossAttentionPartitions) {
+  TPSERVE_REQUIRE_GPU();
+  RunDecodeGraphs(GetParam(), kAcrossPartitions);
 }
 
 INSTANTIATE_TEST_SUITE_P(Models, CudaGraphTest, ::testing::ValuesIn(kModels),
