@@ -22,6 +22,7 @@
 #include <cmath>
 #include <cstdint>
 #include <memory>
+#include <ostream>
 #include <random>
 #include <string>
 #include <vector>
@@ -67,6 +68,8 @@ std::string Describe(const Geometry& g) {
   return "Hq=" + std::to_string(g.hq) + " Hkv=" + std::to_string(g.hkv) + " hd=" + std::to_string(g.hd) +
          " block_size=" + std::to_string(g.block_size);
 }
+
+void PrintTo(const Geometry& g, std::ostream* os) { *os << Describe(g); }
 
 // Every covered group size and head dim, both page sizes between them.
 const Geometry kGeometries[] = {{2, 2, 64, 16},  {4, 2, 128, 32}, {8, 2, 64, 32},
