@@ -511,6 +511,7 @@ bool CudaBackend::AttendDecodeRows(const cuda::PagedAttentionArgs& a, int64_t fi
   in.fixed_grid = capturing_;
   in.context = capturing_ && reserved > 0 ? reserved : int64_t{step_.max_token_position} + 1;
   in.sm_count = sm_count_;
+  in.blocks_per_sm = cuda::FastDecodeBlocksPerSm(a.head_dim, a.num_heads / a.num_kv_heads);
   cuda::DecodePlan plan = cuda::PlanDecode(in);
   if (cuda::FastDecodeWorkspaceFloats(n, a.num_heads, a.head_dim, plan) > attention_workspace_floats_) {
     plan.splits = 1;  // no (or too small a) workspace: one block per (token, KV head), no partials

@@ -1,6 +1,7 @@
 #include <math_constants.h>
 
 #include <cstdint>
+#include <type_traits>
 
 #include "cuda/attention_merge.h"
 #include "cuda/decode_attention.cuh"
@@ -256,14 +257,38 @@ cudaError_t Launch(const PagedAttentionArgs& a, const DecodeLaunch& l, cudaStrea
   return cudaGetLastError();
 }
 
-template <int HD>
-cudaError_t LaunchForGroup(const PagedAttentionArgs& a, const DecodeLaunch& l, cudaStream_t stream) {
-  switch (a.num_heads / a.num_kv_heads) {
-    case 1: return Launch<DecodeShape<HD, 1>>(a, l, stream);
-    case 2: return Launch<DecodeShape<HD, 2>>(a, l, stream);
-    case 4: return Launch<DecodeShape<HD, 4>>(a, l, stream);
-    case 8: return Launch<DecodeShape<HD, 8>>(a, l, stream);
-    default: return cudaErrorNotSupported;
+template <class S>
+int BlocksPerSm() {
+  static const int blocks = [] {
+    int n = 0;
+    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, reinterpret_cast<const void*>(&FastDecodeKernel<S>),
+                                                      kThreads, 0) != cudaSuccess) {
+      (void)cudaGetLastError();
+      n = 1;
+    }
+    return n < 1 ? 1 : n;
+  }();
+  return blocks;
+}
+
+// fn(DecodeShape<hd, group>{}) for an instantiated shape, else `otherwise`.
+template <class R, class Fn>
+R ForShape(int hd, int group, R otherwise, Fn&& fn) {
+  const auto for_group = [&](auto hd_tag) -> R {
+    constexpr int HD = decltype(hd_tag)::value;
+    switch (group) {
+      case 1: return fn(DecodeShape<HD, 1>{});
+      case 2: return fn(DecodeShape<HD, 2>{});
+      case 4: return fn(DecodeShape<HD, 4>{});
+      case 8: return fn(DecodeShape<HD, 8>{});
+      default: return otherwise;
+    }
+  };
+  switch (hd) {
+    case 64: return for_group(std::integral_constant<int, 64>{});
+    case 128: return for_group(std::integral_constant<int, 128>{});
+    case 256: return for_group(std::integral_constant<int, 256>{});
+    default: return otherwise;
   }
 }
 
@@ -277,6 +302,10 @@ bool FastDecodeCovers(const PagedAttentionArgs& a) {
   return (a.head_dim == 64 || a.head_dim == 128 || a.head_dim == 256) &&
          (group == 1 || group == 2 || group == 4 || group == 8) && Aligned16(a.qkv) && Aligned16(a.k_cache) &&
          Aligned16(a.v_cache);
+}
+
+int FastDecodeBlocksPerSm(int head_dim, int group) {
+  return ForShape(head_dim, group, 0, [](auto shape) { return BlocksPerSm<decltype(shape)>(); });
 }
 
 size_t FastDecodeWorkspaceFloats(int64_t num_decode_tokens, int num_heads, int head_dim, const DecodePlan& plan) {
@@ -296,13 +325,8 @@ cudaError_t LaunchFastDecodeAttention(const PagedAttentionArgs& a, int64_t first
   const size_t need = FastDecodeWorkspaceFloats(n, a.num_heads, a.head_dim, plan);
   if (need > 0 && (workspace == nullptr || workspace_floats < need)) return cudaErrorInvalidValue;
   const DecodeLaunch l{first_token, n, plan, workspace};
-  cudaError_t err = cudaErrorNotSupported;
-  switch (a.head_dim) {
-    case 64: err = LaunchForGroup<64>(a, l, stream); break;
-    case 128: err = LaunchForGroup<128>(a, l, stream); break;
-    case 256: err = LaunchForGroup<256>(a, l, stream); break;
-    default: break;
-  }
+  const cudaError_t err = ForShape(a.head_dim, a.num_heads / a.num_kv_heads, cudaErrorNotSupported,
+                                   [&](auto shape) { return Launch<decltype(shape)>(a, l, stream); });
   if (err != cudaSuccess || plan.splits == 1) return err;
   const dim3 heads(static_cast<unsigned>(n), static_cast<unsigned>(a.num_heads));
   TPSERVE_LAUNCH(FastDecodeCombineKernel, heads, kThreads, 0, stream)(a, l);

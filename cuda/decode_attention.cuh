@@ -43,6 +43,11 @@ inline constexpr int kDecodeKeysInFlight = 4;  // K/V rows per thread per iterat
 // (Hq / Hkv) and the arrays it loads 16 bytes at a time are 16-byte aligned.
 bool FastDecodeCovers(const PagedAttentionArgs& args);
 
+// Resident blocks per SM of the kernel instantiated for (head_dim, group),
+// from the CUDA occupancy calculator (asked once per instantiation); 0 when
+// there is no such instantiation. DecodePlanInput::blocks_per_sm.
+int FastDecodeBlocksPerSm(int head_dim, int group);
+
 // Floats of workspace a launch of `num_decode_tokens` tokens with `plan`
 // needs (0 when plan.splits == 1: no partials). Layout as the split path's
 // (attention.cuh, SplitDecodeArgs) with max_partitions = plan.splits.

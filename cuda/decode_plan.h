@@ -15,7 +15,7 @@
 // kernel decides that from the token's context on the device.
 //
 // The host picks the plan per step (PlanDecode): as many splits as keep the
-// grid within kDecodeMaxWaves waves of kDecodeBlocksPerSm blocks on every SM,
+// grid within kDecodeMaxWaves waves of blocks_per_sm blocks on every SM,
 // which is 2-4 waves whenever tokens x KV heads alone fill at most 2 (more
 // than 4: one split), but no block with fewer than about kDecodeMinPartition
 // keys of the planned context.
@@ -30,10 +30,11 @@ namespace tpserve::cuda {
 inline constexpr int kDecodeMinPartition = 256;  // keys a block is worth, at the fewest
 inline constexpr int kDecodeKeyGranule = 32;     // partition sizes are multiples of this
 inline constexpr int kDecodeMaxWaves = 4;        // the grid's waves, at most (when split)
-// Resident blocks of the decode kernel per SM: an estimate from its registers
-// (about 160-200 per thread at 128 threads) and shared memory (4 KiB per query
-// head of the group), not a measurement; it only scales the target grid.
-inline constexpr int kDecodeBlocksPerSm = 2;
+// Resident blocks of the decode kernel per SM (a wave is sm_count of these):
+// the launcher asks the CUDA occupancy calculator for its instantiation
+// (FastDecodeBlocksPerSm); planning clamps it to [1, kDecodeMaxBlocksPerSm],
+// the most the reserved workspace is sized for.
+inline constexpr int kDecodeMaxBlocksPerSm = 8;
 inline constexpr int kDecodeMaxSplits = 1024;    // at most this many blocks per (token, KV head)
 
 struct DecodePlanInput {
@@ -47,6 +48,7 @@ struct DecodePlanInput {
   // contexts: the partitions are then the smallest (kDecodeMinPartition), so a
   // replay with a short context still spreads over the blocks.
   bool fixed_grid = false;
+  int blocks_per_sm = 1;   // resident blocks of the kernel per SM, clamped to [1, kDecodeMaxBlocksPerSm]
 };
 
 struct DecodePlan {
@@ -57,8 +59,10 @@ struct DecodePlan {
 TPSERVE_HOST_DEVICE constexpr int64_t DecodeCeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
 // Blocks of kDecodeMaxWaves waves on the GPU.
-TPSERVE_HOST_DEVICE constexpr int64_t DecodeTargetBlocks(int sm_count) {
-  return int64_t{kDecodeMaxWaves} * kDecodeBlocksPerSm * (sm_count > 0 ? sm_count : 1);
+TPSERVE_HOST_DEVICE constexpr int64_t DecodeTargetBlocks(int sm_count, int blocks_per_sm) {
+  const int per_sm = blocks_per_sm < 1 ? 1 : blocks_per_sm > kDecodeMaxBlocksPerSm ? kDecodeMaxBlocksPerSm
+                                                                                      : blocks_per_sm;
+  return int64_t{kDecodeMaxWaves} * per_sm * (sm_count > 0 ? sm_count : 1);
 }
 
 // The most splits any launch over contexts up to `context` gets.
@@ -69,7 +73,7 @@ TPSERVE_HOST_DEVICE constexpr int DecodeSplitCap(int64_t context) {
 
 TPSERVE_HOST_DEVICE constexpr DecodePlan PlanDecode(const DecodePlanInput& in) {
   const int64_t units = (in.num_tokens > 0 ? in.num_tokens : 1) * (in.num_kv_heads > 0 ? in.num_kv_heads : 1);
-  const int64_t fit = DecodeTargetBlocks(in.sm_count) / units;  // splits within the target
+  const int64_t fit = DecodeTargetBlocks(in.sm_count, in.blocks_per_sm) / units;  // splits within the target
   const int64_t want = fit > 1 ? fit : 1;
   const int cap = DecodeSplitCap(in.context);
   DecodePlan plan;
@@ -99,8 +103,9 @@ TPSERVE_HOST_DEVICE constexpr int DecodeUsedSplits(int context, const DecodePlan
 // up to `max_tokens` decode tokens over contexts up to `context` planned by
 // PlanDecode: num_tokens · splits <= max(target, num_tokens) (splits is 1 or
 // at most target / num_tokens) and <= num_tokens · DecodeSplitCap(context).
+// Holds for every blocks_per_sm.
 TPSERVE_HOST_DEVICE constexpr int64_t DecodeWorkspacePartials(int64_t max_tokens, int64_t context, int sm_count) {
-  const int64_t target = DecodeTargetBlocks(sm_count);
+  const int64_t target = DecodeTargetBlocks(sm_count, kDecodeMaxBlocksPerSm);
   const int64_t by_target = target > max_tokens ? target : max_tokens;
   const int64_t by_cap = max_tokens * DecodeSplitCap(context);
   return by_target < by_cap ? by_target : by_cap;

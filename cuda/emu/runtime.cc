@@ -146,6 +146,15 @@ cudaError_t cudaGetDeviceProperties(cudaDeviceProp* prop, int device) {
   return cudaSuccess;
 }
 
+// One SM that runs one block at a time (blocks run one after another).
+cudaError_t cudaOccupancyMaxActiveBlocksPerMultiprocessor(int* num_blocks, const void* func, int block_size, size_t) {
+  if (func == nullptr || block_size <= 0 || block_size > static_cast<int>(tpserve::cuda::emu::kMaxThreadsPerBlock)) {
+    return Fail(cudaErrorInvalidValue);
+  }
+  *num_blocks = 1;
+  return cudaSuccess;
+}
+
 cudaError_t cudaStreamCreate(cudaStream_t* stream) {
   *stream = NewToken();
   return cudaSuccess;

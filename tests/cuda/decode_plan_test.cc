@@ -17,7 +17,7 @@ constexpr int kH200Sms = 132;
 
 double Waves(const DecodePlanInput& in, const DecodePlan& plan) {
   return static_cast<double>(in.num_tokens * in.num_kv_heads * plan.splits) /
-         (static_cast<double>(in.sm_count) * kDecodeBlocksPerSm);
+         (static_cast<double>(in.sm_count) * in.blocks_per_sm);
 }
 
 // Every key 0 .. context-1 is in exactly one partition owned by exactly one
@@ -46,26 +46,33 @@ void ExpectExactCover(int context, const DecodePlan& plan) {
 TEST(DecodePlan, LongContextsGetTwoToFourWaves) {
   for (int64_t tokens : {1, 2, 8, 64, 256}) {
     for (int hkv : {1, 2, 4, 8}) {
-      const DecodePlanInput in{tokens, hkv, 32768, kH200Sms, false};
-      const DecodePlan plan = PlanDecode(in);
-      SCOPED_TRACE(::testing::Message() << tokens << " tokens x " << hkv << " KV heads: " << plan.splits
-                                        << " splits, " << Waves(in, plan) << " waves");
-      if (plan.splits > 1) {
-        EXPECT_LE(Waves(in, plan), kDecodeMaxWaves);
-      }
-      const bool capped = plan.splits == DecodeSplitCap(in.context);  // 256-key partitions already
-      if (!capped && tokens * hkv <= 2 * kH200Sms * kDecodeBlocksPerSm) {
-        EXPECT_GE(Waves(in, plan), 2.0);
-      }
-      if (tokens * hkv > kDecodeMaxWaves * kH200Sms * kDecodeBlocksPerSm) {
-        EXPECT_EQ(plan.splits, 1);
+      for (int per_sm : {1, 2, 5, 8}) {
+        const DecodePlanInput in{tokens, hkv, 32768, kH200Sms, false, per_sm};
+        const DecodePlan plan = PlanDecode(in);
+        SCOPED_TRACE(::testing::Message() << tokens << " tokens x " << hkv << " KV heads, " << per_sm
+                                          << " blocks per SM: " << plan.splits << " splits, " << Waves(in, plan)
+                                          << " waves");
+        if (plan.splits > 1) {
+          EXPECT_LE(Waves(in, plan), kDecodeMaxWaves);
+        }
+        const bool capped = plan.splits == DecodeSplitCap(in.context);  // 256-key partitions already
+        if (!capped && tokens * hkv <= 2 * kH200Sms * per_sm) {
+          EXPECT_GE(Waves(in, plan), 2.0);
+        }
+        if (tokens * hkv > kDecodeMaxWaves * kH200Sms * per_sm) {
+          EXPECT_EQ(plan.splits, 1);
+        }
       }
     }
   }
+  // Blocks per SM beyond what the workspace is sized for count as the most.
+  EXPECT_EQ(PlanDecode({64, 8, 32768, kH200Sms, false, 100}).splits,
+            PlanDecode({64, 8, 32768, kH200Sms, false, kDecodeMaxBlocksPerSm}).splits);
   // Qwen3-0.6B shapes at batch 1: 32768 keys over 128 blocks of 256 keys.
-  EXPECT_EQ(PlanDecode({1, 8, 32768, kH200Sms, false}).splits, 128);
-  // Batch 8 over 8 KV heads at 8192 keys: 1056 / 64 = 16 splits of 512 keys, 4 waves.
-  const DecodePlan b8 = PlanDecode({8, 8, 8192, kH200Sms, false});
+  EXPECT_EQ(PlanDecode({1, 8, 32768, kH200Sms, false, 2}).splits, 128);
+  // Batch 8 over 8 KV heads at 8192 keys, 2 blocks per SM: 1056 / 64 = 16
+  // splits of 512 keys, 4 waves.
+  const DecodePlan b8 = PlanDecode({8, 8, 8192, kH200Sms, false, 2});
   EXPECT_EQ(b8.splits, 16);
   EXPECT_EQ(b8.partition_size, 512);
 }
@@ -133,9 +140,11 @@ TEST(DecodePlan, WorkspaceBoundHoldsForEveryLaunch) {
         for (int64_t n = 1; n <= max_tokens; n = n < 16 ? n + 1 : n * 2) {
           for (int hkv : {1, 2, 8}) {
             for (int64_t ctx : {int64_t{1}, context / 2, context}) {
-              for (bool fixed : {false, true}) {
-                const DecodePlan plan = PlanDecode({n, hkv, ctx, sms, fixed});
-                EXPECT_LE(n * plan.splits, bound) << "n " << n << " Hkv " << hkv << " context " << ctx;
+              for (int per_sm : {1, 3, kDecodeMaxBlocksPerSm, 1000}) {
+                for (bool fixed : {false, true}) {
+                  const DecodePlan plan = PlanDecode({n, hkv, ctx, sms, fixed, per_sm});
+                  EXPECT_LE(n * plan.splits, bound) << "n " << n << " Hkv " << hkv << " context " << ctx;
+                }
               }
             }
           }
