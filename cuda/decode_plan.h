@@ -5,12 +5,12 @@
 //
 // The launch's grid is (decode token, KV head, split): `splits` blocks per
 // (token, KV head). A token with context c (keys 0 .. c-1) is cut into
-// NumPartitions(c) partitions of `partition_size` keys (the last may be
+// DecodePartitions(c) partitions of `partition_size` keys (the last may be
 // shorter); block z of a (token, KV head) owns partitions z, z + splits,
 // z + 2·splits, ... and folds all of them into one softmax partial
 // (attention_merge.h). So a grid fixed at a CUDA graph's capture serves any
 // replay context: a longer one gives each block more partitions, a shorter one
-// leaves the blocks z >= UsedSplits(c) idle. When UsedSplits(c) == 1 the one
+// leaves the blocks z >= DecodeUsedSplits(c) idle. When that is 1 the one
 // busy block writes the bf16 output itself and no combine is needed; the
 // kernel decides that from the token's context on the device.
 //
