@@ -16,8 +16,10 @@
 #include "cuda/attention.cuh"
 #include "cuda/check.h"
 #include "cuda/cuda_graph.h"
+#include "cuda/device_info.h"
 #include "cuda/embedding.cuh"
 #include "cuda/gather_rows.cuh"
+#include "cuda/gemv.cuh"
 #include "cuda/kv_store.cuh"
 #include "cuda/qk_norm_rope.cuh"
 #include "cuda/rmsnorm.cuh"
@@ -57,6 +59,9 @@ class CudaBackend final : public Backend {
     CUDA_CHECK(cudaEventCreateWithFlags(&upload_done_, cudaEventDisableTiming));
     CUBLAS_CHECK(cublasCreate(&cublas_));
     CUBLAS_CHECK(cublasSetStream(cublas_, stream_));
+    const absl::StatusOr<cuda::DeviceInfo> info = cuda::QueryDevice(device_);
+    TPSERVE_CHECK(info.ok(), "CudaBackend: ", info.status().ToString());
+    multiprocessors_ = info->multiprocessors;
   }
   ~CudaBackend() override {
     cudaStreamSynchronize(stream_);
@@ -186,6 +191,11 @@ class CudaBackend final : public Backend {
     CheckLinear(kCudaBf16, x, w, bias, y);
     Expect(M <= 0x7fffffff && N <= 0x7fffffff && K <= 0x7fffffff, "Linear", "dimensions beyond int32");
     if (M == 0 || N == 0) return;
+    if (kernels_ == cuda::KernelSet::kFast && cuda::GemvSupports(x.data, w.data, M, N, K)) {
+      Launched("Linear", cuda::LaunchGemv(Bf(x), Bf(w), bias ? Bf(*bias) : nullptr, M, N, K, Bf(y),
+                                          cuda::PlanGemv(N, K, multiprocessors_), stream_));
+      return;
+    }
     // Row-major y[M, N] = x[M, K] · w[N, K]ᵀ is column-major yᵀ[N, M] = w · xᵀ:
     // cuBLAS sees w as a column-major [K, N] (ld K) and transposes it, x as a
     // column-major [K, M] (ld K), and writes yᵀ as a column-major [N, M] (ld N).
@@ -203,6 +213,10 @@ class CudaBackend final : public Backend {
     ExpectRows("RmsNorm", "x", x, M, D);
     ExpectRows("RmsNorm", "out", out, M, D);
     ExpectVector("RmsNorm", "w", w, D);
+    if (kernels_ == cuda::KernelSet::kFast && cuda::RmsNormVecSupports(D, x.data, w.data, out.data)) {
+      Launched("RmsNorm", cuda::LaunchRmsNormVec(Bf(x), Bf(w), eps, M, D, Bf(out), stream_));
+      return;
+    }
     Launched("RmsNorm", cuda::LaunchRmsNorm(Bf(x), Bf(w), eps, M, D, Bf(out), stream_));
   }
 
@@ -212,6 +226,10 @@ class CudaBackend final : public Backend {
     ExpectRows("AddRmsNorm", "residual", residual, M, D);
     ExpectVector("AddRmsNorm", "w", w, D);
     Expect(x.data != residual.data || M * D == 0, "AddRmsNorm", "x must not alias residual");
+    if (kernels_ == cuda::KernelSet::kFast && cuda::RmsNormVecSupports(D, x.data, residual.data, w.data)) {
+      Launched("AddRmsNorm", cuda::LaunchAddRmsNormVec(Bf(x), Bf(residual), Bf(w), eps, M, D, stream_));
+      return;
+    }
     Launched("AddRmsNorm", cuda::LaunchAddRmsNorm(Bf(x), Bf(residual), Bf(w), eps, M, D, stream_));
   }
 
@@ -381,6 +399,7 @@ class CudaBackend final : public Backend {
 
   int device_;
   cuda::KernelSet kernels_;  // which kernels the ops launch (cuda/kernel_set.h)
+  int multiprocessors_ = 0;  // the device's SMs, for grid planning (cuda/gemv_plan.h)
   StepCapacity capacity_;  // from Reserve; zeros until then
   cudaStream_t stream_ = nullptr;
   cublasHandle_t cublas_ = nullptr;

@@ -19,6 +19,12 @@
 // captured over it stay valid; a larger step is INVALID_ARGUMENT), before it
 // one that grows (rarely, doubling) when a step needs more.
 //
+// Kernel sets (cuda/kernel_set.h): under kFast, Linear with M <= 8 rows (decode
+// of a few sequences) runs the bf16 GEMV of cuda/gemv.cuh, and RmsNorm /
+// AddRmsNorm the 16-byte vector kernels, when the shapes and alignment allow;
+// everything else, and everything under kReference, runs cuBLAS and the
+// reference kernels.
+//
 // CUDA graphs (Backend::BeginCapture / EndCapture, cuda/cuda_graph.h): the
 // stream is captured in thread-local mode; Allocate, the host copies,
 // Synchronize, Reserve and BeginStep abort while a capture is open.

@@ -11,7 +11,7 @@
 // and uses CUDA's own names for the rest: threadIdx, blockIdx, blockDim,
 // gridDim, __syncthreads, __syncwarp, __shfl{,_xor,_up,_down}_sync,
 // __ballot_sync, __any_sync, __all_sync, atomicAdd / atomicOr / atomicMax,
-// __expf, rsqrtf, min / max and cuda_bf16.h's conversions.
+// __expf, rsqrtf, __uint_as_float, min / max and cuda_bf16.h's conversions.
 //
 // Under nvcc this is plain CUDA. In the emulation build (TPSERVE_CUDA_EMU,
 // tests only: cuda/emu/CMakeLists.txt) the host compiler builds the same file
