@@ -24,6 +24,7 @@
 #include "cuda/qk_norm_rope.cuh"
 #include "cuda/rmsnorm.cuh"
 #include "cuda/silu_mul.cuh"
+#include "cuda/step_layout.h"
 
 namespace tpserve {
 namespace {
@@ -395,6 +396,9 @@ class CudaBackend final : public Backend {
   // Reserve's parts: the step metadata buffers and the attention workspace,
   // sized for capacity_.
   absl::Status ReserveStepBuffers();
+  // BeginStep's copies of a step packed into step_host_ (the token arrays
+  // already there) to step_device_.
+  void UploadStep(const StepMetadata& step, const cuda::StepLayout& layout, const cuda::StepUpload& upload);
   absl::Status ReserveAttentionWorkspace();
 
   int device_;
@@ -470,25 +474,8 @@ absl::Status CudaBackend::ReserveAttentionWorkspace() {
   return absl::OkStatus();
 }
 
-// The packed step metadata in step_host_ / step_device_ for T tokens, S
-// sequences and max_blocks_per_seq block-table columns. The block table comes
-// last, so a step uploads [0, tables + S · its own columns) in one copy.
-struct StepLayout {
-  size_t slots = 0, ids = 0, pos = 0, seq = 0, logits = 0, tables = 0, total = 0;  // byte offsets
-  StepLayout(size_t T, size_t S, size_t max_blocks_per_seq) {
-    auto round8 = [](size_t b) { return (b + 7) / 8 * 8; };
-    slots = 0;                                               // [T] int64
-    ids = slots + round8(T * sizeof(int64_t));               // [T] int32
-    pos = ids + round8(T * sizeof(int32_t));                 // [T] int32
-    seq = pos + round8(T * sizeof(int32_t));                 // [T] int32 sequence of each token
-    logits = seq + round8(T * sizeof(int32_t));              // [S] int32
-    tables = logits + round8(S * sizeof(int32_t));           // [S, max_blocks_per_seq] int32
-    total = std::max<size_t>(tables + round8(S * max_blocks_per_seq * sizeof(int32_t)), 8);
-  }
-};
-
 absl::Status CudaBackend::ReserveStepBuffers() {
-  const StepLayout layout(static_cast<size_t>(capacity_.max_tokens), static_cast<size_t>(capacity_.max_seqs),
+  const cuda::StepLayout layout(static_cast<size_t>(capacity_.max_tokens), static_cast<size_t>(capacity_.max_seqs),
                           static_cast<size_t>(capacity_.max_blocks_per_seq()));
   // Earlier steps (or graphs) may still read the old buffers.
   CUDA_CHECK(cudaStreamSynchronize(stream_));
@@ -531,6 +518,34 @@ absl::Status CudaBackend::ReserveStepBuffers() {
   return absl::OkStatus();
 }
 
+// The used block-table columns packed row after row at layout.tables, then
+// the copies cuda/step_layout.h describes; upload_done_ marks when step_host_
+// may be written again.
+void CudaBackend::UploadStep(const StepMetadata& step, const cuda::StepLayout& layout,
+                             const cuda::StepUpload& upload) {
+  unsigned char* h = step_host_ + layout.tables;
+  if (upload.row_bytes > 0) {
+    for (size_t s = 0; s < upload.rows; ++s) {
+      std::memcpy(h + s * upload.row_bytes, step.block_tables.data() + s * step.max_blocks_per_seq,
+                  upload.row_bytes);
+    }
+  }
+  if (upload.contiguous()) {
+    if (upload.bytes() > 0) {
+      CUDA_CHECK(cudaMemcpyAsync(step_device_, step_host_, upload.bytes(), cudaMemcpyHostToDevice, stream_));
+    }
+  } else {
+    if (upload.prefix_bytes > 0) {
+      CUDA_CHECK(cudaMemcpyAsync(step_device_, step_host_, upload.prefix_bytes, cudaMemcpyHostToDevice, stream_));
+    }
+    if (upload.row_bytes > 0 && upload.rows > 0) {
+      CUDA_CHECK(cudaMemcpy2DAsync(step_device_ + layout.tables, upload.pitch_bytes, h, upload.row_bytes,
+                                   upload.row_bytes, upload.rows, cudaMemcpyHostToDevice, stream_));
+    }
+  }
+  CUDA_CHECK(cudaEventRecord(upload_done_, stream_));
+}
+
 absl::Status CudaBackend::BeginStep(const StepMetadata& step, int64_t num_blocks, int32_t block_size,
                                     int64_t max_position) {
   NotCapturing("BeginStep");
@@ -551,11 +566,12 @@ absl::Status CudaBackend::BeginStep(const StepMetadata& step, int64_t num_blocks
   }
   // Reserved: the capacity's fixed layout (pointers that graphs captured stay
   // valid). Otherwise: this step's own layout in buffers that grow.
-  const StepLayout layout = step_reserved_
-      ? StepLayout(static_cast<size_t>(capacity_.max_tokens), static_cast<size_t>(capacity_.max_seqs),
-                   static_cast<size_t>(capacity_.max_blocks_per_seq()))
-      : StepLayout(T, S, columns);
-  const size_t upload = std::max<size_t>(layout.tables + S * columns * sizeof(int32_t), 8);
+  const cuda::StepLayout layout = step_reserved_
+      ? cuda::StepLayout(static_cast<size_t>(capacity_.max_tokens), static_cast<size_t>(capacity_.max_seqs),
+                         static_cast<size_t>(capacity_.max_blocks_per_seq()))
+      : cuda::StepLayout(T, S, columns);
+  const cuda::StepUpload upload =
+      cuda::PlanStepUpload(layout, S, columns, cuda::UsedBlockColumns(step.seq_lens, block_size));
 
   if (step_host_) CUDA_CHECK(cudaEventSynchronize(upload_done_));  // step_host_ is free again
   if (!step_reserved_ && layout.total > step_capacity_) {
@@ -585,11 +601,7 @@ absl::Status CudaBackend::BeginStep(const StepMetadata& step, int64_t num_blocks
     }
   }
   if (S > 0) std::memcpy(h + layout.logits, step.logits_indices.data(), S * sizeof(int32_t));
-  if (!step.block_tables.empty()) {
-    std::memcpy(h + layout.tables, step.block_tables.data(), step.block_tables.size() * sizeof(int32_t));
-  }
-  CUDA_CHECK(cudaMemcpyAsync(step_device_, step_host_, upload, cudaMemcpyHostToDevice, stream_));
-  CUDA_CHECK(cudaEventRecord(upload_done_, stream_));
+  UploadStep(step, layout, upload);
 
   unsigned char* d = step_device_;
   step_.num_tokens = static_cast<int64_t>(T);

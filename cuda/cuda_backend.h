@@ -17,7 +17,10 @@
 // BeginStep uploads the step's metadata into one device buffer: after Reserve
 // a fixed layout sized by the StepCapacity (never reallocated, so CUDA graphs
 // captured over it stay valid; a larger step is INVALID_ARGUMENT), before it
-// one that grows (rarely, doubling) when a step needs more.
+// one that grows (rarely, doubling) when a step needs more. Of the block
+// table it copies only the columns the step's sequences use, at the table's
+// fixed row stride (cuda/step_layout.h): columns beyond keep what an earlier
+// step left, and no kernel reads them.
 //
 // Kernel sets (cuda/kernel_set.h): under kFast, Linear with M <= 8 rows (decode
 // of a few sequences) runs the bf16 GEMV of cuda/gemv.cuh, and RmsNorm /

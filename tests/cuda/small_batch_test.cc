@@ -1,8 +1,9 @@
 // The small-batch path of the CUDA backend against the CPU backend (the fp32
 // oracle) and against the reference kernel set (cuBLAS and the scalar
 // kernels): the bf16 GEMV that Linear runs for M <= 8 (cuda/gemv.cuh), the
-// vector RmsNorm / AddRmsNorm (cuda/rmsnorm.cuh). Odd sizes, NaN-poisoned
-// outputs.
+// vector RmsNorm / AddRmsNorm (cuda/rmsnorm.cuh), and BeginStep's upload of
+// the used block-table columns only (cuda/step_layout.h), whose stale columns
+// no kernel may read. Odd sizes, NaN-poisoned outputs.
 // Replay a failure with TPSERVE_TEST_SEED=<the printed seed>.
 #include <gtest/gtest.h>
 
@@ -204,6 +205,76 @@ TEST_F(SmallBatchTest, VectorRmsNormMatchesCpuAndReferenceKernels) {
       ExpectClose(Download(*fast_, xf2), Download(*cpu_, xc2), kTol, "AddRmsNorm x vs CPU " + what);
       ExpectClose(Download(*fast_, xf2), Download(*ref_, xr2), kTol, "AddRmsNorm x vs reference " + what);
     }
+  }
+}
+
+// Re-lays `step`'s block table at `columns` columns per row (-1 beyond each
+// row's own), as a reserved backend's fixed stride has it.
+void Restride(StepBatch& step, int32_t columns) {
+  StepBatch::Arrays& a = step.mutable_arrays();
+  std::vector<int32_t> table(static_cast<size_t>(step.num_seqs()) * columns, -1);
+  for (int32_t s = 0; s < step.num_seqs(); ++s) {
+    for (int32_t c = 0; c < a.max_blocks_per_seq; ++c) table[s * columns + c] = a.block_tables[s * a.max_blocks_per_seq + c];
+  }
+  a.block_tables = std::move(table);
+  a.max_blocks_per_seq = columns;
+}
+
+// BeginStep uploads only the block-table columns a step uses. A first step
+// fills every column of every row (row 1 and 2 with the wrong sequence's
+// blocks beyond their own); a second step of short contexts at the same
+// stride leaves those stale ids in the device table beyond its used columns.
+// Attention (prefill rows and split decode rows) must read none of them: it
+// equals the CPU backend's, which reads the -1-padded host table.
+TEST_F(SmallBatchTest, StaleBlockTableColumnsBeyondTheUsedOnesAreNeverRead) {
+  SEED_TRACE();
+  const AttentionShape shape{8, 2, 64};
+  const int32_t bs = 16, columns = 16;
+  StepCapacity capacity;
+  capacity.max_tokens = 64;
+  capacity.max_seqs = 4;
+  capacity.max_context = int64_t{bs} * columns;
+  capacity.block_size = bs;
+  capacity.max_query_heads = shape.num_heads;
+  capacity.max_head_dim = shape.head_dim;
+  ASSERT_TRUE(fast_->Reserve(capacity).ok());
+  const int64_t num_blocks = 3 * columns + 3;  // three full rows and three blocks of the second step
+  std::vector<int32_t> all(static_cast<size_t>(num_blocks));
+  for (size_t i = 0; i < all.size(); ++i) all[i] = static_cast<int32_t>(i);
+  std::shuffle(all.begin(), all.end(), rng_);
+  auto blocks = [&](int row) { return std::vector<int32_t>(all.begin() + row * columns, all.begin() + (row + 1) * columns); };
+
+  // The first step: three decodes, every row's table full (rows 1 and 2 hold
+  // their own blocks beyond their contexts of 20 and 3 tokens).
+  StepBatch wide = RandomStep({{bs * columns, 1, blocks(0)}, {20, 1, blocks(1)}, {3, 1, blocks(2)}}, bs,
+                              rng_, 100);
+  ASSERT_EQ(wide.arrays().max_blocks_per_seq, columns);
+  // The second step: a 5-token prefill (row 0) and decodes at 20 and 3 with
+  // other blocks (from the end of the shuffle), at the same 16-column stride.
+  std::vector<int32_t> other(all.rbegin(), all.rbegin() + 3);
+  StepBatch narrow = RandomStep({{5, 5, {other[0]}}, {20, 1, {other[1], other[2]}}, {3, 1, {blocks(2)[0]}}}, bs,
+                                rng_, 100);
+  ASSERT_EQ(narrow.arrays().max_blocks_per_seq, 2);
+  Restride(narrow, columns);
+
+  const int64_t hd = shape.head_dim, hkv = shape.num_kv_heads;
+  const std::vector<float> cache_k = RandomBf16(rng_, num_blocks * bs * hkv * hd);
+  const std::vector<float> cache_v = RandomBf16(rng_, num_blocks * bs * hkv * hd);
+  Buffer kc = Upload(*cpu_, cache_k, {num_blocks, bs, hkv, hd}), kg = Upload(*fast_, cache_k, {num_blocks, bs, hkv, hd});
+  Buffer vc = Upload(*cpu_, cache_v, {num_blocks, bs, hkv, hd}), vg = Upload(*fast_, cache_v, {num_blocks, bs, hkv, hd});
+  const KvCacheLayer cpu_cache{kc.tensor(), vc.tensor()}, gpu_cache{kg.tensor(), vg.tensor()};
+  const float scale = 1.f / std::sqrt(static_cast<float>(hd));
+  for (const StepBatch* step : {&wide, &narrow}) {
+    ASSERT_TRUE(cpu_->BeginStep(step->view(), num_blocks, bs, capacity.max_context).ok());
+    ASSERT_TRUE(fast_->BeginStep(step->view(), num_blocks, bs, capacity.max_context).ok());
+    const int64_t T = step->num_tokens();
+    const std::vector<float> qkv = RandomBf16(rng_, T * shape.qkv_width());
+    Buffer qc = Upload(*cpu_, qkv, {T, shape.qkv_width()}), qg = Upload(*fast_, qkv, {T, shape.qkv_width()});
+    Buffer oc = Output(*cpu_, {T, shape.num_heads * hd}), og = Output(*fast_, {T, shape.num_heads * hd});
+    cpu_->Attention(qc, shape, cpu_cache, scale, oc.tensor());
+    fast_->Attention(qg, shape, gpu_cache, scale, og.tensor());
+    ExpectClose(Download(*fast_, og), Download(*cpu_, oc), kTol,
+                step == &wide ? "the full-table step" : "the step over stale columns");
   }
 }
 
