@@ -18,12 +18,15 @@
 #include "cuda/cuda_graph.h"
 #include "cuda/decode_attention.cuh"
 #include "cuda/decode_plan.h"
+#include "cuda/device_info.h"
 #include "cuda/embedding.cuh"
 #include "cuda/gather_rows.cuh"
+#include "cuda/gemv.cuh"
 #include "cuda/kv_store.cuh"
 #include "cuda/qk_norm_rope.cuh"
 #include "cuda/rmsnorm.cuh"
 #include "cuda/silu_mul.cuh"
+#include "cuda/step_layout.h"
 
 namespace tpserve {
 namespace {
@@ -59,9 +62,9 @@ class CudaBackend final : public Backend {
     CUDA_CHECK(cudaEventCreateWithFlags(&upload_done_, cudaEventDisableTiming));
     CUBLAS_CHECK(cublasCreate(&cublas_));
     CUBLAS_CHECK(cublasSetStream(cublas_, stream_));
-    cudaDeviceProp prop{};
-    CUDA_CHECK(cudaGetDeviceProperties(&prop, device_));
-    sm_count_ = prop.multiProcessorCount;
+    const absl::StatusOr<cuda::DeviceInfo> info = cuda::QueryDevice(device_);
+    TPSERVE_CHECK(info.ok(), "CudaBackend: ", info.status().ToString());
+    multiprocessors_ = info->multiprocessors;
   }
   ~CudaBackend() override {
     cudaStreamSynchronize(stream_);
@@ -191,6 +194,11 @@ class CudaBackend final : public Backend {
     CheckLinear(kCudaBf16, x, w, bias, y);
     Expect(M <= 0x7fffffff && N <= 0x7fffffff && K <= 0x7fffffff, "Linear", "dimensions beyond int32");
     if (M == 0 || N == 0) return;
+    if (kernels_ == cuda::KernelSet::kFast && cuda::GemvSupports(x.data, w.data, M, N, K)) {
+      Launched("Linear", cuda::LaunchGemv(Bf(x), Bf(w), bias ? Bf(*bias) : nullptr, M, N, K, Bf(y),
+                                          cuda::PlanGemv(N, K, multiprocessors_), stream_));
+      return;
+    }
     // Row-major y[M, N] = x[M, K] · w[N, K]ᵀ is column-major yᵀ[N, M] = w · xᵀ:
     // cuBLAS sees w as a column-major [K, N] (ld K) and transposes it, x as a
     // column-major [K, M] (ld K), and writes yᵀ as a column-major [N, M] (ld N).
@@ -208,6 +216,10 @@ class CudaBackend final : public Backend {
     ExpectRows("RmsNorm", "x", x, M, D);
     ExpectRows("RmsNorm", "out", out, M, D);
     ExpectVector("RmsNorm", "w", w, D);
+    if (kernels_ == cuda::KernelSet::kFast && cuda::RmsNormVecSupports(D, x.data, w.data, out.data)) {
+      Launched("RmsNorm", cuda::LaunchRmsNormVec(Bf(x), Bf(w), eps, M, D, Bf(out), stream_));
+      return;
+    }
     Launched("RmsNorm", cuda::LaunchRmsNorm(Bf(x), Bf(w), eps, M, D, Bf(out), stream_));
   }
 
@@ -217,6 +229,10 @@ class CudaBackend final : public Backend {
     ExpectRows("AddRmsNorm", "residual", residual, M, D);
     ExpectVector("AddRmsNorm", "w", w, D);
     Expect(x.data != residual.data || M * D == 0, "AddRmsNorm", "x must not alias residual");
+    if (kernels_ == cuda::KernelSet::kFast && cuda::RmsNormVecSupports(D, x.data, residual.data, w.data)) {
+      Launched("AddRmsNorm", cuda::LaunchAddRmsNormVec(Bf(x), Bf(residual), Bf(w), eps, M, D, stream_));
+      return;
+    }
     Launched("AddRmsNorm", cuda::LaunchAddRmsNorm(Bf(x), Bf(residual), Bf(w), eps, M, D, stream_));
   }
 
@@ -415,11 +431,14 @@ class CudaBackend final : public Backend {
   // Reserve's parts: the step metadata buffers and the attention workspace,
   // sized for capacity_.
   absl::Status ReserveStepBuffers();
+  // BeginStep's copies of a step packed into step_host_ (the token arrays
+  // already there) to step_device_.
+  void UploadStep(const StepMetadata& step, const cuda::StepLayout& layout, const cuda::StepUpload& upload);
   absl::Status ReserveAttentionWorkspace();
 
   int device_;
-  int sm_count_ = 1;  // multiprocessors of device_ (the decode attention's partition planning)
   cuda::KernelSet kernels_;  // which kernels the ops launch (cuda/kernel_set.h)
+  int multiprocessors_ = 0;  // the device's SMs, for grid planning (cuda/gemv_plan.h, cuda/decode_plan.h)
   StepCapacity capacity_;  // from Reserve; zeros until then
   cudaStream_t stream_ = nullptr;
   cublasHandle_t cublas_ = nullptr;
@@ -470,7 +489,7 @@ absl::Status CudaBackend::ReserveAttentionWorkspace() {
                                          static_cast<int>(partitions))
       : 0;
   if (floats > 0 && kernels_ == cuda::KernelSet::kFast) {  // one partial row per (token, head, split)
-    const int64_t partials = cuda::DecodeWorkspacePartials(rows, context, sm_count_);
+    const int64_t partials = cuda::DecodeWorkspacePartials(rows, context, multiprocessors_);
     floats = std::max(floats, cuda::SplitDecodeWorkspaceFloats(partials, capacity_.max_query_heads,
                                                                capacity_.max_head_dim, 1));
   }
@@ -510,7 +529,7 @@ bool CudaBackend::AttendDecodeRows(const cuda::PagedAttentionArgs& a, int64_t fi
   in.num_kv_heads = a.num_kv_heads;
   in.fixed_grid = capturing_;
   in.context = capturing_ && reserved > 0 ? reserved : int64_t{step_.max_token_position} + 1;
-  in.sm_count = sm_count_;
+  in.sm_count = multiprocessors_;
   in.blocks_per_sm = cuda::FastDecodeBlocksPerSm(a.head_dim, a.num_heads / a.num_kv_heads);
   cuda::DecodePlan plan = cuda::PlanDecode(in);
   if (cuda::FastDecodeWorkspaceFloats(n, a.num_heads, a.head_dim, plan) > attention_workspace_floats_) {
@@ -521,25 +540,8 @@ bool CudaBackend::AttendDecodeRows(const cuda::PagedAttentionArgs& a, int64_t fi
   return true;
 }
 
-// The packed step metadata in step_host_ / step_device_ for T tokens, S
-// sequences and max_blocks_per_seq block-table columns. The block table comes
-// last, so a step uploads [0, tables + S · its own columns) in one copy.
-struct StepLayout {
-  size_t slots = 0, ids = 0, pos = 0, seq = 0, logits = 0, tables = 0, total = 0;  // byte offsets
-  StepLayout(size_t T, size_t S, size_t max_blocks_per_seq) {
-    auto round8 = [](size_t b) { return (b + 7) / 8 * 8; };
-    slots = 0;                                               // [T] int64
-    ids = slots + round8(T * sizeof(int64_t));               // [T] int32
-    pos = ids + round8(T * sizeof(int32_t));                 // [T] int32
-    seq = pos + round8(T * sizeof(int32_t));                 // [T] int32 sequence of each token
-    logits = seq + round8(T * sizeof(int32_t));              // [S] int32
-    tables = logits + round8(S * sizeof(int32_t));           // [S, max_blocks_per_seq] int32
-    total = std::max<size_t>(tables + round8(S * max_blocks_per_seq * sizeof(int32_t)), 8);
-  }
-};
-
 absl::Status CudaBackend::ReserveStepBuffers() {
-  const StepLayout layout(static_cast<size_t>(capacity_.max_tokens), static_cast<size_t>(capacity_.max_seqs),
+  const cuda::StepLayout layout(static_cast<size_t>(capacity_.max_tokens), static_cast<size_t>(capacity_.max_seqs),
                           static_cast<size_t>(capacity_.max_blocks_per_seq()));
   // Earlier steps (or graphs) may still read the old buffers.
   CUDA_CHECK(cudaStreamSynchronize(stream_));
@@ -582,6 +584,34 @@ absl::Status CudaBackend::ReserveStepBuffers() {
   return absl::OkStatus();
 }
 
+// The used block-table columns packed row after row at layout.tables, then
+// the copies cuda/step_layout.h describes; upload_done_ marks when step_host_
+// may be written again.
+void CudaBackend::UploadStep(const StepMetadata& step, const cuda::StepLayout& layout,
+                             const cuda::StepUpload& upload) {
+  unsigned char* h = step_host_ + layout.tables;
+  if (upload.row_bytes > 0) {
+    for (size_t s = 0; s < upload.rows; ++s) {
+      std::memcpy(h + s * upload.row_bytes, step.block_tables.data() + s * step.max_blocks_per_seq,
+                  upload.row_bytes);
+    }
+  }
+  if (upload.contiguous()) {
+    if (upload.bytes() > 0) {
+      CUDA_CHECK(cudaMemcpyAsync(step_device_, step_host_, upload.bytes(), cudaMemcpyHostToDevice, stream_));
+    }
+  } else {
+    if (upload.prefix_bytes > 0) {
+      CUDA_CHECK(cudaMemcpyAsync(step_device_, step_host_, upload.prefix_bytes, cudaMemcpyHostToDevice, stream_));
+    }
+    if (upload.row_bytes > 0 && upload.rows > 0) {
+      CUDA_CHECK(cudaMemcpy2DAsync(step_device_ + layout.tables, upload.pitch_bytes, h, upload.row_bytes,
+                                   upload.row_bytes, upload.rows, cudaMemcpyHostToDevice, stream_));
+    }
+  }
+  CUDA_CHECK(cudaEventRecord(upload_done_, stream_));
+}
+
 absl::Status CudaBackend::BeginStep(const StepMetadata& step, int64_t num_blocks, int32_t block_size,
                                     int64_t max_position) {
   NotCapturing("BeginStep");
@@ -602,11 +632,12 @@ absl::Status CudaBackend::BeginStep(const StepMetadata& step, int64_t num_blocks
   }
   // Reserved: the capacity's fixed layout (pointers that graphs captured stay
   // valid). Otherwise: this step's own layout in buffers that grow.
-  const StepLayout layout = step_reserved_
-      ? StepLayout(static_cast<size_t>(capacity_.max_tokens), static_cast<size_t>(capacity_.max_seqs),
-                   static_cast<size_t>(capacity_.max_blocks_per_seq()))
-      : StepLayout(T, S, columns);
-  const size_t upload = std::max<size_t>(layout.tables + S * columns * sizeof(int32_t), 8);
+  const cuda::StepLayout layout = step_reserved_
+      ? cuda::StepLayout(static_cast<size_t>(capacity_.max_tokens), static_cast<size_t>(capacity_.max_seqs),
+                         static_cast<size_t>(capacity_.max_blocks_per_seq()))
+      : cuda::StepLayout(T, S, columns);
+  const cuda::StepUpload upload =
+      cuda::PlanStepUpload(layout, S, columns, cuda::UsedBlockColumns(step.seq_lens, block_size));
 
   if (step_host_) CUDA_CHECK(cudaEventSynchronize(upload_done_));  // step_host_ is free again
   if (!step_reserved_ && layout.total > step_capacity_) {
@@ -636,11 +667,7 @@ absl::Status CudaBackend::BeginStep(const StepMetadata& step, int64_t num_blocks
     }
   }
   if (S > 0) std::memcpy(h + layout.logits, step.logits_indices.data(), S * sizeof(int32_t));
-  if (!step.block_tables.empty()) {
-    std::memcpy(h + layout.tables, step.block_tables.data(), step.block_tables.size() * sizeof(int32_t));
-  }
-  CUDA_CHECK(cudaMemcpyAsync(step_device_, step_host_, upload, cudaMemcpyHostToDevice, stream_));
-  CUDA_CHECK(cudaEventRecord(upload_done_, stream_));
+  UploadStep(step, layout, upload);
 
   unsigned char* d = step_device_;
   step_.num_tokens = static_cast<int64_t>(T);

@@ -17,7 +17,16 @@
 // BeginStep uploads the step's metadata into one device buffer: after Reserve
 // a fixed layout sized by the StepCapacity (never reallocated, so CUDA graphs
 // captured over it stay valid; a larger step is INVALID_ARGUMENT), before it
-// one that grows (rarely, doubling) when a step needs more.
+// one that grows (rarely, doubling) when a step needs more. Of the block
+// table it copies only the columns the step's sequences use, at the table's
+// fixed row stride (cuda/step_layout.h): columns beyond keep what an earlier
+// step left, and no kernel reads them.
+//
+// Kernel sets (cuda/kernel_set.h): under kFast, Linear with M <= 8 rows (decode
+// of a few sequences) runs the bf16 GEMV of cuda/gemv.cuh, and RmsNorm /
+// AddRmsNorm the 16-byte vector kernels, when the shapes and alignment allow;
+// everything else, and everything under kReference, runs cuBLAS and the
+// reference kernels.
 //
 // CUDA graphs (Backend::BeginCapture / EndCapture, cuda/cuda_graph.h): the
 // stream is captured in thread-local mode; Allocate, the host copies,

@@ -23,6 +23,7 @@ absl::StatusOr<DeviceInfo> QueryDevice(int device) {
         absl::StrCat("cudaGetDeviceProperties(", device, ") failed: ", cudaGetErrorString(err)));
   }
   info.name = prop.name;
+  info.multiprocessors = prop.multiProcessorCount;
   size_t free_bytes = 0, total_bytes = 0;
   cudaError_t err = cudaSetDevice(device);
   if (err == cudaSuccess) err = cudaMemGetInfo(&free_bytes, &total_bytes);

@@ -1,5 +1,6 @@
 // What a worker reports about its GPU (Hello) and measures for the KV budget
-// (Profile): the device's name and its free and total memory.
+// (Profile): the device's name and its free and total memory; and what the
+// kernels size their grids by (the number of SMs).
 #pragma once
 
 #include <cstdint>
@@ -14,6 +15,7 @@ struct DeviceInfo {
   std::string name;         // "NVIDIA H200"
   uint64_t free_bytes = 0;  // cudaMemGetInfo: free now, for every process on the device
   uint64_t total_bytes = 0;
+  int multiprocessors = 0;  // SMs (132 on an H200): grid planning, e.g. cuda/gemv_plan.h
 };
 
 // Makes `device` current on this thread and queries it (this creates the

@@ -1,6 +1,7 @@
 #include "cuda/reduce.cuh"
 #include "cuda/rmsnorm.cuh"
 #include "cuda/simt.cuh"
+#include "cuda/vec.cuh"
 
 namespace tpserve::cuda {
 namespace {
@@ -41,7 +42,107 @@ __global__ void AddRmsNormKernel(__nv_bfloat16* __restrict__ x, __nv_bfloat16* _
   }
 }
 
+constexpr int kMaxVecsPerThread = kRmsNormVecMaxDim / (kBf16PerVec * 1024);
+
+// Threads for a row of D / 8 vectors: a multiple of 32, at most 1024, each
+// thread with at most kMaxVecsPerThread vectors.
+int VecThreads(int64_t D) {
+  const int64_t vecs = D / kBf16PerVec;
+  const int64_t per_thread = (vecs + 1023) / 1024;  // <= kMaxVecsPerThread for D <= kRmsNormVecMaxDim
+  const int64_t threads = (vecs + per_thread - 1) / per_thread;
+  return static_cast<int>((threads + kWarpSize - 1) / kWarpSize * kWarpSize);
+}
+
+// One block per row; thread t holds vectors t, t + blockDim.x, ... of the row
+// in registers from the load to the store (in place, out == x, is safe).
+__global__ void RmsNormVecKernel(const __nv_bfloat16* x, const __nv_bfloat16* __restrict__ w, float eps,
+                                 int64_t D, __nv_bfloat16* out) {
+  const int64_t vecs = D / kBf16PerVec;
+  const __nv_bfloat16* xr = x + blockIdx.x * D;
+  uint4 xv[kMaxVecsPerThread];
+  float sq = 0.f;
+#pragma unroll
+  for (int i = 0; i < kMaxVecsPerThread; ++i) {
+    const int64_t c = threadIdx.x + int64_t{i} * blockDim.x;
+    if (c >= vecs) break;
+    xv[i] = LoadBf16x8(xr, c);
+    float f[kBf16PerVec];
+    UnpackBf16x8(xv[i], f);
+#pragma unroll
+    for (int j = 0; j < kBf16PerVec; ++j) sq += f[j] * f[j];
+  }
+  const float inv = rsqrtf(BlockSum(sq) / static_cast<float>(D) + eps);
+#pragma unroll
+  for (int i = 0; i < kMaxVecsPerThread; ++i) {
+    const int64_t c = threadIdx.x + int64_t{i} * blockDim.x;
+    if (c >= vecs) break;
+    float f[kBf16PerVec], wf[kBf16PerVec];
+    UnpackBf16x8(xv[i], f);
+    UnpackBf16x8(LoadBf16x8(w, c), wf);
+#pragma unroll
+    for (int j = 0; j < kBf16PerVec; ++j) f[j] = f[j] * inv * wf[j];
+    StoreBf16x8(out + blockIdx.x * D, c, PackBf16x8(f));
+  }
+}
+
+__global__ void AddRmsNormVecKernel(__nv_bfloat16* __restrict__ x, __nv_bfloat16* __restrict__ residual,
+                                    const __nv_bfloat16* __restrict__ w, float eps, int64_t D) {
+  const int64_t vecs = D / kBf16PerVec;
+  __nv_bfloat16* xr = x + blockIdx.x * D;
+  __nv_bfloat16* rr = residual + blockIdx.x * D;
+  uint4 sum[kMaxVecsPerThread];  // residual + x, rounded to bf16 as stored
+  float sq = 0.f;
+#pragma unroll
+  for (int i = 0; i < kMaxVecsPerThread; ++i) {
+    const int64_t c = threadIdx.x + int64_t{i} * blockDim.x;
+    if (c >= vecs) break;
+    float r[kBf16PerVec], a[kBf16PerVec];
+    UnpackBf16x8(LoadBf16x8(rr, c), r);
+    UnpackBf16x8(LoadBf16x8(xr, c), a);
+#pragma unroll
+    for (int j = 0; j < kBf16PerVec; ++j) r[j] += a[j];
+    sum[i] = PackBf16x8(r);
+    StoreBf16x8(rr, c, sum[i]);
+    UnpackBf16x8(sum[i], r);  // the statistics see what is stored
+#pragma unroll
+    for (int j = 0; j < kBf16PerVec; ++j) sq += r[j] * r[j];
+  }
+  const float inv = rsqrtf(BlockSum(sq) / static_cast<float>(D) + eps);
+#pragma unroll
+  for (int i = 0; i < kMaxVecsPerThread; ++i) {
+    const int64_t c = threadIdx.x + int64_t{i} * blockDim.x;
+    if (c >= vecs) break;
+    float f[kBf16PerVec], wf[kBf16PerVec];
+    UnpackBf16x8(sum[i], f);
+    UnpackBf16x8(LoadBf16x8(w, c), wf);
+#pragma unroll
+    for (int j = 0; j < kBf16PerVec; ++j) f[j] = f[j] * inv * wf[j];
+    StoreBf16x8(xr, c, PackBf16x8(f));
+  }
+}
+
 }  // namespace
+
+bool RmsNormVecSupports(int64_t D, const void* a, const void* b, const void* c, const void* d) {
+  return D > 0 && D % kBf16PerVec == 0 && D <= kRmsNormVecMaxDim && Aligned16(a) && Aligned16(b) &&
+         Aligned16(c) && (d == nullptr || Aligned16(d));
+}
+
+cudaError_t LaunchRmsNormVec(const __nv_bfloat16* x, const __nv_bfloat16* w, float eps, int64_t M, int64_t D,
+                             __nv_bfloat16* out, cudaStream_t stream) {
+  if (M == 0) return cudaSuccess;
+  if (M > 0x7fffffff || !RmsNormVecSupports(D, x, w, out)) return cudaErrorInvalidValue;
+  TPSERVE_LAUNCH(RmsNormVecKernel, static_cast<unsigned>(M), VecThreads(D), 0, stream)(x, w, eps, D, out);
+  return cudaGetLastError();
+}
+
+cudaError_t LaunchAddRmsNormVec(__nv_bfloat16* x, __nv_bfloat16* residual, const __nv_bfloat16* w, float eps,
+                                int64_t M, int64_t D, cudaStream_t stream) {
+  if (M == 0) return cudaSuccess;
+  if (M > 0x7fffffff || !RmsNormVecSupports(D, x, residual, w)) return cudaErrorInvalidValue;
+  TPSERVE_LAUNCH(AddRmsNormVecKernel, static_cast<unsigned>(M), VecThreads(D), 0, stream)(x, residual, w, eps, D);
+  return cudaGetLastError();
+}
 
 cudaError_t LaunchRmsNorm(const __nv_bfloat16* x, const __nv_bfloat16* w, float eps, int64_t M,
                           int64_t D, __nv_bfloat16* out, cudaStream_t stream) {

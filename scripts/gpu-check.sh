@@ -148,7 +148,7 @@ memcheck() {
   # The op-level suites in parallel, each under the sanitizer; a suite cut by
   # the phase cap shows as such in the log.
   local pids=() rc=0 t
-  for t in cuda_backend_test cuda_split_attention_test cuda_convert_test cuda_sampler_test; do
+  for t in cuda_backend_test cuda_split_attention_test cuda_convert_test cuda_sampler_test cuda_small_batch_test; do
     [[ -x "$build/tests/cuda/$t" ]] || { echo "memcheck: $t was not built"; rc=1; continue; }
     "$sanitizer" --tool memcheck --error-exitcode 99 --print-limit 20 "$build/tests/cuda/$t" \
       >"$build/memcheck.$t.log" 2>&1 &
@@ -205,7 +205,7 @@ if phase configure "engine-only, CUDA arch $cuda_arch" configure; then
     phase tests "ctest -L gpu, TPSERVE_CUDA_SYNC_CHECK=1" env TPSERVE_CUDA_SYNC_CHECK=1 \
       ctest --test-dir "$build" -L gpu -j 8 --timeout 120 --output-on-failure
     if [[ -n "$sanitizer" ]]; then
-      phase memcheck "compute-sanitizer memcheck, 4 op suites" memcheck
+      phase memcheck "compute-sanitizer memcheck, 5 op suites" memcheck
     fi
     phase bench "gpu_bench -> gpu_bench.md" "$build/bench/gpu/gpu_bench" --out "$out/gpu_bench.md" \
       --workdir "$work"

@@ -16,6 +16,10 @@
 //     kernel), at contexts 512 .. 32768 and batch 1, 8, 64, 256 (Qwen3-0.6B's
 //     attention geometry, one layer), as KV GB/s and a share of the copy
 //     bandwidth;
+//   * Linear at M = 1, 2, 4, 8 on Qwen3-0.6B's projections (qkv 1024 -> 4096,
+//     o 2048 -> 1024, gate_up 1024 -> 6144, down 3072 -> 1024): the fast
+//     set's GEMV (cuda/gemv.cuh) beside cuBLAS (the reference set), as weight
+//     bytes read per second and a share of the copy bandwidth;
 //   * offline throughput (nano-vllm's bench.py workload) through the Engine on
 //     the Qwen3-0.6B-shaped model: 256 sequences, random prompt lengths
 //     100..1024 and output lengths 100..1024 (seeded), EOS ignored, sampled at
@@ -25,7 +29,7 @@
 // time limit still leaves what it measured.
 //
 //   gpu_bench [--models qwen3-0.6b,llama-3.2-1b] [--out FILE] [--workdir DIR]
-//             [--sections attention,models,throughput] [--throughput-seqs 256] [--smoke]
+//             [--sections gemv,attention,models,throughput] [--throughput-seqs 256] [--smoke]
 // (sections run in that order; the throughput run is the longest, so last).
 #include <cublas_v2.h>
 #include <cuda_runtime_api.h>
@@ -81,6 +85,15 @@ struct Sizes {
   std::vector<std::pair<int, int>> prefills{{1, 1024}, {16, 512}};  // sequences x tokens
   int length_min = 100, length_max = 1024;   // throughput prompts and outputs
   std::string models = "qwen3-0.6b,llama-3.2-1b";
+  struct Projection {
+    const char* name;
+    int64_t K, N;  // x [M, K] · w [N, K]ᵀ
+  };
+  std::vector<Projection> gemv_shapes{{"qkv", 1024, 4096}, {"o", 2048, 1024}, {"gate_up", 1024, 6144},
+                                      {"down", 3072, 1024}};
+  std::vector<int64_t> gemv_rows{1, 2, 4, 8};
+  size_t gemv_rotate_bytes = size_t{256} << 20;  // weights cycled through, past the L2 (50 MB on an H200)
+  int gemv_iters = 200;
 
   static Sizes Smoke() {
     Sizes z;
@@ -91,6 +104,9 @@ struct Sizes {
     z.prefills = {{1, 24}, {2, 16}};
     z.length_min = 8, z.length_max = 16;
     z.models = "tiny";
+    z.gemv_shapes = {{"qkv", 64, 256}, {"down", 96, 64}};
+    z.gemv_rows = {1, 8};
+    z.gemv_rotate_bytes = 1, z.gemv_iters = 1;
     return z;
   }
   int max_attention_context() const { return *std::max_element(attention_contexts.begin(), attention_contexts.end()); }
@@ -247,6 +263,44 @@ bool AttentionSplitSection(const Sizes& z, double bw, std::ostream& table) {
                     ctx, batch, seconds[0] * 1e6, seconds[1] * 1e6, seconds[2] * 1e6, seconds[2] / seconds[1],
                     bytes / seconds[1] / 1e9, 100 * bytes / seconds[1] / bw, bytes / seconds[2] / 1e9,
                     100 * bytes / seconds[2] / bw);
+      table << line;
+    }
+  }
+  return true;
+}
+
+// Linear at small M through the fast kernel set (the GEMV) and the reference
+// set (cuBLAS) on the same buffers. Each timed call reads a different copy of
+// the weights (gemv_rotate_bytes of them, zeros: the work does not depend on
+// the values), so the weights come from HBM, not the L2, as in a decode step.
+bool GemvSection(const Sizes& z, double bw, std::ostream& table) {
+  std::unique_ptr<Backend> fast = MakeCudaBackend(0, cuda::KernelSet::kFast);
+  std::unique_ptr<Backend> ref = MakeCudaBackend(0, cuda::KernelSet::kReference);
+  table << "\n## Linear at small batch: GEMV (fast set) vs cuBLAS (reference set)\n\nWeight bytes read / time"
+        << " against the copy bandwidth; " << z.gemv_iters << " calls per number, weights cycled through "
+        << (z.gemv_rotate_bytes >> 20) << " MiB.\n\n| projection | K -> N | M | GEMV | cuBLAS | GEMV GB/s (share)"
+        << " | cuBLAS GB/s (share) |\n|---|---|---|---|---|---|---|\n";
+  const int64_t max_rows = *std::max_element(z.gemv_rows.begin(), z.gemv_rows.end());
+  for (const Sizes::Projection& p : z.gemv_shapes) {
+    const double bytes = double(p.N) * p.K * 2;
+    const size_t copies = std::max<size_t>(2, (z.gemv_rotate_bytes + size_t(bytes) - 1) / size_t(bytes));
+    std::vector<Buffer> weights;
+    for (size_t c = 0; c < copies; ++c) weights.push_back(fast->Allocate(DType::kBF16, {p.N, p.K}));
+    Buffer x = fast->Allocate(DType::kBF16, {max_rows, p.K}), y = fast->Allocate(DType::kBF16, {max_rows, p.N});
+    fast->Synchronize();
+    for (int64_t m : z.gemv_rows) {
+      const Tensor xm = x.tensor().Rows(0, m), ym = y.tensor().Rows(0, m);
+      double seconds[2] = {0, 0};
+      for (int which = 0; which < 2; ++which) {
+        Backend& b = which == 0 ? *fast : *ref;
+        size_t next = 0;
+        seconds[which] = TimeIt([&] { b.Linear(xm, weights[next++ % copies], nullptr, ym); }, z.warmup, z.gemv_iters);
+      }
+      char line[256];
+      std::snprintf(line, sizeof line, "| %s | %lld -> %lld | %lld | %.2f us | %.2f us | %.0f (%.0f%%) | %.0f (%.0f%%) |\n",
+                    p.name, static_cast<long long>(p.K), static_cast<long long>(p.N), static_cast<long long>(m),
+                    seconds[0] * 1e6, seconds[1] * 1e6, bytes / seconds[0] / 1e9, 100 * bytes / seconds[0] / bw,
+                    bytes / seconds[1] / 1e9, 100 * bytes / seconds[1] / bw);
       table << line;
     }
   }
@@ -473,7 +527,7 @@ absl::Status ModelSection(const Sizes& z, const std::filesystem::path& dir, cons
 
 int Run(int argc, char** argv) {
   std::string models, out_path = "bench/results/gpu_bench.md";
-  std::string sections = "attention,models,throughput";
+  std::string sections = "gemv,attention,models,throughput";
   int throughput_seqs = 256;
   Sizes z;
   std::filesystem::path workdir = std::filesystem::temp_directory_path();
@@ -527,6 +581,11 @@ int Run(int argc, char** argv) {
     return dir;
   };
   int rc = 0;
+  if (wants("gemv")) {
+    std::fprintf(stderr, "gpu_bench: small-batch Linear, GEMV vs cuBLAS\n");
+    if (!GemvSection(z, bw, table)) rc = 1;
+    flush();
+  }
   if (wants("attention")) {
     std::fprintf(stderr, "gpu_bench: decode attention, fast vs reference kernels\n");
     if (!AttentionSplitSection(z, bw, table)) rc = 1;

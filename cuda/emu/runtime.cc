@@ -92,6 +92,15 @@ cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t count, cudaMemcpy
   return cudaMemcpy(dst, src, count, kind);
 }
 
+cudaError_t cudaMemcpy2DAsync(void* dst, size_t dpitch, const void* src, size_t spitch, size_t width,
+                              size_t height, cudaMemcpyKind, cudaStream_t) {
+  if (width > dpitch || width > spitch) return Fail(cudaErrorInvalidPitchValue);
+  for (size_t row = 0; row < height && width > 0; ++row) {
+    std::memmove(static_cast<char*>(dst) + row * dpitch, static_cast<const char*>(src) + row * spitch, width);
+  }
+  return cudaSuccess;
+}
+
 cudaError_t cudaMemset(void* ptr, int value, size_t count) {
   if (count > 0) std::memset(ptr, value, count);
   return cudaSuccess;

@@ -209,6 +209,11 @@ inline float __int_as_float(unsigned bits) {
   return f;
 }
 inline float __uint_as_float(unsigned bits) { return __int_as_float(bits); }
+inline unsigned __float_as_uint(float f) {
+  unsigned bits;
+  std::memcpy(&bits, &f, sizeof(bits));
+  return bits;
+}
 inline int min(int a, int b) { return a < b ? a : b; }
 inline int max(int a, int b) { return a > b ? a : b; }
 inline int64_t min(int64_t a, int64_t b) { return a < b ? a : b; }

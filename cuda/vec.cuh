@@ -1,0 +1,45 @@
+// 16-byte vector access to bf16 data: 8 elements per load or store (one
+// uint4, a single 128-bit memory instruction on the GPU). The pointers must be
+// 16-byte aligned; Aligned16 says whether they are. Include only from .cu files.
+#pragma once
+
+#include <cstdint>
+
+#include "cuda/simt.cuh"
+
+namespace tpserve::cuda {
+
+inline constexpr int kBf16PerVec = 8;  // bf16 elements in one 16-byte vector
+
+inline bool Aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
+
+// The 8 bf16 of v (element 0 in the low half of v.x) as floats; exact.
+__device__ __forceinline__ void UnpackBf16x8(const uint4& v, float (&f)[kBf16PerVec]) {
+  const uint32_t words[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    f[2 * i] = __uint_as_float(words[i] << 16);
+    f[2 * i + 1] = __uint_as_float(words[i] & 0xffff0000u);
+  }
+}
+
+// 8 floats rounded to bf16 (round to nearest even, as __float2bfloat16) in one vector.
+__device__ __forceinline__ uint4 PackBf16x8(const float (&f)[kBf16PerVec]) {
+  uint32_t words[4];
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    words[i] = uint32_t{__bfloat16_as_ushort(__float2bfloat16(f[2 * i]))} |
+               (uint32_t{__bfloat16_as_ushort(__float2bfloat16(f[2 * i + 1]))} << 16);
+  }
+  return uint4{words[0], words[1], words[2], words[3]};
+}
+
+// The i-th 16-byte vector of p (elements 8i .. 8i+7).
+__device__ __forceinline__ uint4 LoadBf16x8(const __nv_bfloat16* p, int64_t i) {
+  return reinterpret_cast<const uint4*>(p)[i];
+}
+__device__ __forceinline__ void StoreBf16x8(__nv_bfloat16* p, int64_t i, const uint4& v) {
+  reinterpret_cast<uint4*>(p)[i] = v;
+}
+
+}  // namespace tpserve::cuda
