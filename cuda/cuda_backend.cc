@@ -19,6 +19,8 @@
 #include "cuda/embedding.cuh"
 #include "cuda/gather_rows.cuh"
 #include "cuda/kv_store.cuh"
+#include "cuda/prefill_attention.cuh"
+#include "cuda/prefill_tiles.h"
 #include "cuda/qk_norm_rope.cuh"
 #include "cuda/rmsnorm.cuh"
 #include "cuda/silu_mul.cuh"
@@ -295,14 +297,41 @@ class CudaBackend final : public Backend {
                                          attention_partitions_) <= attention_workspace_floats_ &&
         // BeginStep holds reserved steps to max_blocks_per_seq, so this holds then.
         int64_t{s.max_token_position} < int64_t{attention_partitions_} * split.partition_size;
+    const bool prefill_done = AttendPrefillRows(a, first_decode);
     if (!use_split) {
-      Launched("Attention", cuda::LaunchPagedAttention(a, stream_));
+      Launched("Attention", cuda::LaunchPagedAttention(prefill_done ? RowsFrom(a, first_decode) : a, stream_));
       return;
     }
-    a.num_tokens = first_decode;  // the prefill rows
-    Launched("Attention", cuda::LaunchPagedAttention(a, stream_));
-    a.num_tokens = s.num_tokens;
+    if (!prefill_done) {
+      a.num_tokens = first_decode;  // the prefill rows
+      Launched("Attention", cuda::LaunchPagedAttention(a, stream_));
+      a.num_tokens = s.num_tokens;
+    }
     Launched("Attention", cuda::LaunchSplitDecodeAttention(a, split, stream_));
+  }
+
+  // The prefill rows [0, first_decode) through the tensor-core prefill kernel
+  // (cuda/prefill_attention.cuh) over the tiles BeginStep planned, under the
+  // fast kernel set and a head dim it covers; false when it left them to the
+  // reference kernel. Prefill steps run eagerly (graphs hold decode steps
+  // only, where first_decode is 0), so the grid may follow the step.
+  bool AttendPrefillRows(const cuda::PagedAttentionArgs& a, int64_t first_decode) {
+    if (kernels_ != cuda::KernelSet::kFast || first_decode == 0 || !cuda::PrefillAttentionCovers(a.head_dim)) {
+      return false;
+    }
+    Launched("Attention", cuda::LaunchPrefillAttention(a, step_.prefill_tiles, step_.num_prefill_tiles, stream_));
+    return true;
+  }
+
+  // `a` for its rows [first, num_tokens) only (the kernels index rows from 0).
+  static cuda::PagedAttentionArgs RowsFrom(cuda::PagedAttentionArgs a, int64_t first) {
+    const int64_t width = int64_t{a.num_heads + 2 * a.num_kv_heads} * a.head_dim;
+    a.qkv += first * width;
+    a.token_seq += first;
+    a.positions += first;
+    a.out += first * int64_t{a.num_heads} * a.head_dim;
+    a.num_tokens -= first;
+    return a;
   }
 
   void GatherRows(const Tensor& x, Tensor out) override {
@@ -325,6 +354,8 @@ class CudaBackend final : public Backend {
     const int32_t* token_seq = nullptr;       // [T] sequence of each token
     const int32_t* block_tables = nullptr;    // [S, max_blocks_per_seq]
     const int32_t* logits_indices = nullptr;  // [S]
+    const cuda::PrefillTile* prefill_tiles = nullptr;  // [num_prefill_tiles] (cuda/prefill_tiles.h)
+    int64_t num_prefill_tiles = 0;
   };
 
   // Host synchronisation, allocation and a new step cannot be captured.
@@ -453,9 +484,12 @@ absl::Status CudaBackend::ReserveAttentionWorkspace() {
 
 // The packed step metadata in step_host_ / step_device_ for T tokens, S
 // sequences and max_blocks_per_seq block-table columns. The block table comes
-// last, so a step uploads [0, tables + S · its own columns) in one copy.
+// after the per-token and per-sequence arrays, so a step uploads [0, tables +
+// S · its own columns) in one copy; the prefill tiles (cuda/prefill_tiles.h)
+// come last, in a second copy that only steps with prefill rows make.
 struct StepLayout {
-  size_t slots = 0, ids = 0, pos = 0, seq = 0, logits = 0, tables = 0, total = 0;  // byte offsets
+  size_t slots = 0, ids = 0, pos = 0, seq = 0, logits = 0, tables = 0, tiles = 0, total = 0;  // byte offsets
+  int64_t max_tiles = 0;
   StepLayout(size_t T, size_t S, size_t max_blocks_per_seq) {
     auto round8 = [](size_t b) { return (b + 7) / 8 * 8; };
     slots = 0;                                               // [T] int64
@@ -464,9 +498,22 @@ struct StepLayout {
     seq = pos + round8(T * sizeof(int32_t));                 // [T] int32 sequence of each token
     logits = seq + round8(T * sizeof(int32_t));              // [S] int32
     tables = logits + round8(S * sizeof(int32_t));           // [S, max_blocks_per_seq] int32
-    total = std::max<size_t>(tables + round8(S * max_blocks_per_seq * sizeof(int32_t)), 8);
+    tiles = tables + round8(S * max_blocks_per_seq * sizeof(int32_t));  // [max_tiles] PrefillTile
+    max_tiles = cuda::PrefillTileCapacity(static_cast<int64_t>(T), static_cast<int64_t>(S), cuda::kPrefillTileRows);
+    total = std::max<size_t>(tiles + static_cast<size_t>(max_tiles) * sizeof(cuda::PrefillTile), 8);
   }
 };
+
+// The query tiles of the step's prefill sequences (cuda/prefill_tiles.h) into
+// `host` (the layout's tile region); how many. The layout holds the most a
+// step of its size can have, so running out is a bug.
+int64_t PlanStepPrefillTiles(const StepMetadata& step, const StepLayout& layout, unsigned char* host) {
+  auto* tiles = reinterpret_cast<cuda::PrefillTile*>(host);
+  const int64_t n = cuda::PlanPrefillTiles(step.query_start.data(), step.positions.data(), step.num_prefill_seqs,
+                                           cuda::kPrefillTileRows, tiles, layout.max_tiles);
+  TPSERVE_CHECK(n >= 0, "BeginStep: the prefill tiles of the step exceed the layout's ", layout.max_tiles);
+  return n;
+}
 
 absl::Status CudaBackend::ReserveStepBuffers() {
   const StepLayout layout(static_cast<size_t>(capacity_.max_tokens), static_cast<size_t>(capacity_.max_seqs),
@@ -570,6 +617,11 @@ absl::Status CudaBackend::BeginStep(const StepMetadata& step, int64_t num_blocks
     std::memcpy(h + layout.tables, step.block_tables.data(), step.block_tables.size() * sizeof(int32_t));
   }
   CUDA_CHECK(cudaMemcpyAsync(step_device_, step_host_, upload, cudaMemcpyHostToDevice, stream_));
+  const int64_t tiles = PlanStepPrefillTiles(step, layout, h + layout.tiles);
+  if (tiles > 0) {
+    CUDA_CHECK(cudaMemcpyAsync(step_device_ + layout.tiles, h + layout.tiles, tiles * sizeof(cuda::PrefillTile),
+                               cudaMemcpyHostToDevice, stream_));
+  }
   CUDA_CHECK(cudaEventRecord(upload_done_, stream_));
 
   unsigned char* d = step_device_;
@@ -586,6 +638,8 @@ absl::Status CudaBackend::BeginStep(const StepMetadata& step, int64_t num_blocks
   step_.token_seq = reinterpret_cast<const int32_t*>(d + layout.seq);
   step_.block_tables = reinterpret_cast<const int32_t*>(d + layout.tables);
   step_.logits_indices = reinterpret_cast<const int32_t*>(d + layout.logits);
+  step_.prefill_tiles = reinterpret_cast<const cuda::PrefillTile*>(d + layout.tiles);
+  step_.num_prefill_tiles = tiles;
   has_step_ = true;
   return absl::OkStatus();
 }
