@@ -16,8 +16,11 @@
 // the warps' partial results are merged at the end.
 //
 // Decode tokens over long contexts take the split path below (flash-decoding)
-// once the backend has a workspace (CudaBackend::Reserve). Not yet here: a
-// query-tiled prefill kernel that reads each K/V tile once for many tokens.
+// once the backend has a workspace (CudaBackend::Reserve). Prefill rows take
+// the query-tiled tensor-core kernel of prefill_attention.cuh, which reads
+// each K/V tile once for 64 rows, under the fast kernel set
+// (kernel_set.h) and head dims 64 and 128; this kernel is their reference and
+// serves every other case.
 #pragma once
 
 #include <cstdint>
