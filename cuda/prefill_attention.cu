@@ -50,25 +50,53 @@ __device__ inline void StoreBits(void* p, const T& v) {
 }
 __device__ inline uint32_t Load32(const void* p) { return LoadBits<uint32_t>(p); }
 
-// Keys [k0, k0 + kBN) of the sequence (table) for KV head kvh into `tile`;
-// keys at or past ctx are zeros (their scores are masked, and a zero V row
-// keeps P·V finite).
+// One thread's share of a K or V tile in flight from global memory to shared:
+// 16-byte pieces c = threadIdx.x + i · kThreads of the tile's kBN rows
+// (row c / (HD / 8), dims 8 · (c % (HD / 8)) ..). Loading into registers
+// first lets the next tile's loads overlap this tile's mma.
 template <int HD>
-__device__ void LoadKvTile(const PagedAttentionArgs& a, const int32_t* table, int kvh, int k0, int ctx,
-                           KvTile<HD>& tile) {
-  constexpr int kChunks = HD / 8;  // 16-byte pieces per row
-  for (int c = threadIdx.x; c < kBN * kChunks; c += kThreads) {
-    const int r = c / kChunks, col = (c % kChunks) * 8, key = k0 + r;
-    uint4 kv = {0u, 0u, 0u, 0u}, vv = {0u, 0u, 0u, 0u};
-    if (key < ctx) {
-      const int64_t row = (KeySlot(table, key, a.block_size) * a.num_kv_heads + kvh) * HD + col;
-      kv = LoadBits<uint4>(a.k_cache + row);
-      vv = LoadBits<uint4>(a.v_cache + row);
-    }
-    StoreBits(&tile.k[r][col], kv);
-    const uint32_t v4[4] = {vv.x, vv.y, vv.z, vv.w};  // dims col .. col + 7, two per word, low first
+struct TileLoads {
+  static constexpr int kChunks = HD / 8;  // 16-byte pieces per row
+  static constexpr int kPerThread = kBN * kChunks / kThreads;
+  static_assert(kBN * kChunks % kThreads == 0, "whole pieces per thread");
+  uint4 piece[kPerThread];
+};
+
+// Keys [k0, k0 + kBN) of the sequence (table) for KV head kvh from `cache`
+// (K or V); keys at or past ctx are zeros (their scores are masked, and a
+// zero V row keeps P·V finite).
+template <int HD>
+__device__ void LoadTile(const PagedAttentionArgs& a, const bf16* cache, const int32_t* table, int kvh, int k0,
+                         int ctx, TileLoads<HD>& in) {
+  constexpr int kChunks = TileLoads<HD>::kChunks;
 #pragma unroll
-    for (int i = 0; i < 8; ++i) tile.vt[col + i][r] = static_cast<uint16_t>(i % 2 ? v4[i / 2] >> 16 : v4[i / 2] & 0xffffu);
+  for (int i = 0; i < TileLoads<HD>::kPerThread; ++i) {
+    const int c = threadIdx.x + i * kThreads, r = c / kChunks, col = (c % kChunks) * 8, key = k0 + r;
+    in.piece[i] = uint4{0u, 0u, 0u, 0u};
+    if (key < ctx) in.piece[i] = LoadBits<uint4>(cache + (KeySlot(table, key, a.block_size) * a.num_kv_heads + kvh) * HD + col);
+  }
+}
+
+template <int HD>
+__device__ void StoreK(const TileLoads<HD>& in, KvTile<HD>& tile) {
+  constexpr int kChunks = TileLoads<HD>::kChunks;
+#pragma unroll
+  for (int i = 0; i < TileLoads<HD>::kPerThread; ++i) {
+    const int c = threadIdx.x + i * kThreads;
+    StoreBits(&tile.k[c / kChunks][(c % kChunks) * 8], in.piece[i]);
+  }
+}
+
+// V transposed: the piece's 8 dims (two per word, low first) go to 8 rows of vt.
+template <int HD>
+__device__ void StoreVt(const TileLoads<HD>& in, KvTile<HD>& tile) {
+  constexpr int kChunks = TileLoads<HD>::kChunks;
+#pragma unroll
+  for (int i = 0; i < TileLoads<HD>::kPerThread; ++i) {
+    const int c = threadIdx.x + i * kThreads, r = c / kChunks, col = (c % kChunks) * 8;
+    const uint32_t w[4] = {in.piece[i].x, in.piece[i].y, in.piece[i].z, in.piece[i].w};
+#pragma unroll
+    for (int j = 0; j < 8; ++j) tile.vt[col + j][r] = static_cast<uint16_t>(j % 2 ? w[j / 2] >> 16 : w[j / 2] & 0xffffu);
   }
 }
 
@@ -114,12 +142,11 @@ struct RowState {
 
 // S = Q·Kᵀ for the warp's 16 rows and the tile's kBN keys, scaled, masked when
 // `masked` (key > the row's position → −∞); then the online-softmax update of
-// `st` and O += P·V.
+// `st` (its O rescaled) and P = e^(S − max) into s, in S's C-fragment layout.
 template <int HD>
-__device__ void AttendKeyTile(const KvTile<HD>& kv, const uint32_t (&q)[HD / 16][4], float scale, int k0,
-                              bool masked, const int (&row_pos)[2], RowState<HD>& st) {
+__device__ void ScoreKeyTile(const KvTile<HD>& kv, const uint32_t (&q)[HD / 16][4], float scale, int k0,
+                             bool masked, const int (&row_pos)[2], RowState<HD>& st, float (&s)[kBN / 8][4]) {
   const int lane = threadIdx.x % kWarpSize, g = lane / 4, t = lane % 4;
-  float s[kBN / 8][4];
 #pragma unroll
   for (int nt = 0; nt < kBN / 8; ++nt) {
     s[nt][0] = s[nt][1] = s[nt][2] = s[nt][3] = 0.f;
@@ -163,7 +190,12 @@ __device__ void AttendKeyTile(const KvTile<HD>& kv, const uint32_t (&q)[HD / 16]
 #pragma unroll
     for (int i = 0; i < 4; ++i) st.o[nd][i] *= correction[i / 2];
   }
-  // P (C layout of S, two key n-tiles per k-chunk) is the A operand of P·V.
+}
+
+// O += P·V: P (C layout of S, two key n-tiles per k-chunk) is the A operand.
+template <int HD>
+__device__ void AccumulateValues(const KvTile<HD>& kv, const float (&s)[kBN / 8][4], RowState<HD>& st) {
+  const int lane = threadIdx.x % kWarpSize, g = lane / 4, t = lane % 4;
 #pragma unroll
   for (int kc = 0; kc < kBN / 16; ++kc) {
     const uint32_t p[4] = {PackFloatsBf16x2(s[2 * kc][0], s[2 * kc][1]), PackFloatsBf16x2(s[2 * kc][2], s[2 * kc][3]),
@@ -197,11 +229,21 @@ __global__ void __launch_bounds__(kThreads) PrefillAttentionKernel(PagedAttentio
 
   const int32_t* table = a.block_tables + int64_t{tile.seq} * a.max_blocks_per_seq;
   const int ctx = TileContext(tile), key_tiles = KeyTiles(tile, kBN), first_masked = FirstMaskedKeyTile(tile, kBN);
+  // Software pipeline: V of tile kt loads while its scores are computed, K of
+  // tile kt + 1 while its values are accumulated.
+  TileLoads<HD> in;
+  LoadTile<HD>(a, a.k_cache, table, kvh, 0, ctx, in);
+  StoreK<HD>(in, kv);
   for (int kt = 0; kt < key_tiles; ++kt) {
-    __syncthreads();  // every warp is done with the previous tile
-    LoadKvTile<HD>(a, table, kvh, kt * kBN, ctx, kv);
-    __syncthreads();
-    AttendKeyTile<HD>(kv, q, a.scale, kt * kBN, kt >= first_masked, row_pos, st);
+    LoadTile<HD>(a, a.v_cache, table, kvh, kt * kBN, ctx, in);
+    __syncthreads();  // K of tile kt stored; every warp done reading V of tile kt − 1
+    float p[kBN / 8][4];
+    ScoreKeyTile<HD>(kv, q, a.scale, kt * kBN, kt >= first_masked, row_pos, st, p);
+    StoreVt<HD>(in, kv);
+    if (kt + 1 < key_tiles) LoadTile<HD>(a, a.k_cache, table, kvh, (kt + 1) * kBN, ctx, in);
+    __syncthreads();  // V of tile kt stored; every warp done reading K of tile kt
+    AccumulateValues<HD>(kv, p, st);
+    if (kt + 1 < key_tiles) StoreK<HD>(in, kv);
   }
 
   const int64_t out_width = int64_t{a.num_heads} * HD;
