@@ -269,8 +269,11 @@ bool PrefillAttentionCovers(int head_dim) { return head_dim == 64 || head_dim ==
 cudaError_t LaunchPrefillAttention(const PagedAttentionArgs& a, const PrefillTile* tiles, int64_t num_tiles,
                                    cudaStream_t stream) {
   if (num_tiles == 0) return cudaSuccess;
+  // The kernel moves K/V rows in 16-byte pieces and q/out in 4-byte pairs.
+  const auto aligned = [](const void* p, uintptr_t n) { return reinterpret_cast<uintptr_t>(p) % n == 0; };
   if (!PrefillAttentionCovers(a.head_dim) || a.num_kv_heads <= 0 || a.num_heads % a.num_kv_heads != 0 ||
-      a.num_heads > 65535 || a.block_size <= 0 || tiles == nullptr || num_tiles < 0 || num_tiles > 0x7fffffff) {
+      a.num_heads > 65535 || a.block_size <= 0 || tiles == nullptr || num_tiles < 0 || num_tiles > 0x7fffffff ||
+      !aligned(a.k_cache, 16) || !aligned(a.v_cache, 16) || !aligned(a.qkv, 4) || !aligned(a.out, 4)) {
     return cudaErrorInvalidValue;
   }
   const dim3 grid(static_cast<unsigned>(num_tiles), static_cast<unsigned>(a.num_heads));

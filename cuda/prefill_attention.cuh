@@ -39,7 +39,8 @@ bool PrefillAttentionCovers(int head_dim);
 // Attention of the rows the `num_tiles` tiles name (tiles: device array of
 // PlanPrefillTiles with tile_rows = kPrefillTileRows). a.num_tokens bounds the
 // rows. cudaErrorInvalidValue for a head dim not covered, Hq % Hkv != 0, more
-// than 65535 query heads, or a null tile array with tiles to run.
+// than 65535 query heads, a null tile array with tiles to run, or caches not
+// 16-byte aligned (qkv and out: 4-byte).
 cudaError_t LaunchPrefillAttention(const PagedAttentionArgs& a, const PrefillTile* tiles, int64_t num_tiles,
                                    cudaStream_t stream);
 
