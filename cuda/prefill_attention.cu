@@ -19,12 +19,16 @@ constexpr int kBM = kPrefillTileRows, kBN = kPrefillKeyTile;
 static_assert(kBM == kWarps * 16, "one m16 row block per warp");
 constexpr int kPad = 8;  // bf16 per shared row beyond the data: rows stay 16-byte aligned, banks rotate
 
-// One K/V tile in shared memory as bf16 bits: K as [key][d], V transposed as
-// [d][key], so both mma B operands read two adjacent bf16 as one 32-bit word.
+// One K/V tile in shared memory as bf16 bits, both [key][d] as in the cache
+// (16-byte stores). The Q·Kᵀ B operand reads two adjacent dims of a key as one
+// 32-bit word; the P·V one pairs two keys' values of one dim from two 16-bit
+// reads. With rows of HD + kPad halves, a warp's reads of either hit 32
+// different banks or share a word, and a transposed store (V as [d][key]),
+// which would make the second operand one word, conflicts 16 ways instead.
 template <int HD>
 struct KvTile {
   alignas(16) uint16_t k[kBN][HD + kPad];
-  alignas(16) uint16_t vt[HD][kBN + kPad];
+  alignas(16) uint16_t v[kBN][HD + kPad];
 };
 
 // Bits moved between differently typed views of memory (the addresses are
@@ -77,31 +81,20 @@ __device__ void LoadTile(const PagedAttentionArgs& a, const bf16* cache, const i
   }
 }
 
+// The pieces into `rows` (the tile's k or v).
 template <int HD>
-__device__ void StoreK(const TileLoads<HD>& in, KvTile<HD>& tile) {
+__device__ void StoreTile(const TileLoads<HD>& in, uint16_t (*rows)[HD + kPad]) {
   constexpr int kChunks = TileLoads<HD>::kChunks;
 #pragma unroll
   for (int i = 0; i < TileLoads<HD>::kPerThread; ++i) {
     const int c = threadIdx.x + i * kThreads;
-    StoreBits(&tile.k[c / kChunks][(c % kChunks) * 8], in.piece[i]);
+    StoreBits(&rows[c / kChunks][(c % kChunks) * 8], in.piece[i]);
   }
 }
 
-// V transposed: the piece's 8 dims (two per word, low first) go to 8 rows of vt.
-template <int HD>
-__device__ void StoreVt(const TileLoads<HD>& in, KvTile<HD>& tile) {
-  constexpr int kChunks = TileLoads<HD>::kChunks;
-#pragma unroll
-  for (int i = 0; i < TileLoads<HD>::kPerThread; ++i) {
-    const int c = threadIdx.x + i * kThreads, r = c / kChunks, col = (c % kChunks) * 8;
-    const uint32_t w[4] = {in.piece[i].x, in.piece[i].y, in.piece[i].z, in.piece[i].w};
-#pragma unroll
-    for (int j = 0; j < 8; ++j) tile.vt[col + j][r] = static_cast<uint16_t>(j % 2 ? w[j / 2] >> 16 : w[j / 2] & 0xffffu);
-  }
-}
-
-// Row r's query (head h) as A fragments: q[kk] covers dims 16kk .. 16kk + 15
-// of the warp's rows g and g + 8 (mma.cuh's layout); rows past the tile are 0.
+// The lane's query rows row_g and row_g + 8 of the tile (head h) as A
+// fragments (mma.cuh's layout): q[kk] covers dims 16kk .. 16kk + 15; rows past
+// the tile are 0.
 template <int HD>
 __device__ void LoadQueryFragments(const PagedAttentionArgs& a, const PrefillTile& tile, int h, int row_g,
                                    uint32_t (&q)[HD / 16][4]) {
@@ -122,7 +115,7 @@ __device__ void LoadQueryFragments(const PagedAttentionArgs& a, const PrefillTil
   }
 }
 
-// The max (op = max) or sum over the 4 lanes that share a row.
+// Max and sum over the 4 lanes (t = 0 .. 3) that hold a row's values.
 __device__ inline float RowMax(float v) {
   v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 1));
   return fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 2));
@@ -192,7 +185,9 @@ __device__ void ScoreKeyTile(const KvTile<HD>& kv, const uint32_t (&q)[HD / 16][
   }
 }
 
-// O += P·V: P (C layout of S, two key n-tiles per k-chunk) is the A operand.
+// O += P·V: P (C layout of S, two key n-tiles per k-chunk) is the A operand;
+// B = V[keys 16kc ..][dims 8nd ..] pairs keys 2t, 2t + 1 (b[0]) and 2t + 8,
+// 2t + 9 (b[1]) of dim g, the lower key in the low half.
 template <int HD>
 __device__ void AccumulateValues(const KvTile<HD>& kv, const float (&s)[kBN / 8][4], RowState<HD>& st) {
   const int lane = threadIdx.x % kWarpSize, g = lane / 4, t = lane % 4;
@@ -203,7 +198,9 @@ __device__ void AccumulateValues(const KvTile<HD>& kv, const float (&s)[kBN / 8]
                            PackFloatsBf16x2(s[2 * kc + 1][2], s[2 * kc + 1][3])};
 #pragma unroll
     for (int nd = 0; nd < HD / 8; ++nd) {
-      const uint32_t b[2] = {Load32(&kv.vt[nd * 8 + g][kc * 16 + 2 * t]), Load32(&kv.vt[nd * 8 + g][kc * 16 + 2 * t + 8])};
+      const int key = kc * 16 + 2 * t, d = nd * 8 + g;
+      const uint32_t b[2] = {uint32_t{kv.v[key][d]} | uint32_t{kv.v[key + 1][d]} << 16,
+                             uint32_t{kv.v[key + 8][d]} | uint32_t{kv.v[key + 9][d]} << 16};
       MmaBf16M16N8K16(st.o[nd], p, b, st.o[nd]);
     }
   }
@@ -233,17 +230,17 @@ __global__ void __launch_bounds__(kThreads) PrefillAttentionKernel(PagedAttentio
   // tile kt + 1 while its values are accumulated.
   TileLoads<HD> in;
   LoadTile<HD>(a, a.k_cache, table, kvh, 0, ctx, in);
-  StoreK<HD>(in, kv);
+  StoreTile<HD>(in, kv.k);
   for (int kt = 0; kt < key_tiles; ++kt) {
     LoadTile<HD>(a, a.v_cache, table, kvh, kt * kBN, ctx, in);
     __syncthreads();  // K of tile kt stored; every warp done reading V of tile kt − 1
     float p[kBN / 8][4];
     ScoreKeyTile<HD>(kv, q, a.scale, kt * kBN, kt >= first_masked, row_pos, st, p);
-    StoreVt<HD>(in, kv);
+    StoreTile<HD>(in, kv.v);
     if (kt + 1 < key_tiles) LoadTile<HD>(a, a.k_cache, table, kvh, (kt + 1) * kBN, ctx, in);
     __syncthreads();  // V of tile kt stored; every warp done reading K of tile kt
     AccumulateValues<HD>(kv, p, st);
-    if (kt + 1 < key_tiles) StoreK<HD>(in, kv);
+    if (kt + 1 < key_tiles) StoreTile<HD>(in, kv.k);
   }
 
   const int64_t out_width = int64_t{a.num_heads} * HD;

@@ -9,8 +9,8 @@
 //   * the tile's up to 64 query rows are loaded once into bf16 mma fragments
 //     (warp w takes rows 16w .. 16w + 15);
 //   * K/V tiles of 64 keys are walked through the block table (16-byte loads
-//     into shared memory; V stored transposed for the P·V operand; keys past
-//     the tile's context are zeros);
+//     through registers into shared memory, the next tile's loads in flight
+//     during this tile's mma; keys past the tile's context are zeros);
 //   * S = Q·Kᵀ and O += P·V run on mma.m16n8k16 bf16 with fp32 accumulation
 //     (mma.cuh), P rounded to bf16 for the second product;
 //   * the softmax is online, per row in registers (running max and sum, the
