@@ -181,6 +181,16 @@ class Backend {
   virtual void StoreKv(const Tensor& qkv /*[T, (Hq + 2 Hkv) · hd]*/, const AttentionShape& shape,
                        KvCacheLayer cache) = 0;
 
+  // QkNormRope, then StoreKv, on the same qkv and cache: what a decoder layer
+  // does before Attention. A backend may fuse the two into one pass (the CUDA
+  // backend's fast kernel set does); the results are those of the two ops.
+  virtual void QkNormRopeStoreKv(Tensor qkv /*[T, (Hq + 2 Hkv) · hd]*/, const AttentionShape& shape,
+                                 const Tensor* q_norm, const Tensor* k_norm, float eps,
+                                 const Tensor& rope /*[max_position, hd] f32*/, KvCacheLayer cache) {
+    QkNormRope(qkv, shape, q_norm, k_norm, eps, rope);
+    StoreKv(qkv, shape, cache);
+  }
+
   // Causal attention of each new token over its sequence's whole context
   // (positions 0 .. seq_len - 1, read from the cache through the block tables;
   // StoreKv must have run for this step's tokens). GQA: query head h reads KV

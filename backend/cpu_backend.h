@@ -16,9 +16,12 @@ namespace tpserve {
 class CpuBackend final : public Backend {
  public:
   // num_threads: threads OpenBLAS may use for GEMM (process-wide setting).
-  explicit CpuBackend(int num_threads = 1);
+  // batch_invariant: every GEMM takes CpuGemmFallback (single-threaded), whose
+  // rows do not depend on the batch (cpu_gemm.h), so a sequence's logits are
+  // bitwise the same whatever it is batched with, chunked or preempted.
+  explicit CpuBackend(int num_threads = 1, bool batch_invariant = false);
 
-  std::string name() const override { return "cpu"; }
+  std::string name() const override { return batch_invariant_ ? "cpu (batch-invariant)" : "cpu"; }
   Device device() const override { return Device::kCpu; }
   DType compute_dtype() const override { return DType::kF32; }
   int num_threads() const { return num_threads_; }
@@ -58,11 +61,21 @@ class CpuBackend final : public Backend {
   StepMetadata CurrentStep(const char* op) const;
 
   int num_threads_;
+  bool batch_invariant_;
   bool has_step_ = false;
   ValidatedStep step_;
 };
 
-// The CPU backend with `num_threads` GEMM threads (at least 1).
-std::unique_ptr<Backend> MakeCpuBackend(int num_threads = 1);
+// The CPU backend with `num_threads` GEMM threads (at least 1), batch-invariant
+// or not (CpuBackend's constructor).
+std::unique_ptr<Backend> MakeCpuBackend(int num_threads = 1, bool batch_invariant = false);
+
+// The environment variable that makes a worker's CPU backend batch-invariant
+// ("1"; "0" or unset: not), for reproducible outputs and the tests that compare
+// two servers' sampled tokens.
+inline constexpr char kBatchInvariantEnv[] = "TPSERVE_BATCH_INVARIANT";
+// TPSERVE_BATCH_INVARIANT as a bool; INVALID_ARGUMENT naming it for a value
+// other than "0", "1" or empty.
+absl::StatusOr<bool> BatchInvariantFromEnvironment();
 
 }  // namespace tpserve

@@ -27,17 +27,19 @@ inline F4 Load4(const float* p) {
 }
 
 // out[r] += Σ_k x[r][k] · w[k] for r < MR, over one K block of length kc, with
-// NV independent 4-lane partial sums per row (enough independent additions to
-// hide their latency; vectorised without -ffast-math).
-template <int MR, int NV = (MR == 1 ? 4 : 2)>
+// two independent 4-lane partial sums per row (enough independent additions to
+// hide their latency; vectorised without -ffast-math). Each row's sum is
+// formed in the same order whatever MR is, so a row's result does not depend
+// on how many rows share the call (CpuGemmFallback's batch invariance).
+template <int MR>
 inline void DotRows(const float* x /*[MR, ldx]*/, int64_t ldx, const float* w /*[kc]*/,
                     int64_t kc, float* out /*[MR], accumulated into*/, int64_t ldo) {
-  constexpr int kStep = 4 * NV;
-  F4 acc[MR][NV] = {};
+  constexpr int kNV = 2, kStep = 4 * kNV;
+  F4 acc[MR][kNV] = {};
   int64_t k = 0;
   for (; k + kStep <= kc; k += kStep) {
-#pragma GCC unroll 4
-    for (int v = 0; v < NV; ++v) {
+#pragma GCC unroll 2
+    for (int v = 0; v < kNV; ++v) {
       const F4 wv = Load4(w + k + 4 * v);
 #pragma GCC unroll 4
       for (int r = 0; r < MR; ++r) acc[r][v] += Load4(x + r * ldx + k + 4 * v) * wv;
@@ -45,7 +47,7 @@ inline void DotRows(const float* x /*[MR, ldx]*/, int64_t ldx, const float* w /*
   }
   for (int r = 0; r < MR; ++r) {
     float s = 0.f;
-    for (int v = 0; v < NV; ++v) {
+    for (int v = 0; v < kNV; ++v) {
       for (int l = 0; l < 4; ++l) s += acc[r][v][l];
     }
     for (int64_t kk = k; kk < kc; ++kk) s += x[r * ldx + kk] * w[kk];
@@ -69,10 +71,10 @@ void CpuGemmFallback(const float* x, const float* w, const float* bias, float* y
                      int64_t N, int64_t K) {
   InitOutput(bias, y, M, N);
   // A [kBlockN, kBlockK] slab of w (128 KiB) stays in L2 while every group of 4
-  // x rows passes over it. With fewer than 4 rows w is read once anyway: stream it.
-  const int64_t block_k = M >= 4 ? kBlockK : std::max<int64_t>(K, 1);
-  for (int64_t k0 = 0; k0 < K; k0 += block_k) {
-    const int64_t kc = std::min(block_k, K - k0);
+  // x rows passes over it. The K blocks are the same for every M, so each
+  // element is summed in one order whatever the batch (cpu_gemm.h).
+  for (int64_t k0 = 0; k0 < K; k0 += kBlockK) {
+    const int64_t kc = std::min(kBlockK, K - k0);
     for (int64_t n0 = 0; n0 < N; n0 += kBlockN) {
       const int64_t n1 = std::min(N, n0 + kBlockN);
       int64_t m = 0;

@@ -14,7 +14,12 @@ namespace tpserve {
 void CpuGemm(const float* x, const float* w, const float* bias, float* y, int64_t M, int64_t N,
              int64_t K);
 
-// The plain C++ path (cache-blocked dot products), used when OpenBLAS is absent.
+// The plain C++ path (cache-blocked dot products), used when OpenBLAS is absent
+// and in batch-invariant mode. Batch-invariant: row m of y is bitwise the same
+// whatever M is and wherever the row sits in x, because every element is
+// summed over the same K blocks in the same order. OpenBLAS is not (its sgemm
+// rounds a row differently with M, and sgemv differs from both), so a sampled
+// token at a near-tie can change with the batch a sequence shares.
 void CpuGemmFallback(const float* x, const float* w, const float* bias, float* y, int64_t M,
                      int64_t N, int64_t K);
 

@@ -220,19 +220,7 @@ class CudaBackend final : public Backend {
   void QkNormRope(Tensor qkv, const AttentionShape& shape, const Tensor* q_norm,
                   const Tensor* k_norm, float eps, const Tensor& rope) override {
     const Step& s = CurrentStep("QkNormRope");
-    const int64_t hd = shape.head_dim;
-    ExpectShape("QkNormRope", shape);
-    Expect(hd <= cuda::kMaxRopeHeadDim, "QkNormRope", "head_dim ", hd, " is above the kernel's ",
-           cuda::kMaxRopeHeadDim);
-    ExpectRows("QkNormRope", "qkv", qkv, s.num_tokens, shape.qkv_width());
-    CheckOperand({kCudaBf16.backend, Device::kCuda, DType::kF32}, "QkNormRope", "rope", rope);
-    Expect(rope.ndim == 2 && rope.dim(1) == hd, "QkNormRope", "rope is ", rope.ShapeString(),
-           ", expected [max_position, ", hd, "]");
-    if (q_norm) ExpectVector("QkNormRope", "q_norm", *q_norm, hd);
-    if (k_norm) ExpectVector("QkNormRope", "k_norm", *k_norm, hd);
-    Expect(s.num_tokens == 0 || s.max_token_position < rope.dim(0), "QkNormRope", "position ",
-           s.max_token_position, " is beyond the rope table ", rope.ShapeString(),
-           "; pass BeginStep the table's length as max_position");
+    CheckQkNormRope("QkNormRope", qkv, shape, q_norm, k_norm, rope, s);
     Launched("QkNormRope",
              cuda::LaunchQkNormRope(Bf(qkv), s.num_tokens, s.positions, shape.num_heads,
                                     shape.num_kv_heads, shape.head_dim, q_norm ? Bf(*q_norm) : nullptr,
@@ -254,6 +242,25 @@ class CudaBackend final : public Backend {
     Launched("StoreKv", cuda::LaunchStoreKv(Bf(qkv), s.num_tokens, s.slot_mapping, shape.num_heads,
                                             shape.num_kv_heads, shape.head_dim, Bf(cache.k),
                                             Bf(cache.v), stream_));
+  }
+
+  // The fast kernel set fuses the two ops (cuda/qk_norm_rope.cuh); the
+  // reference set runs them one after the other, as Backend's default does.
+  void QkNormRopeStoreKv(Tensor qkv, const AttentionShape& shape, const Tensor* q_norm, const Tensor* k_norm,
+                         float eps, const Tensor& rope, KvCacheLayer cache) override {
+    if (kernels_ == cuda::KernelSet::kReference) {
+      QkNormRope(qkv, shape, q_norm, k_norm, eps, rope);
+      StoreKv(qkv, shape, cache);
+      return;
+    }
+    const Step& s = CurrentStep("QkNormRopeStoreKv");
+    CheckQkNormRope("QkNormRopeStoreKv", qkv, shape, q_norm, k_norm, rope, s);
+    ExpectCache("QkNormRopeStoreKv", cache, shape, s);
+    Launched("QkNormRopeStoreKv",
+             cuda::LaunchQkNormRopeStoreKv(Bf(qkv), s.num_tokens, s.positions, s.slot_mapping, shape.num_heads,
+                                           shape.num_kv_heads, shape.head_dim, q_norm ? Bf(*q_norm) : nullptr,
+                                           k_norm ? Bf(*k_norm) : nullptr, eps, rope.ptr<float>(), Bf(cache.k),
+                                           Bf(cache.v), stream_));
   }
 
   void Attention(const Tensor& qkv, const AttentionShape& shape, KvCacheLayer cache, float scale,
@@ -391,6 +398,21 @@ class CudaBackend final : public Backend {
                shape.head_dim % 2 == 0 && shape.num_heads % shape.num_kv_heads == 0,
            op, "bad AttentionShape Hq=", shape.num_heads, " Hkv=", shape.num_kv_heads,
            " hd=", shape.head_dim);
+  }
+  // QkNormRope's operands against the step (the fused op checks the same).
+  static void CheckQkNormRope(const char* op, const Tensor& qkv, const AttentionShape& shape, const Tensor* q_norm,
+                              const Tensor* k_norm, const Tensor& rope, const Step& s) {
+    const int64_t hd = shape.head_dim;
+    ExpectShape(op, shape);
+    Expect(hd <= cuda::kMaxRopeHeadDim, op, "head_dim ", hd, " is above the kernel's ", cuda::kMaxRopeHeadDim);
+    ExpectRows(op, "qkv", qkv, s.num_tokens, shape.qkv_width());
+    CheckOperand({kCudaBf16.backend, Device::kCuda, DType::kF32}, op, "rope", rope);
+    Expect(rope.ndim == 2 && rope.dim(1) == hd, op, "rope is ", rope.ShapeString(), ", expected [max_position, ",
+           hd, "]");
+    if (q_norm) ExpectVector(op, "q_norm", *q_norm, hd);
+    if (k_norm) ExpectVector(op, "k_norm", *k_norm, hd);
+    Expect(s.num_tokens == 0 || s.max_token_position < rope.dim(0), op, "position ", s.max_token_position,
+           " is beyond the rope table ", rope.ShapeString(), "; pass BeginStep the table's length as max_position");
   }
   // The cache tensors must match the geometry BeginStep validated against.
   static void ExpectCache(const char* op, const KvCacheLayer& cache, const AttentionShape& shape,

@@ -43,6 +43,51 @@ __global__ void QkNormRopeKernel(__nv_bfloat16* __restrict__ qkv, const int32_t*
   }
 }
 
+// grid: (T tokens, Hq + 2 Hkv heads); block: a warp multiple >= hd / 2, thread
+// i owns the pair (i, i + hd/2). Heads Hq + Hkv .. are v heads: copied to the
+// cache only.
+__global__ void QkNormRopeStoreKvKernel(__nv_bfloat16* __restrict__ qkv, const int32_t* __restrict__ positions,
+                                        const int64_t* __restrict__ slot_mapping, int num_heads,
+                                        int num_kv_heads, int hd, const __nv_bfloat16* __restrict__ q_norm,
+                                        const __nv_bfloat16* __restrict__ k_norm, float eps,
+                                        const float* __restrict__ rope, __nv_bfloat16* __restrict__ k_cache,
+                                        __nv_bfloat16* __restrict__ v_cache) {
+  const int64_t t = blockIdx.x;
+  const int h = static_cast<int>(blockIdx.y);
+  const int half = hd / 2, i = static_cast<int>(threadIdx.x);
+  const int64_t width = int64_t{num_heads + 2 * num_kv_heads} * hd, kv_row = int64_t{num_kv_heads} * hd;
+  __nv_bfloat16* head = qkv + t * width + int64_t{h} * hd;
+  const int64_t slot = slot_mapping[t];
+  if (h >= num_heads + num_kv_heads) {  // a v head (uniform over the block)
+    if (slot < 0) return;
+    __nv_bfloat16* dst = v_cache + slot * kv_row + int64_t{h - num_heads - num_kv_heads} * hd;
+    for (int j = i; j < hd; j += static_cast<int>(blockDim.x)) dst[j] = head[j];
+    return;
+  }
+  const bool owns = i < half;
+  float a = owns ? __bfloat162float(head[i]) : 0.f, b = owns ? __bfloat162float(head[i + half]) : 0.f;
+  const __nv_bfloat16* norm = h < num_heads ? q_norm : k_norm;
+  if (norm != nullptr) {  // uniform over the block: BlockSum's barriers are safe
+    const float inv = rsqrtf(BlockSum(a * a + b * b) / static_cast<float>(hd) + eps);
+    if (owns) {
+      a = a * inv * __bfloat162float(norm[i]);
+      b = b * inv * __bfloat162float(norm[i + half]);
+    }
+  }
+  if (!owns) return;
+  const float* cos = rope + static_cast<int64_t>(positions[t]) * hd;
+  const float* sin = cos + half;
+  const __nv_bfloat16 ra = __float2bfloat16(a * cos[i] - b * sin[i]);
+  const __nv_bfloat16 rb = __float2bfloat16(b * cos[i] + a * sin[i]);
+  head[i] = ra;
+  head[i + half] = rb;
+  if (h >= num_heads && slot >= 0) {
+    __nv_bfloat16* dst = k_cache + slot * kv_row + int64_t{h - num_heads} * hd;
+    dst[i] = ra;
+    dst[i + half] = rb;
+  }
+}
+
 }  // namespace
 
 cudaError_t LaunchQkNormRope(__nv_bfloat16* qkv, int64_t T, const int32_t* positions,
@@ -58,6 +103,25 @@ cudaError_t LaunchQkNormRope(__nv_bfloat16* qkv, int64_t T, const int32_t* posit
   const dim3 grid(g.tokens, g.heads);
   TPSERVE_LAUNCH(QkNormRopeKernel, grid, kThreads, 0, stream)(qkv, positions, num_heads, num_kv_heads,
                                                               head_dim, q_norm, k_norm, eps, rope);
+  return cudaGetLastError();
+}
+
+cudaError_t LaunchQkNormRopeStoreKv(__nv_bfloat16* qkv, int64_t T, const int32_t* positions,
+                                    const int64_t* slot_mapping, int num_heads, int num_kv_heads, int head_dim,
+                                    const __nv_bfloat16* q_norm, const __nv_bfloat16* k_norm, float eps,
+                                    const float* rope, __nv_bfloat16* k_cache, __nv_bfloat16* v_cache,
+                                    cudaStream_t stream) {
+  if (T == 0) return cudaSuccess;
+  QkNormRopeGrid g;  // Hq + Hkv "query" heads and Hkv more: the q, k and v heads
+  if (head_dim <= 0 || head_dim % 2 != 0 || head_dim > kMaxRopeHeadDim ||
+      !QkNormRopeGridFor(T, num_heads + num_kv_heads, num_kv_heads, &g)) {
+    return cudaErrorInvalidValue;
+  }
+  const int threads = (head_dim / 2 + 31) / 32 * 32;
+  const dim3 grid(g.tokens, g.heads);
+  TPSERVE_LAUNCH(QkNormRopeStoreKvKernel, grid, threads, 0, stream)(qkv, positions, slot_mapping, num_heads,
+                                                                    num_kv_heads, head_dim, q_norm, k_norm, eps,
+                                                                    rope, k_cache, v_cache);
   return cudaGetLastError();
 }
 

@@ -36,4 +36,19 @@ cudaError_t LaunchQkNormRope(__nv_bfloat16* qkv, int64_t T, const int32_t* posit
                              const __nv_bfloat16* q_norm, const __nv_bfloat16* k_norm, float eps,
                              const float* rope, cudaStream_t stream);
 
+// LaunchQkNormRope and LaunchStoreKv (cuda/kv_store.cuh) in one launch, the
+// fast kernel set's Backend::QkNormRopeStoreKv: q and k heads are normalised
+// and rotated in place as above, and each token with slot_mapping[t] >= 0
+// (−1 = padding, skipped) also has its rotated k and its v written to
+//   k_cache, v_cache: [num_blocks · block_size, Hkv · hd] bf16 (row = slot).
+// One block per (token, head) over the Hq + 2 Hkv heads, one thread per
+// rotate-half pair (i, i + hd/2), so a head is read once, kept in registers
+// between the norm and the rotation, and written to qkv and the cache.
+// Same limits as LaunchQkNormRope.
+cudaError_t LaunchQkNormRopeStoreKv(__nv_bfloat16* qkv, int64_t T, const int32_t* positions,
+                                    const int64_t* slot_mapping, int num_heads, int num_kv_heads, int head_dim,
+                                    const __nv_bfloat16* q_norm, const __nv_bfloat16* k_norm, float eps,
+                                    const float* rope, __nv_bfloat16* k_cache, __nv_bfloat16* v_cache,
+                                    cudaStream_t stream);
+
 }  // namespace tpserve::cuda

@@ -8,21 +8,10 @@
 # npm cannot fetch it (no npm, or the registry unreachable); the test then
 # skips with a message.
 set -euo pipefail
+# shellcheck source=scripts/lib/npm-cache.sh
+source "$(dirname "$0")/lib/npm-cache.sh"
 
-dir=${TPSERVE_NPM_CACHE:-${TPSERVE_CACHE:-$HOME/.cache/tpserve}/npm}
-if [[ -f "$dir/node_modules/openai/package.json" ]]; then
-  exit 0
-fi
-if ! command -v npm >/dev/null 2>&1; then
-  echo "fetch-openai-client.sh: npm not found; install Node.js/npm to run the OpenAI client test" >&2
-  exit 1
-fi
-mkdir -p "$dir"
-[[ -f "$dir/package.json" ]] || echo '{"name": "tpserve-npm-cache", "private": true}' >"$dir/package.json"
-echo "fetch-openai-client.sh: installing openai@4 into $dir"
-if ! npm install --prefix "$dir" --no-audit --no-fund --loglevel=error \
-    --fetch-timeout=30000 --fetch-retries=1 "openai@^4" >&2; then
-  echo "fetch-openai-client.sh: npm install failed (registry unreachable?); the OpenAI client test will skip" >&2
-  exit 1
-fi
+dir="$(npm_cache_dir)"
+[[ -f "$dir/node_modules/openai/package.json" ]] && exit 0
+npm_cache_install fetch-openai-client.sh "the OpenAI client test will skip" "openai@^4"
 [[ -f "$dir/node_modules/openai/package.json" ]]

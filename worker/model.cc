@@ -211,11 +211,10 @@ absl::Status Model::Enqueue() {
     Dump("attn_norm", li, x);
     layer.qkv.Forward(backend_, x, qkv);
     Dump("qkv", li, qkv);
-    backend_.QkNormRope(qkv, attn_shape_, layer.q_norm ? &layer.q_norm->tensor() : nullptr,
-                        layer.k_norm ? &layer.k_norm->tensor() : nullptr, eps_, rope_);
-    Dump("qk_rope", li, qkv);
     const KvCacheLayer kv_layer = cache.layer(static_cast<int64_t>(l));
-    backend_.StoreKv(qkv, attn_shape_, kv_layer);
+    backend_.QkNormRopeStoreKv(qkv, attn_shape_, layer.q_norm ? &layer.q_norm->tensor() : nullptr,
+                               layer.k_norm ? &layer.k_norm->tensor() : nullptr, eps_, rope_, kv_layer);
+    Dump("qk_rope", li, qkv);
     backend_.Attention(qkv, attn_shape_, kv_layer, scale, attn);
     Dump("attn_out", li, attn);
     TPSERVE_RETURN_IF_ERROR(layer.o_proj.Forward(backend_, comm_, attn, x));

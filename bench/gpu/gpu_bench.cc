@@ -1,7 +1,8 @@
 // GPU benchmark (issue 5): random weights with the real Qwen3-0.6B and
 // Llama-3.2-1B shapes (tpserve-make-model presets), bf16, tp = 1, each number
 // next to a floor measured in the same run:
-//   * decode ms/step at batch 1, 8, 64, 256 with a 512-token prompt, timed
+//   * decode ms/step at batch 1, 8, 64, 256 with a 512-token prompt (and, for
+//     the ratio, batch 1 and 64 on the reference kernel set), timed
 //     the way the server runs it: the offline Engine's step runner (the
 //     serving scheduler's steps, decode steps replayed as CUDA graphs, tokens
 //     sampled on the GPU at temperature 0.6, no logits read back), against
@@ -414,13 +415,15 @@ bool ThroughputSection(const Sizes& z, const std::filesystem::path& model_dir, i
 // engine's time in decode-only steps over their number. The step budget holds
 // every prompt (256 x 512 tokens), so all B prefill in one step and then
 // decode together: every decode step has exactly B sequences.
+// `kernels` picks the CUDA backend's kernel set (cuda/kernel_set.h); the
+// reference set runs the smallest and a middle batch only, for the ratio.
 absl::Status ServedDecodeRows(const Sizes& z, const std::filesystem::path& dir, const std::string& name, double bw,
-                              int64_t weight_bytes, std::ostream& table) {
+                              int64_t weight_bytes, cuda::KernelSet kernels, std::ostream& table) {
   absl::StatusOr<ModelConfig> c = LoadModelConfig(dir);
   if (!c.ok()) return c.status();
   const int prompt = z.decode_prompt, outputs = z.decode_steps + 1, max_batch = z.max_decode_batch();
   const int64_t blocks_per_seq = (prompt + outputs + kBlockSize - 1) / kBlockSize;
-  std::unique_ptr<Backend> backend = MakeCudaBackend(0);
+  std::unique_ptr<Backend> backend = MakeCudaBackend(0, kernels);
   std::unique_ptr<Communicator> solo = MakeSoloCommunicator();
   absl::StatusOr<ServingEngine> serving =
       MakeServingEngine(z, dir, *backend, *solo, 2048, max_batch * blocks_per_seq + 16, std::max(8192, max_batch * prompt));
@@ -430,7 +433,9 @@ absl::Status ServedDecodeRows(const Sizes& z, const std::filesystem::path& dir, 
   if (auto warm = serving->engine->Generate(FixedRequests(1, 16, 4, static_cast<int>(c->vocab_size))); !warm.ok()) {
     return warm.status();
   }
-  for (int batch : z.decode_batches) {
+  std::vector<int> batches = z.decode_batches;
+  if (kernels == cuda::KernelSet::kReference && batches.size() > 2) batches = {batches.front(), batches[batches.size() / 2]};
+  for (int batch : batches) {
     const std::vector<GenerationRequest> requests = FixedRequests(batch, prompt, outputs, static_cast<int>(c->vocab_size));
     absl::StatusOr<std::vector<GenerationResult>> results = serving->engine->Generate(requests);
     if (!results.ok()) return results.status();
@@ -439,10 +444,11 @@ absl::Status ServedDecodeRows(const Sizes& z, const std::filesystem::path& dir, 
     if (steps < 1) return absl::InternalError(absl::StrCat("batch ", batch, ": no decode-only step was timed"));
     const double s = st.decode_seconds / steps;
     const double floor = (weight_bytes + double(batch) * (prompt + outputs / 2) * kv_bytes_per_token) / bw;
-    char line[256];
+    char line[320];
     std::snprintf(line, sizeof line,
-                  "| %s | decode batch %d, ctx %d..%d (%s, GPU sampler; %.0f steps) | %.3f ms/step | %.3f ms | %.0f%% |\n",
-                  name.c_str(), batch, prompt, prompt + outputs, z.smoke ? "eager" : "graphs", steps, s * 1e3, floor * 1e3, 100 * floor / s);
+                  "| %s | decode batch %d, ctx %d..%d (%s, GPU sampler, %s kernels; %.0f steps) | %.3f ms/step | %.3f ms | %.0f%% |\n",
+                  name.c_str(), batch, prompt, prompt + outputs, z.smoke ? "eager" : "graphs",
+                  std::string(cuda::KernelSetName(kernels)).c_str(), steps, s * 1e3, floor * 1e3, 100 * floor / s);
     table << line;
   }
   return absl::OkStatus();
@@ -452,7 +458,8 @@ absl::Status ServedDecodeRows(const Sizes& z, const std::filesystem::path& dir, 
 absl::Status ModelSection(const Sizes& z, const std::filesystem::path& dir, const std::string& name, double bw,
                           double flops, std::ostream& table) {
   const int64_t weight_bytes = DirBytes(dir, ".safetensors");
-  TPSERVE_RETURN_IF_ERROR(ServedDecodeRows(z, dir, name, bw, weight_bytes, table));
+  TPSERVE_RETURN_IF_ERROR(ServedDecodeRows(z, dir, name, bw, weight_bytes, cuda::KernelSet::kFast, table));
+  TPSERVE_RETURN_IF_ERROR(ServedDecodeRows(z, dir, name, bw, weight_bytes, cuda::KernelSet::kReference, table));
   std::unique_ptr<Backend> backend = MakeCudaBackend(0);
   std::unique_ptr<Communicator> solo = MakeSoloCommunicator();
   ModelOptions options;

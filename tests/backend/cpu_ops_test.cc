@@ -5,6 +5,8 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <cstdlib>
+#include <memory>
 #include <random>
 #include <vector>
 
@@ -127,6 +129,56 @@ TEST_F(CpuOpsTest, LinearMatchesNaiveLoopWithAndWithoutBias) {
       ExpectRelL2(y, ref, "CpuGemmFallback");
     }
   }
+}
+
+// Batch invariance (cpu_gemm.h): a row's result is bitwise the same whatever
+// M is and wherever the row sits, for K below, at and past a 512 K block and
+// with a tail the vector loop does not cover. Through the batch-invariant
+// backend's Linear too; the OpenBLAS path is not held to this.
+TEST_F(CpuOpsTest, BatchInvariantGemmGivesEachRowTheSameBitsWhateverTheBatch) {
+  TRACE_SEED;
+  std::unique_ptr<Backend> invariant = MakeCpuBackend(1, /*batch_invariant=*/true);
+  EXPECT_EQ(invariant->name(), "cpu (batch-invariant)");
+  for (const int64_t K : {7, 64, 512, 1031}) {
+    const int64_t N = 37, kMaxM = 13;
+    const auto x = RandomFloats(rng_, kMaxM * K), w = RandomFloats(rng_, N * K), bias = RandomFloats(rng_, N);
+    Buffer wb = Upload(*invariant, w, {N, K}), bb = Upload(*invariant, bias, {N});
+    // Row r of x alone: the reference bits.
+    std::vector<std::vector<float>> alone(kMaxM);
+    for (int64_t r = 0; r < kMaxM; ++r) {
+      Buffer xb = Upload(*invariant, std::vector<float>(x.begin() + r * K, x.begin() + (r + 1) * K), {1, K});
+      Buffer yb = invariant->Allocate(DType::kF32, {1, N});
+      invariant->Linear(xb, wb, &bb.tensor(), yb);
+      alone[static_cast<size_t>(r)] = Download(*invariant, yb);
+    }
+    for (const int64_t M : {2, 3, 4, 5, 8, 9, 13}) {
+      SCOPED_TRACE(::testing::Message() << "K=" << K << " M=" << M);
+      Buffer xb = Upload(*invariant, std::vector<float>(x.begin(), x.begin() + M * K), {M, K});
+      Buffer yb = invariant->Allocate(DType::kF32, {M, N});
+      invariant->Linear(xb, wb, &bb.tensor(), yb);
+      const std::vector<float> y = Download(*invariant, yb);
+      for (int64_t r = 0; r < M; ++r) {
+        const std::vector<float> row(y.begin() + r * N, y.begin() + (r + 1) * N);
+        ASSERT_EQ(0, std::memcmp(row.data(), alone[static_cast<size_t>(r)].data(), N * sizeof(float)))
+            << "row " << r << " differs from the same row computed alone";
+      }
+    }
+  }
+}
+
+TEST(CpuBackendEnvironmentTest, BatchInvariantVariableIsParsedAndBadValuesNamed) {
+  ::unsetenv(kBatchInvariantEnv);
+  EXPECT_FALSE(*BatchInvariantFromEnvironment());
+  ::setenv(kBatchInvariantEnv, "1", 1);
+  EXPECT_TRUE(*BatchInvariantFromEnvironment());
+  ::setenv(kBatchInvariantEnv, "0", 1);
+  EXPECT_FALSE(*BatchInvariantFromEnvironment());
+  ::setenv(kBatchInvariantEnv, "yes", 1);
+  const absl::StatusOr<bool> bad = BatchInvariantFromEnvironment();
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("TPSERVE_BATCH_INVARIANT=\"yes\""), absl::string_view::npos)
+      << bad.status();
+  ::unsetenv(kBatchInvariantEnv);
 }
 
 TEST_F(CpuOpsTest, LinearAcceptsRowsOfAWiderTensor) {

@@ -187,6 +187,63 @@ TEST_F(CudaBackendTest, QkNormRopeWithAndWithoutNorms) {
   }
 }
 
+// The fused QkNormRope + StoreKv of the fast kernel set against the two
+// reference ops on a reference-set backend (same qkv, NaN-free random caches)
+// and against the CPU backend: qkv after the rotation and both caches. A
+// padding token (slot −1) writes no slot; the slots no token writes keep
+// their bytes exactly.
+TEST_F(CudaBackendTest, FusedQkNormRopeStoreKvMatchesTheTwoOps) {
+  SEED_TRACE();
+  std::unique_ptr<Backend> reference = MakeCudaBackend(0, cuda::KernelSet::kReference);
+  const AttentionShape shapes[] = {{4, 2, 24}, {16, 8, 128}, {3, 1, 512}};
+  for (const AttentionShape& shape : shapes) {
+    const int64_t hd = shape.head_dim, hkv = shape.num_kv_heads, max_pos = 300;
+    const int32_t bs = 16;
+    const std::vector<float> rope = RopeTable(max_pos, hd);
+    std::vector<float> qn = RandomBf16(rng_, hd, 0.2f), kn = RandomBf16(rng_, hd, 0.2f);
+    for (float& v : qn) v = Bf16ToFloat(FloatToBf16(1.f + v));
+    for (float& v : kn) v = Bf16ToFloat(FloatToBf16(1.f + v));
+    for (bool norms : {false, true}) {
+      // A prefill after a cached prefix and two decodes; token 1 is padding.
+      const std::vector<int32_t> lens = {40, 23, 7};
+      const int64_t num_blocks = 3 + 2 + 1 + 2;
+      const auto blocks = cuda_test::DealBlocks(lens, bs, num_blocks, rng_);
+      StepBatch step = RandomStep({{40, 9, blocks[0]}, {23, 1, blocks[1]}, {7, 1, blocks[2]}}, bs, rng_, 100);
+      step.mutable_arrays().slot_mapping[1] = -1;
+      Begin(step, num_blocks, bs, max_pos);
+      ASSERT_TRUE(reference->BeginStep(step.view(), num_blocks, bs, max_pos).ok());
+      const int64_t T = step.view().num_tokens();
+      const std::vector<float> qkv = RandomBf16(rng_, T * shape.qkv_width());
+      const std::vector<float> cache_k = RandomBf16(rng_, num_blocks * bs * hkv * hd);
+      const std::vector<float> cache_v = RandomBf16(rng_, num_blocks * bs * hkv * hd);
+      struct Side {
+        Backend* b;
+        Buffer qkv, k, v, rope, qn, kn;
+      };
+      auto make = [&](Backend& b) {
+        return Side{&b, Upload(b, qkv, {T, shape.qkv_width()}), Upload(b, cache_k, {num_blocks, bs, hkv, hd}),
+                    Upload(b, cache_v, {num_blocks, bs, hkv, hd}), Upload(b, rope, {max_pos, hd}, DType::kF32),
+                    Upload(b, qn, {hd}), Upload(b, kn, {hd})};
+      };
+      Side fast = make(*gpu_), ref = make(*reference), cpu = make(*cpu_);
+      for (Side* side : {&fast, &ref, &cpu}) {
+        side->b->QkNormRopeStoreKv(side->qkv.tensor(), shape, norms ? &side->qn.tensor() : nullptr,
+                                   norms ? &side->kn.tensor() : nullptr, 1e-6f, side->rope,
+                                   {side->k.tensor(), side->v.tensor()});
+      }
+      const std::string what = "Hq=" + std::to_string(shape.num_heads) + " hd=" + std::to_string(hd) +
+                               (norms ? " norms" : "");
+      // The block sums may round differently (thread counts differ): bf16-close, not bitwise.
+      ExpectClose(Download(*gpu_, fast.qkv), Download(*reference, ref.qkv), 1e-2, what + " qkv vs reference");
+      ExpectClose(Download(*gpu_, fast.k), Download(*reference, ref.k), 1e-2, what + " K cache vs reference");
+      EXPECT_EQ(Download(*gpu_, fast.v), Download(*reference, ref.v)) << what << " V cache vs reference";
+      ExpectClose(Download(*gpu_, fast.k), Download(*cpu_, cpu.k), kTol, what + " K cache vs CPU");
+      EXPECT_EQ(Download(*gpu_, fast.v), Download(*cpu_, cpu.v)) << what << " V cache vs CPU";
+      ExpectClose(Download(*gpu_, fast.qkv), Download(*cpu_, cpu.qkv), kTol, what + " qkv vs CPU");
+    }
+  }
+}
+
 // A step of more tokens than grid.y allows (65,535): the kernel once put the
 // token count there, so a large step budget aborted the worker at launch. Too
 // slow for the emulator (131,074 blocks: about 70 s); there the launch

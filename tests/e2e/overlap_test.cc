@@ -325,9 +325,14 @@ class OverlapTest : public ::testing::Test {
  protected:
   // The same random requests to a default (overlapped) coordinator and a
   // --no-overlap one, concurrently; checks every stream and compares them.
+  // Both servers' workers (spawned, so they inherit the environment) run the
+  // batch-invariant CPU backend (backend/cpu_gemm.h): the two pipelines batch,
+  // preempt and recompute sequences at different moments, and with OpenBLAS a
+  // sampled token at a near-tie could then differ although both are right.
   void CompareWithLockStep(int tp, int num_requests, const std::vector<std::string>& flags) {
     const uint64_t seed = testing_util::TestSeed();
     SCOPED_TRACE(::testing::Message() << "seed " << seed << " (TPSERVE_TEST_SEED=" << seed << " replays it)");
+    ASSERT_EQ(setenv("TPSERVE_BATCH_INVARIANT", "1", 1), 0);
     const std::string model = MakeModel(dir_.path(), "qwen3", {"--seed", "21"});
     std::vector<std::string> lockstep_flags = flags;
     lockstep_flags.push_back("--no-overlap");

@@ -67,6 +67,10 @@ class DeviceMemoryBackend final : public Backend {
   void StoreKv(const Tensor& qkv, const AttentionShape& shape, KvCacheLayer cache) override {
     inner_->StoreKv(qkv, shape, cache);
   }
+  void QkNormRopeStoreKv(Tensor qkv, const AttentionShape& shape, const Tensor* q_norm, const Tensor* k_norm,
+                         float eps, const Tensor& rope, KvCacheLayer cache) override {
+    inner_->QkNormRopeStoreKv(qkv, shape, q_norm, k_norm, eps, rope, cache);
+  }
   void Attention(const Tensor& qkv, const AttentionShape& shape, KvCacheLayer cache, float scale,
                  Tensor out) override {
     inner_->Attention(qkv, shape, cache, scale, out);
