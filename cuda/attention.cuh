@@ -17,12 +17,13 @@
 //
 // These are the reference kernels (cuda/kernel_set.h). Under the reference
 // set, decode tokens over long contexts take the split path below
-// (flash-decoding) once the backend has a workspace (CudaBackend::Reserve).
-// Under the fast set, decode rows go through cuda/decode_attention.cuh (16-byte
-// loads, partitions planned per step by cuda/decode_plan.h, one grid for every
-// replay of a CUDA graph) when it covers the shape, and through these
-// kernels otherwise. Not yet here: a query-tiled prefill kernel that reads
-// each K/V tile once for many tokens.
+// (flash-decoding) once the backend has a workspace (CudaBackend::Reserve),
+// and every other row the single kernel above. Under the fast set, decode
+// rows go through cuda/decode_attention.cuh (16-byte loads, partitions
+// planned per step by cuda/decode_plan.h, one grid for every replay of a CUDA
+// graph) and prefill rows through the query-tiled tensor-core kernel of
+// cuda/prefill_attention.cuh (each K/V tile read once for 64 rows; head dims
+// 64 and 128) when they cover the shape, and through these kernels otherwise.
 #pragma once
 
 #include <cstdint>

@@ -23,6 +23,8 @@
 #include "cuda/gather_rows.cuh"
 #include "cuda/gemv.cuh"
 #include "cuda/kv_store.cuh"
+#include "cuda/prefill_attention.cuh"
+#include "cuda/prefill_tiles.h"
 #include "cuda/qk_norm_rope.cuh"
 #include "cuda/rmsnorm.cuh"
 #include "cuda/silu_mul.cuh"
@@ -328,14 +330,41 @@ class CudaBackend final : public Backend {
                                          attention_partitions_) <= attention_workspace_floats_ &&
         // BeginStep holds reserved steps to max_blocks_per_seq, so this holds then.
         int64_t{s.max_token_position} < int64_t{attention_partitions_} * split.partition_size;
+    const bool prefill_done = AttendPrefillRows(a, first_decode);
     if (!use_split) {
-      Launched("Attention", cuda::LaunchPagedAttention(a, stream_));
+      Launched("Attention", cuda::LaunchPagedAttention(prefill_done ? RowsFrom(a, first_decode) : a, stream_));
       return;
     }
-    a.num_tokens = first_decode;  // the prefill rows
-    Launched("Attention", cuda::LaunchPagedAttention(a, stream_));
-    a.num_tokens = s.num_tokens;
+    if (!prefill_done) {
+      a.num_tokens = first_decode;  // the prefill rows
+      Launched("Attention", cuda::LaunchPagedAttention(a, stream_));
+      a.num_tokens = s.num_tokens;
+    }
     Launched("Attention", cuda::LaunchSplitDecodeAttention(a, split, stream_));
+  }
+
+  // The prefill rows [0, first_decode) through the tensor-core prefill kernel
+  // (cuda/prefill_attention.cuh) over the tiles BeginStep planned, under the
+  // fast kernel set and a head dim it covers; false when it left them to the
+  // reference kernel. Prefill steps run eagerly (graphs hold decode steps
+  // only, where first_decode is 0), so the grid may follow the step.
+  bool AttendPrefillRows(const cuda::PagedAttentionArgs& a, int64_t first_decode) {
+    if (kernels_ != cuda::KernelSet::kFast || first_decode == 0 || !cuda::PrefillAttentionCovers(a.head_dim)) {
+      return false;
+    }
+    Launched("Attention", cuda::LaunchPrefillAttention(a, step_.prefill_tiles, step_.num_prefill_tiles, stream_));
+    return true;
+  }
+
+  // `a` for its rows [first, num_tokens) only (the kernels index rows from 0).
+  static cuda::PagedAttentionArgs RowsFrom(cuda::PagedAttentionArgs a, int64_t first) {
+    const int64_t width = int64_t{a.num_heads + 2 * a.num_kv_heads} * a.head_dim;
+    a.qkv += first * width;
+    a.token_seq += first;
+    a.positions += first;
+    a.out += first * int64_t{a.num_heads} * a.head_dim;
+    a.num_tokens -= first;
+    return a;
   }
 
   void GatherRows(const Tensor& x, Tensor out) override {
@@ -358,6 +387,8 @@ class CudaBackend final : public Backend {
     const int32_t* token_seq = nullptr;       // [T] sequence of each token
     const int32_t* block_tables = nullptr;    // [S, max_blocks_per_seq]
     const int32_t* logits_indices = nullptr;  // [S]
+    const cuda::PrefillTile* prefill_tiles = nullptr;  // [num_prefill_tiles] (cuda/prefill_tiles.h)
+    int64_t num_prefill_tiles = 0;
   };
 
   // Host synchronisation, allocation and a new step cannot be captured.
@@ -433,7 +464,8 @@ class CudaBackend final : public Backend {
   absl::Status ReserveStepBuffers();
   // BeginStep's copies of a step packed into step_host_ (the token arrays
   // already there) to step_device_.
-  void UploadStep(const StepMetadata& step, const cuda::StepLayout& layout, const cuda::StepUpload& upload);
+  void UploadStep(const StepMetadata& step, const cuda::StepLayout& layout, const cuda::StepUpload& upload,
+                  int64_t prefill_tiles);
   absl::Status ReserveAttentionWorkspace();
 
   int device_;
@@ -540,6 +572,17 @@ bool CudaBackend::AttendDecodeRows(const cuda::PagedAttentionArgs& a, int64_t fi
   return true;
 }
 
+// The query tiles of the step's prefill sequences (cuda/prefill_tiles.h) into
+// `host` (the layout's tile region); how many. The layout holds the most a
+// step of its size can have, so running out is a bug.
+int64_t PlanStepPrefillTiles(const StepMetadata& step, const cuda::StepLayout& layout, unsigned char* host) {
+  auto* tiles = reinterpret_cast<cuda::PrefillTile*>(host);
+  const int64_t n = cuda::PlanPrefillTiles(step.query_start.data(), step.positions.data(), step.num_prefill_seqs,
+                                           cuda::kPrefillTileRows, tiles, layout.max_tiles);
+  TPSERVE_CHECK(n >= 0, "BeginStep: the prefill tiles of the step exceed the layout's ", layout.max_tiles);
+  return n;
+}
+
 absl::Status CudaBackend::ReserveStepBuffers() {
   const cuda::StepLayout layout(static_cast<size_t>(capacity_.max_tokens), static_cast<size_t>(capacity_.max_seqs),
                           static_cast<size_t>(capacity_.max_blocks_per_seq()));
@@ -588,7 +631,7 @@ absl::Status CudaBackend::ReserveStepBuffers() {
 // the copies cuda/step_layout.h describes; upload_done_ marks when step_host_
 // may be written again.
 void CudaBackend::UploadStep(const StepMetadata& step, const cuda::StepLayout& layout,
-                             const cuda::StepUpload& upload) {
+                             const cuda::StepUpload& upload, int64_t prefill_tiles) {
   unsigned char* h = step_host_ + layout.tables;
   if (upload.row_bytes > 0) {
     for (size_t s = 0; s < upload.rows; ++s) {
@@ -608,6 +651,11 @@ void CudaBackend::UploadStep(const StepMetadata& step, const cuda::StepLayout& l
       CUDA_CHECK(cudaMemcpy2DAsync(step_device_ + layout.tables, upload.pitch_bytes, h, upload.row_bytes,
                                    upload.row_bytes, upload.rows, cudaMemcpyHostToDevice, stream_));
     }
+  }
+  if (prefill_tiles > 0) {  // a second copy, made only by steps with prefill rows (never by captured ones)
+    CUDA_CHECK(cudaMemcpyAsync(step_device_ + layout.tiles, step_host_ + layout.tiles,
+                               static_cast<size_t>(prefill_tiles) * sizeof(cuda::PrefillTile),
+                               cudaMemcpyHostToDevice, stream_));
   }
   CUDA_CHECK(cudaEventRecord(upload_done_, stream_));
 }
@@ -667,7 +715,8 @@ absl::Status CudaBackend::BeginStep(const StepMetadata& step, int64_t num_blocks
     }
   }
   if (S > 0) std::memcpy(h + layout.logits, step.logits_indices.data(), S * sizeof(int32_t));
-  UploadStep(step, layout, upload);
+  const int64_t tiles = PlanStepPrefillTiles(step, layout, h + layout.tiles);
+  UploadStep(step, layout, upload, tiles);
 
   unsigned char* d = step_device_;
   step_.num_tokens = static_cast<int64_t>(T);
@@ -683,6 +732,8 @@ absl::Status CudaBackend::BeginStep(const StepMetadata& step, int64_t num_blocks
   step_.token_seq = reinterpret_cast<const int32_t*>(d + layout.seq);
   step_.block_tables = reinterpret_cast<const int32_t*>(d + layout.tables);
   step_.logits_indices = reinterpret_cast<const int32_t*>(d + layout.logits);
+  step_.prefill_tiles = reinterpret_cast<const cuda::PrefillTile*>(d + layout.tiles);
+  step_.num_prefill_tiles = tiles;
   has_step_ = true;
   return absl::OkStatus();
 }

@@ -18,12 +18,19 @@
 #include <cstdint>
 #include <span>
 
+#include "cuda/prefill_tiles.h"
+
 namespace tpserve::cuda {
 
 // Byte offsets of the packed metadata for T tokens, S sequences and
-// max_blocks_per_seq block-table columns. The block table comes last.
+// max_blocks_per_seq block-table columns. The block table comes after the
+// per-token and per-sequence arrays, so that the first copy is one prefix
+// (or one prefix and one 2D copy of the used columns); the prefill attention's
+// query tiles (cuda/prefill_tiles.h) come last, in a second copy that only
+// steps with prefill rows make.
 struct StepLayout {
-  size_t slots = 0, ids = 0, pos = 0, seq = 0, logits = 0, tables = 0, total = 0;  // byte offsets
+  size_t slots = 0, ids = 0, pos = 0, seq = 0, logits = 0, tables = 0, tiles = 0, total = 0;  // byte offsets
+  int64_t max_tiles = 0;  // the most prefill tiles a step of T tokens and S sequences has
   StepLayout(size_t T, size_t S, size_t max_blocks_per_seq) {
     auto round8 = [](size_t b) { return (b + 7) / 8 * 8; };
     slots = 0;                                      // [T] int64
@@ -32,7 +39,9 @@ struct StepLayout {
     seq = pos + round8(T * sizeof(int32_t));        // [T] int32 sequence of each token
     logits = seq + round8(T * sizeof(int32_t));     // [S] int32
     tables = logits + round8(S * sizeof(int32_t));  // [S, max_blocks_per_seq] int32
-    total = std::max<size_t>(tables + round8(S * max_blocks_per_seq * sizeof(int32_t)), 8);
+    tiles = tables + round8(S * max_blocks_per_seq * sizeof(int32_t));  // [max_tiles] PrefillTile
+    max_tiles = PrefillTileCapacity(static_cast<int64_t>(T), static_cast<int64_t>(S), kPrefillTileRows);
+    total = std::max<size_t>(tiles + static_cast<size_t>(max_tiles) * sizeof(PrefillTile), 8);
   }
 };
 

@@ -20,6 +20,9 @@
 //     o 2048 -> 1024, gate_up 1024 -> 6144, down 3072 -> 1024): the fast
 //     set's GEMV (cuda/gemv.cuh) beside cuBLAS (the reference set), as weight
 //     bytes read per second and a share of the copy bandwidth;
+//   * prefill attention of one prompt (512, 2048, 8192 tokens; Qwen3-0.6B's
+//     attention geometry, one layer): the tensor-core kernel (fast kernel
+//     set) against the reference kernel, in causal attention TFLOP/s;
 //   * offline throughput (nano-vllm's bench.py workload) through the Engine on
 //     the Qwen3-0.6B-shaped model: 256 sequences, random prompt lengths
 //     100..1024 and output lengths 100..1024 (seeded), EOS ignored, sampled at
@@ -29,7 +32,7 @@
 // time limit still leaves what it measured.
 //
 //   gpu_bench [--models qwen3-0.6b,llama-3.2-1b] [--out FILE] [--workdir DIR]
-//             [--sections gemv,attention,models,throughput] [--throughput-seqs 256] [--smoke]
+//             [--sections gemv,attention,prefill-attention,models,throughput] [--throughput-seqs 256] [--smoke]
 // (sections run in that order; the throughput run is the longest, so last).
 #include <cublas_v2.h>
 #include <cuda_runtime_api.h>
@@ -80,6 +83,7 @@ struct Sizes {
   int gemm_n = 8192;
   int warmup = 3, iters = 20;                // model and attention timings
   std::vector<int32_t> attention_contexts{512, 1024, 4096, 8192, 32768}, attention_batches{1, 8, 64, 256};
+  std::vector<int32_t> prefill_attention_prompts{512, 2048, 8192};
   std::vector<int> decode_batches{1, 8, 64, 256};
   int decode_prompt = 512, decode_steps = 32;
   std::vector<std::pair<int, int>> prefills{{1, 1024}, {16, 512}};  // sequences x tokens
@@ -100,6 +104,7 @@ struct Sizes {
     z.smoke = true;
     z.copy_bytes = size_t{1} << 20, z.gemm_n = 64, z.warmup = 0, z.iters = 1;
     z.attention_contexts = {600}, z.attention_batches = {1, 2};  // two 512-key partitions
+    z.prefill_attention_prompts = {70};                          // two 64-row query tiles
     z.decode_batches = {1, 3}, z.decode_prompt = 20, z.decode_steps = 3;
     z.prefills = {{1, 24}, {2, 16}};
     z.length_min = 8, z.length_max = 16;
@@ -303,6 +308,50 @@ bool GemvSection(const Sizes& z, double bw, std::ostream& table) {
                     bytes / seconds[1] / 1e9, 100 * bytes / seconds[1] / bw);
       table << line;
     }
+  }
+  return true;
+}
+
+// Prefill attention of one layer with Qwen3-0.6B's geometry (Hq 16, Hkv 8, hd
+// 128, blocks of 16): one prompt of P tokens from position 0, the fast kernel
+// set (the tensor-core prefill kernel, cuda/prefill_attention.cuh) against the
+// reference set (one block per token and KV head). TFLOP/s counts the causal
+// work: Q·Kᵀ and P·V over P·(P+1)/2 (query, key) pairs, 4 · Hq · hd FLOPs each.
+// The cache is zeros: the kernels' work does not depend on the values.
+bool PrefillAttentionSection(const Sizes& z, std::ostream& table) {
+  const AttentionShape shape{16, 8, 128};
+  const int32_t max_prompt =
+      *std::max_element(z.prefill_attention_prompts.begin(), z.prefill_attention_prompts.end());
+  std::unique_ptr<Backend> reference = MakeCudaBackend(0, cuda::KernelSet::kReference),
+                           fast = MakeCudaBackend(0, cuda::KernelSet::kFast);
+  const int64_t num_blocks = (max_prompt + kBlockSize - 1) / kBlockSize;
+  Buffer k = fast->Allocate(DType::kBF16, {num_blocks, kBlockSize, shape.num_kv_heads, shape.head_dim});
+  Buffer v = fast->Allocate(DType::kBF16, {num_blocks, kBlockSize, shape.num_kv_heads, shape.head_dim});
+  Buffer qkv = fast->Allocate(DType::kBF16, {max_prompt, shape.qkv_width()});
+  Buffer out = fast->Allocate(DType::kBF16, {max_prompt, int64_t{shape.num_heads} * shape.head_dim});
+  fast->Synchronize();
+  const KvCacheLayer layer{k.tensor(), v.tensor()};
+  table << "\n## Prefill attention: tensor-core kernel (fast set) vs reference kernel\n\nOne layer, one prompt, Hq 16,"
+        << " Hkv 8, hd 128, block size 16; causal FLOPs (4 · Hq · hd per visible query-key pair) / time.\n\n"
+        << "| prompt | reference | tensor-core | speed-up | reference TFLOP/s | tensor-core TFLOP/s |\n"
+        << "|---|---|---|---|---|---|\n";
+  for (int32_t prompt : z.prefill_attention_prompts) {
+    const StepBatch step = BenchStep(1, prompt, prompt);
+    const Tensor q = qkv.tensor().Rows(0, prompt), o = out.tensor().Rows(0, prompt);
+    double seconds[2] = {0, 0};
+    for (int which = 0; which < 2; ++which) {
+      Backend& b = which == 0 ? *reference : *fast;
+      if (absl::Status st = b.BeginStep(step.view(), num_blocks, kBlockSize, max_prompt); !st.ok()) {
+        table << "BeginStep failed: " << st.ToString() << "\n";
+        return false;
+      }
+      seconds[which] = TimeIt([&] { b.Attention(q, shape, layer, 0.088f, o); }, z.warmup, z.smoke ? 1 : 20);
+    }
+    const double flops = 4.0 * shape.num_heads * shape.head_dim * (double(prompt) * (prompt + 1) / 2);
+    char line[256];
+    std::snprintf(line, sizeof line, "| %d | %.3f ms | %.3f ms | %.2f | %.1f | %.1f |\n", prompt, seconds[0] * 1e3,
+                  seconds[1] * 1e3, seconds[0] / seconds[1], flops / seconds[0] / 1e12, flops / seconds[1] / 1e12);
+    table << line;
   }
   return true;
 }
@@ -527,7 +576,7 @@ absl::Status ModelSection(const Sizes& z, const std::filesystem::path& dir, cons
 
 int Run(int argc, char** argv) {
   std::string models, out_path = "bench/results/gpu_bench.md";
-  std::string sections = "gemv,attention,models,throughput";
+  std::string sections = "gemv,attention,prefill-attention,models,throughput";
   int throughput_seqs = 256;
   Sizes z;
   std::filesystem::path workdir = std::filesystem::temp_directory_path();
@@ -589,6 +638,11 @@ int Run(int argc, char** argv) {
   if (wants("attention")) {
     std::fprintf(stderr, "gpu_bench: decode attention, fast vs reference kernels\n");
     if (!AttentionSplitSection(z, bw, table)) rc = 1;
+    flush();
+  }
+  if (wants("prefill-attention")) {
+    std::fprintf(stderr, "gpu_bench: tensor-core vs reference prefill attention\n");
+    if (!PrefillAttentionSection(z, table)) rc = 1;
     flush();
   }
   if (wants("models")) {

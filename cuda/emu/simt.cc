@@ -85,6 +85,9 @@ struct Fiber {
   unsigned mask = 0;
   uint64_t value = 0, result = 0;
   int arg = 0, width = 32;
+  const void* collective_in = nullptr;  // kCollective: this lane's buffers and the function
+  void* collective_out = nullptr;
+  WarpCollectiveFn collective_fn = nullptr;
   void* fake_stack = nullptr;  // ASan's bookkeeping while switched away
 };
 
@@ -162,6 +165,7 @@ const char* OpName(WarpOpKind k) {
     case WarpOpKind::kBallot: return "__ballot_sync";
     case WarpOpKind::kAny: return "__any_sync";
     case WarpOpKind::kAll: return "__all_sync";
+    case WarpOpKind::kCollective: return "a warp-collective instruction (mma)";
   }
   return "?";
 }
@@ -287,6 +291,21 @@ bool ResolveWarp(Block& b, int w) {
       WarpError(b, w, *first, "lane " + std::to_string(l) + " " + Describe(f));
       return true;
     }
+  }
+  if (first->kind == WarpOpKind::kCollective) {
+    if (first->collective_fn == nullptr) {
+      WarpError(b, w, *first, "no function to run");
+      return true;
+    }
+    const void* in[kWarpSize];
+    void* out[kWarpSize];
+    for (int l = 0; l < kWarpSize; ++l) {
+      in[l] = lanes[l]->collective_in;
+      out[l] = lanes[l]->collective_out;
+    }
+    first->collective_fn(in, out);  // the lanes' buffers live on their suspended stacks
+    for (int l = 0; l < kWarpSize; ++l) lanes[l]->state = State::kRunnable;
+    return true;
   }
   uint64_t results[kWarpSize] = {};
   for (int l = 0; l < kWarpSize; ++l) {
@@ -520,6 +539,16 @@ uint64_t WarpOp(WarpOpKind kind, unsigned mask, uint64_t value, int arg, int wid
   f.site = site;
   YieldToScheduler(b);
   return f.result;
+}
+
+void WarpCollective(const void* in, void* out, WarpCollectiveFn fn, std::source_location site) {
+  Block& b = CurrentBlock();
+  Fiber& f = *b.current;
+  f.collective_in = in;
+  f.collective_out = out;
+  f.collective_fn = fn;
+  // Every lane of the warp (full mask), exchanged as one operation.
+  WarpOp(WarpOpKind::kCollective, 0xffffffffu, 0, 0, kWarpSize, site);
 }
 
 void* SharedVariable(const void* tag, size_t bytes, const char* name) {

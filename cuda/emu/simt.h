@@ -85,10 +85,20 @@ const dim3& GridDim();
 
 void SyncThreads(std::source_location site);
 
-enum class WarpOpKind { kShflIdx, kShflXor, kShflUp, kShflDown, kSyncWarp, kBallot, kAny, kAll };
+enum class WarpOpKind { kShflIdx, kShflXor, kShflUp, kShflDown, kSyncWarp, kBallot, kAny, kAll, kCollective };
 // One lane's part of a warp operation: `value` (up to 8 bytes) and `arg` (source
 // lane, lane mask or delta); returns what the lane receives.
 uint64_t WarpOp(WarpOpKind kind, unsigned mask, uint64_t value, int arg, int width, std::source_location site);
+
+// A warp-collective instruction of the whole warp (the tensor-core mma of
+// cuda/mma.cuh): every one of the 32 lanes calls it at the same line with its
+// own `in` and `out` buffers; once all have arrived, `fn` runs once with the
+// 32 lanes' buffers, indexed by lane (in[l], out[l]), and then every lane
+// continues. The sizes are the caller's business (each lane passes the same
+// kind of buffer). A lane missing, or waiting elsewhere, fails the launch as
+// a shuffle would.
+using WarpCollectiveFn = void (*)(const void* const* in, void* const* out);
+void WarpCollective(const void* in, void* out, WarpCollectiveFn fn, std::source_location site);
 
 // The block's instance of the shared variable declared at `tag` (bytes, 0xff-filled).
 void* SharedVariable(const void* tag, size_t bytes, const char* name);

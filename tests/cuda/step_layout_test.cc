@@ -59,10 +59,13 @@ TEST(StepLayout, OffsetsAreAlignedAndOrdered) {
   for (size_t T : {0, 1, 3, 8, 1001}) {
     for (size_t S : {0, 1, 3, 256}) {
       const StepLayout l(T, S, 7);
-      for (size_t off : {l.slots, l.ids, l.pos, l.seq, l.logits, l.tables}) EXPECT_EQ(off % 8, 0u);
+      for (size_t off : {l.slots, l.ids, l.pos, l.seq, l.logits, l.tables, l.tiles}) EXPECT_EQ(off % 8, 0u);
       EXPECT_LE(l.slots + T * 8, l.ids);
       EXPECT_LE(l.logits + S * 4, l.tables);
-      EXPECT_GE(l.total, l.tables + S * 7 * 4);
+      // The prefill tiles follow the whole table (its unused columns too) and fit.
+      EXPECT_GE(l.tiles, l.tables + S * 7 * 4);
+      EXPECT_EQ(l.max_tiles, PrefillTileCapacity(static_cast<int64_t>(T), static_cast<int64_t>(S), kPrefillTileRows));
+      EXPECT_GE(l.total, l.tiles + static_cast<size_t>(l.max_tiles) * sizeof(PrefillTile));
     }
   }
 }

@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "cuda/mma.cuh"
 #include "cuda/reduce.cuh"
 #include "cuda/simt.cuh"
 
@@ -153,6 +154,49 @@ TEST(SimtTest, ShuffleWhoseLanesDifferFromItsMaskFails) {
   EXPECT_EQ(LAUNCH(DivergentFullMaskShuffle, 1, 32, 0, out.data()), cudaErrorLaunchFailure);
   EXPECT_THAT(emu::LastReport(), HasSubstr("__shfl_xor_sync"));
   EXPECT_THAT(emu::LastReport(), HasSubstr("lane 16 has exited"));
+}
+
+// A warp-collective operation (what cuda/mma.cuh's emulation runs on): each
+// warp's function sees every lane's buffer in lane order, once.
+void ReverseAndCount(const void* const* in, void* const* out) {
+  static int calls = 0;
+  ++calls;
+  for (int l = 0; l < 32; ++l) *static_cast<int*>(out[l]) = *static_cast<const int*>(in[31 - l]) + 1000 * calls;
+}
+
+__global__ void CollectiveReverse(int* out) {
+  const int mine = static_cast<int>(threadIdx.x);
+  int got = -1;
+  emu::WarpCollective(&mine, &got, &ReverseAndCount, std::source_location::current());
+  out[threadIdx.x] = got;
+}
+
+TEST(SimtTest, WarpCollectiveRunsOnceOverEveryLanesBuffer) {
+  std::vector<int> out(64);
+  ASSERT_EQ(LAUNCH(CollectiveReverse, 1, 64, 0, out.data()), cudaSuccess) << emu::LastReport();
+  // Warps run one at a time: one call per warp, each over its own 32 lanes.
+  const int first = out[0] / 1000;
+  for (int t = 0; t < 64; ++t) {
+    const int warp = t / 32, lane = t % 32;
+    EXPECT_EQ(out[static_cast<size_t>(t)] % 1000, warp * 32 + 31 - lane) << t;
+    EXPECT_EQ(out[static_cast<size_t>(t)] / 1000, first + (warp == 0 ? 0 : 1)) << t;
+  }
+}
+
+// An mma that one lane of the warp skips: undefined on a GPU.
+__global__ void MmaWithALaneMissing(float* out) {
+  const uint32_t a[4] = {0, 0, 0, 0}, b[2] = {0, 0};
+  const float c[4] = {1, 1, 1, 1};
+  float d[4] = {0, 0, 0, 0};
+  if (threadIdx.x != 5) MmaBf16M16N8K16(d, a, b, c);
+  out[threadIdx.x] = d[0];
+}
+
+TEST(SimtTest, MmaSkippedByALaneFails) {
+  std::vector<float> out(32);
+  EXPECT_EQ(LAUNCH(MmaWithALaneMissing, 1, 32, 0, out.data()), cudaErrorLaunchFailure);
+  EXPECT_THAT(emu::LastReport(), HasSubstr("warp-collective"));
+  EXPECT_THAT(emu::LastReport(), HasSubstr("lane 5 has exited"));
 }
 
 __global__ void ShuffleLeavingOutCaller(int* out) {
