@@ -11,7 +11,7 @@
 #     OUT_DIR   default $TPSERVE_GPU_OUT, else $OUT (the device tool's folder), else gpu-check-out
 #
 # Phases, each with a time cap (seconds; TPSERVE_CAP_<PHASE>=N overrides), the
-# caps summing to 7 minutes: a phase cut at its cap is reported and the check
+# caps summing to about 7.5 minutes: a phase cut at its cap is reported and the check
 # goes on.
 #   preflight  nvidia-smi, nvcc, cuBLAS, NCCL, compute-sanitizer, torch, the pack (ldd)
 #   configure  GoogleTest from the pack, the engine-only build (-DTPSERVE_ENGINE_ONLY=ON,
@@ -48,8 +48,8 @@ sanitizer="$(command -v compute-sanitizer || ls "$cuda_bin"/compute-sanitizer \
   "$cuda_bin"/../compute-sanitizer/compute-sanitizer 2>/dev/null | head -1)"
 log="$out/gpu-check.log"
 
-declare -A cap=([preflight]=25 [configure]=35 [build]=140 [deps]=10 [tests]=40 [memcheck]=30 [bench]=90
-  [sampling]=10 [parity]=40)
+declare -A cap=([preflight]=20 [configure]=30 [build]=150 [deps]=10 [tests]=60 [memcheck]=40 [bench]=100
+  [sampling]=10 [parity]=35)
 total=0
 for p in "${!cap[@]}"; do
   v="TPSERVE_CAP_${p^^}"
@@ -148,7 +148,8 @@ memcheck() {
   # The op-level suites in parallel, each under the sanitizer; a suite cut by
   # the phase cap shows as such in the log.
   local pids=() rc=0 t
-  for t in cuda_backend_test cuda_split_attention_test cuda_convert_test cuda_sampler_test cuda_small_batch_test; do
+  for t in cuda_backend_test cuda_split_attention_test cuda_convert_test cuda_sampler_test cuda_small_batch_test \
+      cuda_decode_attention_test cuda_prefill_attention_test cuda_mma_test; do
     [[ -x "$build/tests/cuda/$t" ]] || { echo "memcheck: $t was not built"; rc=1; continue; }
     "$sanitizer" --tool memcheck --error-exitcode 99 --print-limit 20 "$build/tests/cuda/$t" \
       >"$build/memcheck.$t.log" 2>&1 &
@@ -205,7 +206,7 @@ if phase configure "engine-only, CUDA arch $cuda_arch" configure; then
     phase tests "ctest -L gpu, TPSERVE_CUDA_SYNC_CHECK=1" env TPSERVE_CUDA_SYNC_CHECK=1 \
       ctest --test-dir "$build" -L gpu -j 8 --timeout 120 --output-on-failure
     if [[ -n "$sanitizer" ]]; then
-      phase memcheck "compute-sanitizer memcheck, 5 op suites" memcheck
+      phase memcheck "compute-sanitizer memcheck, 8 op suites" memcheck
     fi
     phase bench "gpu_bench -> gpu_bench.md" "$build/bench/gpu/gpu_bench" --out "$out/gpu_bench.md" \
       --workdir "$work"
