@@ -392,7 +392,8 @@ std::string KnownFields(Endpoint endpoint) {
 // the endpoint, and the checks across fields.
 absl::Status Finish(const json& body, OpenAiRequest& r) {
   const bool chat = r.endpoint == Endpoint::kChatCompletions;
-  if (chat && !r.grpc.has_chat()) return InvalidField("messages", "missing: give the conversation");
+  // tools or chat_template_kwargs alone create the chat message: its messages decide.
+  if (chat && r.grpc.chat().messages().empty()) return InvalidField("messages", "missing: give the conversation");
   if (!chat && r.grpc.input_case() == v1::GenerateRequest::INPUT_NOT_SET) {
     return InvalidField("prompt", "missing: give the prompt");
   }

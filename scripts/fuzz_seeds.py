@@ -220,6 +220,8 @@ def openai_request(work):
         "tokenize": b"\x02" + json.dumps({"messages": chat["messages"], "add_generation_prompt": False}).encode(),
         "detokenize": b"\x03" + json.dumps({"tokens": [1, 4294967295], "model": "m"}).encode(),
         "broken": b"\x00{\"messages\": [{\"role\": 1e999}",
+        # Chat fields without messages: a crash the fuzzer found (the parser took it).
+        "no_messages": b"\x00" + json.dumps({k: v for k, v in chat.items() if k != "messages"}).encode(),
     }
     tokens = ["\"messages\"", "\"prompt\"", "\"role\"", "\"content\"", "\"max_tokens\"", "\"stop\"",
               "\"logprobs\"", "\"top_logprobs\"", "\"stream\"", "\"stream_options\"", "\"include_usage\"",

@@ -124,6 +124,10 @@ TEST(OpenAiRequest, BadBodiesNameTheField) {
   EXPECT_EQ(Refused(kChat, "{\"messages\": [}"), "(none): the body is not valid JSON");
   EXPECT_EQ(Refused(kChat, "[1]"), "(none): the body must be a JSON object");
   EXPECT_EQ(Refused(kChat, "{}"), "messages");
+  // Fields that belong to the chat (tools, template arguments) without the
+  // conversation itself (found by fuzz_openai_request).
+  EXPECT_EQ(Refused(kChat, R"({"tools": [], "chat_template_kwargs": {"enable_thinking": false}})"), "messages");
+  EXPECT_EQ(Refused(kChat, R"({"tools": [{"type": "function", "function": {"name": "f"}}]})"), "messages");
   EXPECT_EQ(Refused(kCompl, "{}"), "prompt");
   EXPECT_EQ(Refused(kChat, "{" + msgs + ", \"temprature\": 1}"), "temprature");
   EXPECT_EQ(Refused(kChat, "{" + msgs + ", \"temperature\": \"hot\"}"), "temperature");
