@@ -25,11 +25,7 @@
 #include <cmath>
 #include <cstdint>
 
-#if defined(__CUDACC__)
-#define TPSERVE_HOST_DEVICE __host__ __device__
-#else
-#define TPSERVE_HOST_DEVICE
-#endif
+#include "cuda/host_device.h"
 
 namespace tpserve::cuda {
 

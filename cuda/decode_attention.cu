@@ -8,12 +8,13 @@
 #include "cuda/decode_plan.h"
 #include "cuda/reduce.cuh"
 #include "cuda/simt.cuh"
+#include "cuda/vec.cuh"
 
 namespace tpserve::cuda {
 namespace {
 
 constexpr int kThreads = 128;
-constexpr int kDims = 8;  // bf16 dims per thread of a row: one 16-byte load
+constexpr int kDims = kBf16PerVec;  // bf16 dims per thread of a row: one 16-byte load
 constexpr int kInFlight = kDecodeKeysInFlight;
 
 // The instantiation: head_dim and GQA group (query heads per KV head).
@@ -34,17 +35,6 @@ struct DecodeLaunch {
   float* workspace;     // CarveWorkspace(n, Hq, hd, plan.splits) when plan.splits > 1
 };
 
-// 8 bf16 (16 bytes, aligned) as floats: element 2k is the low half of word k.
-__device__ __forceinline__ void Unpack8(const uint4& raw, float (&x)[kDims]) {
-  const unsigned w[4] = {raw.x, raw.y, raw.z, raw.w};
-#pragma unroll
-  for (int k = 0; k < 4; ++k) {
-    x[2 * k] = __uint_as_float(w[k] << 16);
-    x[2 * k + 1] = __uint_as_float(w[k] & 0xffff0000u);
-  }
-}
-
-__device__ __forceinline__ uint4 Load16(const __nv_bfloat16* p) { return *reinterpret_cast<const uint4*>(p); }
 
 // A subgroup's online softmax over the keys it saw, for the G query heads of
 // its slice (8 dims) of the row.
@@ -67,7 +57,7 @@ __device__ __forceinline__ void FoldRows(const float (&q)[S::kGroup][kDims], con
 #pragma unroll
   for (int u = 0; u < kInFlight; ++u) {
     float kf[kDims];
-    Unpack8(k[u], kf);
+    UnpackBf16x8(k[u], kf);
 #pragma unroll
     for (int g = 0; g < G; ++g) {
       float dot = 0.f;
@@ -96,7 +86,7 @@ __device__ __forceinline__ void FoldRows(const float (&q)[S::kGroup][kDims], con
 #pragma unroll
   for (int u = 0; u < kInFlight; ++u) {
     float vf[kDims];
-    Unpack8(v[u], vf);
+    UnpackBf16x8(v[u], vf);
 #pragma unroll
     for (int g = 0; g < G; ++g) {
       st.sum[g] += s[u][g];
@@ -186,7 +176,7 @@ __global__ void __launch_bounds__(kThreads) FastDecodeKernel(PagedAttentionArgs 
   OnlineSoftmax<S> st;
 #pragma unroll
   for (int g = 0; g < G; ++g) {
-    Unpack8(Load16(a.qkv + t * width + int64_t{kvh * G + g} * HD + slice * kDims), q[g]);
+    UnpackBf16x8(LoadBf16x8(a.qkv + t * width + int64_t{kvh * G + g} * HD + slice * kDims, 0), q[g]);
 #pragma unroll
     for (int d = 0; d < kDims; ++d) {
       q[g][d] *= a.scale;
@@ -210,8 +200,8 @@ __global__ void __launch_bounds__(kThreads) FastDecodeKernel(PagedAttentionArgs 
         vr[u] = uint4{};
         if (valid[u]) {
           const int64_t slot = int64_t{table[j / a.block_size]} * a.block_size + j % a.block_size;
-          kr[u] = Load16(k_base + slot * kv_row);
-          vr[u] = Load16(v_base + slot * kv_row);
+          kr[u] = LoadBf16x8(k_base + slot * kv_row, 0);
+          vr[u] = LoadBf16x8(v_base + slot * kv_row, 0);
         }
       }
       FoldRows<S>(q, kr, vr, valid, st);
@@ -291,8 +281,6 @@ R ForShape(int hd, int group, R otherwise, Fn&& fn) {
     default: return otherwise;
   }
 }
-
-bool Aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
 
 }  // namespace
 

@@ -23,7 +23,7 @@
 
 #include <cstdint>
 
-#include "cuda/attention_merge.h"  // TPSERVE_HOST_DEVICE
+#include "cuda/host_device.h"
 
 namespace tpserve::cuda {
 

@@ -17,13 +17,7 @@
 
 #include <cstdint>
 
-#ifndef TPSERVE_HOST_DEVICE
-#if defined(__CUDACC__)
-#define TPSERVE_HOST_DEVICE __host__ __device__
-#else
-#define TPSERVE_HOST_DEVICE
-#endif
-#endif
+#include "cuda/host_device.h"
 
 namespace tpserve::cuda {
 

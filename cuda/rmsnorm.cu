@@ -53,6 +53,27 @@ int VecThreads(int64_t D) {
   return static_cast<int>((threads + kWarpSize - 1) / kWarpSize * kWarpSize);
 }
 
+// The second pass of both vector kernels: out = row · rsqrt(sum_sq / D + eps) · w,
+// from the thread's pieces of the row held in registers (piece i is vector
+// threadIdx.x + i · blockDim.x of the row).
+__device__ __forceinline__ void NormalizeRow(const uint4 (&row)[kMaxVecsPerThread], float sum_sq, float eps,
+                                             const __nv_bfloat16* __restrict__ w, int64_t D,
+                                             __nv_bfloat16* __restrict__ out) {
+  const int64_t vecs = D / kBf16PerVec;
+  const float inv = rsqrtf(sum_sq / static_cast<float>(D) + eps);
+#pragma unroll
+  for (int i = 0; i < kMaxVecsPerThread; ++i) {
+    const int64_t c = threadIdx.x + int64_t{i} * blockDim.x;
+    if (c >= vecs) break;
+    float f[kBf16PerVec], wf[kBf16PerVec];
+    UnpackBf16x8(row[i], f);
+    UnpackBf16x8(LoadBf16x8(w, c), wf);
+#pragma unroll
+    for (int j = 0; j < kBf16PerVec; ++j) f[j] = f[j] * inv * wf[j];
+    StoreBf16x8(out, c, PackBf16x8(f));
+  }
+}
+
 // One block per row; thread t holds vectors t, t + blockDim.x, ... of the row
 // in registers from the load to the store (in place, out == x, is safe).
 __global__ void RmsNormVecKernel(const __nv_bfloat16* x, const __nv_bfloat16* __restrict__ w, float eps,
@@ -71,18 +92,7 @@ __global__ void RmsNormVecKernel(const __nv_bfloat16* x, const __nv_bfloat16* __
 #pragma unroll
     for (int j = 0; j < kBf16PerVec; ++j) sq += f[j] * f[j];
   }
-  const float inv = rsqrtf(BlockSum(sq) / static_cast<float>(D) + eps);
-#pragma unroll
-  for (int i = 0; i < kMaxVecsPerThread; ++i) {
-    const int64_t c = threadIdx.x + int64_t{i} * blockDim.x;
-    if (c >= vecs) break;
-    float f[kBf16PerVec], wf[kBf16PerVec];
-    UnpackBf16x8(xv[i], f);
-    UnpackBf16x8(LoadBf16x8(w, c), wf);
-#pragma unroll
-    for (int j = 0; j < kBf16PerVec; ++j) f[j] = f[j] * inv * wf[j];
-    StoreBf16x8(out + blockIdx.x * D, c, PackBf16x8(f));
-  }
+  NormalizeRow(xv, BlockSum(sq), eps, w, D, out + blockIdx.x * D);
 }
 
 __global__ void AddRmsNormVecKernel(__nv_bfloat16* __restrict__ x, __nv_bfloat16* __restrict__ residual,
@@ -107,18 +117,7 @@ __global__ void AddRmsNormVecKernel(__nv_bfloat16* __restrict__ x, __nv_bfloat16
 #pragma unroll
     for (int j = 0; j < kBf16PerVec; ++j) sq += r[j] * r[j];
   }
-  const float inv = rsqrtf(BlockSum(sq) / static_cast<float>(D) + eps);
-#pragma unroll
-  for (int i = 0; i < kMaxVecsPerThread; ++i) {
-    const int64_t c = threadIdx.x + int64_t{i} * blockDim.x;
-    if (c >= vecs) break;
-    float f[kBf16PerVec], wf[kBf16PerVec];
-    UnpackBf16x8(sum[i], f);
-    UnpackBf16x8(LoadBf16x8(w, c), wf);
-#pragma unroll
-    for (int j = 0; j < kBf16PerVec; ++j) f[j] = f[j] * inv * wf[j];
-    StoreBf16x8(xr, c, PackBf16x8(f));
-  }
+  NormalizeRow(sum, BlockSum(sq), eps, w, D, xr);
 }
 
 }  // namespace

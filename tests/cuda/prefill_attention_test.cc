@@ -38,6 +38,9 @@ namespace tpserve {
 namespace {
 
 using cuda_test::DealBlocks;
+using cuda_test::DeviceArray;
+using cuda_test::FromBf16;
+using cuda_test::ToBf16;
 using cuda_test::Download;
 using cuda_test::ExpectClose;
 using cuda_test::Output;
@@ -76,41 +79,6 @@ struct Prefill {
 std::vector<Prefill> Prefills() {
   if (cuda_test::kEmulated) return {{0, 1}, {0, kLong}, {1, 63}, {30, 65}, {kLong + 3, 17}};
   return {{0, 1}, {0, kLong}, {1, 63}, {30, 65}, {64, 64}, {kLong + 3, 17}, {2000, 300}};
-}
-
-template <typename T>
-struct DeviceArray {
-  T* ptr = nullptr;
-  size_t n = 0;
-  explicit DeviceArray(size_t count) : n(count) {
-    void* p = nullptr;
-    CUDA_CHECK(cudaMalloc(&p, std::max<size_t>(n, 1) * sizeof(T)));
-    ptr = static_cast<T*>(p);
-  }
-  DeviceArray(const DeviceArray&) = delete;
-  DeviceArray& operator=(const DeviceArray&) = delete;
-  ~DeviceArray() { cudaFree(ptr); }
-  void Upload(const std::vector<T>& v) {
-    ASSERT_EQ(v.size(), n);
-    CUDA_CHECK(cudaMemcpy(ptr, v.data(), n * sizeof(T), cudaMemcpyHostToDevice));
-  }
-  void Poison() { CUDA_CHECK(cudaMemset(ptr, 0xff, std::max<size_t>(n, 1) * sizeof(T))); }
-  std::vector<T> Download() const {
-    std::vector<T> v(n);
-    CUDA_CHECK(cudaMemcpy(v.data(), ptr, n * sizeof(T), cudaMemcpyDeviceToHost));
-    return v;
-  }
-};
-
-std::vector<uint16_t> ToBf16(const std::vector<float>& v) {
-  std::vector<uint16_t> out(v.size());
-  for (size_t i = 0; i < v.size(); ++i) out[i] = FloatToBf16(v[i]);
-  return out;
-}
-std::vector<float> FromBf16(const std::vector<uint16_t>& v) {
-  std::vector<float> out(v.size());
-  for (size_t i = 0; i < v.size(); ++i) out[i] = Bf16ToFloat(v[i]);
-  return out;
 }
 
 class PrefillAttentionTest : public ::testing::Test {
