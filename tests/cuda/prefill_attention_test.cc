@@ -4,6 +4,8 @@
 //     sequences of different lengths, cached prefixes (first position > 0,
 //     diagonals that cross key tiles) and decode rows it must leave alone
 //     (the output is NaN-poisoned first);
+//   * the launcher on a 32,768-token prompt and a chunk after a 30,000-token
+//     cached prefix, against the host reference on a sample of rows;
 //   * the CUDA backend's Attention op under the fast kernel set (with and
 //     without Reserve, whose fixed step layout holds the tiles) against the
 //     CPU backend and the reference kernel set, on prefill-only and mixed
@@ -105,11 +107,11 @@ struct LaunchInputs {
   int32_t num_prefill_rows = 0;
 };
 
-LaunchInputs MakeInputs(const Geometry& g, std::mt19937& rng) {
+// The prefills, then `decodes` decode rows of contexts 7, 57, ...
+LaunchInputs MakeInputs(const Geometry& g, const std::vector<Prefill>& prefills, int decodes, std::mt19937& rng) {
   LaunchInputs in;
-  const std::vector<Prefill> prefills = Prefills();
   for (const Prefill& p : prefills) in.seq_lens.push_back(p.cached + p.n);
-  for (int i = 0; i < kDecodes; ++i) in.seq_lens.push_back(7 + 50 * i);
+  for (int i = 0; i < decodes; ++i) in.seq_lens.push_back(7 + 50 * i);
   in.num_blocks = 3;  // unused blocks hold garbage nobody may read
   for (int32_t len : in.seq_lens) in.num_blocks += (len + g.block_size - 1) / g.block_size;
   in.blocks = DealBlocks(in.seq_lens, g.block_size, in.num_blocks, rng);
@@ -158,83 +160,132 @@ std::vector<double> HostAttention(const LaunchInputs& in, const Geometry& g, con
   return acc;
 }
 
-TEST_F(PrefillAttentionTest, LauncherMatchesHostReferenceAndReferenceKernel) {
-  SEED_TRACE();
-  for (const Geometry& g : Geometries()) {
-    const std::string what = Describe(g);
-    const LaunchInputs in = MakeInputs(g, rng_);
-    const int T = static_cast<int>(in.positions.size()), P = in.num_prefill_rows;
-    const int64_t width = int64_t{g.hq + 2 * g.hkv} * g.hd, out_width = int64_t{g.hq} * g.hd;
-    const std::vector<float> qkv = RandomBf16(rng_, T * width);
-    const std::vector<float> k = RandomBf16(rng_, in.num_blocks * g.block_size * g.hkv * g.hd);
-    const std::vector<float> v = RandomBf16(rng_, in.num_blocks * g.block_size * g.hkv * g.hd);
-    const float scale = 1.f / std::sqrt(static_cast<float>(g.hd));
+// Which rows of a launch to check against the host reference: every row in
+// the emulator; on a GPU, where the host loop would dominate, every
+// `row_stride`-th row and the first and last row of every `tile_stride`-th
+// tile and of the last tile.
+struct RowSample {
+  int row_stride = 7;
+  int tile_stride = 1;
+};
 
-    const int num_prefill = static_cast<int>(Prefills().size());
-    std::vector<cuda::PrefillTile> tiles(static_cast<size_t>(cuda::PrefillTileCapacity(T, num_prefill + kDecodes,
-                                                                                        cuda::kPrefillTileRows)));
-    const int64_t num_tiles = cuda::PlanPrefillTiles(in.query_start.data(), in.positions.data(), num_prefill,
-                                                     cuda::kPrefillTileRows, tiles.data(),
-                                                     static_cast<int64_t>(tiles.size()));
-    ASSERT_GT(num_tiles, 0) << what;
-    tiles.resize(static_cast<size_t>(num_tiles));
+// The host reference on the sampled prefill rows of `got` ([P, Hq·hd]).
+void CheckRowsAgainstHost(const LaunchInputs& in, const Geometry& g, const std::vector<float>& qkv,
+                          const std::vector<float>& k, const std::vector<float>& v, float scale,
+                          const std::vector<cuda::PrefillTile>& tiles, const std::vector<float>& got, RowSample sample) {
+  const int P = in.num_prefill_rows;
+  const int64_t out_width = int64_t{g.hq} * g.hd;
+  std::vector<bool> check(static_cast<size_t>(P), cuda_test::kEmulated);
+  for (int t = 0; t < P; t += sample.row_stride) check[t] = true;
+  for (size_t i = 0; i < tiles.size(); ++i) {
+    if (i % static_cast<size_t>(sample.tile_stride) != 0 && i + 1 != tiles.size()) continue;
+    check[tiles[i].row_begin] = check[tiles[i].row_begin + tiles[i].rows - 1] = true;
+  }
+  for (int t = 0; t < P; ++t) {
+    if (!check[t]) continue;
+    std::vector<float> want, row(got.begin() + t * out_width, got.begin() + (t + 1) * out_width);
+    for (int h = 0; h < g.hq; ++h) {
+      for (double x : HostAttention(in, g, qkv, k, v, scale, t, h)) want.push_back(static_cast<float>(x));
+    }
+    EXPECT_LE(RelL2(row, want), kTol) << Describe(g) << " row " << t << " (position " << in.positions[t] << ")";
+  }
+}
 
-    DeviceArray<uint16_t> d_qkv(qkv.size()), d_k(k.size()), d_v(v.size()), d_out{static_cast<size_t>(T * out_width)},
-        d_ref{static_cast<size_t>(T * out_width)};
-    DeviceArray<int32_t> d_seq{static_cast<size_t>(T)}, d_pos{static_cast<size_t>(T)}, d_tables{in.tables.size()};
-    DeviceArray<cuda::PrefillTile> d_tiles(tiles.size());
-    d_qkv.Upload(ToBf16(qkv));
-    d_k.Upload(ToBf16(k));
-    d_v.Upload(ToBf16(v));
-    d_seq.Upload(in.token_seq);
-    d_pos.Upload(in.positions);
-    d_tables.Upload(in.tables);
-    d_tiles.Upload(tiles);
-    cuda::PagedAttentionArgs a;
-    a.qkv = reinterpret_cast<const __nv_bfloat16*>(d_qkv.ptr);
-    a.num_tokens = T;
-    a.token_seq = d_seq.ptr;
-    a.positions = d_pos.ptr;
-    a.block_tables = d_tables.ptr;
-    a.max_blocks_per_seq = in.max_blocks;
-    a.block_size = g.block_size;
-    a.num_heads = g.hq;
-    a.num_kv_heads = g.hkv;
-    a.head_dim = g.hd;
-    a.scale = scale;
-    a.k_cache = reinterpret_cast<const __nv_bfloat16*>(d_k.ptr);
-    a.v_cache = reinterpret_cast<const __nv_bfloat16*>(d_v.ptr);
+// One launch of the tensor-core kernel over `prefills` and kDecodes decode
+// rows (NaN-poisoned output: the decode rows must stay untouched), against
+// the reference kernel (when `with_reference_kernel`) and, on the rows of
+// `sample`, the host reference.
+void CheckLauncher(const Geometry& g, const std::vector<Prefill>& prefills, bool with_reference_kernel,
+                   RowSample sample, std::mt19937& rng) {
+  const std::string what = Describe(g);
+  const LaunchInputs in = MakeInputs(g, prefills, kDecodes, rng);
+  const int T = static_cast<int>(in.positions.size()), P = in.num_prefill_rows;
+  const int64_t width = int64_t{g.hq + 2 * g.hkv} * g.hd, out_width = int64_t{g.hq} * g.hd;
+  const std::vector<float> qkv = RandomBf16(rng, T * width);
+  const std::vector<float> k = RandomBf16(rng, in.num_blocks * g.block_size * g.hkv * g.hd);
+  const std::vector<float> v = RandomBf16(rng, in.num_blocks * g.block_size * g.hkv * g.hd);
+  const float scale = 1.f / std::sqrt(static_cast<float>(g.hd));
 
+  const int num_prefill = static_cast<int>(prefills.size());
+  std::vector<cuda::PrefillTile> tiles(static_cast<size_t>(cuda::PrefillTileCapacity(T, num_prefill + kDecodes,
+                                                                                      cuda::kPrefillTileRows)));
+  const int64_t num_tiles = cuda::PlanPrefillTiles(in.query_start.data(), in.positions.data(), num_prefill,
+                                                   cuda::kPrefillTileRows, tiles.data(),
+                                                   static_cast<int64_t>(tiles.size()));
+  ASSERT_GT(num_tiles, 0) << what;
+  tiles.resize(static_cast<size_t>(num_tiles));
+
+  DeviceArray<uint16_t> d_qkv(qkv.size()), d_k(k.size()), d_v(v.size()), d_out{static_cast<size_t>(T * out_width)},
+      d_ref{static_cast<size_t>(T * out_width)};
+  DeviceArray<int32_t> d_seq{static_cast<size_t>(T)}, d_pos{static_cast<size_t>(T)}, d_tables{in.tables.size()};
+  DeviceArray<cuda::PrefillTile> d_tiles(tiles.size());
+  d_qkv.Upload(ToBf16(qkv));
+  d_k.Upload(ToBf16(k));
+  d_v.Upload(ToBf16(v));
+  d_seq.Upload(in.token_seq);
+  d_pos.Upload(in.positions);
+  d_tables.Upload(in.tables);
+  d_tiles.Upload(tiles);
+  cuda::PagedAttentionArgs a;
+  a.qkv = reinterpret_cast<const __nv_bfloat16*>(d_qkv.ptr);
+  a.num_tokens = T;
+  a.token_seq = d_seq.ptr;
+  a.positions = d_pos.ptr;
+  a.block_tables = d_tables.ptr;
+  a.max_blocks_per_seq = in.max_blocks;
+  a.block_size = g.block_size;
+  a.num_heads = g.hq;
+  a.num_kv_heads = g.hkv;
+  a.head_dim = g.hd;
+  a.scale = scale;
+  a.k_cache = reinterpret_cast<const __nv_bfloat16*>(d_k.ptr);
+  a.v_cache = reinterpret_cast<const __nv_bfloat16*>(d_v.ptr);
+
+  if (with_reference_kernel) {
     d_ref.Poison();
     a.out = reinterpret_cast<__nv_bfloat16*>(d_ref.ptr);
     ASSERT_EQ(cuda::LaunchPagedAttention(a, nullptr), cudaSuccess) << what;
-    d_out.Poison();
-    a.out = reinterpret_cast<__nv_bfloat16*>(d_out.ptr);
-    ASSERT_EQ(cuda::LaunchPrefillAttention(a, d_tiles.ptr, num_tiles, nullptr), cudaSuccess) << what;
-    CUDA_CHECK(cudaDeviceSynchronize());
-    const std::vector<uint16_t> raw = d_out.Download();
-    for (int64_t e = P * out_width; e < T * out_width; ++e) {
-      ASSERT_EQ(raw[e], 0xffff) << what << ": decode row " << e / out_width << " was written";
-    }
-    const std::vector<float> all = FromBf16(raw), ref_all = FromBf16(d_ref.Download());
-    const std::vector<float> got(all.begin(), all.begin() + P * out_width);
+  }
+  d_out.Poison();
+  a.out = reinterpret_cast<__nv_bfloat16*>(d_out.ptr);
+  ASSERT_EQ(cuda::LaunchPrefillAttention(a, d_tiles.ptr, num_tiles, nullptr), cudaSuccess) << what;
+  CUDA_CHECK(cudaDeviceSynchronize());
+  const std::vector<uint16_t> raw = d_out.Download();
+  for (int64_t e = P * out_width; e < T * out_width; ++e) {
+    ASSERT_EQ(raw[e], 0xffff) << what << ": decode row " << e / out_width << " was written";
+  }
+  const std::vector<float> all = FromBf16(raw);
+  const std::vector<float> got(all.begin(), all.begin() + P * out_width);
+  if (with_reference_kernel) {
+    const std::vector<float> ref_all = FromBf16(d_ref.Download());
     const std::vector<float> ref(ref_all.begin(), ref_all.begin() + P * out_width);
     ExpectClose(got, ref, kTol, "tensor-core vs reference kernel, " + what);
+  }
 
-    // The host reference row by row (every row in the emulator, a sample on a
-    // GPU where the host loop would dominate): the first and last row of every
-    // tile and every 7th row.
-    std::vector<bool> check(static_cast<size_t>(P), cuda_test::kEmulated);
-    for (int t = 0; t < P; t += 7) check[t] = true;
-    for (const cuda::PrefillTile& tile : tiles) check[tile.row_begin] = check[tile.row_begin + tile.rows - 1] = true;
-    for (int t = 0; t < P; ++t) {
-      if (!check[t]) continue;
-      std::vector<float> want, row(got.begin() + t * out_width, got.begin() + (t + 1) * out_width);
-      for (int h = 0; h < g.hq; ++h) {
-        for (double x : HostAttention(in, g, qkv, k, v, scale, t, h)) want.push_back(static_cast<float>(x));
-      }
-      EXPECT_LE(RelL2(row, want), kTol) << what << " row " << t << " (position " << in.positions[t] << ")";
-    }
+  CheckRowsAgainstHost(in, g, qkv, k, v, scale, tiles, got, sample);
+}
+
+TEST_F(PrefillAttentionTest, LauncherMatchesHostReferenceAndReferenceKernel) {
+  SEED_TRACE();
+  for (const Geometry& g : Geometries()) {
+    CheckLauncher(g, Prefills(), /*with_reference_kernel=*/true, RowSample{}, rng_);
+    if (HasFatalFailure()) return;
+  }
+}
+
+// A 32,768-token prompt and a 2,768-token chunk after a 30,000-token cached
+// prefix, at Qwen3-0.6B's (tp 2) and Llama-3.2-1B's (tp 2) head shapes,
+// against the host reference on a sample of rows (the reference kernel would
+// take seconds here). The emulator runs the same case at 3 x kLongPrefill.
+TEST_F(PrefillAttentionTest, LauncherAtPromptsOf32kTokens) {
+  SEED_TRACE();
+  const int32_t n = cuda_test::kEmulated ? 3 * kLong : 32768, cached = cuda_test::kEmulated ? 2 * kLong : 30000;
+  const std::vector<Prefill> prefills = {{0, n}, {cached, n - cached}};
+  const std::vector<Geometry> geometries =
+      cuda_test::kEmulated ? std::vector<Geometry>{{4, 2, 64, 32}} : std::vector<Geometry>{{8, 4, 128, 16}, {16, 4, 64, 32}};
+  for (const Geometry& g : geometries) {
+    CheckLauncher(g, prefills, /*with_reference_kernel=*/false, RowSample{4099, 128}, rng_);
+    if (HasFatalFailure()) return;
   }
 }
 
