@@ -240,8 +240,12 @@ TEST_F(DecodeAttentionTest, LauncherMatchesReferenceKernelForEveryKindOfPlan) {
         // A grid fixed for a context 4x the step's (a graph at the reserved capacity).
         cuda::PlanDecode({n, g.hkv, 4 * longest, kH200Sms, true}),
     };
-    for (cuda::DecodeVariant variant : VariantsOf(g)) {  // the tensor-core groups run both kernels
+    const std::vector<cuda::DecodeVariant> variants = VariantsOf(g);
+    for (cuda::DecodeVariant variant : variants) {  // the tensor-core groups run both kernels
       for (const cuda::DecodePlan& plan : plans) {
+        // The variant not chosen (SIMT at groups 4 and 8, still served at
+        // head_dim 256): the direct path and a combine over many splits suffice.
+        if (variant != variants.front() && plan.splits != 1 && plan.splits != 7) continue;
         ExpectFastMatches(c, plan, want, kContexts,
                           Describe(g) + " " + cuda::DecodeVariantName(variant) + " splits=" +
                               std::to_string(plan.splits) + " partition_size=" + std::to_string(plan.partition_size),
