@@ -18,6 +18,26 @@
 // token's context uses one block (DecodeUsedSplits == 1) that block writes the
 // bf16 output; otherwise each busy block writes its partial to the workspace.
 //
+// Kernel 1 comes in two variants (DecodeVariant), chosen per (head_dim,
+// group) in one place (FastDecodeVariant):
+//   * kSimt, every instantiated shape: the kernel described above;
+//   * kMma, groups 4 and 8 at head_dim 64 and 128: q · k and p · v on tensor
+//     cores (mma.m16n8k16 bf16, cuda/mma.cuh), no shuffle per key. The
+//     block's 4 warps take turns over 16-key chunks of its partitions. The G
+//     query heads are rows 0 .. G-1 of the A operand (rows G .. 15 zero); a
+//     lane loads 16 bytes (8 dims) of a K or V row straight into registers,
+//     and the fragments are laid out so those are the B operands as loaded:
+//     for q · k the k axis (dims) is permuted (lane t of key g holds dims
+//     32m + 8t .. + 7 of slab m: the words of chunks 2m and 2m + 1), and
+//     q's A fragment is loaded in the same order; for p · v each n-tile j of
+//     a 64-dim slab holds the dims 8n + j (n = 0..7), so lane (g, t) loads
+//     dims 8g .. 8g + 7 of keys 2t, 2t + 1, 2t + 8, 2t + 9 and pairs them per
+//     dim with two register permutes. Scores and O stay in fp32 accumulators
+//     with an online softmax per query head (row), P goes to the second mma
+//     as bf16, and each warp's partial joins the block merge of the SIMT
+//     kernel (attention_merge.h). Same grid, plan, workspace and direct
+//     single-split path as kSimt.
+//
 // Kernel 2, grid (decode token, query head): merges the token's partials
 // (CombinePartials) and writes the output; a token whose context used one
 // block is skipped at once. Not launched when the plan has one split.
@@ -39,14 +59,29 @@ namespace tpserve::cuda {
 
 inline constexpr int kDecodeKeysInFlight = 4;  // K/V rows per thread per iteration
 
+// The two implementations of kernel 1 (see above).
+enum class DecodeVariant {
+  kSimt,  // q · k over hd / 8 lanes with a shuffle reduction: every covered shape
+  kMma,   // q · k and p · v on tensor cores: groups 4 and 8, head_dim 64 and 128
+};
+const char* DecodeVariantName(DecodeVariant variant);  // "simt", "mma"
+
+// The variant LaunchFastDecodeAttention runs for (head_dim, group): the one
+// place it is chosen (kMma where instantiated, kSimt otherwise).
+DecodeVariant FastDecodeVariant(int head_dim, int group);
+// True when `variant` is instantiated for (head_dim, group).
+bool FastDecodeHasVariant(DecodeVariant variant, int head_dim, int group);
+
 // True when the fast kernel is instantiated for this head_dim and group
 // (Hq / Hkv) and the arrays it loads 16 bytes at a time are 16-byte aligned.
 bool FastDecodeCovers(const PagedAttentionArgs& args);
 
-// Resident blocks per SM of the kernel instantiated for (head_dim, group),
-// from the CUDA occupancy calculator (asked once per instantiation); 0 when
-// there is no such instantiation. DecodePlanInput::blocks_per_sm.
+// Resident blocks per SM of the kernel instantiated for (head_dim, group)
+// (FastDecodeVariant's, or `variant`), from the CUDA occupancy calculator
+// (asked once per instantiation); 0 when there is no such instantiation.
+// DecodePlanInput::blocks_per_sm.
 int FastDecodeBlocksPerSm(int head_dim, int group);
+int FastDecodeBlocksPerSm(DecodeVariant variant, int head_dim, int group);
 
 // Floats of workspace a launch of `num_decode_tokens` tokens with `plan`
 // needs (0 when plan.splits == 1: no partials). Layout as the split path's
@@ -62,5 +97,10 @@ size_t FastDecodeWorkspaceFloats(int64_t num_decode_tokens, int num_heads, int h
 // conditions of LaunchPagedAttention.
 cudaError_t LaunchFastDecodeAttention(const PagedAttentionArgs& args, int64_t first_token, const DecodePlan& plan,
                                       float* workspace, size_t workspace_floats, cudaStream_t stream);
+// The same with the variant forced (tests and benchmarks compare the two);
+// cudaErrorNotSupported where `variant` is not instantiated for the shape.
+cudaError_t LaunchFastDecodeAttention(DecodeVariant variant, const PagedAttentionArgs& args, int64_t first_token,
+                                      const DecodePlan& plan, float* workspace, size_t workspace_floats,
+                                      cudaStream_t stream);
 
 }  // namespace tpserve::cuda

@@ -23,6 +23,8 @@
 // expectation.
 #pragma once
 
+#include <math_constants.h>
+
 #include <cstdint>
 #include <cstring>
 
@@ -114,5 +116,36 @@ inline void MmaBf16M16N8K16(float d[4], const uint32_t a[4], const uint32_t b[2]
 }
 
 #endif
+
+// ---- Rows of a C fragment, and the online softmax over them ----
+// Row g (and g + 8) of a C/D fragment lives on the 4 lanes 4g .. 4g + 3.
+
+// Max and sum of v over the 4 lanes that hold a row; each of them gets it.
+__device__ inline float FragmentRowMax(float v) {
+  v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 1));
+  return fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 2));
+}
+__device__ inline float FragmentRowSum(float v) {
+  v += __shfl_xor_sync(0xffffffffu, v, 1);
+  return v + __shfl_xor_sync(0xffffffffu, v, 2);
+}
+
+// One online-softmax step of a row whose new scores have the max `tile_max`
+// (over the row's 4 lanes; −∞ when none is visible): raises `running_max`,
+// and returns the max to subtract from the new scores (0 while the row has
+// seen no visible key, so e^(−∞ − 0) = 0 and nothing is NaN) and the factor
+// for what the row accumulated so far (e^(old max − new max); 0 on the first
+// visible tile).
+struct RowRescale {
+  float use_max;
+  float correction;
+};
+__device__ inline RowRescale RaiseRowMax(float& running_max, float tile_max) {
+  const float new_max = fmaxf(running_max, tile_max);
+  const float use_max = new_max == -CUDART_INF_F ? 0.f : new_max;
+  const RowRescale r{use_max, __expf(running_max - use_max)};
+  running_max = new_max;
+  return r;
+}
 
 }  // namespace tpserve::cuda

@@ -115,16 +115,6 @@ __device__ void LoadQueryFragments(const PagedAttentionArgs& a, const PrefillTil
   }
 }
 
-// Max and sum over the 4 lanes (t = 0 .. 3) that hold a row's values.
-__device__ inline float RowMax(float v) {
-  v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 1));
-  return fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 2));
-}
-__device__ inline float RowSum(float v) {
-  v += __shfl_xor_sync(0xffffffffu, v, 1);
-  return v + __shfl_xor_sync(0xffffffffu, v, 2);
-}
-
 // The per-warp state of the online softmax: rows g (index 0) and g + 8 (1).
 template <int HD>
 struct RowState {
@@ -164,10 +154,9 @@ __device__ void ScoreKeyTile(const KvTile<HD>& kv, const uint32_t (&q)[HD / 16][
   float use_max[2], correction[2];
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
-    const float new_max = fmaxf(st.max[r], RowMax(tile_max[r]));
-    use_max[r] = new_max == -CUDART_INF_F ? 0.f : new_max;  // a row with no visible key yet
-    correction[r] = __expf(st.max[r] - use_max[r]);          // 0 on the first visible tile
-    st.max[r] = new_max;
+    const RowRescale rescale = RaiseRowMax(st.max[r], FragmentRowMax(tile_max[r]));
+    use_max[r] = rescale.use_max;
+    correction[r] = rescale.correction;
     st.sum[r] *= correction[r];
   }
 #pragma unroll
@@ -246,7 +235,7 @@ __global__ void __launch_bounds__(kThreads) PrefillAttentionKernel(PagedAttentio
   const int64_t out_width = int64_t{a.num_heads} * HD;
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
-    const float total = RowSum(st.sum[r]);
+    const float total = FragmentRowSum(st.sum[r]);
     const int row = row_g + 8 * r;
     if (row >= tile.rows) continue;
     const float inv = 1.f / total;  // > 0: key 0 is visible to every row

@@ -16,6 +16,11 @@
 //     kernel), at contexts 512 .. 32768 and batch 1, 8, 64, 256 (Qwen3-0.6B's
 //     attention geometry, one layer), as KV GB/s and a share of the copy
 //     bandwidth;
+//   * decode attention at GQA groups 4 and 8 (Hq 8 and 16 over Hkv 2, hd 128:
+//     Llama-3-8B's and -70B's attention at tp 4) at batch 64, contexts 1024 ..
+//     32768: the fast kernel's tensor-core variant, its SIMT variant forced,
+//     and the reference split kernel, launched directly, as a share of the
+//     copy bandwidth;
 //   * Linear at M = 1, 2, 4, 8 on Qwen3-0.6B's projections (qkv 1024 -> 4096,
 //     o 2048 -> 1024, gate_up 1024 -> 6144, down 3072 -> 1024): the fast
 //     set's GEMV (cuda/gemv.cuh) beside cuBLAS (the reference set), as weight
@@ -59,6 +64,7 @@
 #include "base/status_macros.h"
 #include "comm/communicator.h"
 #include "cuda/attention.cuh"
+#include "cuda/decode_attention.cuh"
 #include "cuda/check.h"
 #include "cuda/cuda_backend.h"
 #include "cuda/cuda_sampler.h"
@@ -84,6 +90,8 @@ struct Sizes {
   int warmup = 3, iters = 20;                // model and attention timings
   std::vector<int32_t> attention_contexts{512, 1024, 4096, 8192, 32768}, attention_batches{1, 8, 64, 256};
   std::vector<int32_t> prefill_attention_prompts{512, 2048, 8192};
+  std::vector<int32_t> variant_contexts{1024, 4096, 8192, 32768};  // the decode variants' section
+  int variant_batch = 64;
   std::vector<int> decode_batches{1, 8, 64, 256};
   int decode_prompt = 512, decode_steps = 32;
   std::vector<std::pair<int, int>> prefills{{1, 1024}, {16, 512}};  // sequences x tokens
@@ -105,6 +113,7 @@ struct Sizes {
     z.copy_bytes = size_t{1} << 20, z.gemm_n = 64, z.warmup = 0, z.iters = 1;
     z.attention_contexts = {600}, z.attention_batches = {1, 2};  // two 512-key partitions
     z.prefill_attention_prompts = {70};                          // two 64-row query tiles
+    z.variant_contexts = {600}, z.variant_batch = 2;
     z.decode_batches = {1, 3}, z.decode_prompt = 20, z.decode_steps = 3;
     z.prefills = {{1, 24}, {2, 16}};
     z.length_min = 8, z.length_max = 16;
@@ -268,6 +277,119 @@ bool AttentionSplitSection(const Sizes& z, double bw, std::ostream& table) {
                     ctx, batch, seconds[0] * 1e6, seconds[1] * 1e6, seconds[2] * 1e6, seconds[2] / seconds[1],
                     bytes / seconds[1] / 1e9, 100 * bytes / seconds[1] / bw, bytes / seconds[2] / 1e9,
                     100 * bytes / seconds[2] / bw);
+      table << line;
+    }
+  }
+  return true;
+}
+
+// Device memory of the variants' section, freed at the end of it.
+struct DeviceBuffers {
+  std::vector<void*> all;
+  template <typename T>
+  T* Zeros(size_t count) {
+    void* p = nullptr;
+    CUDA_CHECK(cudaMalloc(&p, count * sizeof(T)));
+    CUDA_CHECK(cudaMemset(p, 0, count * sizeof(T)));
+    all.push_back(p);
+    return static_cast<T*>(p);
+  }
+  ~DeviceBuffers() {
+    for (void* p : all) cudaFree(p);
+  }
+};
+
+// Decode attention at GQA groups 4 and 8 (hd 128, blocks of 16, Hkv 2: one
+// tp-4 shard of Llama-3-8B (Hq 8) and of Llama-3-70B (Hq 16)): the fast
+// kernel's variants (cuda/decode_attention.cuh: the tensor-core one the
+// launcher chooses for these groups, and the SIMT one forced), each with the
+// plan PlanDecode gives it for an eager step, against the reference set's
+// split kernel (flash-decoding over partitions of kDecodePartitionSize keys),
+// launched directly on the same arrays, every sequence on its own blocks.
+// The cache is zeros: the kernels' work does not depend on the values.
+bool AttentionVariantSection(const Sizes& z, double bw, std::ostream& table) {
+  constexpr int kHkv = 2, kHd = 128;
+  cudaDeviceProp prop{};
+  CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
+  const int32_t batch = z.variant_batch;
+  const int32_t max_context = *std::max_element(z.variant_contexts.begin(), z.variant_contexts.end());
+  const int32_t blocks_per_seq = (max_context + kBlockSize - 1) / kBlockSize;
+  const int64_t num_blocks = int64_t{batch} * blocks_per_seq;
+  const int max_partitions = (max_context + cuda::kDecodePartitionSize - 1) / cuda::kDecodePartitionSize;
+  DeviceBuffers mem;
+  const size_t cache = static_cast<size_t>(num_blocks * kBlockSize * kHkv * kHd);
+  const auto* k = mem.Zeros<__nv_bfloat16>(cache);
+  const auto* v = mem.Zeros<__nv_bfloat16>(cache);
+  std::vector<int32_t> seqs(static_cast<size_t>(batch)), tables(static_cast<size_t>(num_blocks));
+  for (int32_t s = 0; s < batch; ++s) seqs[static_cast<size_t>(s)] = s;
+  for (int64_t b = 0; b < num_blocks; ++b) tables[static_cast<size_t>(b)] = static_cast<int32_t>(b);
+  int32_t* token_seq = mem.Zeros<int32_t>(seqs.size());
+  int32_t* block_tables = mem.Zeros<int32_t>(tables.size());
+  int32_t* positions = mem.Zeros<int32_t>(seqs.size());
+  CUDA_CHECK(cudaMemcpy(token_seq, seqs.data(), seqs.size() * sizeof(int32_t), cudaMemcpyHostToDevice));
+  CUDA_CHECK(cudaMemcpy(block_tables, tables.data(), tables.size() * sizeof(int32_t), cudaMemcpyHostToDevice));
+  table << "\n## Decode attention at GQA 4 and 8: tensor-core vs SIMT fast kernel vs reference split\n\nOne layer,"
+        << " Hkv " << kHkv << ", hd " << kHd << ", block size " << kBlockSize << ", batch " << batch
+        << "; KV bytes read / time against the copy bandwidth; plans from PlanDecode for an eager step.\n\n"
+        << "| Hq (group) | context | mma | simt | split (ref) | mma/simt | mma KV GB/s (share of copy bw) |"
+        << " simt (share) | split (share) |\n|---|---|---|---|---|---|---|---|---|\n";
+  for (int group : {4, 8}) {
+    cuda::PagedAttentionArgs a;
+    a.num_heads = group * kHkv;
+    a.num_kv_heads = kHkv;
+    a.head_dim = kHd;
+    a.num_tokens = batch;
+    a.token_seq = token_seq;
+    a.positions = positions;
+    a.block_tables = block_tables;
+    a.max_blocks_per_seq = blocks_per_seq;
+    a.block_size = kBlockSize;
+    a.scale = 0.088f;
+    a.k_cache = k;
+    a.v_cache = v;
+    a.qkv = mem.Zeros<__nv_bfloat16>(static_cast<size_t>(batch) * (a.num_heads + 2 * kHkv) * kHd);
+    a.out = mem.Zeros<__nv_bfloat16>(static_cast<size_t>(batch) * a.num_heads * kHd);
+    const size_t ws_floats = cuda::SplitDecodeWorkspaceFloats(batch, a.num_heads, kHd,
+                                                              std::max(max_partitions, cuda::DecodeSplitCap(max_context)));
+    float* ws = mem.Zeros<float>(ws_floats);
+    for (int32_t ctx : z.variant_contexts) {
+      const std::vector<int32_t> pos(static_cast<size_t>(batch), ctx - 1);
+      CUDA_CHECK(cudaMemcpy(positions, pos.data(), pos.size() * sizeof(int32_t), cudaMemcpyHostToDevice));
+      double seconds[3] = {0, 0, 0};
+      const int iters = z.smoke ? 1 : int64_t{ctx} * batch > 1 << 20 ? 10 : 50;
+      for (int which = 0; which < 2; ++which) {
+        const cuda::DecodeVariant variant = which == 0 ? cuda::DecodeVariant::kMma : cuda::DecodeVariant::kSimt;
+        const cuda::DecodePlan plan = cuda::PlanDecode(
+            {batch, kHkv, ctx, prop.multiProcessorCount, false, cuda::FastDecodeBlocksPerSm(variant, kHd, group)});
+        cudaError_t err = cudaSuccess;
+        seconds[which] = TimeIt([&] {
+          if (err == cudaSuccess) err = cuda::LaunchFastDecodeAttention(variant, a, 0, plan, ws, ws_floats, nullptr);
+        }, z.warmup, iters);
+        if (err != cudaSuccess) {
+          table << "LaunchFastDecodeAttention (" << cuda::DecodeVariantName(variant) << ", group " << group
+                << ") failed: " << cudaGetErrorString(err) << "\n";
+          return false;
+        }
+      }
+      cuda::SplitDecodeArgs split;
+      split.max_partitions = (ctx + cuda::kDecodePartitionSize - 1) / cuda::kDecodePartitionSize;
+      split.workspace = ws;
+      split.workspace_floats = ws_floats;
+      cudaError_t err = cudaSuccess;
+      seconds[2] = TimeIt([&] {
+        if (err == cudaSuccess) err = cuda::LaunchSplitDecodeAttention(a, split, nullptr);
+      }, z.warmup, iters);
+      if (err != cudaSuccess) {
+        table << "LaunchSplitDecodeAttention failed: " << cudaGetErrorString(err) << "\n";
+        return false;
+      }
+      const double bytes = double(batch) * ctx * 2 * kHkv * kHd * 2;
+      char line[320];
+      std::snprintf(line, sizeof line,
+                    "| %d (%d) | %d | %.1f us | %.1f us | %.1f us | %.2f | %.0f (%.0f%%) | %.0f%% | %.0f%% |\n",
+                    a.num_heads, group, ctx, seconds[0] * 1e6, seconds[1] * 1e6, seconds[2] * 1e6,
+                    seconds[0] / seconds[1], bytes / seconds[0] / 1e9, 100 * bytes / seconds[0] / bw,
+                    100 * bytes / seconds[1] / bw, 100 * bytes / seconds[2] / bw);
       table << line;
     }
   }
@@ -638,6 +760,9 @@ int Run(int argc, char** argv) {
   if (wants("attention")) {
     std::fprintf(stderr, "gpu_bench: decode attention, fast vs reference kernels\n");
     if (!AttentionSplitSection(z, bw, table)) rc = 1;
+    flush();
+    std::fprintf(stderr, "gpu_bench: decode attention at GQA 4 and 8, tensor-core vs SIMT vs reference\n");
+    if (!AttentionVariantSection(z, bw, table)) rc = 1;
     flush();
   }
   if (wants("prefill-attention")) {

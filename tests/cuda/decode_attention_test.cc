@@ -11,6 +11,9 @@
 //     the fast kernel, prefill rows through the reference one) after Reserve
 //     and without it, against KernelSet::kReference and the CPU backend, on
 //     decode-only and mixed prefill + decode steps.
+//   * for groups 4 and 8 (head_dim 64, 128) both kernels: the tensor-core one
+//     the launcher chooses and the SIMT one, forced; and that the launcher runs
+//     the variant FastDecodeVariant names for each shape;
 // head_dim 64 and 128, GQA groups 1, 2, 4, 8, block sizes 16 and 32, contexts
 // 1 .. kLongContext across partition and page boundaries. Skips without a
 // GPU; runs again through the SIMT emulator (tests/cuda_emu/) at small sizes.
@@ -22,6 +25,7 @@
 #include <cmath>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <ostream>
 #include <random>
 #include <string>
@@ -71,9 +75,21 @@ std::string Describe(const Geometry& g) {
 
 void PrintTo(const Geometry& g, std::ostream* os) { *os << Describe(g); }
 
-// Every covered group size and head dim, both page sizes between them.
-const Geometry kGeometries[] = {{2, 2, 64, 16},  {4, 2, 128, 32}, {8, 2, 64, 32},
-                                {8, 1, 128, 16}, {1, 1, 128, 16}, {16, 2, 64, 16}};
+// Every covered group size and head dim, both page sizes between them; the
+// tensor-core groups (4 and 8) with both head dims and both page sizes each.
+const Geometry kGeometries[] = {{2, 2, 64, 16},  {4, 2, 128, 32}, {8, 2, 64, 32},  {8, 1, 128, 16},
+                                {1, 1, 128, 16}, {16, 2, 64, 16}, {8, 2, 128, 16}, {16, 2, 128, 32}};
+
+// The variants instantiated for g (the chosen one first).
+std::vector<cuda::DecodeVariant> VariantsOf(const Geometry& g) {
+  const int group = g.hq / g.hkv;
+  const cuda::DecodeVariant chosen = cuda::FastDecodeVariant(g.hd, group);
+  std::vector<cuda::DecodeVariant> all = {chosen};
+  for (cuda::DecodeVariant v : {cuda::DecodeVariant::kSimt, cuda::DecodeVariant::kMma}) {
+    if (v != chosen && cuda::FastDecodeHasVariant(v, g.hd, group)) all.push_back(v);
+  }
+  return all;
+}
 
 class DecodeAttentionTest : public ::testing::Test {
  protected:
@@ -165,9 +181,12 @@ std::vector<float> ReferenceRows(LauncherCase& c) {
   return std::vector<float>(all.begin() + kLead * c.out_width, all.end());
 }
 
-// The fast launcher with `plan`, against `want` row by row.
-void ExpectFastMatches(LauncherCase& c, const cuda::DecodePlan& plan, const std::vector<float>& want,
-                       const std::vector<int32_t>& contexts, const std::string& what) {
+// The fast launcher with `plan` (the variant forced when `variant` is set),
+// against `want` row by row; the raw bf16 output of the decode rows.
+std::vector<uint16_t> ExpectFastMatches(LauncherCase& c, const cuda::DecodePlan& plan,
+                                        const std::vector<float>& want, const std::vector<int32_t>& contexts,
+                                        const std::string& what,
+                                        std::optional<cuda::DecodeVariant> variant = std::nullopt) {
   const int n = c.T - kLead;
   const size_t floats = cuda::FastDecodeWorkspaceFloats(n, c.g.hq, c.g.hd, plan);
   DeviceArray<float> ws(floats);
@@ -176,17 +195,21 @@ void ExpectFastMatches(LauncherCase& c, const cuda::DecodePlan& plan, const std:
   out.Poison();
   cuda::PagedAttentionArgs a = c.args;
   a.out = reinterpret_cast<__nv_bfloat16*>(out.ptr);
+  const auto launch = [&](float* w, size_t n) {
+    return variant ? cuda::LaunchFastDecodeAttention(*variant, a, kLead, plan, w, n, nullptr)
+                   : cuda::LaunchFastDecodeAttention(a, kLead, plan, w, n, nullptr);
+  };
   if (floats > 0) {
-    EXPECT_EQ(cuda::LaunchFastDecodeAttention(a, kLead, plan, ws.ptr, floats - 1, nullptr), cudaErrorInvalidValue)
-        << what << ": a workspace one float short";
+    EXPECT_EQ(launch(ws.ptr, floats - 1), cudaErrorInvalidValue) << what << ": a workspace one float short";
   }
-  ASSERT_EQ(cuda::LaunchFastDecodeAttention(a, kLead, plan, floats > 0 ? ws.ptr : nullptr, floats, nullptr),
-            cudaSuccess)
-      << what;
+  const cudaError_t err = launch(floats > 0 ? ws.ptr : nullptr, floats);
+  EXPECT_EQ(err, cudaSuccess) << what;
+  if (err != cudaSuccess) return {};
   CUDA_CHECK(cudaDeviceSynchronize());
   const std::vector<uint16_t> raw = out.Download();
   for (int64_t e = 0; e < kLead * c.out_width; ++e) {
-    ASSERT_EQ(raw[static_cast<size_t>(e)], 0xffff) << what << ": row " << e / c.out_width << " before first_token was written";
+    EXPECT_EQ(raw[static_cast<size_t>(e)], 0xffff) << what << ": row " << e / c.out_width << " before first_token was written";
+    if (raw[static_cast<size_t>(e)] != 0xffff) return {};
   }
   const std::vector<float> all = FromBf16(raw);
   const std::vector<float> got(all.begin() + kLead * c.out_width, all.end());
@@ -196,6 +219,7 @@ void ExpectFastMatches(LauncherCase& c, const cuda::DecodePlan& plan, const std:
     const std::vector<float> wi(want.begin() + i * c.out_width, want.begin() + (i + 1) * c.out_width);
     EXPECT_LE(RelL2(gi, wi), kTol) << what << " context " << contexts[static_cast<size_t>(i)];
   }
+  return std::vector<uint16_t>(raw.begin() + kLead * c.out_width, raw.end());
 }
 
 TEST_F(DecodeAttentionTest, LauncherMatchesReferenceKernelForEveryKindOfPlan) {
@@ -216,12 +240,59 @@ TEST_F(DecodeAttentionTest, LauncherMatchesReferenceKernelForEveryKindOfPlan) {
         // A grid fixed for a context 4x the step's (a graph at the reserved capacity).
         cuda::PlanDecode({n, g.hkv, 4 * longest, kH200Sms, true}),
     };
-    for (const cuda::DecodePlan& plan : plans) {
-      ExpectFastMatches(c, plan, want, kContexts,
-                        Describe(g) + " splits=" + std::to_string(plan.splits) +
-                            " partition_size=" + std::to_string(plan.partition_size));
+    const std::vector<cuda::DecodeVariant> variants = VariantsOf(g);
+    for (cuda::DecodeVariant variant : variants) {  // the tensor-core groups run both kernels
+      for (const cuda::DecodePlan& plan : plans) {
+        // The variant not chosen (SIMT at groups 4 and 8, still served at
+        // head_dim 256): the direct path and a combine over many splits suffice.
+        if (variant != variants.front() && plan.splits != 1 && plan.splits != 7) continue;
+        ExpectFastMatches(c, plan, want, kContexts,
+                          Describe(g) + " " + cuda::DecodeVariantName(variant) + " splits=" +
+                              std::to_string(plan.splits) + " partition_size=" + std::to_string(plan.partition_size),
+                          variant);
+      }
     }
   }
+}
+
+// The tensor-core variant where it is meant to run (groups 4 and 8 at head
+// dims 64 and 128), the SIMT one elsewhere; and the launcher runs the chosen
+// one: its output is bit for bit the forced variant's and not the other's
+// (they round differently: the tensor-core kernel's P is bf16), so a launcher
+// that silently fell back would fail here.
+TEST_F(DecodeAttentionTest, EachShapeRunsTheVariantChosenForIt) {
+  SEED_TRACE();
+  using cuda::DecodeVariant;
+  for (int hd : {64, 128, 256}) {
+    for (int group : {1, 2, 4, 8}) {
+      const bool mma = (group == 4 || group == 8) && hd <= 128;
+      EXPECT_EQ(cuda::FastDecodeVariant(hd, group), mma ? DecodeVariant::kMma : DecodeVariant::kSimt)
+          << "hd=" << hd << " group=" << group;
+      EXPECT_EQ(cuda::FastDecodeHasVariant(DecodeVariant::kMma, hd, group), mma) << "hd=" << hd << " group=" << group;
+      EXPECT_TRUE(cuda::FastDecodeHasVariant(DecodeVariant::kSimt, hd, group)) << "hd=" << hd << " group=" << group;
+      EXPECT_GE(cuda::FastDecodeBlocksPerSm(hd, group), 1) << "hd=" << hd << " group=" << group;
+    }
+  }
+  const std::vector<int32_t> contexts = {3, 40, 300};
+  for (const Geometry& g : {Geometry{8, 2, 64, 16}, Geometry{8, 1, 128, 32}}) {
+    LauncherCase c;
+    c.g = g;
+    Prepare(c, contexts, rng_);
+    const std::vector<float> want = ReferenceRows(c);
+    const cuda::DecodePlan plan{2, 128};
+    const std::vector<uint16_t> chosen = ExpectFastMatches(c, plan, want, contexts, Describe(g) + " chosen");
+    const std::vector<uint16_t> mma =
+        ExpectFastMatches(c, plan, want, contexts, Describe(g) + " mma", DecodeVariant::kMma);
+    const std::vector<uint16_t> simt =
+        ExpectFastMatches(c, plan, want, contexts, Describe(g) + " simt", DecodeVariant::kSimt);
+    EXPECT_TRUE(chosen == mma) << Describe(g) << ": the launcher did not run the tensor-core kernel";
+    EXPECT_FALSE(chosen == simt) << Describe(g) << ": the launcher's output is the SIMT kernel's";
+  }
+  LauncherCase c;  // a group the tensor-core kernel does not serve: refused, not run as something else
+  c.g = {2, 1, 64, 16};
+  Prepare(c, {5}, rng_);
+  EXPECT_EQ(cuda::LaunchFastDecodeAttention(DecodeVariant::kMma, c.args, kLead, {1, 256}, nullptr, 0, nullptr),
+            cudaErrorNotSupported);
 }
 
 TEST_F(DecodeAttentionTest, LauncherRejectsShapesItDoesNotCover) {
