@@ -15,8 +15,8 @@
 //     the launcher chooses and the SIMT one, forced; and that the launcher runs
 //     the variant FastDecodeVariant names for each shape;
 // head_dim 64 and 128, GQA groups 1, 2, 4, 8, block sizes 16 and 32, contexts
-// 1 .. kLongContext across partition and page boundaries. Skips without a
-// GPU; runs again through the SIMT emulator (tests/cuda_emu/) at small sizes.
+// 1 .. kLongContext across partition and page boundaries, and up to 32,768 on
+// a GPU. Skips without a GPU; runs again through the SIMT emulator (tests/cuda_emu/) at small sizes.
 // Replay a failure with TPSERVE_TEST_SEED=<the printed seed>.
 #include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
@@ -251,6 +251,35 @@ TEST_F(DecodeAttentionTest, LauncherMatchesReferenceKernelForEveryKindOfPlan) {
                               std::to_string(plan.splits) + " partition_size=" + std::to_string(plan.partition_size),
                           variant);
       }
+    }
+  }
+}
+
+// Contexts up to 32,768 keys (the longest Qwen3 serves without scaling is
+// 40,960): each variant and head dim, with the step's own plan and with a grid
+// fixed for 40,960 keys (a graph at the reserved capacity), against the
+// reference kernel. The emulator runs one geometry at a few thousand keys.
+TEST_F(DecodeAttentionTest, LauncherAtContextsUpTo32k) {
+  SEED_TRACE();
+  const std::vector<int32_t> contexts =
+      cuda_test::kEmulated ? std::vector<int32_t>{1, 2049, 3000} : std::vector<int32_t>{1, 16385, 32768};
+  const std::vector<Geometry> geometries =
+      cuda_test::kEmulated ? std::vector<Geometry>{{8, 2, 64, 32}}
+                           : std::vector<Geometry>{{16, 8, 128, 16}, {8, 2, 128, 16}, {32, 8, 64, 32},
+                                                   {16, 2, 128, 32}, {4, 4, 256, 16}};
+  const int n = static_cast<int>(contexts.size());
+  const int64_t reserved = cuda_test::kEmulated ? 4096 : 40960;
+  for (const Geometry& g : geometries) {
+    LauncherCase c;
+    c.g = g;
+    Prepare(c, contexts, rng_);
+    ASSERT_TRUE(cuda::FastDecodeCovers(c.args)) << Describe(g);
+    const std::vector<float> want = ReferenceRows(c);
+    for (const bool fixed : {false, true}) {
+      const cuda::DecodePlan plan = cuda::PlanDecode({n, g.hkv, fixed ? reserved : contexts.back(), kH200Sms, fixed});
+      ExpectFastMatches(c, plan, want, contexts,
+                        Describe(g) + (fixed ? " graph plan" : " step plan") + " splits=" +
+                            std::to_string(plan.splits) + " partition_size=" + std::to_string(plan.partition_size));
     }
   }
 }
