@@ -300,7 +300,7 @@ class CudaBackend final : public Backend {
              cuda::LaunchQkNormRopeStoreKv(Bf(qkv), s.num_tokens, s.positions, s.slot_mapping, shape.num_heads,
                                            shape.num_kv_heads, shape.head_dim, q_norm ? Bf(*q_norm) : nullptr,
                                            k_norm ? Bf(*k_norm) : nullptr, eps, rope.ptr<float>(), Bf(cache.k),
-                                           Bf(cache.v), stream_));
+                                           Bf(cache.v), stream_, programmatic_));
   }
 
   void Attention(const Tensor& qkv, const AttentionShape& shape, KvCacheLayer cache, float scale,
@@ -588,7 +588,7 @@ bool CudaBackend::AttendDecodeRows(const cuda::PagedAttentionArgs& a, int64_t fi
     plan.splits = 1;  // no (or too small a) workspace: one block per (token, KV head), no partials
   }
   Launched("Attention", cuda::LaunchFastDecodeAttention(a, first_decode, plan, attention_workspace_,
-                                                        attention_workspace_floats_, stream_));
+                                                        attention_workspace_floats_, stream_, programmatic_));
   return true;
 }
 

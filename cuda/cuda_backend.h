@@ -46,8 +46,9 @@ namespace tpserve {
 // The CUDA backend on `device` (an index into the visible devices), launching
 // `kernels` (cuda/kernel_set.h: the fast set, or the reference set that every
 // fast kernel is tested against). `programmatic_launch`: the fast set's
-// decode-path kernels (the GEMVs, the vector RmsNorms) launch with PDL on a
-// device of compute capability 9 or more (cuda/simt.cuh; TPSERVE_PDL in
+// decode-path kernels (the GEMVs, the vector RmsNorms, the fused q/k norm +
+// RoPE + KV store, the fast decode attention) launch with PDL on a device of
+// compute capability 9 or more (cuda/simt.cuh; TPSERVE_PDL in
 // cuda/kernel_set.h); ignored under the reference set. Aborts with the CUDA
 // error when the device cannot be used; callers check cuda::DeviceCount()
 // first to give users a clear message.

@@ -156,7 +156,10 @@ __device__ void MergeAndWrite(const OnlineSoftmax<S>& st, BlockPartials<S>& sm, 
 
 // grid: x = decode token i, y = KV head, z = split (decode_plan.h).
 template <class S>
+// May be a programmatic launch (as the combine kernel): waits before anything.
 __global__ void __launch_bounds__(kThreads) FastDecodeKernel(PagedAttentionArgs a, DecodeLaunch l) {
+  TPSERVE_GRID_DEPENDENCY_WAIT();
+  TPSERVE_GRID_DEPENDENTS_LAUNCH();
   constexpr int G = S::kGroup, HD = S::kHeadDim;
   const int64_t i = blockIdx.x, t = l.first_token + i;
   const int kvh = blockIdx.y, z = blockIdx.z;
@@ -217,6 +220,8 @@ __global__ void __launch_bounds__(kThreads) FastDecodeKernel(PagedAttentionArgs 
 
 // grid: x = decode token i, y = query head. Merges the token's used partials.
 __global__ void __launch_bounds__(kThreads) FastDecodeCombineKernel(PagedAttentionArgs a, DecodeLaunch l) {
+  TPSERVE_GRID_DEPENDENCY_WAIT();
+  TPSERVE_GRID_DEPENDENTS_LAUNCH();
   const int64_t i = blockIdx.x, t = l.first_token + i;
   const int h = blockIdx.y, hd = a.head_dim, splits = l.plan.splits;
   const int used = DecodeUsedSplits(a.positions[t] + 1, l.plan);
@@ -240,10 +245,10 @@ __global__ void __launch_bounds__(kThreads) FastDecodeCombineKernel(PagedAttenti
 }
 
 template <class S>
-cudaError_t Launch(const PagedAttentionArgs& a, const DecodeLaunch& l, cudaStream_t stream) {
+cudaError_t Launch(const PagedAttentionArgs& a, const DecodeLaunch& l, cudaStream_t stream, bool programmatic) {
   const dim3 grid(static_cast<unsigned>(l.num_decode), static_cast<unsigned>(a.num_kv_heads),
                   static_cast<unsigned>(l.plan.splits));
-  TPSERVE_LAUNCH(FastDecodeKernel<S>, grid, kThreads, 0, stream)(a, l);
+  TPSERVE_LAUNCH_PDL(grid, kThreads, 0, stream, programmatic, FastDecodeKernel<S>)(a, l);
   return cudaGetLastError();
 }
 
@@ -301,7 +306,8 @@ size_t FastDecodeWorkspaceFloats(int64_t num_decode_tokens, int num_heads, int h
 }
 
 cudaError_t LaunchFastDecodeAttention(const PagedAttentionArgs& a, int64_t first_token, const DecodePlan& plan,
-                                      float* workspace, size_t workspace_floats, cudaStream_t stream) {
+                                      float* workspace, size_t workspace_floats, cudaStream_t stream,
+                                      bool programmatic) {
   const int64_t n = a.num_tokens - first_token;
   if (first_token < 0 || n < 0 || a.num_tokens > 0x7fffffff) return cudaErrorInvalidValue;
   if (n == 0) return cudaSuccess;
@@ -314,10 +320,10 @@ cudaError_t LaunchFastDecodeAttention(const PagedAttentionArgs& a, int64_t first
   if (need > 0 && (workspace == nullptr || workspace_floats < need)) return cudaErrorInvalidValue;
   const DecodeLaunch l{first_token, n, plan, workspace};
   const cudaError_t err = ForShape(a.head_dim, a.num_heads / a.num_kv_heads, cudaErrorNotSupported,
-                                   [&](auto shape) { return Launch<decltype(shape)>(a, l, stream); });
+                                   [&](auto shape) { return Launch<decltype(shape)>(a, l, stream, programmatic); });
   if (err != cudaSuccess || plan.splits == 1) return err;
   const dim3 heads(static_cast<unsigned>(n), static_cast<unsigned>(a.num_heads));
-  TPSERVE_LAUNCH(FastDecodeCombineKernel, heads, kThreads, 0, stream)(a, l);
+  TPSERVE_LAUNCH_PDL(heads, kThreads, 0, stream, programmatic, FastDecodeCombineKernel)(a, l);
   return cudaGetLastError();
 }
 
