@@ -3,6 +3,8 @@
 // reference kernels (any D, one bf16 per load) and the vector kernels (16-byte
 // loads and stores, each thread holding its part of the row in registers
 // between the one block reduction and the output), both one block per row.
+// One block per row at batch 1 too: docs/architecture.md ("CUDA kernels")
+// says why spreading a row over blocks would not pay.
 #pragma once
 
 #include <cstdint>
