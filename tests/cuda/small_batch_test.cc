@@ -238,6 +238,8 @@ TEST_F(SmallBatchTest, LinearSiluMulAtMUpTo9MatchesTheTwoOpsCpuAndReference) {
   for (int64_t m = 1; m <= 9; ++m) {
     for (int64_t k : {int64_t{8}, int64_t{24}, kLargeK}) {
       for (int64_t f : {int64_t{1}, int64_t{19}, cuda_test::kLargeDim}) {
+        // The largest K by the largest F at the edges of M only (the emulated run's time).
+        if (k == kLargeK && f == cuda_test::kLargeDim && m != 1 && m != 8 && m != 9) continue;
         const std::string what = "M=" + std::to_string(m) + " K=" + std::to_string(k) + " F=" + std::to_string(f);
         const std::vector<float> x = RandomBf16(rng_, m * k), w = RandomBf16(rng_, 2 * f * k, 0.2f);
         Buffer xc = Upload(*cpu_, x, {m, k}), xf = Upload(*fast_, x, {m, k}), xr = Upload(*ref_, x, {m, k});
