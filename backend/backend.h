@@ -177,6 +177,18 @@ class Backend {
   // out = silu(gate) * up, with gate_up = [gate | up] along the last dim.
   virtual void SiluMul(const Tensor& gate_up /*[M, 2F]*/, Tensor out /*[M, F]*/) = 0;
 
+  // Linear (no bias), then SiluMul: the first half of the MLP,
+  //   gate_up = x · w_gate_upᵀ;  out = silu(gate) * up,
+  // with w_gate_up = [gate rows; up rows] (a rank's MergedColumnParallelLinear
+  // shard: gate row f pairs with up row F + f). gate_up is the caller's scratch
+  // for the product; a backend that fuses the two ops (the CUDA backend's fast
+  // set at a few rows) may leave it unwritten. The results are those of the two ops.
+  virtual void LinearSiluMul(const Tensor& x /*[M, K]*/, const Tensor& w_gate_up /*[2F, K]*/,
+                             Tensor gate_up /*[M, 2F] scratch*/, Tensor out /*[M, F]*/) {
+    Linear(x, w_gate_up, nullptr, gate_up);
+    SiluMul(gate_up, out);
+  }
+
   // Writes each new token's k and v (from qkv) to its slot; slot -1 is skipped.
   virtual void StoreKv(const Tensor& qkv /*[T, (Hq + 2 Hkv) · hd]*/, const AttentionShape& shape,
                        KvCacheLayer cache) = 0;

@@ -58,7 +58,7 @@ constexpr size_t kCublasWorkspaceBytes = size_t{32} << 20;
 
 class CudaBackend final : public Backend {
  public:
-  CudaBackend(int device, cuda::KernelSet kernels) : device_(device), kernels_(kernels) {
+  CudaBackend(int device, cuda::KernelSet kernels, bool programmatic_launch) : device_(device), kernels_(kernels) {
     CUDA_CHECK(cudaSetDevice(device_));
     CUDA_CHECK(cudaStreamCreate(&stream_));
     CUDA_CHECK(cudaEventCreateWithFlags(&upload_done_, cudaEventDisableTiming));
@@ -67,6 +67,7 @@ class CudaBackend final : public Backend {
     const absl::StatusOr<cuda::DeviceInfo> info = cuda::QueryDevice(device_);
     TPSERVE_CHECK(info.ok(), "CudaBackend: ", info.status().ToString());
     multiprocessors_ = info->multiprocessors;
+    programmatic_ = programmatic_launch && kernels_ == cuda::KernelSet::kFast && info->compute_major >= 9;
   }
   ~CudaBackend() override {
     cudaStreamSynchronize(stream_);
@@ -198,7 +199,7 @@ class CudaBackend final : public Backend {
     if (M == 0 || N == 0) return;
     if (kernels_ == cuda::KernelSet::kFast && cuda::GemvSupports(x.data, w.data, M, N, K)) {
       Launched("Linear", cuda::LaunchGemv(Bf(x), Bf(w), bias ? Bf(*bias) : nullptr, M, N, K, Bf(y),
-                                          cuda::PlanGemv(N, K, multiprocessors_), stream_));
+                                          cuda::PlanGemv(N, K, multiprocessors_), stream_, programmatic_));
       return;
     }
     // Row-major y[M, N] = x[M, K] · w[N, K]ᵀ is column-major yᵀ[N, M] = w · xᵀ:
@@ -219,7 +220,7 @@ class CudaBackend final : public Backend {
     ExpectRows("RmsNorm", "out", out, M, D);
     ExpectVector("RmsNorm", "w", w, D);
     if (kernels_ == cuda::KernelSet::kFast && cuda::RmsNormVecSupports(D, x.data, w.data, out.data)) {
-      Launched("RmsNorm", cuda::LaunchRmsNormVec(Bf(x), Bf(w), eps, M, D, Bf(out), stream_));
+      Launched("RmsNorm", cuda::LaunchRmsNormVec(Bf(x), Bf(w), eps, M, D, Bf(out), stream_, programmatic_));
       return;
     }
     Launched("RmsNorm", cuda::LaunchRmsNorm(Bf(x), Bf(w), eps, M, D, Bf(out), stream_));
@@ -232,7 +233,8 @@ class CudaBackend final : public Backend {
     ExpectVector("AddRmsNorm", "w", w, D);
     Expect(x.data != residual.data || M * D == 0, "AddRmsNorm", "x must not alias residual");
     if (kernels_ == cuda::KernelSet::kFast && cuda::RmsNormVecSupports(D, x.data, residual.data, w.data)) {
-      Launched("AddRmsNorm", cuda::LaunchAddRmsNormVec(Bf(x), Bf(residual), Bf(w), eps, M, D, stream_));
+      Launched("AddRmsNorm",
+               cuda::LaunchAddRmsNormVec(Bf(x), Bf(residual), Bf(w), eps, M, D, stream_, programmatic_));
       return;
     }
     Launched("AddRmsNorm", cuda::LaunchAddRmsNorm(Bf(x), Bf(residual), Bf(w), eps, M, D, stream_));
@@ -253,6 +255,23 @@ class CudaBackend final : public Backend {
     ExpectRows("SiluMul", "gate_up", gate_up, M, 2 * F);
     ExpectRows("SiluMul", "out", out, M, F);
     Launched("SiluMul", cuda::LaunchSiluMul(Bf(gate_up), M, F, Bf(out), stream_));
+  }
+
+  // The fast set at M <= 8 rows: one GEMV whose blocks pair gate row f with up
+  // row F + f (cuda/gemv.cuh), gate_up left unwritten; otherwise the two ops.
+  void LinearSiluMul(const Tensor& x, const Tensor& w, Tensor gate_up, Tensor out) override {
+    const int64_t M = x.dim(0), K = x.row_width(), F = out.row_width();
+    CheckLinear(kCudaBf16, x, w, nullptr, gate_up);
+    ExpectRows("LinearSiluMul", "out", out, M, F);
+    Expect(w.dim(0) == 2 * F, "LinearSiluMul", "w_gate_up ", w.ShapeString(), " must have 2F = ", 2 * F,
+           " rows for out ", out.ShapeString());
+    if (kernels_ != cuda::KernelSet::kFast || !cuda::GemvSupports(x.data, w.data, M, 2 * F, K)) {
+      Backend::LinearSiluMul(x, w, gate_up, out);
+      return;
+    }
+    Launched("LinearSiluMul", cuda::LaunchGemvSiluMul(Bf(x), Bf(w), M, F, K, Bf(out),
+                                                      cuda::PlanGemvSiluMul(F, K, multiprocessors_), stream_,
+                                                      programmatic_));
   }
 
   void StoreKv(const Tensor& qkv, const AttentionShape& shape, KvCacheLayer cache) override {
@@ -281,7 +300,7 @@ class CudaBackend final : public Backend {
              cuda::LaunchQkNormRopeStoreKv(Bf(qkv), s.num_tokens, s.positions, s.slot_mapping, shape.num_heads,
                                            shape.num_kv_heads, shape.head_dim, q_norm ? Bf(*q_norm) : nullptr,
                                            k_norm ? Bf(*k_norm) : nullptr, eps, rope.ptr<float>(), Bf(cache.k),
-                                           Bf(cache.v), stream_));
+                                           Bf(cache.v), stream_, programmatic_));
   }
 
   void Attention(const Tensor& qkv, const AttentionShape& shape, KvCacheLayer cache, float scale,
@@ -471,6 +490,7 @@ class CudaBackend final : public Backend {
   int device_;
   cuda::KernelSet kernels_;  // which kernels the ops launch (cuda/kernel_set.h)
   int multiprocessors_ = 0;  // the device's SMs, for grid planning (cuda/gemv_plan.h, cuda/decode_plan.h)
+  bool programmatic_ = false;  // PDL launches of the fast decode-path kernels (fast set, sm_90+)
   StepCapacity capacity_;  // from Reserve; zeros until then
   cudaStream_t stream_ = nullptr;
   cublasHandle_t cublas_ = nullptr;
@@ -568,7 +588,7 @@ bool CudaBackend::AttendDecodeRows(const cuda::PagedAttentionArgs& a, int64_t fi
     plan.splits = 1;  // no (or too small a) workspace: one block per (token, KV head), no partials
   }
   Launched("Attention", cuda::LaunchFastDecodeAttention(a, first_decode, plan, attention_workspace_,
-                                                        attention_workspace_floats_, stream_));
+                                                        attention_workspace_floats_, stream_, programmatic_));
   return true;
 }
 
@@ -740,8 +760,8 @@ absl::Status CudaBackend::BeginStep(const StepMetadata& step, int64_t num_blocks
 
 }  // namespace
 
-std::unique_ptr<Backend> MakeCudaBackend(int device, cuda::KernelSet kernels) {
-  return std::make_unique<CudaBackend>(device, kernels);
+std::unique_ptr<Backend> MakeCudaBackend(int device, cuda::KernelSet kernels, bool programmatic_launch) {
+  return std::make_unique<CudaBackend>(device, kernels, programmatic_launch);
 }
 
 }  // namespace tpserve

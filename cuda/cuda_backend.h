@@ -23,10 +23,11 @@
 // step left, and no kernel reads them.
 //
 // Kernel sets (cuda/kernel_set.h): under kFast, Linear with M <= 8 rows (decode
-// of a few sequences) runs the bf16 GEMV of cuda/gemv.cuh, and RmsNorm /
-// AddRmsNorm the 16-byte vector kernels, when the shapes and alignment allow;
-// everything else, and everything under kReference, runs cuBLAS and the
-// reference kernels.
+// of a few sequences) runs the bf16 GEMV of cuda/gemv.cuh, LinearSiluMul the
+// GEMV with the SiLU-and-mul epilogue (one launch, no [M, 2F] activation), and
+// RmsNorm / AddRmsNorm the 16-byte vector kernels, when the shapes and
+// alignment allow; everything else, and everything under kReference, runs
+// cuBLAS and the reference kernels (LinearSiluMul as Linear then SiluMul).
 //
 // CUDA graphs (Backend::BeginCapture / EndCapture, cuda/cuda_graph.h): the
 // stream is captured in thread-local mode; Allocate, the host copies,
@@ -44,9 +45,14 @@ namespace tpserve {
 
 // The CUDA backend on `device` (an index into the visible devices), launching
 // `kernels` (cuda/kernel_set.h: the fast set, or the reference set that every
-// fast kernel is tested against). Aborts with the CUDA error when the device
-// cannot be used; callers check cuda::DeviceCount() first to give users a
-// clear message.
-std::unique_ptr<Backend> MakeCudaBackend(int device = 0, cuda::KernelSet kernels = cuda::KernelSet::kFast);
+// fast kernel is tested against). `programmatic_launch`: the fast set's
+// decode-path kernels (the GEMVs, the vector RmsNorms, the fused q/k norm +
+// RoPE + KV store, the fast decode attention) launch with PDL on a device of
+// compute capability 9 or more (cuda/simt.cuh; TPSERVE_PDL in
+// cuda/kernel_set.h); ignored under the reference set. Aborts with the CUDA
+// error when the device cannot be used; callers check cuda::DeviceCount()
+// first to give users a clear message.
+std::unique_ptr<Backend> MakeCudaBackend(int device = 0, cuda::KernelSet kernels = cuda::KernelSet::kFast,
+                                         bool programmatic_launch = true);
 
 }  // namespace tpserve

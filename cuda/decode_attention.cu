@@ -200,8 +200,11 @@ __device__ void StashPartial(const OnlineSoftmax<S>& st, int sub, int slice, Blo
 }
 
 // grid: x = decode token i, y = KV head, z = split (decode_plan.h).
+// May be a programmatic launch (as the combine kernel): waits before anything.
 template <class S>
 __global__ void __launch_bounds__(kThreads) FastDecodeKernel(PagedAttentionArgs a, DecodeLaunch l) {
+  TPSERVE_GRID_DEPENDENCY_WAIT();
+  TPSERVE_GRID_DEPENDENTS_LAUNCH();
   constexpr int G = S::kGroup, HD = S::kHeadDim;
   const DecodeBlock b = ThisDecodeBlock(a, l);
   if (b.z >= b.used) return;  // no partition of this context is ours (uniform: before any barrier)
@@ -413,6 +416,8 @@ __device__ void StashWarpPartial(const MmaSoftmax<S>& st, int warp, BlockPartial
 // grid: x = decode token i, y = KV head, z = split (as FastDecodeKernel).
 template <class S>
 __global__ void __launch_bounds__(kThreads) FastDecodeMmaKernel(PagedAttentionArgs a, DecodeLaunch l) {
+  TPSERVE_GRID_DEPENDENCY_WAIT();  // a programmatic launch, as FastDecodeKernel
+  TPSERVE_GRID_DEPENDENTS_LAUNCH();
   constexpr int G = S::kGroup, HD = S::kHeadDim;
   const DecodeBlock b = ThisDecodeBlock(a, l);
   if (b.z >= b.used) return;  // uniform: before any barrier
@@ -455,6 +460,8 @@ __global__ void __launch_bounds__(kThreads) FastDecodeMmaKernel(PagedAttentionAr
 
 // grid: x = decode token i, y = query head. Merges the token's used partials.
 __global__ void __launch_bounds__(kThreads) FastDecodeCombineKernel(PagedAttentionArgs a, DecodeLaunch l) {
+  TPSERVE_GRID_DEPENDENCY_WAIT();
+  TPSERVE_GRID_DEPENDENTS_LAUNCH();
   const int64_t i = blockIdx.x, t = l.first_token + i;
   const int h = blockIdx.y, hd = a.head_dim, splits = l.plan.splits;
   const int used = DecodeUsedSplits(a.positions[t] + 1, l.plan);
@@ -484,15 +491,17 @@ dim3 PartitionGrid(const PagedAttentionArgs& a, const DecodeLaunch& l) {
 
 // The launch of kernel 1 for a shape of either variant.
 template <int HD, int G>
-cudaError_t Launch(DecodeShape<HD, G>, const PagedAttentionArgs& a, const DecodeLaunch& l, cudaStream_t stream) {
+cudaError_t Launch(DecodeShape<HD, G>, const PagedAttentionArgs& a, const DecodeLaunch& l, cudaStream_t stream,
+                   bool programmatic) {
   using S = DecodeShape<HD, G>;
-  TPSERVE_LAUNCH(FastDecodeKernel<S>, PartitionGrid(a, l), kThreads, 0, stream)(a, l);
+  TPSERVE_LAUNCH_PDL(PartitionGrid(a, l), kThreads, 0, stream, programmatic, FastDecodeKernel<S>)(a, l);
   return cudaGetLastError();
 }
 template <int HD, int G>
-cudaError_t Launch(MmaShape<HD, G>, const PagedAttentionArgs& a, const DecodeLaunch& l, cudaStream_t stream) {
+cudaError_t Launch(MmaShape<HD, G>, const PagedAttentionArgs& a, const DecodeLaunch& l, cudaStream_t stream,
+                   bool programmatic) {
   using S = MmaShape<HD, G>;
-  TPSERVE_LAUNCH(FastDecodeMmaKernel<S>, PartitionGrid(a, l), kThreads, 0, stream)(a, l);
+  TPSERVE_LAUNCH_PDL(PartitionGrid(a, l), kThreads, 0, stream, programmatic, FastDecodeMmaKernel<S>)(a, l);
   return cudaGetLastError();
 }
 
@@ -597,15 +606,16 @@ size_t FastDecodeWorkspaceFloats(int64_t num_decode_tokens, int num_heads, int h
 }
 
 cudaError_t LaunchFastDecodeAttention(const PagedAttentionArgs& a, int64_t first_token, const DecodePlan& plan,
-                                      float* workspace, size_t workspace_floats, cudaStream_t stream) {
+                                      float* workspace, size_t workspace_floats, cudaStream_t stream,
+                                      bool programmatic) {
   const DecodeVariant variant = a.num_kv_heads > 0 ? FastDecodeVariant(a.head_dim, a.num_heads / a.num_kv_heads)
                                                    : DecodeVariant::kSimt;  // refused below
-  return LaunchFastDecodeAttention(variant, a, first_token, plan, workspace, workspace_floats, stream);
+  return LaunchFastDecodeAttention(variant, a, first_token, plan, workspace, workspace_floats, stream, programmatic);
 }
 
 cudaError_t LaunchFastDecodeAttention(DecodeVariant variant, const PagedAttentionArgs& a, int64_t first_token,
                                       const DecodePlan& plan, float* workspace, size_t workspace_floats,
-                                      cudaStream_t stream) {
+                                      cudaStream_t stream, bool programmatic) {
   const int64_t n = a.num_tokens - first_token;
   if (first_token < 0 || n < 0 || a.num_tokens > 0x7fffffff) return cudaErrorInvalidValue;
   if (n == 0) return cudaSuccess;
@@ -620,10 +630,10 @@ cudaError_t LaunchFastDecodeAttention(DecodeVariant variant, const PagedAttentio
   if (need > 0 && (workspace == nullptr || workspace_floats < need)) return cudaErrorInvalidValue;
   const DecodeLaunch l{first_token, n, plan, workspace};
   const cudaError_t err = ForVariant(variant, a.head_dim, a.num_heads / a.num_kv_heads, cudaErrorNotSupported,
-                                     [&](auto shape) { return Launch(shape, a, l, stream); });
+                                     [&](auto shape) { return Launch(shape, a, l, stream, programmatic); });
   if (err != cudaSuccess || plan.splits == 1) return err;
   const dim3 heads(static_cast<unsigned>(n), static_cast<unsigned>(a.num_heads));
-  TPSERVE_LAUNCH(FastDecodeCombineKernel, heads, kThreads, 0, stream)(a, l);
+  TPSERVE_LAUNCH_PDL(heads, kThreads, 0, stream, programmatic, FastDecodeCombineKernel)(a, l);
   return cudaGetLastError();
 }
 

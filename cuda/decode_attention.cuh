@@ -94,13 +94,15 @@ size_t FastDecodeWorkspaceFloats(int64_t num_decode_tokens, int num_heads, int h
 // (may be null when plan.splits == 1). cudaErrorNotSupported for a shape
 // FastDecodeCovers rejects; cudaErrorInvalidValue for a bad plan (splits
 // outside [1, 65535], partition_size < 1), a small workspace, or the
-// conditions of LaunchPagedAttention.
+// conditions of LaunchPagedAttention. `programmatic`: both kernels launch with
+// PDL (cuda/simt.cuh; sm_90+ only).
 cudaError_t LaunchFastDecodeAttention(const PagedAttentionArgs& args, int64_t first_token, const DecodePlan& plan,
-                                      float* workspace, size_t workspace_floats, cudaStream_t stream);
+                                      float* workspace, size_t workspace_floats, cudaStream_t stream,
+                                      bool programmatic = false);
 // The same with the variant forced (tests and benchmarks compare the two);
 // cudaErrorNotSupported where `variant` is not instantiated for the shape.
 cudaError_t LaunchFastDecodeAttention(DecodeVariant variant, const PagedAttentionArgs& args, int64_t first_token,
                                       const DecodePlan& plan, float* workspace, size_t workspace_floats,
-                                      cudaStream_t stream);
+                                      cudaStream_t stream, bool programmatic = false);
 
 }  // namespace tpserve::cuda

@@ -24,6 +24,7 @@ absl::StatusOr<DeviceInfo> QueryDevice(int device) {
   }
   info.name = prop.name;
   info.multiprocessors = prop.multiProcessorCount;
+  info.compute_major = prop.major;
   size_t free_bytes = 0, total_bytes = 0;
   cudaError_t err = cudaSetDevice(device);
   if (err == cudaSuccess) err = cudaMemGetInfo(&free_bytes, &total_bytes);

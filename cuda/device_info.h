@@ -16,6 +16,7 @@ struct DeviceInfo {
   uint64_t free_bytes = 0;  // cudaMemGetInfo: free now, for every process on the device
   uint64_t total_bytes = 0;
   int multiprocessors = 0;  // SMs (132 on an H200): grid planning, e.g. cuda/gemv_plan.h
+  int compute_major = 0;    // compute capability's major (9 on an H200): PDL needs 9 or more
 };
 
 // Makes `device` current on this thread and queries it (this creates the

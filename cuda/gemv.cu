@@ -8,26 +8,66 @@ namespace {
 
 constexpr int kUnroll = 4;  // 16-byte weight loads each lane has in flight
 
-// One block: plan.cols_per_block columns n of y for all kM rows; the
-// kGemvWarps / cols_per_block warps of a column stride over its K together
-// (cuda/gemv_plan.h). Every thread reaches the one __syncthreads.
-template <int kM>
+// The epilogue of one block: partial[(g · k_split + p) · kM + m] is warp p's
+// part of column group g's sum for row m. One thread per (output, row) adds a
+// column's warps in a fixed order and rounds once to bf16.
+//   plain GEMV: output n = first + g, plus bias[n];
+//   SiLU-mul: groups 2i (gate row f) and 2i + 1 (up row F + f) of feature
+//   f = first + i, each rounded to bf16 as the GEMV would store it, then
+//   out = silu(gate) · up as SiluMul computes it from those.
+template <int kM, bool kSiluMul>
+__device__ __forceinline__ void GemvEpilogue(const float* partial, int cols_per_block, int k_split, int64_t first,
+                                             int64_t N, const __nv_bfloat16* __restrict__ bias,
+                                             __nv_bfloat16* __restrict__ y) {
+  const int outputs = kSiluMul ? cols_per_block / 2 : cols_per_block;
+  if (static_cast<int>(threadIdx.x) >= outputs * kM) return;
+  const int i = threadIdx.x / kM, m = threadIdx.x % kM;
+  const int64_t out = first + i;
+  if (out >= N) return;
+  auto column_sum = [&](int g) {
+    float sum = 0.f;
+    for (int p = 0; p < k_split; ++p) sum += partial[(g * k_split + p) * kM + m];
+    return sum;
+  };
+  if constexpr (kSiluMul) {
+    const float g = __bfloat162float(__float2bfloat16(column_sum(2 * i)));
+    const float u = __bfloat162float(__float2bfloat16(column_sum(2 * i + 1)));
+    y[m * N + out] = __float2bfloat16(g / (1.f + __expf(-g)) * u);
+  } else {
+    float sum = column_sum(i);
+    if (bias != nullptr) sum += __bfloat162float(bias[out]);
+    y[m * N + out] = __float2bfloat16(sum);
+  }
+}
+
+// One block: plan.cols_per_block column groups (rows of w) for all kM rows of
+// x; the kGemvWarps / cols_per_block warps of a group stride over its K
+// together (cuda/gemv_plan.h). Every thread reaches the one __syncthreads.
+//   plain GEMV (kSiluMul false): N outputs, group g of block b is row b·cols + g;
+//   SiLU-mul: N = F features, group g of block b is the gate row (g even) or
+//   the up row (g odd, F further) of feature b·cols/2 + g/2.
+// A programmatic launch: waits for the previous kernel before reading x.
+template <int kM, bool kSiluMul>
 __global__ void __launch_bounds__(kGemvThreads)
     GemvKernel(const __nv_bfloat16* __restrict__ x, const __nv_bfloat16* __restrict__ w,
                const __nv_bfloat16* __restrict__ bias, int64_t N, int64_t K, int cols_per_block,
                __nv_bfloat16* __restrict__ y) {
+  TPSERVE_GRID_DEPENDENCY_WAIT();
+  TPSERVE_GRID_DEPENDENTS_LAUNCH();
   TPSERVE_SHARED_ARRAY(float, partial, kGemvWarps * kM);  // [warp, m] sums of each warp's part of K
   const int warp = threadIdx.x / kWarpSize, lane = threadIdx.x % kWarpSize;
   const int k_split = kGemvWarps / cols_per_block;
-  const int64_t first_col = int64_t{blockIdx.x} * cols_per_block;
-  const int64_t n = first_col + warp / k_split;
+  const int group = warp / k_split;
+  const int64_t first = int64_t{blockIdx.x} * (kSiluMul ? cols_per_block / 2 : cols_per_block);
+  const int64_t n = kSiluMul ? first + group / 2 : first + group;  // the output this warp serves
+  const int64_t row = kSiluMul && group % 2 == 1 ? N + n : n;        // its row of w
   const int64_t chunks = K / kBf16PerVec;  // 16-byte vectors per row
   const int64_t stride = int64_t{kWarpSize} * k_split;
   float acc[kM];
 #pragma unroll
   for (int m = 0; m < kM; ++m) acc[m] = 0.f;
   if (n < N) {
-    const __nv_bfloat16* wr = w + n * K;
+    const __nv_bfloat16* wr = w + row * K;
     for (int64_t c0 = (warp % k_split) * kWarpSize + lane; c0 < chunks; c0 += stride * kUnroll) {
       uint4 wv[kUnroll];  // the loads first, so kUnroll are in flight
 #pragma unroll
@@ -58,25 +98,39 @@ __global__ void __launch_bounds__(kGemvThreads)
     for (int m = 0; m < kM; ++m) partial[warp * kM + m] = acc[m];
   }
   __syncthreads();
-  // The epilogue: one thread per (column, row) adds the column's warps in a
-  // fixed order, adds the bias and rounds once.
-  if (static_cast<int>(threadIdx.x) < cols_per_block * kM) {
-    const int col = threadIdx.x / kM, m = threadIdx.x % kM;
-    const int64_t out = first_col + col;
-    if (out < N) {
-      float sum = 0.f;
-      for (int p = 0; p < k_split; ++p) sum += partial[(col * k_split + p) * kM + m];
-      if (bias != nullptr) sum += __bfloat162float(bias[out]);
-      y[m * N + out] = __float2bfloat16(sum);
-    }
+  GemvEpilogue<kM, kSiluMul>(partial, cols_per_block, k_split, first, N, bias, y);
+}
+
+template <int kM, bool kSiluMul>
+void Launch(const GemvPlan& plan, const __nv_bfloat16* x, const __nv_bfloat16* w, const __nv_bfloat16* bias,
+            int64_t N, int64_t K, __nv_bfloat16* y, cudaStream_t stream, bool programmatic) {
+  TPSERVE_LAUNCH_PDL(static_cast<unsigned>(plan.blocks), kGemvThreads, 0, stream, programmatic,
+                     GemvKernel<kM, kSiluMul>)(x, w, bias, N, K, plan.cols_per_block, y);
+}
+
+// The kernel instantiated for M rows (1..8).
+template <bool kSiluMul>
+void LaunchRows(int64_t M, const GemvPlan& plan, const __nv_bfloat16* x, const __nv_bfloat16* w,
+                const __nv_bfloat16* bias, int64_t N, int64_t K, __nv_bfloat16* y, cudaStream_t stream,
+                bool programmatic) {
+  switch (M) {
+    case 1: Launch<1, kSiluMul>(plan, x, w, bias, N, K, y, stream, programmatic); break;
+    case 2: Launch<2, kSiluMul>(plan, x, w, bias, N, K, y, stream, programmatic); break;
+    case 3: Launch<3, kSiluMul>(plan, x, w, bias, N, K, y, stream, programmatic); break;
+    case 4: Launch<4, kSiluMul>(plan, x, w, bias, N, K, y, stream, programmatic); break;
+    case 5: Launch<5, kSiluMul>(plan, x, w, bias, N, K, y, stream, programmatic); break;
+    case 6: Launch<6, kSiluMul>(plan, x, w, bias, N, K, y, stream, programmatic); break;
+    case 7: Launch<7, kSiluMul>(plan, x, w, bias, N, K, y, stream, programmatic); break;
+    default: Launch<8, kSiluMul>(plan, x, w, bias, N, K, y, stream, programmatic); break;
   }
 }
 
-template <int kM>
-void Launch(const GemvPlan& plan, const __nv_bfloat16* x, const __nv_bfloat16* w, const __nv_bfloat16* bias,
-            int64_t N, int64_t K, __nv_bfloat16* y, cudaStream_t stream) {
-  TPSERVE_LAUNCH(GemvKernel<kM>, static_cast<unsigned>(plan.blocks), kGemvThreads, 0, stream)(
-      x, w, bias, N, K, plan.cols_per_block, y);
+// Whether `plan` is a split of kGemvWarps warps whose blocks cover N outputs
+// of `per_output` column groups each (1: the GEMV, 2: a gate/up pair).
+bool PlanCovers(const GemvPlan& plan, int64_t N, int per_output) {
+  const int cols = plan.cols_per_block;
+  return (cols == 1 || cols == 2 || cols == 4 || cols == 8) && cols % per_output == 0 &&
+         plan.k_split * cols == kGemvWarps && plan.blocks * (cols / per_output) >= N && plan.blocks <= 0x7fffffff;
 }
 
 }  // namespace
@@ -87,23 +141,19 @@ bool GemvSupports(const void* x, const void* w, int64_t M, int64_t N, int64_t K)
 }
 
 cudaError_t LaunchGemv(const __nv_bfloat16* x, const __nv_bfloat16* w, const __nv_bfloat16* bias, int64_t M,
-                       int64_t N, int64_t K, __nv_bfloat16* y, const GemvPlan& plan, cudaStream_t stream) {
-  const bool plan_ok = (plan.cols_per_block == 1 || plan.cols_per_block == 2 || plan.cols_per_block == 4 ||
-                        plan.cols_per_block == 8) &&
-                       plan.k_split * plan.cols_per_block == kGemvWarps &&
-                       plan.blocks * plan.cols_per_block >= N && plan.blocks <= 0x7fffffff;
-  if (!GemvSupports(x, w, M, N, K) || !plan_ok) return cudaErrorInvalidValue;
+                       int64_t N, int64_t K, __nv_bfloat16* y, const GemvPlan& plan, cudaStream_t stream,
+                       bool programmatic) {
+  if (!GemvSupports(x, w, M, N, K) || !PlanCovers(plan, N, 1)) return cudaErrorInvalidValue;
   if (N == 0) return cudaSuccess;
-  switch (M) {
-    case 1: Launch<1>(plan, x, w, bias, N, K, y, stream); break;
-    case 2: Launch<2>(plan, x, w, bias, N, K, y, stream); break;
-    case 3: Launch<3>(plan, x, w, bias, N, K, y, stream); break;
-    case 4: Launch<4>(plan, x, w, bias, N, K, y, stream); break;
-    case 5: Launch<5>(plan, x, w, bias, N, K, y, stream); break;
-    case 6: Launch<6>(plan, x, w, bias, N, K, y, stream); break;
-    case 7: Launch<7>(plan, x, w, bias, N, K, y, stream); break;
-    default: Launch<8>(plan, x, w, bias, N, K, y, stream); break;
-  }
+  LaunchRows<false>(M, plan, x, w, bias, N, K, y, stream, programmatic);
+  return cudaGetLastError();
+}
+
+cudaError_t LaunchGemvSiluMul(const __nv_bfloat16* x, const __nv_bfloat16* w, int64_t M, int64_t F, int64_t K,
+                              __nv_bfloat16* out, const GemvPlan& plan, cudaStream_t stream, bool programmatic) {
+  if (F < 0 || !GemvSupports(x, w, M, 2 * F, K) || !PlanCovers(plan, F, 2)) return cudaErrorInvalidValue;
+  if (F == 0) return cudaSuccess;
+  LaunchRows<true>(M, plan, x, w, nullptr, F, K, out, stream, programmatic);
   return cudaGetLastError();
 }
 

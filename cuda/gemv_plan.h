@@ -50,4 +50,22 @@ TPSERVE_HOST_DEVICE inline GemvPlan PlanGemv(int64_t N, int64_t K, int num_sms) 
   return plan;
 }
 
+// The plan of the GEMV with the SiLU-and-mul epilogue (LaunchGemvSiluMul):
+// out[M, F] from the 2F rows [gate; up] of w. A block's column groups come in
+// (gate row j, up row F + j) pairs, so it owns cols_per_block / 2 features and
+// cols_per_block is at least 2: PlanGemv(2F, K) with its one-column split
+// (k_split 8) widened to two columns (k_split 4); blocks = ceil(F / pairs).
+// Under any other plan the sums of a row are added in the order PlanGemv's
+// GEMV adds them.
+TPSERVE_HOST_DEVICE inline GemvPlan PlanGemvSiluMul(int64_t F, int64_t K, int num_sms) {
+  GemvPlan plan = PlanGemv(2 * F, K, num_sms);
+  if (plan.cols_per_block < 2) {
+    plan.cols_per_block = 2;
+    plan.k_split = kGemvWarps / 2;
+  }
+  const int64_t pairs = plan.cols_per_block / 2;
+  plan.blocks = (F + pairs - 1) / pairs;
+  return plan;
+}
+
 }  // namespace tpserve::cuda

@@ -23,4 +23,13 @@ absl::StatusOr<KernelSet> KernelSetFromEnvironment() {
   return ParseKernelSet(value);
 }
 
+absl::StatusOr<bool> ProgrammaticLaunchFromEnvironment() {
+  const char* value = std::getenv(kPdlEnv);
+  if (value == nullptr || *value == '\0' || absl::string_view(value) == "on") return true;
+  if (absl::string_view(value) == "off") return false;
+  return absl::InvalidArgumentError(absl::StrCat(kPdlEnv, "=\"", value,
+                                                 "\" is not a PDL setting: use \"on\" (the default: the fast "
+                                                 "kernels' programmatic dependent launch on sm_90+) or \"off\""));
+}
+
 }  // namespace tpserve::cuda

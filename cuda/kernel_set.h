@@ -31,4 +31,14 @@ absl::string_view KernelSetName(KernelSet set);
 // TPSERVE_KERNELS, or kFast when it is unset or empty.
 absl::StatusOr<KernelSet> KernelSetFromEnvironment();
 
+// Programmatic dependent launch (cuda/simt.cuh) of the fast set's decode-path
+// kernels on sm_90 and later: TPSERVE_PDL=on (the default) or off. The switch
+// exists so that a GPU run can time decode both ways and a deployment can turn
+// it off if a driver mishandles it; the reference set never uses it.
+inline constexpr char kPdlEnv[] = "TPSERVE_PDL";
+
+// TPSERVE_PDL: true for "on", unset or empty; false for "off";
+// INVALID_ARGUMENT naming TPSERVE_PDL otherwise.
+absl::StatusOr<bool> ProgrammaticLaunchFromEnvironment();
+
 }  // namespace tpserve::cuda

@@ -52,6 +52,8 @@ __global__ void QkNormRopeStoreKvKernel(__nv_bfloat16* __restrict__ qkv, const i
                                         const __nv_bfloat16* __restrict__ k_norm, float eps,
                                         const float* __restrict__ rope, __nv_bfloat16* __restrict__ k_cache,
                                         __nv_bfloat16* __restrict__ v_cache) {
+  TPSERVE_GRID_DEPENDENCY_WAIT();  // may be a programmatic launch
+  TPSERVE_GRID_DEPENDENTS_LAUNCH();
   const int64_t t = blockIdx.x;
   const int h = static_cast<int>(blockIdx.y);
   const int half = hd / 2, i = static_cast<int>(threadIdx.x);
@@ -110,7 +112,7 @@ cudaError_t LaunchQkNormRopeStoreKv(__nv_bfloat16* qkv, int64_t T, const int32_t
                                     const int64_t* slot_mapping, int num_heads, int num_kv_heads, int head_dim,
                                     const __nv_bfloat16* q_norm, const __nv_bfloat16* k_norm, float eps,
                                     const float* rope, __nv_bfloat16* k_cache, __nv_bfloat16* v_cache,
-                                    cudaStream_t stream) {
+                                    cudaStream_t stream, bool programmatic) {
   if (T == 0) return cudaSuccess;
   QkNormRopeGrid g;  // Hq + Hkv "query" heads and Hkv more: the q, k and v heads
   if (head_dim <= 0 || head_dim % 2 != 0 || head_dim > kMaxRopeHeadDim ||
@@ -119,9 +121,8 @@ cudaError_t LaunchQkNormRopeStoreKv(__nv_bfloat16* qkv, int64_t T, const int32_t
   }
   const int threads = (head_dim / 2 + 31) / 32 * 32;
   const dim3 grid(g.tokens, g.heads);
-  TPSERVE_LAUNCH(QkNormRopeStoreKvKernel, grid, threads, 0, stream)(qkv, positions, slot_mapping, num_heads,
-                                                                    num_kv_heads, head_dim, q_norm, k_norm, eps,
-                                                                    rope, k_cache, v_cache);
+  TPSERVE_LAUNCH_PDL(grid, threads, 0, stream, programmatic, QkNormRopeStoreKvKernel)(
+      qkv, positions, slot_mapping, num_heads, num_kv_heads, head_dim, q_norm, k_norm, eps, rope, k_cache, v_cache);
   return cudaGetLastError();
 }
 

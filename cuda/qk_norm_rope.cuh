@@ -44,11 +44,12 @@ cudaError_t LaunchQkNormRope(__nv_bfloat16* qkv, int64_t T, const int32_t* posit
 // One block per (token, head) over the Hq + 2 Hkv heads, one thread per
 // rotate-half pair (i, i + hd/2), so a head is read once, kept in registers
 // between the norm and the rotation, and written to qkv and the cache.
-// Same limits as LaunchQkNormRope.
+// Same limits as LaunchQkNormRope. `programmatic`: launch with PDL
+// (cuda/simt.cuh; sm_90+ only).
 cudaError_t LaunchQkNormRopeStoreKv(__nv_bfloat16* qkv, int64_t T, const int32_t* positions,
                                     const int64_t* slot_mapping, int num_heads, int num_kv_heads, int head_dim,
                                     const __nv_bfloat16* q_norm, const __nv_bfloat16* k_norm, float eps,
                                     const float* rope, __nv_bfloat16* k_cache, __nv_bfloat16* v_cache,
-                                    cudaStream_t stream);
+                                    cudaStream_t stream, bool programmatic = false);
 
 }  // namespace tpserve::cuda

@@ -75,9 +75,12 @@ __device__ __forceinline__ void NormalizeRow(const uint4 (&row)[kMaxVecsPerThrea
 }
 
 // One block per row; thread t holds vectors t, t + blockDim.x, ... of the row
-// in registers from the load to the store (in place, out == x, is safe).
+// in registers from the load to the store (in place, out == x, is safe). Both
+// vector kernels may be programmatic launches: they wait before touching x.
 __global__ void RmsNormVecKernel(const __nv_bfloat16* x, const __nv_bfloat16* __restrict__ w, float eps,
                                  int64_t D, __nv_bfloat16* out) {
+  TPSERVE_GRID_DEPENDENCY_WAIT();
+  TPSERVE_GRID_DEPENDENTS_LAUNCH();
   const int64_t vecs = D / kBf16PerVec;
   const __nv_bfloat16* xr = x + blockIdx.x * D;
   uint4 xv[kMaxVecsPerThread];
@@ -97,6 +100,8 @@ __global__ void RmsNormVecKernel(const __nv_bfloat16* x, const __nv_bfloat16* __
 
 __global__ void AddRmsNormVecKernel(__nv_bfloat16* __restrict__ x, __nv_bfloat16* __restrict__ residual,
                                     const __nv_bfloat16* __restrict__ w, float eps, int64_t D) {
+  TPSERVE_GRID_DEPENDENCY_WAIT();
+  TPSERVE_GRID_DEPENDENTS_LAUNCH();
   const int64_t vecs = D / kBf16PerVec;
   __nv_bfloat16* xr = x + blockIdx.x * D;
   __nv_bfloat16* rr = residual + blockIdx.x * D;
@@ -128,18 +133,20 @@ bool RmsNormVecSupports(int64_t D, const void* a, const void* b, const void* c, 
 }
 
 cudaError_t LaunchRmsNormVec(const __nv_bfloat16* x, const __nv_bfloat16* w, float eps, int64_t M, int64_t D,
-                             __nv_bfloat16* out, cudaStream_t stream) {
+                             __nv_bfloat16* out, cudaStream_t stream, bool programmatic) {
   if (M == 0) return cudaSuccess;
   if (M > 0x7fffffff || !RmsNormVecSupports(D, x, w, out)) return cudaErrorInvalidValue;
-  TPSERVE_LAUNCH(RmsNormVecKernel, static_cast<unsigned>(M), VecThreads(D), 0, stream)(x, w, eps, D, out);
+  TPSERVE_LAUNCH_PDL(static_cast<unsigned>(M), VecThreads(D), 0, stream, programmatic, RmsNormVecKernel)(
+      x, w, eps, D, out);
   return cudaGetLastError();
 }
 
 cudaError_t LaunchAddRmsNormVec(__nv_bfloat16* x, __nv_bfloat16* residual, const __nv_bfloat16* w, float eps,
-                                int64_t M, int64_t D, cudaStream_t stream) {
+                                int64_t M, int64_t D, cudaStream_t stream, bool programmatic) {
   if (M == 0) return cudaSuccess;
   if (M > 0x7fffffff || !RmsNormVecSupports(D, x, residual, w)) return cudaErrorInvalidValue;
-  TPSERVE_LAUNCH(AddRmsNormVecKernel, static_cast<unsigned>(M), VecThreads(D), 0, stream)(x, residual, w, eps, D);
+  TPSERVE_LAUNCH_PDL(static_cast<unsigned>(M), VecThreads(D), 0, stream, programmatic, AddRmsNormVecKernel)(
+      x, residual, w, eps, D);
   return cudaGetLastError();
 }
 

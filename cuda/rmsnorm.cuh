@@ -3,6 +3,8 @@
 // reference kernels (any D, one bf16 per load) and the vector kernels (16-byte
 // loads and stores, each thread holding its part of the row in registers
 // between the one block reduction and the output), both one block per row.
+// One block per row at batch 1 too: docs/architecture.md ("CUDA kernels")
+// says why spreading a row over blocks would not pay.
 #pragma once
 
 #include <cstdint>
@@ -25,11 +27,12 @@ cudaError_t LaunchAddRmsNorm(__nv_bfloat16* x, __nv_bfloat16* residual, const __
 // The vector kernels: the same contracts as the two above, for rows that
 // RmsNormVecSupports: D a multiple of 8 up to kRmsNormVecMaxDim and every
 // pointer given (x, w, out / residual) 16-byte aligned. cudaErrorInvalidValue for any other.
+// `programmatic`: launch with PDL (cuda/simt.cuh; sm_90+ only).
 inline constexpr int64_t kRmsNormVecMaxDim = 32768;  // 1024 threads x 4 vectors of 8
 bool RmsNormVecSupports(int64_t D, const void* a, const void* b, const void* c, const void* d = nullptr);
 cudaError_t LaunchRmsNormVec(const __nv_bfloat16* x, const __nv_bfloat16* w, float eps, int64_t M, int64_t D,
-                             __nv_bfloat16* out, cudaStream_t stream);
+                             __nv_bfloat16* out, cudaStream_t stream, bool programmatic = false);
 cudaError_t LaunchAddRmsNormVec(__nv_bfloat16* x, __nv_bfloat16* residual, const __nv_bfloat16* w, float eps,
-                                int64_t M, int64_t D, cudaStream_t stream);
+                                int64_t M, int64_t D, cudaStream_t stream, bool programmatic = false);
 
 }  // namespace tpserve::cuda

@@ -93,6 +93,11 @@ void MergedColumnParallelLinear::Forward(Backend& backend, const Tensor& x, Tens
   backend.Linear(x, weight(), nullptr, y);
 }
 
+void MergedColumnParallelLinear::ForwardSiluMul(Backend& backend, const Tensor& x, Tensor gate_up,
+                                                Tensor out) const {
+  backend.LinearSiluMul(x, weight(), gate_up, out);
+}
+
 // ---- QKVParallelLinear ----
 
 absl::StatusOr<QKVParallelLinear> QKVParallelLinear::Load(const ShardContext& ctx,

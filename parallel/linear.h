@@ -50,6 +50,10 @@ class MergedColumnParallelLinear {
 
   // y = [x · gateᵀ | x · upᵀ]: the layout Backend::SiluMul expects.
   void Forward(Backend& backend, const Tensor& x /*[M, D]*/, Tensor y /*[M, 2·F/tp]*/) const;
+  // out = silu(x · gateᵀ) * (x · upᵀ) through Backend::LinearSiluMul (fused
+  // where the backend can); gate_up is its scratch for the unfused product.
+  void ForwardSiluMul(Backend& backend, const Tensor& x /*[M, D]*/, Tensor gate_up /*[M, 2·F/tp]*/,
+                      Tensor out /*[M, F/tp]*/) const;
 
   const Tensor& weight() const { return weight_.tensor(); }  // [2·F/tp, D] = [gate shard ; up shard]
   int64_t local_intermediate() const { return weight().dim(0) / 2; }  // F/tp

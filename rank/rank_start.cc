@@ -41,7 +41,8 @@ absl::Status MakeBackend(const RankEnv& env, const RankStartOptions& options, Ra
   TPSERVE_ASSIGN_OR_RETURN(const GpuPlacement place, PlaceRankOnGpu(env));  // fails without CUDA
 #ifdef TPSERVE_WITH_CUDA
   TPSERVE_ASSIGN_OR_RETURN(const cuda::KernelSet kernels, cuda::KernelSetFromEnvironment());
-  rank.backend = MakeCudaBackend(place.device, kernels);
+  TPSERVE_ASSIGN_OR_RETURN(const bool programmatic, cuda::ProgrammaticLaunchFromEnvironment());
+  rank.backend = MakeCudaBackend(place.device, kernels, programmatic);
   rank.gpu = place;
   return absl::OkStatus();
 #else

@@ -221,9 +221,13 @@ absl::Status Model::Enqueue() {
     Dump("o_proj", li, x);
     backend_.AddRmsNorm(x, residual, layer.post_norm, eps_);
     Dump("ffn_norm", li, x);
-    layer.gate_up.Forward(backend_, x, gate_up);
-    Dump("gate_up", li, gate_up);
-    backend_.SiluMul(gate_up, act);
+    if (hook_) {  // every named intermediate, gate_up included: the two ops
+      layer.gate_up.Forward(backend_, x, gate_up);
+      Dump("gate_up", li, gate_up);
+      backend_.SiluMul(gate_up, act);
+    } else {
+      layer.gate_up.ForwardSiluMul(backend_, x, gate_up, act);
+    }
     Dump("act", li, act);
     TPSERVE_RETURN_IF_ERROR(layer.down.Forward(backend_, comm_, act, x));
     Dump("down", li, x);

@@ -11,8 +11,8 @@
 //     StoreKv(k, v → slots); attn = Attention(q, cache) [T, Hq hd]  scale 1/sqrt(hd)
 //     x = attn · Woᵀ                                    [T, D]  row-parallel, all-reduce
 //     x = AddRmsNorm(x, residual)                       post_attention_layernorm
-//     gate_up = x · [Wg; Wu]ᵀ                           [T, 2F]
-//     x = down(silu(gate) * up)                         [T, D]  row-parallel, all-reduce
+//     gate_up = x · [Wg; Wu]ᵀ; act = silu(gate) * up    [T, 2F] → [T, F]  one op, LinearSiluMul
+//     x = act · Wdownᵀ                                  [T, D]  row-parallel, all-reduce
 //   x = AddRmsNorm(x, residual)                         model.norm
 //   last = x[logits_indices]                            [S, D]
 //   logits = last · Wlmᵀ                                [S, V]  gathered to rank 0
@@ -65,7 +65,9 @@ struct Logits {
 // Called with each named intermediate as it is produced (for dumping and
 // diffing layer by layer, e.g. CPU against CUDA). layer is -1 outside the
 // layers. Names: "embed", "attn_norm", "qkv", "qk_rope", "attn_out", "o_proj",
-// "ffn_norm", "gate_up", "act", "down", "final_norm", "last_hidden".
+// "ffn_norm", "gate_up", "act", "down", "final_norm", "last_hidden". With a
+// hook set the MLP runs Linear and SiluMul apart, so that gate_up exists to be
+// seen (without one, Backend::LinearSiluMul, which a backend may fuse).
 // The tensor is valid only during the call (the buffer is reused).
 using IntermediateHook = std::function<void(std::string_view name, int layer, const Tensor&)>;
 

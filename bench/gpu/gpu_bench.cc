@@ -2,7 +2,8 @@
 // Llama-3.2-1B shapes (tpserve-make-model presets), bf16, tp = 1, each number
 // next to a floor measured in the same run:
 //   * decode ms/step at batch 1, 8, 64, 256 with a 512-token prompt (and, for
-//     the ratio, batch 1 and 64 on the reference kernel set), timed
+//     the ratio, batch 1 and 64 on the reference kernel set, and batch 1 and 8
+//     on the fast set with programmatic dependent launch off), timed
 //     the way the server runs it: the offline Engine's step runner (the
 //     serving scheduler's steps, decode steps replayed as CUDA graphs, tokens
 //     sampled on the GPU at temperature 0.6, no logits read back), against
@@ -24,7 +25,11 @@
 //   * Linear at M = 1, 2, 4, 8 on Qwen3-0.6B's projections (qkv 1024 -> 4096,
 //     o 2048 -> 1024, gate_up 1024 -> 6144, down 3072 -> 1024): the fast
 //     set's GEMV (cuda/gemv.cuh) beside cuBLAS (the reference set), as weight
-//     bytes read per second and a share of the copy bandwidth;
+//     bytes read per second and a share of the copy bandwidth; and the MLP's
+//     gate/up projection with its SiLU-and-mul at M = 1, 2, 4, 8 on
+//     Qwen3-0.6B's (1024 -> 2 x 3072) and Llama-3.2-1B's (2048 -> 2 x 8192)
+//     shapes: the fused GEMV (Backend::LinearSiluMul) beside the GEMV then
+//     SiluMul, both on the fast set;
 //   * prefill attention of one prompt (512, 2048, 8192 tokens; Qwen3-0.6B's
 //     attention geometry, one layer): the tensor-core kernel (fast kernel
 //     set) against the reference kernel, in causal attention TFLOP/s;
@@ -104,6 +109,11 @@ struct Sizes {
   std::vector<Projection> gemv_shapes{{"qkv", 1024, 4096}, {"o", 2048, 1024}, {"gate_up", 1024, 6144},
                                       {"down", 3072, 1024}};
   std::vector<int64_t> gemv_rows{1, 2, 4, 8};
+  struct Mlp {
+    const char* name;
+    int64_t K, F;  // x [M, K] · [gate; up] [2F, K]ᵀ -> silu(gate) * up [M, F]
+  };
+  std::vector<Mlp> mlp_shapes{{"qwen3-0.6b", 1024, 3072}, {"llama-3.2-1b", 2048, 8192}};
   size_t gemv_rotate_bytes = size_t{256} << 20;  // weights cycled through, past the L2 (50 MB on an H200)
   int gemv_iters = 200;
 
@@ -120,6 +130,7 @@ struct Sizes {
     z.models = "tiny";
     z.gemv_shapes = {{"qkv", 64, 256}, {"down", 96, 64}};
     z.gemv_rows = {1, 8};
+    z.mlp_shapes = {{"tiny", 64, 96}};
     z.gemv_rotate_bytes = 1, z.gemv_iters = 1;
     return z;
   }
@@ -396,6 +407,42 @@ bool AttentionVariantSection(const Sizes& z, double bw, std::ostream& table) {
   return true;
 }
 
+// The MLP's first half at small M on the fast set: LinearSiluMul (one GEMV
+// launch writing silu(gate) * up) against Linear into gate_up then SiluMul
+// (two launches and the [M, 2F] round trip), weights cycled as in GemvSection.
+bool MlpSection(const Sizes& z, Backend& fast, std::ostream& table) {
+  table << "\n## MLP gate/up + SiLU at small batch: fused GEMV vs GEMV + SiluMul (fast set)\n\n"
+        << "| model | K -> 2 x F | M | fused | GEMV + SiluMul | fused / two ops |\n|---|---|---|---|---|---|\n";
+  const int64_t max_rows = *std::max_element(z.gemv_rows.begin(), z.gemv_rows.end());
+  for (const Sizes::Mlp& p : z.mlp_shapes) {
+    const double bytes = double(2 * p.F) * p.K * 2;
+    const size_t copies = std::max<size_t>(2, (z.gemv_rotate_bytes + size_t(bytes) - 1) / size_t(bytes));
+    std::vector<Buffer> weights;
+    for (size_t c = 0; c < copies; ++c) weights.push_back(fast.Allocate(DType::kBF16, {2 * p.F, p.K}));
+    Buffer x = fast.Allocate(DType::kBF16, {max_rows, p.K}), gate_up = fast.Allocate(DType::kBF16, {max_rows, 2 * p.F}),
+           act = fast.Allocate(DType::kBF16, {max_rows, p.F});
+    fast.Synchronize();
+    for (int64_t m : z.gemv_rows) {
+      const Tensor xm = x.tensor().Rows(0, m), gm = gate_up.tensor().Rows(0, m), am = act.tensor().Rows(0, m);
+      size_t next = 0;
+      const double fused =
+          TimeIt([&] { fast.LinearSiluMul(xm, weights[next++ % copies], gm, am); }, z.warmup, z.gemv_iters);
+      const double two = TimeIt(
+          [&] {
+            fast.Linear(xm, weights[next++ % copies], nullptr, gm);
+            fast.SiluMul(gm, am);
+          },
+          z.warmup, z.gemv_iters);
+      char line[256];
+      std::snprintf(line, sizeof line, "| %s | %lld -> 2 x %lld | %lld | %.2f us | %.2f us | %.2f |\n", p.name,
+                    static_cast<long long>(p.K), static_cast<long long>(p.F), static_cast<long long>(m), fused * 1e6,
+                    two * 1e6, fused / two);
+      table << line;
+    }
+  }
+  return true;
+}
+
 // Linear at small M through the fast kernel set (the GEMV) and the reference
 // set (cuBLAS) on the same buffers. Each timed call reads a different copy of
 // the weights (gemv_rotate_bytes of them, zeros: the work does not depend on
@@ -431,7 +478,7 @@ bool GemvSection(const Sizes& z, double bw, std::ostream& table) {
       table << line;
     }
   }
-  return true;
+  return MlpSection(z, *fast, table);
 }
 
 // Prefill attention of one layer with Qwen3-0.6B's geometry (Hq 16, Hkv 8, hd
@@ -603,13 +650,15 @@ bool ThroughputSection(const Sizes& z, const std::filesystem::path& model_dir, i
 // decode together: every decode step has exactly B sequences.
 // `kernels` picks the CUDA backend's kernel set (cuda/kernel_set.h); the
 // reference set runs the smallest and a middle batch only, for the ratio.
+// `programmatic` false: the fast set without PDL (cuda/simt.cuh), the first
+// two batches only, so a GPU run says whether PDL pays.
 absl::Status ServedDecodeRows(const Sizes& z, const std::filesystem::path& dir, const std::string& name, double bw,
-                              int64_t weight_bytes, cuda::KernelSet kernels, std::ostream& table) {
+                              int64_t weight_bytes, cuda::KernelSet kernels, bool programmatic, std::ostream& table) {
   absl::StatusOr<ModelConfig> c = LoadModelConfig(dir);
   if (!c.ok()) return c.status();
   const int prompt = z.decode_prompt, outputs = z.decode_steps + 1, max_batch = z.max_decode_batch();
   const int64_t blocks_per_seq = (prompt + outputs + kBlockSize - 1) / kBlockSize;
-  std::unique_ptr<Backend> backend = MakeCudaBackend(0, kernels);
+  std::unique_ptr<Backend> backend = MakeCudaBackend(0, kernels, programmatic);
   std::unique_ptr<Communicator> solo = MakeSoloCommunicator();
   absl::StatusOr<ServingEngine> serving =
       MakeServingEngine(z, dir, *backend, *solo, 2048, max_batch * blocks_per_seq + 16, std::max(8192, max_batch * prompt));
@@ -621,6 +670,10 @@ absl::Status ServedDecodeRows(const Sizes& z, const std::filesystem::path& dir, 
   }
   std::vector<int> batches = z.decode_batches;
   if (kernels == cuda::KernelSet::kReference && batches.size() > 2) batches = {batches.front(), batches[batches.size() / 2]};
+  if (kernels == cuda::KernelSet::kFast && !programmatic && batches.size() > 2) batches = {batches[0], batches[1]};
+  const std::string set = kernels == cuda::KernelSet::kFast && !programmatic
+                              ? "fast kernels, PDL off"
+                              : absl::StrCat(cuda::KernelSetName(kernels), " kernels");
   for (int batch : batches) {
     const std::vector<GenerationRequest> requests = FixedRequests(batch, prompt, outputs, static_cast<int>(c->vocab_size));
     absl::StatusOr<std::vector<GenerationResult>> results = serving->engine->Generate(requests);
@@ -632,9 +685,9 @@ absl::Status ServedDecodeRows(const Sizes& z, const std::filesystem::path& dir, 
     const double floor = (weight_bytes + double(batch) * (prompt + outputs / 2) * kv_bytes_per_token) / bw;
     char line[320];
     std::snprintf(line, sizeof line,
-                  "| %s | decode batch %d, ctx %d..%d (%s, GPU sampler, %s kernels; %.0f steps) | %.3f ms/step | %.3f ms | %.0f%% |\n",
-                  name.c_str(), batch, prompt, prompt + outputs, z.smoke ? "eager" : "graphs",
-                  std::string(cuda::KernelSetName(kernels)).c_str(), steps, s * 1e3, floor * 1e3, 100 * floor / s);
+                  "| %s | decode batch %d, ctx %d..%d (%s, GPU sampler, %s; %.0f steps) | %.3f ms/step | %.3f ms | %.0f%% |\n",
+                  name.c_str(), batch, prompt, prompt + outputs, z.smoke ? "eager" : "graphs", set.c_str(), steps,
+                  s * 1e3, floor * 1e3, 100 * floor / s);
     table << line;
   }
   return absl::OkStatus();
@@ -644,8 +697,9 @@ absl::Status ServedDecodeRows(const Sizes& z, const std::filesystem::path& dir, 
 absl::Status ModelSection(const Sizes& z, const std::filesystem::path& dir, const std::string& name, double bw,
                           double flops, std::ostream& table) {
   const int64_t weight_bytes = DirBytes(dir, ".safetensors");
-  TPSERVE_RETURN_IF_ERROR(ServedDecodeRows(z, dir, name, bw, weight_bytes, cuda::KernelSet::kFast, table));
-  TPSERVE_RETURN_IF_ERROR(ServedDecodeRows(z, dir, name, bw, weight_bytes, cuda::KernelSet::kReference, table));
+  TPSERVE_RETURN_IF_ERROR(ServedDecodeRows(z, dir, name, bw, weight_bytes, cuda::KernelSet::kFast, true, table));
+  TPSERVE_RETURN_IF_ERROR(ServedDecodeRows(z, dir, name, bw, weight_bytes, cuda::KernelSet::kFast, false, table));
+  TPSERVE_RETURN_IF_ERROR(ServedDecodeRows(z, dir, name, bw, weight_bytes, cuda::KernelSet::kReference, true, table));
   std::unique_ptr<Backend> backend = MakeCudaBackend(0);
   std::unique_ptr<Communicator> solo = MakeSoloCommunicator();
   ModelOptions options;

@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstdio>
 #include <cstdlib>
 #include <memory>
@@ -89,6 +90,7 @@ struct Fiber {
   void* collective_out = nullptr;
   WarpCollectiveFn collective_fn = nullptr;
   void* fake_stack = nullptr;  // ASan's bookkeeping while switched away
+  bool waited_for_grid = false;  // called GridDependencyWait (checked for programmatic launches)
 };
 
 struct SharedVar {
@@ -139,6 +141,7 @@ struct Block {
 };
 
 thread_local Block* t_block = nullptr;
+std::atomic<int64_t> g_programmatic_launches{0};
 thread_local StackPool t_stacks;
 thread_local cudaError_t t_last_error = cudaSuccess;
 thread_local std::string t_report;
@@ -199,12 +202,22 @@ void YieldToScheduler(Block& b, bool dying = false) {
   std::abort();  // never resumed
 }
 
+// A thread of a programmatic launch must have waited for the previous grid.
+// Not inlined: FiberMain never returns, so ASan's redzones of a local there
+// would stay on the reused stack.
+[[gnu::noinline]] void CheckWaitedForGrid(Block& b) {
+  if (!b.config->programmatic || b.current->waited_for_grid) return;
+  Fail(b, "a programmatic (PDL) launch's thread exited without TPSERVE_GRID_DEPENDENCY_WAIT(): on the GPU it "
+          "may have read its inputs before the previous kernel wrote them; wait at the kernel's top");
+}
+
 void FiberMain() {
   Block& b = *t_block;
 #if TPSERVE_EMU_ASAN
   __sanitizer_finish_switch_fiber(nullptr, &b.scheduler_stack, &b.scheduler_stack_size);
 #endif
   (*b.body)();
+  CheckWaitedForGrid(b);
   b.current->state = State::kDone;
   YieldToScheduler(b, /*dying=*/true);
   std::abort();  // never resumed
@@ -475,6 +488,7 @@ cudaError_t RunLaunch(const LaunchConfig& config, const std::function<void()>& t
     return cudaErrorInvalidConfiguration;
   }
   LogLaunch(config.kernel);
+  if (config.programmatic) g_programmatic_launches.fetch_add(1, std::memory_order_relaxed);
   Block b;
   b.config = &config;
   b.body = &thread_body;
@@ -493,6 +507,10 @@ cudaError_t RunLaunch(const LaunchConfig& config, const std::function<void()>& t
 }
 
 const std::string& LastReport() { return t_report; }
+
+int64_t ProgrammaticLaunches() { return g_programmatic_launches.load(std::memory_order_relaxed); }
+
+void GridDependencyWait() { CurrentBlock().current->waited_for_grid = true; }
 
 void SetLastError(cudaError_t err) {
   if (err != cudaSuccess) t_last_error = err;

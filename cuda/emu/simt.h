@@ -30,6 +30,11 @@
 // says which kernel, block, thread and line, and why (cudaGetErrorString in the
 // emulated runtime returns it too).
 //
+// A programmatic launch (TPSERVE_LAUNCH_PDL, cuda/simt.cuh) runs like any
+// other, after the previous one has finished (a schedule the GPU may also
+// pick); every one of its threads must have called TPSERVE_GRID_DEPENDENCY_WAIT()
+// by the time it exits, or the launch fails. Whether a kernel touches global
+// memory before its wait is not checked: keep the wait at the kernel's top.
 // Not modelled: timing and scheduling between blocks (they run in order), the
 // memory model between blocks and between threads without a barrier, and the
 // GPU's rounding of __expf and rsqrtf (the host's exp and sqrt are used).
@@ -63,11 +68,23 @@ struct LaunchConfig {
   const char* kernel = "";  // the kernel's name as written at the launch
   dim3 grid, block;
   size_t dynamic_shared = 0;  // bytes
+  // Launched with programmatic dependent launch (TPSERVE_LAUNCH_PDL): every
+  // thread must call TPSERVE_GRID_DEPENDENCY_WAIT() or the launch fails.
+  bool programmatic = false;
 };
 
 // Runs `thread_body` once per thread of every block of the launch; cudaSuccess,
 // or the error with LastReport() saying why.
 cudaError_t RunLaunch(const LaunchConfig& config, const std::function<void()>& thread_body);
+
+// Programmatic (PDL) launches run so far in this process, on every host thread
+// (tests check that the switch that turns PDL off does).
+int64_t ProgrammaticLaunches();
+
+// TPSERVE_GRID_DEPENDENCY_WAIT(): records that the calling thread waited. The
+// blocks of consecutive launches run in order here, so the previous grid has
+// always finished: waiting is a no-op, a legal schedule of the GPU's.
+void GridDependencyWait();
 
 // The report of this host thread's last failed launch ("" when none failed).
 const std::string& LastReport();
@@ -131,8 +148,9 @@ struct Launcher {
 };
 
 template <typename Kernel>
-Launcher<Kernel> MakeLauncher(const char* name, dim3 grid, dim3 block, size_t shared_bytes, Kernel* kernel) {
-  return {LaunchConfig{name, grid, block, shared_bytes}, kernel};
+Launcher<Kernel> MakeLauncher(const char* name, dim3 grid, dim3 block, size_t shared_bytes, Kernel* kernel,
+                              bool programmatic = false) {
+  return {LaunchConfig{name, grid, block, shared_bytes, programmatic}, kernel};
 }
 
 }  // namespace tpserve::cuda::emu
@@ -156,6 +174,11 @@ Launcher<Kernel> MakeLauncher(const char* name, dim3 grid, dim3 block, size_t sh
 #define TPSERVE_DYNAMIC_SHARED(T, name) T* const name = static_cast<T*>(::tpserve::cuda::emu::DynamicShared())
 #define TPSERVE_LAUNCH(kernel, grid, block, shared_bytes, stream) \
   ((void)(stream), ::tpserve::cuda::emu::MakeLauncher(#kernel, (grid), (block), (shared_bytes), &kernel))
+#define TPSERVE_LAUNCH_PDL(grid, block, shared_bytes, stream, programmatic, ...)                        \
+  ((void)(stream), ::tpserve::cuda::emu::MakeLauncher(#__VA_ARGS__, (grid), (block), (shared_bytes), \
+                                                      &__VA_ARGS__, (programmatic)))
+#define TPSERVE_GRID_DEPENDENCY_WAIT() ::tpserve::cuda::emu::GridDependencyWait()
+#define TPSERVE_GRID_DEPENDENTS_LAUNCH() ((void)0)
 
 inline void __syncthreads(std::source_location site = std::source_location::current()) {
   ::tpserve::cuda::emu::SyncThreads(site);

@@ -71,5 +71,34 @@ TEST(GemvPlan, WideOutputsNeverSplit) {
   EXPECT_EQ(p.blocks, 151936 / 8);
 }
 
+// The SiLU-mul GEMV pairs gate row j with up row F + j in one block: at least
+// two columns per block, every feature in exactly one block, and PlanGemv's
+// split of the 2F rows wherever that already has two columns or more.
+TEST(GemvPlan, SiluMulPlanPairsGateAndUpRows) {
+  for (int sms : {1, 132}) {
+    for (int64_t F : {int64_t{1}, int64_t{7}, int64_t{19}, int64_t{3072}, int64_t{8192}}) {
+      for (int64_t K : {8, 1024, 2048, 8 * 4096}) {
+        SCOPED_TRACE(::testing::Message() << "F=" << F << " K=" << K << " SMs=" << sms);
+        const GemvPlan p = PlanGemvSiluMul(F, K, sms), g = PlanGemv(2 * F, K, sms);
+        EXPECT_GE(p.cols_per_block, 2);
+        EXPECT_EQ(p.cols_per_block * p.k_split, kGemvWarps);
+        EXPECT_EQ(p.blocks, (F + p.cols_per_block / 2 - 1) / (p.cols_per_block / 2));
+        if (g.cols_per_block >= 2) {
+          EXPECT_EQ(p.k_split, g.k_split);
+        }
+      }
+    }
+  }
+  // Qwen3-0.6B's gate_up (F 3072, K 1024) on an H200: 8 columns (4 features) a block, no split.
+  const GemvPlan qwen = PlanGemvSiluMul(3072, 1024, kH200Sms);
+  EXPECT_EQ(qwen.cols_per_block, 8);
+  EXPECT_EQ(qwen.blocks, 768);
+  // A long row and a narrow F: PlanGemv's one-column split becomes two columns over 4 warps each.
+  const GemvPlan narrow = PlanGemvSiluMul(1, 8 * 4096, kH200Sms);
+  EXPECT_EQ(narrow.cols_per_block, 2);
+  EXPECT_EQ(narrow.k_split, 4);
+  EXPECT_EQ(narrow.blocks, 1);
+}
+
 }  // namespace
 }  // namespace tpserve::cuda

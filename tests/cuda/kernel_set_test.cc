@@ -35,5 +35,24 @@ TEST(KernelSetTest, EnvironmentDefaultsToFast) {
   ::unsetenv(kKernelSetEnv);
 }
 
+// TPSERVE_PDL: on unless "off"; anything else is refused naming the variable.
+TEST(KernelSetTest, PdlSwitchDefaultsToOnAndRefusesOtherValues) {
+  ::unsetenv(kPdlEnv);
+  EXPECT_EQ(*ProgrammaticLaunchFromEnvironment(), true);
+  ::setenv(kPdlEnv, "", 1);
+  EXPECT_EQ(*ProgrammaticLaunchFromEnvironment(), true);
+  ::setenv(kPdlEnv, "on", 1);
+  EXPECT_EQ(*ProgrammaticLaunchFromEnvironment(), true);
+  ::setenv(kPdlEnv, "off", 1);
+  EXPECT_EQ(*ProgrammaticLaunchFromEnvironment(), false);
+  ::setenv(kPdlEnv, "0", 1);
+  const absl::StatusOr<bool> bad = ProgrammaticLaunchFromEnvironment();
+  ASSERT_FALSE(bad.ok());
+  EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(bad.status().message(), HasSubstr("TPSERVE_PDL=\"0\""));
+  EXPECT_THAT(bad.status().message(), HasSubstr("\"off\""));
+  ::unsetenv(kPdlEnv);
+}
+
 }  // namespace
 }  // namespace tpserve::cuda

@@ -1,12 +1,14 @@
 // The small-batch path of the CUDA backend against the CPU backend (the fp32
 // oracle) and against the reference kernel set (cuBLAS and the scalar
-// kernels): the bf16 GEMV that Linear runs for M <= 8 (cuda/gemv.cuh), the
-// vector RmsNorm / AddRmsNorm (cuda/rmsnorm.cuh), and BeginStep's upload of
+// kernels): the bf16 GEMV that Linear runs for M <= 8 (cuda/gemv.cuh) and
+// its SiLU-and-mul twin behind LinearSiluMul, the vector RmsNorm / AddRmsNorm
+// (cuda/rmsnorm.cuh), their programmatic (PDL) launches, and BeginStep's upload of
 // the used block-table columns only (cuda/step_layout.h), whose stale columns
 // no kernel may read. Odd sizes, NaN-poisoned outputs.
 // Replay a failure with TPSERVE_TEST_SEED=<the printed seed>.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <memory>
@@ -16,10 +18,15 @@
 
 #include "backend/cpu_backend.h"
 #include "cuda/cuda_backend.h"
+#include "cuda/device_info.h"
 #include "cuda/gemv.cuh"
+#include "cuda/silu_mul.cuh"
 #include "tests/cuda/cuda_test_util.h"
 #include "tests/cuda/gpu_test_util.h"
 #include "tests/cuda/test_sizes.h"
+#if defined(TPSERVE_CUDA_EMU)
+#include "cuda/emu/simt.h"
+#endif
 
 namespace tpserve {
 namespace {
@@ -206,6 +213,150 @@ TEST_F(SmallBatchTest, VectorRmsNormMatchesCpuAndReferenceKernels) {
       ExpectClose(Download(*fast_, xf2), Download(*ref_, xr2), kTol, "AddRmsNorm x vs reference " + what);
     }
   }
+}
+
+// The first `rows` rows of `t` (a view; the rows after stay as they are).
+Tensor FirstRows(const Tensor& t, int64_t rows) {
+  Tensor v = t;
+  v.shape[0] = rows;
+  return v;
+}
+
+bool AllNan(const std::vector<float>& v, size_t from = 0) {
+  return std::all_of(v.begin() + static_cast<std::ptrdiff_t>(from), v.end(), [](float x) { return std::isnan(x); });
+}
+
+// LinearSiluMul at M 1..9 and odd F: the fast set's fused GEMV (M <= 8, which
+// leaves the gate_up scratch unwritten) against the CPU backend, the
+// reference set (cuBLAS, then SiluMul) and the fast set's own two ops (the
+// GEMV, then SiluMul: the same bits whenever the two plans split K alike);
+// M = 9 runs the two ops. The row after the M rows of out stays NaN.
+TEST_F(SmallBatchTest, LinearSiluMulAtMUpTo9MatchesTheTwoOpsCpuAndReference) {
+  SEED_TRACE();
+  const absl::StatusOr<cuda::DeviceInfo> device = cuda::QueryDevice(0);
+  ASSERT_TRUE(device.ok()) << device.status();
+  for (int64_t m = 1; m <= 9; ++m) {
+    for (int64_t k : {int64_t{8}, int64_t{24}, kLargeK}) {
+      for (int64_t f : {int64_t{1}, int64_t{19}, cuda_test::kLargeDim}) {
+        // The largest K by the largest F at the edges of M only (the emulated run's time).
+        if (k == kLargeK && f == cuda_test::kLargeDim && m != 1 && m != 8 && m != 9) continue;
+        const std::string what = "M=" + std::to_string(m) + " K=" + std::to_string(k) + " F=" + std::to_string(f);
+        const std::vector<float> x = RandomBf16(rng_, m * k), w = RandomBf16(rng_, 2 * f * k, 0.2f);
+        Buffer xc = Upload(*cpu_, x, {m, k}), xf = Upload(*fast_, x, {m, k}), xr = Upload(*ref_, x, {m, k});
+        Buffer wc = Upload(*cpu_, w, {2 * f, k}), wf = Upload(*fast_, w, {2 * f, k}),
+               wr = Upload(*ref_, w, {2 * f, k});
+        Buffer sc = Output(*cpu_, {m, 2 * f}), sf = Output(*fast_, {m, 2 * f}), sr = Output(*ref_, {m, 2 * f});
+        Buffer oc = Output(*cpu_, {m, f}), of = Output(*fast_, {m + 1, f}), orf = Output(*ref_, {m, f});
+        cpu_->LinearSiluMul(xc, wc, sc.tensor(), oc.tensor());
+        fast_->LinearSiluMul(xf, wf, sf.tensor(), FirstRows(of.tensor(), m));
+        ref_->LinearSiluMul(xr, wr, sr.tensor(), orf.tensor());
+        const std::vector<float> all = Download(*fast_, of);
+        const std::vector<float> got(all.begin(), all.begin() + m * f);
+        EXPECT_TRUE(AllNan(all, static_cast<size_t>(m * f))) << what << ": wrote past M";
+        ExpectClose(got, Download(*cpu_, oc), kTol, "vs CPU " + what);
+        ExpectClose(got, Download(*ref_, orf), kTol, "vs reference " + what);
+        EXPECT_EQ(AllNan(Download(*fast_, sf)), m <= cuda::kGemvMaxRows)
+            << what << ": the fused GEMV (M <= 8) leaves gate_up alone; M = 9 runs Linear into it";
+
+        Buffer gate_up = Output(*fast_, {m, 2 * f}), two_ops = Output(*fast_, {m, f});
+        fast_->Linear(xf, wf, nullptr, gate_up.tensor());
+        fast_->SiluMul(gate_up, two_ops.tensor());
+        const std::vector<float> unfused = Download(*fast_, two_ops);
+        if (cuda::PlanGemvSiluMul(f, k, device->multiprocessors).k_split ==
+            cuda::PlanGemv(2 * f, k, device->multiprocessors).k_split) {
+          EXPECT_EQ(got, unfused) << what << ": the fused op must give the two ops' bits";
+        } else {
+          ExpectClose(got, unfused, kTol, "vs the two ops " + what);
+        }
+      }
+    }
+  }
+}
+
+// LaunchGemvSiluMul under every split that pairs gate and up rows (2, 4 and 8
+// columns per block) gives exactly LaunchGemv under the same split, then
+// LaunchSiluMul; a one-column split, or one that does not cover F, is refused.
+TEST_F(SmallBatchTest, GemvSiluMulUnderEverySplitMatchesTheTwoKernels) {
+  SEED_TRACE();
+  const auto stream = static_cast<cudaStream_t>(fast_->stream());
+  auto bf = [](const Buffer& b) { return static_cast<__nv_bfloat16*>(b.tensor().data); };
+  for (int cols : {2, 4, 8}) {
+    for (int64_t m : {1, 3, 8}) {
+      for (int64_t k : {int64_t{8}, kLargeK}) {
+        for (int64_t f : {1, 13}) {
+          const std::string what = "cols=" + std::to_string(cols) + " M=" + std::to_string(m) +
+                                   " K=" + std::to_string(k) + " F=" + std::to_string(f);
+          const std::vector<float> x = RandomBf16(rng_, m * k), w = RandomBf16(rng_, 2 * f * k, 0.2f);
+          Buffer xg = Upload(*fast_, x, {m, k}), wg = Upload(*fast_, w, {2 * f, k});
+          Buffer fused = Output(*fast_, {m + 1, f}), gate_up = Output(*fast_, {m, 2 * f}),
+                 two = Output(*fast_, {m, f});
+          const cuda::GemvPlan pairs{cols, cuda::kGemvWarps / cols, (f + cols / 2 - 1) / (cols / 2)};
+          const cuda::GemvPlan columns{cols, cuda::kGemvWarps / cols, (2 * f + cols - 1) / cols};
+          ASSERT_EQ(cuda::LaunchGemvSiluMul(bf(xg), bf(wg), m, f, k, bf(fused), pairs, stream), cudaSuccess) << what;
+          ASSERT_EQ(cuda::LaunchGemv(bf(xg), bf(wg), nullptr, m, 2 * f, k, bf(gate_up), columns, stream),
+                    cudaSuccess) << what;
+          ASSERT_EQ(cuda::LaunchSiluMul(bf(gate_up), m, f, bf(two), stream), cudaSuccess) << what;
+          const std::vector<float> all = Download(*fast_, fused);
+          EXPECT_EQ(std::vector<float>(all.begin(), all.begin() + m * f), Download(*fast_, two)) << what;
+          EXPECT_TRUE(AllNan(all, static_cast<size_t>(m * f))) << what << ": wrote past M";
+        }
+      }
+    }
+  }
+  Buffer a = Output(*fast_, {8, 16});
+  __nv_bfloat16* p = bf(a);
+  EXPECT_EQ(cuda::LaunchGemvSiluMul(p, p, 1, 4, 8, p, cuda::GemvPlan{1, 8, 4}, stream), cudaErrorInvalidValue)
+      << "one column per block cannot hold a gate/up pair";
+  EXPECT_EQ(cuda::LaunchGemvSiluMul(p, p, 1, 5, 8, p, cuda::GemvPlan{2, 4, 4}, stream), cudaErrorInvalidValue)
+      << "4 blocks of one pair leave feature 4 out";
+  EXPECT_EQ(cuda::LaunchGemvSiluMul(p, p, 9, 4, 8, p, cuda::PlanGemvSiluMul(4, 8, 1), stream), cudaErrorInvalidValue)
+      << "M > 8";
+}
+
+// The decode-path ops of the fast set with programmatic launches (PDL) give
+// the bits they give without; with programmatic_launch = false, and under the
+// reference set, no launch is programmatic (counted by the emulator).
+TEST_F(SmallBatchTest, ProgrammaticLaunchesGiveTheSameBitsAndTheSwitchTurnsThemOff) {
+  SEED_TRACE();
+  const int64_t m = 3, k = 64, f = 24;  // f a multiple of 8: the second Linear (K = f) takes the GEMV too
+  const std::vector<float> x = RandomBf16(rng_, m * k), w = RandomBf16(rng_, 2 * f * k, 0.2f),
+                           w2 = RandomBf16(rng_, k * f, 0.2f), norm = RandomBf16(rng_, k, 0.2f);
+  // Linear, LinearSiluMul, Linear back to K, AddRmsNorm and RmsNorm: every kernel that launches programmatically.
+  auto run = [&](Backend& b) {
+    Buffer xb = Upload(b, x, {m, k}), res = Upload(b, x, {m, k}), wb = Upload(b, w, {2 * f, k});
+    Buffer w2b = Upload(b, w2, {k, f}), nb = Upload(b, norm, {k});
+    Buffer gate_up = Output(b, {m, 2 * f}), act = Output(b, {m, f}), y = Output(b, {m, k}), z = Output(b, {m, k});
+    b.Linear(xb, wb, nullptr, gate_up.tensor());
+    b.LinearSiluMul(xb, wb, gate_up.tensor(), act.tensor());
+    b.Linear(act, w2b, nullptr, y.tensor());
+    b.AddRmsNorm(y.tensor(), res.tensor(), nb, 1e-6f);
+    b.RmsNorm(y, nb, 1e-6f, z.tensor());
+    std::vector<float> out = Download(b, gate_up);
+    for (const Buffer* t : {&act, &y, &res, &z}) {
+      const std::vector<float> v = Download(b, *t);
+      out.insert(out.end(), v.begin(), v.end());
+    }
+    return out;
+  };
+  std::unique_ptr<Backend> with = MakeCudaBackend(0, cuda::KernelSet::kFast, true),
+                           without = MakeCudaBackend(0, cuda::KernelSet::kFast, false),
+                           reference = MakeCudaBackend(0, cuda::KernelSet::kReference, true);
+#if defined(TPSERVE_CUDA_EMU)
+  const int64_t start = cuda::emu::ProgrammaticLaunches();
+#endif
+  const std::vector<float> pdl = run(*with);
+#if defined(TPSERVE_CUDA_EMU)
+  EXPECT_EQ(cuda::emu::ProgrammaticLaunches() - start, 5) << "the emulated device is an sm_90";
+  const int64_t after = cuda::emu::ProgrammaticLaunches();
+#endif
+  const std::vector<float> plain = run(*without);
+  const std::vector<float> ref = run(*reference);
+#if defined(TPSERVE_CUDA_EMU)
+  EXPECT_EQ(cuda::emu::ProgrammaticLaunches(), after) << "programmatic_launch = false and the reference set";
+#endif
+  EXPECT_FALSE(std::any_of(pdl.begin(), pdl.end(), [](float v) { return std::isnan(v); }));
+  EXPECT_EQ(pdl, plain);
+  ExpectClose(pdl, ref, kTol, "PDL fast set vs the reference set");
 }
 
 // Re-lays `step`'s block table at `columns` columns per row (-1 beyond each

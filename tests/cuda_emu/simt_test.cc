@@ -241,6 +241,37 @@ TEST(SimtTest, ThreadsAtDifferentBarriersFail) {
   EXPECT_THAT(emu::LastReport(), HasSubstr("different __syncthreads"));
 }
 
+// Programmatic dependent launch (cuda/simt.cuh): a kernel that waits at its
+// top runs like any other and is counted; one some of whose threads exit
+// without waiting fails (on a GPU they could read inputs the previous kernel
+// had not yet written), while the same kernel launched plainly needs no wait.
+__global__ void WaitsThenWrites(int* out) {
+  TPSERVE_GRID_DEPENDENCY_WAIT();
+  TPSERVE_GRID_DEPENDENTS_LAUNCH();
+  out[blockIdx.x * blockDim.x + threadIdx.x] = static_cast<int>(threadIdx.x);
+}
+__global__ void WritesWithoutWaiting(int* out) {
+  if (threadIdx.x % 2 == 0) TPSERVE_GRID_DEPENDENCY_WAIT();
+  out[threadIdx.x] = 1;
+}
+#define LAUNCH_PDL(kernel, programmatic, grid, block, ...) \
+  (TPSERVE_LAUNCH_PDL(grid, block, 0, nullptr, programmatic, kernel)(__VA_ARGS__), cudaGetLastError())
+
+TEST(SimtTest, ProgrammaticLaunchFailsWhenAThreadExitsWithoutWaiting) {
+  std::vector<int> out(64, -1);
+  const int64_t before = emu::ProgrammaticLaunches();
+  ASSERT_EQ(LAUNCH_PDL(WaitsThenWrites, true, 2, 32, out.data()), cudaSuccess) << emu::LastReport();
+  EXPECT_EQ(out[31], 31);
+  EXPECT_EQ(out[63], 31);
+  EXPECT_EQ(emu::ProgrammaticLaunches(), before + 1);
+  EXPECT_EQ(LAUNCH_PDL(WritesWithoutWaiting, true, 1, 64, out.data()), cudaErrorLaunchFailure);
+  EXPECT_THAT(emu::LastReport(), HasSubstr("without TPSERVE_GRID_DEPENDENCY_WAIT()"));
+  EXPECT_THAT(emu::LastReport(), HasSubstr("WritesWithoutWaiting"));
+  EXPECT_EQ(LAUNCH_PDL(WritesWithoutWaiting, false, 1, 64, out.data()), cudaSuccess)
+      << "a plain launch needs no wait: " << emu::LastReport();
+  EXPECT_EQ(emu::ProgrammaticLaunches(), before + 2) << "only the programmatic launches count";
+}
+
 __global__ void Nothing(int*) {}
 
 __global__ void BigStaticShared(int* out) {

@@ -64,6 +64,9 @@ class DeviceMemoryBackend final : public Backend {
     inner_->QkNormRope(qkv, shape, q_norm, k_norm, eps, rope);
   }
   void SiluMul(const Tensor& gate_up, Tensor out) override { inner_->SiluMul(gate_up, out); }
+  void LinearSiluMul(const Tensor& x, const Tensor& w_gate_up, Tensor gate_up, Tensor out) override {
+    inner_->LinearSiluMul(x, w_gate_up, gate_up, out);
+  }
   void StoreKv(const Tensor& qkv, const AttentionShape& shape, KvCacheLayer cache) override {
     inner_->StoreKv(qkv, shape, cache);
   }
