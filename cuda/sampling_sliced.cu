@@ -259,6 +259,7 @@ __global__ void __launch_bounds__(kSliceThreads) SliceStatsKernel(StageArgs sa) 
   best = block.ArgMax(best);
   if (block.thread() == 0) c.ws.best[c.RS(c.s)] = best;
   // Zero the row's histograms for the radix passes (slices share the work).
+  if (!IsTopK(c.a.stages.kinds[1]) && !IsTopP(c.a.stages.kinds[1])) return;  // a call without any
   unsigned long long* h = c.Hist(0);
   const int32_t words = kSelects * kRadixPasses * 2 * kRadixBins;
   for (int32_t w = c.s * block.size() + block.thread(); w < words; w += c.a.plan.slices * block.size()) h[w] = 0;

@@ -229,7 +229,12 @@ TEST_P(SlicedSamplerTest, MatchesTheRowAlgorithmUnderEveryPlan) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Shapes, SlicedSamplerTest,
-                         ::testing::Values(Shape::kNormal, Shape::kFewLevels, Shape::kTopTies));
+                         ::testing::Values(Shape::kNormal, Shape::kFewLevels, Shape::kTopTies),
+                         [](const ::testing::TestParamInfo<Shape>& info) {
+                           return info.param == Shape::kNormal      ? std::string("Normal")
+                                  : info.param == Shape::kFewLevels ? std::string("FewLevels")
+                                                                    : std::string("TopTies");
+                         });
 
 // Random parameters, many draws per row: the inverse CDF lands in every slice.
 TEST(SlicedSampler, RandomParametersAndUniforms) {
