@@ -46,8 +46,10 @@ struct Workspace {
   unsigned long long* hist;          // [rows, kSelects·kRadixPasses, 2, kRadixBins] counts, masses
   uint32_t* slice_counts;            // [rows, kSelects, slices, kRadixBins] last pass, per slice
   RowState* state;                   // [rows, kMaxSliceStages]
-  int64_t* slice_mass;               // [rows, slices] kept mass
-  int32_t* slice_last;               // [rows, slices] last kept id (-1: none)
+  int64_t* slice_mass;               // [rows, slices] kept mass (the mass stage's rows)
+  int64_t* slice_above;              // [rows, slices] top-p's last pass: mass above its 24-bit prefix
+  int64_t* slice_gt;                 // [rows, slices, kRadixBins] top-p's last pass: mass of the
+                                     //   prefix's digits > b (Σ of the slice's bins over digits > b)
 };
 
 TPSERVE_HOST_DEVICE constexpr size_t Align256(size_t n) { return (n + 255) / 256 * 256; }
@@ -60,18 +62,19 @@ TPSERVE_HOST_DEVICE inline size_t LayoutWorkspace(int64_t rows, int32_t slices, 
       Align256(sizeof(uint32_t) * rs * kSelects * kRadixBins),
       Align256(sizeof(RowState) * static_cast<size_t>(rows) * kMaxSliceStages),
       Align256(sizeof(int64_t) * rs),
-      Align256(sizeof(int32_t) * rs),
+      Align256(sizeof(int64_t) * rs),
+      Align256(sizeof(int64_t) * rs * kRadixBins),
   };
   size_t at = 0;
-  void* p[6];
-  for (int i = 0; i < 6; ++i) {
+  void* p[7];
+  for (int i = 0; i < 7; ++i) {
     p[i] = base == nullptr ? nullptr : base + at;
     at += parts[i];
   }
   if (ws != nullptr) {
     *ws = Workspace{static_cast<ValueId*>(p[0]), static_cast<unsigned long long*>(p[1]),
                     static_cast<uint32_t*>(p[2]), static_cast<RowState*>(p[3]), static_cast<int64_t*>(p[4]),
-                    static_cast<int32_t*>(p[5])};
+                    static_cast<int64_t*>(p[5]), static_cast<int64_t*>(p[6])};
   }
   return at;
 }
@@ -281,10 +284,16 @@ __global__ void __launch_bounds__(kSliceThreads) SliceRadixKernel(StageArgs sa) 
   block.Sync();
   const uint32_t mask = PrefixMask(pass);
   const int shift = ShiftOf(pass);
+  const bool last_top_p = sel == 1 && pass == kRadixPasses - 1;
+  int64_t above = 0;  // last top-p pass: kept mass above the prefix (so above the cut)
   for (int32_t i = c.begin + block.thread(); i < c.end; i += block.size()) {
     const float x = c.row.Raw(i);
     const uint32_t key = OrderedKey(x);
-    if ((key & mask) != st.prefix || !sampling::Kept(filter, key, i)) continue;
+    if (!sampling::Kept(filter, key, i)) continue;
+    if ((key & mask) != st.prefix) {
+      if (last_top_p && (key & mask) > st.prefix) above += c.Mass(st, x);
+      continue;
+    }
     const uint32_t bin = (key >> shift) & (kRadixBins - 1);
     atomicAdd(&counts[bin], 1ull);
     if (sel == 1) atomicAdd(&masses[bin], static_cast<unsigned long long>(c.Mass(st, x)));
@@ -297,6 +306,14 @@ __global__ void __launch_bounds__(kSliceThreads) SliceRadixKernel(StageArgs sa) 
     if (sel == 1) atomicAdd(&h[kRadixBins + t], masses[t]);
   }
   if (pass == kRadixPasses - 1) c.SliceCounts(sel, c.s)[t] = static_cast<uint32_t>(counts[t]);
+  if (last_top_p) {  // what the draw needs of this slice without a mass stage
+    const int32_t digit = kRadixBins - 1 - t;  // thread t: digit 255 - t
+    int64_t all = 0;
+    c.ws.slice_gt[c.RS(c.s) * kRadixBins + digit] =
+        block.ExclusiveSum(static_cast<int64_t>(masses[digit]), &all);
+    above = block.Sum(above);
+    if (t == 0) c.ws.slice_above[c.RS(c.s)] = above;
+  }
 }
 
 template <typename T>
@@ -304,24 +321,48 @@ __global__ void __launch_bounds__(kSliceThreads) SliceMassKernel(StageArgs sa) {
   Block block;
   Slice<T> c(sa.a, block);
   const RowState st = AdvanceState(c, sa.stage);
-  if (st.flags & kFlagGreedy) return;
+  if (st.flags & (kFlagGreedy | kFlagTopP)) return;  // top-p's last pass left what the draw needs
   const Cut filter = FilterCut(c, st);
-  const Cut top_p = TopPCut(c, st, filter);
   int64_t mass = 0;
-  int32_t last = -1;
   for (int32_t i = c.begin + block.thread(); i < c.end; i += block.size()) {
     const float x = c.row.Raw(i);
-    const uint32_t key = OrderedKey(x);
-    if (!sampling::Kept(filter, key, i) || !sampling::Kept(top_p, key, i)) continue;
-    mass += c.Mass(st, x);
-    last = i;
+    if (sampling::Kept(filter, OrderedKey(x), i)) mass += c.Mass(st, x);
   }
   mass = block.Sum(mass);
-  last = block.MaxId(last);
-  if (block.thread() == 0) {
-    c.ws.slice_mass[c.RS(c.s)] = mass;
-    c.ws.slice_last[c.RS(c.s)] = last;
+  if (block.thread() == 0) c.ws.slice_mass[c.RS(c.s)] = mass;
+}
+
+// Kept mass of the row (*total), of the slices before this one (*before) and
+// of this one (*here): from the mass stage, or for a top-p row from its last
+// pass: above the prefix, the digits above the cut's, and of the cut key's
+// tie group the first `kept` tokens (wc each), which slices hold in id order.
+template <typename T>
+__device__ void KeptMasses(Slice<T>& c, const RowState& st, int64_t* total, int64_t* before, int64_t* here) {
+  const bool top_p = st.flags & kFlagTopP;
+  const SelectCut& cut = st.sel[1];
+  const int32_t digit = static_cast<int32_t>(cut.key & (kRadixBins - 1));
+  int64_t all = 0, earlier = 0, ties_earlier = 0;
+  for (int32_t z = c.b.thread(); z < c.a.plan.slices; z += c.b.size()) {
+    const int64_t m = top_p ? c.ws.slice_above[c.RS(z)] + c.ws.slice_gt[c.RS(z) * kRadixBins + digit]
+                            : c.ws.slice_mass[c.RS(z)];
+    all += m;
+    if (z < c.s) {
+      earlier += m;
+      if (top_p) ties_earlier += c.SliceCounts(1, z)[digit];
+    }
   }
+  *total = c.b.Sum(all);
+  *before = c.b.Sum(earlier);
+  ties_earlier = c.b.Sum(ties_earlier);
+  if (!top_p) {
+    *here = c.ws.slice_mass[c.RS(c.s)];
+    return;
+  }
+  const int64_t wc = c.Mass(st, sampling::FromOrderedKey(cut.key));
+  *total += cut.kept * wc;
+  *before += (ties_earlier < cut.kept ? ties_earlier : cut.kept) * wc;
+  *here = c.ws.slice_above[c.RS(c.s)] + c.ws.slice_gt[c.RS(c.s) * kRadixBins + digit] +
+          TieQuota(cut.kept, ties_earlier, c.SliceCounts(1, c.s)[digit]) * wc;
 }
 
 // The owner slice's walk: the first kept id whose cumulative mass exceeds threshold.
@@ -343,7 +384,7 @@ __device__ int32_t WalkSlice(Slice<T>& c, const RowState& st, int64_t cum, int64
     if (picked != kNoId) return picked;
     cum += chunk;
   }
-  return c.ws.slice_last[c.RS(c.s)];  // not reached: this slice holds the threshold
+  return kNoId;  // not reached: this slice holds the threshold
 }
 
 template <typename T>
@@ -353,28 +394,17 @@ __global__ void __launch_bounds__(kSliceThreads) SliceDrawKernel(StageArgs sa) {
   const RowState st = AdvanceState(c, sa.stage);
   sampling::RowResult result{st.best.id, 0.0f, 0};
   if (!(st.flags & kFlagGreedy)) {
-    int64_t before = 0, total = 0;
-    int32_t last = -1;
-    for (int32_t z = block.thread(); z < c.a.plan.slices; z += block.size()) {
-      const int64_t m = c.ws.slice_mass[c.RS(z)];
-      total += m;
-      if (z < c.s) before += m;
-      last = c.ws.slice_last[c.RS(z)] > last ? c.ws.slice_last[c.RS(z)] : last;
-    }
-    total = block.Sum(total);
-    before = block.Sum(before);
-    last = block.MaxId(last);
-    const int64_t here = c.ws.slice_mass[c.RS(c.s)];
-    const int64_t threshold = DrawThreshold(c.p.uniform, total);
-    if (threshold >= total) {  // rounding put the target at the very end: the last kept token
-      result.token = last;
-    } else if (here > 0 && before <= threshold && before + here > threshold) {
-      result.token = WalkSlice(c, st, before, threshold);
-      if (block.thread() == 0) c.a.results[c.k] = result;
-      return;
-    } else {
-      return;  // another slice draws
-    }
+    int64_t total = 0, before = 0, here = 0;
+    KeptMasses(c, st, &total, &before, &here);
+    // Rounding may put u · total at the very end: then the last kept token
+    // with mass (RowSampler takes the last kept one, which differs only when
+    // tokens below 2^-44 of the best one's weight follow it).
+    int64_t threshold = DrawThreshold(c.p.uniform, total);
+    if (threshold >= total) threshold = total - 1;
+    if (!(here > 0 && before <= threshold && before + here > threshold)) return;  // another slice draws
+    result.token = WalkSlice(c, st, before, threshold);
+    if (block.thread() == 0) c.a.results[c.k] = result;
+    return;
   }
   if (c.s == 0 && block.thread() == 0) c.a.results[c.k] = result;
 }
@@ -402,13 +432,13 @@ cudaError_t LaunchStages(const SlicedSampleArgs& args, cudaStream_t stream) {
 }  // namespace
 
 SliceStages PlanSliceStages(const sampling::RowParams* rows, int64_t count, int32_t vocab) {
-  bool sampled = false, top_k = false, top_p = false;
+  bool top_k = false, top_p = false, mass = false;
   for (int64_t r = 0; r < count; ++r) {
     const RowParams& p = rows[r];
     if (p.temperature < sampling::kRowGreedyTemperature) continue;
-    sampled = true;
     top_k |= p.top_k > 0 && p.top_k < vocab;
     top_p |= p.top_p < 1.0f;
+    mass |= !(p.top_p < 1.0f);  // a top-p row's last pass leaves what the draw needs
   }
   SliceStages st;
   auto add = [&](SliceStage k) { st.kinds[st.count++] = k; };
@@ -419,7 +449,7 @@ SliceStages PlanSliceStages(const sampling::RowParams* rows, int64_t count, int3
   if (top_p) {
     for (SliceStage k : {SliceStage::kTopP0, SliceStage::kTopP1, SliceStage::kTopP2, SliceStage::kTopP3}) add(k);
   }
-  if (sampled) add(SliceStage::kMass);
+  if (mass) add(SliceStage::kMass);
   add(SliceStage::kDraw);
   return st;
 }

@@ -15,12 +15,14 @@
 //               256-bin count histograms (instead of ~32 bisection passes)
 //   top-p 0..3  the same over fixed-point mass histograms of the tokens min-p
 //               and top-k keep (pass 0's total is the kept mass)
-//   mass        per-slice kept mass (fixed point) and last kept id
+//   mass        per-slice kept mass (fixed point), for rows without top-p (a
+//               top-p row's last pass leaves per-slice masses above its cut)
 //   draw        the slice whose exclusive prefix of masses holds u · total
 //               walks its ids (threads over contiguous ids, a block scan)
 // A call runs stats, the top-k passes when any row has an active top-k, the
-// top-p passes when any row has top_p < 1, mass and draw (stats and draw only
-// when every row is greedy); a row a stage does not concern skips it.
+// top-p passes when any row has top_p < 1, mass when a sampled row has no
+// top-p, and draw: temperature + top-p is 7 launches; a row a stage does not
+// concern skips it.
 // Ties at a cut key go to the lowest ids, as RowSampler's Cut{key, id}: a
 // select keeps the first m tokens (id order) of the cut key's tie group;
 // slices are contiguous id ranges, so slice s keeps
