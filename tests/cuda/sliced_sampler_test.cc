@@ -15,6 +15,7 @@
 #include <cmath>
 #include <cstring>
 #include <memory>
+#include <ostream>
 #include <random>
 #include <string>
 #include <vector>
@@ -56,6 +57,10 @@ struct Logits {
 };
 
 enum class Shape { kNormal, kFewLevels, kTopTies };
+const char* ShapeName(Shape s) {
+  return s == Shape::kNormal ? "Normal" : s == Shape::kFewLevels ? "FewLevels" : "TopTies";
+}
+void PrintTo(Shape s, std::ostream* os) { *os << ShapeName(s); }
 
 // kFewLevels: a handful of values, so every cut falls in a large tie group
 // spread over many slices; kTopTies: the best value held by many tokens.
@@ -230,11 +235,7 @@ TEST_P(SlicedSamplerTest, MatchesTheRowAlgorithmUnderEveryPlan) {
 
 INSTANTIATE_TEST_SUITE_P(Shapes, SlicedSamplerTest,
                          ::testing::Values(Shape::kNormal, Shape::kFewLevels, Shape::kTopTies),
-                         [](const ::testing::TestParamInfo<Shape>& info) {
-                           return info.param == Shape::kNormal      ? std::string("Normal")
-                                  : info.param == Shape::kFewLevels ? std::string("FewLevels")
-                                                                    : std::string("TopTies");
-                         });
+                         [](const ::testing::TestParamInfo<Shape>& info) { return std::string(ShapeName(info.param)); });
 
 // Random parameters, many draws per row: the inverse CDF lands in every slice.
 TEST(SlicedSampler, RandomParametersAndUniforms) {
