@@ -6,8 +6,11 @@
 
 #include "absl/strings/str_cat.h"
 #include "base/check.h"
+#include "base/status_macros.h"
 #include "cuda/check.h"
+#include "cuda/device_info.h"
 #include "cuda/sampling.cuh"
+#include "cuda/sampling_sliced.cuh"
 #include "cuda/sampling_inputs.h"
 
 namespace tpserve::cuda {
@@ -66,7 +69,17 @@ absl::StatusOr<std::unique_ptr<CudaSampler>> CudaSampler::Create(const Options& 
         "CudaSampler: penalty_entries = ", options.penalty_entries, " must be >= 0 (0: default)"));
   }
   if (absl::Status fits = CheckSharedMemoryFits(options.vocab_size); !fits.ok()) return fits;
-  std::unique_ptr<CudaSampler> sampler(new CudaSampler(options, stream));
+  Options resolved = options;
+  if (resolved.sm_count <= 0) {
+    int device = 0;
+    if (const cudaError_t e = cudaGetDevice(&device); e != cudaSuccess) {
+      cudaGetLastError();
+      return absl::UnavailableError(absl::StrCat("CudaSampler: cudaGetDevice failed: ", cudaGetErrorString(e)));
+    }
+    TPSERVE_ASSIGN_OR_RETURN(const DeviceInfo info, QueryDevice(device));
+    resolved.sm_count = info.multiprocessors;
+  }
+  std::unique_ptr<CudaSampler> sampler(new CudaSampler(resolved, stream));
   if (absl::Status status = sampler->Allocate(); !status.ok()) return status;
   return sampler;
 }
@@ -85,6 +98,16 @@ absl::Status CudaSampler::Allocate() {
   step(AllocMirrored(&d_top_, &h_top_, rows * top_stride_));
   step(AllocMirrored(&d_results_, &h_results_, rows));
   step(AllocMirrored(&d_row_index_, &h_row_index_, rows));
+  // The sliced path takes the calls whose plan gives every row at least two slices.
+  if (options_.kernels == KernelSet::kFast && options_.vocab_size <= kMaxSlicedVocab) {
+    const int32_t vocab = static_cast<int32_t>(options_.vocab_size);
+    for (int64_t r = 1; r <= rows && PlanSlices(r, vocab, options_.sm_count).slices >= 2; ++r) {
+      sliced_rows_cap_ = r;
+      sliced_workspace_bytes_ = std::max(
+          sliced_workspace_bytes_, SlicedSampleWorkspaceBytes(r, PlanSlices(r, vocab, options_.sm_count).slices));
+    }
+    if (sliced_rows_cap_ > 0) step(cudaMalloc(&d_sliced_workspace_, sliced_workspace_bytes_));
+  }
   if (err != cudaSuccess) {
     (void)cudaGetLastError();  // an allocation error is not sticky: clear it for later calls
     return absl::ResourceExhaustedError(absl::StrCat(
@@ -103,6 +126,7 @@ CudaSampler::~CudaSampler() {
   cudaFree(d_top_);
   cudaFree(d_results_);
   cudaFree(d_row_index_);
+  cudaFree(d_sliced_workspace_);
   cudaFreeHost(h_params_);
   cudaFreeHost(h_offsets_);
   cudaFreeHost(h_entries_);
@@ -201,6 +225,34 @@ void CudaSampler::LaunchRows(const Tensor& gathered, int64_t vocab_size, int64_t
   TPSERVE_SYNC_CHECK();
 }
 
+bool CudaSampler::UseSliced(int64_t vocab_size, int64_t rows, int64_t num_entries) const {
+  if (rows > sliced_rows_cap_ || num_entries > 0 || vocab_size > kMaxSlicedVocab) return false;
+  for (int64_t s = 0; s < rows; ++s) {
+    if (!SlicedSamplerCovers(h_params_[s], 0)) return false;
+  }
+  return PlanSlices(rows, static_cast<int32_t>(vocab_size), options_.sm_count).slices >= 2;
+}
+
+void CudaSampler::LaunchSliced(const Tensor& gathered, int64_t vocab_size, int64_t rows) {
+  SlicedSampleArgs args;
+  args.gathered = gathered.data;
+  args.bf16 = gathered.dtype == DType::kBF16;
+  args.rows = static_cast<int32_t>(rows);
+  args.layout_rows = static_cast<int32_t>(gathered.dim(1));
+  args.row_index = d_row_index_;
+  args.shard_vocab = static_cast<int32_t>(gathered.dim(2));
+  args.vocab = static_cast<int32_t>(vocab_size);
+  args.params = d_params_;
+  args.plan = PlanSlices(rows, args.vocab, options_.sm_count);
+  args.stages = PlanSliceStages(h_params_, rows, args.vocab);
+  args.workspace = d_sliced_workspace_;
+  args.workspace_bytes = sliced_workspace_bytes_;
+  args.results = d_results_;
+  CUDA_CHECK(LaunchSlicedSample(args, stream_));
+  TPSERVE_SYNC_CHECK();
+  ++sliced_calls_;
+}
+
 void CudaSampler::Download(int64_t rows, bool any_top) {
   CUDA_CHECK(cudaMemcpyAsync(h_results_, d_results_, sizeof(sampling::RowResult) * rows,
                              cudaMemcpyDeviceToHost, stream_));
@@ -226,7 +278,11 @@ std::vector<SampledToken> CudaSampler::Sample(const Tensor& gathered, int64_t vo
   // Rows: parameters, this token's uniform, penalty entries.
   const int64_t num_entries = StageRows(seqs, picked);
   Upload(rows, num_entries);
-  LaunchRows(gathered, vocab_size, rows);
+  if (UseSliced(vocab_size, rows, num_entries)) {
+    LaunchSliced(gathered, vocab_size, rows);
+  } else {
+    LaunchRows(gathered, vocab_size, rows);
+  }
   const bool any_top = std::any_of(seqs.begin(), seqs.end(), [](const SequenceSamplingState* q) {
     return q != nullptr && q->params().logprobs > 0;
   });

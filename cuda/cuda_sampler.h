@@ -11,7 +11,15 @@
 // Buffers (device and pinned host) are allocated once at construction for
 // max_seqs rows, the vocabulary and max_logprobs; the penalty entries (one per
 // distinct token a penalised sequence has seen) start at a capacity and grow,
-// rarely, when a step needs more. Sample synchronises its stream once (it
+// rarely, when a step needs more.
+//
+// Two kernels (Options::kernels): under the fast set, a call of at most
+// SlicedRowsCap() rows, none with penalty entries or log-probs, runs the
+// sliced sampler (cuda/sampling_sliced.cuh: several blocks per row, planned
+// by cuda/sample_slices.h over the device's SMs); every other call, and every
+// call under the reference set, runs the one-block-per-row kernel
+// (cuda/sampling.cuh). Both give the host sampler's tokens (within rounding
+// of a CDF boundary). Sample synchronises its stream once (it
 // returns host tokens), so it is not meant to be captured into a CUDA graph.
 #pragma once
 
@@ -23,6 +31,8 @@
 #include <cuda_runtime_api.h>
 
 #include "absl/status/statusor.h"
+#include "cuda/kernel_set.h"
+#include "cuda/sample_slices.h"
 #include "sampling/sampling_row.h"
 #include "sampling/device_sampler.h"
 
@@ -35,6 +45,8 @@ class CudaSampler final : public DeviceSampler {
     int64_t vocab_size = 0;     // V; every call's vocab_size is at most this
     int32_t max_logprobs = 20;  // the largest top-n a request may ask for (coordinator limit)
     int64_t penalty_entries = 0;  // initial capacity for a step; 0: max_seqs · 1024
+    KernelSet kernels = KernelSet::kFast;  // kReference: always the row kernel
+    int sm_count = 0;  // SMs the sliced path plans for; 0: the current device's
   };
 
   // INVALID_ARGUMENT for options out of range, RESOURCE_EXHAUSTED when the
@@ -50,6 +62,11 @@ class CudaSampler final : public DeviceSampler {
   // vocab_size <= Options::vocab_size, every request's logprobs <= max_logprobs.
   std::vector<SampledToken> Sample(const Tensor& gathered, int64_t vocab_size,
                                    std::span<SequenceSamplingState* const> seqs) override;
+
+  // The most rows a call may have to run the sliced path (0 under the reference set).
+  int64_t SlicedRowsCap() const { return sliced_rows_cap_; }
+  // Calls that ran the sliced path so far (for tests and benchmarks).
+  int64_t sliced_calls() const { return sliced_calls_; }
 
  private:
   CudaSampler(const Options& options, cudaStream_t stream) : options_(options), stream_(stream) {}
@@ -67,6 +84,10 @@ class CudaSampler final : public DeviceSampler {
   void Upload(int64_t rows, int64_t num_entries);
   // Queues the sampling kernel over `rows` rows of `gathered`.
   void LaunchRows(const Tensor& gathered, int64_t vocab_size, int64_t rows);
+  // True when the staged rows (no penalty entries) can run the sliced path.
+  bool UseSliced(int64_t vocab_size, int64_t rows, int64_t num_entries) const;
+  // Queues the sliced sampler's stages over the staged rows.
+  void LaunchSliced(const Tensor& gathered, int64_t vocab_size, int64_t rows);
   // Copies the results (and the top log-probs when any_top) back and waits for the stream.
   void Download(int64_t rows, bool any_top);
 
@@ -89,6 +110,12 @@ class CudaSampler final : public DeviceSampler {
   sampling::RowResult* h_results_ = nullptr;
   int32_t* h_row_index_ = nullptr;
   int64_t entry_capacity_ = 0;
+
+  // The sliced path: rows it takes at most, its workspace (device).
+  int64_t sliced_rows_cap_ = 0;
+  void* d_sliced_workspace_ = nullptr;  // SlicedSampleWorkspaceBytes of any call up to the cap
+  size_t sliced_workspace_bytes_ = 0;
+  int64_t sliced_calls_ = 0;
 
   std::vector<sampling::PenaltyEntry> staging_;  // this step's entries before the pinned copy
 };

@@ -121,6 +121,8 @@ absl::Status MakeSampler(const RankEnv& env, const RankStartOptions& options, Ra
   sampling.max_seqs = options.max_seqs;
   sampling.vocab_size = options.vocab_size;
   sampling.max_logprobs = kMaxLogprobs;
+  // The same kernel set as the backend's (TPSERVE_KERNELS; validated when the backend was made).
+  TPSERVE_ASSIGN_OR_RETURN(sampling.kernels, cuda::KernelSetFromEnvironment());
   TPSERVE_ASSIGN_OR_RETURN(rank.sampler,
                            cuda::CudaSampler::Create(sampling, static_cast<cudaStream_t>(rank.backend->stream())));
 #else

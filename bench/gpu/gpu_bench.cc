@@ -33,6 +33,12 @@
 //   * prefill attention of one prompt (512, 2048, 8192 tokens; Qwen3-0.6B's
 //     attention geometry, one layer): the tensor-core kernel (fast kernel
 //     set) against the reference kernel, in causal attention TFLOP/s;
+//   * the GPU sampler at batch 1, 8, 64, vocabulary 151,936, temperature 0.6 +
+//     top-p 0.9 (issue 12's target: <= 15 us at batch 1 on an H200): the
+//     sliced kernels (fast set, cuda/sampling_sliced.cuh) against the
+//     one-block-per-row kernel (reference set), launched eagerly and replayed
+//     as a CUDA graph, and CudaSampler::Sample's whole call (upload, kernels,
+//     read-back);
 //   * offline throughput (nano-vllm's bench.py workload) through the Engine on
 //     the Qwen3-0.6B-shaped model: 256 sequences, random prompt lengths
 //     100..1024 and output lengths 100..1024 (seeded), EOS ignored, sampled at
@@ -42,7 +48,7 @@
 // time limit still leaves what it measured.
 //
 //   gpu_bench [--models qwen3-0.6b,llama-3.2-1b] [--out FILE] [--workdir DIR]
-//             [--sections gemv,attention,prefill-attention,models,throughput] [--throughput-seqs 256] [--smoke]
+//             [--sections gemv,attention,prefill-attention,sampler,models,throughput] [--throughput-seqs 256] [--smoke]
 // (sections run in that order; the throughput run is the longest, so last).
 #include <cublas_v2.h>
 #include <cuda_runtime_api.h>
@@ -74,7 +80,11 @@
 #include "cuda/cuda_backend.h"
 #include "cuda/cuda_sampler.h"
 #include "cuda/kernel_set.h"
+#include "cuda/sampling.cuh"
+#include "cuda/sampling_sliced.cuh"
 #include "model/config.h"
+#include "model/dtype.h"
+#include "sampling/sampler.h"
 #include "tools/make_model/make_model.h"
 #include "worker/engine.h"
 #include "worker/kv_cache.h"
@@ -116,6 +126,9 @@ struct Sizes {
   std::vector<Mlp> mlp_shapes{{"qwen3-0.6b", 1024, 3072}, {"llama-3.2-1b", 2048, 8192}};
   size_t gemv_rotate_bytes = size_t{256} << 20;  // weights cycled through, past the L2 (50 MB on an H200)
   int gemv_iters = 200;
+  int32_t sampler_vocab = 151936;  // Qwen's
+  std::vector<int32_t> sampler_batches{1, 8, 64};
+  int sampler_iters = 500;
 
   static Sizes Smoke() {
     Sizes z;
@@ -132,6 +145,7 @@ struct Sizes {
     z.gemv_rows = {1, 8};
     z.mlp_shapes = {{"tiny", 64, 96}};
     z.gemv_rotate_bytes = 1, z.gemv_iters = 1;
+    z.sampler_vocab = 2053, z.sampler_batches = {1, 3}, z.sampler_iters = 1;
     return z;
   }
   int max_attention_context() const { return *std::max_element(attention_contexts.begin(), attention_contexts.end()); }
@@ -481,6 +495,121 @@ bool GemvSection(const Sizes& z, double bw, std::ostream& table) {
   return MlpSection(z, *fast, table);
 }
 
+// A device array of `count` T copied from host, freed by the caller with cudaFree.
+template <typename T>
+T* DeviceArray(const std::vector<T>& host) {
+  void* p = nullptr;
+  CUDA_CHECK(cudaMalloc(&p, std::max<size_t>(sizeof(T) * host.size(), 1)));
+  if (!host.empty()) CUDA_CHECK(cudaMemcpy(p, host.data(), sizeof(T) * host.size(), cudaMemcpyHostToDevice));
+  return static_cast<T*>(p);
+}
+
+// Seconds per replay of `enqueue`'s launches captured into a CUDA graph on `stream`.
+template <typename Fn>
+double TimeGraph(cudaStream_t stream, Fn&& enqueue, int iters) {
+  cudaGraph_t graph;
+  cudaGraphExec_t exec;
+  CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
+  enqueue();
+  CUDA_CHECK(cudaStreamEndCapture(stream, &graph));
+  CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+  const double s = TimeIt([&] { CUDA_CHECK(cudaGraphLaunch(exec, stream)); }, 3, iters);
+  CUDA_CHECK(cudaGraphExecDestroy(exec));
+  CUDA_CHECK(cudaGraphDestroy(graph));
+  return s;
+}
+
+// The sampler's kernels alone on random bf16 logits [1, B, V] (temperature
+// 0.6, top-p 0.9, no penalties or log-probs): the sliced path (as CudaSampler
+// plans it on this device) and the row kernel, eager and as a graph
+// (the emulator cannot capture: --smoke times eager launches only); then
+// CudaSampler::Sample under each kernel set, the whole call.
+bool SamplerSection(const Sizes& z, std::ostream& table) {
+  cudaDeviceProp prop{};
+  CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
+  const int32_t V = z.sampler_vocab;
+  table << "\n## GPU sampler: sliced (fast set) vs one block per row (reference set)\n\nV = " << V
+        << ", bf16 logits, temperature 0.6 + top-p 0.9, " << z.sampler_iters << " calls per number; kernels"
+        << " launched eagerly and replayed as one CUDA graph; Sample = CudaSampler::Sample's whole call (upload,"
+        << " kernels, read-back, sync).\n\n| batch | slices | sliced eager | sliced graph | row eager | row graph |"
+        << " Sample fast | Sample reference |\n|---|---|---|---|---|---|---|---|\n";
+  cudaStream_t stream;
+  CUDA_CHECK(cudaStreamCreate(&stream));
+  std::mt19937_64 rng(12);
+  std::normal_distribution<float> normal(0.0f, 2.0f);
+  for (int32_t B : z.sampler_batches) {
+    std::vector<uint16_t> logits(static_cast<size_t>(B) * V);
+    for (uint16_t& x : logits) x = FloatToBf16(normal(rng));
+    std::vector<sampling::RowParams> params(B);
+    std::vector<int32_t> index(B), offsets(B + 1, 0);
+    for (int32_t r = 0; r < B; ++r) {
+      params[r].temperature = 0.6f, params[r].top_p = 0.9f, params[r].uniform = (r + 0.5) / B;
+      index[r] = r;
+    }
+    uint16_t* d_logits = DeviceArray(logits);
+    sampling::RowParams* d_params = DeviceArray(params);
+    int32_t* d_index = DeviceArray(index);
+    int32_t* d_offsets = DeviceArray(offsets);
+    sampling::RowResult* d_results = DeviceArray(std::vector<sampling::RowResult>(B));
+    sampling::TopLogprob* d_top = DeviceArray(std::vector<sampling::TopLogprob>(B));
+    cuda::SlicedSampleArgs sliced;
+    sliced.gathered = d_logits, sliced.rows = B, sliced.layout_rows = B, sliced.row_index = d_index;
+    sliced.shard_vocab = V, sliced.vocab = V, sliced.params = d_params, sliced.results = d_results;
+    sliced.plan = cuda::PlanSlices(B, V, prop.multiProcessorCount);
+    sliced.stages = cuda::PlanSliceStages(params.data(), B, V);
+    sliced.workspace_bytes = cuda::SlicedSampleWorkspaceBytes(B, sliced.plan.slices);
+    CUDA_CHECK(cudaMalloc(&sliced.workspace, sliced.workspace_bytes));
+    cuda::SampleRowsArgs row;
+    row.gathered = d_logits, row.rows = B, row.layout_rows = B, row.row_index = d_index, row.shard_vocab = V;
+    row.vocab = V, row.params = d_params, row.entry_offsets = d_offsets, row.top_stride = 1, row.top = d_top;
+    row.results = d_results;
+    const auto run_sliced = [&] { CUDA_CHECK(cuda::LaunchSlicedSample(sliced, stream)); };
+    const auto run_row = [&] { CUDA_CHECK(cuda::LaunchSampleRows(row, stream)); };
+    const auto eager = [&](auto&& fn) {
+      return TimeIt([&] { fn(); CUDA_CHECK(cudaStreamSynchronize(stream)); }, z.smoke ? 0 : 3, z.sampler_iters);
+    };
+    const double sliced_eager = eager(run_sliced), row_eager = eager(run_row);
+    const double sliced_graph = z.smoke ? 0 : TimeGraph(stream, run_sliced, z.sampler_iters);
+    const double row_graph = z.smoke ? 0 : TimeGraph(stream, run_row, z.sampler_iters);
+    double sample[2] = {0, 0};
+    for (int which = 0; which < 2; ++which) {
+      cuda::CudaSampler::Options options;
+      options.max_seqs = B, options.vocab_size = V;
+      options.kernels = which == 0 ? cuda::KernelSet::kFast : cuda::KernelSet::kReference;
+      auto sampler = cuda::CudaSampler::Create(options, stream);
+      if (!sampler.ok()) {
+        table << "| " << B << " | CudaSampler::Create failed: " << sampler.status().ToString() << " |\n";
+        return false;
+      }
+      std::vector<std::unique_ptr<SequenceSamplingState>> seqs;
+      std::vector<SequenceSamplingState*> ptrs;
+      for (int32_t r = 0; r < B; ++r) {
+        SamplingParams p;
+        p.temperature = 0.6f, p.top_p = 0.9f, p.seed = static_cast<uint64_t>(r);
+        seqs.push_back(std::make_unique<SequenceSamplingState>(p, std::vector<int32_t>{1}, std::vector<int32_t>{}));
+        ptrs.push_back(seqs.back().get());
+      }
+      const Tensor gathered(d_logits, DType::kBF16, Device::kCuda, {1, B, V});
+      sample[which] = TimeIt([&] { (*sampler)->Sample(gathered, V, ptrs); }, z.smoke ? 0 : 3, z.sampler_iters);
+    }
+    const auto us = [](double s) { return s * 1e6; };
+    char line[256];
+    std::snprintf(line, sizeof line, "| %d | %d | %.1f us | %s | %.1f us | %s | %.1f us | %.1f us |\n", B,
+                  sliced.plan.slices, us(sliced_eager),
+                  z.smoke ? "-" : absl::StrCat(absl::SixDigits(us(sliced_graph)), " us").c_str(), us(row_eager),
+                  z.smoke ? "-" : absl::StrCat(absl::SixDigits(us(row_graph)), " us").c_str(), us(sample[0]),
+                  us(sample[1]));
+    table << line;
+    for (void* p : {static_cast<void*>(d_logits), static_cast<void*>(d_params), static_cast<void*>(d_index),
+                    static_cast<void*>(d_offsets), static_cast<void*>(d_results), static_cast<void*>(d_top),
+                    sliced.workspace}) {
+      CUDA_CHECK(cudaFree(p));
+    }
+  }
+  CUDA_CHECK(cudaStreamDestroy(stream));
+  return true;
+}
+
 // Prefill attention of one layer with Qwen3-0.6B's geometry (Hq 16, Hkv 8, hd
 // 128, blocks of 16): one prompt of P tokens from position 0, the fast kernel
 // set (the tensor-core prefill kernel, cuda/prefill_attention.cuh) against the
@@ -752,7 +881,7 @@ absl::Status ModelSection(const Sizes& z, const std::filesystem::path& dir, cons
 
 int Run(int argc, char** argv) {
   std::string models, out_path = "bench/results/gpu_bench.md";
-  std::string sections = "gemv,attention,prefill-attention,models,throughput";
+  std::string sections = "gemv,attention,prefill-attention,sampler,models,throughput";
   int throughput_seqs = 256;
   Sizes z;
   std::filesystem::path workdir = std::filesystem::temp_directory_path();
@@ -822,6 +951,11 @@ int Run(int argc, char** argv) {
   if (wants("prefill-attention")) {
     std::fprintf(stderr, "gpu_bench: tensor-core vs reference prefill attention\n");
     if (!PrefillAttentionSection(z, table)) rc = 1;
+    flush();
+  }
+  if (wants("sampler")) {
+    std::fprintf(stderr, "gpu_bench: GPU sampler, sliced vs row kernel\n");
+    if (!SamplerSection(z, table)) rc = 1;
     flush();
   }
   if (wants("models")) {

@@ -1,0 +1,475 @@
+#include "cuda/sampling_sliced.cuh"
+
+#include <cstdint>
+
+#include "cuda/sample_block.cuh"
+#include "cuda/simt.cuh"
+
+namespace tpserve::cuda {
+namespace {
+
+using sampling::Cut;
+using sampling::kNoId;
+using sampling::OrderedKey;
+using sampling::RowParams;
+using sampling::ValueId;
+using Block = CudaBlock<kSliceThreads>;
+static_assert(kSliceThreads == kRadixBins, "one thread per radix bin");
+
+constexpr int kSelects = 2;  // 0: top-k (counts), 1: top-p (masses)
+constexpr int32_t kFlagGreedy = 1, kFlagTopK = 2, kFlagTopP = 4;
+
+// A finished select: its kept set is every key > key and the first `kept`
+// tokens (id order) of the `group` tokens with key == key.
+struct SelectCut {
+  uint32_t key = 0;
+  int64_t kept = 0;
+  int64_t group = 0;
+};
+
+// What every block of a row agrees on at the start of a stage.
+struct RowState {
+  ValueId best;          // argmax of the logits (ties to the lowest id)
+  float inv_t;           // 1 / temperature
+  int32_t flags;         // kFlag*
+  uint32_t minp_key;     // min-p keeps keys >= minp_key (0: off)
+  uint32_t prefix;       // the running select's key bits so far
+  int64_t need;          // what it must still take inside that prefix (count or mass)
+  int64_t total;         // top-p: the mass min-p and top-k keep
+  SelectCut sel[kSelects];
+  int32_t filter_top_k;  // 1: the top-k cut is inside the min-p cut and filters before top-p
+};
+
+// Byte layout of the workspace (256-byte aligned parts).
+struct Workspace {
+  ValueId* best;                     // [rows, slices] per-slice argmax
+  unsigned long long* hist;          // [rows, kSelects·kRadixPasses, 2, kRadixBins] counts, masses
+  uint32_t* slice_counts;            // [rows, kSelects, slices, kRadixBins] last pass, per slice
+  RowState* state;                   // [rows, kMaxSliceStages]
+  int64_t* slice_mass;               // [rows, slices] kept mass (the mass stage's rows)
+  int64_t* slice_above;              // [rows, slices] top-p's last pass: mass above its 24-bit prefix
+  int64_t* slice_gt;                 // [rows, slices, kRadixBins] top-p's last pass: mass of the
+                                     //   prefix's digits > b (Σ of the slice's bins over digits > b)
+};
+
+TPSERVE_HOST_DEVICE constexpr size_t Align256(size_t n) { return (n + 255) / 256 * 256; }
+
+TPSERVE_HOST_DEVICE inline size_t LayoutWorkspace(int64_t rows, int32_t slices, char* base, Workspace* ws) {
+  const size_t rs = static_cast<size_t>(rows) * static_cast<size_t>(slices);
+  const size_t parts[] = {
+      Align256(sizeof(ValueId) * rs),
+      Align256(sizeof(unsigned long long) * static_cast<size_t>(rows) * kSelects * kRadixPasses * 2 * kRadixBins),
+      Align256(sizeof(uint32_t) * rs * kSelects * kRadixBins),
+      Align256(sizeof(RowState) * static_cast<size_t>(rows) * kMaxSliceStages),
+      Align256(sizeof(int64_t) * rs),
+      Align256(sizeof(int64_t) * rs),
+      Align256(sizeof(int64_t) * rs * kRadixBins),
+  };
+  size_t at = 0;
+  void* p[7];
+  for (int i = 0; i < 7; ++i) {
+    p[i] = base == nullptr ? nullptr : base + at;
+    at += parts[i];
+  }
+  if (ws != nullptr) {
+    *ws = Workspace{static_cast<ValueId*>(p[0]), static_cast<unsigned long long*>(p[1]),
+                    static_cast<uint32_t*>(p[2]), static_cast<RowState*>(p[3]), static_cast<int64_t*>(p[4]),
+                    static_cast<int64_t*>(p[5]), static_cast<int64_t*>(p[6])};
+  }
+  return at;
+}
+
+struct StageArgs {
+  SlicedSampleArgs a;
+  int32_t stage;  // index into a.stages
+};
+
+TPSERVE_HOST_DEVICE constexpr bool IsTopK(SliceStage k) { return k >= SliceStage::kTopK0 && k <= SliceStage::kTopK3; }
+TPSERVE_HOST_DEVICE constexpr bool IsTopP(SliceStage k) { return k >= SliceStage::kTopP0 && k <= SliceStage::kTopP3; }
+// Pass 0..3 of its select; the histogram slot of the call.
+TPSERVE_HOST_DEVICE constexpr int PassOf(SliceStage k) {
+  return static_cast<int>(k) - static_cast<int>(IsTopK(k) ? SliceStage::kTopK0 : SliceStage::kTopP0);
+}
+TPSERVE_HOST_DEVICE constexpr int SelectOf(SliceStage k) { return IsTopK(k) ? 0 : 1; }
+TPSERVE_HOST_DEVICE constexpr int ShiftOf(int pass) { return 32 - kRadixBits * (pass + 1); }
+TPSERVE_HOST_DEVICE constexpr uint32_t PrefixMask(int pass) {
+  return pass == 0 ? 0u : ~0u << (32 - kRadixBits * pass);
+}
+
+// One block's view: its row, slice, ids and the workspace.
+template <typename T>
+struct Slice {
+  const SlicedSampleArgs& a;
+  Block& b;
+  Workspace ws;
+  int32_t k;      // sampled row
+  int32_t s;      // slice
+  int32_t begin, end;
+  sampling::GatheredRow<T> row;
+  RowParams p;
+
+  __device__ Slice(const SlicedSampleArgs& args, Block& block)
+      : a(args), b(block), k(static_cast<int32_t>(blockIdx.y)), s(static_cast<int32_t>(blockIdx.x)) {
+    LayoutWorkspace(a.rows, a.plan.slices, static_cast<char*>(a.workspace), &ws);
+    begin = SliceBegin(a.plan, s);
+    end = SliceEnd(a.plan, s, a.vocab);
+    const int32_t g = a.row_index[k];
+    row = sampling::GatheredRow<T>{static_cast<const T*>(a.gathered) + int64_t{g} * a.shard_vocab,
+                                   int64_t{a.layout_rows} * a.shard_vocab, a.shard_vocab, a.vocab};
+    p = a.params[k];
+  }
+  __device__ int64_t RS(int32_t slice) const { return int64_t{k} * a.plan.slices + slice; }
+  __device__ unsigned long long* Hist(int slot) const {
+    return ws.hist + (int64_t{k} * kSelects * kRadixPasses + slot) * 2 * kRadixBins;
+  }
+  __device__ uint32_t* SliceCounts(int sel, int32_t slice) const {
+    return ws.slice_counts + ((int64_t{k} * kSelects + sel) * a.plan.slices + slice) * kRadixBins;
+  }
+  __device__ int64_t Mass(const RowState& st, float x) const {
+    return MassFx(expf((x - st.best.value) * st.inv_t));  // RowSampler::Weight, in fixed point
+  }
+};
+
+// ---- the row state, advanced by every block at the start of its stage ----
+
+template <typename T>
+__device__ RowState StateAfterStats(Slice<T>& c) {
+  ValueId best{-INFINITY, kNoId};
+  for (int32_t z = c.b.thread(); z < c.a.plan.slices; z += c.b.size()) {
+    const ValueId v = c.ws.best[c.RS(z)];
+    if (sampling::Better(v, best)) best = v;
+  }
+  RowState st{};
+  st.best = c.b.ArgMax(best);
+  st.inv_t = 1.0f / c.p.temperature;
+  const bool greedy = c.p.temperature < sampling::kRowGreedyTemperature;
+  st.flags = greedy ? kFlagGreedy
+                    : ((c.p.top_k > 0 && c.p.top_k < c.a.vocab) ? kFlagTopK : 0) | (c.p.top_p < 1.0f ? kFlagTopP : 0);
+  st.minp_key = 0;
+  if (!greedy && c.p.min_p > 0) {  // RowSampler::Draw's min-p key, over keys up to the best one
+    st.minp_key = sampling::FirstTrue(0, OrderedKey(st.best.value), [&](uint32_t key) {
+      return sampling::HostWeight(sampling::FromOrderedKey(key), st.best.value, c.p.temperature) >=
+             static_cast<double>(c.p.min_p);
+    });
+  }
+  return st;
+}
+
+// Folds the histograms of a finished radix pass into the state.
+template <typename T>
+__device__ void FoldPass(Slice<T>& c, SliceStage done, RowState& st) {
+  const int sel = SelectOf(done), pass = PassOf(done);
+  if (!(st.flags & (sel == 0 ? kFlagTopK : kFlagTopP))) return;
+  const unsigned long long* h = c.Hist(sel * kRadixPasses + pass);
+  const int32_t digit = kRadixBins - 1 - c.b.thread();  // thread t: digit 255 - t
+  const int64_t count = static_cast<int64_t>(h[digit]);
+  const int64_t bin = sel == 0 ? count : static_cast<int64_t>(h[kRadixBins + digit]);
+  int64_t total = 0;
+  const int64_t above = c.b.ExclusiveSum(bin, &total);  // Σ bins over the larger digits
+  if (sel == 1 && pass == 0) {
+    st.total = total;
+    st.need = TopPNeed(c.p.top_p, total);
+  }
+  const bool picked = IsPickedDigit(above, bin, st.need);
+  const int32_t pick = c.b.MinId(picked ? digit : kNoId);
+  const int64_t pick_above = c.b.Sum(picked ? above : int64_t{0});
+  const int64_t pick_count = c.b.Sum(picked ? count : int64_t{0});
+  st.prefix |= static_cast<uint32_t>(pick == kNoId ? 0 : pick) << ShiftOf(pass);
+  st.need -= pick_above;
+  if (pass != kRadixPasses - 1) return;
+  SelectCut& cut = st.sel[sel];
+  cut.key = st.prefix;
+  cut.group = pick_count;
+  if (sel == 0) {
+    cut.kept = st.need;
+    st.filter_top_k = cut.key >= st.minp_key ? 1 : 0;  // the narrower of the two prefixes
+  } else {
+    const int64_t wc = c.Mass(st, sampling::FromOrderedKey(cut.key));
+    cut.kept = TieTokensNeeded(st.need, wc, cut.group);
+  }
+}
+
+template <typename T>
+__device__ RowState AdvanceState(Slice<T>& c, int32_t stage) {
+  const SliceStage prev = c.a.stages.kinds[stage - 1], kind = c.a.stages.kinds[stage];
+  RowState st = prev == SliceStage::kStats ? StateAfterStats(c) : c.ws.state[int64_t{c.k} * kMaxSliceStages + stage - 1];
+  if (IsTopK(prev) || IsTopP(prev)) FoldPass(c, prev, st);
+  if (kind == SliceStage::kTopK0) st.need = c.p.top_k;
+  if (kind == SliceStage::kTopK0 || kind == SliceStage::kTopP0) st.prefix = 0;
+  if (c.s == 0 && c.b.thread() == 0) c.ws.state[int64_t{c.k} * kMaxSliceStages + stage] = st;
+  return st;
+}
+
+// ---- cuts as seen by one slice ----
+
+// The first `quota` (>= 1) ids of the slice with tie(i, raw) true; the quota-th one.
+template <typename T, class Tie>
+__device__ int32_t NthTie(Slice<T>& c, int64_t quota, Tie&& tie) {
+  int64_t seen = 0;
+  for (int32_t base = c.begin; base < c.end; base += c.b.size()) {
+    const int32_t i = base + c.b.thread();
+    const int64_t flag = (i < c.end && tie(i, c.row.Raw(i))) ? 1 : 0;
+    int64_t chunk = 0;
+    const int64_t rank = seen + c.b.ExclusiveSum(flag, &chunk);
+    const int32_t found = c.b.MinId(flag && rank == quota - 1 ? i : kNoId);
+    if (found != kNoId) return found;
+    seen += chunk;
+  }
+  return kNoId;  // not reached: the quota counts ties of this slice
+}
+
+// Select `sel`'s cut inside this slice (kept = the tokens of the row it keeps).
+template <typename T, class Member>
+__device__ Cut LocalSelectCut(Slice<T>& c, int sel, const SelectCut& cut, Member&& member) {
+  const int32_t digit = static_cast<int32_t>(cut.key & (kRadixBins - 1));
+  int64_t before = 0;
+  for (int32_t z = c.b.thread(); z < c.s; z += c.b.size()) before += c.SliceCounts(sel, z)[digit];
+  before = c.b.Sum(before);
+  const int64_t here = c.SliceCounts(sel, c.s)[digit];
+  const int64_t quota = TieQuota(cut.kept, before, here);
+  if (quota == here) return Cut{cut.key, kNoId};
+  if (quota == 0) return Cut{cut.key, -1};
+  return Cut{cut.key, NthTie(c, quota, [&](int32_t i, float raw) {
+               const uint32_t key = OrderedKey(raw);
+               return key == cut.key && member(i, key);
+             })};
+}
+
+// min-p and top-k together (the narrower one), inside this slice.
+template <typename T>
+__device__ Cut FilterCut(Slice<T>& c, const RowState& st) {
+  if (!(st.flags & kFlagTopK) || !st.filter_top_k) return Cut{st.minp_key, kNoId};
+  return LocalSelectCut(c, 0, st.sel[0], [](int32_t, uint32_t) { return true; });
+}
+
+template <typename T>
+__device__ Cut TopPCut(Slice<T>& c, const RowState& st, const Cut& filter) {
+  if (!(st.flags & kFlagTopP)) return Cut{0, kNoId};
+  return LocalSelectCut(c, 1, st.sel[1], [&](int32_t i, uint32_t key) { return sampling::Kept(filter, key, i); });
+}
+
+// ---- the stages ----
+
+template <typename T>
+__global__ void __launch_bounds__(kSliceThreads) SliceStatsKernel(StageArgs sa) {
+  Block block;
+  Slice<T> c(sa.a, block);
+  ValueId best{-INFINITY, kNoId};
+  for (int32_t i = c.begin + block.thread(); i < c.end; i += block.size()) {
+    const ValueId v{c.row.Raw(i), i};
+    if (sampling::Better(v, best)) best = v;
+  }
+  best = block.ArgMax(best);
+  if (block.thread() == 0) c.ws.best[c.RS(c.s)] = best;
+  // Zero the row's histograms for the radix passes (slices share the work).
+  if (!IsTopK(c.a.stages.kinds[1]) && !IsTopP(c.a.stages.kinds[1])) return;  // a call without any
+  unsigned long long* h = c.Hist(0);
+  const int32_t words = kSelects * kRadixPasses * 2 * kRadixBins;
+  for (int32_t w = c.s * block.size() + block.thread(); w < words; w += c.a.plan.slices * block.size()) h[w] = 0;
+}
+
+template <typename T>
+__global__ void __launch_bounds__(kSliceThreads) SliceRadixKernel(StageArgs sa) {
+  TPSERVE_SHARED_ARRAY(unsigned long long, counts, kRadixBins);
+  TPSERVE_SHARED_ARRAY(unsigned long long, masses, kRadixBins);
+  Block block;
+  Slice<T> c(sa.a, block);
+  const RowState st = AdvanceState(c, sa.stage);
+  const SliceStage kind = c.a.stages.kinds[sa.stage];
+  const int sel = SelectOf(kind), pass = PassOf(kind);
+  if (!(st.flags & (sel == 0 ? kFlagTopK : kFlagTopP))) return;
+  const Cut filter = sel == 0 ? Cut{0, kNoId} : FilterCut(c, st);
+  counts[block.thread()] = 0;
+  masses[block.thread()] = 0;
+  block.Sync();
+  const uint32_t mask = PrefixMask(pass);
+  const int shift = ShiftOf(pass);
+  const bool last_top_p = sel == 1 && pass == kRadixPasses - 1;
+  int64_t above = 0;  // last top-p pass: kept mass above the prefix (so above the cut)
+  for (int32_t i = c.begin + block.thread(); i < c.end; i += block.size()) {
+    const float x = c.row.Raw(i);
+    const uint32_t key = OrderedKey(x);
+    if (!sampling::Kept(filter, key, i)) continue;
+    if ((key & mask) != st.prefix) {
+      if (last_top_p && (key & mask) > st.prefix) above += c.Mass(st, x);
+      continue;
+    }
+    const uint32_t bin = (key >> shift) & (kRadixBins - 1);
+    atomicAdd(&counts[bin], 1ull);
+    if (sel == 1) atomicAdd(&masses[bin], static_cast<unsigned long long>(c.Mass(st, x)));
+  }
+  block.Sync();
+  const int32_t t = block.thread();
+  unsigned long long* h = c.Hist(sel * kRadixPasses + pass);
+  if (counts[t] != 0) {
+    atomicAdd(&h[t], counts[t]);
+    if (sel == 1) atomicAdd(&h[kRadixBins + t], masses[t]);
+  }
+  if (pass == kRadixPasses - 1) c.SliceCounts(sel, c.s)[t] = static_cast<uint32_t>(counts[t]);
+  if (last_top_p) {  // what the draw needs of this slice without a mass stage
+    const int32_t digit = kRadixBins - 1 - t;  // thread t: digit 255 - t
+    int64_t all = 0;
+    c.ws.slice_gt[c.RS(c.s) * kRadixBins + digit] =
+        block.ExclusiveSum(static_cast<int64_t>(masses[digit]), &all);
+    above = block.Sum(above);
+    if (t == 0) c.ws.slice_above[c.RS(c.s)] = above;
+  }
+}
+
+template <typename T>
+__global__ void __launch_bounds__(kSliceThreads) SliceMassKernel(StageArgs sa) {
+  Block block;
+  Slice<T> c(sa.a, block);
+  const RowState st = AdvanceState(c, sa.stage);
+  if (st.flags & (kFlagGreedy | kFlagTopP)) return;  // top-p's last pass left what the draw needs
+  const Cut filter = FilterCut(c, st);
+  int64_t mass = 0;
+  for (int32_t i = c.begin + block.thread(); i < c.end; i += block.size()) {
+    const float x = c.row.Raw(i);
+    if (sampling::Kept(filter, OrderedKey(x), i)) mass += c.Mass(st, x);
+  }
+  mass = block.Sum(mass);
+  if (block.thread() == 0) c.ws.slice_mass[c.RS(c.s)] = mass;
+}
+
+// Kept mass of the row (*total), of the slices before this one (*before) and
+// of this one (*here): from the mass stage, or for a top-p row from its last
+// pass: above the prefix, the digits above the cut's, and of the cut key's
+// tie group the first `kept` tokens (wc each), which slices hold in id order.
+template <typename T>
+__device__ void KeptMasses(Slice<T>& c, const RowState& st, int64_t* total, int64_t* before, int64_t* here) {
+  const bool top_p = st.flags & kFlagTopP;
+  const SelectCut& cut = st.sel[1];
+  const int32_t digit = static_cast<int32_t>(cut.key & (kRadixBins - 1));
+  int64_t all = 0, earlier = 0, ties_earlier = 0;
+  for (int32_t z = c.b.thread(); z < c.a.plan.slices; z += c.b.size()) {
+    const int64_t m = top_p ? c.ws.slice_above[c.RS(z)] + c.ws.slice_gt[c.RS(z) * kRadixBins + digit]
+                            : c.ws.slice_mass[c.RS(z)];
+    all += m;
+    if (z < c.s) {
+      earlier += m;
+      if (top_p) ties_earlier += c.SliceCounts(1, z)[digit];
+    }
+  }
+  *total = c.b.Sum(all);
+  *before = c.b.Sum(earlier);
+  ties_earlier = c.b.Sum(ties_earlier);
+  if (!top_p) {
+    *here = c.ws.slice_mass[c.RS(c.s)];
+    return;
+  }
+  const int64_t wc = c.Mass(st, sampling::FromOrderedKey(cut.key));
+  *total += cut.kept * wc;
+  *before += (ties_earlier < cut.kept ? ties_earlier : cut.kept) * wc;
+  *here = c.ws.slice_above[c.RS(c.s)] + c.ws.slice_gt[c.RS(c.s) * kRadixBins + digit] +
+          TieQuota(cut.kept, ties_earlier, c.SliceCounts(1, c.s)[digit]) * wc;
+}
+
+// The owner slice's walk: the first kept id whose cumulative mass exceeds threshold.
+template <typename T>
+__device__ int32_t WalkSlice(Slice<T>& c, const RowState& st, int64_t cum, int64_t threshold) {
+  const Cut filter = FilterCut(c, st);
+  const Cut top_p = TopPCut(c, st, filter);
+  for (int32_t base = c.begin; base < c.end; base += c.b.size()) {
+    const int32_t i = base + c.b.thread();
+    int64_t w = 0;
+    if (i < c.end) {
+      const float x = c.row.Raw(i);
+      const uint32_t key = OrderedKey(x);
+      if (sampling::Kept(filter, key, i) && sampling::Kept(top_p, key, i)) w = c.Mass(st, x);
+    }
+    int64_t chunk = 0;
+    const int64_t before = cum + c.b.ExclusiveSum(w, &chunk);
+    const int32_t picked = c.b.MinId(w > 0 && before + w > threshold ? i : kNoId);
+    if (picked != kNoId) return picked;
+    cum += chunk;
+  }
+  return kNoId;  // not reached: this slice holds the threshold
+}
+
+template <typename T>
+__global__ void __launch_bounds__(kSliceThreads) SliceDrawKernel(StageArgs sa) {
+  Block block;
+  Slice<T> c(sa.a, block);
+  const RowState st = AdvanceState(c, sa.stage);
+  sampling::RowResult result{st.best.id, 0.0f, 0};
+  if (!(st.flags & kFlagGreedy)) {
+    int64_t total = 0, before = 0, here = 0;
+    KeptMasses(c, st, &total, &before, &here);
+    // Rounding may put u · total at the very end: then the last kept token
+    // with mass (RowSampler takes the last kept one, which differs only when
+    // tokens below 2^-44 of the best one's weight follow it).
+    int64_t threshold = DrawThreshold(c.p.uniform, total);
+    if (threshold >= total) threshold = total - 1;
+    if (!(here > 0 && before <= threshold && before + here > threshold)) return;  // another slice draws
+    result.token = WalkSlice(c, st, before, threshold);
+    if (block.thread() == 0) c.a.results[c.k] = result;
+    return;
+  }
+  if (c.s == 0 && block.thread() == 0) c.a.results[c.k] = result;
+}
+
+template <typename T>
+cudaError_t LaunchStages(const SlicedSampleArgs& args, cudaStream_t stream) {
+  const dim3 grid(static_cast<unsigned>(args.plan.slices), static_cast<unsigned>(args.rows)), block(kSliceThreads);
+  for (int32_t n = 0; n < args.stages.count; ++n) {
+    const StageArgs sa{args, n};
+    const SliceStage kind = args.stages.kinds[n];
+    if (kind == SliceStage::kStats) {
+      TPSERVE_LAUNCH(SliceStatsKernel<T>, grid, block, 0, stream)(sa);
+    } else if (kind == SliceStage::kMass) {
+      TPSERVE_LAUNCH(SliceMassKernel<T>, grid, block, 0, stream)(sa);
+    } else if (kind == SliceStage::kDraw) {
+      TPSERVE_LAUNCH(SliceDrawKernel<T>, grid, block, 0, stream)(sa);
+    } else {
+      TPSERVE_LAUNCH(SliceRadixKernel<T>, grid, block, 0, stream)(sa);
+    }
+    if (cudaError_t e = cudaGetLastError(); e != cudaSuccess) return e;
+  }
+  return cudaSuccess;
+}
+
+}  // namespace
+
+SliceStages PlanSliceStages(const sampling::RowParams* rows, int64_t count, int32_t vocab) {
+  bool top_k = false, top_p = false, mass = false;
+  for (int64_t r = 0; r < count; ++r) {
+    const RowParams& p = rows[r];
+    if (p.temperature < sampling::kRowGreedyTemperature) continue;
+    top_k |= p.top_k > 0 && p.top_k < vocab;
+    top_p |= p.top_p < 1.0f;
+    mass |= !(p.top_p < 1.0f);  // a top-p row's last pass leaves what the draw needs
+  }
+  SliceStages st;
+  auto add = [&](SliceStage k) { st.kinds[st.count++] = k; };
+  add(SliceStage::kStats);
+  if (top_k) {
+    for (SliceStage k : {SliceStage::kTopK0, SliceStage::kTopK1, SliceStage::kTopK2, SliceStage::kTopK3}) add(k);
+  }
+  if (top_p) {
+    for (SliceStage k : {SliceStage::kTopP0, SliceStage::kTopP1, SliceStage::kTopP2, SliceStage::kTopP3}) add(k);
+  }
+  if (mass) add(SliceStage::kMass);
+  add(SliceStage::kDraw);
+  return st;
+}
+
+size_t SlicedSampleWorkspaceBytes(int64_t rows, int32_t slices) {
+  return LayoutWorkspace(rows, slices, nullptr, nullptr);
+}
+
+cudaError_t LaunchSlicedSample(const SlicedSampleArgs& args, cudaStream_t stream) {
+  if (args.rows == 0) return cudaSuccess;
+  const int64_t planned = int64_t{args.plan.slices} * args.plan.slice_size;
+  if (args.rows < 0 || args.layout_rows < args.rows || args.row_index == nullptr || args.params == nullptr ||
+      args.results == nullptr || args.shard_vocab < 1 || args.vocab < 1 || args.vocab > kMaxSlicedVocab ||
+      args.plan.slices < 1 || args.plan.slice_size < 1 || planned < args.vocab ||
+      planned - args.plan.slice_size >= args.vocab || args.stages.count < 2 ||
+      args.stages.kinds[0] != SliceStage::kStats || args.stages.kinds[args.stages.count - 1] != SliceStage::kDraw ||
+      args.workspace == nullptr || args.workspace_bytes < SlicedSampleWorkspaceBytes(args.rows, args.plan.slices)) {
+    return cudaErrorInvalidValue;
+  }
+  return args.bf16 ? LaunchStages<uint16_t>(args, stream) : LaunchStages<float>(args, stream);
+}
+
+}  // namespace tpserve::cuda

@@ -1,0 +1,93 @@
+// The sliced sampler: the small-batch path of CudaSampler under the fast
+// kernel set. Same semantics as the row kernel (sampling.cuh, the row
+// algorithm of sampling/sampling_row.h: penalties, greedy, temperature, min-p,
+// top-k, top-p, one inverse-CDF draw at the host-drawn uniform), for rows
+// WITHOUT penalty entries and WITHOUT log-probs: a call with any such row runs
+// the row kernel for all its rows (SlicedSamplerCovers).
+//
+// One block per (row, slice) (sample_slices.h plans the slices). No grid-wide
+// sync: each stage is its own launch, writes per-(row, slice) partials or adds
+// integer histograms into the workspace, and the next stage's blocks read them
+// back, every block of a row computing the same row state in the same order
+// (block (row, 0) also stores it for the stage after). Stages:
+//   stats       per-slice best (value, lowest id); zeroes the row's histograms
+//   top-k 0..3  radix select of the top_k-th key, 8 key bits a pass, over
+//               256-bin count histograms (instead of ~32 bisection passes)
+//   top-p 0..3  the same over fixed-point mass histograms of the tokens min-p
+//               and top-k keep (pass 0's total is the kept mass)
+//   mass        per-slice kept mass (fixed point), for rows without top-p (a
+//               top-p row's last pass leaves per-slice masses above its cut)
+//   draw        the slice whose exclusive prefix of masses holds u · total
+//               walks its ids (threads over contiguous ids, a block scan)
+// A call runs stats, the top-k passes when any row has an active top-k, the
+// top-p passes when any row has top_p < 1, mass when a sampled row has no
+// top-p, and draw: temperature + top-p is 7 launches; a row a stage does not
+// concern skips it.
+// Ties at a cut key go to the lowest ids, as RowSampler's Cut{key, id}: a
+// select keeps the first m tokens (id order) of the cut key's tie group;
+// slices are contiguous id ranges, so slice s keeps
+// TieQuota(m, ties in slices < s, ties in s) of them, found by a block scan
+// over its ids when it keeps some but not all.
+// Precision: masses are sums of fixed-point fp32 weights (sample_slices.h),
+// bit-identical run to run and within V · 2^-44 of the host sampler's fp64;
+// tokens differ from the host sampler's only where u · total or top_p · total
+// lies that close to a boundary of the cumulative distribution.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include <cuda_runtime_api.h>
+
+#include "cuda/sample_slices.h"
+#include "sampling/sampling_row.h"
+
+namespace tpserve::cuda {
+
+enum class SliceStage : int8_t {
+  kStats,
+  kTopK0, kTopK1, kTopK2, kTopK3,
+  kTopP0, kTopP1, kTopP2, kTopP3,
+  kMass,
+  kDraw,
+};
+inline constexpr int kMaxSliceStages = 11;
+
+struct SliceStages {
+  int32_t count = 0;
+  SliceStage kinds[kMaxSliceStages] = {};
+};
+
+// Whether a row is sampled by the sliced path: no penalty entries, no log-probs.
+inline bool SlicedSamplerCovers(const sampling::RowParams& p, int32_t num_entries) {
+  return num_entries == 0 && p.num_logprobs < 0;
+}
+
+// The stages a call over rows[0, count) (host memory) runs, in order.
+SliceStages PlanSliceStages(const sampling::RowParams* rows, int64_t count, int32_t vocab);
+
+// Workspace bytes for a call of up to `rows` rows of up to `slices` slices.
+size_t SlicedSampleWorkspaceBytes(int64_t rows, int32_t slices);
+
+// All pointers are device memory.
+struct SlicedSampleArgs {
+  const void* gathered = nullptr;  // [tp, S, Vs] bf16 (bf16 = true) or f32, as SampleRowsArgs
+  bool bf16 = true;
+  int32_t rows = 0;                     // rows to sample
+  int32_t layout_rows = 0;              // S of the gathered tensor (>= every row index)
+  const int32_t* row_index = nullptr;   // [rows] gathered row of each sampled row
+  int32_t shard_vocab = 0;              // Vs
+  int32_t vocab = 0;                    // V <= tp·Vs, V <= kMaxSlicedVocab
+  const sampling::RowParams* params = nullptr;  // [rows], each SlicedSamplerCovers (no entries)
+  SlicePlan plan;                       // PlanSlices(...) or any plan that covers V
+  SliceStages stages;                   // PlanSliceStages over the same rows
+  void* workspace = nullptr;            // SlicedSampleWorkspaceBytes(rows, plan.slices); any content
+  size_t workspace_bytes = 0;
+  sampling::RowResult* results = nullptr;  // [rows] out (logprob 0, num_top 0)
+};
+
+// Samples every row; enqueues stages.count kernels on `stream` (no allocation,
+// no sync; plain launches a CUDA graph can capture).
+cudaError_t LaunchSlicedSample(const SlicedSampleArgs& args, cudaStream_t stream);
+
+}  // namespace tpserve::cuda
