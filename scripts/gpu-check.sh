@@ -11,7 +11,7 @@
 #     OUT_DIR   default $TPSERVE_GPU_OUT, else $OUT (the device tool's folder), else gpu-check-out
 #
 # Phases, each with a time cap (seconds; TPSERVE_CAP_<PHASE>=N overrides), the
-# caps summing to about 7.5 minutes: a phase cut at its cap is reported and the check
+# caps summing to about 8.5 minutes: a phase cut at its cap is reported and the check
 # goes on.
 #   preflight  nvidia-smi, nvcc, cuBLAS, NCCL, compute-sanitizer, torch, the pack (ldd)
 #   configure  GoogleTest from the pack, the engine-only build (-DTPSERVE_ENGINE_ONLY=ON,
@@ -48,7 +48,7 @@ sanitizer="$(command -v compute-sanitizer || ls "$cuda_bin"/compute-sanitizer \
   "$cuda_bin"/../compute-sanitizer/compute-sanitizer 2>/dev/null | head -1)"
 log="$out/gpu-check.log"
 
-declare -A cap=([preflight]=20 [configure]=30 [build]=150 [deps]=10 [tests]=60 [memcheck]=40 [bench]=100
+declare -A cap=([preflight]=20 [configure]=30 [build]=150 [deps]=10 [tests]=75 [memcheck]=40 [bench]=140
   [sampling]=10 [parity]=35)
 total=0
 for p in "${!cap[@]}"; do
@@ -148,11 +148,13 @@ memcheck() {
   # The op-level suites in parallel, each under the sanitizer; a suite cut by
   # the phase cap shows as such in the log.
   local pids=() rc=0 t
+  # The 32k-context cases are left to the tests phase: under the sanitizer's
+  # slowdown they alone would take the cap.
   for t in cuda_backend_test cuda_split_attention_test cuda_convert_test cuda_sampler_test cuda_small_batch_test \
-      cuda_decode_attention_test cuda_prefill_attention_test cuda_mma_test; do
+      cuda_decode_attention_test cuda_prefill_attention_test cuda_mma_test cuda_sliced_sampler_test; do
     [[ -x "$build/tests/cuda/$t" ]] || { echo "memcheck: $t was not built"; rc=1; continue; }
     "$sanitizer" --tool memcheck --error-exitcode 99 --print-limit 20 "$build/tests/cuda/$t" \
-      >"$build/memcheck.$t.log" 2>&1 &
+      --gtest_filter='-*32k*' >"$build/memcheck.$t.log" 2>&1 &
     pids+=("$!:$t")
   done
   trap 'for p in "${pids[@]}"; do kill "${p%%:*}" 2>/dev/null; done; for p in "${pids[@]}"; do echo "--- ${p#*:} (cut)"; tail -40 "$build/memcheck.${p#*:}.log"; done' TERM
