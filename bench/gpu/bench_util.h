@@ -1,0 +1,104 @@
+// What the sections of bench/gpu/gpu_bench.cc share: the sizes of a run, the
+// timer, the bench's block size and step, and the kernel-level sections
+// (kernel_sections.cc), each of which appends its markdown table to `table`
+// and returns false (after saying why in the table) when a launch fails.
+#pragma once
+
+#include <algorithm>
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <ostream>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "backend/step_batch.h"
+#include "cuda/check.h"
+
+namespace tpserve::gpu_bench {
+
+constexpr int32_t kBlockSize = 16;
+
+// Every size the bench uses. Full: the numbers of the top comment. --smoke:
+// tiny everything, eager decode (the emulator cannot capture graphs), for the
+// cuda-emu test that runs this program through the kernels' host build.
+struct Sizes {
+  bool smoke = false;
+  size_t copy_bytes = size_t{1} << 30;
+  int gemm_n = 8192;
+  int warmup = 3, iters = 20;                // model and attention timings
+  std::vector<int32_t> attention_contexts{512, 1024, 4096, 8192, 32768}, attention_batches{1, 8, 64, 256};
+  std::vector<int32_t> prefill_attention_prompts{512, 2048, 8192};
+  std::vector<int32_t> variant_contexts{1024, 4096, 8192, 32768};  // the decode variants' section
+  int variant_batch = 64;
+  std::vector<int> decode_batches{1, 8, 64, 256};
+  int decode_prompt = 512, decode_steps = 32;
+  std::vector<std::pair<int, int>> prefills{{1, 1024}, {16, 512}};  // sequences x tokens
+  int length_min = 100, length_max = 1024;   // throughput prompts and outputs
+  std::string models = "qwen3-0.6b,llama-3.2-1b";
+  struct Projection {
+    const char* name;
+    int64_t K, N;  // x [M, K] · w [N, K]ᵀ
+  };
+  std::vector<Projection> gemv_shapes{{"qkv", 1024, 4096}, {"o", 2048, 1024}, {"gate_up", 1024, 6144},
+                                      {"down", 3072, 1024}};
+  std::vector<int64_t> gemv_rows{1, 2, 4, 8};
+  struct Mlp {
+    const char* name;
+    int64_t K, F;  // x [M, K] · [gate; up] [2F, K]ᵀ -> silu(gate) * up [M, F]
+  };
+  std::vector<Mlp> mlp_shapes{{"qwen3-0.6b", 1024, 3072}, {"llama-3.2-1b", 2048, 8192}};
+  size_t gemv_rotate_bytes = size_t{256} << 20;  // weights cycled through, past the L2 (50 MB on an H200)
+  int gemv_iters = 200;
+  int32_t sampler_vocab = 151936;  // Qwen's
+  std::vector<int32_t> sampler_batches{1, 8, 64};
+  int sampler_iters = 500;
+
+  static Sizes Smoke() {
+    Sizes z;
+    z.smoke = true;
+    z.copy_bytes = size_t{1} << 20, z.gemm_n = 64, z.warmup = 0, z.iters = 1;
+    z.attention_contexts = {600}, z.attention_batches = {1, 2};  // two 512-key partitions
+    z.prefill_attention_prompts = {70};                          // two 64-row query tiles
+    z.variant_contexts = {600}, z.variant_batch = 2;
+    z.decode_batches = {1, 3}, z.decode_prompt = 20, z.decode_steps = 3;
+    z.prefills = {{1, 24}, {2, 16}};
+    z.length_min = 8, z.length_max = 16;
+    z.models = "tiny";
+    z.gemv_shapes = {{"qkv", 64, 256}, {"down", 96, 64}};
+    z.gemv_rows = {1, 8};
+    z.mlp_shapes = {{"tiny", 64, 96}};
+    z.gemv_rotate_bytes = 1, z.gemv_iters = 1;
+    z.sampler_vocab = 2053, z.sampler_batches = {1, 3}, z.sampler_iters = 1;
+    return z;
+  }
+  int max_attention_context() const { return *std::max_element(attention_contexts.begin(), attention_contexts.end()); }
+  int max_attention_batch() const { return *std::max_element(attention_batches.begin(), attention_batches.end()); }
+  int max_decode_batch() const { return *std::max_element(decode_batches.begin(), decode_batches.end()); }
+};
+
+// Seconds per call of fn, timed with events on the legacy stream after warm-up
+// (the backend's stream is a blocking stream, so it is ordered with it).
+template <typename Fn>
+double TimeIt(Fn&& fn, int warmup, int iters) {
+  for (int i = 0; i < warmup; ++i) fn();
+  CUDA_CHECK(cudaDeviceSynchronize());
+  const auto t0 = std::chrono::steady_clock::now();
+  for (int i = 0; i < iters; ++i) fn();
+  CUDA_CHECK(cudaDeviceSynchronize());
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() / iters;
+}
+
+// A step of `num_seqs` sequences with `new_tokens` new tokens each ending at
+// position seq_len − 1; sequence s owns blocks [s · blocks_per_seq, ...).
+StepBatch BenchStep(int32_t num_seqs, int32_t new_tokens, int32_t seq_len);
+
+// Kernel-level sections (kernel_sections.cc). bw: the measured copy bandwidth (bytes/s).
+bool GemvSection(const Sizes& z, double bw, std::ostream& table);
+bool AttentionSplitSection(const Sizes& z, double bw, std::ostream& table);
+bool AttentionVariantSection(const Sizes& z, double bw, std::ostream& table);
+bool PrefillAttentionSection(const Sizes& z, std::ostream& table);
+bool SamplerSection(const Sizes& z, std::ostream& table);
+
+}  // namespace tpserve::gpu_bench

@@ -1,0 +1,471 @@
+// The kernel-level sections of gpu_bench (bench/gpu/gpu_bench.cc's top
+// comment says what each measures): small-batch Linear and the fused MLP
+// GEMV, decode attention (fast vs reference, and the fast kernel's variants),
+// prefill attention, and the GPU sampler.
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "base/check.h"
+#include "bench/gpu/bench_util.h"
+#include "cuda/attention.cuh"
+#include "cuda/check.h"
+#include "cuda/cuda_backend.h"
+#include "cuda/cuda_sampler.h"
+#include "cuda/decode_attention.cuh"
+#include "cuda/kernel_set.h"
+#include "cuda/sampling.cuh"
+#include "cuda/sampling_sliced.cuh"
+#include "model/dtype.h"
+#include "sampling/sampler.h"
+
+namespace tpserve::gpu_bench {
+
+// A step of `num_seqs` sequences with `new_tokens` new tokens each ending at
+// position seq_len − 1; sequence s owns blocks [s · blocks_per_seq, ...).
+StepBatch BenchStep(int32_t num_seqs, int32_t new_tokens, int32_t seq_len) {
+  const int32_t blocks_per_seq = (seq_len + kBlockSize - 1) / kBlockSize;
+  std::vector<std::vector<int32_t>> ids(static_cast<size_t>(num_seqs)), tables(static_cast<size_t>(num_seqs));
+  std::vector<StepSequence> seqs;
+  for (int32_t s = 0; s < num_seqs; ++s) {
+    const size_t i = static_cast<size_t>(s);
+    for (int32_t pos = seq_len - new_tokens; pos < seq_len; ++pos) ids[i].push_back((s * 7919 + pos * 31) % 30000);
+    for (int32_t b = 0; b < blocks_per_seq; ++b) tables[i].push_back(s * blocks_per_seq + b);
+    seqs.push_back({ids[i], seq_len - new_tokens, tables[i]});
+  }
+  absl::StatusOr<StepBatch> step = StepBatch::Build(seqs, kBlockSize);
+  TPSERVE_CHECK(step.ok(), "BenchStep: ", step.status().message());
+  return *std::move(step);
+}
+
+// Decode attention of one layer with Qwen3-0.6B's geometry (Hq 16, Hkv 8, hd
+// 128, blocks of 16): the fast kernel (KernelSet::kFast after Reserve) beside
+// the reference kernels' split path (after Reserve) and single kernel (a
+// backend without), every sequence on its own blocks. The cache is zeros: the
+// kernels' work does not depend on the values.
+bool AttentionSplitSection(const Sizes& z, double bw, std::ostream& table) {
+  const AttentionShape shape{16, 8, 128};
+  const int32_t max_context = z.max_attention_context(), max_batch = z.max_attention_batch();
+  std::unique_ptr<Backend> single = MakeCudaBackend(0, cuda::KernelSet::kReference),
+                           split = MakeCudaBackend(0, cuda::KernelSet::kReference),
+                           fast = MakeCudaBackend(0, cuda::KernelSet::kFast);
+  StepCapacity capacity;
+  capacity.max_tokens = max_batch;
+  capacity.max_seqs = max_batch;
+  capacity.max_context = max_context;
+  capacity.block_size = kBlockSize;
+  capacity.max_query_heads = shape.num_heads;
+  capacity.max_head_dim = shape.head_dim;
+  for (Backend* b : {split.get(), fast.get()}) {
+    if (absl::Status st = b->Reserve(capacity); !st.ok()) {
+      table << "\ndecode attention: Reserve failed on " << b->name() << ": " << st.ToString() << "\n";
+      return false;
+    }
+  }
+  const int64_t num_blocks = int64_t{max_batch} * ((max_context + kBlockSize - 1) / kBlockSize);
+  Buffer k = split->Allocate(DType::kBF16, {num_blocks, kBlockSize, shape.num_kv_heads, shape.head_dim});
+  Buffer v = split->Allocate(DType::kBF16, {num_blocks, kBlockSize, shape.num_kv_heads, shape.head_dim});
+  Buffer qkv = split->Allocate(DType::kBF16, {max_batch, shape.qkv_width()});
+  Buffer out = split->Allocate(DType::kBF16, {max_batch, int64_t{shape.num_heads} * shape.head_dim});
+  split->Synchronize();
+  const KvCacheLayer layer{k.tensor(), v.tensor()};
+  table << "\n## Decode attention: fast kernel vs reference split (flash-decoding, partitions of "
+        << cuda::kDecodePartitionSize << " keys) and single kernel\n\nOne layer, Hq 16, Hkv 8, hd 128, block size"
+        << " 16; KV bytes read / time against the copy bandwidth.\n\n| context | batch | single (ref) | split (ref)"
+        << " | fast | fast/split | split KV GB/s (share) | fast KV GB/s (share of copy bw) |\n"
+        << "|---|---|---|---|---|---|---|---|\n";
+  for (int32_t ctx : z.attention_contexts) {
+    for (int32_t batch : z.attention_batches) {
+      const StepBatch step = BenchStep(batch, 1, ctx);
+      const Tensor q = qkv.tensor().Rows(0, batch), o = out.tensor().Rows(0, batch);
+      double seconds[3] = {0, 0, 0};
+      for (int which = 0; which < 3; ++which) {
+        Backend& b = which == 0 ? *single : which == 1 ? *split : *fast;
+        if (absl::Status st = b.BeginStep(step.view(), num_blocks, kBlockSize, max_context); !st.ok()) {
+          table << "BeginStep failed: " << st.ToString() << "\n";
+          return false;
+        }
+        seconds[which] = TimeIt([&] { b.Attention(q, shape, layer, 0.088f, o); }, z.warmup,
+                                z.smoke ? 1 : ctx * batch > 1 << 20 ? 10 : 50);
+      }
+      const double bytes = double(batch) * ctx * 2 * shape.num_kv_heads * shape.head_dim * 2;
+      char line[256];
+      std::snprintf(line, sizeof line, "| %d | %d | %.1f us | %.1f us | %.1f us | %.2f | %.0f (%.0f%%) | %.0f (%.0f%%) |\n",
+                    ctx, batch, seconds[0] * 1e6, seconds[1] * 1e6, seconds[2] * 1e6, seconds[2] / seconds[1],
+                    bytes / seconds[1] / 1e9, 100 * bytes / seconds[1] / bw, bytes / seconds[2] / 1e9,
+                    100 * bytes / seconds[2] / bw);
+      table << line;
+    }
+  }
+  return true;
+}
+
+namespace {
+
+// Device memory of the variants' section, freed at the end of it.
+struct DeviceBuffers {
+  std::vector<void*> all;
+  template <typename T>
+  T* Zeros(size_t count) {
+    void* p = nullptr;
+    CUDA_CHECK(cudaMalloc(&p, count * sizeof(T)));
+    CUDA_CHECK(cudaMemset(p, 0, count * sizeof(T)));
+    all.push_back(p);
+    return static_cast<T*>(p);
+  }
+  ~DeviceBuffers() {
+    for (void* p : all) cudaFree(p);
+  }
+};
+
+}  // namespace
+
+// Decode attention at GQA groups 4 and 8 (hd 128, blocks of 16, Hkv 2: one
+// tp-4 shard of Llama-3-8B (Hq 8) and of Llama-3-70B (Hq 16)): the fast
+// kernel's variants (cuda/decode_attention.cuh: the tensor-core one the
+// launcher chooses for these groups, and the SIMT one forced), each with the
+// plan PlanDecode gives it for an eager step, against the reference set's
+// split kernel (flash-decoding over partitions of kDecodePartitionSize keys),
+// launched directly on the same arrays, every sequence on its own blocks.
+// The cache is zeros: the kernels' work does not depend on the values.
+bool AttentionVariantSection(const Sizes& z, double bw, std::ostream& table) {
+  constexpr int kHkv = 2, kHd = 128;
+  cudaDeviceProp prop{};
+  CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
+  const int32_t batch = z.variant_batch;
+  const int32_t max_context = *std::max_element(z.variant_contexts.begin(), z.variant_contexts.end());
+  const int32_t blocks_per_seq = (max_context + kBlockSize - 1) / kBlockSize;
+  const int64_t num_blocks = int64_t{batch} * blocks_per_seq;
+  const int max_partitions = (max_context + cuda::kDecodePartitionSize - 1) / cuda::kDecodePartitionSize;
+  DeviceBuffers mem;
+  const size_t cache = static_cast<size_t>(num_blocks * kBlockSize * kHkv * kHd);
+  const auto* k = mem.Zeros<__nv_bfloat16>(cache);
+  const auto* v = mem.Zeros<__nv_bfloat16>(cache);
+  std::vector<int32_t> seqs(static_cast<size_t>(batch)), tables(static_cast<size_t>(num_blocks));
+  for (int32_t s = 0; s < batch; ++s) seqs[static_cast<size_t>(s)] = s;
+  for (int64_t b = 0; b < num_blocks; ++b) tables[static_cast<size_t>(b)] = static_cast<int32_t>(b);
+  int32_t* token_seq = mem.Zeros<int32_t>(seqs.size());
+  int32_t* block_tables = mem.Zeros<int32_t>(tables.size());
+  int32_t* positions = mem.Zeros<int32_t>(seqs.size());
+  CUDA_CHECK(cudaMemcpy(token_seq, seqs.data(), seqs.size() * sizeof(int32_t), cudaMemcpyHostToDevice));
+  CUDA_CHECK(cudaMemcpy(block_tables, tables.data(), tables.size() * sizeof(int32_t), cudaMemcpyHostToDevice));
+  table << "\n## Decode attention at GQA 4 and 8: tensor-core vs SIMT fast kernel vs reference split\n\nOne layer,"
+        << " Hkv " << kHkv << ", hd " << kHd << ", block size " << kBlockSize << ", batch " << batch
+        << "; KV bytes read / time against the copy bandwidth; plans from PlanDecode for an eager step.\n\n"
+        << "| Hq (group) | context | mma | simt | split (ref) | mma/simt | mma KV GB/s (share of copy bw) |"
+        << " simt (share) | split (share) |\n|---|---|---|---|---|---|---|---|---|\n";
+  for (int group : {4, 8}) {
+    cuda::PagedAttentionArgs a;
+    a.num_heads = group * kHkv;
+    a.num_kv_heads = kHkv;
+    a.head_dim = kHd;
+    a.num_tokens = batch;
+    a.token_seq = token_seq;
+    a.positions = positions;
+    a.block_tables = block_tables;
+    a.max_blocks_per_seq = blocks_per_seq;
+    a.block_size = kBlockSize;
+    a.scale = 0.088f;
+    a.k_cache = k;
+    a.v_cache = v;
+    a.qkv = mem.Zeros<__nv_bfloat16>(static_cast<size_t>(batch) * (a.num_heads + 2 * kHkv) * kHd);
+    a.out = mem.Zeros<__nv_bfloat16>(static_cast<size_t>(batch) * a.num_heads * kHd);
+    const size_t ws_floats = cuda::SplitDecodeWorkspaceFloats(batch, a.num_heads, kHd,
+                                                              std::max(max_partitions, cuda::DecodeSplitCap(max_context)));
+    float* ws = mem.Zeros<float>(ws_floats);
+    for (int32_t ctx : z.variant_contexts) {
+      const std::vector<int32_t> pos(static_cast<size_t>(batch), ctx - 1);
+      CUDA_CHECK(cudaMemcpy(positions, pos.data(), pos.size() * sizeof(int32_t), cudaMemcpyHostToDevice));
+      double seconds[3] = {0, 0, 0};
+      const int iters = z.smoke ? 1 : int64_t{ctx} * batch > 1 << 20 ? 10 : 50;
+      for (int which = 0; which < 2; ++which) {
+        const cuda::DecodeVariant variant = which == 0 ? cuda::DecodeVariant::kMma : cuda::DecodeVariant::kSimt;
+        const cuda::DecodePlan plan = cuda::PlanDecode(
+            {batch, kHkv, ctx, prop.multiProcessorCount, false, cuda::FastDecodeBlocksPerSm(variant, kHd, group)});
+        cudaError_t err = cudaSuccess;
+        seconds[which] = TimeIt([&] {
+          if (err == cudaSuccess) err = cuda::LaunchFastDecodeAttention(variant, a, 0, plan, ws, ws_floats, nullptr);
+        }, z.warmup, iters);
+        if (err != cudaSuccess) {
+          table << "LaunchFastDecodeAttention (" << cuda::DecodeVariantName(variant) << ", group " << group
+                << ") failed: " << cudaGetErrorString(err) << "\n";
+          return false;
+        }
+      }
+      cuda::SplitDecodeArgs split;
+      split.max_partitions = (ctx + cuda::kDecodePartitionSize - 1) / cuda::kDecodePartitionSize;
+      split.workspace = ws;
+      split.workspace_floats = ws_floats;
+      cudaError_t err = cudaSuccess;
+      seconds[2] = TimeIt([&] {
+        if (err == cudaSuccess) err = cuda::LaunchSplitDecodeAttention(a, split, nullptr);
+      }, z.warmup, iters);
+      if (err != cudaSuccess) {
+        table << "LaunchSplitDecodeAttention failed: " << cudaGetErrorString(err) << "\n";
+        return false;
+      }
+      const double bytes = double(batch) * ctx * 2 * kHkv * kHd * 2;
+      char line[320];
+      std::snprintf(line, sizeof line,
+                    "| %d (%d) | %d | %.1f us | %.1f us | %.1f us | %.2f | %.0f (%.0f%%) | %.0f%% | %.0f%% |\n",
+                    a.num_heads, group, ctx, seconds[0] * 1e6, seconds[1] * 1e6, seconds[2] * 1e6,
+                    seconds[0] / seconds[1], bytes / seconds[0] / 1e9, 100 * bytes / seconds[0] / bw,
+                    100 * bytes / seconds[1] / bw, 100 * bytes / seconds[2] / bw);
+      table << line;
+    }
+  }
+  return true;
+}
+
+namespace {
+
+// The MLP's first half at small M on the fast set: LinearSiluMul (one GEMV
+// launch writing silu(gate) * up) against Linear into gate_up then SiluMul
+// (two launches and the [M, 2F] round trip), weights cycled as in GemvSection.
+bool MlpSection(const Sizes& z, Backend& fast, std::ostream& table) {
+  table << "\n## MLP gate/up + SiLU at small batch: fused GEMV vs GEMV + SiluMul (fast set)\n\n"
+        << "| model | K -> 2 x F | M | fused | GEMV + SiluMul | fused / two ops |\n|---|---|---|---|---|---|\n";
+  const int64_t max_rows = *std::max_element(z.gemv_rows.begin(), z.gemv_rows.end());
+  for (const Sizes::Mlp& p : z.mlp_shapes) {
+    const double bytes = double(2 * p.F) * p.K * 2;
+    const size_t copies = std::max<size_t>(2, (z.gemv_rotate_bytes + size_t(bytes) - 1) / size_t(bytes));
+    std::vector<Buffer> weights;
+    for (size_t c = 0; c < copies; ++c) weights.push_back(fast.Allocate(DType::kBF16, {2 * p.F, p.K}));
+    Buffer x = fast.Allocate(DType::kBF16, {max_rows, p.K}), gate_up = fast.Allocate(DType::kBF16, {max_rows, 2 * p.F}),
+           act = fast.Allocate(DType::kBF16, {max_rows, p.F});
+    fast.Synchronize();
+    for (int64_t m : z.gemv_rows) {
+      const Tensor xm = x.tensor().Rows(0, m), gm = gate_up.tensor().Rows(0, m), am = act.tensor().Rows(0, m);
+      size_t next = 0;
+      const double fused =
+          TimeIt([&] { fast.LinearSiluMul(xm, weights[next++ % copies], gm, am); }, z.warmup, z.gemv_iters);
+      const double two = TimeIt(
+          [&] {
+            fast.Linear(xm, weights[next++ % copies], nullptr, gm);
+            fast.SiluMul(gm, am);
+          },
+          z.warmup, z.gemv_iters);
+      char line[256];
+      std::snprintf(line, sizeof line, "| %s | %lld -> 2 x %lld | %lld | %.2f us | %.2f us | %.2f |\n", p.name,
+                    static_cast<long long>(p.K), static_cast<long long>(p.F), static_cast<long long>(m), fused * 1e6,
+                    two * 1e6, fused / two);
+      table << line;
+    }
+  }
+  return true;
+}
+
+}  // namespace
+
+// Linear at small M through the fast kernel set (the GEMV) and the reference
+// set (cuBLAS) on the same buffers. Each timed call reads a different copy of
+// the weights (gemv_rotate_bytes of them, zeros: the work does not depend on
+// the values), so the weights come from HBM, not the L2, as in a decode step.
+bool GemvSection(const Sizes& z, double bw, std::ostream& table) {
+  std::unique_ptr<Backend> fast = MakeCudaBackend(0, cuda::KernelSet::kFast);
+  std::unique_ptr<Backend> ref = MakeCudaBackend(0, cuda::KernelSet::kReference);
+  table << "\n## Linear at small batch: GEMV (fast set) vs cuBLAS (reference set)\n\nWeight bytes read / time"
+        << " against the copy bandwidth; " << z.gemv_iters << " calls per number, weights cycled through "
+        << (z.gemv_rotate_bytes >> 20) << " MiB.\n\n| projection | K -> N | M | GEMV | cuBLAS | GEMV GB/s (share)"
+        << " | cuBLAS GB/s (share) |\n|---|---|---|---|---|---|---|\n";
+  const int64_t max_rows = *std::max_element(z.gemv_rows.begin(), z.gemv_rows.end());
+  for (const Sizes::Projection& p : z.gemv_shapes) {
+    const double bytes = double(p.N) * p.K * 2;
+    const size_t copies = std::max<size_t>(2, (z.gemv_rotate_bytes + size_t(bytes) - 1) / size_t(bytes));
+    std::vector<Buffer> weights;
+    for (size_t c = 0; c < copies; ++c) weights.push_back(fast->Allocate(DType::kBF16, {p.N, p.K}));
+    Buffer x = fast->Allocate(DType::kBF16, {max_rows, p.K}), y = fast->Allocate(DType::kBF16, {max_rows, p.N});
+    fast->Synchronize();
+    for (int64_t m : z.gemv_rows) {
+      const Tensor xm = x.tensor().Rows(0, m), ym = y.tensor().Rows(0, m);
+      double seconds[2] = {0, 0};
+      for (int which = 0; which < 2; ++which) {
+        Backend& b = which == 0 ? *fast : *ref;
+        size_t next = 0;
+        seconds[which] = TimeIt([&] { b.Linear(xm, weights[next++ % copies], nullptr, ym); }, z.warmup, z.gemv_iters);
+      }
+      char line[256];
+      std::snprintf(line, sizeof line, "| %s | %lld -> %lld | %lld | %.2f us | %.2f us | %.0f (%.0f%%) | %.0f (%.0f%%) |\n",
+                    p.name, static_cast<long long>(p.K), static_cast<long long>(p.N), static_cast<long long>(m),
+                    seconds[0] * 1e6, seconds[1] * 1e6, bytes / seconds[0] / 1e9, 100 * bytes / seconds[0] / bw,
+                    bytes / seconds[1] / 1e9, 100 * bytes / seconds[1] / bw);
+      table << line;
+    }
+  }
+  return MlpSection(z, *fast, table);
+}
+
+namespace {
+
+// A device array of `count` T copied from host, freed by the caller with cudaFree.
+template <typename T>
+T* DeviceArray(const std::vector<T>& host) {
+  void* p = nullptr;
+  CUDA_CHECK(cudaMalloc(&p, std::max<size_t>(sizeof(T) * host.size(), 1)));
+  if (!host.empty()) CUDA_CHECK(cudaMemcpy(p, host.data(), sizeof(T) * host.size(), cudaMemcpyHostToDevice));
+  return static_cast<T*>(p);
+}
+
+}  // namespace
+
+namespace {
+
+// Seconds per replay of `enqueue`'s launches captured into a CUDA graph on `stream`.
+template <typename Fn>
+double TimeGraph(cudaStream_t stream, Fn&& enqueue, int iters) {
+  cudaGraph_t graph;
+  cudaGraphExec_t exec;
+  CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
+  enqueue();
+  CUDA_CHECK(cudaStreamEndCapture(stream, &graph));
+  CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+  const double s = TimeIt([&] { CUDA_CHECK(cudaGraphLaunch(exec, stream)); }, 3, iters);
+  CUDA_CHECK(cudaGraphExecDestroy(exec));
+  CUDA_CHECK(cudaGraphDestroy(graph));
+  return s;
+}
+
+}  // namespace
+
+// The sampler's kernels alone on random bf16 logits [1, B, V] (temperature
+// 0.6, top-p 0.9, no penalties or log-probs): the sliced path (as CudaSampler
+// plans it on this device) and the row kernel, eager and as a graph
+// (the emulator cannot capture: --smoke times eager launches only); then
+// CudaSampler::Sample under each kernel set, the whole call.
+bool SamplerSection(const Sizes& z, std::ostream& table) {
+  cudaDeviceProp prop{};
+  CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
+  const int32_t V = z.sampler_vocab;
+  table << "\n## GPU sampler: sliced (fast set) vs one block per row (reference set)\n\nV = " << V
+        << ", bf16 logits, temperature 0.6 + top-p 0.9, " << z.sampler_iters << " calls per number; kernels"
+        << " launched eagerly and replayed as one CUDA graph; Sample = CudaSampler::Sample's whole call (upload,"
+        << " kernels, read-back, sync).\n\n| batch | slices | sliced eager | sliced graph | row eager | row graph |"
+        << " Sample fast | Sample reference |\n|---|---|---|---|---|---|---|---|\n";
+  cudaStream_t stream;
+  CUDA_CHECK(cudaStreamCreate(&stream));
+  std::mt19937_64 rng(12);
+  std::normal_distribution<float> normal(0.0f, 2.0f);
+  for (int32_t B : z.sampler_batches) {
+    std::vector<uint16_t> logits(static_cast<size_t>(B) * V);
+    for (uint16_t& x : logits) x = FloatToBf16(normal(rng));
+    std::vector<sampling::RowParams> params(B);
+    std::vector<int32_t> index(B), offsets(B + 1, 0);
+    for (int32_t r = 0; r < B; ++r) {
+      params[r].temperature = 0.6f, params[r].top_p = 0.9f, params[r].uniform = (r + 0.5) / B;
+      index[r] = r;
+    }
+    uint16_t* d_logits = DeviceArray(logits);
+    sampling::RowParams* d_params = DeviceArray(params);
+    int32_t* d_index = DeviceArray(index);
+    int32_t* d_offsets = DeviceArray(offsets);
+    sampling::RowResult* d_results = DeviceArray(std::vector<sampling::RowResult>(B));
+    sampling::TopLogprob* d_top = DeviceArray(std::vector<sampling::TopLogprob>(B));
+    cuda::SlicedSampleArgs sliced;
+    sliced.gathered = d_logits, sliced.rows = B, sliced.layout_rows = B, sliced.row_index = d_index;
+    sliced.shard_vocab = V, sliced.vocab = V, sliced.params = d_params, sliced.results = d_results;
+    sliced.plan = cuda::PlanSlices(B, V, prop.multiProcessorCount);
+    sliced.stages = cuda::PlanSliceStages(params.data(), B, V);
+    sliced.workspace_bytes = cuda::SlicedSampleWorkspaceBytes(B, sliced.plan.slices);
+    CUDA_CHECK(cudaMalloc(&sliced.workspace, sliced.workspace_bytes));
+    cuda::SampleRowsArgs row;
+    row.gathered = d_logits, row.rows = B, row.layout_rows = B, row.row_index = d_index, row.shard_vocab = V;
+    row.vocab = V, row.params = d_params, row.entry_offsets = d_offsets, row.top_stride = 1, row.top = d_top;
+    row.results = d_results;
+    const auto run_sliced = [&] { CUDA_CHECK(cuda::LaunchSlicedSample(sliced, stream)); };
+    const auto run_row = [&] { CUDA_CHECK(cuda::LaunchSampleRows(row, stream)); };
+    const auto eager = [&](auto&& fn) {
+      return TimeIt([&] { fn(); CUDA_CHECK(cudaStreamSynchronize(stream)); }, z.smoke ? 0 : 3, z.sampler_iters);
+    };
+    const double sliced_eager = eager(run_sliced), row_eager = eager(run_row);
+    const double sliced_graph = z.smoke ? 0 : TimeGraph(stream, run_sliced, z.sampler_iters);
+    const double row_graph = z.smoke ? 0 : TimeGraph(stream, run_row, z.sampler_iters);
+    double sample[2] = {0, 0};
+    for (int which = 0; which < 2; ++which) {
+      cuda::CudaSampler::Options options;
+      options.max_seqs = B, options.vocab_size = V;
+      options.kernels = which == 0 ? cuda::KernelSet::kFast : cuda::KernelSet::kReference;
+      auto sampler = cuda::CudaSampler::Create(options, stream);
+      if (!sampler.ok()) {
+        table << "| " << B << " | CudaSampler::Create failed: " << sampler.status().ToString() << " |\n";
+        return false;
+      }
+      std::vector<std::unique_ptr<SequenceSamplingState>> seqs;
+      std::vector<SequenceSamplingState*> ptrs;
+      for (int32_t r = 0; r < B; ++r) {
+        SamplingParams p;
+        p.temperature = 0.6f, p.top_p = 0.9f, p.seed = static_cast<uint64_t>(r);
+        seqs.push_back(std::make_unique<SequenceSamplingState>(p, std::vector<int32_t>{1}, std::vector<int32_t>{}));
+        ptrs.push_back(seqs.back().get());
+      }
+      const Tensor gathered(d_logits, DType::kBF16, Device::kCuda, {1, B, V});
+      sample[which] = TimeIt([&] { (*sampler)->Sample(gathered, V, ptrs); }, z.smoke ? 0 : 3, z.sampler_iters);
+    }
+    const auto us = [](double s) { return s * 1e6; };
+    char line[256];
+    std::snprintf(line, sizeof line, "| %d | %d | %.1f us | %s | %.1f us | %s | %.1f us | %.1f us |\n", B,
+                  sliced.plan.slices, us(sliced_eager),
+                  z.smoke ? "-" : absl::StrCat(absl::SixDigits(us(sliced_graph)), " us").c_str(), us(row_eager),
+                  z.smoke ? "-" : absl::StrCat(absl::SixDigits(us(row_graph)), " us").c_str(), us(sample[0]),
+                  us(sample[1]));
+    table << line;
+    for (void* p : {static_cast<void*>(d_logits), static_cast<void*>(d_params), static_cast<void*>(d_index),
+                    static_cast<void*>(d_offsets), static_cast<void*>(d_results), static_cast<void*>(d_top),
+                    sliced.workspace}) {
+      CUDA_CHECK(cudaFree(p));
+    }
+  }
+  CUDA_CHECK(cudaStreamDestroy(stream));
+  return true;
+}
+
+// Prefill attention of one layer with Qwen3-0.6B's geometry (Hq 16, Hkv 8, hd
+// 128, blocks of 16): one prompt of P tokens from position 0, the fast kernel
+// set (the tensor-core prefill kernel, cuda/prefill_attention.cuh) against the
+// reference set (one block per token and KV head). TFLOP/s counts the causal
+// work: Q·Kᵀ and P·V over P·(P+1)/2 (query, key) pairs, 4 · Hq · hd FLOPs each.
+// The cache is zeros: the kernels' work does not depend on the values.
+bool PrefillAttentionSection(const Sizes& z, std::ostream& table) {
+  const AttentionShape shape{16, 8, 128};
+  const int32_t max_prompt =
+      *std::max_element(z.prefill_attention_prompts.begin(), z.prefill_attention_prompts.end());
+  std::unique_ptr<Backend> reference = MakeCudaBackend(0, cuda::KernelSet::kReference),
+                           fast = MakeCudaBackend(0, cuda::KernelSet::kFast);
+  const int64_t num_blocks = (max_prompt + kBlockSize - 1) / kBlockSize;
+  Buffer k = fast->Allocate(DType::kBF16, {num_blocks, kBlockSize, shape.num_kv_heads, shape.head_dim});
+  Buffer v = fast->Allocate(DType::kBF16, {num_blocks, kBlockSize, shape.num_kv_heads, shape.head_dim});
+  Buffer qkv = fast->Allocate(DType::kBF16, {max_prompt, shape.qkv_width()});
+  Buffer out = fast->Allocate(DType::kBF16, {max_prompt, int64_t{shape.num_heads} * shape.head_dim});
+  fast->Synchronize();
+  const KvCacheLayer layer{k.tensor(), v.tensor()};
+  table << "\n## Prefill attention: tensor-core kernel (fast set) vs reference kernel\n\nOne layer, one prompt, Hq 16,"
+        << " Hkv 8, hd 128, block size 16; causal FLOPs (4 · Hq · hd per visible query-key pair) / time.\n\n"
+        << "| prompt | reference | tensor-core | speed-up | reference TFLOP/s | tensor-core TFLOP/s |\n"
+        << "|---|---|---|---|---|---|\n";
+  for (int32_t prompt : z.prefill_attention_prompts) {
+    const StepBatch step = BenchStep(1, prompt, prompt);
+    const Tensor q = qkv.tensor().Rows(0, prompt), o = out.tensor().Rows(0, prompt);
+    double seconds[2] = {0, 0};
+    for (int which = 0; which < 2; ++which) {
+      Backend& b = which == 0 ? *reference : *fast;
+      if (absl::Status st = b.BeginStep(step.view(), num_blocks, kBlockSize, max_prompt); !st.ok()) {
+        table << "BeginStep failed: " << st.ToString() << "\n";
+        return false;
+      }
+      seconds[which] = TimeIt([&] { b.Attention(q, shape, layer, 0.088f, o); }, z.warmup, z.smoke ? 1 : 20);
+    }
+    const double flops = 4.0 * shape.num_heads * shape.head_dim * (double(prompt) * (prompt + 1) / 2);
+    char line[256];
+    std::snprintf(line, sizeof line, "| %d | %.3f ms | %.3f ms | %.2f | %.1f | %.1f |\n", prompt, seconds[0] * 1e3,
+                  seconds[1] * 1e3, seconds[0] / seconds[1], flops / seconds[0] / 1e12, flops / seconds[1] / 1e12);
+    table << line;
+  }
+  return true;
+}
+
+}  // namespace tpserve::gpu_bench
