@@ -77,6 +77,16 @@ struct LaunchConfig {
 // or the error with LastReport() saying why.
 cudaError_t RunLaunch(const LaunchConfig& config, const std::function<void()>& thread_body);
 
+// The launch's configuration against the limits above: cudaSuccess, or
+// cudaErrorInvalidConfiguration with LastReport() saying why.
+cudaError_t CheckLaunchConfig(const LaunchConfig& config);
+
+// A launch on `stream` (cuda/emu/capture.cc): RunLaunch now, or, while the
+// stream captures a graph, the configuration checked and the launch recorded
+// (`thread_body` holds the kernel's arguments by value) to run at every replay.
+// The error, if any, is also left for cudaGetLastError.
+cudaError_t EnqueueLaunch(cudaStream_t stream, const LaunchConfig& config, std::function<void()> thread_body);
+
 // Programmatic (PDL) launches run so far in this process, on every host thread
 // (tests check that the switch that turns PDL off does).
 int64_t ProgrammaticLaunches();
@@ -140,17 +150,20 @@ T FromBits(uint64_t bits) {
 template <typename Kernel>
 struct Launcher {
   LaunchConfig config;
+  cudaStream_t stream;
   Kernel* kernel;
+  // By value, like a launch's arguments (arrays decay); the launch keeps its
+  // own copies, so a captured launch replays with the values of this call.
   template <typename... Args>
-  void operator()(Args... args) const {  // by value, like a launch's arguments (arrays decay)
-    SetLastError(RunLaunch(config, [&] { kernel(args...); }));
+  void operator()(Args... args) const {
+    (void)EnqueueLaunch(stream, config, [kernel = kernel, args...] { kernel(args...); });
   }
 };
 
 template <typename Kernel>
-Launcher<Kernel> MakeLauncher(const char* name, dim3 grid, dim3 block, size_t shared_bytes, Kernel* kernel,
-                              bool programmatic = false) {
-  return {LaunchConfig{name, grid, block, shared_bytes, programmatic}, kernel};
+Launcher<Kernel> MakeLauncher(const char* name, dim3 grid, dim3 block, size_t shared_bytes, cudaStream_t stream,
+                              Kernel* kernel, bool programmatic = false) {
+  return {LaunchConfig{name, grid, block, shared_bytes, programmatic}, stream, kernel};
 }
 
 }  // namespace tpserve::cuda::emu
@@ -173,10 +186,10 @@ Launcher<Kernel> MakeLauncher(const char* name, dim3 grid, dim3 block, size_t sh
                                                                        sizeof(T) * (n), #name))
 #define TPSERVE_DYNAMIC_SHARED(T, name) T* const name = static_cast<T*>(::tpserve::cuda::emu::DynamicShared())
 #define TPSERVE_LAUNCH(kernel, grid, block, shared_bytes, stream) \
-  ((void)(stream), ::tpserve::cuda::emu::MakeLauncher(#kernel, (grid), (block), (shared_bytes), &kernel))
-#define TPSERVE_LAUNCH_PDL(grid, block, shared_bytes, stream, programmatic, ...)                        \
-  ((void)(stream), ::tpserve::cuda::emu::MakeLauncher(#__VA_ARGS__, (grid), (block), (shared_bytes), \
-                                                      &__VA_ARGS__, (programmatic)))
+  ::tpserve::cuda::emu::MakeLauncher(#kernel, (grid), (block), (shared_bytes), (stream), &kernel)
+#define TPSERVE_LAUNCH_PDL(grid, block, shared_bytes, stream, programmatic, ...)                      \
+  ::tpserve::cuda::emu::MakeLauncher(#__VA_ARGS__, (grid), (block), (shared_bytes), (stream), &__VA_ARGS__, \
+                                     (programmatic))
 #define TPSERVE_GRID_DEPENDENCY_WAIT() ::tpserve::cuda::emu::GridDependencyWait()
 #define TPSERVE_GRID_DEPENDENTS_LAUNCH() ((void)0)
 
