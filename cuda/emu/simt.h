@@ -25,6 +25,12 @@
 // dimensions, 48 KiB of shared memory per block without an opt-in) fails
 // before it runs.
 //
+// A launch goes to its stream (EnqueueLaunch, cuda/emu/capture.cc): it runs
+// there and then, or, while the stream captures a CUDA graph, it is recorded
+// with copies of its arguments and runs at every replay of the graph (a
+// programmatic one counts and is checked at each). capture.cc's header lists
+// the rules of stream capture held and those not modelled.
+//
 // A failed launch sets the error cudaGetLastError returns
 // (cudaErrorInvalidConfiguration or cudaErrorLaunchFailure) and LastReport()
 // says which kernel, block, thread and line, and why (cudaGetErrorString in the
