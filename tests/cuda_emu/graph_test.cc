@@ -308,7 +308,7 @@ TEST_P(EmuCaptureRuleTest, BreakingItFailsWithCudasCodeAndInvalidatesTheCapture)
 INSTANTIATE_TEST_SUITE_P(Rules, EmuCaptureRuleTest, ::testing::ValuesIn(kViolations),
                          [](const ::testing::TestParamInfo<Violation>& info) { return std::string(info.param.name); });
 
-TEST(EmuGraphTest, CaptureIsEndedByItsOwnThreadAndThreadLocalModeSparesOthers) {
+TEST(EmuGraphTest, CaptureIsEndedByItsOwnThreadAndThreadLocalModeSparesOthersUnsafeCalls) {
   Stream st;
   ASSERT_EQ(cudaStreamBeginCapture(st.s, cudaStreamCaptureModeThreadLocal), cudaSuccess);
   EXPECT_EQ(cudaStreamBeginCapture(st.s, cudaStreamCaptureModeThreadLocal), cudaErrorIllegalState);
@@ -327,6 +327,18 @@ TEST(EmuGraphTest, CaptureIsEndedByItsOwnThreadAndThreadLocalModeSparesOthers) {
   ASSERT_EQ(cudaStreamEndCapture(st.s, &graph), cudaSuccess) << "still open for the thread that began it";
   ASSERT_NE(graph, nullptr);
   cudaGraphDestroy(graph);
+
+  // But no thread may put work on the legacy stream meanwhile (a host-staged
+  // communicator's synchronous copy, say): the blocking stream's capture breaks.
+  ASSERT_EQ(cudaStreamBeginCapture(st.s, cudaStreamCaptureModeThreadLocal), cudaSuccess);
+  cudaError_t other_copy = cudaSuccess;
+  std::thread([&] {
+    int src = 1, dst = 0;
+    other_copy = cudaMemcpy(&dst, &src, sizeof(int), cudaMemcpyHostToHost);
+  }).join();
+  EXPECT_EQ(other_copy, cudaErrorStreamCaptureImplicit);
+  EXPECT_EQ(cudaStreamEndCapture(st.s, &graph), cudaErrorStreamCaptureInvalidated);
+  cudaGetLastError();
   EXPECT_EQ(cudaStreamEndCapture(st.s, &graph), cudaErrorIllegalState) << "no capture is open";
   cudaGetLastError();
 
