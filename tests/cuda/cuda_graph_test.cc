@@ -12,7 +12,7 @@
 // and the static step buffers reject a step beyond the reserved capacity.
 // Skips without a GPU. The emulated run (tests/cuda_emu/, label cuda-emu:
 // graph capture and replay of cuda/emu/capture.cc) runs the same cases on tiny
-// models, with fewer steps and the buckets of a 16-sequence server, the
+// models, with fewer steps and the buckets of an 8-sequence server, the
 // partition and bucket cases on Qwen3 only; the 32k contexts only on a GPU.
 #include <gtest/gtest.h>
 
@@ -41,7 +41,7 @@ constexpr int32_t kBlockSize = 16;
 // Decode steps per batch, and the server whose every bucket is replayed
 // (fewer of each in the emulated run, where a step takes a good part of a second).
 constexpr int kSteps = cuda_test::kEmulated ? 3 : 8;
-constexpr int kEveryBucketSeqs = cuda_test::kEmulated ? 16 : 256;
+constexpr int kEveryBucketSeqs = cuda_test::kEmulated ? 8 : 256;
 constexpr int kEveryBucketSteps = cuda_test::kEmulated ? 1 : 2;
 
 // The sizes of one run of decode graphs.
@@ -291,7 +291,7 @@ TEST_P(CudaGraphTest, ReplayedDecodeStepsAcrossAttentionPartitions) {
   RunDecodeGraphs(GetParam(), kAcrossPartitions);
 }
 
-// Every captured bucket of a 256-sequence server (16 emulated) replays, full and padded.
+// Every captured bucket of a 256-sequence server (8 emulated) replays, full and padded.
 TEST_P(CudaGraphTest, ReplayedDecodeStepsAtEveryBucket) {
   TPSERVE_REQUIRE_GPU();
   TPSERVE_SKIP_SECOND_MODEL_WHEN_EMULATED();
