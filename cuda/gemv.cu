@@ -40,26 +40,15 @@ __device__ __forceinline__ void GemvEpilogue(const float* partial, int cols_per_
   }
 }
 
-// kUnroll 16-byte weight vectors of row `wr` from chunk c0, `stride` apart;
-// zeros past the row's `chunks`.
-__device__ __forceinline__ void LoadWeights(const __nv_bfloat16* __restrict__ wr, int64_t c0, int64_t stride,
-                                            int64_t chunks, uint4 (&wv)[kUnroll]) {
-#pragma unroll
-  for (int u = 0; u < kUnroll; ++u) {
-    const int64_t c = c0 + u * stride;
-    wv[u] = c < chunks ? LoadBf16x8(wr, c) : uint4{0, 0, 0, 0};
-  }
-}
-
 // One block: plan.cols_per_block column groups (rows of w) for all kM rows of
 // x; the kGemvWarps / cols_per_block warps of a group stride over its K
 // together (cuda/gemv_plan.h). Every thread reaches the one __syncthreads.
 //   plain GEMV (kSiluMul false): N outputs, group g of block b is row b·cols + g;
 //   SiLU-mul: N = F features, group g of block b is the gate row (g even) or
 //   the up row (g odd, F further) of feature b·cols/2 + g/2.
-// A programmatic launch: the first kUnroll weight vectors of each lane are
-// loaded before the wait (no kernel writes w), so they are in flight while the
-// previous kernel finishes; x, bias and y only after it.
+// A programmatic launch: before the wait it only asks L2 for each lane's first
+// kUnroll weight vectors (no kernel writes w), so they are on their way while
+// the previous kernel finishes; x, bias and y are touched after the wait.
 template <int kM, bool kSiluMul>
 __global__ void __launch_bounds__(kGemvThreads)
     GemvKernel(const __nv_bfloat16* __restrict__ x, const __nv_bfloat16* __restrict__ w,
@@ -75,17 +64,26 @@ __global__ void __launch_bounds__(kGemvThreads)
   const int64_t chunks = K / kBf16PerVec;  // 16-byte vectors per row
   const int64_t stride = int64_t{kWarpSize} * k_split;
   const int64_t c_first = (warp % k_split) * kWarpSize + lane;
-  const __nv_bfloat16* wr = w + row * K;
-  uint4 wv[kUnroll];  // the loads first, so kUnroll are in flight
-  if (n < N) LoadWeights(wr, c_first, stride, chunks, wv);
+  if (n < N) {
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      if (c_first + u * stride < chunks) PrefetchL2Bf16x8(w + row * K, c_first + u * stride);
+    }
+  }
   TPSERVE_GRID_DEPENDENCY_WAIT();
   TPSERVE_GRID_DEPENDENTS_LAUNCH();
   float acc[kM];
 #pragma unroll
   for (int m = 0; m < kM; ++m) acc[m] = 0.f;
   if (n < N) {
+    const __nv_bfloat16* wr = w + row * K;
     for (int64_t c0 = c_first; c0 < chunks; c0 += stride * kUnroll) {
-      if (c0 != c_first) LoadWeights(wr, c0, stride, chunks, wv);
+      uint4 wv[kUnroll];  // the loads first, so kUnroll are in flight
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u) {
+        const int64_t c = c0 + u * stride;
+        wv[u] = c < chunks ? LoadBf16x8(wr, c) : uint4{0, 0, 0, 0};
+      }
 #pragma unroll
       for (int u = 0; u < kUnroll; ++u) {
         const int64_t c = c0 + u * stride;
