@@ -60,9 +60,9 @@ struct Preset {
 };
 #if defined(TPSERVE_CUDA_EMU)
 // The emulated run (tests/cuda_emu/) checks the test itself on tiny models,
-// eagerly (the emulator captures no graphs), with fewer tokens.
+// with fewer tokens, the fast side through graphs as on a GPU (captured and
+// replayed by cuda/emu/capture.cc).
 constexpr int kTokens = 6;
-constexpr bool kGraphs = false;
 const Preset kPresets[] = {
     {"qwen3_tiny", "--arch qwen3 --hidden 64 --intermediate 128 --layers 2 --heads 4 --kv-heads 2 --head-dim 32 "
                    "--vocab 301 --seed 61 --max-pos 1024"},
@@ -71,7 +71,6 @@ const Preset kPresets[] = {
 };
 #else
 constexpr int kTokens = 64;
-constexpr bool kGraphs = true;
 const Preset kPresets[] = {
     {"qwen3_0_6b", "--preset qwen3-0.6b --seed 61 --max-pos 1024"},
     {"llama_3_2_1b", "--preset llama-3.2-1b --seed 62 --max-pos 1024"},
@@ -125,6 +124,7 @@ std::vector<GenerationResult> Serve(const std::filesystem::path& dir, cuda::Kern
   options.model.max_position = 1024;
   options.enforce_eager = eager;
   options.return_logits = logits;
+  if (cuda_test::kEmulated) options.model.max_num_seqs = 4;  // buckets 1, 2, 4: the requests at once
   if (gpu_sampler) {
     cuda::CudaSampler::Options sampler_options;
     sampler_options.max_seqs = 256;
@@ -141,6 +141,7 @@ std::vector<GenerationResult> Serve(const std::filesystem::path& dir, cuda::Kern
   if (!engine.ok()) return {};
   absl::StatusOr<std::vector<GenerationResult>> results = (*engine)->Generate(requests);
   EXPECT_TRUE(results.ok()) << results.status();
+  EXPECT_EQ((*engine)->uses_graphs(), !eager) << "the fast side decodes through graphs, the reference eagerly";
   return results.ok() ? *std::move(results) : std::vector<GenerationResult>{};
 }
 
@@ -156,9 +157,9 @@ TEST_P(KernelSetModelTest, FastServingPathFollowsTheReferenceSetToTheFirstDiffer
   const std::vector<GenerationResult> ref =
       Serve(dir, cuda::KernelSet::kReference, /*eager=*/true, /*logits=*/true, /*gpu_sampler=*/false, requests, vocab);
   const std::vector<GenerationResult> fast =
-      Serve(dir, cuda::KernelSet::kFast, !kGraphs, /*logits=*/false, /*gpu_sampler=*/true, requests, vocab);
+      Serve(dir, cuda::KernelSet::kFast, /*eager=*/false, /*logits=*/false, /*gpu_sampler=*/true, requests, vocab);
   const std::vector<GenerationResult> fast_logits =
-      Serve(dir, cuda::KernelSet::kFast, !kGraphs, /*logits=*/true, /*gpu_sampler=*/false, requests, vocab);
+      Serve(dir, cuda::KernelSet::kFast, /*eager=*/false, /*logits=*/true, /*gpu_sampler=*/false, requests, vocab);
   ASSERT_EQ(ref.size(), requests.size());
   ASSERT_EQ(fast.size(), requests.size());
   ASSERT_EQ(fast_logits.size(), requests.size());
