@@ -1,23 +1,42 @@
 // The fast kernel set against the reference set (cuda/kernel_set.h) on whole
-// models at real widths, the way each serves: the fast set through the
-// engine's default path (decode steps as CUDA graphs, greedy tokens chosen by
-// the GPU sampler), the reference set eagerly with its logits read back and
-// the greedy token taken on the host. Qwen3-0.6B's and Llama-3.2-1B's layer
-// shapes (hidden, heads, head_dim 128, vocabularies of 151,936 and 128,256;
-// 8 layers each, to keep the run short), random weights, four prompts of 5 to
-// 600 tokens, 64 greedy tokens each.
-//
-// The two sets round differently (other summation orders in bf16), so a
-// request's tokens must be equal up to its first near-tie: a step where the
-// fast token's reference logit is within kNearTie of the reference token's.
-// There the comparison of that request stops (and says so); a token that
-// differs at a clear margin fails. At least a quarter of all tokens must be
-// compared, so near-ties cannot hide a broken kernel. The same comparison
-// holds the fast set served through graphs to its own eager steps (graphs
-// equal eager, up to near-ties). Skips without a GPU.
+// models at real shapes, the way each serves. Qwen3-0.6B and Llama-3.2-1B at
+// full depth (28 and 16 layers; hidden, heads, head_dim 128, vocabularies of
+// 151,936 and 128,256), random weights, four prompts of 5 to 600 tokens, 64
+// greedy tokens each, three runs of one engine configuration each:
+//   reference: the reference set, eager, logits read back, tokens chosen on the host;
+//   fast:      the fast set as it serves: decode steps as CUDA graphs, tokens
+//              chosen by the GPU sampler, no logits read back;
+//   fast+logits: the fast set through the same graphs with its logits read
+//              back and the tokens chosen on the host;
+//   fast eager: the fast set without graphs, logits read back.
+// Checks:
+//   * fast and fast+logits give the same tokens, exactly: the same kernels
+//     on the same steps give the same logits, and the GPU sampler's greedy
+//     choice is the host's (ties to the lowest id);
+//   * fast+logits against reference, up to each request's first differing
+//     token (the two sets round differently, bf16 sums in other orders, so
+//     greedy paths part at near-ties): at every step compared, the logit rows
+//     agree to kRmsTol of the reference row's spread (the root mean square of
+//     the difference over the vocabulary, over its standard deviation) and
+//     kMaxTol at worst. This compares whole rows, 150k logits a step, so a
+//     broken kernel cannot hide behind near-ties. Wrong weights or a wrong
+//     head mapping give differences of the order of the spread itself;
+//   * fast+logits against fast eager the same way: the same kernels through
+//     graphs and eagerly (graphs equal eager, up to the decode attention's
+//     plan, made for the reserved context in a graph and for the step's own
+//     eagerly), so a capture bug (a stale argument or host buffer baked into
+//     a graph, a replay of the wrong bucket) cannot hide behind a kernel set's
+//     rounding.
+// The tolerances: the emulated kernels (tests/cuda_emu/) on Qwen3-0.6B's
+// widths with 12 layers and a 4,096-token vocabulary, 4 requests of 6 tokens,
+// differ by 0.013 (root mean square) and 0.058 (largest) of the row's standard
+// deviation; kRmsTol and kMaxTol leave room for 28 layers and for cuBLAS's
+// sums, which the emulator does not reproduce. No GPU run has measured the
+// real differences yet: the test prints them. Skips without a GPU.
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <memory>
@@ -37,7 +56,10 @@
 namespace tpserve {
 namespace {
 
-constexpr float kNearTie = 0.05f;  // logits; bf16 activations through 8 layers
+// Differences fast+logits − reference at a compared step, over the reference
+// row's standard deviation: root mean square and largest.
+constexpr double kRmsTol = 0.1;
+constexpr double kMaxTol = 0.5;
 
 struct Preset {
   const char* name;
@@ -57,8 +79,8 @@ const Preset kPresets[] = {
 #else
 constexpr int kTokens = 64;
 const Preset kPresets[] = {
-    {"qwen3_0_6b", "--preset qwen3-0.6b --layers 8 --seed 61 --max-pos 1024"},
-    {"llama_3_2_1b", "--preset llama-3.2-1b --layers 8 --seed 62 --max-pos 1024"},
+    {"qwen3_0_6b", "--preset qwen3-0.6b --seed 61 --max-pos 1024"},
+    {"llama_3_2_1b", "--preset llama-3.2-1b --seed 62 --max-pos 1024"},
 };
 #endif
 
@@ -79,95 +101,124 @@ std::vector<GenerationRequest> Requests(int64_t vocab) {
   return requests;
 }
 
-// Greedy tokens for Requests() from an engine over a fresh backend of
-// `kernels`: with `serving`, as tpserve serves (decode steps as CUDA graphs,
-// greedy tokens chosen by the GPU sampler; the graphs must have been taken),
-// otherwise eagerly with each token's logits row read back.
-void Generate(const std::filesystem::path& dir, cuda::KernelSet kernels, bool serving,
-              std::vector<GenerationResult>* out) {
-  std::unique_ptr<Communicator> solo = MakeSoloCommunicator();
-  std::unique_ptr<Backend> backend = MakeCudaBackend(0, kernels);
-  absl::StatusOr<ModelConfig> config = LoadModelConfig(dir);
-  ASSERT_TRUE(config.ok()) << config.status();
-  EngineOptions options;
-  options.model.max_position = 1024;
-  std::unique_ptr<cuda::CudaSampler> sampler;
-  if (serving) {
-    cuda::CudaSampler::Options sampler_options;
-    sampler_options.max_seqs = 256;
-    sampler_options.vocab_size = config->vocab_size;
-    absl::StatusOr<std::unique_ptr<cuda::CudaSampler>> created =
-        cuda::CudaSampler::Create(sampler_options, static_cast<cudaStream_t>(backend->stream()));
-    ASSERT_TRUE(created.ok()) << created.status();
-    sampler = *std::move(created);
-    options.sampler = sampler.get();
-    if (cuda_test::kEmulated) options.model.max_num_seqs = 4;  // buckets 1, 2, 4: the requests at once
-  } else {
-    options.enforce_eager = true;
-    options.return_logits = true;
+// Root mean square and largest |a - b| over the row, each over the standard deviation of `b`.
+struct RowDifference {
+  double rms = 0, max = 0;
+};
+RowDifference Difference(const std::vector<float>& a, const std::vector<float>& b) {
+  double mean = 0, sq = 0, largest = 0;
+  for (float v : b) mean += v;
+  mean /= static_cast<double>(b.size());
+  for (size_t i = 0; i < b.size(); ++i) {
+    const double d = static_cast<double>(a[i]) - b[i];
+    sq += d * d;
+    largest = std::max(largest, std::abs(d));
   }
-  absl::StatusOr<std::unique_ptr<Engine>> engine = Engine::Create(dir, *backend, *solo, options);
-  ASSERT_TRUE(engine.ok()) << engine.status();
-  absl::StatusOr<std::vector<GenerationResult>> results = (*engine)->Generate(Requests(config->vocab_size));
-  ASSERT_TRUE(results.ok()) << results.status();
-  EXPECT_EQ((*engine)->uses_graphs(), serving) << "the serving path must decode through graphs";
-  *out = *std::move(results);
+  double var = 0;
+  for (float v : b) var += (v - mean) * (v - mean);
+  const double sd = std::sqrt(var / static_cast<double>(b.size()));
+  return {std::sqrt(sq / static_cast<double>(b.size())) / sd, largest / sd};
 }
 
-// `other`'s tokens against `ref`'s (eager, with logits) up to each request's
-// first near-tie; fails on a token that differs at a clear margin or when
-// fewer than a quarter of the tokens were compared.
-void ExpectEqualToTheFirstNearTie(const std::vector<GenerationResult>& ref,
-                                  const std::vector<GenerationResult>& other, const char* name) {
-  ASSERT_EQ(ref.size(), other.size());
+// One engine over `dir` on a fresh CUDA backend of `kernels`; its results for `requests`.
+std::vector<GenerationResult> Serve(const std::filesystem::path& dir, cuda::KernelSet kernels, bool eager,
+                                    bool logits, bool gpu_sampler, const std::vector<GenerationRequest>& requests,
+                                    int64_t vocab) {
+  std::unique_ptr<Communicator> solo = MakeSoloCommunicator();
+  std::unique_ptr<Backend> backend = MakeCudaBackend(0, kernels);
+  std::unique_ptr<cuda::CudaSampler> sampler;
+  EngineOptions options;
+  options.model.max_position = 1024;
+  options.enforce_eager = eager;
+  options.return_logits = logits;
+  if (cuda_test::kEmulated) options.model.max_num_seqs = 4;  // buckets 1, 2, 4: the requests at once
+  if (gpu_sampler) {
+    cuda::CudaSampler::Options sampler_options;
+    sampler_options.max_seqs = 256;
+    sampler_options.vocab_size = vocab;
+    absl::StatusOr<std::unique_ptr<cuda::CudaSampler>> made =
+        cuda::CudaSampler::Create(sampler_options, static_cast<cudaStream_t>(backend->stream()));
+    EXPECT_TRUE(made.ok()) << made.status();
+    if (!made.ok()) return {};
+    sampler = *std::move(made);
+    options.sampler = sampler.get();
+  }
+  absl::StatusOr<std::unique_ptr<Engine>> engine = Engine::Create(dir, *backend, *solo, options);
+  EXPECT_TRUE(engine.ok()) << engine.status();
+  if (!engine.ok()) return {};
+  absl::StatusOr<std::vector<GenerationResult>> results = (*engine)->Generate(requests);
+  EXPECT_TRUE(results.ok()) << results.status();
+  EXPECT_EQ((*engine)->uses_graphs(), !eager) << "the fast side decodes through graphs, the reference eagerly";
+  return results.ok() ? *std::move(results) : std::vector<GenerationResult>{};
+}
+
+// Compares `got`'s logit rows with `want`'s (both read back) step by step up
+// to each request's first differing token, within kRmsTol and kMaxTol of the
+// `want` row's spread; returns the steps compared and widens `worst`.
+int CompareToFirstDifferingToken(const std::vector<GenerationResult>& got, const std::vector<GenerationResult>& want,
+                                 const char* what, RowDifference& worst) {
   int compared = 0;
-  for (size_t i = 0; i < ref.size(); ++i) {
-    const GenerationResult& r = ref[i];
-    const GenerationResult& f = other[i];
-    ASSERT_EQ(r.tokens.size(), size_t{kTokens});
-    ASSERT_EQ(f.tokens.size(), size_t{kTokens});
-    ASSERT_EQ(r.logits.size(), size_t{kTokens});
-    for (size_t j = 0; j < r.tokens.size(); ++j) {
-      if (r.tokens[j] == f.tokens[j]) {
-        ++compared;
-        continue;
+  for (size_t i = 0; i < want.size() && i < got.size(); ++i) {
+    const GenerationResult &w = want[i], &g = got[i];
+    EXPECT_EQ(w.logits.size(), size_t{kTokens}) << what;
+    EXPECT_EQ(g.logits.size(), size_t{kTokens}) << what;
+    for (size_t j = 0; j < w.tokens.size() && j < w.logits.size() && j < g.logits.size(); ++j) {
+      const RowDifference d = Difference(g.logits[j], w.logits[j]);
+      worst.rms = std::max(worst.rms, d.rms);
+      worst.max = std::max(worst.max, d.max);
+      EXPECT_LE(d.rms, kRmsTol) << what << ": request " << i << " token " << j << ": logits differ by " << d.rms
+                                << " of the row's standard deviation (root mean square)";
+      EXPECT_LE(d.max, kMaxTol) << what << ": request " << i << " token " << j << ": a logit differs by " << d.max
+                                << " of the row's standard deviation";
+      ++compared;
+      if (g.tokens[j] != w.tokens[j]) {
+        std::printf("%s: request %zu: tokens part at %zu (%d, %d): compared up to there\n", what, i, j, g.tokens[j],
+                    w.tokens[j]);
+        break;
       }
-      const std::vector<float>& row = r.logits[j];
-      const float gap = row[static_cast<size_t>(r.tokens[j])] - row[static_cast<size_t>(f.tokens[j])];
-      EXPECT_LT(gap, kNearTie) << "request " << i << " token " << j << ": served " << f.tokens[j] << ", eager "
-                               << r.tokens[j] << ", whose logit is higher by " << gap << " (not a near-tie)";
-      std::printf("request %zu: near-tie at token %zu (gap %.4f): compared up to there\n", i, j, gap);
-      break;
     }
   }
-  std::printf("%s: %d of %d tokens compared equal\n", name, compared, kTokens * 4);
-  EXPECT_GE(compared, kTokens * 4 / 4) << "too few tokens compared before near-ties";
+  return compared;
 }
 
 class KernelSetModelTest : public ::testing::TestWithParam<Preset> {};
 
-TEST_P(KernelSetModelTest, FastServingPathFollowsTheReferenceSetToTheFirstNearTie) {
+TEST_P(KernelSetModelTest, FastServingPathFollowsTheReferenceSetToTheFirstDifferingToken) {
   TPSERVE_REQUIRE_GPU();
   const std::filesystem::path dir = cuda_test::MakeTestModel("tpserve_kernel_set", GetParam().name, GetParam().args);
-  std::vector<GenerationResult> ref, fast;
-  ASSERT_NO_FATAL_FAILURE(Generate(dir, cuda::KernelSet::kReference, /*serving=*/false, &ref));
-  ASSERT_NO_FATAL_FAILURE(Generate(dir, cuda::KernelSet::kFast, /*serving=*/true, &fast));
-  ExpectEqualToTheFirstNearTie(ref, fast, GetParam().name);
-  std::filesystem::remove_all(dir);
-}
+  absl::StatusOr<ModelConfig> config = LoadModelConfig(dir);
+  ASSERT_TRUE(config.ok()) << config.status();
+  const int64_t vocab = config->vocab_size;
+  const std::vector<GenerationRequest> requests = Requests(vocab);
+  const std::vector<GenerationResult> ref =
+      Serve(dir, cuda::KernelSet::kReference, /*eager=*/true, /*logits=*/true, /*gpu_sampler=*/false, requests, vocab);
+  const std::vector<GenerationResult> fast =
+      Serve(dir, cuda::KernelSet::kFast, /*eager=*/false, /*logits=*/false, /*gpu_sampler=*/true, requests, vocab);
+  const std::vector<GenerationResult> fast_logits =
+      Serve(dir, cuda::KernelSet::kFast, /*eager=*/false, /*logits=*/true, /*gpu_sampler=*/false, requests, vocab);
+  const std::vector<GenerationResult> fast_eager =
+      Serve(dir, cuda::KernelSet::kFast, /*eager=*/true, /*logits=*/true, /*gpu_sampler=*/false, requests, vocab);
+  ASSERT_EQ(ref.size(), requests.size());
+  ASSERT_EQ(fast.size(), requests.size());
+  ASSERT_EQ(fast_logits.size(), requests.size());
+  ASSERT_EQ(fast_eager.size(), requests.size());
 
-// The same kernel set served through graphs and the GPU sampler against its
-// own eager steps: a capture bug (a stale argument or host buffer baked into
-// a graph, a replay of the wrong bucket) shows as a token that differs at a
-// clear margin. Near-ties remain: the graph plans its decode attention for
-// the reserved context, the eager step for its own (cuda/decode_plan.h).
-TEST_P(KernelSetModelTest, ServedGraphsFollowEagerStepsToTheFirstNearTie) {
-  TPSERVE_REQUIRE_GPU();
-  const std::filesystem::path dir = cuda_test::MakeTestModel("tpserve_graphs_eager", GetParam().name, GetParam().args);
-  std::vector<GenerationResult> eager, served;
-  ASSERT_NO_FATAL_FAILURE(Generate(dir, cuda::KernelSet::kFast, /*serving=*/false, &eager));
-  ASSERT_NO_FATAL_FAILURE(Generate(dir, cuda::KernelSet::kFast, /*serving=*/true, &served));
-  ExpectEqualToTheFirstNearTie(eager, served, GetParam().name);
+  for (size_t i = 0; i < requests.size(); ++i) {
+    ASSERT_EQ(ref[i].tokens.size(), size_t{kTokens});
+    EXPECT_EQ(fast[i].tokens, fast_logits[i].tokens) << "request " << i << ": the GPU sampler's greedy tokens are "
+                                                     << "not the host's on the fast set's own logits";
+  }
+  RowDifference worst, worst_eager;
+  const int compared = CompareToFirstDifferingToken(fast_logits, ref, "fast vs reference", worst);
+  const int compared_eager = CompareToFirstDifferingToken(fast_logits, fast_eager, "graphs vs eager", worst_eager);
+  std::printf("%s: %d of %d steps compared; worst logit difference over the row's standard deviation: "
+              "%.4f (root mean square), %.4f (largest)\n",
+              GetParam().name, compared, kTokens * 4, worst.rms, worst.max);
+  std::printf("%s, graphs vs eager on the fast set: %d of %d steps compared; worst %.4f (root mean square), "
+              "%.4f (largest)\n",
+              GetParam().name, compared_eager, kTokens * 4, worst_eager.rms, worst_eager.max);
+  EXPECT_GE(compared_eager, 4) << "every request compares at least its first step";
+  EXPECT_GE(compared, 4) << "every request compares at least its first step";
   std::filesystem::remove_all(dir);
 }
 
