@@ -11,7 +11,6 @@
 // from pageable memory) fail with CUDA's error codes and invalidate it.
 #include <cuda_runtime_api.h>
 
-#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <map>
@@ -55,23 +54,18 @@ bool Inside(const std::map<const char*, size_t>& allocations, const void* p, siz
   return c + bytes <= it->first + it->second;
 }
 
-// Whether a copy of `bytes` between dst and src may be captured: a graph's
-// copy to or from host memory needs pinned memory (cudaMallocHost), since the
-// driver would stage pageable memory through a buffer at the call.
-bool HostSidesPinned(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind) {
+// Whether a copy that touches dst_bytes from dst and src_bytes from src may be
+// captured: a graph's copy to or from host memory needs pinned memory
+// (cudaMallocHost), since the driver would stage pageable memory through a
+// buffer at the call.
+bool HostSidesPinned(void* dst, size_t dst_bytes, const void* src, size_t src_bytes, cudaMemcpyKind kind) {
   Heap& h = TheHeap();
   std::lock_guard lock(h.mu);
-  auto usable = [&](const void* p, bool device) {
-    return device ? true : Inside(h.pinned, p, bytes);
-  };
-  switch (kind) {
-    case cudaMemcpyHostToDevice: return usable(src, false);
-    case cudaMemcpyDeviceToHost: return usable(dst, false);
-    case cudaMemcpyDeviceToDevice: return true;
-    case cudaMemcpyHostToHost: return usable(src, false) && usable(dst, false);
-    default:  // cudaMemcpyDefault: the pointers say where they live
-      return usable(src, Inside(h.sizes, src, bytes)) && usable(dst, Inside(h.sizes, dst, bytes));
-  }
+  const bool src_device = kind == cudaMemcpyDeviceToDevice || kind == cudaMemcpyDeviceToHost ||
+                          (kind == cudaMemcpyDefault && Inside(h.sizes, src, src_bytes));
+  const bool dst_device = kind == cudaMemcpyDeviceToDevice || kind == cudaMemcpyHostToDevice ||
+                          (kind == cudaMemcpyDefault && Inside(h.sizes, dst, dst_bytes));
+  return (src_device || Inside(h.pinned, src, src_bytes)) && (dst_device || Inside(h.pinned, dst, dst_bytes));
 }
 
 }  // namespace
@@ -147,14 +141,14 @@ cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t count, cudaMemcpy
         if (count > 0) std::memmove(dst, src, count);
         return cudaSuccess;
       },
-      HostSidesPinned(dst, src, count, kind));
+      HostSidesPinned(dst, count, src, count, kind));
 }
 
 cudaError_t cudaMemcpy2DAsync(void* dst, size_t dpitch, const void* src, size_t spitch, size_t width,
                               size_t height, cudaMemcpyKind kind, cudaStream_t stream) {
   if (width > dpitch || width > spitch) return Fail(cudaErrorInvalidPitchValue);
-  const size_t span = height == 0 ? 0 : (height - 1) * std::max(dpitch, spitch) + width;  // bytes touched, at most
-  const bool pinned = HostSidesPinned(dst, src, span, kind);
+  auto span = [&](size_t pitch) { return height == 0 ? 0 : (height - 1) * pitch + width; };  // bytes touched
+  const bool pinned = HostSidesPinned(dst, span(dpitch), src, span(spitch), kind);
   return Enqueue(
       stream,
       [=] {

@@ -12,7 +12,7 @@
 // and the static step buffers reject a step beyond the reserved capacity.
 // Skips without a GPU. The emulated run (tests/cuda_emu/, label cuda-emu:
 // graph capture and replay of cuda/emu/capture.cc) runs the same cases on tiny
-// models, with fewer steps and the buckets of a 16-sequence server, the
+// models, with fewer steps and the buckets of an 8-sequence server, the
 // partition and bucket cases on Qwen3 only; the 32k contexts only on a GPU.
 #include <gtest/gtest.h>
 
@@ -41,7 +41,7 @@ constexpr int32_t kBlockSize = 16;
 // Decode steps per batch, and the server whose every bucket is replayed
 // (fewer of each in the emulated run, where a step takes a good part of a second).
 constexpr int kSteps = cuda_test::kEmulated ? 3 : 8;
-constexpr int kEveryBucketSeqs = cuda_test::kEmulated ? 16 : 256;
+constexpr int kEveryBucketSeqs = cuda_test::kEmulated ? 8 : 256;
 constexpr int kEveryBucketSteps = cuda_test::kEmulated ? 1 : 2;
 
 // The sizes of one run of decode graphs.
@@ -69,7 +69,13 @@ const GraphRun kShortContexts = cuda_test::kEmulated
 // Contexts 250 .. 274 under a graph planned for 1024 keys: 256-key partitions
 // over several blocks, so replays cross from one used block (output written
 // directly) to two (partials and the combine) inside one captured grid.
-const GraphRun kAcrossPartitions{{{1, 1}, {3, 4}}, 250, 258, 17, 1024, 2e-2, kSteps, cuda_test::kEmulated ? 4 : 32};
+// Emulated: prompts of 254 or 255 tokens, so every sequence crosses 256 keys
+// within its 3 steps; 1 and 2 sequences, as the emulated device is one SM
+// (4 decode blocks a wave, cuda/decode_plan.h), so only up to 2 sequences x 1
+// KV head does the captured grid hold more than one block per sequence.
+const GraphRun kAcrossPartitions = cuda_test::kEmulated
+                                       ? GraphRun{{{1, 1}, {2, 2}}, 254, 255, 17, 1024, 2e-2, kSteps, 2}
+                                       : GraphRun{{{1, 1}, {3, 4}}, 250, 258, 17, 1024, 2e-2};
 
 // Every bucket of a server with max_num_seqs kEveryBucketSeqs (1, 2, 4, 8,
 // then multiples of 16), each replayed full and with one sequence more than
@@ -262,12 +268,15 @@ class CudaGraphTest : public ::testing::TestWithParam<ModelCase> {
  protected:
   // The emulated run keeps its time for the first model in the longer cases:
   // what they exercise (partitions, buckets) is the same in both families.
-  void SkipSecondModelWhenEmulated() {
-    if (cuda_test::kEmulated && std::string(GetParam().name) != kModels[0].name) {
-      GTEST_SKIP() << "emulated: this case runs on " << kModels[0].name << " only (both on a GPU)";
-    }
+  bool SecondModelWhenEmulated() const {
+    return cuda_test::kEmulated && std::string(GetParam().name) != kModels[0].name;
   }
 };
+#define TPSERVE_SKIP_SECOND_MODEL_WHEN_EMULATED()                                                          \
+  do {                                                                                                    \
+    if (SecondModelWhenEmulated())                                                                        \
+      GTEST_SKIP() << "emulated: this case runs on " << kModels[0].name << " only (both on a GPU)";       \
+  } while (0)
 
 TEST_P(CudaGraphTest, ReplayedDecodeStepsMatchEagerSteps) {
   TPSERVE_REQUIRE_GPU();
@@ -278,14 +287,14 @@ TEST_P(CudaGraphTest, ReplayedDecodeStepsMatchEagerSteps) {
 // the reserved context, serves replays whose contexts cross a partition.
 TEST_P(CudaGraphTest, ReplayedDecodeStepsAcrossAttentionPartitions) {
   TPSERVE_REQUIRE_GPU();
-  SkipSecondModelWhenEmulated();
+  TPSERVE_SKIP_SECOND_MODEL_WHEN_EMULATED();
   RunDecodeGraphs(GetParam(), kAcrossPartitions);
 }
 
-// Every captured bucket of a 256-sequence server (16 emulated) replays, full and padded.
+// Every captured bucket of a 256-sequence server (8 emulated) replays, full and padded.
 TEST_P(CudaGraphTest, ReplayedDecodeStepsAtEveryBucket) {
   TPSERVE_REQUIRE_GPU();
-  SkipSecondModelWhenEmulated();
+  TPSERVE_SKIP_SECOND_MODEL_WHEN_EMULATED();
   RunDecodeGraphs(GetParam(), EveryBucket());
 }
 

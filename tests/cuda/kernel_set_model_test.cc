@@ -7,7 +7,8 @@
 //   fast:      the fast set as it serves: decode steps as CUDA graphs, tokens
 //              chosen by the GPU sampler, no logits read back;
 //   fast+logits: the fast set through the same graphs with its logits read
-//              back and the tokens chosen on the host.
+//              back and the tokens chosen on the host;
+//   fast eager: the fast set without graphs, logits read back.
 // Checks:
 //   * fast and fast+logits give the same tokens, exactly: the same kernels
 //     on the same steps give the same logits, and the GPU sampler's greedy
@@ -19,7 +20,13 @@
 //     the difference over the vocabulary, over its standard deviation) and
 //     kMaxTol at worst. This compares whole rows, 150k logits a step, so a
 //     broken kernel cannot hide behind near-ties. Wrong weights or a wrong
-//     head mapping give differences of the order of the spread itself.
+//     head mapping give differences of the order of the spread itself;
+//   * fast+logits against fast eager the same way: the same kernels through
+//     graphs and eagerly (graphs equal eager, up to the decode attention's
+//     plan, made for the reserved context in a graph and for the step's own
+//     eagerly), so a capture bug (a stale argument or host buffer baked into
+//     a graph, a replay of the wrong bucket) cannot hide behind a kernel set's
+//     rounding.
 // The tolerances: the emulated kernels (tests/cuda_emu/) on Qwen3-0.6B's
 // widths with 12 layers and a 4,096-token vocabulary, 4 requests of 6 tokens,
 // differ by 0.013 (root mean square) and 0.058 (largest) of the row's standard
@@ -145,6 +152,35 @@ std::vector<GenerationResult> Serve(const std::filesystem::path& dir, cuda::Kern
   return results.ok() ? *std::move(results) : std::vector<GenerationResult>{};
 }
 
+// Compares `got`'s logit rows with `want`'s (both read back) step by step up
+// to each request's first differing token, within kRmsTol and kMaxTol of the
+// `want` row's spread; returns the steps compared and widens `worst`.
+int CompareToFirstDifferingToken(const std::vector<GenerationResult>& got, const std::vector<GenerationResult>& want,
+                                 const char* what, RowDifference& worst) {
+  int compared = 0;
+  for (size_t i = 0; i < want.size() && i < got.size(); ++i) {
+    const GenerationResult &w = want[i], &g = got[i];
+    EXPECT_EQ(w.logits.size(), size_t{kTokens}) << what;
+    EXPECT_EQ(g.logits.size(), size_t{kTokens}) << what;
+    for (size_t j = 0; j < w.tokens.size() && j < w.logits.size() && j < g.logits.size(); ++j) {
+      const RowDifference d = Difference(g.logits[j], w.logits[j]);
+      worst.rms = std::max(worst.rms, d.rms);
+      worst.max = std::max(worst.max, d.max);
+      EXPECT_LE(d.rms, kRmsTol) << what << ": request " << i << " token " << j << ": logits differ by " << d.rms
+                                << " of the row's standard deviation (root mean square)";
+      EXPECT_LE(d.max, kMaxTol) << what << ": request " << i << " token " << j << ": a logit differs by " << d.max
+                                << " of the row's standard deviation";
+      ++compared;
+      if (g.tokens[j] != w.tokens[j]) {
+        std::printf("%s: request %zu: tokens part at %zu (%d, %d): compared up to there\n", what, i, j, g.tokens[j],
+                    w.tokens[j]);
+        break;
+      }
+    }
+  }
+  return compared;
+}
+
 class KernelSetModelTest : public ::testing::TestWithParam<Preset> {};
 
 TEST_P(KernelSetModelTest, FastServingPathFollowsTheReferenceSetToTheFirstDifferingToken) {
@@ -160,38 +196,28 @@ TEST_P(KernelSetModelTest, FastServingPathFollowsTheReferenceSetToTheFirstDiffer
       Serve(dir, cuda::KernelSet::kFast, /*eager=*/false, /*logits=*/false, /*gpu_sampler=*/true, requests, vocab);
   const std::vector<GenerationResult> fast_logits =
       Serve(dir, cuda::KernelSet::kFast, /*eager=*/false, /*logits=*/true, /*gpu_sampler=*/false, requests, vocab);
+  const std::vector<GenerationResult> fast_eager =
+      Serve(dir, cuda::KernelSet::kFast, /*eager=*/true, /*logits=*/true, /*gpu_sampler=*/false, requests, vocab);
   ASSERT_EQ(ref.size(), requests.size());
   ASSERT_EQ(fast.size(), requests.size());
   ASSERT_EQ(fast_logits.size(), requests.size());
+  ASSERT_EQ(fast_eager.size(), requests.size());
 
-  int compared = 0;
-  RowDifference worst;
   for (size_t i = 0; i < requests.size(); ++i) {
-    const GenerationResult &r = ref[i], &f = fast[i], &fl = fast_logits[i];
-    ASSERT_EQ(r.tokens.size(), size_t{kTokens});
-    ASSERT_EQ(r.logits.size(), size_t{kTokens});
-    ASSERT_EQ(fl.logits.size(), size_t{kTokens});
-    EXPECT_EQ(f.tokens, fl.tokens) << "request " << i << ": the GPU sampler's greedy tokens are not the host's "
-                                   << "on the fast set's own logits";
-    for (size_t j = 0; j < r.tokens.size(); ++j) {
-      const RowDifference d = Difference(fl.logits[j], r.logits[j]);
-      worst.rms = std::max(worst.rms, d.rms);
-      worst.max = std::max(worst.max, d.max);
-      EXPECT_LE(d.rms, kRmsTol) << "request " << i << " token " << j << ": logits differ by " << d.rms
-                                << " of the reference row's standard deviation (root mean square)";
-      EXPECT_LE(d.max, kMaxTol) << "request " << i << " token " << j << ": a logit differs by " << d.max
-                                << " of the reference row's standard deviation";
-      ++compared;
-      if (fl.tokens[j] != r.tokens[j]) {
-        std::printf("request %zu: tokens part at %zu (fast %d, reference %d): compared up to there\n", i, j,
-                    fl.tokens[j], r.tokens[j]);
-        break;
-      }
-    }
+    ASSERT_EQ(ref[i].tokens.size(), size_t{kTokens});
+    EXPECT_EQ(fast[i].tokens, fast_logits[i].tokens) << "request " << i << ": the GPU sampler's greedy tokens are "
+                                                     << "not the host's on the fast set's own logits";
   }
+  RowDifference worst, worst_eager;
+  const int compared = CompareToFirstDifferingToken(fast_logits, ref, "fast vs reference", worst);
+  const int compared_eager = CompareToFirstDifferingToken(fast_logits, fast_eager, "graphs vs eager", worst_eager);
   std::printf("%s: %d of %d steps compared; worst logit difference over the row's standard deviation: "
               "%.4f (root mean square), %.4f (largest)\n",
               GetParam().name, compared, kTokens * 4, worst.rms, worst.max);
+  std::printf("%s, graphs vs eager on the fast set: %d of %d steps compared; worst %.4f (root mean square), "
+              "%.4f (largest)\n",
+              GetParam().name, compared_eager, kTokens * 4, worst_eager.rms, worst_eager.max);
+  EXPECT_GE(compared_eager, 4) << "every request compares at least its first step";
   EXPECT_GE(compared, 4) << "every request compares at least its first step";
   std::filesystem::remove_all(dir);
 }

@@ -104,6 +104,33 @@ TEST(EmuGraphTest, ReplayUsesCapturedArgumentsAndReadsPinnedMemoryAtReplay) {
   cudaFreeHost(pinned);
 }
 
+// The step runner's block-table upload: rows of a packed pinned buffer into a
+// wider device pitch, captured; the buffer is exactly the rows it holds.
+TEST(EmuGraphTest, Captured2DCopyFromAPackedPinnedBufferReadsItAtReplay) {
+  constexpr int rows = 4, width = 3, pitch = 5;  // ints
+  Device<int> table(rows * pitch);
+  ASSERT_EQ(cudaMemset(table.ptr, 0, rows * pitch * sizeof(int)), cudaSuccess);
+  int* pinned = nullptr;
+  ASSERT_EQ(cudaMallocHost(reinterpret_cast<void**>(&pinned), rows * width * sizeof(int)), cudaSuccess);
+  Stream st;
+  ASSERT_EQ(cudaStreamBeginCapture(st.s, cudaStreamCaptureModeThreadLocal), cudaSuccess);
+  ASSERT_EQ(cudaMemcpy2DAsync(table.ptr, pitch * sizeof(int), pinned, width * sizeof(int), width * sizeof(int), rows,
+                              cudaMemcpyHostToDevice, st.s),
+            cudaSuccess);
+  cudaGraphExec_t exec = EndAndInstantiate(st.s);
+  ASSERT_NE(exec, nullptr);
+  for (int i = 0; i < rows * width; ++i) pinned[i] = 100 + i;
+  ASSERT_EQ(cudaGraphLaunch(exec, st.s), cudaSuccess);
+  const std::vector<int> got = Read(table.ptr, rows * pitch);
+  for (int r = 0; r < rows; ++r) {
+    for (int c = 0; c < pitch; ++c) {
+      EXPECT_EQ(got[static_cast<size_t>(r * pitch + c)], c < width ? 100 + r * width + c : 0) << r << "," << c;
+    }
+  }
+  cudaGraphExecDestroy(exec);
+  cudaFreeHost(pinned);
+}
+
 TEST(EmuGraphTest, ReplayRunsTheOperationsInCaptureOrder) {
   Device<int> x(1), y(1);
   Stream st;
