@@ -84,6 +84,12 @@ struct StageArgs {
   int32_t stage;  // index into a.stages
 };
 
+// A padding row of a graph's bucket (SlicedSampleArgs::live_rows): its blocks
+// return before reading anything of the row.
+__device__ inline bool PaddingRow(const SlicedSampleArgs& a) {
+  return a.live_rows != nullptr && static_cast<int32_t>(blockIdx.y) >= *a.live_rows;
+}
+
 TPSERVE_HOST_DEVICE constexpr bool IsTopK(SliceStage k) { return k >= SliceStage::kTopK0 && k <= SliceStage::kTopK3; }
 TPSERVE_HOST_DEVICE constexpr bool IsTopP(SliceStage k) { return k >= SliceStage::kTopP0 && k <= SliceStage::kTopP3; }
 // Pass 0..3 of its select; the histogram slot of the call.
@@ -252,6 +258,7 @@ __device__ Cut TopPCut(Slice<T>& c, const RowState& st, const Cut& filter) {
 
 template <typename T>
 __global__ void __launch_bounds__(kSliceThreads) SliceStatsKernel(StageArgs sa) {
+  if (PaddingRow(sa.a)) return;
   Block block;
   Slice<T> c(sa.a, block);
   ValueId best{-INFINITY, kNoId};
@@ -272,6 +279,7 @@ template <typename T>
 __global__ void __launch_bounds__(kSliceThreads) SliceRadixKernel(StageArgs sa) {
   TPSERVE_SHARED_ARRAY(unsigned long long, counts, kRadixBins);
   TPSERVE_SHARED_ARRAY(unsigned long long, masses, kRadixBins);
+  if (PaddingRow(sa.a)) return;
   Block block;
   Slice<T> c(sa.a, block);
   const RowState st = AdvanceState(c, sa.stage);
@@ -318,6 +326,7 @@ __global__ void __launch_bounds__(kSliceThreads) SliceRadixKernel(StageArgs sa) 
 
 template <typename T>
 __global__ void __launch_bounds__(kSliceThreads) SliceMassKernel(StageArgs sa) {
+  if (PaddingRow(sa.a)) return;
   Block block;
   Slice<T> c(sa.a, block);
   const RowState st = AdvanceState(c, sa.stage);
@@ -389,6 +398,7 @@ __device__ int32_t WalkSlice(Slice<T>& c, const RowState& st, int64_t cum, int64
 
 template <typename T>
 __global__ void __launch_bounds__(kSliceThreads) SliceDrawKernel(StageArgs sa) {
+  if (PaddingRow(sa.a)) return;
   Block block;
   Slice<T> c(sa.a, block);
   const RowState st = AdvanceState(c, sa.stage);
@@ -452,6 +462,23 @@ SliceStages PlanSliceStages(const sampling::RowParams* rows, int64_t count, int3
   if (mass) add(SliceStage::kMass);
   add(SliceStage::kDraw);
   return st;
+}
+
+SliceStages GraphSliceStages(bool top_k) {
+  SliceStages st;
+  for (int k = 0; k < kMaxSliceStages; ++k) {
+    const SliceStage kind = static_cast<SliceStage>(k);
+    if (top_k || !IsTopK(kind)) st.kinds[st.count++] = kind;
+  }
+  return st;
+}
+
+bool SliceStagesCover(const SliceStages& graph, const SliceStages& planned) {
+  int32_t at = 0;  // planned's stages must appear in graph's order
+  for (int32_t g = 0; g < graph.count && at < planned.count; ++g) {
+    if (graph.kinds[g] == planned.kinds[at]) ++at;
+  }
+  return at == planned.count;
 }
 
 size_t SlicedSampleWorkspaceBytes(int64_t rows, int32_t slices) {

@@ -19,10 +19,18 @@
 //               top-p row's last pass leaves per-slice masses above its cut)
 //   draw        the slice whose exclusive prefix of masses holds u · total
 //               walks its ids (threads over contiguous ids, a block scan)
-// A call runs stats, the top-k passes when any row has an active top-k, the
-// top-p passes when any row has top_p < 1, mass when a sampled row has no
-// top-p, and draw: temperature + top-p is 7 launches; a row a stage does not
-// concern skips it.
+// An eager call runs stats, the top-k passes when any row has an active top-k,
+// the top-p passes when any row has top_p < 1, mass when a sampled row has no
+// top-p, and draw (PlanSliceStages): temperature + top-p is 7 launches. Every
+// stage decides per row on the device (the row state's flags): a row a stage
+// does not concern (a greedy row in a radix pass, a row without top-k in
+// top-k's, a top-p row in mass) exits after reading the row state. So any
+// superset of a call's planned stages, in the same order, samples the same
+// tokens: a CUDA graph, whose stage list cannot depend on the rows, captures
+// GraphSliceStages (CudaSampler's decode-batch graphs).
+// Padding rows: with live_rows set, the blocks of rows >= *live_rows (a
+// device value, so a graph captured for a bucket of `rows` rows serves any
+// smaller step) return at once, reading and writing nothing.
 // Ties at a cut key go to the lowest ids, as RowSampler's Cut{key, id}: a
 // select keeps the first m tokens (id order) of the cut key's tie group;
 // slices are contiguous id ranges, so slice s keeps
@@ -66,6 +74,14 @@ inline bool SlicedSamplerCovers(const sampling::RowParams& p, int32_t num_entrie
 // The stages a call over rows[0, count) (host memory) runs, in order.
 SliceStages PlanSliceStages(const sampling::RowParams* rows, int64_t count, int32_t vocab);
 
+// The stages a graph captures, for rows of any parameters: every stage of
+// PlanSliceStages's order, without the top-k passes when `top_k` is false
+// (then no row may have an active top-k: 0 < top_k < vocab).
+SliceStages GraphSliceStages(bool top_k);
+// Whether the stages `planned` (PlanSliceStages over some rows) are a subset
+// of `graph`'s in the same order, i.e. whether `graph` samples those rows.
+bool SliceStagesCover(const SliceStages& graph, const SliceStages& planned);
+
 // Workspace bytes for a call of up to `rows` rows of up to `slices` slices.
 size_t SlicedSampleWorkspaceBytes(int64_t rows, int32_t slices);
 
@@ -73,7 +89,9 @@ size_t SlicedSampleWorkspaceBytes(int64_t rows, int32_t slices);
 struct SlicedSampleArgs {
   const void* gathered = nullptr;  // [tp, S, Vs] bf16 (bf16 = true) or f32, as SampleRowsArgs
   bool bf16 = true;
-  int32_t rows = 0;                     // rows to sample
+  int32_t rows = 0;                     // rows to sample (the grid's rows)
+  const int32_t* live_rows = nullptr;   // device [1] or nullptr: rows >= *live_rows (<= rows) are
+                                        //   padding and return at once; nullptr: all `rows` are live
   int32_t layout_rows = 0;              // S of the gathered tensor (>= every row index)
   const int32_t* row_index = nullptr;   // [rows] gathered row of each sampled row
   int32_t shard_vocab = 0;              // Vs
@@ -86,7 +104,7 @@ struct SlicedSampleArgs {
   sampling::RowResult* results = nullptr;  // [rows] out (logprob 0, num_top 0)
 };
 
-// Samples every row; enqueues stages.count kernels on `stream` (no allocation,
+// Samples every live row; enqueues stages.count kernels on `stream` (no allocation,
 // no sync; plain launches a CUDA graph can capture).
 cudaError_t LaunchSlicedSample(const SlicedSampleArgs& args, cudaStream_t stream);
 
