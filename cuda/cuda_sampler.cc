@@ -288,7 +288,7 @@ absl::Status CudaSampler::PrepareBatch(const Tensor& gathered, int64_t vocab_siz
   *h_live_rows_ = 0;
   CUDA_CHECK(cudaMemcpyAsync(d_live_rows_, h_live_rows_, sizeof(int32_t), cudaMemcpyHostToDevice, stream_));
   SlicedSampleArgs warm = SlicedArgs(gathered, vocab_size, rows);
-  warm.stages = GraphSliceStages(true);
+  warm.stages = SliceStagesOf(kSliceStageSets - 1);
   warm.live_rows = d_live_rows_;
   CUDA_CHECK(LaunchSlicedSample(warm, stream_));
   CUDA_CHECK(cudaStreamSynchronize(stream_));
@@ -297,8 +297,8 @@ absl::Status CudaSampler::PrepareBatch(const Tensor& gathered, int64_t vocab_siz
   batch.dtype = gathered.dtype;
   for (int d = 0; d < 3; ++d) batch.dims[d] = gathered.dim(d);
   batch.vocab_size = vocab_size;
-  for (int top_k = 0; top_k < 2; ++top_k) {
-    TPSERVE_ASSIGN_OR_RETURN(batch.graphs[top_k], CaptureSliced(gathered, vocab_size, GraphSliceStages(top_k)));
+  for (int32_t set = 0; set < kSliceStageSets; ++set) {
+    TPSERVE_ASSIGN_OR_RETURN(batch.graphs[set], CaptureSliced(gathered, vocab_size, SliceStagesOf(set)));
   }
   batch_graphs_.push_back(std::move(batch));
   return absl::OkStatus();
@@ -336,10 +336,7 @@ BackendGraph* CudaSampler::GraphFor(const Tensor& gathered, int64_t vocab_size, 
     for (int64_t s = 0; s < rows; ++s) {
       if (!SlicedSamplerCovers(h_params_[s], 0)) return nullptr;
     }
-    const SliceStages planned = PlanSliceStages(h_params_, rows, static_cast<int32_t>(vocab_size));
-    for (int top_k = 0; top_k < 2; ++top_k) {  // the one with fewer stages first
-      if (SliceStagesCover(GraphSliceStages(top_k), planned)) return batch.graphs[top_k].get();
-    }
+    return batch.graphs[PlanSliceStageSet(h_params_, rows, static_cast<int32_t>(vocab_size))].get();
   }
   return nullptr;
 }

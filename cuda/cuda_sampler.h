@@ -47,11 +47,15 @@
 // the same on every tensor-parallel rank (only rank 0 samples). The cost is
 // one more cudaGraphLaunch per step.
 //
-// Stage list: a graph cannot see the rows' parameters, so every stage decides
-// per row on the device (sampling_sliced.cuh). Each bucket has two graphs:
-// GraphSliceStages(false) (stats, 4 top-p passes, mass, draw: 7 kernels, what
-// an eager temperature + top-p call runs) for steps where no row has an
-// active top-k, and GraphSliceStages(true) (11 kernels) otherwise.
+// Stage list: a captured list cannot depend on the rows' parameters. Each
+// bucket has one graph per stage set (kSliceStageSets = 8: top-k's passes,
+// top-p's, mass, each in or out; sampling_sliced.cuh), and a step replays the
+// one PlanSliceStageSet picks for its rows: exactly the kernels an eager call
+// runs (greedy 2, temperature + top-p 6, top-k + top-p 10), while inside a
+// launch each stage still decides per row on the device (mixed rows). One
+// graph of every stage (11 kernels; its stages decide per row as well) would
+// cost a temperature + top-p step 5 launches of blocks that exit at once;
+// 8 small graphs per bucket cost only capture time at warm-up.
 #pragma once
 
 #include <cstdint>
@@ -145,7 +149,7 @@ class CudaSampler final : public DeviceSampler {
     DType dtype = DType::kBF16;
     int64_t dims[3] = {};
     int64_t vocab_size = 0;
-    std::unique_ptr<BackendGraph> graphs[2];  // [0] GraphSliceStages(false), [1] (true)
+    std::unique_ptr<BackendGraph> graphs[kSliceStageSets];  // [set]: SliceStagesOf(set)
   };
   // One graph of PrepareBatch: the sliced path over `gathered`'s B rows with `stages`.
   absl::StatusOr<std::unique_ptr<BackendGraph>> CaptureSliced(const Tensor& gathered, int64_t vocab_size,

@@ -441,44 +441,31 @@ cudaError_t LaunchStages(const SlicedSampleArgs& args, cudaStream_t stream) {
 
 }  // namespace
 
-SliceStages PlanSliceStages(const sampling::RowParams* rows, int64_t count, int32_t vocab) {
-  bool top_k = false, top_p = false, mass = false;
+int32_t PlanSliceStageSet(const sampling::RowParams* rows, int64_t count, int32_t vocab) {
+  int32_t set = 0;
   for (int64_t r = 0; r < count; ++r) {
     const RowParams& p = rows[r];
     if (p.temperature < sampling::kRowGreedyTemperature) continue;
-    top_k |= p.top_k > 0 && p.top_k < vocab;
-    top_p |= p.top_p < 1.0f;
-    mass |= !(p.top_p < 1.0f);  // a top-p row's last pass leaves what the draw needs
+    if (p.top_k > 0 && p.top_k < vocab) set |= kStageSetTopK;
+    set |= p.top_p < 1.0f ? kStageSetTopP : kStageSetMass;  // a top-p row's last pass leaves what the draw needs
   }
-  SliceStages st;
-  auto add = [&](SliceStage k) { st.kinds[st.count++] = k; };
-  add(SliceStage::kStats);
-  if (top_k) {
-    for (SliceStage k : {SliceStage::kTopK0, SliceStage::kTopK1, SliceStage::kTopK2, SliceStage::kTopK3}) add(k);
-  }
-  if (top_p) {
-    for (SliceStage k : {SliceStage::kTopP0, SliceStage::kTopP1, SliceStage::kTopP2, SliceStage::kTopP3}) add(k);
-  }
-  if (mass) add(SliceStage::kMass);
-  add(SliceStage::kDraw);
-  return st;
+  return set;
 }
 
-SliceStages GraphSliceStages(bool top_k) {
+SliceStages SliceStagesOf(int32_t set) {
   SliceStages st;
   for (int k = 0; k < kMaxSliceStages; ++k) {
     const SliceStage kind = static_cast<SliceStage>(k);
-    if (top_k || !IsTopK(kind)) st.kinds[st.count++] = kind;
+    const bool take = kind == SliceStage::kStats || kind == SliceStage::kDraw ||
+                      (IsTopK(kind) && (set & kStageSetTopK)) || (IsTopP(kind) && (set & kStageSetTopP)) ||
+                      (kind == SliceStage::kMass && (set & kStageSetMass));
+    if (take) st.kinds[st.count++] = kind;
   }
   return st;
 }
 
-bool SliceStagesCover(const SliceStages& graph, const SliceStages& planned) {
-  int32_t at = 0;  // planned's stages must appear in graph's order
-  for (int32_t g = 0; g < graph.count && at < planned.count; ++g) {
-    if (graph.kinds[g] == planned.kinds[at]) ++at;
-  }
-  return at == planned.count;
+SliceStages PlanSliceStages(const sampling::RowParams* rows, int64_t count, int32_t vocab) {
+  return SliceStagesOf(PlanSliceStageSet(rows, count, vocab));
 }
 
 size_t SlicedSampleWorkspaceBytes(int64_t rows, int32_t slices) {

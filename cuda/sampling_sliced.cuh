@@ -21,13 +21,13 @@
 //               walks its ids (threads over contiguous ids, a block scan)
 // An eager call runs stats, the top-k passes when any row has an active top-k,
 // the top-p passes when any row has top_p < 1, mass when a sampled row has no
-// top-p, and draw (PlanSliceStages): temperature + top-p is 7 launches. Every
+// top-p, and draw (PlanSliceStages): temperature + top-p is 6 launches. Every
 // stage decides per row on the device (the row state's flags): a row a stage
 // does not concern (a greedy row in a radix pass, a row without top-k in
 // top-k's, a top-p row in mass) exits after reading the row state. So any
 // superset of a call's planned stages, in the same order, samples the same
-// tokens: a CUDA graph, whose stage list cannot depend on the rows, captures
-// GraphSliceStages (CudaSampler's decode-batch graphs).
+// tokens; CudaSampler's decode-batch graphs capture one stage list per stage
+// set (SliceStagesOf) and replay the one a step's rows plan.
 // Padding rows: with live_rows set, the blocks of rows >= *live_rows (a
 // device value, so a graph captured for a bucket of `rows` rows serves any
 // smaller step) return at once, reading and writing nothing.
@@ -71,16 +71,18 @@ inline bool SlicedSamplerCovers(const sampling::RowParams& p, int32_t num_entrie
   return num_entries == 0 && p.num_logprobs < 0;
 }
 
-// The stages a call over rows[0, count) (host memory) runs, in order.
+// The optional stages of a call, as a set of bits: the top-k passes, the
+// top-p passes, mass (stats and draw always run). kSliceStageSets sets.
+inline constexpr int32_t kStageSetTopK = 1, kStageSetTopP = 2, kStageSetMass = 4;
+inline constexpr int32_t kSliceStageSets = 8;
+// The set a call over rows[0, count) (host memory) needs: top-k's when a
+// sampled row has an active top-k, top-p's when one has top_p < 1, mass when
+// one has no top-p (greedy rows need none).
+int32_t PlanSliceStageSet(const sampling::RowParams* rows, int64_t count, int32_t vocab);
+// The stages of a set, in order: stats, top-k 0..3, top-p 0..3, mass, draw.
+SliceStages SliceStagesOf(int32_t set);
+// SliceStagesOf(PlanSliceStageSet(...)): the stages the call runs.
 SliceStages PlanSliceStages(const sampling::RowParams* rows, int64_t count, int32_t vocab);
-
-// The stages a graph captures, for rows of any parameters: every stage of
-// PlanSliceStages's order, without the top-k passes when `top_k` is false
-// (then no row may have an active top-k: 0 < top_k < vocab).
-SliceStages GraphSliceStages(bool top_k);
-// Whether the stages `planned` (PlanSliceStages over some rows) are a subset
-// of `graph`'s in the same order, i.e. whether `graph` samples those rows.
-bool SliceStagesCover(const SliceStages& graph, const SliceStages& planned);
 
 // Workspace bytes for a call of up to `rows` rows of up to `slices` slices.
 size_t SlicedSampleWorkspaceBytes(int64_t rows, int32_t slices);
@@ -98,7 +100,7 @@ struct SlicedSampleArgs {
   int32_t vocab = 0;                    // V <= tp·Vs, V <= kMaxSlicedVocab
   const sampling::RowParams* params = nullptr;  // [rows], each SlicedSamplerCovers (no entries)
   SlicePlan plan;                       // PlanSlices(...) or any plan that covers V
-  SliceStages stages;                   // PlanSliceStages over the same rows
+  SliceStages stages;                   // PlanSliceStages over the same rows, or a superset (SliceStagesOf)
   void* workspace = nullptr;            // SlicedSampleWorkspaceBytes(rows, plan.slices); any content
   size_t workspace_bytes = 0;
   sampling::RowResult* results = nullptr;  // [rows] out (logprob 0, num_top 0)

@@ -115,12 +115,11 @@ struct DeviceBuffers {
   }
 };
 
-// How a call is launched: the stages PlanSliceStages picks for the rows, or a
-// graph's (GraphSliceStages); live < 0: every row is live, else the first
-// `live` rows (SlicedSampleArgs::live_rows, device memory).
+// How a call is launched: the stages PlanSliceStages picks for the rows, or
+// those of stage set `set` when >= 0 (a superset); live < 0: every row is
+// live, else the first `live` rows (SlicedSampleArgs::live_rows, device memory).
 struct Launch {
-  bool graph_stages = false;
-  bool top_k = true;  // GraphSliceStages(top_k)
+  int32_t set = -1;
   int live = -1;
 };
 
@@ -143,7 +142,7 @@ std::vector<int32_t> SlicedTokens(const Logits& g, const std::vector<RowParams>&
   a.vocab = g.vocab;
   a.params = buf.Copy(params.data(), params.size());
   a.plan = plan;
-  a.stages = how.graph_stages ? GraphSliceStages(how.top_k) : PlanSliceStages(params.data(), rows, g.vocab);
+  a.stages = how.set >= 0 ? SliceStagesOf(how.set) : PlanSliceStages(params.data(), rows, g.vocab);
   if (how.live >= 0) a.live_rows = buf.Copy(&how.live, 1);
   a.workspace_bytes = SlicedSampleWorkspaceBytes(rows, plan.slices);
   std::vector<char> poison(a.workspace_bytes, static_cast<char>(0xff));
@@ -251,52 +250,64 @@ INSTANTIATE_TEST_SUITE_P(Shapes, SlicedSamplerTest,
                          ::testing::Values(Shape::kNormal, Shape::kFewLevels, Shape::kTopTies),
                          [](const ::testing::TestParamInfo<Shape>& info) { return std::string(ShapeName(info.param)); });
 
-// A graph's stage list (every stage, or every one but top-k's) samples rows of
-// any parameters as the stages planned for them do: each stage skips the rows
-// it does not concern on the device. Rows past live_rows (a bucket's padding)
-// are not sampled: their results keep what was there.
-TEST(SlicedSampler, GraphStagesAndPaddingRowsMatchThePlannedStages) {
+// Any superset of the planned stages (a larger stage set) samples the rows
+// as the planned stages do: each stage skips, on the device, the rows it does
+// not concern (the decode-batch graphs rely on this for mixed rows). Rows
+// past live_rows (a bucket's padding) are not sampled: their results keep
+// what was there.
+TEST(SlicedSampler, LargerStageSetsAndPaddingRowsMatchThePlannedStages) {
   TPSERVE_REQUIRE_GPU();
   const uint64_t seed = testing_util::TestSeed();
   SCOPED_TRACE("seed=" + std::to_string(seed));
   std::mt19937_64 rng(seed);
   const int vocab = cuda_test::kEmulated ? 517 : 151936;
   const std::vector<RowParams> all = ParamCases(rng, vocab);
-  std::vector<RowParams> no_top_k;  // rows GraphSliceStages(false) may take
-  for (const RowParams& p : all) {
-    if (!(p.top_k > 0 && p.top_k < vocab)) no_top_k.push_back(p);
-  }
-  for (const bool top_k : {true, false}) {
-    const std::vector<RowParams>& params = top_k ? all : no_top_k;
+  // The emulated run: the rows of the smallest set with each stage (greedy,
+  // temperature + top-p, top-k + mass) under every stage.
+  const std::vector<int32_t> sets = cuda_test::kEmulated ? std::vector<int32_t>{0, kStageSetTopP, kStageSetTopK | kStageSetMass}
+                                                         : std::vector<int32_t>{0, 1, 2, 3, 4, 5, 6};
+  for (const int32_t set : sets) {
+    std::vector<RowParams> params;  // rows whose own stage set is within `set`
+    for (const RowParams& p : all) {
+      if ((PlanSliceStageSet(&p, 1, vocab) & ~set) == 0) params.push_back(p);
+    }
     const int rows = static_cast<int>(params.size());
-    SCOPED_TRACE(top_k ? "every stage" : "no top-k passes");
+    SCOPED_TRACE("stage set " + std::to_string(set) + ": " + std::to_string(rows) + " rows");
+    ASSERT_GE(rows, 2);
     const Logits g = MakeLogits(rng, 2, rows, vocab, true, Shape::kFewLevels);
     const SlicePlan plan = PlanOf(vocab, cuda_test::kEmulated ? 64 : 1024);
     const std::vector<int32_t> planned = SlicedTokens(g, params, plan);
-    EXPECT_EQ(SlicedTokens(g, params, plan, Launch{.graph_stages = true, .top_k = top_k}), planned);
-    const int live = rows - 3;
-    const std::vector<int32_t> padded = SlicedTokens(g, params, plan, Launch{true, top_k, live});
+    EXPECT_EQ(SlicedTokens(g, params, plan, Launch{kSliceStageSets - 1, -1}), planned) << "every stage";
+    const int live = rows > 3 ? rows - 3 : 1;
+    const std::vector<int32_t> padded = SlicedTokens(g, params, plan, Launch{set, live});
     for (int s = 0; s < rows; ++s) {
       EXPECT_EQ(padded[s], s < live ? planned[s] : -7) << "row " << s << " of " << live << " live";
     }
-    EXPECT_EQ(SlicedTokens(g, params, plan, Launch{true, top_k, 0}), std::vector<int32_t>(rows, -7));
+    EXPECT_EQ(SlicedTokens(g, params, plan, Launch{set, 0}), std::vector<int32_t>(rows, -7));
   }
 }
 
-TEST(SlicedSampler, GraphStagesCoverThePlannedOnes) {
-  RowParams greedy, top_p, top_k;
-  greedy.temperature = 0;
+TEST(SlicedSampler, StageSetsArePlannedFromTheRows) {
+  RowParams greedy, temperature, top_p, top_k, both;
+  greedy.temperature = 0, greedy.top_k = 5, greedy.top_p = 0.5f;  // greedy: filters ignored
   top_p.top_p = 0.9f;
   top_k.top_k = 40;
-  for (const RowParams& p : {greedy, top_p, top_k}) {
-    const SliceStages planned = PlanSliceStages(&p, 1, 1000);
-    EXPECT_TRUE(SliceStagesCover(GraphSliceStages(true), planned));
-    EXPECT_EQ(SliceStagesCover(GraphSliceStages(false), planned), p.top_k < 0);
-    EXPECT_TRUE(SliceStagesCover(planned, planned));
+  both.top_k = 50, both.top_p = 0.95f;
+  const std::pair<RowParams, int32_t> cases[] = {{greedy, 0},
+                                                 {temperature, kStageSetMass},
+                                                 {top_p, kStageSetTopP},
+                                                 {top_k, kStageSetTopK | kStageSetMass},
+                                                 {both, kStageSetTopK | kStageSetTopP}};
+  const int32_t launches[] = {2, 3, 6, 7, 10};  // SliceStagesOf(set).count, in the order above
+  for (size_t i = 0; i < std::size(cases); ++i) {
+    EXPECT_EQ(PlanSliceStageSet(&cases[i].first, 1, 1000), cases[i].second) << "case " << i;
+    EXPECT_EQ(PlanSliceStages(&cases[i].first, 1, 1000).count, launches[i]) << "case " << i;
   }
-  EXPECT_FALSE(SliceStagesCover(PlanSliceStages(&greedy, 1, 1000), PlanSliceStages(&top_p, 1, 1000)));
-  EXPECT_EQ(GraphSliceStages(true).count, kMaxSliceStages);
-  EXPECT_EQ(GraphSliceStages(false).count, kMaxSliceStages - 4);
+  const RowParams mixed[] = {greedy, top_p, top_k};
+  EXPECT_EQ(PlanSliceStageSet(mixed, 3, 1000), kSliceStageSets - 1);
+  EXPECT_EQ(SliceStagesOf(kSliceStageSets - 1).count, kMaxSliceStages);
+  top_k.top_k = 1000;  // = V: off
+  EXPECT_EQ(PlanSliceStageSet(&top_k, 1, 1000), kStageSetMass);
 }
 
 // Random parameters, many draws per row: the inverse CDF lands in every slice.
