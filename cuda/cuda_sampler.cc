@@ -278,7 +278,7 @@ void CudaSampler::Download(int64_t rows, bool any_top) {
 
 absl::Status CudaSampler::PrepareBatch(const Tensor& gathered, int64_t vocab_size) {
   const int64_t rows = gathered.ndim == 3 ? gathered.dim(1) : 0;
-  if (rows < 1 || rows > sliced_rows_cap_ || vocab_size > kMaxSlicedVocab ||
+  if (!options_.batch_graphs || rows < 1 || rows > sliced_rows_cap_ || vocab_size > kMaxSlicedVocab ||
       PlanSlices(rows, static_cast<int32_t>(vocab_size), options_.sm_count).slices < 2) {
     return absl::OkStatus();  // the eager path samples this layout
   }

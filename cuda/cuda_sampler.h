@@ -84,6 +84,7 @@ class CudaSampler final : public DeviceSampler {
     int64_t penalty_entries = 0;  // initial capacity for a step; 0: max_seqs · 1024
     KernelSet kernels = KernelSet::kFast;  // kReference: always the row kernel
     int sm_count = 0;  // SMs the sliced path plans for; 0: the current device's
+    bool batch_graphs = true;  // false: PrepareBatch captures nothing (eager after the forward; benchmarks)
   };
 
   // INVALID_ARGUMENT for options out of range, RESOURCE_EXHAUSTED when the
