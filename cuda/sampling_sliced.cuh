@@ -11,9 +11,10 @@
 // back, every block of a row computing the same row state in the same order
 // (block (row, 0) also stores it for the stage after). Stages:
 //   stats       per-slice best (value, lowest id); zeroes the row's histograms
-//   top-k 0..3  radix select of the top_k-th key, 8 key bits a pass, over
-//               256-bin count histograms (instead of ~32 bisection passes)
-//   top-p 0..3  the same over fixed-point mass histograms of the tokens min-p
+//   top-k 0..2  radix select of the top_k-th key, 11 + 11 + 10 key bits
+//               (sample_slices.h), over 2048-bin count histograms (instead
+//               of ~32 bisection passes)
+//   top-p 0..2  the same over fixed-point mass histograms of the tokens min-p
 //               and top-k keep (pass 0's total is the kept mass)
 //   mass        per-slice kept mass (fixed point), for rows without top-p (a
 //               top-p row's last pass leaves per-slice masses above its cut)
@@ -21,7 +22,7 @@
 //               walks its ids (threads over contiguous ids, a block scan)
 // An eager call runs stats, the top-k passes when any row has an active top-k,
 // the top-p passes when any row has top_p < 1, mass when a sampled row has no
-// top-p, and draw (PlanSliceStages): temperature + top-p is 6 launches. Every
+// top-p, and draw (PlanSliceStages): temperature + top-p is 5 launches. Every
 // stage decides per row on the device (the row state's flags): a row a stage
 // does not concern (a greedy row in a radix pass, a row without top-k in
 // top-k's, a top-p row in mass) exits after reading the row state. So any
@@ -54,12 +55,12 @@ namespace tpserve::cuda {
 
 enum class SliceStage : int8_t {
   kStats,
-  kTopK0, kTopK1, kTopK2, kTopK3,
-  kTopP0, kTopP1, kTopP2, kTopP3,
+  kTopK0, kTopK1, kTopK2,
+  kTopP0, kTopP1, kTopP2,
   kMass,
   kDraw,
 };
-inline constexpr int kMaxSliceStages = 11;
+inline constexpr int kMaxSliceStages = 9;
 
 struct SliceStages {
   int32_t count = 0;
@@ -79,7 +80,7 @@ inline constexpr int32_t kSliceStageSets = 8;
 // sampled row has an active top-k, top-p's when one has top_p < 1, mass when
 // one has no top-p (greedy rows need none).
 int32_t PlanSliceStageSet(const sampling::RowParams* rows, int64_t count, int32_t vocab);
-// The stages of a set, in order: stats, top-k 0..3, top-p 0..3, mass, draw.
+// The stages of a set, in order: stats, top-k 0..2, top-p 0..2, mass, draw.
 SliceStages SliceStagesOf(int32_t set);
 // SliceStagesOf(PlanSliceStageSet(...)): the stages the call runs.
 SliceStages PlanSliceStages(const sampling::RowParams* rows, int64_t count, int32_t vocab);
