@@ -391,7 +391,8 @@ class CudaBackend final : public Backend {
     const int64_t D = x.row_width();
     ExpectRows("GatherRows", "x", x, s.num_tokens, D);
     ExpectRows("GatherRows", "out", out, s.num_seqs, D);
-    Launched("GatherRows", cuda::LaunchGatherRows(Bf(x), D, s.logits_indices, s.num_seqs, Bf(out), stream_));
+    Launched("GatherRows",
+             cuda::LaunchGatherRows(Bf(x), D, s.logits_indices, s.num_seqs, Bf(out), stream_, programmatic_));
   }
 
  private:

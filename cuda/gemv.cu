@@ -46,14 +46,14 @@ __device__ __forceinline__ void GemvEpilogue(const float* partial, int cols_per_
 //   plain GEMV (kSiluMul false): N outputs, group g of block b is row b·cols + g;
 //   SiLU-mul: N = F features, group g of block b is the gate row (g even) or
 //   the up row (g odd, F further) of feature b·cols/2 + g/2.
-// A programmatic launch: waits for the previous kernel before reading x.
+// A programmatic launch: before the wait it only asks L2 for each lane's first
+// kUnroll weight vectors (no kernel writes w), so they are on their way while
+// the previous kernel finishes; x, bias and y are touched after the wait.
 template <int kM, bool kSiluMul>
 __global__ void __launch_bounds__(kGemvThreads)
     GemvKernel(const __nv_bfloat16* __restrict__ x, const __nv_bfloat16* __restrict__ w,
                const __nv_bfloat16* __restrict__ bias, int64_t N, int64_t K, int cols_per_block,
                __nv_bfloat16* __restrict__ y) {
-  TPSERVE_GRID_DEPENDENCY_WAIT();
-  TPSERVE_GRID_DEPENDENTS_LAUNCH();
   TPSERVE_SHARED_ARRAY(float, partial, kGemvWarps * kM);  // [warp, m] sums of each warp's part of K
   const int warp = threadIdx.x / kWarpSize, lane = threadIdx.x % kWarpSize;
   const int k_split = kGemvWarps / cols_per_block;
@@ -63,12 +63,21 @@ __global__ void __launch_bounds__(kGemvThreads)
   const int64_t row = kSiluMul && group % 2 == 1 ? N + n : n;        // its row of w
   const int64_t chunks = K / kBf16PerVec;  // 16-byte vectors per row
   const int64_t stride = int64_t{kWarpSize} * k_split;
+  const int64_t c_first = (warp % k_split) * kWarpSize + lane;
+  if (n < N) {
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      if (c_first + u * stride < chunks) PrefetchL2Bf16x8(w + row * K, c_first + u * stride);
+    }
+  }
+  TPSERVE_GRID_DEPENDENCY_WAIT();
+  TPSERVE_GRID_DEPENDENTS_LAUNCH();
   float acc[kM];
 #pragma unroll
   for (int m = 0; m < kM; ++m) acc[m] = 0.f;
   if (n < N) {
     const __nv_bfloat16* wr = w + row * K;
-    for (int64_t c0 = (warp % k_split) * kWarpSize + lane; c0 < chunks; c0 += stride * kUnroll) {
+    for (int64_t c0 = c_first; c0 < chunks; c0 += stride * kUnroll) {
       uint4 wv[kUnroll];  // the loads first, so kUnroll are in flight
 #pragma unroll
       for (int u = 0; u < kUnroll; ++u) {

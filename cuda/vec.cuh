@@ -42,4 +42,21 @@ __device__ __forceinline__ void StoreBf16x8(__nv_bfloat16* p, int64_t i, const u
   reinterpret_cast<uint4*>(p)[i] = v;
 }
 
+// Asks L2 for the i-th 16-byte vector of p (its 128-byte line) without waiting
+// or holding a register: for weights a kernel will read after a programmatic
+// launch's wait (cuda/simt.cuh). The emulation touches the vector's first and
+// last byte instead, so AddressSanitizer checks the address as a load would.
+__device__ __forceinline__ void PrefetchL2Bf16x8(const __nv_bfloat16* p, int64_t i) {
+#if defined(__CUDA_ARCH__)
+  asm volatile("prefetch.global.L2 [%0];" ::"l"(p + kBf16PerVec * i));
+#elif defined(TPSERVE_CUDA_EMU)
+  const volatile char* bytes = reinterpret_cast<const volatile char*>(p + kBf16PerVec * i);
+  (void)bytes[0];
+  (void)bytes[15];
+#else
+  (void)p;
+  (void)i;
+#endif
+}
+
 }  // namespace tpserve::cuda

@@ -43,6 +43,10 @@ constexpr double kTol = 1e-2;
 // K and N: an odd multiple of 8 past one chunk per lane of every warp
 // (GPU: 513 chunks; emulated: 41, past one warp's 32 lanes).
 constexpr int64_t kLargeK = cuda_test::kEmulated ? 8 * 41 : 8 * 513;
+// K past the 4 weight vectors each lane of the GEMV loads at once (the first
+// of them before a programmatic launch's wait) under the widest K split
+// (8 warps · 32 lanes · 4 = 1,024 chunks), so every lane goes round its loop.
+constexpr int64_t kLoopK = 8 * 1033;
 
 class SmallBatchTest : public ::testing::Test {
  protected:
@@ -145,7 +149,7 @@ TEST_F(SmallBatchTest, GemvUnderEverySplitMatchesAHostReference) {
   for (int cols : {1, 2, 4, 8}) {
     const cuda::GemvPlan base{cols, cuda::kGemvWarps / cols, 0};
     for (int64_t m : {1, 3, 8}) {
-      for (int64_t k : {int64_t{8}, kLargeK}) {
+      for (int64_t k : {int64_t{8}, kLargeK, kLoopK}) {
         for (int64_t n : {1, 13}) {
           const std::vector<float> x = RandomBf16(rng_, m * k), w = RandomBf16(rng_, n * k, 0.1f),
                                    bias = RandomBf16(rng_, n);
@@ -282,7 +286,7 @@ TEST_F(SmallBatchTest, GemvSiluMulUnderEverySplitMatchesTheTwoKernels) {
   auto bf = [](const Buffer& b) { return static_cast<__nv_bfloat16*>(b.tensor().data); };
   for (int cols : {2, 4, 8}) {
     for (int64_t m : {1, 3, 8}) {
-      for (int64_t k : {int64_t{8}, kLargeK}) {
+      for (int64_t k : {int64_t{8}, kLargeK, kLoopK}) {
         for (int64_t f : {1, 13}) {
           const std::string what = "cols=" + std::to_string(cols) + " M=" + std::to_string(m) +
                                    " K=" + std::to_string(k) + " F=" + std::to_string(f);
