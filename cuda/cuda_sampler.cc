@@ -283,6 +283,9 @@ absl::Status CudaSampler::PrepareBatch(const Tensor& gathered, int64_t vocab_siz
     return absl::OkStatus();  // the eager path samples this layout
   }
   CheckSampleArgs(gathered, vocab_size, static_cast<size_t>(rows), rows);
+  for (const BatchGraphs& batch : batch_graphs_) {  // a recapture of the decode graphs (e.g. a larger cache)
+    if (batch.Holds(gathered, vocab_size)) return absl::OkStatus();
+  }
   // Once eagerly with no live row (every block returns at once): the kernels
   // are loaded outside the capture.
   *h_live_rows_ = 0;
@@ -328,11 +331,7 @@ BackendGraph* CudaSampler::GraphFor(const Tensor& gathered, int64_t vocab_size, 
                                     int64_t num_entries) const {
   if (batch_graphs_.empty() || num_entries > 0) return nullptr;
   for (const BatchGraphs& batch : batch_graphs_) {
-    if (batch.data != gathered.data || batch.dtype != gathered.dtype || batch.vocab_size != vocab_size ||
-        batch.dims[0] != gathered.dim(0) || batch.dims[1] != gathered.dim(1) || batch.dims[2] != gathered.dim(2) ||
-        rows > batch.dims[1]) {
-      continue;
-    }
+    if (!batch.Holds(gathered, vocab_size)) continue;
     for (int64_t s = 0; s < rows; ++s) {
       if (!SlicedSamplerCovers(h_params_[s], 0)) return nullptr;
     }

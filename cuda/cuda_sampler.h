@@ -151,6 +151,10 @@ class CudaSampler final : public DeviceSampler {
     int64_t dims[3] = {};
     int64_t vocab_size = 0;
     std::unique_ptr<BackendGraph> graphs[kSliceStageSets];  // [set]: SliceStagesOf(set)
+    bool Holds(const Tensor& gathered, int64_t vocab) const {
+      return data == gathered.data && dtype == gathered.dtype && vocab_size == vocab && dims[0] == gathered.dim(0) &&
+             dims[1] == gathered.dim(1) && dims[2] == gathered.dim(2);
+    }
   };
   // One graph of PrepareBatch: the sliced path over `gathered`'s B rows with `stages`.
   absl::StatusOr<std::unique_ptr<BackendGraph>> CaptureSliced(const Tensor& gathered, int64_t vocab_size,

@@ -460,6 +460,8 @@ void GraphSteps(int bucket, int live, const SamplingParams* extra, bool expect_g
   }
   ASSERT_TRUE(prepared.ok()) << prepared;
   EXPECT_EQ((*graphed)->prepared_batches(), 1);
+  ASSERT_TRUE((*graphed)->PrepareBatch(gathered, vocab).ok());  // again (a recapture): nothing new
+  EXPECT_EQ((*graphed)->prepared_batches(), 1);
   auto via_graph = MixedSequences(seed, live, extra), via_eager = MixedSequences(seed, live, extra),
        via_host = MixedSequences(seed, live, extra);
   const int steps = 3;
@@ -504,6 +506,35 @@ TEST(SlicedSampler, CudaSamplerGraphFallsBackForPenaltiesAndLogprobs) {
   SamplingParams logprobs;
   logprobs.top_p = 0.8f, logprobs.logprobs = 3;
   GraphSteps(4, 3, &logprobs, false);
+}
+
+// Layouts the sliced path does not take (more rows than SlicedRowsCap), and
+// any layout with batch_graphs off, get no graph: Sample stays eager.
+TEST(SlicedSampler, CudaSamplerPreparesNoGraphWhereTheSlicedPathDoesNotRun) {
+  TPSERVE_REQUIRE_GPU();
+  const int vocab = 4097, rows = 4;
+  cudaStream_t stream;
+  CUDA_CHECK(cudaStreamCreate(&stream));
+  std::vector<uint16_t> bits(static_cast<size_t>(rows) * vocab, FloatToBf16(0.5f));
+  DeviceBuffers buf;
+  const Tensor gathered(buf.Copy(bits.data(), bits.size()), DType::kBF16, Device::kCuda, {1, rows, vocab});
+  for (const bool graphs : {true, false}) {
+    CudaSampler::Options options;
+    options.max_seqs = rows;
+    options.vocab_size = vocab;
+    options.sm_count = graphs ? 1 : 132;  // 1 SM: only a single row gets two slices
+    options.batch_graphs = graphs;
+    auto sampler = CudaSampler::Create(options, stream);
+    ASSERT_TRUE(sampler.ok()) << sampler.status();
+    EXPECT_LT((*sampler)->SlicedRowsCap(), graphs ? rows : rows + 1);
+    ASSERT_TRUE((*sampler)->PrepareBatch(gathered, vocab).ok());
+    EXPECT_EQ((*sampler)->prepared_batches(), 0) << "batch_graphs " << graphs;
+    auto seqs = MixedSequences(5, rows);
+    const auto got = (*sampler)->Sample(gathered, vocab, Ptrs(seqs));
+    for (const SampledToken& t : got) EXPECT_TRUE(t.token >= 0 && t.token < vocab);
+    EXPECT_EQ((*sampler)->graph_calls(), 0);
+  }
+  CUDA_CHECK(cudaStreamDestroy(stream));
 }
 
 TEST(SlicedSampler, CudaSamplerCapsTheSlicedRows) {
