@@ -234,10 +234,16 @@ void CudaSampler::LaunchRows(const Tensor& gathered, int64_t vocab_size, int64_t
   TPSERVE_SYNC_CHECK();
 }
 
-bool CudaSampler::UseSliced(int64_t vocab_size, int64_t rows, int64_t num_entries) const {
-  if (rows > sliced_rows_cap_ || num_entries > 0 || vocab_size > kMaxSlicedVocab) return false;
+bool CudaSampler::StagedRowsCovered(int64_t rows) const {
   for (int64_t s = 0; s < rows; ++s) {
     if (!SlicedSamplerCovers(h_params_[s], 0)) return false;
+  }
+  return true;
+}
+
+bool CudaSampler::UseSliced(int64_t vocab_size, int64_t rows, int64_t num_entries) const {
+  if (rows > sliced_rows_cap_ || num_entries > 0 || vocab_size > kMaxSlicedVocab || !StagedRowsCovered(rows)) {
+    return false;
   }
   return PlanSlices(rows, static_cast<int32_t>(vocab_size), options_.sm_count).slices >= 2;
 }
@@ -332,9 +338,7 @@ BackendGraph* CudaSampler::GraphFor(const Tensor& gathered, int64_t vocab_size, 
   if (batch_graphs_.empty() || num_entries > 0) return nullptr;
   for (const BatchGraphs& batch : batch_graphs_) {
     if (!batch.Holds(gathered, vocab_size)) continue;
-    for (int64_t s = 0; s < rows; ++s) {
-      if (!SlicedSamplerCovers(h_params_[s], 0)) return nullptr;
-    }
+    if (!StagedRowsCovered(rows)) return nullptr;
     return batch.graphs[PlanSliceStageSet(h_params_, rows, static_cast<int32_t>(vocab_size))].get();
   }
   return nullptr;

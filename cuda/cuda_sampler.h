@@ -135,6 +135,8 @@ class CudaSampler final : public DeviceSampler {
   void Upload(int64_t rows, int64_t num_entries);
   // Queues the sampling kernel over `rows` rows of `gathered`.
   void LaunchRows(const Tensor& gathered, int64_t vocab_size, int64_t rows);
+  // True when none of the `rows` staged rows asks for log-probs (SlicedSamplerCovers).
+  bool StagedRowsCovered(int64_t rows) const;
   // True when the staged rows (no penalty entries) can run the sliced path.
   bool UseSliced(int64_t vocab_size, int64_t rows, int64_t num_entries) const;
   // The sliced sampler's arguments over `rows` rows of `gathered`, without stages.
