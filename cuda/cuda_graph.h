@@ -3,8 +3,12 @@
 //
 // Capture mode is cudaStreamCaptureModeThreadLocal: only the capturing thread
 // is barred from unsafe calls (cudaMalloc, synchronisation), so other threads
-// (e.g. a communicator copying on the legacy stream, another rank's thread in
-// a test) go on. While a capture is open, TPSERVE_SYNC_CHECK skips its device
+// (another rank's thread in a test) may allocate meanwhile. Work on the legacy
+// stream from any thread (a synchronous cudaMemcpy, as comm/device_copy_cuda.cc
+// stages gloo's buffers) still breaks the capture with
+// cudaErrorStreamCaptureImplicit, the backend's stream being a blocking one;
+// graphs are only captured over a communicator that SupportsGraphCapture.
+// While a capture is open, TPSERVE_SYNC_CHECK skips its device
 // synchronisation (cuda/check.h).
 #pragma once
 

@@ -97,6 +97,9 @@ class Engine {
 
   Model& model() { return *model_; }
   const GenerationStats& last_stats() const { return stats_; }
+  // Whether decode steps run as captured graphs (after the first Generate,
+  // which allocates the cache and warms the step runner up).
+  bool uses_graphs() const { return runner_ != nullptr && runner_->uses_graphs(); }
 
  private:
   Engine(Backend& backend, Communicator& comm, const EngineOptions& options)

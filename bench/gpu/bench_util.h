@@ -21,8 +21,9 @@ namespace tpserve::gpu_bench {
 constexpr int32_t kBlockSize = 16;
 
 // Every size the bench uses. Full: the numbers of the top comment. --smoke:
-// tiny everything, eager decode (the emulator cannot capture graphs), for the
-// cuda-emu test that runs this program through the kernels' host build.
+// tiny everything (decode graphs for a 4-sequence server), for the cuda-emu
+// test that runs this program through the kernels' host build and its
+// emulated graph capture.
 struct Sizes {
   bool smoke = false;
   size_t copy_bytes = size_t{1} << 30;
@@ -54,6 +55,7 @@ struct Sizes {
   int32_t sampler_vocab = 151936;  // Qwen's
   std::vector<int32_t> sampler_batches{1, 8, 64};
   int sampler_iters = 500;
+  int64_t max_num_seqs = 256;  // the serving engine's (decode graphs are captured up to it)
 
   static Sizes Smoke() {
     Sizes z;
@@ -71,6 +73,7 @@ struct Sizes {
     z.mlp_shapes = {{"tiny", 64, 96}};
     z.gemv_rotate_bytes = 1, z.gemv_iters = 1;
     z.sampler_vocab = 2053, z.sampler_batches = {1, 3}, z.sampler_iters = 1;
+    z.max_num_seqs = 4;
     return z;
   }
   int max_attention_context() const { return *std::max_element(attention_contexts.begin(), attention_contexts.end()); }

@@ -182,9 +182,8 @@ absl::StatusOr<ServingEngine> MakeServingEngine(const Sizes& z, const std::files
                                                 int64_t num_blocks, int64_t max_num_tokens = 8192,
                                                 bool sampler_graphs = true) {
   EngineOptions options;
-  options.enforce_eager = z.smoke;
   options.model.max_num_tokens = max_num_tokens;
-  options.model.max_num_seqs = 256;
+  options.model.max_num_seqs = z.max_num_seqs;
   options.model.max_position = max_position;
   options.block_size = kBlockSize;
   options.num_blocks = num_blocks;  // allocated (and the graphs captured) once, at the first Generate
@@ -338,7 +337,7 @@ absl::Status ServedDecodeRows(const Sizes& z, const std::filesystem::path& dir, 
     char line[320];
     std::snprintf(line, sizeof line,
                   "| %s | decode batch %d, ctx %d..%d (%s, GPU sampler, %s; %.0f steps) | %.3f ms/step | %.3f ms | %.0f%% |\n",
-                  name.c_str(), batch, prompt, prompt + outputs, z.smoke ? "eager" : "graphs", set.c_str(), steps,
+                  name.c_str(), batch, prompt, prompt + outputs, "graphs", set.c_str(), steps,
                   s * 1e3, floor * 1e3, 100 * floor / s);
     table << line;
   }

@@ -336,10 +336,10 @@ double TimeGraph(cudaStream_t stream, Fn&& enqueue, int iters) {
 // The sampler's kernels alone on random bf16 logits [1, B, V] (temperature
 // 0.6, top-p 0.9, no penalties or log-probs): the sliced path (as CudaSampler
 // plans it on this device) and the row kernel, eager and as a graph
-// (the emulator cannot capture: --smoke times eager launches only); then
-// CudaSampler::Sample under each kernel set, the whole call, and under the
-// fast set with the decode-batch graph of the batch (PrepareBatch: the upload,
-// the stages and the read-back replayed as one graph, one sync).
+// (captured by the emulator too under --smoke); then CudaSampler::Sample
+// under each kernel set, the whole call, and under the fast set with the
+// decode-batch graph of the batch (PrepareBatch: the upload, the stages and
+// the read-back replayed as one graph, one sync).
 bool SamplerSection(const Sizes& z, std::ostream& table) {
   cudaDeviceProp prop{};
   CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
@@ -386,10 +386,10 @@ bool SamplerSection(const Sizes& z, std::ostream& table) {
       return TimeIt([&] { fn(); CUDA_CHECK(cudaStreamSynchronize(stream)); }, z.smoke ? 0 : 3, z.sampler_iters);
     };
     const double sliced_eager = eager(run_sliced), row_eager = eager(run_row);
-    const double sliced_graph = z.smoke ? 0 : TimeGraph(stream, run_sliced, z.sampler_iters);
-    const double row_graph = z.smoke ? 0 : TimeGraph(stream, run_row, z.sampler_iters);
+    const double sliced_graph = TimeGraph(stream, run_sliced, z.sampler_iters);
+    const double row_graph = TimeGraph(stream, run_row, z.sampler_iters);
     double sample[3] = {0, 0, 0};  // fast, fast through its graph, reference
-    bool graphed = false;          // whether the graph ran (the batch is within SlicedRowsCap, capture works)
+    bool graphed = false;          // whether the graph ran (the batch is within SlicedRowsCap)
     for (int which = 0; which < 3; ++which) {
       cuda::CudaSampler::Options options;
       options.max_seqs = B, options.vocab_size = V;
@@ -414,10 +414,8 @@ bool SamplerSection(const Sizes& z, std::ostream& table) {
     }
     const auto us = [](double s) { return s * 1e6; };
     char line[320];
-    std::snprintf(line, sizeof line, "| %d | %d | %.1f us | %s | %.1f us | %s | %.1f us | %s | %.1f us |\n", B,
-                  sliced.plan.slices, us(sliced_eager),
-                  z.smoke ? "-" : absl::StrCat(absl::SixDigits(us(sliced_graph)), " us").c_str(), us(row_eager),
-                  z.smoke ? "-" : absl::StrCat(absl::SixDigits(us(row_graph)), " us").c_str(), us(sample[0]),
+    std::snprintf(line, sizeof line, "| %d | %d | %.1f us | %.1f us | %.1f us | %.1f us | %.1f us | %s | %.1f us |\n", B,
+                  sliced.plan.slices, us(sliced_eager), us(sliced_graph), us(row_eager), us(row_graph), us(sample[0]),
                   graphed ? absl::StrCat(absl::SixDigits(us(sample[1])), " us").c_str() : "-", us(sample[2]));
     table << line;
     for (void* p : {static_cast<void*>(d_logits), static_cast<void*>(d_params), static_cast<void*>(d_index),

@@ -1,13 +1,16 @@
 // The emulated cuBLAS: the calls the CUDA backend makes (cuda/cuda_backend.cc),
 // with cublasGemmEx as a plain host GEMM: bf16 or f32 operands, fp32
 // accumulation (CUBLAS_COMPUTE_32F), column-major like cuBLAS. Not the
-// tensor cores' summation order or rounding.
+// tensor cores' summation order or rounding. A GEMM is work on the handle's
+// stream (cuda/emu/capture.h): run at once, or recorded while that stream
+// captures a graph, with alpha and beta read at the call (host pointer mode).
 #include <cublas_v2.h>
 
 #include <cstdint>
 #include <cstring>
 #include <vector>
 
+#include "cuda/emu/capture.h"
 #include "model/dtype.h"
 
 namespace {
@@ -53,34 +56,65 @@ const char* cublasGetStatusString(cublasStatus_t status) {
   return status == CUBLAS_STATUS_SUCCESS ? "CUBLAS_STATUS_SUCCESS (emulated)" : "cuBLAS error (emulated)";
 }
 
+}  // extern "C"
+
+namespace {
+
+struct Gemm {
+  cublasOperation_t transa, transb;
+  int m, n, k;
+  float alpha, beta;
+  const void* A;
+  cudaDataType Atype;
+  int lda;
+  const void* B;
+  cudaDataType Btype;
+  int ldb;
+  void* C;
+  cudaDataType Ctype;
+  int ldc;
+};
+
 // C[m, n] = alpha · op(A)[m, k] · op(B)[k, n] + beta · C, column-major.
-cublasStatus_t cublasGemmEx(cublasHandle_t, cublasOperation_t transa, cublasOperation_t transb, int m, int n, int k,
-                            const void* alpha, const void* A, cudaDataType Atype, int lda, const void* B,
+void Run(const Gemm& g) {
+  std::vector<float> a_row(static_cast<size_t>(g.k));
+  for (int i = 0; i < g.m; ++i) {
+    for (int p = 0; p < g.k; ++p) {  // op(A)[i, p]
+      a_row[static_cast<size_t>(p)] = g.transa == CUBLAS_OP_N ? Load(g.A, g.Atype, int64_t{p} * g.lda + i)
+                                                              : Load(g.A, g.Atype, int64_t{i} * g.lda + p);
+    }
+    for (int j = 0; j < g.n; ++j) {
+      float acc = 0.f;
+      for (int p = 0; p < g.k; ++p) {
+        const float b = g.transb == CUBLAS_OP_N ? Load(g.B, g.Btype, int64_t{j} * g.ldb + p)
+                                                : Load(g.B, g.Btype, int64_t{p} * g.ldb + j);
+        acc += a_row[static_cast<size_t>(p)] * b;
+      }
+      const int64_t c = int64_t{j} * g.ldc + i;
+      Store(g.C, g.Ctype, c, g.alpha * acc + (g.beta != 0.f ? g.beta * Load(g.C, g.Ctype, c) : 0.f));
+    }
+  }
+}
+
+}  // namespace
+
+extern "C" {
+
+cublasStatus_t cublasGemmEx(cublasHandle_t handle, cublasOperation_t transa, cublasOperation_t transb, int m, int n,
+                            int k, const void* alpha, const void* A, cudaDataType Atype, int lda, const void* B,
                             cudaDataType Btype, int ldb, const void* beta, void* C, cudaDataType Ctype, int ldc,
                             cublasComputeType_t compute, cublasGemmAlgo_t) {
   if (compute != CUBLAS_COMPUTE_32F || !Supported(Atype) || !Supported(Btype) || !Supported(Ctype)) {
     return CUBLAS_STATUS_NOT_SUPPORTED;
   }
-  float a_scale, b_scale;
-  std::memcpy(&a_scale, alpha, sizeof(float));
-  std::memcpy(&b_scale, beta, sizeof(float));
-  std::vector<float> a_row(static_cast<size_t>(k)), b_col(static_cast<size_t>(k));
-  for (int i = 0; i < m; ++i) {
-    for (int p = 0; p < k; ++p) {  // op(A)[i, p]
-      a_row[static_cast<size_t>(p)] = transa == CUBLAS_OP_N ? Load(A, Atype, int64_t{p} * lda + i)
-                                                            : Load(A, Atype, int64_t{i} * lda + p);
-    }
-    for (int j = 0; j < n; ++j) {
-      float acc = 0.f;
-      for (int p = 0; p < k; ++p) {
-        const float b = transb == CUBLAS_OP_N ? Load(B, Btype, int64_t{j} * ldb + p) : Load(B, Btype, int64_t{p} * ldb + j);
-        acc += a_row[static_cast<size_t>(p)] * b;
-      }
-      const int64_t c = int64_t{j} * ldc + i;
-      Store(C, Ctype, c, a_scale * acc + (b_scale != 0.f ? b_scale * Load(C, Ctype, c) : 0.f));
-    }
-  }
-  return CUBLAS_STATUS_SUCCESS;
+  Gemm g{transa, transb, m, n, k, 0.f, 0.f, A, Atype, lda, B, Btype, ldb, C, Ctype, ldc};
+  std::memcpy(&g.alpha, alpha, sizeof(float));
+  std::memcpy(&g.beta, beta, sizeof(float));
+  const cudaError_t err = tpserve::cuda::emu::Enqueue(reinterpret_cast<Handle*>(handle)->stream, [g] {
+    Run(g);
+    return cudaSuccess;
+  });
+  return err == cudaSuccess ? CUBLAS_STATUS_SUCCESS : CUBLAS_STATUS_EXECUTION_FAILED;
 }
 
 }  // extern "C"

@@ -1,26 +1,38 @@
 // The emulated CUDA runtime: the cudart functions the CUDA backend and its
 // tests call, defined on the host for the emulation build (cuda/emu/simt.h).
 // Device memory is host memory (one malloc per cudaMalloc, 0xff-filled, so
-// reads of memory nobody wrote show up as NaN); streams and events are tokens:
-// every operation, kernel launches included, completes before the call
-// returns. Graph capture is not emulated (cudaErrorNotSupported).
+// reads of memory nobody wrote show up as NaN); cudaMallocHost's memory is
+// tracked as pinned. Streams, events and graph capture are in capture.cc
+// (which lists the capture rules held): outside a capture every operation,
+// kernel launches included, completes before the call returns; while a stream
+// captures, what is enqueued on it is recorded for the graph's replays, and
+// the calls capture forbids here (an allocation, a free, a device
+// synchronisation, a synchronous copy on the legacy stream, an async copy
+// from pageable memory) fail with CUDA's error codes and invalidate it.
 #include <cuda_runtime_api.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
+#include <map>
 #include <mutex>
 #include <string>
-#include <unordered_map>
 
+#include "cuda/emu/capture.h"
 #include "cuda/emu/simt.h"
 
 namespace {
+
+using tpserve::cuda::emu::CheckLegacyStream;
+using tpserve::cuda::emu::CheckUnsafeCall;
+using tpserve::cuda::emu::Enqueue;
 
 constexpr size_t kEmulatedDeviceBytes = size_t{8} << 30;  // what cudaMemGetInfo reports as total
 
 struct Heap {
   std::mutex mu;
-  std::unordered_map<void*, size_t> sizes;  // live device allocations
+  std::map<const char*, size_t> sizes;   // live device allocations: base -> bytes
+  std::map<const char*, size_t> pinned;  // live cudaMallocHost allocations: base -> bytes
   size_t used = 0;
 };
 
@@ -34,30 +46,58 @@ cudaError_t Fail(cudaError_t err) {
   return err;
 }
 
-cudaStream_t NewToken() { return reinterpret_cast<cudaStream_t>(new char); }
+// Whether [p, p + bytes) lies inside one allocation of `allocations`.
+bool Inside(const std::map<const char*, size_t>& allocations, const void* p, size_t bytes) {
+  const char* c = static_cast<const char*>(p);
+  auto it = allocations.upper_bound(c);
+  if (it == allocations.begin()) return false;
+  --it;
+  return c + bytes <= it->first + it->second;
+}
+
+// Whether a copy of `bytes` between dst and src may be captured: a graph's
+// copy to or from host memory needs pinned memory (cudaMallocHost), since the
+// driver would stage pageable memory through a buffer at the call.
+bool HostSidesPinned(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind) {
+  Heap& h = TheHeap();
+  std::lock_guard lock(h.mu);
+  auto usable = [&](const void* p, bool device) {
+    return device ? true : Inside(h.pinned, p, bytes);
+  };
+  switch (kind) {
+    case cudaMemcpyHostToDevice: return usable(src, false);
+    case cudaMemcpyDeviceToHost: return usable(dst, false);
+    case cudaMemcpyDeviceToDevice: return true;
+    case cudaMemcpyHostToHost: return usable(src, false) && usable(dst, false);
+    default:  // cudaMemcpyDefault: the pointers say where they live
+      return usable(src, Inside(h.sizes, src, bytes)) && usable(dst, Inside(h.sizes, dst, bytes));
+  }
+}
 
 }  // namespace
 
 extern "C" {
 
 cudaError_t cudaMalloc(void** ptr, size_t size) {
+  if (const cudaError_t err = CheckUnsafeCall(); err != cudaSuccess) return err;
   Heap& h = TheHeap();
   std::lock_guard lock(h.mu);
   if (h.used + size > kEmulatedDeviceBytes) return Fail(cudaErrorMemoryAllocation);
   void* p = std::malloc(size == 0 ? 1 : size);
   if (p == nullptr) return Fail(cudaErrorMemoryAllocation);
   std::memset(p, 0xff, size);
-  h.sizes[p] = size;
+  h.sizes[static_cast<const char*>(p)] = size;
   h.used += size;
   *ptr = p;
   return cudaSuccess;
 }
 
 cudaError_t cudaFree(void* ptr) {
+  if (const cudaError_t err = CheckUnsafeCall(); err != cudaSuccess) return err;
   if (ptr == nullptr) return cudaSuccess;
   Heap& h = TheHeap();
   std::lock_guard lock(h.mu);
-  auto it = h.sizes.find(ptr);
+  auto it = h.sizes.find(static_cast<const char*>(ptr));
   if (it == h.sizes.end()) return Fail(cudaErrorInvalidValue);
   h.used -= it->second;
   h.sizes.erase(it);
@@ -67,10 +107,19 @@ cudaError_t cudaFree(void* ptr) {
 
 cudaError_t cudaMallocHost(void** ptr, size_t size) {
   *ptr = std::malloc(size == 0 ? 1 : size);
-  return *ptr ? cudaSuccess : Fail(cudaErrorMemoryAllocation);
+  if (*ptr == nullptr) return Fail(cudaErrorMemoryAllocation);
+  Heap& h = TheHeap();
+  std::lock_guard lock(h.mu);
+  h.pinned[static_cast<const char*>(*ptr)] = size;
+  return cudaSuccess;
 }
 
 cudaError_t cudaFreeHost(void* ptr) {
+  if (const cudaError_t err = CheckUnsafeCall(); err != cudaSuccess) return err;
+  if (ptr == nullptr) return cudaSuccess;
+  Heap& h = TheHeap();
+  std::lock_guard lock(h.mu);
+  if (h.pinned.erase(static_cast<const char*>(ptr)) == 0) return Fail(cudaErrorInvalidValue);
   std::free(ptr);
   return cudaSuccess;
 }
@@ -83,31 +132,51 @@ cudaError_t cudaMemGetInfo(size_t* free_bytes, size_t* total_bytes) {
   return cudaSuccess;
 }
 
+// Synchronous copies and memsets run on the legacy stream.
 cudaError_t cudaMemcpy(void* dst, const void* src, size_t count, cudaMemcpyKind) {
+  if (const cudaError_t err = CheckLegacyStream(); err != cudaSuccess) return err;
   if (count > 0) std::memmove(dst, src, count);
   return cudaSuccess;
 }
 
-cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t count, cudaMemcpyKind kind, cudaStream_t) {
-  return cudaMemcpy(dst, src, count, kind);
+// dst and src are read when the copy runs: at each replay, when captured.
+cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t count, cudaMemcpyKind kind, cudaStream_t stream) {
+  return Enqueue(
+      stream,
+      [=] {
+        if (count > 0) std::memmove(dst, src, count);
+        return cudaSuccess;
+      },
+      HostSidesPinned(dst, src, count, kind));
 }
 
 cudaError_t cudaMemcpy2DAsync(void* dst, size_t dpitch, const void* src, size_t spitch, size_t width,
-                              size_t height, cudaMemcpyKind, cudaStream_t) {
+                              size_t height, cudaMemcpyKind kind, cudaStream_t stream) {
   if (width > dpitch || width > spitch) return Fail(cudaErrorInvalidPitchValue);
-  for (size_t row = 0; row < height && width > 0; ++row) {
-    std::memmove(static_cast<char*>(dst) + row * dpitch, static_cast<const char*>(src) + row * spitch, width);
-  }
-  return cudaSuccess;
+  const size_t span = height == 0 ? 0 : (height - 1) * std::max(dpitch, spitch) + width;  // bytes touched, at most
+  const bool pinned = HostSidesPinned(dst, src, span, kind);
+  return Enqueue(
+      stream,
+      [=] {
+        for (size_t row = 0; row < height && width > 0; ++row) {
+          std::memmove(static_cast<char*>(dst) + row * dpitch, static_cast<const char*>(src) + row * spitch, width);
+        }
+        return cudaSuccess;
+      },
+      pinned);
 }
 
 cudaError_t cudaMemset(void* ptr, int value, size_t count) {
+  if (const cudaError_t err = CheckLegacyStream(); err != cudaSuccess) return err;
   if (count > 0) std::memset(ptr, value, count);
   return cudaSuccess;
 }
 
-cudaError_t cudaMemsetAsync(void* ptr, int value, size_t count, cudaStream_t) {
-  return cudaMemset(ptr, value, count);
+cudaError_t cudaMemsetAsync(void* ptr, int value, size_t count, cudaStream_t stream) {
+  return Enqueue(stream, [=] {
+    if (count > 0) std::memset(ptr, value, count);
+    return cudaSuccess;
+  });
 }
 
 cudaError_t cudaGetLastError(void) { return tpserve::cuda::emu::TakeLastError(); }
@@ -120,6 +189,14 @@ const char* cudaGetErrorString(cudaError_t err) {
     case cudaErrorInvalidValue: return "invalid argument";
     case cudaErrorMemoryAllocation: return "out of memory (emulated device)";
     case cudaErrorNotSupported: return "operation not supported by the CUDA emulation (cuda/emu/)";
+    case cudaErrorIllegalState: return "the operation cannot be performed in the present state";
+    case cudaErrorStreamCaptureUnsupported: return "operation not permitted when stream is capturing";
+    case cudaErrorStreamCaptureInvalidated: return "operation failed due to a previous error during capture";
+    case cudaErrorStreamCaptureImplicit:
+      return "operation would make the legacy stream depend on a capturing blocking stream";
+    case cudaErrorCapturedEvent: return "operation not permitted on an event last recorded in a capturing stream";
+    case cudaErrorStreamCaptureWrongThread:
+      return "attempt to terminate a thread-local capture sequence from another thread";
     case cudaErrorInvalidConfiguration:
     case cudaErrorLaunchFailure:
       text = "emulated launch failed: " + tpserve::cuda::emu::LastReport();
@@ -139,7 +216,8 @@ cudaError_t cudaGetDevice(int* device) {
   return cudaSuccess;
 }
 cudaError_t cudaSetDevice(int device) { return device == 0 ? cudaSuccess : Fail(cudaErrorInvalidDevice); }
-cudaError_t cudaDeviceSynchronize(void) { return cudaSuccess; }
+// Everything has run already; only capture forbids it.
+cudaError_t cudaDeviceSynchronize(void) { return CheckUnsafeCall(); }
 
 cudaError_t cudaGetDeviceProperties(cudaDeviceProp* prop, int device) {
   if (device != 0) return Fail(cudaErrorInvalidDevice);
@@ -163,40 +241,5 @@ cudaError_t cudaOccupancyMaxActiveBlocksPerMultiprocessor(int* num_blocks, const
   *num_blocks = 1;
   return cudaSuccess;
 }
-
-cudaError_t cudaStreamCreate(cudaStream_t* stream) {
-  *stream = NewToken();
-  return cudaSuccess;
-}
-cudaError_t cudaStreamDestroy(cudaStream_t stream) {
-  delete reinterpret_cast<char*>(stream);
-  return cudaSuccess;
-}
-cudaError_t cudaStreamSynchronize(cudaStream_t) { return cudaSuccess; }
-
-cudaError_t cudaEventCreateWithFlags(cudaEvent_t* event, unsigned int) {
-  *event = reinterpret_cast<cudaEvent_t>(new char);
-  return cudaSuccess;
-}
-cudaError_t cudaEventDestroy(cudaEvent_t event) {
-  delete reinterpret_cast<char*>(event);
-  return cudaSuccess;
-}
-cudaError_t cudaEventRecord(cudaEvent_t, cudaStream_t) { return cudaSuccess; }
-cudaError_t cudaEventSynchronize(cudaEvent_t) { return cudaSuccess; }
-
-// Graphs aside: capture is refused, so the backend's graph path is not taken.
-cudaError_t cudaStreamBeginCapture(cudaStream_t, cudaStreamCaptureMode) { return Fail(cudaErrorNotSupported); }
-cudaError_t cudaStreamEndCapture(cudaStream_t, cudaGraph_t*) { return Fail(cudaErrorNotSupported); }
-cudaError_t cudaStreamIsCapturing(cudaStream_t, cudaStreamCaptureStatus* status) {
-  *status = cudaStreamCaptureStatusNone;
-  return cudaSuccess;
-}
-cudaError_t cudaGraphInstantiate(cudaGraphExec_t*, cudaGraph_t, unsigned long long) {
-  return Fail(cudaErrorNotSupported);
-}
-cudaError_t cudaGraphLaunch(cudaGraphExec_t, cudaStream_t) { return Fail(cudaErrorNotSupported); }
-cudaError_t cudaGraphDestroy(cudaGraph_t) { return cudaSuccess; }
-cudaError_t cudaGraphExecDestroy(cudaGraphExec_t) { return cudaSuccess; }
 
 }  // extern "C"

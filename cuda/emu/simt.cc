@@ -483,10 +483,7 @@ cudaError_t RunLaunch(const LaunchConfig& config, const std::function<void()>& t
     std::fprintf(stderr, "cuda emu: a launch from inside a kernel (dynamic parallelism) is not emulated\n");
     std::abort();
   }
-  if (std::string e = CheckConfig(config); !e.empty()) {
-    t_report = std::string(config.kernel) + ": " + e;
-    return cudaErrorInvalidConfiguration;
-  }
+  if (const cudaError_t err = CheckLaunchConfig(config); err != cudaSuccess) return err;
   LogLaunch(config.kernel);
   if (config.programmatic) g_programmatic_launches.fetch_add(1, std::memory_order_relaxed);
   Block b;
@@ -504,6 +501,14 @@ cudaError_t RunLaunch(const LaunchConfig& config, const std::function<void()>& t
   t_report = std::string(config.kernel) + ", block " + Tid(b.block_idx) + ": " + b.error;
   std::fprintf(stderr, "cuda emu: %s\n", t_report.c_str());
   return cudaErrorLaunchFailure;
+}
+
+cudaError_t CheckLaunchConfig(const LaunchConfig& config) {
+  if (std::string e = CheckConfig(config); !e.empty()) {
+    t_report = std::string(config.kernel) + ": " + e;
+    return cudaErrorInvalidConfiguration;
+  }
+  return cudaSuccess;
 }
 
 const std::string& LastReport() { return t_report; }

@@ -25,6 +25,12 @@
 // dimensions, 48 KiB of shared memory per block without an opt-in) fails
 // before it runs.
 //
+// A launch goes to its stream (EnqueueLaunch, cuda/emu/capture.cc): it runs
+// there and then, or, while the stream captures a CUDA graph, it is recorded
+// with copies of its arguments and runs at every replay of the graph (a
+// programmatic one counts and is checked at each). capture.cc's header lists
+// the rules of stream capture held and those not modelled.
+//
 // A failed launch sets the error cudaGetLastError returns
 // (cudaErrorInvalidConfiguration or cudaErrorLaunchFailure) and LastReport()
 // says which kernel, block, thread and line, and why (cudaGetErrorString in the
@@ -76,6 +82,16 @@ struct LaunchConfig {
 // Runs `thread_body` once per thread of every block of the launch; cudaSuccess,
 // or the error with LastReport() saying why.
 cudaError_t RunLaunch(const LaunchConfig& config, const std::function<void()>& thread_body);
+
+// The launch's configuration against the limits above: cudaSuccess, or
+// cudaErrorInvalidConfiguration with LastReport() saying why.
+cudaError_t CheckLaunchConfig(const LaunchConfig& config);
+
+// A launch on `stream` (cuda/emu/capture.cc): RunLaunch now, or, while the
+// stream captures a graph, the configuration checked and the launch recorded
+// (`thread_body` holds the kernel's arguments by value) to run at every replay.
+// The error, if any, is also left for cudaGetLastError.
+cudaError_t EnqueueLaunch(cudaStream_t stream, const LaunchConfig& config, std::function<void()> thread_body);
 
 // Programmatic (PDL) launches run so far in this process, on every host thread
 // (tests check that the switch that turns PDL off does).
@@ -140,17 +156,20 @@ T FromBits(uint64_t bits) {
 template <typename Kernel>
 struct Launcher {
   LaunchConfig config;
+  cudaStream_t stream;
   Kernel* kernel;
+  // By value, like a launch's arguments (arrays decay); the launch keeps its
+  // own copies, so a captured launch replays with the values of this call.
   template <typename... Args>
-  void operator()(Args... args) const {  // by value, like a launch's arguments (arrays decay)
-    SetLastError(RunLaunch(config, [&] { kernel(args...); }));
+  void operator()(Args... args) const {
+    (void)EnqueueLaunch(stream, config, [kernel = kernel, args...] { kernel(args...); });
   }
 };
 
 template <typename Kernel>
-Launcher<Kernel> MakeLauncher(const char* name, dim3 grid, dim3 block, size_t shared_bytes, Kernel* kernel,
-                              bool programmatic = false) {
-  return {LaunchConfig{name, grid, block, shared_bytes, programmatic}, kernel};
+Launcher<Kernel> MakeLauncher(const char* name, dim3 grid, dim3 block, size_t shared_bytes, cudaStream_t stream,
+                              Kernel* kernel, bool programmatic = false) {
+  return {LaunchConfig{name, grid, block, shared_bytes, programmatic}, stream, kernel};
 }
 
 }  // namespace tpserve::cuda::emu
@@ -173,10 +192,10 @@ Launcher<Kernel> MakeLauncher(const char* name, dim3 grid, dim3 block, size_t sh
                                                                        sizeof(T) * (n), #name))
 #define TPSERVE_DYNAMIC_SHARED(T, name) T* const name = static_cast<T*>(::tpserve::cuda::emu::DynamicShared())
 #define TPSERVE_LAUNCH(kernel, grid, block, shared_bytes, stream) \
-  ((void)(stream), ::tpserve::cuda::emu::MakeLauncher(#kernel, (grid), (block), (shared_bytes), &kernel))
-#define TPSERVE_LAUNCH_PDL(grid, block, shared_bytes, stream, programmatic, ...)                        \
-  ((void)(stream), ::tpserve::cuda::emu::MakeLauncher(#__VA_ARGS__, (grid), (block), (shared_bytes), \
-                                                      &__VA_ARGS__, (programmatic)))
+  ::tpserve::cuda::emu::MakeLauncher(#kernel, (grid), (block), (shared_bytes), (stream), &kernel)
+#define TPSERVE_LAUNCH_PDL(grid, block, shared_bytes, stream, programmatic, ...)                      \
+  ::tpserve::cuda::emu::MakeLauncher(#__VA_ARGS__, (grid), (block), (shared_bytes), (stream), &__VA_ARGS__, \
+                                     (programmatic))
 #define TPSERVE_GRID_DEPENDENCY_WAIT() ::tpserve::cuda::emu::GridDependencyWait()
 #define TPSERVE_GRID_DEPENDENTS_LAUNCH() ((void)0)
 

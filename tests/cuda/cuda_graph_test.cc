@@ -10,7 +10,10 @@
 //   * contexts of 32,700 to 32,768 keys (a 32k prefill, then decode graphs
 //     planned for the whole reserved context);
 // and the static step buffers reject a step beyond the reserved capacity.
-// Skips without a GPU.
+// Skips without a GPU. The emulated run (tests/cuda_emu/, label cuda-emu:
+// graph capture and replay of cuda/emu/capture.cc) runs the same cases on tiny
+// models, with fewer steps and the buckets of a 16-sequence server, the
+// partition and bucket cases on Qwen3 only; the 32k contexts only on a GPU.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -26,6 +29,7 @@
 #include "tests/cuda/cuda_test_util.h"
 #include "tests/cuda/gpu_test_util.h"
 #include "tests/cuda/test_model.h"
+#include "tests/cuda/test_sizes.h"
 #include "worker/decode_graphs.h"
 #include "worker/kv_cache.h"
 #include "worker/model.h"
@@ -34,6 +38,11 @@ namespace tpserve {
 namespace {
 
 constexpr int32_t kBlockSize = 16;
+// Decode steps per batch, and the server whose every bucket is replayed
+// (fewer of each in the emulated run, where a step takes a good part of a second).
+constexpr int kSteps = cuda_test::kEmulated ? 3 : 8;
+constexpr int kEveryBucketSeqs = cuda_test::kEmulated ? 16 : 256;
+constexpr int kEveryBucketSteps = cuda_test::kEmulated ? 1 : 2;
 
 // The sizes of one run of decode graphs.
 struct GraphRun {
@@ -48,25 +57,27 @@ struct GraphRun {
   // (cuda/decode_plan.h); when those plans cut the context differently the
   // fp32 sums run in another order, so bf16 tolerance.
   double padded_tol;
-  int steps = 8;           // decode steps per batch
+  int steps = kSteps;      // decode steps per batch
   int max_num_seqs = 32;   // the server's, which sets the buckets
 };
 
 // Contexts up to 48 keys: every plan is one partition, so the graph and the
 // padded eager step run the same arithmetic.
-const GraphRun kShortContexts{{{1, 1}, {3, 4}, {7, 8}, {19, 32}}, 1, 24, 3, 256, 1e-3};
+const GraphRun kShortContexts = cuda_test::kEmulated
+                                    ? GraphRun{{{1, 1}, {3, 4}}, 1, 24, 3, 256, 1e-3, kSteps, 4}
+                                    : GraphRun{{{1, 1}, {3, 4}, {7, 8}, {19, 32}}, 1, 24, 3, 256, 1e-3};
 // Contexts 250 .. 274 under a graph planned for 1024 keys: 256-key partitions
 // over several blocks, so replays cross from one used block (output written
 // directly) to two (partials and the combine) inside one captured grid.
-const GraphRun kAcrossPartitions{{{1, 1}, {3, 4}}, 250, 258, 17, 1024, 2e-2};
+const GraphRun kAcrossPartitions{{{1, 1}, {3, 4}}, 250, 258, 17, 1024, 2e-2, kSteps, cuda_test::kEmulated ? 4 : 32};
 
-// Every bucket of a server with max_num_seqs 256 (1, 2, 4, 8, then multiples
-// of 16), each replayed full and with one sequence more than the bucket below
-// (the most padding it carries).
+// Every bucket of a server with max_num_seqs kEveryBucketSeqs (1, 2, 4, 8,
+// then multiples of 16), each replayed full and with one sequence more than
+// the bucket below (the most padding it carries).
 GraphRun EveryBucket() {
-  GraphRun run{{}, 1, 24, 3, 256, 1e-3, 2, 256};
+  GraphRun run{{}, 1, 24, 3, 256, 1e-3, kEveryBucketSteps, kEveryBucketSeqs};
   std::vector<int> buckets = {1, 2, 4, 8};
-  for (int b = 16; b <= 256; b += 16) buckets.push_back(b);
+  for (int b = 16; b <= kEveryBucketSeqs; b += 16) buckets.push_back(b);
   for (size_t i = 0; i < buckets.size(); ++i) {
     const int below = i == 0 ? 0 : buckets[i - 1];
     if (below + 1 < buckets[i]) run.batches.push_back({below + 1, buckets[i]});
@@ -83,12 +94,22 @@ struct ModelCase {
   const char* name;
   const char* args;  // tpserve-make-model options
 };
+#if defined(TPSERVE_CUDA_EMU)
+// Head dim 64 and GQA group 2, as below, at a quarter of the width or less.
+const ModelCase kModels[] = {
+    {"qwen3", "--arch qwen3 --hidden 64 --intermediate 96 --layers 2 --heads 2 --kv-heads 1 "
+              "--head-dim 64 --vocab 301 --dtype bf16 --tie 0 --seed 41 --max-pos 1024"},
+    {"llama", "--arch llama --hidden 128 --intermediate 160 --layers 2 --heads 2 --kv-heads 1 "
+              "--vocab 263 --dtype bf16 --tie 1 --seed 42 --rope-scaling llama3 --max-pos 1024"},
+};
+#else
 const ModelCase kModels[] = {
     {"qwen3", "--arch qwen3 --hidden 256 --intermediate 512 --layers 2 --heads 8 --kv-heads 4 "
               "--head-dim 64 --vocab 1001 --dtype bf16 --tie 0 --seed 41 --max-pos 32784"},
     {"llama", "--arch llama --hidden 256 --intermediate 384 --layers 2 --heads 4 --kv-heads 2 "
               "--vocab 517 --dtype bf16 --tie 1 --seed 42 --rope-scaling llama3 --max-pos 32784"},
 };
+#endif
 
 void PrintTo(const ModelCase& c, std::ostream* os) { *os << c.name; }
 
@@ -237,7 +258,16 @@ void RunDecodeGraphs(const ModelCase& model_case, const GraphRun& run) {
   std::filesystem::remove_all(dir);
 }
 
-class CudaGraphTest : public ::testing::TestWithParam<ModelCase> {};
+class CudaGraphTest : public ::testing::TestWithParam<ModelCase> {
+ protected:
+  // The emulated run keeps its time for the first model in the longer cases:
+  // what they exercise (partitions, buckets) is the same in both families.
+  void SkipSecondModelWhenEmulated() {
+    if (cuda_test::kEmulated && std::string(GetParam().name) != kModels[0].name) {
+      GTEST_SKIP() << "emulated: this case runs on " << kModels[0].name << " only (both on a GPU)";
+    }
+  }
+};
 
 TEST_P(CudaGraphTest, ReplayedDecodeStepsMatchEagerSteps) {
   TPSERVE_REQUIRE_GPU();
@@ -248,18 +278,21 @@ TEST_P(CudaGraphTest, ReplayedDecodeStepsMatchEagerSteps) {
 // the reserved context, serves replays whose contexts cross a partition.
 TEST_P(CudaGraphTest, ReplayedDecodeStepsAcrossAttentionPartitions) {
   TPSERVE_REQUIRE_GPU();
+  SkipSecondModelWhenEmulated();
   RunDecodeGraphs(GetParam(), kAcrossPartitions);
 }
 
-// Every captured bucket of a 256-sequence server replays, full and padded.
+// Every captured bucket of a 256-sequence server (16 emulated) replays, full and padded.
 TEST_P(CudaGraphTest, ReplayedDecodeStepsAtEveryBucket) {
   TPSERVE_REQUIRE_GPU();
+  SkipSecondModelWhenEmulated();
   RunDecodeGraphs(GetParam(), EveryBucket());
 }
 
 // Decode graphs over 32k-key contexts, after a 32k-token prefill.
 TEST_P(CudaGraphTest, ReplayedDecodeStepsAtContextsUpTo32k) {
   TPSERVE_REQUIRE_GPU();
+  if (cuda_test::kEmulated) GTEST_SKIP() << "a 32k-token prefill is GPU-only (minutes on the emulator)";
   RunDecodeGraphs(GetParam(), kLongContexts);
 }
 

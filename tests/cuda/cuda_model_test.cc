@@ -1,8 +1,8 @@
 // End to end: the decoder on the CUDA backend against the CPU backend on small
 // generated models of each family, with teacher forcing (both are fed the CPU's
 // greedy tokens) for 32 decode steps after a batched prefill (8 in the
-// emulated run, label cuda-emu; CUDA graphs are not emulated and not used
-// here); and tensor parallelism (tp = 2 ranks on one GPU, as threads, through
+// emulated run, label cuda-emu; eager steps here: cuda_graph_test.cc runs
+// them as CUDA graphs); and tensor parallelism (tp = 2 ranks on one GPU, as threads, through
 // the host-staged gloo communicator) against tp = 1, emulated too: each rank's
 // gate/up shard pairs its gate row f with its up row F/2 + f in the fused
 // LinearSiluMul. Skips without a GPU.
