@@ -93,13 +93,22 @@ absl::Status CudaSampler::Allocate() {
   auto step = [&](cudaError_t e) {
     if (err == cudaSuccess) err = e;
   };
-  step(AllocMirrored(&d_params_, &h_params_, rows));
+  row_index_offset_ = 16;
+  params_offset_ = (row_index_offset_ + sizeof(int32_t) * static_cast<size_t>(rows) + 15) / 16 * 16;
+  static_assert(alignof(sampling::RowParams) <= 16);
+  step(AllocMirrored(&d_upload_, &h_upload_, static_cast<int64_t>(ParamsEnd(rows))));
+  if (err == cudaSuccess) {
+    d_live_rows_ = reinterpret_cast<int32_t*>(d_upload_);
+    h_live_rows_ = reinterpret_cast<int32_t*>(h_upload_);
+    d_row_index_ = reinterpret_cast<int32_t*>(d_upload_ + row_index_offset_);
+    h_row_index_ = reinterpret_cast<int32_t*>(h_upload_ + row_index_offset_);
+    d_params_ = reinterpret_cast<sampling::RowParams*>(d_upload_ + params_offset_);
+    h_params_ = reinterpret_cast<sampling::RowParams*>(h_upload_ + params_offset_);
+  }
   step(AllocMirrored(&d_offsets_, &h_offsets_, rows + 1));
   step(AllocMirrored(&d_entries_, &h_entries_, entry_capacity_));
   step(AllocMirrored(&d_top_, &h_top_, rows * top_stride_));
   step(AllocMirrored(&d_results_, &h_results_, rows));
-  step(AllocMirrored(&d_row_index_, &h_row_index_, rows));
-  step(AllocMirrored(&d_live_rows_, &h_live_rows_, 1));
   // The sliced path takes the calls whose plan gives every row at least two slices.
   if (options_.kernels == KernelSet::kFast && options_.vocab_size <= kMaxSlicedVocab) {
     const int32_t vocab = static_cast<int32_t>(options_.vocab_size);
@@ -123,21 +132,17 @@ absl::Status CudaSampler::Allocate() {
 CudaSampler::~CudaSampler() {
   // Frees whatever was allocated; errors here cannot be acted on.
   batch_graphs_.clear();  // the graphs reference the buffers below
-  cudaFree(d_live_rows_);
-  cudaFreeHost(h_live_rows_);
-  cudaFree(d_params_);
+  cudaFree(d_upload_);
+  cudaFreeHost(h_upload_);
   cudaFree(d_offsets_);
   cudaFree(d_entries_);
   cudaFree(d_top_);
   cudaFree(d_results_);
-  cudaFree(d_row_index_);
   cudaFree(d_sliced_workspace_);
-  cudaFreeHost(h_params_);
   cudaFreeHost(h_offsets_);
   cudaFreeHost(h_entries_);
   cudaFreeHost(h_top_);
   cudaFreeHost(h_results_);
-  cudaFreeHost(h_row_index_);
 }
 
 void CudaSampler::ReservePenaltyEntries(int64_t count) {
@@ -198,10 +203,8 @@ int64_t CudaSampler::StageRows(std::span<SequenceSamplingState* const> seqs,
 }
 
 void CudaSampler::UploadSliced(int64_t rows) {
-  CUDA_CHECK(cudaMemcpyAsync(d_params_, h_params_, sizeof(sampling::RowParams) * rows,
-                             cudaMemcpyHostToDevice, stream_));
-  CUDA_CHECK(cudaMemcpyAsync(d_row_index_, h_row_index_, sizeof(int32_t) * rows, cudaMemcpyHostToDevice,
-                             stream_));
+  CUDA_CHECK(cudaMemcpyAsync(d_upload_ + row_index_offset_, h_upload_ + row_index_offset_,
+                             ParamsEnd(rows) - row_index_offset_, cudaMemcpyHostToDevice, stream_));
 }
 
 void CudaSampler::Upload(int64_t rows, int64_t num_entries) {
@@ -318,8 +321,8 @@ absl::StatusOr<std::unique_ptr<BackendGraph>> CudaSampler::CaptureSliced(const T
                                                                        const SliceStages& stages) {
   const int64_t rows = gathered.dim(1);
   TPSERVE_RETURN_IF_ERROR(BeginStreamCapture(stream_));
-  UploadSliced(rows);
-  CUDA_CHECK(cudaMemcpyAsync(d_live_rows_, h_live_rows_, sizeof(int32_t), cudaMemcpyHostToDevice, stream_));
+  // One copy node: the live-row count, every row index and B rows' params.
+  CUDA_CHECK(cudaMemcpyAsync(d_upload_, h_upload_, ParamsEnd(rows), cudaMemcpyHostToDevice, stream_));
   SlicedSampleArgs args = SlicedArgs(gathered, vocab_size, rows);
   args.stages = stages;
   args.live_rows = d_live_rows_;

@@ -24,9 +24,9 @@
 //
 // Decode-batch graphs (PrepareBatch). For each decode bucket B <=
 // SlicedRowsCap() the sampler captures, on its stream, the sliced path over
-// that bucket's fixed device logits as CUDA graphs: the H2D copies of the
-// pinned params, row index and live-row count, the stages, and the D2H copy
-// of the results into pinned memory. A Sample call on those logits whose
+// that bucket's fixed device logits as CUDA graphs: one H2D copy of the
+// pinned upload block (live-row count, row index, params), the stages, and
+// one D2H copy of the results into pinned memory (kernels + 2 nodes). A Sample call on those logits whose
 // rows the sliced path covers (no penalty entries, no log-probs) then stages
 // each row's RowParams (with its host-drawn uniform) into the pinned mirrors,
 // launches the graph (the captured copies read the mirrors at replay time),
@@ -130,7 +130,8 @@ class CudaSampler final : public DeviceSampler {
   // uniform; returns the number of penalty entries.
   int64_t StageRows(std::span<SequenceSamplingState* const> seqs, const std::vector<int64_t>& picked);
   // Queues the copies of the staged rows to the device: the sliced path's
-  // part (params, row index), then the row kernel's (offsets, entries).
+  // part (row index, params: one copy of the upload block), then the row
+  // kernel's (offsets, entries).
   void UploadSliced(int64_t rows);
   void Upload(int64_t rows, int64_t num_entries);
   // Queues the sampling kernel over `rows` rows of `gathered`.
@@ -168,6 +169,15 @@ class CudaSampler final : public DeviceSampler {
   Options options_;
   cudaStream_t stream_;
   int32_t top_stride_ = 1;  // max(max_logprobs, 1)
+
+  // The rows' upload, one block (device and pinned) so that one copy takes it:
+  //   [live_rows: int32][row_index: max_seqs int32][params: max_seqs RowParams],
+  // each part 16-byte aligned. A graph copies [0, ParamsEnd(B)); an eager call
+  // [row_index, ParamsEnd(rows)). d_params_ .. h_live_rows_ point into it.
+  char* d_upload_ = nullptr;
+  char* h_upload_ = nullptr;
+  size_t row_index_offset_ = 0, params_offset_ = 0;
+  size_t ParamsEnd(int64_t rows) const { return params_offset_ + sizeof(sampling::RowParams) * rows; }
 
   // Device buffers.
   sampling::RowParams* d_params_ = nullptr;      // [max_seqs]
