@@ -26,15 +26,16 @@
 // SlicedRowsCap() the sampler captures, on its stream, the sliced path over
 // that bucket's fixed device logits as CUDA graphs: one H2D copy of the
 // pinned upload block (live-row count, row index, params), the stages, and
-// one D2H copy of the results into pinned memory (kernels + 2 nodes). A Sample call on those logits whose
-// rows the sliced path covers (no penalty entries, no log-probs) then stages
-// each row's RowParams (with its host-drawn uniform) into the pinned mirrors,
-// launches the graph (the captured copies read the mirrors at replay time),
-// synchronises once and reads the tokens: no eager launch, one sync. Any
-// other call on those logits (penalties, log-probs) runs the eager path
-// below, the same code as always. Rows past the step's count are the
-// bucket's padding: their blocks exit at once (SlicedSampleArgs::live_rows),
-// and their result slots, copied back with the rest, are never read.
+// one D2H copy of the results into pinned memory (kernels + 2 nodes). A
+// Sample call on those logits whose rows the sliced path covers (no penalty
+// entries, no log-probs) then stages each row's RowParams (with its
+// host-drawn uniform) into the pinned block, launches the graph (its captured
+// copy reads the block at replay time), synchronises once and reads the
+// tokens: no eager launch, one sync. Any other call on those logits
+// (penalties, log-probs) runs the eager path below, the same code as always.
+// Rows past the step's count are the bucket's padding: their blocks exit at
+// once (SlicedSampleArgs::live_rows), and their result slots, copied back
+// with the rest, are never read.
 //
 // Why a graph of its own, launched right after the forward's graph on the
 // same stream, and not a tail of each bucket's decode graph: (1) the
