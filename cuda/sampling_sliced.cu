@@ -93,7 +93,7 @@ __device__ inline bool PaddingRow(const SlicedSampleArgs& a) {
 
 TPSERVE_HOST_DEVICE constexpr bool IsTopK(SliceStage k) { return k >= SliceStage::kTopK0 && k <= SliceStage::kTopK2; }
 TPSERVE_HOST_DEVICE constexpr bool IsTopP(SliceStage k) { return k >= SliceStage::kTopP0 && k <= SliceStage::kTopP2; }
-// Pass 0..3 of its select; the histogram slot of the call.
+// Pass 0..kRadixPasses-1 of its select; the histogram slot of the call.
 TPSERVE_HOST_DEVICE constexpr int PassOf(SliceStage k) {
   return static_cast<int>(k) - static_cast<int>(IsTopK(k) ? SliceStage::kTopK0 : SliceStage::kTopP0);
 }

@@ -11,6 +11,7 @@
 // back, every block of a row computing the same row state in the same order
 // (block (row, 0) also stores it for the stage after). Stages:
 //   stats       per-slice best (value, lowest id); zeroes the row's histograms
+//               of the selects the call runs
 //   top-k 0..2  radix select of the top_k-th key, 11 + 11 + 10 key bits
 //               (sample_slices.h), over 2048-bin count histograms (instead
 //               of ~32 bisection passes)
