@@ -8,6 +8,7 @@
 #include "base/check.h"
 #include "base/status_macros.h"
 #include "cuda/check.h"
+#include "cuda/cuda_graph.h"
 #include "cuda/device_info.h"
 #include "cuda/sampling.cuh"
 #include "cuda/sampling_sliced.cuh"
@@ -92,12 +93,22 @@ absl::Status CudaSampler::Allocate() {
   auto step = [&](cudaError_t e) {
     if (err == cudaSuccess) err = e;
   };
-  step(AllocMirrored(&d_params_, &h_params_, rows));
+  row_index_offset_ = 16;
+  params_offset_ = (row_index_offset_ + sizeof(int32_t) * static_cast<size_t>(rows) + 15) / 16 * 16;
+  static_assert(alignof(sampling::RowParams) <= 16);
+  step(AllocMirrored(&d_upload_, &h_upload_, static_cast<int64_t>(ParamsEnd(rows))));
+  if (err == cudaSuccess) {
+    d_live_rows_ = reinterpret_cast<int32_t*>(d_upload_);
+    h_live_rows_ = reinterpret_cast<int32_t*>(h_upload_);
+    d_row_index_ = reinterpret_cast<int32_t*>(d_upload_ + row_index_offset_);
+    h_row_index_ = reinterpret_cast<int32_t*>(h_upload_ + row_index_offset_);
+    d_params_ = reinterpret_cast<sampling::RowParams*>(d_upload_ + params_offset_);
+    h_params_ = reinterpret_cast<sampling::RowParams*>(h_upload_ + params_offset_);
+  }
   step(AllocMirrored(&d_offsets_, &h_offsets_, rows + 1));
   step(AllocMirrored(&d_entries_, &h_entries_, entry_capacity_));
   step(AllocMirrored(&d_top_, &h_top_, rows * top_stride_));
   step(AllocMirrored(&d_results_, &h_results_, rows));
-  step(AllocMirrored(&d_row_index_, &h_row_index_, rows));
   // The sliced path takes the calls whose plan gives every row at least two slices.
   if (options_.kernels == KernelSet::kFast && options_.vocab_size <= kMaxSlicedVocab) {
     const int32_t vocab = static_cast<int32_t>(options_.vocab_size);
@@ -120,19 +131,18 @@ absl::Status CudaSampler::Allocate() {
 
 CudaSampler::~CudaSampler() {
   // Frees whatever was allocated; errors here cannot be acted on.
-  cudaFree(d_params_);
+  batch_graphs_.clear();  // the graphs reference the buffers below
+  cudaFree(d_upload_);
+  cudaFreeHost(h_upload_);
   cudaFree(d_offsets_);
   cudaFree(d_entries_);
   cudaFree(d_top_);
   cudaFree(d_results_);
-  cudaFree(d_row_index_);
   cudaFree(d_sliced_workspace_);
-  cudaFreeHost(h_params_);
   cudaFreeHost(h_offsets_);
   cudaFreeHost(h_entries_);
   cudaFreeHost(h_top_);
   cudaFreeHost(h_results_);
-  cudaFreeHost(h_row_index_);
 }
 
 void CudaSampler::ReservePenaltyEntries(int64_t count) {
@@ -192,13 +202,15 @@ int64_t CudaSampler::StageRows(std::span<SequenceSamplingState* const> seqs,
   return num_entries;
 }
 
+void CudaSampler::UploadSliced(int64_t rows) {
+  CUDA_CHECK(cudaMemcpyAsync(d_upload_ + row_index_offset_, h_upload_ + row_index_offset_,
+                             ParamsEnd(rows) - row_index_offset_, cudaMemcpyHostToDevice, stream_));
+}
+
 void CudaSampler::Upload(int64_t rows, int64_t num_entries) {
-  CUDA_CHECK(cudaMemcpyAsync(d_params_, h_params_, sizeof(sampling::RowParams) * rows,
-                             cudaMemcpyHostToDevice, stream_));
+  UploadSliced(rows);
   CUDA_CHECK(cudaMemcpyAsync(d_offsets_, h_offsets_, sizeof(int32_t) * (rows + 1),
                              cudaMemcpyHostToDevice, stream_));
-  CUDA_CHECK(cudaMemcpyAsync(d_row_index_, h_row_index_, sizeof(int32_t) * rows, cudaMemcpyHostToDevice,
-                             stream_));
   if (num_entries > 0) {
     CUDA_CHECK(cudaMemcpyAsync(d_entries_, h_entries_, sizeof(sampling::PenaltyEntry) * num_entries,
                                cudaMemcpyHostToDevice, stream_));
@@ -225,15 +237,21 @@ void CudaSampler::LaunchRows(const Tensor& gathered, int64_t vocab_size, int64_t
   TPSERVE_SYNC_CHECK();
 }
 
-bool CudaSampler::UseSliced(int64_t vocab_size, int64_t rows, int64_t num_entries) const {
-  if (rows > sliced_rows_cap_ || num_entries > 0 || vocab_size > kMaxSlicedVocab) return false;
+bool CudaSampler::StagedRowsCovered(int64_t rows) const {
   for (int64_t s = 0; s < rows; ++s) {
     if (!SlicedSamplerCovers(h_params_[s], 0)) return false;
+  }
+  return true;
+}
+
+bool CudaSampler::UseSliced(int64_t vocab_size, int64_t rows, int64_t num_entries) const {
+  if (rows > sliced_rows_cap_ || num_entries > 0 || vocab_size > kMaxSlicedVocab || !StagedRowsCovered(rows)) {
+    return false;
   }
   return PlanSlices(rows, static_cast<int32_t>(vocab_size), options_.sm_count).slices >= 2;
 }
 
-void CudaSampler::LaunchSliced(const Tensor& gathered, int64_t vocab_size, int64_t rows) {
+SlicedSampleArgs CudaSampler::SlicedArgs(const Tensor& gathered, int64_t vocab_size, int64_t rows) const {
   SlicedSampleArgs args;
   args.gathered = gathered.data;
   args.bf16 = gathered.dtype == DType::kBF16;
@@ -244,10 +262,15 @@ void CudaSampler::LaunchSliced(const Tensor& gathered, int64_t vocab_size, int64
   args.vocab = static_cast<int32_t>(vocab_size);
   args.params = d_params_;
   args.plan = PlanSlices(rows, args.vocab, options_.sm_count);
-  args.stages = PlanSliceStages(h_params_, rows, args.vocab);
   args.workspace = d_sliced_workspace_;
   args.workspace_bytes = sliced_workspace_bytes_;
   args.results = d_results_;
+  return args;
+}
+
+void CudaSampler::LaunchSliced(const Tensor& gathered, int64_t vocab_size, int64_t rows) {
+  SlicedSampleArgs args = SlicedArgs(gathered, vocab_size, rows);
+  args.stages = PlanSliceStages(h_params_, rows, args.vocab);
   CUDA_CHECK(LaunchSlicedSample(args, stream_));
   TPSERVE_SYNC_CHECK();
   ++sliced_calls_;
@@ -260,7 +283,68 @@ void CudaSampler::Download(int64_t rows, bool any_top) {
     CUDA_CHECK(cudaMemcpyAsync(h_top_, d_top_, sizeof(sampling::TopLogprob) * rows * top_stride_,
                                cudaMemcpyDeviceToHost, stream_));
   }
+}
+
+absl::Status CudaSampler::PrepareBatch(const Tensor& gathered, int64_t vocab_size) {
+  const int64_t rows = gathered.ndim == 3 ? gathered.dim(1) : 0;
+  if (!options_.batch_graphs || rows < 1 || rows > sliced_rows_cap_ || vocab_size > kMaxSlicedVocab ||
+      PlanSlices(rows, static_cast<int32_t>(vocab_size), options_.sm_count).slices < 2) {
+    return absl::OkStatus();  // the eager path samples this layout
+  }
+  CheckSampleArgs(gathered, vocab_size, static_cast<size_t>(rows), rows);
+  for (const BatchGraphs& batch : batch_graphs_) {  // a recapture of the decode graphs (e.g. a larger cache)
+    if (batch.Holds(gathered, vocab_size)) return absl::OkStatus();
+  }
+  // Once eagerly with no live row (every block returns at once): the kernels
+  // are loaded outside the capture.
+  *h_live_rows_ = 0;
+  CUDA_CHECK(cudaMemcpyAsync(d_live_rows_, h_live_rows_, sizeof(int32_t), cudaMemcpyHostToDevice, stream_));
+  SlicedSampleArgs warm = SlicedArgs(gathered, vocab_size, rows);
+  warm.stages = SliceStagesOf(kSliceStageSets - 1);
+  warm.live_rows = d_live_rows_;
+  CUDA_CHECK(LaunchSlicedSample(warm, stream_));
   CUDA_CHECK(cudaStreamSynchronize(stream_));
+  BatchGraphs batch;
+  batch.data = gathered.data;
+  batch.dtype = gathered.dtype;
+  for (int d = 0; d < 3; ++d) batch.dims[d] = gathered.dim(d);
+  batch.vocab_size = vocab_size;
+  for (int32_t set = 0; set < kSliceStageSets; ++set) {
+    TPSERVE_ASSIGN_OR_RETURN(batch.graphs[set], CaptureSliced(gathered, vocab_size, SliceStagesOf(set)));
+  }
+  batch_graphs_.push_back(std::move(batch));
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::unique_ptr<BackendGraph>> CudaSampler::CaptureSliced(const Tensor& gathered,
+                                                                       int64_t vocab_size,
+                                                                       const SliceStages& stages) {
+  const int64_t rows = gathered.dim(1);
+  TPSERVE_RETURN_IF_ERROR(BeginStreamCapture(stream_));
+  // One copy node: the live-row count, every row index and B rows' params.
+  CUDA_CHECK(cudaMemcpyAsync(d_upload_, h_upload_, ParamsEnd(rows), cudaMemcpyHostToDevice, stream_));
+  SlicedSampleArgs args = SlicedArgs(gathered, vocab_size, rows);
+  args.stages = stages;
+  args.live_rows = d_live_rows_;
+  const cudaError_t launched = LaunchSlicedSample(args, stream_);
+  Download(rows, /*any_top=*/false);
+  absl::StatusOr<std::unique_ptr<BackendGraph>> graph = EndStreamCapture(stream_);
+  if (launched != cudaSuccess) {
+    return absl::InternalError(absl::StrCat("CudaSampler: capturing the sliced sampler for ", rows,
+                                            " rows failed: ", cudaGetErrorString(launched)));
+  }
+  return graph;
+}
+
+BackendGraph* CudaSampler::GraphFor(const Tensor& gathered, int64_t vocab_size, int64_t rows,
+                                    int64_t num_entries) const {
+  if (batch_graphs_.empty() || num_entries > 0) return nullptr;
+  for (const BatchGraphs& batch : batch_graphs_) {
+    if (!batch.Holds(gathered, vocab_size)) continue;
+    if (!StagedRowsCovered(rows)) return nullptr;
+    return batch.graphs[PlanSliceStageSet(h_params_, rows, static_cast<int32_t>(vocab_size))].get();
+  }
+  return nullptr;
 }
 
 std::vector<SampledToken> CudaSampler::Sample(const Tensor& gathered, int64_t vocab_size,
@@ -277,16 +361,24 @@ std::vector<SampledToken> CudaSampler::Sample(const Tensor& gathered, int64_t vo
 
   // Rows: parameters, this token's uniform, penalty entries.
   const int64_t num_entries = StageRows(seqs, picked);
-  Upload(rows, num_entries);
-  if (UseSliced(vocab_size, rows, num_entries)) {
-    LaunchSliced(gathered, vocab_size, rows);
+  if (BackendGraph* graph = GraphFor(gathered, vocab_size, rows, num_entries)) {
+    *h_live_rows_ = static_cast<int32_t>(rows);  // read by the graph's copy when it runs
+    graph->Replay();
+    ++graph_calls_;
+    ++sliced_calls_;
   } else {
-    LaunchRows(gathered, vocab_size, rows);
+    Upload(rows, num_entries);
+    if (UseSliced(vocab_size, rows, num_entries)) {
+      LaunchSliced(gathered, vocab_size, rows);
+    } else {
+      LaunchRows(gathered, vocab_size, rows);
+    }
+    const bool any_top = std::any_of(seqs.begin(), seqs.end(), [](const SequenceSamplingState* q) {
+      return q != nullptr && q->params().logprobs > 0;
+    });
+    Download(rows, any_top);
   }
-  const bool any_top = std::any_of(seqs.begin(), seqs.end(), [](const SequenceSamplingState* q) {
-    return q != nullptr && q->params().logprobs > 0;
-  });
-  Download(rows, any_top);
+  CUDA_CHECK(cudaStreamSynchronize(stream_));
 
   for (int64_t s = 0; s < rows; ++s) {
     const size_t i = static_cast<size_t>(picked[static_cast<size_t>(s)]);

@@ -19,8 +19,44 @@
 // by cuda/sample_slices.h over the device's SMs); every other call, and every
 // call under the reference set, runs the one-block-per-row kernel
 // (cuda/sampling.cuh). Both give the host sampler's tokens (within rounding
-// of a CDF boundary). Sample synchronises its stream once (it
-// returns host tokens), so it is not meant to be captured into a CUDA graph.
+// of a CDF boundary). Sample synchronises its stream once (it returns host
+// tokens), so it is never called inside a capture.
+//
+// Decode-batch graphs (PrepareBatch). For each decode bucket B <=
+// SlicedRowsCap() the sampler captures, on its stream, the sliced path over
+// that bucket's fixed device logits as CUDA graphs: one H2D copy of the
+// pinned upload block (live-row count, row index, params), the stages, and
+// one D2H copy of the results into pinned memory (kernels + 2 nodes). A
+// Sample call on those logits whose rows the sliced path covers (no penalty
+// entries, no log-probs) then stages each row's RowParams (with its
+// host-drawn uniform) into the pinned block, launches the graph (its captured
+// copy reads the block at replay time), synchronises once and reads the
+// tokens: no eager launch, one sync. Any other call on those logits
+// (penalties, log-probs) runs the eager path below, the same code as always.
+// Rows past the step's count are the bucket's padding: their blocks exit at
+// once (SlicedSampleArgs::live_rows), and their result slots, copied back
+// with the rest, are never read.
+//
+// Why a graph of its own, launched right after the forward's graph on the
+// same stream, and not a tail of each bucket's decode graph: (1) the
+// sampling states of sequences new in a step exist only once the step runner
+// commits the plan, after the forward is enqueued, so the host stages the
+// rows while the GPU runs the forward instead of before it; (2) a step that
+// needs the row kernel keeps the forward graph and runs the eager sampler
+// after it, with no second forward graph per bucket and nothing in
+// DecodeGraphs that knows how sampling works; (3) the forward graphs stay
+// the same on every tensor-parallel rank (only rank 0 samples). The cost is
+// one more cudaGraphLaunch per step.
+//
+// Stage list: a captured list cannot depend on the rows' parameters. Each
+// bucket has one graph per stage set (kSliceStageSets = 8: top-k's passes,
+// top-p's, mass, each in or out; sampling_sliced.cuh), and a step replays the
+// one PlanSliceStageSet picks for its rows: exactly the kernels an eager call
+// runs (greedy 2, temperature + top-p 5, top-k + top-p 8), while inside a
+// launch each stage still decides per row on the device (mixed rows). One
+// graph of every stage (9 kernels; its stages decide per row as well) would
+// cost a temperature + top-p step 4 launches of blocks that exit at once;
+// 8 small graphs per bucket cost only capture time at warm-up.
 #pragma once
 
 #include <cstdint>
@@ -31,8 +67,10 @@
 #include <cuda_runtime_api.h>
 
 #include "absl/status/statusor.h"
+#include "backend/backend.h"
 #include "cuda/kernel_set.h"
 #include "cuda/sample_slices.h"
+#include "cuda/sampling_sliced.cuh"
 #include "sampling/sampling_row.h"
 #include "sampling/device_sampler.h"
 
@@ -47,6 +85,7 @@ class CudaSampler final : public DeviceSampler {
     int64_t penalty_entries = 0;  // initial capacity for a step; 0: max_seqs · 1024
     KernelSet kernels = KernelSet::kFast;  // kReference: always the row kernel
     int sm_count = 0;  // SMs the sliced path plans for; 0: the current device's
+    bool batch_graphs = true;  // false: PrepareBatch captures nothing (eager after the forward; benchmarks)
   };
 
   // INVALID_ARGUMENT for options out of range, RESOURCE_EXHAUSTED when the
@@ -63,10 +102,21 @@ class CudaSampler final : public DeviceSampler {
   std::vector<SampledToken> Sample(const Tensor& gathered, int64_t vocab_size,
                                    std::span<SequenceSamplingState* const> seqs) override;
 
+  // See DeviceSampler::PrepareBatch: captures the decode-batch graphs for
+  // logits laid out as `gathered` ([tp, B, Vs] on this sampler's device).
+  // Nothing to capture (OK) when B > SlicedRowsCap(); INTERNAL when the runtime
+  // refuses the capture (no graph is kept for that layout: eager as before).
+  // Misuse (fatal) for a gathered/vocab_size that Sample would not take.
+  absl::Status PrepareBatch(const Tensor& gathered, int64_t vocab_size) override;
+
   // The most rows a call may have to run the sliced path (0 under the reference set).
   int64_t SlicedRowsCap() const { return sliced_rows_cap_; }
-  // Calls that ran the sliced path so far (for tests and benchmarks).
+  // Calls that ran the sliced path so far, eagerly or as a graph (for tests and benchmarks).
   int64_t sliced_calls() const { return sliced_calls_; }
+  // Calls that ran as a decode-batch graph so far.
+  int64_t graph_calls() const { return graph_calls_; }
+  // Layouts PrepareBatch captured graphs for.
+  int64_t prepared_batches() const { return static_cast<int64_t>(batch_graphs_.size()); }
 
  private:
   CudaSampler(const Options& options, cudaStream_t stream) : options_(options), stream_(stream) {}
@@ -80,20 +130,55 @@ class CudaSampler final : public DeviceSampler {
   // Fills the pinned mirrors for seqs[picked[k]] (row k), drawing each row's
   // uniform; returns the number of penalty entries.
   int64_t StageRows(std::span<SequenceSamplingState* const> seqs, const std::vector<int64_t>& picked);
-  // Queues the copies of the staged rows to the device.
+  // Queues the copies of the staged rows to the device: the sliced path's
+  // part (row index, params: one copy of the upload block), then the row
+  // kernel's (offsets, entries).
+  void UploadSliced(int64_t rows);
   void Upload(int64_t rows, int64_t num_entries);
   // Queues the sampling kernel over `rows` rows of `gathered`.
   void LaunchRows(const Tensor& gathered, int64_t vocab_size, int64_t rows);
+  // True when none of the `rows` staged rows asks for log-probs (SlicedSamplerCovers).
+  bool StagedRowsCovered(int64_t rows) const;
   // True when the staged rows (no penalty entries) can run the sliced path.
   bool UseSliced(int64_t vocab_size, int64_t rows, int64_t num_entries) const;
+  // The sliced sampler's arguments over `rows` rows of `gathered`, without stages.
+  SlicedSampleArgs SlicedArgs(const Tensor& gathered, int64_t vocab_size, int64_t rows) const;
   // Queues the sliced sampler's stages over the staged rows.
   void LaunchSliced(const Tensor& gathered, int64_t vocab_size, int64_t rows);
-  // Copies the results (and the top log-probs when any_top) back and waits for the stream.
+  // Queues the copies of the results (and the top log-probs when any_top) back.
   void Download(int64_t rows, bool any_top);
+
+  // A layout PrepareBatch captured, and its graphs.
+  struct BatchGraphs {
+    const void* data = nullptr;  // the gathered logits' address, dtype and [tp, B, Vs]
+    DType dtype = DType::kBF16;
+    int64_t dims[3] = {};
+    int64_t vocab_size = 0;
+    std::unique_ptr<BackendGraph> graphs[kSliceStageSets];  // [set]: SliceStagesOf(set)
+    bool Holds(const Tensor& gathered, int64_t vocab) const {
+      return data == gathered.data && dtype == gathered.dtype && vocab_size == vocab && dims[0] == gathered.dim(0) &&
+             dims[1] == gathered.dim(1) && dims[2] == gathered.dim(2);
+    }
+  };
+  // One graph of PrepareBatch: the sliced path over `gathered`'s B rows with `stages`.
+  absl::StatusOr<std::unique_ptr<BackendGraph>> CaptureSliced(const Tensor& gathered, int64_t vocab_size,
+                                                              const SliceStages& stages);
+  // The graph that samples the `rows` staged rows (no penalty entries) of
+  // `gathered`, or nullptr (run eagerly).
+  BackendGraph* GraphFor(const Tensor& gathered, int64_t vocab_size, int64_t rows, int64_t num_entries) const;
 
   Options options_;
   cudaStream_t stream_;
   int32_t top_stride_ = 1;  // max(max_logprobs, 1)
+
+  // The rows' upload, one block (device and pinned) so that one copy takes it:
+  //   [live_rows: int32][row_index: max_seqs int32][params: max_seqs RowParams],
+  // each part 16-byte aligned. A graph copies [0, ParamsEnd(B)); an eager call
+  // [row_index, ParamsEnd(rows)). d_params_ .. h_live_rows_ point into it.
+  char* d_upload_ = nullptr;
+  char* h_upload_ = nullptr;
+  size_t row_index_offset_ = 0, params_offset_ = 0;
+  size_t ParamsEnd(int64_t rows) const { return params_offset_ + sizeof(sampling::RowParams) * rows; }
 
   // Device buffers.
   sampling::RowParams* d_params_ = nullptr;      // [max_seqs]
@@ -102,6 +187,7 @@ class CudaSampler final : public DeviceSampler {
   sampling::TopLogprob* d_top_ = nullptr;        // [max_seqs, top_stride]
   sampling::RowResult* d_results_ = nullptr;     // [max_seqs]
   int32_t* d_row_index_ = nullptr;               // [max_seqs] gathered row of each sampled row
+  int32_t* d_live_rows_ = nullptr;               // [1] a graph's rows to sample (the rest: padding)
   // Pinned host mirrors, same shapes.
   sampling::RowParams* h_params_ = nullptr;
   int32_t* h_offsets_ = nullptr;
@@ -109,6 +195,7 @@ class CudaSampler final : public DeviceSampler {
   sampling::TopLogprob* h_top_ = nullptr;
   sampling::RowResult* h_results_ = nullptr;
   int32_t* h_row_index_ = nullptr;
+  int32_t* h_live_rows_ = nullptr;
   int64_t entry_capacity_ = 0;
 
   // The sliced path: rows it takes at most, its workspace (device).
@@ -116,6 +203,8 @@ class CudaSampler final : public DeviceSampler {
   void* d_sliced_workspace_ = nullptr;  // SlicedSampleWorkspaceBytes of any call up to the cap
   size_t sliced_workspace_bytes_ = 0;
   int64_t sliced_calls_ = 0;
+  int64_t graph_calls_ = 0;
+  std::vector<BatchGraphs> batch_graphs_;  // PrepareBatch's, one per layout
 
   std::vector<sampling::PenaltyEntry> staging_;  // this step's entries before the pinned copy
 };

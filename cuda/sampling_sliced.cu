@@ -14,7 +14,8 @@ using sampling::OrderedKey;
 using sampling::RowParams;
 using sampling::ValueId;
 using Block = CudaBlock<kSliceThreads>;
-static_assert(kSliceThreads == kRadixBins, "one thread per radix bin");
+constexpr int kDigitsPerThread = kRadixBins / kSliceThreads;  // each thread scans 8 bins
+static_assert(kRadixBins % kSliceThreads == 0, "the bins split evenly over the threads");
 
 constexpr int kSelects = 2;  // 0: top-k (counts), 1: top-p (masses)
 constexpr int32_t kFlagGreedy = 1, kFlagTopK = 2, kFlagTopP = 4;
@@ -47,7 +48,7 @@ struct Workspace {
   uint32_t* slice_counts;            // [rows, kSelects, slices, kRadixBins] last pass, per slice
   RowState* state;                   // [rows, kMaxSliceStages]
   int64_t* slice_mass;               // [rows, slices] kept mass (the mass stage's rows)
-  int64_t* slice_above;              // [rows, slices] top-p's last pass: mass above its 24-bit prefix
+  int64_t* slice_above;              // [rows, slices] top-p's last pass: mass above its 22-bit prefix
   int64_t* slice_gt;                 // [rows, slices, kRadixBins] top-p's last pass: mass of the
                                      //   prefix's digits > b (Σ of the slice's bins over digits > b)
 };
@@ -84,16 +85,49 @@ struct StageArgs {
   int32_t stage;  // index into a.stages
 };
 
-TPSERVE_HOST_DEVICE constexpr bool IsTopK(SliceStage k) { return k >= SliceStage::kTopK0 && k <= SliceStage::kTopK3; }
-TPSERVE_HOST_DEVICE constexpr bool IsTopP(SliceStage k) { return k >= SliceStage::kTopP0 && k <= SliceStage::kTopP3; }
-// Pass 0..3 of its select; the histogram slot of the call.
+// A padding row of a graph's bucket (SlicedSampleArgs::live_rows): its blocks
+// return before reading anything of the row.
+__device__ inline bool PaddingRow(const SlicedSampleArgs& a) {
+  return a.live_rows != nullptr && static_cast<int32_t>(blockIdx.y) >= *a.live_rows;
+}
+
+TPSERVE_HOST_DEVICE constexpr bool IsTopK(SliceStage k) { return k >= SliceStage::kTopK0 && k <= SliceStage::kTopK2; }
+TPSERVE_HOST_DEVICE constexpr bool IsTopP(SliceStage k) { return k >= SliceStage::kTopP0 && k <= SliceStage::kTopP2; }
+// Pass 0..kRadixPasses-1 of its select; the histogram slot of the call.
 TPSERVE_HOST_DEVICE constexpr int PassOf(SliceStage k) {
   return static_cast<int>(k) - static_cast<int>(IsTopK(k) ? SliceStage::kTopK0 : SliceStage::kTopP0);
 }
 TPSERVE_HOST_DEVICE constexpr int SelectOf(SliceStage k) { return IsTopK(k) ? 0 : 1; }
-TPSERVE_HOST_DEVICE constexpr int ShiftOf(int pass) { return 32 - kRadixBits * (pass + 1); }
-TPSERVE_HOST_DEVICE constexpr uint32_t PrefixMask(int pass) {
-  return pass == 0 ? 0u : ~0u << (32 - kRadixBits * pass);
+// The last pass's digit of a key (a cut's digit in the per-slice bins).
+TPSERVE_HOST_DEVICE constexpr int32_t LastDigit(uint32_t key) {
+  return static_cast<int32_t>(RadixDigit(key, kRadixPasses - 1));
+}
+
+// A block's scan of kRadixBins bins from the largest digit down: thread t
+// holds digits kRadixBins - 1 - (t · kDigitsPerThread + j), j ascending (so
+// descending digits), their bins, and above[j] = Σ bins over the larger digits.
+struct DigitScan {
+  int64_t bins[kDigitsPerThread];
+  int64_t above[kDigitsPerThread];
+  int64_t total;  // Σ of every bin
+};
+TPSERVE_HOST_DEVICE constexpr int32_t ScanDigit(int thread, int j) {
+  return kRadixBins - 1 - (thread * kDigitsPerThread + j);
+}
+template <class Bin>
+__device__ DigitScan ScanDigitsDown(Block& b, Bin&& bin) {
+  DigitScan scan;
+  int64_t local = 0;
+  for (int j = 0; j < kDigitsPerThread; ++j) {
+    scan.bins[j] = bin(ScanDigit(b.thread(), j));
+    local += scan.bins[j];
+  }
+  int64_t above = b.ExclusiveSum(local, &scan.total);
+  for (int j = 0; j < kDigitsPerThread; ++j) {
+    scan.above[j] = above;
+    above += scan.bins[j];
+  }
+  return scan;
 }
 
 // One block's view: its row, slice, ids and the workspace.
@@ -161,20 +195,26 @@ __device__ void FoldPass(Slice<T>& c, SliceStage done, RowState& st) {
   const int sel = SelectOf(done), pass = PassOf(done);
   if (!(st.flags & (sel == 0 ? kFlagTopK : kFlagTopP))) return;
   const unsigned long long* h = c.Hist(sel * kRadixPasses + pass);
-  const int32_t digit = kRadixBins - 1 - c.b.thread();  // thread t: digit 255 - t
-  const int64_t count = static_cast<int64_t>(h[digit]);
-  const int64_t bin = sel == 0 ? count : static_cast<int64_t>(h[kRadixBins + digit]);
-  int64_t total = 0;
-  const int64_t above = c.b.ExclusiveSum(bin, &total);  // Σ bins over the larger digits
+  const DigitScan scan = ScanDigitsDown(c.b, [&](int32_t d) {
+    return static_cast<int64_t>(h[sel == 0 ? d : kRadixBins + d]);
+  });
   if (sel == 1 && pass == 0) {
-    st.total = total;
-    st.need = TopPNeed(c.p.top_p, total);
+    st.total = scan.total;
+    st.need = TopPNeed(c.p.top_p, scan.total);
   }
-  const bool picked = IsPickedDigit(above, bin, st.need);
-  const int32_t pick = c.b.MinId(picked ? digit : kNoId);
-  const int64_t pick_above = c.b.Sum(picked ? above : int64_t{0});
-  const int64_t pick_count = c.b.Sum(picked ? count : int64_t{0});
-  st.prefix |= static_cast<uint32_t>(pick == kNoId ? 0 : pick) << ShiftOf(pass);
+  // Exactly one digit of the block is picked (when need <= total).
+  int32_t pick = kNoId;
+  int64_t pick_above = 0, pick_count = 0;
+  for (int j = 0; j < kDigitsPerThread; ++j) {
+    if (!IsPickedDigit(scan.above[j], scan.bins[j], st.need)) continue;
+    pick = ScanDigit(c.b.thread(), j);
+    pick_above = scan.above[j];
+    pick_count = static_cast<int64_t>(h[pick]);
+  }
+  pick = c.b.MinId(pick);
+  pick_above = c.b.Sum(pick_above);
+  pick_count = c.b.Sum(pick_count);
+  st.prefix |= static_cast<uint32_t>(pick == kNoId ? 0 : pick) << RadixShiftOf(pass);
   st.need -= pick_above;
   if (pass != kRadixPasses - 1) return;
   SelectCut& cut = st.sel[sel];
@@ -221,7 +261,7 @@ __device__ int32_t NthTie(Slice<T>& c, int64_t quota, Tie&& tie) {
 // Select `sel`'s cut inside this slice (kept = the tokens of the row it keeps).
 template <typename T, class Member>
 __device__ Cut LocalSelectCut(Slice<T>& c, int sel, const SelectCut& cut, Member&& member) {
-  const int32_t digit = static_cast<int32_t>(cut.key & (kRadixBins - 1));
+  const int32_t digit = LastDigit(cut.key);
   int64_t before = 0;
   for (int32_t z = c.b.thread(); z < c.s; z += c.b.size()) before += c.SliceCounts(sel, z)[digit];
   before = c.b.Sum(before);
@@ -252,6 +292,7 @@ __device__ Cut TopPCut(Slice<T>& c, const RowState& st, const Cut& filter) {
 
 template <typename T>
 __global__ void __launch_bounds__(kSliceThreads) SliceStatsKernel(StageArgs sa) {
+  if (PaddingRow(sa.a)) return;
   Block block;
   Slice<T> c(sa.a, block);
   ValueId best{-INFINITY, kNoId};
@@ -261,10 +302,12 @@ __global__ void __launch_bounds__(kSliceThreads) SliceStatsKernel(StageArgs sa) 
   }
   best = block.ArgMax(best);
   if (block.thread() == 0) c.ws.best[c.RS(c.s)] = best;
-  // Zero the row's histograms for the radix passes (slices share the work).
-  if (!IsTopK(c.a.stages.kinds[1]) && !IsTopP(c.a.stages.kinds[1])) return;  // a call without any
-  unsigned long long* h = c.Hist(0);
-  const int32_t words = kSelects * kRadixPasses * 2 * kRadixBins;
+  // Zero the row's histograms of the selects the call runs (slices share the work).
+  const SliceStage first = c.a.stages.kinds[1];  // top-k's passes come before top-p's
+  if (!IsTopK(first) && !IsTopP(first)) return;  // a call without any
+  const bool top_p = IsTopP(first) || IsTopP(c.a.stages.kinds[1 + kRadixPasses]);
+  unsigned long long* h = c.Hist(IsTopK(first) ? 0 : kRadixPasses);
+  const int32_t words = (IsTopK(first) && top_p ? 2 : 1) * kRadixPasses * 2 * kRadixBins;
   for (int32_t w = c.s * block.size() + block.thread(); w < words; w += c.a.plan.slices * block.size()) h[w] = 0;
 }
 
@@ -272,6 +315,7 @@ template <typename T>
 __global__ void __launch_bounds__(kSliceThreads) SliceRadixKernel(StageArgs sa) {
   TPSERVE_SHARED_ARRAY(unsigned long long, counts, kRadixBins);
   TPSERVE_SHARED_ARRAY(unsigned long long, masses, kRadixBins);
+  if (PaddingRow(sa.a)) return;
   Block block;
   Slice<T> c(sa.a, block);
   const RowState st = AdvanceState(c, sa.stage);
@@ -279,11 +323,9 @@ __global__ void __launch_bounds__(kSliceThreads) SliceRadixKernel(StageArgs sa) 
   const int sel = SelectOf(kind), pass = PassOf(kind);
   if (!(st.flags & (sel == 0 ? kFlagTopK : kFlagTopP))) return;
   const Cut filter = sel == 0 ? Cut{0, kNoId} : FilterCut(c, st);
-  counts[block.thread()] = 0;
-  masses[block.thread()] = 0;
+  for (int32_t d = block.thread(); d < kRadixBins; d += block.size()) counts[d] = masses[d] = 0;
   block.Sync();
-  const uint32_t mask = PrefixMask(pass);
-  const int shift = ShiftOf(pass);
+  const uint32_t mask = RadixPrefixMask(pass);
   const bool last_top_p = sel == 1 && pass == kRadixPasses - 1;
   int64_t above = 0;  // last top-p pass: kept mass above the prefix (so above the cut)
   for (int32_t i = c.begin + block.thread(); i < c.end; i += block.size()) {
@@ -294,23 +336,28 @@ __global__ void __launch_bounds__(kSliceThreads) SliceRadixKernel(StageArgs sa) 
       if (last_top_p && (key & mask) > st.prefix) above += c.Mass(st, x);
       continue;
     }
-    const uint32_t bin = (key >> shift) & (kRadixBins - 1);
+    const uint32_t bin = RadixDigit(key, pass);
     atomicAdd(&counts[bin], 1ull);
     if (sel == 1) atomicAdd(&masses[bin], static_cast<unsigned long long>(c.Mass(st, x)));
   }
   block.Sync();
   const int32_t t = block.thread();
   unsigned long long* h = c.Hist(sel * kRadixPasses + pass);
-  if (counts[t] != 0) {
-    atomicAdd(&h[t], counts[t]);
-    if (sel == 1) atomicAdd(&h[kRadixBins + t], masses[t]);
+  const int32_t bins = 1 << RadixBitsOf(pass);
+  for (int32_t d = t; d < bins; d += block.size()) {
+    if (counts[d] == 0) continue;
+    atomicAdd(&h[d], counts[d]);
+    if (sel == 1) atomicAdd(&h[kRadixBins + d], masses[d]);
   }
-  if (pass == kRadixPasses - 1) c.SliceCounts(sel, c.s)[t] = static_cast<uint32_t>(counts[t]);
+  if (pass == kRadixPasses - 1) {
+    for (int32_t d = t; d < bins; d += block.size()) c.SliceCounts(sel, c.s)[d] = static_cast<uint32_t>(counts[d]);
+  }
   if (last_top_p) {  // what the draw needs of this slice without a mass stage
-    const int32_t digit = kRadixBins - 1 - t;  // thread t: digit 255 - t
-    int64_t all = 0;
-    c.ws.slice_gt[c.RS(c.s) * kRadixBins + digit] =
-        block.ExclusiveSum(static_cast<int64_t>(masses[digit]), &all);
+    const DigitScan scan = ScanDigitsDown(block, [&](int32_t d) { return static_cast<int64_t>(masses[d]); });
+    for (int j = 0; j < kDigitsPerThread; ++j) {
+      const int32_t d = ScanDigit(t, j);
+      if (d < bins) c.ws.slice_gt[c.RS(c.s) * kRadixBins + d] = scan.above[j];
+    }
     above = block.Sum(above);
     if (t == 0) c.ws.slice_above[c.RS(c.s)] = above;
   }
@@ -318,6 +365,7 @@ __global__ void __launch_bounds__(kSliceThreads) SliceRadixKernel(StageArgs sa) 
 
 template <typename T>
 __global__ void __launch_bounds__(kSliceThreads) SliceMassKernel(StageArgs sa) {
+  if (PaddingRow(sa.a)) return;
   Block block;
   Slice<T> c(sa.a, block);
   const RowState st = AdvanceState(c, sa.stage);
@@ -340,7 +388,7 @@ template <typename T>
 __device__ void KeptMasses(Slice<T>& c, const RowState& st, int64_t* total, int64_t* before, int64_t* here) {
   const bool top_p = st.flags & kFlagTopP;
   const SelectCut& cut = st.sel[1];
-  const int32_t digit = static_cast<int32_t>(cut.key & (kRadixBins - 1));
+  const int32_t digit = LastDigit(cut.key);
   int64_t all = 0, earlier = 0, ties_earlier = 0;
   for (int32_t z = c.b.thread(); z < c.a.plan.slices; z += c.b.size()) {
     const int64_t m = top_p ? c.ws.slice_above[c.RS(z)] + c.ws.slice_gt[c.RS(z) * kRadixBins + digit]
@@ -389,6 +437,7 @@ __device__ int32_t WalkSlice(Slice<T>& c, const RowState& st, int64_t cum, int64
 
 template <typename T>
 __global__ void __launch_bounds__(kSliceThreads) SliceDrawKernel(StageArgs sa) {
+  if (PaddingRow(sa.a)) return;
   Block block;
   Slice<T> c(sa.a, block);
   const RowState st = AdvanceState(c, sa.stage);
@@ -431,27 +480,31 @@ cudaError_t LaunchStages(const SlicedSampleArgs& args, cudaStream_t stream) {
 
 }  // namespace
 
-SliceStages PlanSliceStages(const sampling::RowParams* rows, int64_t count, int32_t vocab) {
-  bool top_k = false, top_p = false, mass = false;
+int32_t PlanSliceStageSet(const sampling::RowParams* rows, int64_t count, int32_t vocab) {
+  int32_t set = 0;
   for (int64_t r = 0; r < count; ++r) {
     const RowParams& p = rows[r];
     if (p.temperature < sampling::kRowGreedyTemperature) continue;
-    top_k |= p.top_k > 0 && p.top_k < vocab;
-    top_p |= p.top_p < 1.0f;
-    mass |= !(p.top_p < 1.0f);  // a top-p row's last pass leaves what the draw needs
+    if (p.top_k > 0 && p.top_k < vocab) set |= kStageSetTopK;
+    set |= p.top_p < 1.0f ? kStageSetTopP : kStageSetMass;  // a top-p row's last pass leaves what the draw needs
   }
+  return set;
+}
+
+SliceStages SliceStagesOf(int32_t set) {
   SliceStages st;
-  auto add = [&](SliceStage k) { st.kinds[st.count++] = k; };
-  add(SliceStage::kStats);
-  if (top_k) {
-    for (SliceStage k : {SliceStage::kTopK0, SliceStage::kTopK1, SliceStage::kTopK2, SliceStage::kTopK3}) add(k);
+  for (int k = 0; k < kMaxSliceStages; ++k) {
+    const SliceStage kind = static_cast<SliceStage>(k);
+    const bool take = kind == SliceStage::kStats || kind == SliceStage::kDraw ||
+                      (IsTopK(kind) && (set & kStageSetTopK)) || (IsTopP(kind) && (set & kStageSetTopP)) ||
+                      (kind == SliceStage::kMass && (set & kStageSetMass));
+    if (take) st.kinds[st.count++] = kind;
   }
-  if (top_p) {
-    for (SliceStage k : {SliceStage::kTopP0, SliceStage::kTopP1, SliceStage::kTopP2, SliceStage::kTopP3}) add(k);
-  }
-  if (mass) add(SliceStage::kMass);
-  add(SliceStage::kDraw);
   return st;
+}
+
+SliceStages PlanSliceStages(const sampling::RowParams* rows, int64_t count, int32_t vocab) {
+  return SliceStagesOf(PlanSliceStageSet(rows, count, vocab));
 }
 
 size_t SlicedSampleWorkspaceBytes(int64_t rows, int32_t slices) {

@@ -11,18 +11,28 @@
 // back, every block of a row computing the same row state in the same order
 // (block (row, 0) also stores it for the stage after). Stages:
 //   stats       per-slice best (value, lowest id); zeroes the row's histograms
-//   top-k 0..3  radix select of the top_k-th key, 8 key bits a pass, over
-//               256-bin count histograms (instead of ~32 bisection passes)
-//   top-p 0..3  the same over fixed-point mass histograms of the tokens min-p
+//               of the selects the call runs
+//   top-k 0..2  radix select of the top_k-th key, 11 + 11 + 10 key bits
+//               (sample_slices.h), over 2048-bin count histograms (instead
+//               of ~32 bisection passes)
+//   top-p 0..2  the same over fixed-point mass histograms of the tokens min-p
 //               and top-k keep (pass 0's total is the kept mass)
 //   mass        per-slice kept mass (fixed point), for rows without top-p (a
 //               top-p row's last pass leaves per-slice masses above its cut)
 //   draw        the slice whose exclusive prefix of masses holds u · total
 //               walks its ids (threads over contiguous ids, a block scan)
-// A call runs stats, the top-k passes when any row has an active top-k, the
-// top-p passes when any row has top_p < 1, mass when a sampled row has no
-// top-p, and draw: temperature + top-p is 7 launches; a row a stage does not
-// concern skips it.
+// An eager call runs stats, the top-k passes when any row has an active top-k,
+// the top-p passes when any row has top_p < 1, mass when a sampled row has no
+// top-p, and draw (PlanSliceStages): temperature + top-p is 5 launches. Every
+// stage decides per row on the device (the row state's flags): a row a stage
+// does not concern (a greedy row in a radix pass, a row without top-k in
+// top-k's, a top-p row in mass) exits after reading the row state. So any
+// superset of a call's planned stages, in the same order, samples the same
+// tokens; CudaSampler's decode-batch graphs capture one stage list per stage
+// set (SliceStagesOf) and replay the one a step's rows plan.
+// Padding rows: with live_rows set, the blocks of rows >= *live_rows (a
+// device value, so a graph captured for a bucket of `rows` rows serves any
+// smaller step) return at once, reading and writing nothing.
 // Ties at a cut key go to the lowest ids, as RowSampler's Cut{key, id}: a
 // select keeps the first m tokens (id order) of the cut key's tie group;
 // slices are contiguous id ranges, so slice s keeps
@@ -46,12 +56,12 @@ namespace tpserve::cuda {
 
 enum class SliceStage : int8_t {
   kStats,
-  kTopK0, kTopK1, kTopK2, kTopK3,
-  kTopP0, kTopP1, kTopP2, kTopP3,
+  kTopK0, kTopK1, kTopK2,
+  kTopP0, kTopP1, kTopP2,
   kMass,
   kDraw,
 };
-inline constexpr int kMaxSliceStages = 11;
+inline constexpr int kMaxSliceStages = 9;
 
 struct SliceStages {
   int32_t count = 0;
@@ -63,7 +73,17 @@ inline bool SlicedSamplerCovers(const sampling::RowParams& p, int32_t num_entrie
   return num_entries == 0 && p.num_logprobs < 0;
 }
 
-// The stages a call over rows[0, count) (host memory) runs, in order.
+// The optional stages of a call, as a set of bits: the top-k passes, the
+// top-p passes, mass (stats and draw always run). kSliceStageSets sets.
+inline constexpr int32_t kStageSetTopK = 1, kStageSetTopP = 2, kStageSetMass = 4;
+inline constexpr int32_t kSliceStageSets = 8;
+// The set a call over rows[0, count) (host memory) needs: top-k's when a
+// sampled row has an active top-k, top-p's when one has top_p < 1, mass when
+// one has no top-p (greedy rows need none).
+int32_t PlanSliceStageSet(const sampling::RowParams* rows, int64_t count, int32_t vocab);
+// The stages of a set, in order: stats, top-k 0..2, top-p 0..2, mass, draw.
+SliceStages SliceStagesOf(int32_t set);
+// SliceStagesOf(PlanSliceStageSet(...)): the stages the call runs.
 SliceStages PlanSliceStages(const sampling::RowParams* rows, int64_t count, int32_t vocab);
 
 // Workspace bytes for a call of up to `rows` rows of up to `slices` slices.
@@ -73,20 +93,22 @@ size_t SlicedSampleWorkspaceBytes(int64_t rows, int32_t slices);
 struct SlicedSampleArgs {
   const void* gathered = nullptr;  // [tp, S, Vs] bf16 (bf16 = true) or f32, as SampleRowsArgs
   bool bf16 = true;
-  int32_t rows = 0;                     // rows to sample
+  int32_t rows = 0;                     // rows to sample (the grid's rows)
+  const int32_t* live_rows = nullptr;   // device [1] or nullptr: rows >= *live_rows (<= rows) are
+                                        //   padding and return at once; nullptr: all `rows` are live
   int32_t layout_rows = 0;              // S of the gathered tensor (>= every row index)
   const int32_t* row_index = nullptr;   // [rows] gathered row of each sampled row
   int32_t shard_vocab = 0;              // Vs
   int32_t vocab = 0;                    // V <= tp·Vs, V <= kMaxSlicedVocab
   const sampling::RowParams* params = nullptr;  // [rows], each SlicedSamplerCovers (no entries)
   SlicePlan plan;                       // PlanSlices(...) or any plan that covers V
-  SliceStages stages;                   // PlanSliceStages over the same rows
+  SliceStages stages;                   // PlanSliceStages over the same rows, or a superset (SliceStagesOf)
   void* workspace = nullptr;            // SlicedSampleWorkspaceBytes(rows, plan.slices); any content
   size_t workspace_bytes = 0;
   sampling::RowResult* results = nullptr;  // [rows] out (logprob 0, num_top 0)
 };
 
-// Samples every row; enqueues stages.count kernels on `stream` (no allocation,
+// Samples every live row; enqueues stages.count kernels on `stream` (no allocation,
 // no sync; plain launches a CUDA graph can capture).
 cudaError_t LaunchSlicedSample(const SlicedSampleArgs& args, cudaStream_t stream);
 

@@ -7,6 +7,7 @@
 #include <span>
 #include <vector>
 
+#include "absl/status/status.h"
 #include "backend/tensor.h"
 #include "sampling/sampler.h"
 
@@ -32,6 +33,19 @@ class DeviceSampler {
   // cumulative distribution). Shapes that do not fit abort (a programming error).
   virtual std::vector<SampledToken> Sample(const Tensor& gathered, int64_t vocab_size,
                                            std::span<SequenceSamplingState* const> seqs) = 0;
+
+  // Optional, for CUDA graphs (worker/decode_graphs.h): prepares cheaper
+  // Sample calls on logits laid out exactly as `gathered` (same address,
+  // dtype and shape [tp, B, Vs]: a decode bucket's device logits, which a
+  // graph replay leaves at a fixed address) and vocab_size; called once per
+  // bucket at warm-up, outside any capture and between steps. Sample's
+  // results do not change. Default: nothing to prepare. An error (e.g. a
+  // capture the runtime refused) leaves Sample working as before.
+  virtual absl::Status PrepareBatch(const Tensor& gathered, int64_t vocab_size) {
+    (void)gathered;
+    (void)vocab_size;
+    return absl::OkStatus();
+  }
 };
 
 }  // namespace tpserve

@@ -45,7 +45,7 @@ DecodeGraphs::DecodeGraphs(Model& model, KvCache& cache, Backend& backend, const
       capacity_(capacity),
       sizes_(DecodeGraphBatchSizes(capacity.max_seqs, capacity.max_tokens)) {}
 
-absl::Status DecodeGraphs::Capture() {
+absl::Status DecodeGraphs::Capture(DeviceSampler* sampler) {
   graphs_.clear();
   std::vector<std::unique_ptr<BackendGraph>> graphs;
   const StepBatch none;  // no real sequences: every row is padding
@@ -68,6 +68,11 @@ absl::Status DecodeGraphs::Capture() {
     if (!enqueued.ok()) return fail(enqueued);
     if (!graph.ok()) return fail(graph.status());
     graphs.push_back(*std::move(graph));
+    if (sampler != nullptr && model_.device_logits().data != nullptr) {
+      if (absl::Status st = sampler->PrepareBatch(model_.device_logits(), model_.config().vocab_size); !st.ok()) {
+        return fail(st);
+      }
+    }
   }
   graphs_ = std::move(graphs);
   return absl::OkStatus();

@@ -36,6 +36,7 @@
 #include "backend/backend.h"
 #include "backend/step_batch.h"
 #include "comm/communicator.h"
+#include "sampling/device_sampler.h"
 #include "worker/kv_cache.h"
 #include "worker/model.h"
 
@@ -67,8 +68,12 @@ class DecodeGraphs {
   // outside the capture), then captures it. Every rank of the model must call
   // it together (the captures hold the collectives). A failed capture is
   // returned (INTERNAL, naming the bucket) and leaves no graphs: Forward then
-  // runs everything eagerly.
-  absl::Status Capture();
+  // runs everything eagerly. `sampler` (rank 0's device sampler, or nullptr):
+  // after each bucket's capture, while its step is current,
+  // sampler->PrepareBatch(device_logits(), vocab_size) lets it capture its own
+  // graph for the bucket's logits (cuda/cuda_sampler.h says why sampling is
+  // not part of the forward's graph); its error is returned like a capture's.
+  absl::Status Capture(DeviceSampler* sampler = nullptr);
 
   // Model::Forward(step, cache), through a graph when the step is a pure decode
   // of at most the largest bucket and graphs were captured. Same results and

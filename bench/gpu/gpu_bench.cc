@@ -2,8 +2,10 @@
 // Llama-3.2-1B shapes (tpserve-make-model presets), bf16, tp = 1, each number
 // next to a floor measured in the same run:
 //   * decode ms/step at batch 1, 8, 64, 256 with a 512-token prompt (and, for
-//     the ratio, batch 1 and 64 on the reference kernel set, and batch 1 and 8
-//     on the fast set with programmatic dependent launch off), timed
+//     the ratio, batch 1 and 64 on the reference kernel set, batch 1 and 8
+//     on the fast set with programmatic dependent launch off, and batch 1 and
+//     8 with the GPU sampler eager after the forward's graph instead of its
+//     own decode-batch graph), timed
 //     the way the server runs it: the offline Engine's step runner (the
 //     serving scheduler's steps, decode steps replayed as CUDA graphs, tokens
 //     sampled on the GPU at temperature 0.6, no logits read back), against
@@ -38,7 +40,7 @@
 //     sliced kernels (fast set, cuda/sampling_sliced.cuh) against the
 //     one-block-per-row kernel (reference set), launched eagerly and replayed
 //     as a CUDA graph, and CudaSampler::Sample's whole call (upload, kernels,
-//     read-back);
+//     read-back), eagerly and through its decode-batch graph;
 //   * offline throughput (nano-vllm's bench.py workload) through the Engine on
 //     the Qwen3-0.6B-shaped model: 256 sequences, random prompt lengths
 //     100..1024 and output lengths 100..1024 (seeded), EOS ignored, sampled at
@@ -177,7 +179,8 @@ struct ServingEngine {
 };
 absl::StatusOr<ServingEngine> MakeServingEngine(const Sizes& z, const std::filesystem::path& model_dir,
                                                 Backend& backend, Communicator& solo, int64_t max_position,
-                                                int64_t num_blocks, int64_t max_num_tokens = 8192) {
+                                                int64_t num_blocks, int64_t max_num_tokens = 8192,
+                                                bool sampler_graphs = true) {
   EngineOptions options;
   options.model.max_num_tokens = max_num_tokens;
   options.model.max_num_seqs = z.max_num_seqs;
@@ -189,6 +192,7 @@ absl::StatusOr<ServingEngine> MakeServingEngine(const Sizes& z, const std::files
   cuda::CudaSampler::Options sampling;
   sampling.max_seqs = static_cast<int32_t>(options.model.max_num_seqs);
   sampling.vocab_size = config->vocab_size;
+  sampling.batch_graphs = sampler_graphs;
   ServingEngine out;
   absl::StatusOr<std::unique_ptr<cuda::CudaSampler>> sampler =
       cuda::CudaSampler::Create(sampling, static_cast<cudaStream_t>(backend.stream()));
@@ -294,9 +298,13 @@ bool ThroughputSection(const Sizes& z, const std::filesystem::path& model_dir, i
 // `kernels` picks the CUDA backend's kernel set (cuda/kernel_set.h); the
 // reference set runs the smallest and a middle batch only, for the ratio.
 // `programmatic` false: the fast set without PDL (cuda/simt.cuh), the first
-// two batches only, so a GPU run says whether PDL pays.
+// two batches only, so a GPU run says whether PDL pays. `sampler_graphs`
+// false: the sampler runs eagerly after the forward's graph (no decode-batch
+// graphs, cuda/cuda_sampler.h), the first two batches only, against the rows
+// where it is a graph of its own.
 absl::Status ServedDecodeRows(const Sizes& z, const std::filesystem::path& dir, const std::string& name, double bw,
-                              int64_t weight_bytes, cuda::KernelSet kernels, bool programmatic, std::ostream& table) {
+                              int64_t weight_bytes, cuda::KernelSet kernels, bool programmatic, std::ostream& table,
+                              bool sampler_graphs = true) {
   absl::StatusOr<ModelConfig> c = LoadModelConfig(dir);
   if (!c.ok()) return c.status();
   const int prompt = z.decode_prompt, outputs = z.decode_steps + 1, max_batch = z.max_decode_batch();
@@ -304,7 +312,8 @@ absl::Status ServedDecodeRows(const Sizes& z, const std::filesystem::path& dir, 
   std::unique_ptr<Backend> backend = MakeCudaBackend(0, kernels, programmatic);
   std::unique_ptr<Communicator> solo = MakeSoloCommunicator();
   absl::StatusOr<ServingEngine> serving =
-      MakeServingEngine(z, dir, *backend, *solo, 2048, max_batch * blocks_per_seq + 16, std::max(8192, max_batch * prompt));
+      MakeServingEngine(z, dir, *backend, *solo, 2048, max_batch * blocks_per_seq + 16, std::max(8192, max_batch * prompt),
+                        sampler_graphs);
   if (!serving.ok()) return serving.status();
   const int64_t kv_bytes_per_token = 2 * c->num_layers * c->num_kv_heads * c->head_dim * 2;
   // Warm-up: the cache, the graphs, cuBLAS and the sampler's first calls stay out of the numbers.
@@ -313,10 +322,9 @@ absl::Status ServedDecodeRows(const Sizes& z, const std::filesystem::path& dir, 
   }
   std::vector<int> batches = z.decode_batches;
   if (kernels == cuda::KernelSet::kReference && batches.size() > 2) batches = {batches.front(), batches[batches.size() / 2]};
-  if (kernels == cuda::KernelSet::kFast && !programmatic && batches.size() > 2) batches = {batches[0], batches[1]};
-  const std::string set = kernels == cuda::KernelSet::kFast && !programmatic
-                              ? "fast kernels, PDL off"
-                              : absl::StrCat(cuda::KernelSetName(kernels), " kernels");
+  if ((!programmatic || !sampler_graphs) && batches.size() > 2) batches = {batches[0], batches[1]};
+  const std::string set = absl::StrCat(cuda::KernelSetName(kernels), " kernels", programmatic ? "" : ", PDL off",
+                                       sampler_graphs ? "" : ", sampler eager");
   for (int batch : batches) {
     const std::vector<GenerationRequest> requests = FixedRequests(batch, prompt, outputs, static_cast<int>(c->vocab_size));
     absl::StatusOr<std::vector<GenerationResult>> results = serving->engine->Generate(requests);
@@ -342,6 +350,8 @@ absl::Status ModelSection(const Sizes& z, const std::filesystem::path& dir, cons
   const int64_t weight_bytes = DirBytes(dir, ".safetensors");
   TPSERVE_RETURN_IF_ERROR(ServedDecodeRows(z, dir, name, bw, weight_bytes, cuda::KernelSet::kFast, true, table));
   TPSERVE_RETURN_IF_ERROR(ServedDecodeRows(z, dir, name, bw, weight_bytes, cuda::KernelSet::kFast, false, table));
+  TPSERVE_RETURN_IF_ERROR(
+      ServedDecodeRows(z, dir, name, bw, weight_bytes, cuda::KernelSet::kFast, true, table, /*sampler_graphs=*/false));
   TPSERVE_RETURN_IF_ERROR(ServedDecodeRows(z, dir, name, bw, weight_bytes, cuda::KernelSet::kReference, true, table));
   std::unique_ptr<Backend> backend = MakeCudaBackend(0);
   std::unique_ptr<Communicator> solo = MakeSoloCommunicator();

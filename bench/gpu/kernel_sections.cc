@@ -336,8 +336,10 @@ double TimeGraph(cudaStream_t stream, Fn&& enqueue, int iters) {
 // The sampler's kernels alone on random bf16 logits [1, B, V] (temperature
 // 0.6, top-p 0.9, no penalties or log-probs): the sliced path (as CudaSampler
 // plans it on this device) and the row kernel, eager and as a graph
-// (captured by the emulator too under --smoke); then
-// CudaSampler::Sample under each kernel set, the whole call.
+// (captured by the emulator too under --smoke); then CudaSampler::Sample
+// under each kernel set, the whole call, and under the fast set with the
+// decode-batch graph of the batch (PrepareBatch: the upload, the stages and
+// the read-back replayed as one graph, one sync).
 bool SamplerSection(const Sizes& z, std::ostream& table) {
   cudaDeviceProp prop{};
   CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
@@ -345,8 +347,9 @@ bool SamplerSection(const Sizes& z, std::ostream& table) {
   table << "\n## GPU sampler: sliced (fast set) vs one block per row (reference set)\n\nV = " << V
         << ", bf16 logits, temperature 0.6 + top-p 0.9, " << z.sampler_iters << " calls per number; kernels"
         << " launched eagerly and replayed as one CUDA graph; Sample = CudaSampler::Sample's whole call (upload,"
-        << " kernels, read-back, sync).\n\n| batch | slices | sliced eager | sliced graph | row eager | row graph |"
-        << " Sample fast | Sample reference |\n|---|---|---|---|---|---|---|---|\n";
+        << " kernels, read-back, sync; 'graph': through its decode-batch graph, as a served decode step)."
+        << "\n\n| batch | slices | sliced eager | sliced graph | row eager | row graph |"
+        << " Sample fast | Sample fast graph | Sample reference |\n|---|---|---|---|---|---|---|---|---|\n";
   cudaStream_t stream;
   CUDA_CHECK(cudaStreamCreate(&stream));
   std::mt19937_64 rng(12);
@@ -385,11 +388,12 @@ bool SamplerSection(const Sizes& z, std::ostream& table) {
     const double sliced_eager = eager(run_sliced), row_eager = eager(run_row);
     const double sliced_graph = TimeGraph(stream, run_sliced, z.sampler_iters);
     const double row_graph = TimeGraph(stream, run_row, z.sampler_iters);
-    double sample[2] = {0, 0};
-    for (int which = 0; which < 2; ++which) {
+    double sample[3] = {0, 0, 0};  // fast, fast through its graph, reference
+    bool graphed = false;          // whether the graph ran (the batch is within SlicedRowsCap)
+    for (int which = 0; which < 3; ++which) {
       cuda::CudaSampler::Options options;
       options.max_seqs = B, options.vocab_size = V;
-      options.kernels = which == 0 ? cuda::KernelSet::kFast : cuda::KernelSet::kReference;
+      options.kernels = which < 2 ? cuda::KernelSet::kFast : cuda::KernelSet::kReference;
       auto sampler = cuda::CudaSampler::Create(options, stream);
       if (!sampler.ok()) {
         table << "| " << B << " | CudaSampler::Create failed: " << sampler.status().ToString() << " |\n";
@@ -404,13 +408,15 @@ bool SamplerSection(const Sizes& z, std::ostream& table) {
         ptrs.push_back(seqs.back().get());
       }
       const Tensor gathered(d_logits, DType::kBF16, Device::kCuda, {1, B, V});
+      if (which == 1 && !(*sampler)->PrepareBatch(gathered, V).ok()) continue;
       sample[which] = TimeIt([&] { (*sampler)->Sample(gathered, V, ptrs); }, z.smoke ? 0 : 3, z.sampler_iters);
+      if (which == 1) graphed = (*sampler)->graph_calls() > 0;
     }
     const auto us = [](double s) { return s * 1e6; };
-    char line[256];
-    std::snprintf(line, sizeof line, "| %d | %d | %.1f us | %.1f us | %.1f us | %.1f us | %.1f us | %.1f us |\n", B,
+    char line[320];
+    std::snprintf(line, sizeof line, "| %d | %d | %.1f us | %.1f us | %.1f us | %.1f us | %.1f us | %s | %.1f us |\n", B,
                   sliced.plan.slices, us(sliced_eager), us(sliced_graph), us(row_eager), us(row_graph), us(sample[0]),
-                  us(sample[1]));
+                  graphed ? absl::StrCat(absl::SixDigits(us(sample[1])), " us").c_str() : "-", us(sample[2]));
     table << line;
     for (void* p : {static_cast<void*>(d_logits), static_cast<void*>(d_params), static_cast<void*>(d_index),
                     static_cast<void*>(d_offsets), static_cast<void*>(d_results), static_cast<void*>(d_top),

@@ -50,6 +50,25 @@ TEST(SampleSlices, PlanCoversEveryIdOnceWithinTheTarget) {
   EXPECT_EQ(PlanSlices(SliceTargetBlocks(kH200Sms), 151936, kH200Sms).slices, 1);
 }
 
+// The 3 passes' digits (11, 11, 10 bits) rebuild the key, most significant
+// first, and each pass's prefix mask covers exactly the earlier passes' bits.
+TEST(SampleSlices, RadixPassesSplitTheKey) {
+  const uint64_t seed = testing_util::TestSeed();
+  SCOPED_TRACE(::testing::Message() << "seed " << seed);
+  std::mt19937_64 rng(seed);
+  for (int n = 0; n < 1000; ++n) {
+    const uint32_t key = n == 0 ? 0u : n == 1 ? ~0u : static_cast<uint32_t>(rng());
+    uint32_t rebuilt = 0;
+    for (int pass = 0; pass < kRadixPasses; ++pass) {
+      EXPECT_EQ(key & RadixPrefixMask(pass), rebuilt) << "pass " << pass;
+      EXPECT_LT(RadixDigit(key, pass), 1u << RadixBitsOf(pass));
+      EXPECT_LE(RadixBitsOf(pass), kRadixBits);
+      rebuilt |= RadixDigit(key, pass) << RadixShiftOf(pass);
+    }
+    EXPECT_EQ(rebuilt, key);
+  }
+}
+
 TEST(SampleSlices, PickDigitMatchesABruteForceSearch) {
   const uint64_t seed = testing_util::TestSeed();
   SCOPED_TRACE(::testing::Message() << "seed " << seed);

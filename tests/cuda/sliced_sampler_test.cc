@@ -113,9 +113,19 @@ struct DeviceBuffers {
   }
 };
 
+// How a call is launched: the stages PlanSliceStages picks for the rows, or
+// those of stage set `set` when >= 0 (a superset); live < 0: every row is
+// live, else the first `live` rows (SlicedSampleArgs::live_rows, device memory).
+struct Launch {
+  int32_t set = -1;
+  int live = -1;
+};
+
 // The sliced sampler's tokens for every row of g under `plan`, its workspace
-// first filled with 0xff bytes (NaN, -1) so a read of anything it did not write shows.
-std::vector<int32_t> SlicedTokens(const Logits& g, const std::vector<RowParams>& params, SlicePlan plan) {
+// first filled with 0xff bytes (NaN, -1) so a read of anything it did not
+// write shows; a row it did not sample keeps token -7.
+std::vector<int32_t> SlicedTokens(const Logits& g, const std::vector<RowParams>& params, SlicePlan plan,
+                                  Launch how = {}) {
   DeviceBuffers buf;
   const int rows = static_cast<int>(params.size());
   std::vector<int32_t> index(rows);
@@ -130,7 +140,8 @@ std::vector<int32_t> SlicedTokens(const Logits& g, const std::vector<RowParams>&
   a.vocab = g.vocab;
   a.params = buf.Copy(params.data(), params.size());
   a.plan = plan;
-  a.stages = PlanSliceStages(params.data(), rows, g.vocab);
+  a.stages = how.set >= 0 ? SliceStagesOf(how.set) : PlanSliceStages(params.data(), rows, g.vocab);
+  if (how.live >= 0) a.live_rows = buf.Copy(&how.live, 1);
   a.workspace_bytes = SlicedSampleWorkspaceBytes(rows, plan.slices);
   std::vector<char> poison(a.workspace_bytes, static_cast<char>(0xff));
   a.workspace = buf.Copy(poison.data(), poison.size());
@@ -237,6 +248,66 @@ INSTANTIATE_TEST_SUITE_P(Shapes, SlicedSamplerTest,
                          ::testing::Values(Shape::kNormal, Shape::kFewLevels, Shape::kTopTies),
                          [](const ::testing::TestParamInfo<Shape>& info) { return std::string(ShapeName(info.param)); });
 
+// Any superset of the planned stages (a larger stage set) samples the rows
+// as the planned stages do: each stage skips, on the device, the rows it does
+// not concern (the decode-batch graphs rely on this for mixed rows). Rows
+// past live_rows (a bucket's padding) are not sampled: their results keep
+// what was there.
+TEST(SlicedSampler, LargerStageSetsAndPaddingRowsMatchThePlannedStages) {
+  TPSERVE_REQUIRE_GPU();
+  const uint64_t seed = testing_util::TestSeed();
+  SCOPED_TRACE("seed=" + std::to_string(seed));
+  std::mt19937_64 rng(seed);
+  const int vocab = cuda_test::kEmulated ? 517 : 151936;
+  const std::vector<RowParams> all = ParamCases(rng, vocab);
+  // The emulated run: the rows of the smallest set with each stage (greedy,
+  // temperature + top-p, top-k + mass) under every stage.
+  const std::vector<int32_t> sets = cuda_test::kEmulated ? std::vector<int32_t>{0, kStageSetTopP, kStageSetTopK | kStageSetMass}
+                                                         : std::vector<int32_t>{0, 1, 2, 3, 4, 5, 6};
+  for (const int32_t set : sets) {
+    std::vector<RowParams> params;  // rows whose own stage set is within `set`
+    for (const RowParams& p : all) {
+      if ((PlanSliceStageSet(&p, 1, vocab) & ~set) == 0) params.push_back(p);
+    }
+    const int rows = static_cast<int>(params.size());
+    SCOPED_TRACE("stage set " + std::to_string(set) + ": " + std::to_string(rows) + " rows");
+    ASSERT_GE(rows, 2);
+    const Logits g = MakeLogits(rng, 2, rows, vocab, true, Shape::kFewLevels);
+    const SlicePlan plan = PlanOf(vocab, cuda_test::kEmulated ? 64 : 1024);
+    const std::vector<int32_t> planned = SlicedTokens(g, params, plan);
+    EXPECT_EQ(SlicedTokens(g, params, plan, Launch{kSliceStageSets - 1, -1}), planned) << "every stage";
+    const int live = rows > 3 ? rows - 3 : 1;
+    const std::vector<int32_t> padded = SlicedTokens(g, params, plan, Launch{set, live});
+    for (int s = 0; s < rows; ++s) {
+      EXPECT_EQ(padded[s], s < live ? planned[s] : -7) << "row " << s << " of " << live << " live";
+    }
+    EXPECT_EQ(SlicedTokens(g, params, plan, Launch{set, 0}), std::vector<int32_t>(rows, -7));
+  }
+}
+
+TEST(SlicedSampler, StageSetsArePlannedFromTheRows) {
+  RowParams greedy, temperature, top_p, top_k, both;
+  greedy.temperature = 0, greedy.top_k = 5, greedy.top_p = 0.5f;  // greedy: filters ignored
+  top_p.top_p = 0.9f;
+  top_k.top_k = 40;
+  both.top_k = 50, both.top_p = 0.95f;
+  const std::pair<RowParams, int32_t> cases[] = {{greedy, 0},
+                                                 {temperature, kStageSetMass},
+                                                 {top_p, kStageSetTopP},
+                                                 {top_k, kStageSetTopK | kStageSetMass},
+                                                 {both, kStageSetTopK | kStageSetTopP}};
+  const int32_t launches[] = {2, 3, 5, 6, 8};  // SliceStagesOf(set).count, in the order above
+  for (size_t i = 0; i < std::size(cases); ++i) {
+    EXPECT_EQ(PlanSliceStageSet(&cases[i].first, 1, 1000), cases[i].second) << "case " << i;
+    EXPECT_EQ(PlanSliceStages(&cases[i].first, 1, 1000).count, launches[i]) << "case " << i;
+  }
+  const RowParams mixed[] = {greedy, top_p, top_k};
+  EXPECT_EQ(PlanSliceStageSet(mixed, 3, 1000), kSliceStageSets - 1);
+  EXPECT_EQ(SliceStagesOf(kSliceStageSets - 1).count, kMaxSliceStages);
+  top_k.top_k = 1000;  // = V: off
+  EXPECT_EQ(PlanSliceStageSet(&top_k, 1, 1000), kStageSetMass);
+}
+
 // Random parameters, many draws per row: the inverse CDF lands in every slice.
 TEST(SlicedSampler, RandomParametersAndUniforms) {
   TPSERVE_REQUIRE_GPU();
@@ -326,6 +397,139 @@ TEST(SlicedSampler, CudaSamplerTakesTheSlicedPathOnlyWhereItCovers) {
   SampleThroughCudaSampler(KernelSet::kFast, 2, false, 1);       // small batch: sliced
   SampleThroughCudaSampler(KernelSet::kReference, 2, false, 0);  // the reference set: the row kernel
   SampleThroughCudaSampler(KernelSet::kFast, 2, true, 0);        // penalty entries: the row kernel
+}
+
+// Sequences of mixed parameters (greedy, temperature, its extremes, top-k,
+// top-p, min-p, all filters), seeded; `extra` adds to row 0 what the sliced
+// path does not cover.
+std::vector<std::unique_ptr<SequenceSamplingState>> MixedSequences(uint64_t seed, int rows,
+                                                                   const SamplingParams* extra = nullptr) {
+  std::vector<SamplingParams> sets(7);
+  sets[0].temperature = 0;
+  sets[1].temperature = 0.7f, sets[1].top_p = 0.9f;
+  sets[2].top_k = 40;
+  sets[3].min_p = 0.05f;
+  sets[4].temperature = 1e-5f, sets[4].top_p = 0.5f;
+  sets[5].temperature = 100.0f;
+  sets[6].temperature = 0.8f, sets[6].min_p = 0.02f, sets[6].top_k = 50, sets[6].top_p = 0.95f;
+  std::vector<std::unique_ptr<SequenceSamplingState>> seqs;
+  for (int s = 0; s < rows; ++s) {
+    SamplingParams p = s == 0 && extra != nullptr ? *extra : sets[(seed + s) % sets.size()];
+    p.seed = seed * 1000 + s;
+    seqs.push_back(std::make_unique<SequenceSamplingState>(p, std::vector<int32_t>{1, 2, 3}, std::vector<int32_t>{}));
+  }
+  return seqs;
+}
+
+std::vector<SequenceSamplingState*> Ptrs(const std::vector<std::unique_ptr<SequenceSamplingState>>& v) {
+  std::vector<SequenceSamplingState*> p;
+  for (const auto& q : v) p.push_back(q.get());
+  return p;
+}
+
+// The decode-batch graphs (CudaSampler::PrepareBatch): at buckets of B rows
+// holding n <= B sequences, steps of fresh logits in the bucket's fixed buffer
+// sample through the graph the tokens the eager sampler and the host sampler
+// give the same seeds; rows past n are padding. A step with a row the sliced
+// path does not cover (penalties, log-probs) falls back to the eager path.
+void GraphSteps(int bucket, int live, const SamplingParams* extra, bool expect_graph) {
+  const uint64_t seed = testing_util::TestSeed() + static_cast<uint64_t>(bucket * 100 + live);
+  SCOPED_TRACE("seed=" + std::to_string(seed) + " bucket=" + std::to_string(bucket) + " live=" +
+               std::to_string(live) + (extra != nullptr ? " with a row the sliced path does not cover" : ""));
+  std::mt19937_64 rng(seed);
+  const int vocab = 4097, tp = 2;
+  cudaStream_t stream;
+  CUDA_CHECK(cudaStreamCreate(&stream));
+  CudaSampler::Options options;
+  options.max_seqs = 16;
+  options.vocab_size = vocab;
+  options.max_logprobs = 4;
+  options.sm_count = 132;
+  auto graphed = CudaSampler::Create(options, stream);
+  auto eager = CudaSampler::Create(options, stream);
+  ASSERT_TRUE(graphed.ok() && eager.ok()) << graphed.status() << eager.status();
+  Logits g = MakeLogits(rng, tp, bucket, vocab, true, Shape::kNormal);
+  DeviceBuffers buf;
+  const Tensor gathered(buf.Copy(g.bits.data(), g.bits.size()), DType::kBF16, Device::kCuda,
+                        {tp, bucket, g.shard_vocab});
+  const absl::Status prepared = (*graphed)->PrepareBatch(gathered, vocab);
+  ASSERT_TRUE(prepared.ok()) << prepared;
+  EXPECT_EQ((*graphed)->prepared_batches(), 1);
+  ASSERT_TRUE((*graphed)->PrepareBatch(gathered, vocab).ok());  // again (a recapture): nothing new
+  EXPECT_EQ((*graphed)->prepared_batches(), 1);
+  auto via_graph = MixedSequences(seed, live, extra), via_eager = MixedSequences(seed, live, extra),
+       via_host = MixedSequences(seed, live, extra);
+  const int steps = 3;
+  for (int step = 0; step < steps; ++step) {
+    SCOPED_TRACE("step " + std::to_string(step));
+    if (step > 0) {  // fresh logits in the same device buffer
+      g = MakeLogits(rng, tp, bucket, vocab, true, Shape::kNormal);
+      CUDA_CHECK(cudaMemcpy(gathered.data, g.bits.data(), g.bits.size() * 2, cudaMemcpyHostToDevice));
+    }
+    std::vector<float> flat(static_cast<size_t>(live) * vocab);
+    for (int s = 0; s < live; ++s) {
+      for (int i = 0; i < vocab; ++i) flat[static_cast<size_t>(s) * vocab + i] = g.Get(s, i);
+    }
+    const auto got = (*graphed)->Sample(gathered, vocab, Ptrs(via_graph));
+    const auto want_eager = (*eager)->Sample(gathered, vocab, Ptrs(via_eager));
+    const auto want_host = Sample(flat, vocab, vocab, Ptrs(via_host));
+    ASSERT_EQ(got.size(), static_cast<size_t>(live));
+    for (int s = 0; s < live; ++s) {
+      EXPECT_EQ(got[s].token, want_eager[s].token) << "row " << s;
+      EXPECT_EQ(got[s].token, want_host[s].token) << "row " << s << " (a boundary case is ~1e-6 likely)";
+      EXPECT_EQ(got[s].top.size(), want_host[s].top.size()) << "row " << s;
+    }
+  }
+  EXPECT_EQ((*graphed)->graph_calls(), expect_graph ? steps : 0);
+  graphed->reset();
+  eager->reset();
+  CUDA_CHECK(cudaStreamDestroy(stream));
+}
+
+TEST(SlicedSampler, CudaSamplerGraphMatchesEagerAndHostAtEveryBucket) {
+  TPSERVE_REQUIRE_GPU();
+  for (const auto& [bucket, live] : std::vector<std::pair<int, int>>{{1, 1}, {4, 3}, {8, 5}, {16, 16}}) {
+    GraphSteps(bucket, live, nullptr, true);
+  }
+}
+
+TEST(SlicedSampler, CudaSamplerGraphFallsBackForPenaltiesAndLogprobs) {
+  TPSERVE_REQUIRE_GPU();
+  SamplingParams penalised;
+  penalised.temperature = 0.9f, penalised.repetition_penalty = 1.3f, penalised.frequency_penalty = 0.5f;
+  GraphSteps(4, 3, &penalised, false);
+  SamplingParams logprobs;
+  logprobs.top_p = 0.8f, logprobs.logprobs = 3;
+  GraphSteps(4, 3, &logprobs, false);
+}
+
+// Layouts the sliced path does not take (more rows than SlicedRowsCap), and
+// any layout with batch_graphs off, get no graph: Sample stays eager.
+TEST(SlicedSampler, CudaSamplerPreparesNoGraphWhereTheSlicedPathDoesNotRun) {
+  TPSERVE_REQUIRE_GPU();
+  const int vocab = 4097, rows = 4;
+  cudaStream_t stream;
+  CUDA_CHECK(cudaStreamCreate(&stream));
+  std::vector<uint16_t> bits(static_cast<size_t>(rows) * vocab, FloatToBf16(0.5f));
+  DeviceBuffers buf;
+  const Tensor gathered(buf.Copy(bits.data(), bits.size()), DType::kBF16, Device::kCuda, {1, rows, vocab});
+  for (const bool graphs : {true, false}) {
+    CudaSampler::Options options;
+    options.max_seqs = rows;
+    options.vocab_size = vocab;
+    options.sm_count = graphs ? 1 : 132;  // 1 SM: only a single row gets two slices
+    options.batch_graphs = graphs;
+    auto sampler = CudaSampler::Create(options, stream);
+    ASSERT_TRUE(sampler.ok()) << sampler.status();
+    EXPECT_LT((*sampler)->SlicedRowsCap(), graphs ? rows : rows + 1);
+    ASSERT_TRUE((*sampler)->PrepareBatch(gathered, vocab).ok());
+    EXPECT_EQ((*sampler)->prepared_batches(), 0) << "batch_graphs " << graphs;
+    auto seqs = MixedSequences(5, rows);
+    const auto got = (*sampler)->Sample(gathered, vocab, Ptrs(seqs));
+    for (const SampledToken& t : got) EXPECT_TRUE(t.token >= 0 && t.token < vocab);
+    EXPECT_EQ((*sampler)->graph_calls(), 0);
+  }
+  CUDA_CHECK(cudaStreamDestroy(stream));
 }
 
 TEST(SlicedSampler, CudaSamplerCapsTheSlicedRows) {
