@@ -11,7 +11,7 @@
 #     OUT_DIR   default $TPSERVE_GPU_OUT, else $OUT (the device tool's folder), else gpu-check-out
 #
 # Phases, each with a time cap (seconds; TPSERVE_CAP_<PHASE>=N overrides), the
-# caps summing to about 8.75 minutes: a phase cut at its cap is reported and the check
+# caps summing to about 9 minutes: a phase cut at its cap is reported and the check
 # goes on.
 #   preflight  nvidia-smi, nvcc, cuBLAS, NCCL, compute-sanitizer, torch, the pack (ldd)
 #   configure  GoogleTest from the pack, the engine-only build (-DTPSERVE_ENGINE_ONLY=ON,
@@ -48,7 +48,7 @@ sanitizer="$(command -v compute-sanitizer || ls "$cuda_bin"/compute-sanitizer \
   "$cuda_bin"/../compute-sanitizer/compute-sanitizer 2>/dev/null | head -1)"
 log="$out/gpu-check.log"
 
-declare -A cap=([preflight]=20 [configure]=30 [build]=150 [deps]=10 [tests]=90 [memcheck]=40 [bench]=140
+declare -A cap=([preflight]=20 [configure]=30 [build]=150 [deps]=10 [tests]=90 [memcheck]=40 [bench]=150
   [sampling]=10 [parity]=35)
 total=0
 for p in "${!cap[@]}"; do
