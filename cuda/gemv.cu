@@ -64,10 +64,11 @@ __global__ void __launch_bounds__(kGemvThreads)
   const int64_t chunks = K / kBf16PerVec;  // 16-byte vectors per row
   const int64_t stride = int64_t{kWarpSize} * k_split;
   const int64_t c_first = (warp % k_split) * kWarpSize + lane;
+  const __nv_bfloat16* wr = w + row * K;  // read only when n < N
   if (n < N) {
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) {
-      if (c_first + u * stride < chunks) PrefetchL2Bf16x8(w + row * K, c_first + u * stride);
+      if (c_first + u * stride < chunks) PrefetchL2Bf16x8(wr, c_first + u * stride);
     }
   }
   TPSERVE_GRID_DEPENDENCY_WAIT();
@@ -76,7 +77,6 @@ __global__ void __launch_bounds__(kGemvThreads)
 #pragma unroll
   for (int m = 0; m < kM; ++m) acc[m] = 0.f;
   if (n < N) {
-    const __nv_bfloat16* wr = w + row * K;
     for (int64_t c0 = c_first; c0 < chunks; c0 += stride * kUnroll) {
       uint4 wv[kUnroll];  // the loads first, so kUnroll are in flight
 #pragma unroll
