@@ -451,13 +451,20 @@ TEST_F(FailureTest, ClientStreamsJsonAndReportsErrors) {
   ASSERT_EQ(rc, 0) << out;
   std::istringstream lines(out);
   std::string line;
+  // How the 5 tokens group into chunks is timing: the coordinator merges the
+  // chunks a slow reader left waiting (coordinator/response_queue.h).
   int chunks = 0;
+  size_t tokens = 0;
   nlohmann::json last;
   while (std::getline(lines, line)) {
     last = nlohmann::json::parse(line);
-    if (last.contains("token_ids")) ++chunks;
+    if (!last.contains("token_ids")) continue;
+    ++chunks;
+    EXPECT_FALSE(last.at("token_ids").empty()) << line;
+    tokens += last.at("token_ids").size();
   }
-  EXPECT_EQ(chunks, 5);
+  EXPECT_GE(chunks, 1) << out;
+  EXPECT_EQ(tokens, 5u) << out;
   EXPECT_EQ(last.at("finish_reason"), "length");
   EXPECT_EQ(last.at("usage").at("completion_tokens"), 5);
   EXPECT_TRUE(last.at("timing").contains("time_to_first_token_seconds"));
