@@ -82,7 +82,9 @@ TPSERVE_HOST_DEVICE inline size_t LayoutWorkspace(int64_t rows, int32_t slices, 
 
 struct StageArgs {
   SlicedSampleArgs a;
-  int32_t stage;  // index into a.stages
+  int32_t stage;     // index into a.stages
+  SliceStage prev;   // a.stages.kinds[stage - 1] (kStats for stage 0), resolved on the host: indexing
+  SliceStage kind;   //   the kernel's parameter array at run time would copy it to the stack
 };
 
 // A padding row of a graph's bucket (SlicedSampleArgs::live_rows): its blocks
@@ -217,21 +219,24 @@ __device__ void FoldPass(Slice<T>& c, SliceStage done, RowState& st) {
   st.prefix |= static_cast<uint32_t>(pick == kNoId ? 0 : pick) << RadixShiftOf(pass);
   st.need -= pick_above;
   if (pass != kRadixPasses - 1) return;
-  SelectCut& cut = st.sel[sel];
+  SelectCut cut;
   cut.key = st.prefix;
   cut.group = pick_count;
   if (sel == 0) {
     cut.kept = st.need;
     st.filter_top_k = cut.key >= st.minp_key ? 1 : 0;  // the narrower of the two prefixes
+    st.sel[0] = cut;
   } else {
     const int64_t wc = c.Mass(st, sampling::FromOrderedKey(cut.key));
     cut.kept = TieTokensNeeded(st.need, wc, cut.group);
+    st.sel[1] = cut;
   }
 }
 
 template <typename T>
-__device__ RowState AdvanceState(Slice<T>& c, int32_t stage) {
-  const SliceStage prev = c.a.stages.kinds[stage - 1], kind = c.a.stages.kinds[stage];
+__device__ RowState AdvanceState(Slice<T>& c, const StageArgs& sa) {
+  const int32_t stage = sa.stage;
+  const SliceStage prev = sa.prev, kind = sa.kind;
   RowState st = prev == SliceStage::kStats ? StateAfterStats(c) : c.ws.state[int64_t{c.k} * kMaxSliceStages + stage - 1];
   if (IsTopK(prev) || IsTopP(prev)) FoldPass(c, prev, st);
   if (kind == SliceStage::kTopK0) st.need = c.p.top_k;
@@ -318,8 +323,8 @@ __global__ void __launch_bounds__(kSliceThreads) SliceRadixKernel(StageArgs sa) 
   if (PaddingRow(sa.a)) return;
   Block block;
   Slice<T> c(sa.a, block);
-  const RowState st = AdvanceState(c, sa.stage);
-  const SliceStage kind = c.a.stages.kinds[sa.stage];
+  const RowState st = AdvanceState(c, sa);
+  const SliceStage kind = sa.kind;
   const int sel = SelectOf(kind), pass = PassOf(kind);
   if (!(st.flags & (sel == 0 ? kFlagTopK : kFlagTopP))) return;
   const Cut filter = sel == 0 ? Cut{0, kNoId} : FilterCut(c, st);
@@ -368,7 +373,7 @@ __global__ void __launch_bounds__(kSliceThreads) SliceMassKernel(StageArgs sa) {
   if (PaddingRow(sa.a)) return;
   Block block;
   Slice<T> c(sa.a, block);
-  const RowState st = AdvanceState(c, sa.stage);
+  const RowState st = AdvanceState(c, sa);
   if (st.flags & (kFlagGreedy | kFlagTopP)) return;  // top-p's last pass left what the draw needs
   const Cut filter = FilterCut(c, st);
   int64_t mass = 0;
@@ -440,7 +445,7 @@ __global__ void __launch_bounds__(kSliceThreads) SliceDrawKernel(StageArgs sa) {
   if (PaddingRow(sa.a)) return;
   Block block;
   Slice<T> c(sa.a, block);
-  const RowState st = AdvanceState(c, sa.stage);
+  const RowState st = AdvanceState(c, sa);
   sampling::RowResult result{st.best.id, 0.0f, 0};
   if (!(st.flags & kFlagGreedy)) {
     int64_t total = 0, before = 0, here = 0;
@@ -462,8 +467,8 @@ template <typename T>
 cudaError_t LaunchStages(const SlicedSampleArgs& args, cudaStream_t stream) {
   const dim3 grid(static_cast<unsigned>(args.plan.slices), static_cast<unsigned>(args.rows)), block(kSliceThreads);
   for (int32_t n = 0; n < args.stages.count; ++n) {
-    const StageArgs sa{args, n};
     const SliceStage kind = args.stages.kinds[n];
+    const StageArgs sa{args, n, n == 0 ? SliceStage::kStats : args.stages.kinds[n - 1], kind};
     if (kind == SliceStage::kStats) {
       TPSERVE_LAUNCH(SliceStatsKernel<T>, grid, block, 0, stream)(sa);
     } else if (kind == SliceStage::kMass) {
