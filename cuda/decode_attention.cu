@@ -68,6 +68,30 @@ __device__ __forceinline__ void ForOwnedPartitions(const DecodeBlock& b, const D
 }
 
 
+// Before a programmatic launch's wait (cuda/simt.cuh): asks L2 for the K and
+// V lines of the first keys of block z's first partition, so that the cache
+// reads start while the previous kernel finishes. Safe before the wait: the
+// positions and the block table come from the step's upload, a copy that
+// completed before the previous kernel began, and the previous kernel
+// (q/k-norm + RoPE + KV store) writes only this step's own slot, whose lines
+// L2 holds coherently; the loads after the wait read every key again. One
+// 128-byte line per thread and cache: 8192 / HD keys (64 at head_dim 128).
+template <int HD>
+__device__ __forceinline__ void PrefetchFirstKeys(const PagedAttentionArgs& a, const DecodeBlock& b,
+                                                  const DecodePlan& plan) {
+  constexpr int kLines = HD * 2 / 128;  // lines of one key's row of one KV head
+  static_assert(HD % 64 == 0, "rows of whole 128-byte lines");
+  if (b.z >= b.used) return;
+  const int begin = b.z * plan.partition_size;
+  const int key = begin + static_cast<int>(threadIdx.x) / kLines;
+  if (key >= min(b.ctx, begin + plan.partition_size)) return;
+  const int32_t* table = a.block_tables + int64_t{a.token_seq[b.t]} * a.max_blocks_per_seq;
+  const int64_t at = KeySlot(table, key, a.block_size) * (int64_t{a.num_kv_heads} * HD) + int64_t{b.kvh} * HD +
+                     (threadIdx.x % kLines) * 64;
+  PrefetchL2Bf16x8(a.k_cache + at, 0);
+  PrefetchL2Bf16x8(a.v_cache + at, 0);
+}
+
 // A subgroup's online softmax over the keys it saw, for the G query heads of
 // its slice (8 dims) of the row.
 template <class S>
@@ -200,13 +224,15 @@ __device__ void StashPartial(const OnlineSoftmax<S>& st, int sub, int slice, Blo
 }
 
 // grid: x = decode token i, y = KV head, z = split (decode_plan.h).
-// May be a programmatic launch (as the combine kernel): waits before anything.
+// May be a programmatic launch (as the combine kernel): waits before anything
+// but the step's metadata and the first keys' L2 prefetch.
 template <class S>
 __global__ void __launch_bounds__(kThreads) FastDecodeKernel(PagedAttentionArgs a, DecodeLaunch l) {
-  TPSERVE_GRID_DEPENDENCY_WAIT();
-  TPSERVE_GRID_DEPENDENTS_LAUNCH();
   constexpr int G = S::kGroup, HD = S::kHeadDim;
   const DecodeBlock b = ThisDecodeBlock(a, l);
+  PrefetchFirstKeys<HD>(a, b, l.plan);
+  TPSERVE_GRID_DEPENDENCY_WAIT();
+  TPSERVE_GRID_DEPENDENTS_LAUNCH();
   if (b.z >= b.used) return;  // no partition of this context is ours (uniform: before any barrier)
   const int64_t t = b.t;
   const int kvh = b.kvh;
@@ -416,10 +442,11 @@ __device__ void StashWarpPartial(const MmaSoftmax<S>& st, int warp, BlockPartial
 // grid: x = decode token i, y = KV head, z = split (as FastDecodeKernel).
 template <class S>
 __global__ void __launch_bounds__(kThreads) FastDecodeMmaKernel(PagedAttentionArgs a, DecodeLaunch l) {
-  TPSERVE_GRID_DEPENDENCY_WAIT();  // a programmatic launch, as FastDecodeKernel
-  TPSERVE_GRID_DEPENDENTS_LAUNCH();
   constexpr int G = S::kGroup, HD = S::kHeadDim;
   const DecodeBlock b = ThisDecodeBlock(a, l);
+  PrefetchFirstKeys<HD>(a, b, l.plan);
+  TPSERVE_GRID_DEPENDENCY_WAIT();  // a programmatic launch, as FastDecodeKernel
+  TPSERVE_GRID_DEPENDENTS_LAUNCH();
   if (b.z >= b.used) return;  // uniform: before any barrier
   TPSERVE_SHARED(BlockPartials<S>, sm);
   const int warp = threadIdx.x / kWarpSize, lane = threadIdx.x % kWarpSize, g = lane / 4, t = lane % 4;

@@ -27,8 +27,10 @@
 // that another kernel writes or reads (activations, not weights): the wait
 // returns when the previous grid has completed and its writes are visible.
 // The rule here: a kernel launched with TPSERVE_LAUNCH_PDL waits before it
-// touches anything but weights (most at their very top; the GEMV first loads
-// its first weight vectors into L2, cuda/gemv.cu), then lets its own dependents launch. Below sm_90 both are nothing and
+// touches anything but weights, the step's uploaded metadata and earlier
+// steps' KV cache (most at their very top; the GEMV first asks L2 for its first
+// weight vectors, cuda/gemv.cu, and decode attention for its first keys,
+// cuda/decode_attention.cu), then lets its own dependents launch. Below sm_90 both are nothing and
 // the attribute is not set (the backend passes programmatic = false there).
 // Stream capture records the launch as a programmatic graph edge (CUDA 12.3+).
 // Unverified without a GPU: that the overlap pays (bench/gpu/gpu_bench.cc's
