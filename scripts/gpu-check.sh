@@ -12,7 +12,8 @@
 #
 # Phases, each with a time cap (seconds; TPSERVE_CAP_<PHASE>=N overrides), the
 # caps summing to about 9 minutes: a phase cut at its cap is reported and the check
-# goes on.
+# goes on. A cap of 0 skips its phase (a rerun of some phases on a machine that
+# kept the build: TPSERVE_CAP_PREFLIGHT=0 TPSERVE_CAP_CONFIGURE=0 ...).
 #   preflight  nvidia-smi, nvcc, cuBLAS, NCCL, compute-sanitizer, torch, the pack (ldd)
 #   configure  GoogleTest from the pack, the engine-only build (-DTPSERVE_ENGINE_ONLY=ON,
 #              CUDA for this GPU's architecture, TPSERVE_CUDA_ARCH=NN overrides); prints
@@ -54,6 +55,10 @@ total=0
 for p in "${!cap[@]}"; do
   v="TPSERVE_CAP_${p^^}"
   cap[$p]="${!v:-${cap[$p]}}"
+  if ! [[ "${cap[$p]}" =~ ^[0-9]+$ ]]; then
+    echo "gpu-check: $v=${cap[$p]} is not a whole number of seconds (0 skips the phase)" >&2
+    exit 2
+  fi
   total=$((total + cap[$p]))
 done
 phases=() results=() notes=() secs=()
@@ -65,6 +70,12 @@ phase() {
   local name="$1" note="$2"
   shift 2
   local t0=$SECONDS rc result
+  if [[ "${cap[$name]}" -eq 0 ]]; then  # `timeout 0` would mean no limit at all
+    phases+=("$name") results+=("skipped") notes+=("$note") secs+=(0)
+    printf 'gpu-check: %-9s %-16s %4d s  %s\n' "$name" "skipped (cap 0)" 0 "$note"
+    printf '\n==== %s: skipped (TPSERVE_CAP_%s=0) ====\n' "$name" "${name^^}" >>"$log"
+    return 0
+  fi
   printf '\n==== %s (cap %s s) ====\n' "$name" "${cap[$name]}" >>"$log"
   local before
   before=$(wc -l <"$log")
@@ -196,7 +207,7 @@ cuda_arch="${TPSERVE_CUDA_ARCH:-$(timeout 5 nvidia-smi --query-gpu=compute_cap -
 export cuda_arch
 sed -n '/==== preflight/,$p' "$log" | grep -E "^(NCCL|cuBLAS|compute-sanitizer|python3|Cuda|Build)" | sed 's/^/    /'
 if phase configure "engine-only, CUDA arch $cuda_arch" configure; then
-  comms="$(grep -oE "tpserve: (gloo|NCCL) communicator (ON|OFF)" "$build.configure.log" | sed 's/tpserve: //' | paste -sd, -)"
+  comms="$(grep -oE "tpserve: (gloo|NCCL) communicator (ON|OFF)" "$build.configure.log" 2>/dev/null | sed 's/tpserve: //' | paste -sd, -)"
   echo "    communicators built: $comms"
   if phase build "gpu tests, benches, tools" build_targets; then
     phase deps "ldd of every executable" scripts/check-gpu-deps.sh "$deps" --exes "$build"
