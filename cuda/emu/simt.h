@@ -39,8 +39,10 @@
 // A programmatic launch (TPSERVE_LAUNCH_PDL, cuda/simt.cuh) runs like any
 // other, after the previous one has finished (a schedule the GPU may also
 // pick); every one of its threads must have called TPSERVE_GRID_DEPENDENCY_WAIT()
-// by the time it exits, or the launch fails. Whether a kernel touches global
-// memory before its wait is not checked: keep the wait at the kernel's top.
+// by the time it exits, or the launch fails. What a kernel touches before its
+// wait is not checked (the previous launch has always finished here), so the
+// rule of cuda/simt.cuh holds by review: nothing before the wait but weights,
+// the step's uploaded metadata and earlier steps' KV cache.
 // Not modelled: timing and scheduling between blocks (they run in order), the
 // memory model between blocks and between threads without a barrier, and the
 // GPU's rounding of __expf and rsqrtf (the host's exp and sqrt are used).
