@@ -34,11 +34,23 @@ __device__ __forceinline__ uint4 PackBf16x8(const float (&f)[kBf16PerVec]) {
   return uint4{words[0], words[1], words[2], words[3]};
 }
 
+// The emulation fails the launch on a vector address the GPU would fault on.
+__device__ __forceinline__ void CheckVectorAddress(const void* p, const char* access) {
+#if defined(TPSERVE_CUDA_EMU)
+  if (!Aligned16(p)) ::tpserve::cuda::emu::Misaligned(p, 16, access);
+#else
+  (void)p;
+  (void)access;
+#endif
+}
+
 // The i-th 16-byte vector of p (elements 8i .. 8i+7).
 __device__ __forceinline__ uint4 LoadBf16x8(const __nv_bfloat16* p, int64_t i) {
+  CheckVectorAddress(p + kBf16PerVec * i, "a 16-byte load");
   return reinterpret_cast<const uint4*>(p)[i];
 }
 __device__ __forceinline__ void StoreBf16x8(__nv_bfloat16* p, int64_t i, const uint4& v) {
+  CheckVectorAddress(p + kBf16PerVec * i, "a 16-byte store");
   reinterpret_cast<uint4*>(p)[i] = v;
 }
 

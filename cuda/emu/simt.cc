@@ -593,4 +593,12 @@ void* SharedVariable(const void* tag, size_t bytes, const char* name) {
 
 void* DynamicShared() { return CurrentBlock().dynamic; }
 
+void Misaligned(const void* p, size_t alignment, const char* access) {
+  std::ostringstream os;
+  os << access << " at " << p << ", which is not a multiple of " << alignment
+     << " bytes: the GPU faults (cudaErrorMisalignedAddress); check the pointer with Aligned16 before the "
+        "vector path, or offset it by whole vectors";
+  Fail(CurrentBlock(), os.str());
+}
+
 }  // namespace tpserve::cuda::emu

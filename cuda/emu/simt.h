@@ -23,7 +23,8 @@
 // reported with the kernel's source line.
 // A launch beyond sm_80/sm_90 limits (threads per block, block and grid
 // dimensions, 48 KiB of shared memory per block without an opt-in) fails
-// before it runs.
+// before it runs. So does a 16-byte access (cuda/vec.cuh) at an address that
+// is not a multiple of 16, which x86 would take and the GPU faults on.
 //
 // A launch goes to its stream (EnqueueLaunch, cuda/emu/capture.cc): it runs
 // there and then, or, while the stream captures a CUDA graph, it is recorded
@@ -134,6 +135,12 @@ uint64_t WarpOp(WarpOpKind kind, unsigned mask, uint64_t value, int arg, int wid
 // a shuffle would.
 using WarpCollectiveFn = void (*)(const void* const* in, void* const* out);
 void WarpCollective(const void* in, void* out, WarpCollectiveFn fn, std::source_location site);
+
+// A vector access the GPU would fault on ("misaligned address"): `p` is not a
+// multiple of `alignment` bytes. Fails the launch, naming the access's size;
+// called by cuda/vec.cuh's loads and stores only when the address is off (x86
+// itself would take any address).
+[[noreturn]] void Misaligned(const void* p, size_t alignment, const char* access);
 
 // The block's instance of the shared variable declared at `tag` (bytes, 0xff-filled).
 void* SharedVariable(const void* tag, size_t bytes, const char* name);

@@ -14,6 +14,7 @@
 #include "cuda/mma.cuh"
 #include "cuda/reduce.cuh"
 #include "cuda/simt.cuh"
+#include "cuda/vec.cuh"
 
 namespace tpserve::cuda {
 namespace {
@@ -270,6 +271,25 @@ TEST(SimtTest, ProgrammaticLaunchFailsWhenAThreadExitsWithoutWaiting) {
   EXPECT_EQ(LAUNCH_PDL(WritesWithoutWaiting, false, 1, 64, out.data()), cudaSuccess)
       << "a plain launch needs no wait: " << emu::LastReport();
   EXPECT_EQ(emu::ProgrammaticLaunches(), before + 2) << "only the programmatic launches count";
+}
+
+// Copies 16-byte vectors from `in` (elements offset .. ) to `out`.
+__global__ void CopyVectors(const __nv_bfloat16* in, int64_t offset, __nv_bfloat16* out) {
+  StoreBf16x8(out, threadIdx.x, LoadBf16x8(in + offset, threadIdx.x));
+}
+
+TEST(SimtTest, VectorAccessAtAnAddressTheGpuWouldFaultOnFails) {
+  std::vector<uint4> in(5), out(4);  // uint4: 16-byte aligned storage
+  auto* in_bf16 = reinterpret_cast<const __nv_bfloat16*>(in.data());
+  auto* out_bf16 = reinterpret_cast<__nv_bfloat16*>(out.data());
+  ASSERT_EQ(LAUNCH(CopyVectors, 1, 4, 0, in_bf16, int64_t{8}, out_bf16), cudaSuccess) << emu::LastReport();
+  EXPECT_EQ(LAUNCH(CopyVectors, 1, 4, 0, in_bf16, int64_t{4}, out_bf16), cudaErrorLaunchFailure)
+      << "an offset of 4 bf16 (8 bytes) is not a whole vector";
+  EXPECT_THAT(emu::LastReport(), HasSubstr("a 16-byte load"));
+  EXPECT_THAT(emu::LastReport(), HasSubstr("not a multiple of 16 bytes"));
+  EXPECT_THAT(emu::LastReport(), HasSubstr("CopyVectors"));
+  EXPECT_EQ(LAUNCH(CopyVectors, 1, 4, 0, in_bf16, int64_t{8}, out_bf16 + 1), cudaErrorLaunchFailure);
+  EXPECT_THAT(emu::LastReport(), HasSubstr("a 16-byte store"));
 }
 
 __global__ void Nothing(int*) {}
