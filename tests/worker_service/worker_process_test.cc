@@ -12,7 +12,9 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <filesystem>
 #include <random>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -172,15 +174,122 @@ iv1::CoordinatorMessage BuildStep(uint64_t step_id, std::vector<std::pair<Seq*, 
   return m;
 }
 
-TEST_F(WorkerProcessTest, TwoRanksServeStepsWithTheEnginesGreedyTokens) {
-  const uint64_t seed = TestSeed();
-  SCOPED_TRACE("TPSERVE_TEST_SEED=" + std::to_string(seed));
-  std::mt19937_64 rng(seed);
-  FakeCoordinator coordinator(2);
-  const pid_t rank0 = StartWorker(coordinator.address(), 0, 2);
-  const pid_t rank1 = StartWorker(coordinator.address(), 1, 2);
-  ASSERT_TRUE(coordinator.WaitForWorkers(absl::Seconds(30))) << ReadFile(Log(0)) << ReadFile(Log(1));
-  const std::vector<iv1::Hello> hellos = coordinator.hellos();
+// Two ranks under the stand-in coordinator: each command goes to both, and
+// both must reply (their logs are printed when one does not).
+class TwoRanks {
+ public:
+  TwoRanks(FakeCoordinator& coordinator, std::string log0, std::string log1)
+      : coordinator_(coordinator), log0_(std::move(log0)), log1_(std::move(log1)) {}
+
+  std::vector<iv1::WorkerMessage> Run(iv1::CoordinatorMessage m) {
+    absl::StatusOr<std::vector<iv1::WorkerMessage>> replies = coordinator_.RunOnAll(std::move(m));
+    EXPECT_TRUE(replies.ok()) << replies.status() << "\n" << ReadFile(log0_) << ReadFile(log1_);
+    return replies.ok() ? *replies : std::vector<iv1::WorkerMessage>{};
+  }
+  static void ExpectOk(const std::vector<iv1::WorkerMessage>& replies, const char* what) {
+    ASSERT_EQ(replies.size(), 2u) << what;
+    for (const iv1::WorkerMessage& r : replies) EXPECT_EQ(r.error(), "") << what;
+  }
+
+  // Load, Profile (checking the block size and the cap), AllocateKv of the
+  // smaller rank's blocks, WarmUp.
+  void Prepare(iv1::CoordinatorMessage load) {
+    std::vector<iv1::WorkerMessage> replies = Run(std::move(load));
+    ExpectOk(replies, "Load");
+    ASSERT_TRUE(replies.size() == 2 && replies[0].has_loaded());
+    iv1::CoordinatorMessage profile;
+    profile.mutable_profile()->set_gpu_memory_utilization(0.9f);
+    replies = Run(profile);
+    ExpectOk(replies, "Profile");
+    uint64_t blocks = UINT64_MAX;
+    for (const iv1::WorkerMessage& r : replies) {
+      ASSERT_TRUE(r.has_profile());
+      // K and V of 2 layers, 4 tokens, 1 local KV head of 32 floats.
+      EXPECT_EQ(r.profile().block_bytes(), 2u * 2 * kBlockSize * 1 * 32 * 4);
+      EXPECT_GT(r.profile().max_num_blocks(), 0u);
+      EXPECT_LE(r.profile().max_num_blocks(), 8u * 128 / kBlockSize) << "max_num_seqs x max_model_len caps it";
+      blocks = std::min(blocks, r.profile().max_num_blocks());
+    }
+    iv1::CoordinatorMessage allocate;
+    allocate.mutable_allocate_kv()->set_num_blocks(blocks);
+    ExpectOk(Run(allocate), "AllocateKv");
+    iv1::CoordinatorMessage warm;
+    warm.mutable_warm_up();
+    ExpectOk(Run(warm), "WarmUp");
+  }
+
+  // One Step computing n more tokens of each scheduled sequence of `seqs`;
+  // rank 0's sampled tokens are appended to their outputs.
+  void Step(std::vector<std::pair<Seq*, int64_t>> scheduled, std::span<Seq* const> seqs,
+            std::vector<uint64_t> finished = {}) {
+    std::vector<iv1::WorkerMessage> r = Run(BuildStep(++step_id_, std::move(scheduled), finished, next_block_));
+    ExpectOk(r, "Step");
+    if (r.size() != 2) return;
+    EXPECT_EQ(r[1].step().tokens_size(), 0) << "only rank 0 samples";
+    EXPECT_EQ(r[0].step().step_id(), step_id_);
+    for (const iv1::SampledToken& t : r[0].step().tokens()) {
+      auto it = std::find_if(seqs.begin(), seqs.end(), [&](const Seq* s) { return s->id == t.seq_id(); });
+      ASSERT_NE(it, seqs.end()) << "token for unknown sequence " << t.seq_id();
+      Seq* seq = *it;
+      EXPECT_EQ(seq->computed, seq->size()) << "sampled mid-prefill";
+      EXPECT_EQ(t.top_ids_size(), 2) << "logprobs = 2 asks for two alternatives";
+      EXPECT_EQ(t.top_ids(0), t.token_id()) << "greedy takes the most likely token";
+      EXPECT_LE(t.logprob(), 0.0f);
+      seq->output.push_back(t.token_id());
+    }
+  }
+
+  // Decode steps until every sequence has its max_tokens, each one finished
+  // (dropped by the workers) in the step after its last token.
+  void DecodeToTheEnd(std::span<Seq* const> seqs) {
+    std::vector<uint64_t> finished;
+    for (int guard = 0; guard < 20; ++guard) {
+      std::vector<std::pair<Seq*, int64_t>> scheduled;
+      for (Seq* s : seqs) {
+        if (std::ssize(s->output) < s->max_tokens) {
+          scheduled.emplace_back(s, 1);
+        } else if (s->known) {
+          finished.push_back(s->id);
+          s->known = false;
+        }
+      }
+      if (scheduled.empty()) return;
+      Step(scheduled, seqs, std::exchange(finished, {}));
+    }
+  }
+
+ private:
+  FakeCoordinator& coordinator_;
+  std::string log0_, log1_;
+  int32_t next_block_ = 1;
+  uint64_t step_id_ = 0;
+};
+
+// The offline engine's greedy tokens for the sequences' prompts (one process, tp = 1).
+std::vector<std::vector<int32_t>> EngineGreedyTokens(const std::filesystem::path& model, std::span<Seq* const> seqs) {
+  std::unique_ptr<Backend> backend = MakeCpuBackend();
+  std::unique_ptr<Communicator> comm = MakeSoloCommunicator();
+  absl::StatusOr<std::unique_ptr<Engine>> engine = Engine::Create(model, *backend, *comm, {});
+  EXPECT_TRUE(engine.ok()) << engine.status();
+  if (!engine.ok()) return {};
+  std::vector<GenerationRequest> reqs(seqs.size());
+  for (size_t i = 0; i < seqs.size(); ++i) {
+    reqs[i].prompt = seqs[i]->prompt;
+    reqs[i].sampling.temperature = 0;
+    reqs[i].ignore_eos = true;
+    reqs[i].max_tokens = seqs[i]->max_tokens;
+  }
+  absl::StatusOr<std::vector<GenerationResult>> out = (*engine)->Generate(reqs);
+  EXPECT_TRUE(out.ok()) << out.status();
+  std::vector<std::vector<int32_t>> tokens;
+  if (out.ok()) {
+    for (const GenerationResult& r : *out) tokens.push_back(r.tokens);
+  }
+  return tokens;
+}
+
+void ExpectHellos(const std::vector<iv1::Hello>& hellos, pid_t rank0, pid_t rank1) {
+  ASSERT_EQ(hellos.size(), 2u);
   for (int r = 0; r < 2; ++r) {
     EXPECT_EQ(hellos[r].rank(), static_cast<uint32_t>(r));
     EXPECT_EQ(hellos[r].world_size(), 2u);
@@ -192,39 +301,19 @@ TEST_F(WorkerProcessTest, TwoRanksServeStepsWithTheEnginesGreedyTokens) {
   }
   EXPECT_EQ(hellos[0].pid(), static_cast<uint32_t>(rank0));
   EXPECT_EQ(hellos[1].pid(), static_cast<uint32_t>(rank1));
+}
 
-  auto run = [&](iv1::CoordinatorMessage m) {
-    absl::StatusOr<std::vector<iv1::WorkerMessage>> replies = coordinator.RunOnAll(std::move(m));
-    EXPECT_TRUE(replies.ok()) << replies.status() << "\n" << ReadFile(Log(0)) << ReadFile(Log(1));
-    return replies.ok() ? *replies : std::vector<iv1::WorkerMessage>{};
-  };
-  auto expect_ok = [&](const std::vector<iv1::WorkerMessage>& replies, const char* what) {
-    ASSERT_EQ(replies.size(), 2u) << what;
-    for (const iv1::WorkerMessage& r : replies) EXPECT_EQ(r.error(), "") << what;
-  };
-  std::vector<iv1::WorkerMessage> replies = run(LoadCommand(2));
-  expect_ok(replies, "Load");
-  ASSERT_TRUE(replies[0].has_loaded());
-
-  iv1::CoordinatorMessage profile;
-  profile.mutable_profile()->set_gpu_memory_utilization(0.9f);
-  replies = run(profile);
-  expect_ok(replies, "Profile");
-  uint64_t blocks = UINT64_MAX;
-  for (const iv1::WorkerMessage& r : replies) {
-    ASSERT_TRUE(r.has_profile());
-    // K and V of 2 layers, 4 tokens, 1 local KV head of 32 floats.
-    EXPECT_EQ(r.profile().block_bytes(), 2u * 2 * kBlockSize * 1 * 32 * 4);
-    EXPECT_GT(r.profile().max_num_blocks(), 0u);
-    EXPECT_LE(r.profile().max_num_blocks(), 8u * 128 / kBlockSize) << "max_num_seqs x max_model_len caps it";
-    blocks = std::min(blocks, r.profile().max_num_blocks());
-  }
-  iv1::CoordinatorMessage allocate;
-  allocate.mutable_allocate_kv()->set_num_blocks(blocks);
-  expect_ok(run(allocate), "AllocateKv");
-  iv1::CoordinatorMessage warm;
-  warm.mutable_warm_up();
-  expect_ok(run(warm), "WarmUp");
+TEST_F(WorkerProcessTest, TwoRanksServeStepsWithTheEnginesGreedyTokens) {
+  const uint64_t seed = TestSeed();
+  SCOPED_TRACE("TPSERVE_TEST_SEED=" + std::to_string(seed));
+  std::mt19937_64 rng(seed);
+  FakeCoordinator coordinator(2);
+  const pid_t rank0 = StartWorker(coordinator.address(), 0, 2);
+  const pid_t rank1 = StartWorker(coordinator.address(), 1, 2);
+  ASSERT_TRUE(coordinator.WaitForWorkers(absl::Seconds(30))) << ReadFile(Log(0)) << ReadFile(Log(1));
+  ExpectHellos(coordinator.hellos(), rank0, rank1);
+  TwoRanks ranks(coordinator, Log(0), Log(1));
+  ranks.Prepare(LoadCommand(2));
 
   auto random_tokens = [&](int n) {
     std::vector<int32_t> t(static_cast<size_t>(n));
@@ -233,49 +322,14 @@ TEST_F(WorkerProcessTest, TwoRanksServeStepsWithTheEnginesGreedyTokens) {
   };
   Seq a{.id = 11, .prompt = random_tokens(13), .max_tokens = 6};
   Seq b{.id = 4, .prompt = random_tokens(23), .max_tokens = 8};
+  Seq* const seqs[] = {&a, &b};
+  const std::vector<std::vector<int32_t>> want = EngineGreedyTokens(dir_->path() / "m", seqs);
+  ASSERT_EQ(want.size(), 2u);
 
-  // The engine's greedy tokens (one process, tp = 1).
-  std::vector<std::vector<int32_t>> want;
-  {
-    std::unique_ptr<Backend> backend = MakeCpuBackend();
-    std::unique_ptr<Communicator> comm = MakeSoloCommunicator();
-    absl::StatusOr<std::unique_ptr<Engine>> engine = Engine::Create(dir_->path() / "m", *backend, *comm, {});
-    ASSERT_TRUE(engine.ok()) << engine.status();
-    std::vector<GenerationRequest> reqs(2);
-    reqs[0].prompt = a.prompt;
-    reqs[1].prompt = b.prompt;
-    for (size_t i = 0; i < 2; ++i) {
-      reqs[i].sampling.temperature = 0;
-      reqs[i].ignore_eos = true;
-      reqs[i].max_tokens = i == 0 ? a.max_tokens : b.max_tokens;
-    }
-    absl::StatusOr<std::vector<GenerationResult>> out = (*engine)->Generate(reqs);
-    ASSERT_TRUE(out.ok()) << out.status();
-    for (const GenerationResult& r : *out) want.push_back(r.tokens);
-  }
-
-  int32_t next_block = 1;
-  uint64_t step_id = 0;
-  auto step = [&](std::vector<std::pair<Seq*, int64_t>> scheduled, std::vector<uint64_t> finished = {}) {
-    std::vector<iv1::WorkerMessage> r = run(BuildStep(++step_id, scheduled, finished, next_block));
-    expect_ok(r, "Step");
-    if (r.size() != 2) return;
-    EXPECT_EQ(r[1].step().tokens_size(), 0) << "only rank 0 samples";
-    EXPECT_EQ(r[0].step().step_id(), step_id);
-    for (const iv1::SampledToken& t : r[0].step().tokens()) {
-      Seq* seq = t.seq_id() == a.id ? &a : t.seq_id() == b.id ? &b : nullptr;
-      ASSERT_NE(seq, nullptr) << "token for unknown sequence " << t.seq_id();
-      EXPECT_EQ(seq->computed, seq->size()) << "sampled mid-prefill";
-      EXPECT_EQ(t.top_ids_size(), 2) << "logprobs = 2 asks for two alternatives";
-      EXPECT_EQ(t.top_ids(0), t.token_id()) << "greedy takes the most likely token";
-      EXPECT_LE(t.logprob(), 0.0f);
-      seq->output.push_back(t.token_id());
-    }
-  };
-  step({{&a, 13}, {&b, 10}});  // a whole, b's first chunk (not sampled)
+  ranks.Step({{&a, 13}, {&b, 10}}, seqs);  // a whole, b's first chunk (not sampled)
   EXPECT_EQ(a.output.size(), 1u);
   EXPECT_TRUE(b.output.empty());
-  step({{&a, 1}, {&b, 13}});  // a decodes, b's last chunk
+  ranks.Step({{&a, 1}, {&b, 13}}, seqs);  // a decodes, b's last chunk
   ASSERT_EQ(b.output.size(), 1u);
 
   // A step the workers cannot apply is an error reply on every rank, and changes nothing.
@@ -285,32 +339,17 @@ TEST_F(WorkerProcessTest, TwoRanksServeStepsWithTheEnginesGreedyTokens) {
   ghost->set_seq_id(12345);
   ghost->add_token_ids(1);
   bad.mutable_step()->add_order(12345);
-  for (const iv1::WorkerMessage& r : run(bad)) {
+  for (const iv1::WorkerMessage& r : ranks.Run(bad)) {
     EXPECT_NE(r.error().find("does not hold it"), std::string::npos) << r.error();
   }
 
-  std::vector<uint64_t> finished;
-  for (int guard = 0; guard < 20; ++guard) {
-    std::vector<std::pair<Seq*, int64_t>> scheduled;
-    for (Seq* s : {&a, &b}) {
-      if (std::ssize(s->output) >= s->max_tokens) {
-        if (s->known) {
-          finished.push_back(s->id);
-          s->known = false;
-        }
-      } else {
-        scheduled.emplace_back(s, 1);
-      }
-    }
-    if (scheduled.empty()) break;
-    step(scheduled, std::exchange(finished, {}));
-  }
+  ranks.DecodeToTheEnd(seqs);
   EXPECT_EQ(a.output, want[0]);
   EXPECT_EQ(b.output, want[1]);
 
   iv1::CoordinatorMessage shutdown;
   shutdown.mutable_shutdown();
-  expect_ok(run(shutdown), "Shutdown");
+  TwoRanks::ExpectOk(ranks.Run(shutdown), "Shutdown");
   EXPECT_EQ(Wait(rank0, absl::Seconds(20)), 0) << ReadFile(Log(0));
   EXPECT_EQ(Wait(rank1, absl::Seconds(20)), 0) << ReadFile(Log(1));
   EXPECT_NE(ReadFile(Log(0)).find("shut down by the coordinator"), std::string::npos) << ReadFile(Log(0));
