@@ -80,130 +80,167 @@ class SplitAttentionTest : public ::testing::Test {
 // not write them. Rows kLead .. are decodes, one per context.
 constexpr int kLead = 2;
 
+// One decode row per context of kContexts after kLead lead rows, in random
+// blocks of a cache with spare blocks of garbage nobody may read.
+struct DecodeInputs {
+  int n = 0, T = 0;  // decode rows, all rows
+  int64_t width = 0, out_width = 0;
+  int32_t max_blocks = 1;
+  std::vector<std::vector<int32_t>> blocks_of;  // [decode row]: its blocks
+  std::vector<int32_t> tables, token_seq, positions;
+  std::vector<float> qkv, k, v;
+  float scale = 0;
+};
+
+DecodeInputs MakeDecodeInputs(const Geometry& g, std::mt19937& rng) {
+  DecodeInputs in;
+  in.n = static_cast<int>(kContexts.size());
+  in.T = kLead + in.n;
+  in.width = int64_t{g.hq + 2 * g.hkv} * g.hd;
+  in.out_width = int64_t{g.hq} * g.hd;
+  int64_t num_blocks = 3;
+  for (int32_t len : kContexts) num_blocks += (len + g.block_size - 1) / g.block_size;
+  in.blocks_of = DealBlocks(kContexts, g.block_size, num_blocks, rng);
+  for (const auto& b : in.blocks_of) in.max_blocks = std::max(in.max_blocks, static_cast<int32_t>(b.size()));
+  // Sequence s = decode s; the lead rows borrow sequence 0 at position 0.
+  for (const auto& b : in.blocks_of) {
+    std::vector<int32_t> row = b;
+    row.resize(in.max_blocks, -1);
+    in.tables.insert(in.tables.end(), row.begin(), row.end());
+  }
+  in.token_seq.resize(in.T);
+  in.positions.resize(in.T);
+  for (int t = 0; t < in.T; ++t) {
+    in.token_seq[t] = t < kLead ? 0 : t - kLead;
+    in.positions[t] = t < kLead ? 0 : kContexts[t - kLead] - 1;
+  }
+  in.qkv = RandomBf16(rng, in.T * in.width);
+  in.k = RandomBf16(rng, num_blocks * g.block_size * g.hkv * g.hd);
+  in.v = RandomBf16(rng, num_blocks * g.block_size * g.hkv * g.hd);
+  in.scale = 1.f / std::sqrt(static_cast<float>(g.hd));
+  return in;
+}
+
+// softmax(q · K · scale) · V in double for decode row i, head h.
+std::vector<double> HostDecodeRow(const DecodeInputs& in, const Geometry& g, int i, int h) {
+  const int t = kLead + i, ctx = kContexts[i], kvh = h / (g.hq / g.hkv);
+  auto slot = [&](int j) { return int64_t{in.blocks_of[i][j / g.block_size]} * g.block_size + j % g.block_size; };
+  std::vector<double> s(static_cast<size_t>(ctx));
+  double m = -INFINITY;
+  for (int j = 0; j < ctx; ++j) {
+    double dot = 0;
+    for (int d = 0; d < g.hd; ++d) {
+      dot += double{in.qkv[t * in.width + int64_t{h} * g.hd + d]} * in.k[(slot(j) * g.hkv + kvh) * g.hd + d];
+    }
+    s[j] = dot * in.scale;
+    m = std::max(m, s[j]);
+  }
+  double den = 0;
+  std::vector<double> acc(static_cast<size_t>(g.hd), 0.0);
+  for (int j = 0; j < ctx; ++j) {
+    const double e = std::exp(s[j] - m);
+    den += e;
+    for (int d = 0; d < g.hd; ++d) acc[d] += e * in.v[(slot(j) * g.hkv + kvh) * g.hd + d];
+  }
+  for (double& x : acc) x /= den;
+  return acc;
+}
+
+// The inputs on the device, and the kernel arguments over them (out unset).
+struct DeviceDecode {
+  DeviceArray<uint16_t> qkv, k, v;
+  DeviceArray<int32_t> seq, pos, tables;
+  cuda::PagedAttentionArgs a;
+
+  DeviceDecode(const DecodeInputs& in, const Geometry& g)
+      : qkv(in.qkv.size()), k(in.k.size()), v(in.v.size()), seq(in.T), pos(in.T), tables(in.tables.size()) {
+    qkv.Upload(ToBf16(in.qkv));
+    k.Upload(ToBf16(in.k));
+    v.Upload(ToBf16(in.v));
+    seq.Upload(in.token_seq);
+    pos.Upload(in.positions);
+    tables.Upload(in.tables);
+    a.qkv = reinterpret_cast<const __nv_bfloat16*>(qkv.ptr);
+    a.num_tokens = in.T;
+    a.token_seq = seq.ptr;
+    a.positions = pos.ptr;
+    a.block_tables = tables.ptr;
+    a.max_blocks_per_seq = in.max_blocks;
+    a.block_size = g.block_size;
+    a.num_heads = g.hq;
+    a.num_kv_heads = g.hkv;
+    a.head_dim = g.hd;
+    a.scale = in.scale;
+    a.k_cache = reinterpret_cast<const __nv_bfloat16*>(k.ptr);
+    a.v_cache = reinterpret_cast<const __nv_bfloat16*>(v.ptr);
+  }
+};
+
+// The split launcher with partitions of `partition_size` keys over a grid
+// deeper than any context: refuses a workspace one float short, leaves the
+// lead rows alone, and matches `want` (host) and `single` (the single
+// kernel), each context on its own too.
+void CheckSplit(cuda::PagedAttentionArgs a, const DecodeInputs& in, const Geometry& g, int partition_size,
+                const std::vector<float>& want, const std::vector<float>& single) {
+  const std::string what = Describe(g) + " partition_size=" + std::to_string(partition_size);
+  const int max_ctx = *std::max_element(kContexts.begin(), kContexts.end());
+  cuda::SplitDecodeArgs split;
+  split.first_token = kLead;
+  split.partition_size = partition_size;
+  split.max_partitions = (max_ctx + partition_size - 1) / partition_size + 3;  // deeper than any context
+  split.workspace_floats = cuda::SplitDecodeWorkspaceFloats(in.n, g.hq, g.hd, split.max_partitions);
+  DeviceArray<float> ws(split.workspace_floats);
+  ws.Poison();  // a partition the combine reads but nobody wrote would give NaN
+  split.workspace = ws.ptr;
+  DeviceArray<uint16_t> out(size_t(in.T * in.out_width));
+  out.Poison();
+  a.out = reinterpret_cast<__nv_bfloat16*>(out.ptr);
+
+  cuda::SplitDecodeArgs small = split;
+  small.workspace_floats -= 1;
+  EXPECT_EQ(cuda::LaunchSplitDecodeAttention(a, small, nullptr), cudaErrorInvalidValue) << what;
+
+  ASSERT_EQ(cuda::LaunchSplitDecodeAttention(a, split, nullptr), cudaSuccess) << what;
+  CUDA_CHECK(cudaDeviceSynchronize());
+  const std::vector<uint16_t> raw = out.Download();
+  for (int64_t e = 0; e < kLead * in.out_width; ++e) {
+    ASSERT_EQ(raw[e], 0xffff) << what << ": row " << e / in.out_width << " before first_token was written";
+  }
+  const std::vector<float> all = FromBf16(raw);
+  const std::vector<float> got(all.begin() + kLead * in.out_width, all.end());
+  ExpectClose(got, want, kTol, "split vs host reference, " + what);
+  ExpectClose(got, single, kTol, "split vs single kernel, " + what);
+  for (int i = 0; i < in.n; ++i) {  // each context on its own, so a short one is not hidden by 4097
+    const std::vector<float> gi(got.begin() + i * in.out_width, got.begin() + (i + 1) * in.out_width);
+    const std::vector<float> wi(want.begin() + i * in.out_width, want.begin() + (i + 1) * in.out_width);
+    EXPECT_LE(RelL2(gi, wi), kTol) << what << " context " << kContexts[i];
+  }
+}
+
 TEST_F(SplitAttentionTest, LauncherMatchesHostReferenceAndSingleKernel) {
   SEED_TRACE();
   const Geometry geometries[] = {{3, 3, 64, 16}, {4, 2, 128, 1}, {16, 2, 128, 16},
                                  {8, 1, 64, 7},  {12, 1, 128, 48}, {16, 2, 64, 1}};
   for (const Geometry& g : geometries) {
-    const int n = static_cast<int>(kContexts.size()), T = kLead + n;
-    const int64_t width = int64_t{g.hq + 2 * g.hkv} * g.hd, out_width = int64_t{g.hq} * g.hd;
-    int64_t num_blocks = 3;  // unused blocks hold garbage nobody may read
-    for (int32_t len : kContexts) num_blocks += (len + g.block_size - 1) / g.block_size;
-    const auto blocks_of = DealBlocks(kContexts, g.block_size, num_blocks, rng_);
-    int32_t max_blocks = 1;
-    for (const auto& b : blocks_of) max_blocks = std::max(max_blocks, static_cast<int32_t>(b.size()));
-    // Sequence s = decode s; the lead rows borrow sequence 0 at position 0.
-    std::vector<int32_t> tables, token_seq(T), positions(T);
-    for (const auto& b : blocks_of) {
-      std::vector<int32_t> row = b;
-      row.resize(max_blocks, -1);
-      tables.insert(tables.end(), row.begin(), row.end());
-    }
-    for (int t = 0; t < T; ++t) {
-      token_seq[t] = t < kLead ? 0 : t - kLead;
-      positions[t] = t < kLead ? 0 : kContexts[t - kLead] - 1;
-    }
-    const std::vector<float> qkv = RandomBf16(rng_, T * width);
-    const std::vector<float> k = RandomBf16(rng_, num_blocks * g.block_size * g.hkv * g.hd);
-    const std::vector<float> v = RandomBf16(rng_, num_blocks * g.block_size * g.hkv * g.hd);
-    const float scale = 1.f / std::sqrt(static_cast<float>(g.hd));
-
-    // softmax(q · K · scale) · V in double, per decode row and head.
-    std::vector<float> want(static_cast<size_t>(n * out_width));
-    for (int i = 0; i < n; ++i) {
-      const int t = kLead + i, ctx = kContexts[i];
+    const DecodeInputs in = MakeDecodeInputs(g, rng_);
+    std::vector<float> want;
+    for (int i = 0; i < in.n; ++i) {
       for (int h = 0; h < g.hq; ++h) {
-        const int kvh = h / (g.hq / g.hkv);
-        std::vector<double> s(static_cast<size_t>(ctx));
-        double m = -INFINITY;
-        for (int j = 0; j < ctx; ++j) {
-          const int64_t slot = int64_t{blocks_of[i][j / g.block_size]} * g.block_size + j % g.block_size;
-          double dot = 0;
-          for (int d = 0; d < g.hd; ++d) {
-            dot += double{qkv[t * width + int64_t{h} * g.hd + d]} * k[(slot * g.hkv + kvh) * g.hd + d];
-          }
-          s[j] = dot * scale;
-          m = std::max(m, s[j]);
-        }
-        double den = 0;
-        std::vector<double> acc(static_cast<size_t>(g.hd), 0.0);
-        for (int j = 0; j < ctx; ++j) {
-          const int64_t slot = int64_t{blocks_of[i][j / g.block_size]} * g.block_size + j % g.block_size;
-          const double e = std::exp(s[j] - m);
-          den += e;
-          for (int d = 0; d < g.hd; ++d) acc[d] += e * v[(slot * g.hkv + kvh) * g.hd + d];
-        }
-        for (int d = 0; d < g.hd; ++d) want[i * out_width + int64_t{h} * g.hd + d] = static_cast<float>(acc[d] / den);
+        for (double x : HostDecodeRow(in, g, i, h)) want.push_back(static_cast<float>(x));
       }
     }
-
-    DeviceArray<uint16_t> d_qkv(qkv.size()), d_k(k.size()), d_v(v.size()), d_out(size_t(T * out_width)),
-        d_single(size_t(T * out_width));
-    DeviceArray<int32_t> d_seq(T), d_pos(T), d_tables(tables.size());
-    d_qkv.Upload(ToBf16(qkv));
-    d_k.Upload(ToBf16(k));
-    d_v.Upload(ToBf16(v));
-    d_seq.Upload(token_seq);
-    d_pos.Upload(positions);
-    d_tables.Upload(tables);
-    cuda::PagedAttentionArgs a;
-    a.qkv = reinterpret_cast<const __nv_bfloat16*>(d_qkv.ptr);
-    a.num_tokens = T;
-    a.token_seq = d_seq.ptr;
-    a.positions = d_pos.ptr;
-    a.block_tables = d_tables.ptr;
-    a.max_blocks_per_seq = max_blocks;
-    a.block_size = g.block_size;
-    a.num_heads = g.hq;
-    a.num_kv_heads = g.hkv;
-    a.head_dim = g.hd;
-    a.scale = scale;
-    a.k_cache = reinterpret_cast<const __nv_bfloat16*>(d_k.ptr);
-    a.v_cache = reinterpret_cast<const __nv_bfloat16*>(d_v.ptr);
-
+    DeviceDecode dev(in, g);
     // The single kernel over every row, for comparison.
+    DeviceArray<uint16_t> d_single(size_t(in.T * in.out_width));
     d_single.Poison();
+    cuda::PagedAttentionArgs a = dev.a;
     a.out = reinterpret_cast<__nv_bfloat16*>(d_single.ptr);
     ASSERT_EQ(cuda::LaunchPagedAttention(a, nullptr), cudaSuccess);
     CUDA_CHECK(cudaDeviceSynchronize());
     const std::vector<float> single_all = FromBf16(d_single.Download());
-    const std::vector<float> single(single_all.begin() + kLead * out_width, single_all.end());
+    const std::vector<float> single(single_all.begin() + kLead * in.out_width, single_all.end());
     ExpectClose(single, want, kTol, "single kernel " + Describe(g));
-
-    const int max_ctx = *std::max_element(kContexts.begin(), kContexts.end());
-    for (int partition_size : {3, 100, 512}) {
-      const std::string what = Describe(g) + " partition_size=" + std::to_string(partition_size);
-      cuda::SplitDecodeArgs split;
-      split.first_token = kLead;
-      split.partition_size = partition_size;
-      split.max_partitions = (max_ctx + partition_size - 1) / partition_size + 3;  // deeper than any context
-      split.workspace_floats = cuda::SplitDecodeWorkspaceFloats(n, g.hq, g.hd, split.max_partitions);
-      DeviceArray<float> ws(split.workspace_floats);
-      ws.Poison();  // a partition the combine reads but nobody wrote would give NaN
-      split.workspace = ws.ptr;
-      d_out.Poison();
-      a.out = reinterpret_cast<__nv_bfloat16*>(d_out.ptr);
-
-      cuda::SplitDecodeArgs small = split;
-      small.workspace_floats -= 1;
-      EXPECT_EQ(cuda::LaunchSplitDecodeAttention(a, small, nullptr), cudaErrorInvalidValue) << what;
-
-      ASSERT_EQ(cuda::LaunchSplitDecodeAttention(a, split, nullptr), cudaSuccess) << what;
-      CUDA_CHECK(cudaDeviceSynchronize());
-      const std::vector<uint16_t> raw = d_out.Download();
-      for (int64_t e = 0; e < kLead * out_width; ++e) {
-        ASSERT_EQ(raw[e], 0xffff) << what << ": row " << e / out_width << " before first_token was written";
-      }
-      const std::vector<float> all = FromBf16(raw);
-      const std::vector<float> got(all.begin() + kLead * out_width, all.end());
-      ExpectClose(got, want, kTol, "split vs host reference, " + what);
-      ExpectClose(got, single, kTol, "split vs single kernel, " + what);
-      for (int i = 0; i < n; ++i) {  // each context on its own, so a short one is not hidden by 4097
-        const std::vector<float> gi(got.begin() + i * out_width, got.begin() + (i + 1) * out_width);
-        const std::vector<float> wi(want.begin() + i * out_width, want.begin() + (i + 1) * out_width);
-        EXPECT_LE(RelL2(gi, wi), kTol) << what << " context " << kContexts[i];
-      }
-    }
+    for (int partition_size : {3, 100, 512}) CheckSplit(dev.a, in, g, partition_size, want, single);
   }
 }
 
