@@ -112,6 +112,54 @@ std::vector<Outcome> Soak(v1::Generation::Stub& stub, int requests, uint32_t see
   return outcomes;
 }
 
+// One soak request's outcome: exactly one terminal outcome, the status its
+// kind allows (any may also have met the killed worker: UNAVAILABLE), and a
+// served stream's tokens a prefix of its prompt's solo run.
+void CheckOutcome(const Outcome& o, const std::vector<std::vector<int32_t>>& solo) {
+  // Exactly one terminal outcome: a Complete on OK, none with an error status
+  // (but a deadline passing as the Complete arrives may end the call
+  // DEADLINE_EXCEEDED on the client's own timer after it).
+  const bool deadline_race = o.kind == Kind::kDeadline && o.status.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED;
+  EXPECT_EQ(o.completes, o.status.ok() ? 1 : deadline_race ? o.completes : 0) << o.status.error_message();
+  EXPECT_LE(o.completes, 1);
+  switch (o.kind) {
+    case Kind::kGreedy:
+      if (o.status.error_code() == grpc::StatusCode::UNAVAILABLE) {
+        EXPECT_NE(o.status.error_message().find("worker rank 1"), std::string::npos) << o.status.error_message();
+        break;
+      }
+      ASSERT_TRUE(o.status.ok()) << o.status.error_message();
+      EXPECT_EQ(o.tokens, std::vector<int32_t>(solo[o.prompt].begin(), solo[o.prompt].begin() + o.max_tokens))
+          << "prompt " << o.prompt << ", " << o.max_tokens << " tokens";
+      break;
+    case Kind::kInvalid:  // refused as invalid, or (first) as unavailable while the group is replaced
+      EXPECT_TRUE(o.status.error_code() == grpc::StatusCode::INVALID_ARGUMENT ||
+                  o.status.error_code() == grpc::StatusCode::UNAVAILABLE)
+          << o.status.error_message();
+      break;
+    // Any of these may also have met the lost worker (UNAVAILABLE).
+    case Kind::kCancel:
+      EXPECT_TRUE(o.status.ok() || o.status.error_code() == grpc::StatusCode::CANCELLED ||
+                  o.status.error_code() == grpc::StatusCode::UNAVAILABLE)
+          << o.status.error_message();
+      break;
+    case Kind::kDeadline:
+      EXPECT_TRUE(o.status.ok() || o.status.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED ||
+                  o.status.error_code() == grpc::StatusCode::UNAVAILABLE)
+          << o.status.error_message();
+      break;
+    case Kind::kSlowReader:
+      EXPECT_TRUE(o.status.ok() || o.status.error_code() == grpc::StatusCode::RESOURCE_EXHAUSTED ||
+                  o.status.error_code() == grpc::StatusCode::UNAVAILABLE)
+          << o.status.error_message();
+      break;
+  }
+  // Any stream that was served produced a prefix of its solo run.
+  if (o.kind != Kind::kInvalid && o.kind != Kind::kSlowReader && o.tokens.size() <= solo[o.prompt].size()) {
+    EXPECT_TRUE(std::equal(o.tokens.begin(), o.tokens.end(), solo[o.prompt].begin())) << "a prefix of the solo run";
+  }
+}
+
 TEST(SoakTest, EveryStreamEndsOnceAndTheServerReturnsToIdle) {
   const char* env = std::getenv("TPSERVE_SOAK_REQUESTS");
   int requests = 256;
@@ -149,48 +197,7 @@ TEST(SoakTest, EveryStreamEndsOnceAndTheServerReturnsToIdle) {
   std::map<grpc::StatusCode, int> codes;
   for (const Outcome& o : outcomes) {
     ++codes[o.status.error_code()];
-    // Exactly one terminal outcome: a Complete on OK, none with an error status
-    // (but a deadline passing as the Complete arrives may end the call
-    // DEADLINE_EXCEEDED on the client's own timer after it).
-    const bool deadline_race = o.kind == Kind::kDeadline && o.status.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED;
-    EXPECT_EQ(o.completes, o.status.ok() ? 1 : deadline_race ? o.completes : 0) << o.status.error_message();
-    EXPECT_LE(o.completes, 1);
-    switch (o.kind) {
-      case Kind::kGreedy:
-        if (o.status.error_code() == grpc::StatusCode::UNAVAILABLE) {
-          EXPECT_NE(o.status.error_message().find("worker rank 1"), std::string::npos) << o.status.error_message();
-          break;
-        }
-        ASSERT_TRUE(o.status.ok()) << o.status.error_message();
-        EXPECT_EQ(o.tokens, std::vector<int32_t>(solo[o.prompt].begin(), solo[o.prompt].begin() + o.max_tokens))
-            << "prompt " << o.prompt << ", " << o.max_tokens << " tokens";
-        break;
-      case Kind::kInvalid:  // refused as invalid, or (first) as unavailable while the group is replaced
-        EXPECT_TRUE(o.status.error_code() == grpc::StatusCode::INVALID_ARGUMENT ||
-                    o.status.error_code() == grpc::StatusCode::UNAVAILABLE)
-            << o.status.error_message();
-        break;
-      // Any of these may also have met the lost worker (UNAVAILABLE).
-      case Kind::kCancel:
-        EXPECT_TRUE(o.status.ok() || o.status.error_code() == grpc::StatusCode::CANCELLED ||
-                    o.status.error_code() == grpc::StatusCode::UNAVAILABLE)
-            << o.status.error_message();
-        break;
-      case Kind::kDeadline:
-        EXPECT_TRUE(o.status.ok() || o.status.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED ||
-                    o.status.error_code() == grpc::StatusCode::UNAVAILABLE)
-            << o.status.error_message();
-        break;
-      case Kind::kSlowReader:
-        EXPECT_TRUE(o.status.ok() || o.status.error_code() == grpc::StatusCode::RESOURCE_EXHAUSTED ||
-                    o.status.error_code() == grpc::StatusCode::UNAVAILABLE)
-            << o.status.error_message();
-        break;
-    }
-    // Any stream that was served produced a prefix of its solo run.
-    if (o.kind != Kind::kInvalid && o.kind != Kind::kSlowReader && o.tokens.size() <= solo[o.prompt].size()) {
-      EXPECT_TRUE(std::equal(o.tokens.begin(), o.tokens.end(), solo[o.prompt].begin())) << "a prefix of the solo run";
-    }
+    CheckOutcome(o, solo);
   }
   for (const auto& [code, n] : codes) std::cout << "soak: status " << code << ": " << n << " requests\n";
   EXPECT_GT(codes[grpc::StatusCode::UNAVAILABLE], 0) << "the killed worker was not noticed";
