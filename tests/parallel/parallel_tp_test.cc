@@ -109,24 +109,18 @@ std::vector<double> Concat(const std::vector<std::pair<std::vector<double>, int6
 
 class ParallelTpTest : public ::testing::TestWithParam<std::tuple<std::string, int>> {};
 
-TEST_P(ParallelTpTest, EveryLayerMatchesTheUnshardedComputation) {
-  const auto& [case_name, tp] = GetParam();
-  // Fresh inputs each run; TPSERVE_TEST_SEED=<n> replays a failure.
-  const uint32_t seed = static_cast<uint32_t>(testing_util::TestSeed());
-  SCOPED_TRACE("seed " + std::to_string(seed) + ", case " + case_name + ", tp " + std::to_string(tp));
-  const TpCase tc = *CaseByName(case_name);
-  const ModelConfig& c = tc.config;
-  std::string tmpl = (fs::temp_directory_path() / "tpserve-parallel-XXXXXX").string();
-  ASSERT_NE(mkdtemp(tmpl.data()), nullptr);
-  const fs::path dir = tmpl;
-  ASSERT_TRUE(WriteCaseFiles(tc, dir, seed).ok());
-  const std::string failure = RunRanks(tc, dir, tp, seed);
-  ASSERT_EQ(failure, "");
+// Layer 0's projections, the MLP, the embedding, the final norm's weight and
+// the logits, in double from the full (unsharded) tensors of the case's files.
+struct LayerReference {
+  std::vector<double> embed, q, k, v, attn, gate, up, mlp, logits, norm;
+};
 
-  // The reference, in double, from the full tensors.
-  auto ckpt = Checkpoint::Open(dir);
-  auto inputs = Checkpoint::Open(dir / "inputs.safetensors");
-  ASSERT_TRUE(ckpt.ok() && inputs.ok());
+absl::StatusOr<LayerReference> ComputeReference(const TpCase& tc, const fs::path& dir, uint32_t seed) {
+  const ModelConfig& c = tc.config;
+  absl::StatusOr<std::unique_ptr<Checkpoint>> ckpt = Checkpoint::Open(dir);
+  if (!ckpt.ok()) return ckpt.status();
+  absl::StatusOr<std::unique_ptr<Checkpoint>> inputs = Checkpoint::Open(dir / "inputs.safetensors");
+  if (!inputs.ok()) return inputs.status();
   auto full = [&](const std::string& name) {
     absl::StatusOr<std::vector<float>> v = (*ckpt)->ReadF32(name);
     EXPECT_TRUE(v.ok()) << v.status();
@@ -144,69 +138,88 @@ TEST_P(ParallelTpTest, EveryLayerMatchesTheUnshardedComputation) {
     bv = full(p + "self_attn.v_proj.bias");
   }
   if (tc.o_proj_bias) bo = full(p + "self_attn.o_proj.bias");
-  const auto q_ref =
-      MatMulT(x, full(p + "self_attn.q_proj.weight"), c.qkv_bias ? &bq : nullptr, T, H * hd, D);
-  const auto k_ref =
-      MatMulT(x, full(p + "self_attn.k_proj.weight"), c.qkv_bias ? &bk : nullptr, T, Hkv * hd, D);
-  const auto v_ref =
-      MatMulT(x, full(p + "self_attn.v_proj.weight"), c.qkv_bias ? &bv : nullptr, T, Hkv * hd, D);
-  const auto attn_ref =
-      MatMulT(q_ref, full(p + "self_attn.o_proj.weight"), tc.o_proj_bias ? &bo : nullptr, T, D, H * hd);
-  const auto gate_ref = MatMulT(x, full(p + "mlp.gate_proj.weight"), nullptr, T, F, D);
-  const auto up_ref = MatMulT(x, full(p + "mlp.up_proj.weight"), nullptr, T, F, D);
-  std::vector<double> act(gate_ref.size());
-  for (size_t i = 0; i < act.size(); ++i) act[i] = gate_ref[i] / (1 + std::exp(-gate_ref[i])) * up_ref[i];
-  const auto mlp_ref = MatMulT(act, full(p + "mlp.down_proj.weight"), nullptr, T, D, F);
+  LayerReference ref;
+  ref.q = MatMulT(x, full(p + "self_attn.q_proj.weight"), c.qkv_bias ? &bq : nullptr, T, H * hd, D);
+  ref.k = MatMulT(x, full(p + "self_attn.k_proj.weight"), c.qkv_bias ? &bk : nullptr, T, Hkv * hd, D);
+  ref.v = MatMulT(x, full(p + "self_attn.v_proj.weight"), c.qkv_bias ? &bv : nullptr, T, Hkv * hd, D);
+  ref.attn = MatMulT(ref.q, full(p + "self_attn.o_proj.weight"), tc.o_proj_bias ? &bo : nullptr, T, D, H * hd);
+  ref.gate = MatMulT(x, full(p + "mlp.gate_proj.weight"), nullptr, T, F, D);
+  ref.up = MatMulT(x, full(p + "mlp.up_proj.weight"), nullptr, T, F, D);
+  std::vector<double> act(ref.gate.size());
+  for (size_t i = 0; i < act.size(); ++i) act[i] = ref.gate[i] / (1 + std::exp(-ref.gate[i])) * ref.up[i];
+  ref.mlp = MatMulT(act, full(p + "mlp.down_proj.weight"), nullptr, T, D, F);
   const std::vector<float> table = full("model.embed_tokens.weight");
   const std::vector<float> head = c.tie_word_embeddings ? table : full("lm_head.weight");
-  const auto logits_ref = MatMulT(std::vector<double>(x.begin(), x.begin() + S * D), head, nullptr, S, V, D);
-  std::vector<double> embed_ref;
-  for (int32_t id : CaseTokenIds(tc, seed))
-    embed_ref.insert(embed_ref.end(), table.begin() + id * D, table.begin() + (id + 1) * D);
+  ref.logits = MatMulT(std::vector<double>(x.begin(), x.begin() + S * D), head, nullptr, S, V, D);
+  for (int32_t id : CaseTokenIds(tc, seed)) {
+    ref.embed.insert(ref.embed.end(), table.begin() + id * D, table.begin() + (id + 1) * D);
+  }
   const std::vector<float> norm_f = full("model.norm.weight");
+  ref.norm.assign(norm_f.begin(), norm_f.end());
+  return ref;
+}
 
+// Rank r's intermediates (rank<r>.safetensors) against its shard of the reference.
+void CheckRank(const TpCase& tc, const LayerReference& ref, const fs::path& dir, int r, int tp) {
+  const ModelConfig& c = tc.config;
+  const int64_t T = kTokens, S = kSeqs, D = c.hidden_size, F = c.intermediate_size, V = c.vocab_size;
+  const int64_t hd = c.head_dim, H = c.num_heads, Hkv = c.num_kv_heads;
   const int64_t hq_l = H / tp, hkv_l = tp <= Hkv ? Hkv / tp : 1, f_l = F / tp;
   const int64_t group = H / Hkv;  // query heads per KV head
-  for (int r = 0; r < tp; ++r) {
-    SCOPED_TRACE("rank " + std::to_string(r));
-    auto out = Checkpoint::Open(dir / ("rank" + std::to_string(r) + ".safetensors"));
-    ASSERT_TRUE(out.ok()) << out.status();
-    auto got = [&](const std::string& name, std::vector<int64_t> shape) {
-      absl::StatusOr<const TensorInfo*> info = (*out)->Info(name);
-      EXPECT_TRUE(info.ok()) << name;
-      if (!info.ok()) return std::vector<float>();
-      EXPECT_EQ((*info)->shape, shape) << name;
-      return *(*out)->ReadF32(name);
-    };
-    EXPECT_LE(RelativeError(got("embed", {T, D}), embed_ref), 1e-6);
-    // qkv: this rank's query heads, then for each local KV slot the head its query heads read.
-    std::vector<std::pair<std::vector<double>, int64_t>> parts;
-    parts.emplace_back(Cols(q_ref, T, H * hd, r * hq_l * hd, hq_l * hd), hq_l * hd);
-    std::vector<std::pair<std::vector<double>, int64_t>> ks, vs;
-    for (int64_t j = 0; j < hkv_l; ++j) {
-      const int64_t first_q = r * hq_l + j * (hq_l / hkv_l);  // a global query head served by local KV j
-      const int64_t kv_head = first_q / group;
-      ks.emplace_back(Cols(k_ref, T, Hkv * hd, kv_head * hd, hd), hd);
-      vs.emplace_back(Cols(v_ref, T, Hkv * hd, kv_head * hd, hd), hd);
-    }
-    parts.insert(parts.end(), ks.begin(), ks.end());
-    parts.insert(parts.end(), vs.begin(), vs.end());
-    const int64_t w_l = (hq_l + 2 * hkv_l) * hd;
-    EXPECT_LE(RelativeError(got("qkv", {T, w_l}), Concat(parts, T)), 1e-4);
-    EXPECT_LE(RelativeError(got("attn_out", {T, D}), attn_ref), 1e-4);
-    const auto gate_l = Cols(gate_ref, T, F, r * f_l, f_l);
-    EXPECT_LE(RelativeError(got("gate", {T, f_l}), gate_l), 1e-4);
-    EXPECT_LE(RelativeError(got("gate_up", {T, 2 * f_l}),
-                            Concat({{gate_l, f_l}, {Cols(up_ref, T, F, r * f_l, f_l), f_l}}, T)),
-              1e-4);
-    EXPECT_LE(RelativeError(got("mlp_out", {T, D}), mlp_ref), 1e-4);
-    EXPECT_LE(RelativeError(got("norm", {D}), std::vector<double>(norm_f.begin(), norm_f.end())), 0.0);
-    if (r == 0) {
-      EXPECT_LE(RelativeError(got("logits", {S, V}), logits_ref), 1e-4);
-    } else {
-      EXPECT_FALSE((*out)->Has("logits"));
-    }
+  SCOPED_TRACE("rank " + std::to_string(r));
+  auto out = Checkpoint::Open(dir / ("rank" + std::to_string(r) + ".safetensors"));
+  ASSERT_TRUE(out.ok()) << out.status();
+  auto got = [&](const std::string& name, std::vector<int64_t> shape) {
+    absl::StatusOr<const TensorInfo*> info = (*out)->Info(name);
+    EXPECT_TRUE(info.ok()) << name;
+    if (!info.ok()) return std::vector<float>();
+    EXPECT_EQ((*info)->shape, shape) << name;
+    return *(*out)->ReadF32(name);
+  };
+  EXPECT_LE(RelativeError(got("embed", {T, D}), ref.embed), 1e-6);
+  // qkv: this rank's query heads, then for each local KV slot the head its query heads read.
+  std::vector<std::pair<std::vector<double>, int64_t>> parts;
+  parts.emplace_back(Cols(ref.q, T, H * hd, r * hq_l * hd, hq_l * hd), hq_l * hd);
+  std::vector<std::pair<std::vector<double>, int64_t>> ks, vs;
+  for (int64_t j = 0; j < hkv_l; ++j) {
+    const int64_t first_q = r * hq_l + j * (hq_l / hkv_l);  // a global query head served by local KV j
+    const int64_t kv_head = first_q / group;
+    ks.emplace_back(Cols(ref.k, T, Hkv * hd, kv_head * hd, hd), hd);
+    vs.emplace_back(Cols(ref.v, T, Hkv * hd, kv_head * hd, hd), hd);
   }
+  parts.insert(parts.end(), ks.begin(), ks.end());
+  parts.insert(parts.end(), vs.begin(), vs.end());
+  const int64_t w_l = (hq_l + 2 * hkv_l) * hd;
+  EXPECT_LE(RelativeError(got("qkv", {T, w_l}), Concat(parts, T)), 1e-4);
+  EXPECT_LE(RelativeError(got("attn_out", {T, D}), ref.attn), 1e-4);
+  const auto gate_l = Cols(ref.gate, T, F, r * f_l, f_l);
+  EXPECT_LE(RelativeError(got("gate", {T, f_l}), gate_l), 1e-4);
+  const auto up_l = Cols(ref.up, T, F, r * f_l, f_l);
+  EXPECT_LE(RelativeError(got("gate_up", {T, 2 * f_l}), Concat({{gate_l, f_l}, {up_l, f_l}}, T)), 1e-4);
+  EXPECT_LE(RelativeError(got("mlp_out", {T, D}), ref.mlp), 1e-4);
+  EXPECT_LE(RelativeError(got("norm", {D}), ref.norm), 0.0);
+  if (r == 0) {
+    EXPECT_LE(RelativeError(got("logits", {S, V}), ref.logits), 1e-4);
+  } else {
+    EXPECT_FALSE((*out)->Has("logits"));
+  }
+}
+
+TEST_P(ParallelTpTest, EveryLayerMatchesTheUnshardedComputation) {
+  const auto& [case_name, tp] = GetParam();
+  // Fresh inputs each run; TPSERVE_TEST_SEED=<n> replays a failure.
+  const uint32_t seed = static_cast<uint32_t>(testing_util::TestSeed());
+  SCOPED_TRACE("seed " + std::to_string(seed) + ", case " + case_name + ", tp " + std::to_string(tp));
+  const TpCase tc = *CaseByName(case_name);
+  std::string tmpl = (fs::temp_directory_path() / "tpserve-parallel-XXXXXX").string();
+  ASSERT_NE(mkdtemp(tmpl.data()), nullptr);
+  const fs::path dir = tmpl;
+  ASSERT_TRUE(WriteCaseFiles(tc, dir, seed).ok());
+  const std::string failure = RunRanks(tc, dir, tp, seed);
+  ASSERT_EQ(failure, "");
+  const absl::StatusOr<LayerReference> ref = ComputeReference(tc, dir, seed);
+  ASSERT_TRUE(ref.ok()) << ref.status();
+  for (int r = 0; r < tp; ++r) CheckRank(tc, *ref, dir, r, tp);
   fs::remove_all(dir);
 }
 
