@@ -15,7 +15,9 @@
 // the ranks through launcher/'s process group, which sets the torchrun variables)
 #include <cstdio>
 #include <cstdlib>
+#include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "backend/cpu_backend.h"
@@ -37,6 +39,113 @@ std::vector<float> ToHost(Backend& backend, const Tensor& t) {
   return out;
 }
 
+// One rank's layers of the case over the input x, each output saved under
+// its name (parallel_tp_test.cc compares them with the unsharded reference).
+class RankLayers {
+ public:
+  RankLayers(const ShardContext& ctx, Backend& be, Communicator& cm, Buffer x)
+      : ctx_(ctx), be_(be), cm_(cm), x_(std::move(x)) {}
+
+  // Embedding of the step's token ids (the step begins here).
+  absl::Status Embedding(const TpCase& tc, uint32_t seed) {
+    const StepBatch step = OneSequenceStep(CaseTokenIds(tc, seed), 16);
+    if (absl::Status s = be_.BeginStep(step.view(), 1, 16, ctx_.config.max_position_embeddings); !s.ok()) return s;
+    absl::StatusOr<VocabParallelEmbedding> emb = VocabParallelEmbedding::Load(ctx_, be_);
+    if (!emb.ok()) return emb.status();
+    emb_.emplace(*std::move(emb));
+    Buffer embed = be_.Allocate(DType::kF32, {kTokens, ctx_.config.hidden_size});
+    if (absl::Status s = emb_->Forward(be_, cm_, embed.tensor()); !s.ok()) return s;
+    Save("embed", embed);
+    return absl::OkStatus();
+  }
+
+  // Attention projections: qkv, then o_proj over this rank's q heads.
+  absl::Status Attention() {
+    const int64_t T = kTokens;
+    absl::StatusOr<QKVParallelLinear> qkv_layer = QKVParallelLinear::Load(ctx_, kAttn, be_);
+    if (!qkv_layer.ok()) return qkv_layer.status();
+    const AttentionShape& as = qkv_layer->shape();
+    Buffer qkv = be_.Allocate(DType::kF32, {T, as.qkv_width()});
+    qkv_layer->Forward(be_, x_, qkv.tensor());
+    Save("qkv", qkv);
+    const int64_t qw = int64_t{as.num_heads} * as.head_dim;
+    std::vector<float> qkv_host = ToHost(be_, qkv), q_host;
+    for (int64_t t = 0; t < T; ++t) {
+      q_host.insert(q_host.end(), qkv_host.begin() + t * as.qkv_width(), qkv_host.begin() + t * as.qkv_width() + qw);
+    }
+    Buffer q = be_.Allocate(DType::kF32, {T, qw});
+    be_.CopyFromHost(q_host.data(), DType::kF32, q.tensor());
+    absl::StatusOr<RowParallelLinear> o_proj = RowParallelLinear::Load(ctx_, std::string(kAttn) + ".o_proj", be_);
+    if (!o_proj.ok()) return o_proj.status();
+    Buffer attn_out = be_.Allocate(DType::kF32, {T, ctx_.config.hidden_size});
+    if (absl::Status s = o_proj->Forward(be_, cm_, q, attn_out.tensor()); !s.ok()) return s;
+    Save("attn_out", attn_out);
+    return absl::OkStatus();
+  }
+
+  // The MLP: gate alone, gate_up merged, SiLU-mul, down.
+  absl::Status Mlp() {
+    const int64_t T = kTokens;
+    const std::string mlp = "model.layers.0.mlp";
+    absl::StatusOr<ColumnParallelLinear> gate_layer = ColumnParallelLinear::Load(ctx_, mlp + ".gate_proj", be_);
+    if (!gate_layer.ok()) return gate_layer.status();
+    Buffer gate = be_.Allocate(DType::kF32, {T, gate_layer->out_features()});
+    gate_layer->Forward(be_, x_, gate.tensor());
+    Save("gate", gate);
+    absl::StatusOr<MergedColumnParallelLinear> gate_up_layer = MergedColumnParallelLinear::Load(ctx_, mlp, be_);
+    if (!gate_up_layer.ok()) return gate_up_layer.status();
+    const int64_t f = gate_up_layer->local_intermediate();
+    Buffer gate_up = be_.Allocate(DType::kF32, {T, 2 * f});
+    gate_up_layer->Forward(be_, x_, gate_up.tensor());
+    Save("gate_up", gate_up);
+    Buffer act = be_.Allocate(DType::kF32, {T, f});
+    be_.SiluMul(gate_up, act.tensor());
+    absl::StatusOr<RowParallelLinear> down = RowParallelLinear::Load(ctx_, mlp + ".down_proj", be_);
+    if (!down.ok()) return down.status();
+    Buffer mlp_out = be_.Allocate(DType::kF32, {T, ctx_.config.hidden_size});
+    if (absl::Status s = down->Forward(be_, cm_, act, mlp_out.tensor()); !s.ok()) return s;
+    Save("mlp_out", mlp_out);
+    return absl::OkStatus();
+  }
+
+  // The LM head on the first S rows of x (a workspace larger than S on
+  // purpose; rank 0 saves the logits) and the replicated norm weights.
+  absl::Status HeadAndNorms() {
+    const ModelConfig& c = ctx_.config;
+    absl::StatusOr<ParallelLMHead> head = ParallelLMHead::Load(ctx_, be_, *emb_);
+    if (!head.ok()) return head.status();
+    LmHeadWorkspace ws = head->AllocateWorkspace(be_, kSeqs + 2, ctx_.rank, ctx_.world_size);
+    std::vector<float> logits(ctx_.rank == 0 ? static_cast<size_t>(kSeqs * c.vocab_size) : 0);
+    if (absl::Status s = head->Forward(be_, cm_, x_.tensor().Rows(0, kSeqs), ws, logits); !s.ok()) return s;
+    if (ctx_.rank == 0) out_.AddF32("logits", DType::kF32, {kSeqs, c.vocab_size}, logits);
+    absl::StatusOr<ReplicatedWeight> norm = ReplicatedWeight::Load(ctx_, "model.norm.weight", be_);
+    if (!norm.ok()) return norm.status();
+    Save("norm", *norm);
+    if (c.qk_norm) {
+      absl::StatusOr<ReplicatedWeight> qn = ReplicatedWeight::Load(ctx_, std::string(kAttn) + ".q_norm.weight", be_);
+      if (!qn.ok()) return qn.status();
+      Save("q_norm", *qn);
+    }
+    return absl::OkStatus();
+  }
+
+  absl::Status Write(const std::filesystem::path& path) { return out_.Write(path); }
+
+ private:
+  static constexpr const char* kAttn = "model.layers.0.self_attn";
+  void Save(const std::string& name, const Tensor& t) {
+    std::vector<int64_t> shape(t.shape.begin(), t.shape.begin() + t.ndim);
+    out_.AddF32(name, DType::kF32, shape, ToHost(be_, t));
+  }
+
+  const ShardContext& ctx_;
+  Backend& be_;
+  Communicator& cm_;
+  Buffer x_;
+  std::optional<VocabParallelEmbedding> emb_;
+  SafetensorsWriter out_;
+};
+
 absl::Status Run(int argc, char** argv) {
   if (argc != 6) return absl::InvalidArgumentError("usage: parallel_rank CASE DIR STORE OUT SEED");
   absl::StatusOr<TpCase> tc = CaseByName(argv[1]);
@@ -47,7 +156,6 @@ absl::Status Run(int argc, char** argv) {
   const int rank = env->rank, world = env->world_size;
   const std::filesystem::path out_dir = argv[4];
   const uint32_t seed = static_cast<uint32_t>(std::strtoul(argv[5], nullptr, 10));
-  const ModelConfig& c = tc->config;
 
   absl::StatusOr<std::unique_ptr<FileStore>> store = FileStore::Open(argv[3]);
   if (!store.ok()) return store.status();
@@ -58,90 +166,18 @@ absl::Status Run(int argc, char** argv) {
   if (!ckpt.ok()) return ckpt.status();
   absl::StatusOr<std::unique_ptr<Checkpoint>> inputs = Checkpoint::Open(dir / "inputs.safetensors");
   if (!inputs.ok()) return inputs.status();
-  const ShardContext ctx{**ckpt, c, rank, world};
-  Backend& be = *backend;
-  Communicator& cm = **comm;
+  const ShardContext ctx{**ckpt, tc->config, rank, world};
 
-  const int64_t T = kTokens, S = kSeqs, D = c.hidden_size, V = c.vocab_size;
   absl::StatusOr<std::vector<float>> x_host = (*inputs)->ReadF32("x");
   if (!x_host.ok()) return x_host.status();
-  Buffer x = be.Allocate(DType::kF32, {T, D});
-  be.CopyFromHost(x_host->data(), DType::kF32, x.tensor());
-  SafetensorsWriter out;
-  auto save = [&](const std::string& name, const Tensor& t) {
-    std::vector<int64_t> shape(t.shape.begin(), t.shape.begin() + t.ndim);
-    out.AddF32(name, DType::kF32, shape, ToHost(be, t));
-  };
-
-  // Embedding of the step's token ids.
-  const StepBatch step = OneSequenceStep(CaseTokenIds(*tc, seed), 16);
-  if (absl::Status s = be.BeginStep(step.view(), 1, 16, c.max_position_embeddings); !s.ok()) return s;
-  absl::StatusOr<VocabParallelEmbedding> emb = VocabParallelEmbedding::Load(ctx, be);
-  if (!emb.ok()) return emb.status();
-  Buffer embed = be.Allocate(DType::kF32, {T, D});
-  if (absl::Status s = emb->Forward(be, cm, embed.tensor()); !s.ok()) return s;
-  save("embed", embed);
-
-  // Attention projections: qkv, then o_proj over this rank's q heads.
-  const std::string attn = "model.layers.0.self_attn";
-  absl::StatusOr<QKVParallelLinear> qkv_layer = QKVParallelLinear::Load(ctx, attn, be);
-  if (!qkv_layer.ok()) return qkv_layer.status();
-  const AttentionShape& as = qkv_layer->shape();
-  Buffer qkv = be.Allocate(DType::kF32, {T, as.qkv_width()});
-  qkv_layer->Forward(be, x, qkv.tensor());
-  save("qkv", qkv);
-  const int64_t qw = int64_t{as.num_heads} * as.head_dim;
-  std::vector<float> qkv_host = ToHost(be, qkv), q_host;
-  for (int64_t t = 0; t < T; ++t) {
-    q_host.insert(q_host.end(), qkv_host.begin() + t * as.qkv_width(),
-                  qkv_host.begin() + t * as.qkv_width() + qw);
-  }
-  Buffer q = be.Allocate(DType::kF32, {T, qw});
-  be.CopyFromHost(q_host.data(), DType::kF32, q.tensor());
-  absl::StatusOr<RowParallelLinear> o_proj = RowParallelLinear::Load(ctx, attn + ".o_proj", be);
-  if (!o_proj.ok()) return o_proj.status();
-  Buffer attn_out = be.Allocate(DType::kF32, {T, D});
-  if (absl::Status s = o_proj->Forward(be, cm, q, attn_out.tensor()); !s.ok()) return s;
-  save("attn_out", attn_out);
-
-  // MLP.
-  const std::string mlp = "model.layers.0.mlp";
-  absl::StatusOr<ColumnParallelLinear> gate_layer = ColumnParallelLinear::Load(ctx, mlp + ".gate_proj", be);
-  if (!gate_layer.ok()) return gate_layer.status();
-  Buffer gate = be.Allocate(DType::kF32, {T, gate_layer->out_features()});
-  gate_layer->Forward(be, x, gate.tensor());
-  save("gate", gate);
-  absl::StatusOr<MergedColumnParallelLinear> gate_up_layer = MergedColumnParallelLinear::Load(ctx, mlp, be);
-  if (!gate_up_layer.ok()) return gate_up_layer.status();
-  const int64_t f = gate_up_layer->local_intermediate();
-  Buffer gate_up = be.Allocate(DType::kF32, {T, 2 * f});
-  gate_up_layer->Forward(be, x, gate_up.tensor());
-  save("gate_up", gate_up);
-  Buffer act = be.Allocate(DType::kF32, {T, f});
-  be.SiluMul(gate_up, act.tensor());
-  absl::StatusOr<RowParallelLinear> down = RowParallelLinear::Load(ctx, mlp + ".down_proj", be);
-  if (!down.ok()) return down.status();
-  Buffer mlp_out = be.Allocate(DType::kF32, {T, D});
-  if (absl::Status s = down->Forward(be, cm, act, mlp_out.tensor()); !s.ok()) return s;
-  save("mlp_out", mlp_out);
-
-  // LM head on the first S rows of x; a workspace larger than S on purpose.
-  absl::StatusOr<ParallelLMHead> head = ParallelLMHead::Load(ctx, be, *emb);
-  if (!head.ok()) return head.status();
-  LmHeadWorkspace ws = head->AllocateWorkspace(be, S + 2, rank, world);
-  std::vector<float> logits(rank == 0 ? static_cast<size_t>(S * V) : 0);
-  if (absl::Status s = head->Forward(be, cm, x.tensor().Rows(0, S), ws, logits); !s.ok()) return s;
-  if (rank == 0) out.AddF32("logits", DType::kF32, {S, V}, logits);
-
-  absl::StatusOr<ReplicatedWeight> norm = ReplicatedWeight::Load(ctx, "model.norm.weight", be);
-  if (!norm.ok()) return norm.status();
-  save("norm", *norm);
-  if (c.qk_norm) {
-    absl::StatusOr<ReplicatedWeight> qn = ReplicatedWeight::Load(ctx, attn + ".q_norm.weight", be);
-    if (!qn.ok()) return qn.status();
-    save("q_norm", *qn);
-  }
-  return out.Write(out_dir / ("rank" + std::to_string(rank) + ".safetensors"));
+  Buffer x = backend->Allocate(DType::kF32, {kTokens, tc->config.hidden_size});
+  backend->CopyFromHost(x_host->data(), DType::kF32, x.tensor());
+  RankLayers layers(ctx, *backend, **comm, std::move(x));
+  if (absl::Status s = layers.Embedding(*tc, seed); !s.ok()) return s;
+  if (absl::Status s = layers.Attention(); !s.ok()) return s;
+  if (absl::Status s = layers.Mlp(); !s.ok()) return s;
+  if (absl::Status s = layers.HeadAndNorms(); !s.ok()) return s;
+  return layers.Write(out_dir / ("rank" + std::to_string(rank) + ".safetensors"));
 }
 
 }  // namespace
