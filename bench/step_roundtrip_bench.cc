@@ -49,6 +49,59 @@ int Fail(const std::string& what) {
   return 1;
 }
 
+// Load (tp 2, the generated model) and AllocateKv on both workers.
+absl::Status LoadAndAllocate(tpserve::WorkerPool& pool, const std::filesystem::path& model) {
+  iv1::CoordinatorMessage load;
+  load.mutable_load()->set_model_dir(model.string());
+  load.mutable_load()->set_backend("cpu");
+  load.mutable_load()->set_tensor_parallel_size(2);
+  load.mutable_load()->set_store_prefix("bench");
+  load.mutable_load()->set_block_size(16);
+  load.mutable_load()->set_max_num_batched_tokens(64);
+  load.mutable_load()->set_max_num_seqs(8);
+  load.mutable_load()->set_max_model_len(256);
+  iv1::CoordinatorMessage allocate;
+  allocate.mutable_allocate_kv()->set_num_blocks(16);
+  for (const iv1::CoordinatorMessage* m : {&load, &allocate}) {
+    if (auto r = pool.RunOnAll(*m); !r.ok()) return r.status();
+  }
+  return absl::OkStatus();
+}
+
+// `iterations` empty steps through the pool (after 100 unmeasured), each
+// followed by the baseline: a unary StoreGet on the same loopback server, so
+// load changes hit both. Appends the microseconds of each.
+absl::Status MeasureSteps(tpserve::WorkerPool& pool, iv1::Worker::Stub& stub, int iterations,
+                          std::vector<double>& step_us, std::vector<double>& rpc_us) {
+  for (int i = 0; i < iterations + 100; ++i) {
+    iv1::CoordinatorMessage step;
+    step.mutable_step()->set_step_id(static_cast<uint64_t>(i));
+    auto t0 = Clock::now();
+    absl::StatusOr<std::vector<iv1::WorkerMessage>> replies = pool.RunOnAll(step);
+    auto t1 = Clock::now();
+    if (!replies.ok()) return replies.status();
+    grpc::ClientContext ctx;
+    iv1::StoreGetRequest get;
+    get.set_key("ping");
+    get.set_timeout_ms(1000);
+    iv1::StoreGetResponse value;
+    auto t2 = Clock::now();
+    grpc::Status st = stub.StoreGet(&ctx, get, &value);
+    auto t3 = Clock::now();
+    if (!st.ok()) return absl::UnavailableError("StoreGet failed: " + st.error_message());
+    if (i < 100) continue;
+    step_us.push_back(std::chrono::duration<double, std::micro>(t1 - t0).count());
+    rpc_us.push_back(std::chrono::duration<double, std::micro>(t3 - t2).count());
+  }
+  return absl::OkStatus();
+}
+
+double Mean(const std::vector<double>& v) {
+  double sum = 0;
+  for (double x : v) sum += x;
+  return sum / static_cast<double>(v.size());
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -84,23 +137,8 @@ int main(int argc, char** argv) {
   if (absl::Status s = pool.WaitForWorkers(absl::Seconds(60), cancel); !s.ok()) {
     return Fail(std::string(s.message()));
   }
-  auto run = [&](iv1::CoordinatorMessage m) { return pool.RunOnAll(std::move(m)); };
-  iv1::CoordinatorMessage load;
-  load.mutable_load()->set_model_dir((dir / "m").string());
-  load.mutable_load()->set_backend("cpu");
-  load.mutable_load()->set_tensor_parallel_size(2);
-  load.mutable_load()->set_store_prefix("bench");
-  load.mutable_load()->set_block_size(16);
-  load.mutable_load()->set_max_num_batched_tokens(64);
-  load.mutable_load()->set_max_num_seqs(8);
-  load.mutable_load()->set_max_model_len(256);
-  iv1::CoordinatorMessage allocate;
-  allocate.mutable_allocate_kv()->set_num_blocks(16);
-  for (auto* m : {&load, &allocate}) {
-    if (auto r = run(*m); !r.ok()) return Fail(std::string(r.status().message()));
-  }
+  if (absl::Status s = LoadAndAllocate(pool, dir / "m"); !s.ok()) return Fail(std::string(s.message()));
 
-  // Warm both paths up, then measure them interleaved so load changes hit both.
   auto stub = iv1::Worker::NewStub(grpc::CreateChannel(address, grpc::InsecureChannelCredentials()));
   {
     grpc::ClientContext ctx;
@@ -110,53 +148,27 @@ int main(int argc, char** argv) {
     iv1::StoreSetResponse ok;
     if (!stub->StoreSet(&ctx, set, &ok).ok()) return Fail("StoreSet failed");
   }
-  // Empty steps interleaved with the baseline call, so load changes hit both.
-  std::vector<double> rpc_us;
-  auto measure = [&](std::vector<double>& step_us) -> absl::Status {
-    for (int i = 0; i < iterations + 100; ++i) {
-      iv1::CoordinatorMessage step;
-      step.mutable_step()->set_step_id(static_cast<uint64_t>(i));
-      auto t0 = Clock::now();
-      absl::StatusOr<std::vector<iv1::WorkerMessage>> replies = run(step);
-      auto t1 = Clock::now();
-      if (!replies.ok()) return replies.status();
-      grpc::ClientContext ctx;
-      iv1::StoreGetRequest get;
-      get.set_key("ping");
-      get.set_timeout_ms(1000);
-      iv1::StoreGetResponse value;
-      auto t2 = Clock::now();
-      grpc::Status st = stub->StoreGet(&ctx, get, &value);
-      auto t3 = Clock::now();
-      if (!st.ok()) return absl::UnavailableError("StoreGet failed: " + st.error_message());
-      if (i < 100) continue;
-      step_us.push_back(std::chrono::duration<double, std::micro>(t1 - t0).count());
-      rpc_us.push_back(std::chrono::duration<double, std::micro>(t3 - t2).count());
-    }
-    return absl::OkStatus();
-  };
-  std::vector<double> grpc_us, shm_us;
-  if (absl::Status s = measure(grpc_us); !s.ok()) return Fail(absl::StrCat("empty step: ", s.message()));
+  std::vector<double> rpc_us, grpc_us, shm_us;
+  if (absl::Status s = MeasureSteps(pool, *stub, iterations, grpc_us, rpc_us); !s.ok()) {
+    return Fail(absl::StrCat("empty step: ", s.message()));
+  }
   if (absl::Status s = pool.UseSharedMemory(size_t{1} << 20, tpserve::HostName()); !s.ok()) {
     return Fail(absl::StrCat("UseSharedMemory: ", s.message()));
   }
-  if (absl::Status s = measure(shm_us); !s.ok()) return Fail(absl::StrCat("empty step (shm): ", s.message()));
+  if (absl::Status s = MeasureSteps(pool, *stub, iterations, shm_us, rpc_us); !s.ok()) {
+    return Fail(absl::StrCat("empty step (shm): ", s.message()));
+  }
   std::printf("coordinator <-> 2 workers, %d iterations each, %u cores\n", iterations,
               std::thread::hardware_concurrency());
   Print("empty step over the gRPC streams", grpc_us);
   Print("empty step over shared memory", shm_us);
   Print("baseline: unary gRPC call on loopback", rpc_us);
-  auto mean = [](const std::vector<double>& v) {
-    double sum = 0;
-    for (double x : v) sum += x;
-    return sum / static_cast<double>(v.size());
-  };
   std::printf("ratio (mean): gRPC streams %.2fx, shared memory %.2fx the loopback call\n",
-              mean(grpc_us) / mean(rpc_us), mean(shm_us) / mean(rpc_us));
+              Mean(grpc_us) / Mean(rpc_us), Mean(shm_us) / Mean(rpc_us));
 
   iv1::CoordinatorMessage shutdown;
   shutdown.mutable_shutdown();
-  (void)run(shutdown);
+  (void)pool.RunOnAll(shutdown);
   pool.Close();
   (void)workers->Wait();
   server->Shutdown();
