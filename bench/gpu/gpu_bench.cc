@@ -64,10 +64,12 @@
 #include <filesystem>
 #include <fstream>
 #include <memory>
+#include <optional>
 #include <random>
 #include <span>
 #include <sstream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -403,116 +405,170 @@ absl::Status ModelSection(const Sizes& z, const std::filesystem::path& dir, cons
   return absl::OkStatus();
 }
 
-int Run(int argc, char** argv) {
+struct Options {
   std::string models, out_path = "bench/results/gpu_bench.md";
   std::string sections = "gemv,attention,prefill-attention,sampler,models,throughput";
   int throughput_seqs = 256;
   Sizes z;
   std::filesystem::path workdir = std::filesystem::temp_directory_path();
-  for (int i = 1; i < argc; i += 2) {
-    const std::string k = argv[i];
-    if (k == "--smoke") {
-      z = Sizes::Smoke();
-      --i;  // no value
-      continue;
-    }
-    if (i + 1 == argc) { std::fprintf(stderr, "%s needs a value\n", k.c_str()); return 2; }
-    if (k == "--models") models = argv[i + 1];
-    else if (k == "--out") out_path = argv[i + 1];
-    else if (k == "--workdir") workdir = argv[i + 1];
-    else if (k == "--sections") sections = argv[i + 1];
-    else if (k == "--throughput-seqs") throughput_seqs = std::max(1, std::atoi(argv[i + 1]));
-    else { std::fprintf(stderr, "unknown option %s; see the comment at the top of gpu_bench.cc\n", k.c_str()); return 2; }
-  }
-  if (models.empty()) models = z.models;
-  if (cuda::DeviceCount() == 0) {
-    std::fprintf(stderr, "gpu_bench: no CUDA device present; run it on a machine with a GPU\n");
-    return 1;
-  }
-  const auto wants = [&](absl::string_view section) {
+  bool Wants(absl::string_view section) const {
     for (absl::string_view s : absl::StrSplit(sections, ',', absl::SkipEmpty())) {
       if (s == section) return true;
     }
     return false;
-  };
-  cudaDeviceProp prop{};
-  CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
-  std::ostringstream table;
-  const auto flush = [&] {  // the whole table so far, after every section
-    if (std::filesystem::path(out_path).has_parent_path()) {
-      std::filesystem::create_directories(std::filesystem::path(out_path).parent_path());
+  }
+};
+
+// The options of argv, or nullopt after saying what is wrong.
+std::optional<Options> ParseOptions(int argc, char** argv) {
+  Options o;
+  for (int i = 1; i < argc; i += 2) {
+    const std::string k = argv[i];
+    if (k == "--smoke") {
+      o.z = Sizes::Smoke();
+      --i;  // no value
+      continue;
     }
-    std::ofstream(out_path) << table.str();
-  };
-  const double bw = CopyBandwidth(z.copy_bytes), flops = GemmFlops(z.gemm_n);
-  table << "# tpserve GPU benchmark on " << prop.name << "\n\n"
-        << "copy bandwidth (cudaMemcpy D2D, read+write): " << bw / 1e9 << " GB/s\n"
-        << "bf16 GEMM 8192^3 (cuBLAS): " << flops / 1e12 << " TFLOP/s\n";
-  flush();
-  std::vector<std::filesystem::path> made;
-  const auto model_dir = [&](const std::string& preset) -> absl::StatusOr<std::filesystem::path> {
-    for (const std::filesystem::path& dir : made) {  // written earlier in this run
+    if (i + 1 == argc) { std::fprintf(stderr, "%s needs a value\n", k.c_str()); return std::nullopt; }
+    if (k == "--models") o.models = argv[i + 1];
+    else if (k == "--out") o.out_path = argv[i + 1];
+    else if (k == "--workdir") o.workdir = argv[i + 1];
+    else if (k == "--sections") o.sections = argv[i + 1];
+    else if (k == "--throughput-seqs") o.throughput_seqs = std::max(1, std::atoi(argv[i + 1]));
+    else {
+      std::fprintf(stderr, "unknown option %s; see the comment at the top of gpu_bench.cc\n", k.c_str());
+      return std::nullopt;
+    }
+  }
+  if (o.models.empty()) o.models = o.z.models;
+  return o;
+}
+
+// The markdown report, rewritten whole after every section so that a run cut
+// short keeps what it measured.
+class Report {
+ public:
+  explicit Report(std::filesystem::path path) : path_(std::move(path)) {}
+  std::ostringstream& table() { return table_; }
+  void Flush() {
+    if (path_.has_parent_path()) std::filesystem::create_directories(path_.parent_path());
+    std::ofstream(path_) << table_.str();
+  }
+
+ private:
+  std::filesystem::path path_;
+  std::ostringstream table_;
+};
+
+// The preset models the run writes (each once), removed at the end.
+class PresetModels {
+ public:
+  explicit PresetModels(std::filesystem::path workdir) : workdir_(std::move(workdir)) {}
+  ~PresetModels() {
+    for (const std::filesystem::path& dir : made_) std::filesystem::remove_all(dir);
+  }
+  absl::StatusOr<std::filesystem::path> Get(const std::string& preset) {
+    for (const std::filesystem::path& dir : made_) {
       if (dir.filename() == "tpserve_gpu_bench_" + preset) return dir;
     }
-    absl::StatusOr<std::filesystem::path> dir = PresetModel(workdir, preset);
-    if (dir.ok()) made.push_back(*dir);
+    absl::StatusOr<std::filesystem::path> dir = PresetModel(workdir_, preset);
+    if (dir.ok()) made_.push_back(*dir);
     return dir;
-  };
-  int rc = 0;
-  if (wants("gemv")) {
+  }
+
+ private:
+  std::filesystem::path workdir_;
+  std::vector<std::filesystem::path> made_;
+};
+
+// The kernel sections the options ask for; false when one failed.
+bool RunKernelSections(const Options& o, double bw, Report& report) {
+  bool ok = true;
+  std::ostringstream& table = report.table();
+  if (o.Wants("gemv")) {
     std::fprintf(stderr, "gpu_bench: small-batch Linear, GEMV vs cuBLAS\n");
-    if (!GemvSection(z, bw, table)) rc = 1;
-    flush();
+    ok &= GemvSection(o.z, bw, table);
+    report.Flush();
   }
-  if (wants("attention")) {
+  if (o.Wants("attention")) {
     std::fprintf(stderr, "gpu_bench: decode attention, fast vs reference kernels\n");
-    if (!AttentionSplitSection(z, bw, table)) rc = 1;
-    flush();
+    ok &= AttentionSplitSection(o.z, bw, table);
+    report.Flush();
     std::fprintf(stderr, "gpu_bench: decode attention at GQA 4 and 8, tensor-core vs SIMT vs reference\n");
-    if (!AttentionVariantSection(z, bw, table)) rc = 1;
-    flush();
+    ok &= AttentionVariantSection(o.z, bw, table);
+    report.Flush();
   }
-  if (wants("prefill-attention")) {
+  if (o.Wants("prefill-attention")) {
     std::fprintf(stderr, "gpu_bench: tensor-core vs reference prefill attention\n");
-    if (!PrefillAttentionSection(z, table)) rc = 1;
-    flush();
+    ok &= PrefillAttentionSection(o.z, table);
+    report.Flush();
   }
-  if (wants("sampler")) {
+  if (o.Wants("sampler")) {
     std::fprintf(stderr, "gpu_bench: GPU sampler, sliced vs row kernel\n");
-    if (!SamplerSection(z, table)) rc = 1;
-    flush();
+    ok &= SamplerSection(o.z, table);
+    report.Flush();
   }
-  if (wants("models")) {
+  return ok;
+}
+
+// The whole-model sections (served decode and prefill per preset, the
+// offline throughput workload); false when one failed.
+bool RunModelSections(const Options& o, double bw, double flops, PresetModels& models, Report& report) {
+  bool ok = true;
+  std::ostringstream& table = report.table();
+  if (o.Wants("models")) {
     table << "\n## Whole models (fast kernels: decode attention through cuda/decode_attention.cuh)\n\n"
           << "Decode rows: the served path (Engine step runner, CUDA graphs, GPU sampler). Prefill rows: one eager"
           << " Model::Forward (its [S, V] logits copied back).\n\n"
           << "| model | case | measured | floor | share of floor |\n|---|---|---|---|---|\n";
-    for (absl::string_view preset : absl::StrSplit(models, ',', absl::SkipEmpty())) {
+    for (absl::string_view preset : absl::StrSplit(o.models, ',', absl::SkipEmpty())) {
       std::fprintf(stderr, "gpu_bench: model %s\n", std::string(preset).c_str());
-      absl::StatusOr<std::filesystem::path> dir = model_dir(std::string(preset));
-      absl::Status st = dir.ok() ? ModelSection(z, *dir, std::string(preset), bw, flops, table) : dir.status();
+      absl::StatusOr<std::filesystem::path> dir = models.Get(std::string(preset));
+      absl::Status st = dir.ok() ? ModelSection(o.z, *dir, std::string(preset), bw, flops, table) : dir.status();
       if (!st.ok()) {
         table << "| " << preset << " | failed: " << st.ToString() << " | | | |\n";
-        rc = 1;
+        ok = false;
       }
-      flush();
+      report.Flush();
     }
   }
-  if (wants("throughput")) {
-    std::fprintf(stderr, "gpu_bench: offline throughput, %d sequences\n", throughput_seqs);
-    absl::StatusOr<std::filesystem::path> dir = model_dir(z.smoke ? "tiny" : "qwen3-0.6b");
+  if (o.Wants("throughput")) {
+    std::fprintf(stderr, "gpu_bench: offline throughput, %d sequences\n", o.throughput_seqs);
+    absl::StatusOr<std::filesystem::path> dir = models.Get(o.z.smoke ? "tiny" : "qwen3-0.6b");
     if (dir.ok()) {
-      if (!ThroughputSection(z, *dir, throughput_seqs, table)) rc = 1;
+      ok &= ThroughputSection(o.z, *dir, o.throughput_seqs, table);
     } else {
       table << "\nthroughput: could not write the qwen3-0.6b model: " << dir.status().ToString() << "\n";
-      rc = 1;
+      ok = false;
     }
-    flush();
+    report.Flush();
   }
-  for (const std::filesystem::path& dir : made) std::filesystem::remove_all(dir);
-  std::printf("%s", table.str().c_str());
-  std::printf("\nwritten to %s\n", out_path.c_str());
-  return rc;
+  return ok;
+}
+
+int Run(int argc, char** argv) {
+  const std::optional<Options> o = ParseOptions(argc, argv);
+  if (!o) return 2;
+  if (cuda::DeviceCount() == 0) {
+    std::fprintf(stderr, "gpu_bench: no CUDA device present; run it on a machine with a GPU\n");
+    return 1;
+  }
+  cudaDeviceProp prop{};
+  CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
+  Report report(o->out_path);
+  const double bw = CopyBandwidth(o->z.copy_bytes), flops = GemmFlops(o->z.gemm_n);
+  report.table() << "# tpserve GPU benchmark on " << prop.name << "\n\n"
+                 << "copy bandwidth (cudaMemcpy D2D, read+write): " << bw / 1e9 << " GB/s\n"
+                 << "bf16 GEMM 8192^3 (cuBLAS): " << flops / 1e12 << " TFLOP/s\n";
+  report.Flush();
+  bool ok = RunKernelSections(*o, bw, report);
+  {
+    PresetModels models(o->workdir);
+    ok &= RunModelSections(*o, bw, flops, models, report);
+  }
+  std::printf("%s", report.table().str().c_str());
+  std::printf("\nwritten to %s\n", o->out_path.c_str());
+  return ok ? 0 : 1;
 }
 
 }  // namespace
