@@ -126,6 +126,47 @@ struct DeviceBuffers {
 
 }  // namespace
 
+namespace {
+
+// One layer's decode attention over `a` at context `ctx` (positions already
+// uploaded): seconds[0] the fast kernel's tensor-core variant, [1] its SIMT
+// one (each with PlanDecode's plan for an eager step), [2] the reference
+// split kernel. False (the failure written to `table`) when a launch fails.
+bool TimeDecodeKernels(const Sizes& z, int sm_count, const cuda::PagedAttentionArgs& a, int group, int32_t ctx,
+                       float* ws, size_t ws_floats, double (&seconds)[3], std::ostream& table) {
+  const int32_t batch = static_cast<int32_t>(a.num_tokens);
+  const int iters = z.smoke ? 1 : int64_t{ctx} * batch > 1 << 20 ? 10 : 50;
+  for (int which = 0; which < 2; ++which) {
+    const cuda::DecodeVariant variant = which == 0 ? cuda::DecodeVariant::kMma : cuda::DecodeVariant::kSimt;
+    const cuda::DecodePlan plan = cuda::PlanDecode(
+        {batch, a.num_kv_heads, ctx, sm_count, false, cuda::FastDecodeBlocksPerSm(variant, a.head_dim, group)});
+    cudaError_t err = cudaSuccess;
+    seconds[which] = TimeIt([&] {
+      if (err == cudaSuccess) err = cuda::LaunchFastDecodeAttention(variant, a, 0, plan, ws, ws_floats, nullptr);
+    }, z.warmup, iters);
+    if (err != cudaSuccess) {
+      table << "LaunchFastDecodeAttention (" << cuda::DecodeVariantName(variant) << ", group " << group
+            << ") failed: " << cudaGetErrorString(err) << "\n";
+      return false;
+    }
+  }
+  cuda::SplitDecodeArgs split;
+  split.max_partitions = (ctx + cuda::kDecodePartitionSize - 1) / cuda::kDecodePartitionSize;
+  split.workspace = ws;
+  split.workspace_floats = ws_floats;
+  cudaError_t err = cudaSuccess;
+  seconds[2] = TimeIt([&] {
+    if (err == cudaSuccess) err = cuda::LaunchSplitDecodeAttention(a, split, nullptr);
+  }, z.warmup, iters);
+  if (err != cudaSuccess) {
+    table << "LaunchSplitDecodeAttention failed: " << cudaGetErrorString(err) << "\n";
+    return false;
+  }
+  return true;
+}
+
+}  // namespace
+
 // Decode attention at GQA groups 4 and 8 (hd 128, blocks of 16, Hkv 2: one
 // tp-4 shard of Llama-3-8B (Hq 8) and of Llama-3-70B (Hq 16)): the fast
 // kernel's variants (cuda/decode_attention.cuh: the tensor-core one the
@@ -183,33 +224,7 @@ bool AttentionVariantSection(const Sizes& z, double bw, std::ostream& table) {
       const std::vector<int32_t> pos(static_cast<size_t>(batch), ctx - 1);
       CUDA_CHECK(cudaMemcpy(positions, pos.data(), pos.size() * sizeof(int32_t), cudaMemcpyHostToDevice));
       double seconds[3] = {0, 0, 0};
-      const int iters = z.smoke ? 1 : int64_t{ctx} * batch > 1 << 20 ? 10 : 50;
-      for (int which = 0; which < 2; ++which) {
-        const cuda::DecodeVariant variant = which == 0 ? cuda::DecodeVariant::kMma : cuda::DecodeVariant::kSimt;
-        const cuda::DecodePlan plan = cuda::PlanDecode(
-            {batch, kHkv, ctx, prop.multiProcessorCount, false, cuda::FastDecodeBlocksPerSm(variant, kHd, group)});
-        cudaError_t err = cudaSuccess;
-        seconds[which] = TimeIt([&] {
-          if (err == cudaSuccess) err = cuda::LaunchFastDecodeAttention(variant, a, 0, plan, ws, ws_floats, nullptr);
-        }, z.warmup, iters);
-        if (err != cudaSuccess) {
-          table << "LaunchFastDecodeAttention (" << cuda::DecodeVariantName(variant) << ", group " << group
-                << ") failed: " << cudaGetErrorString(err) << "\n";
-          return false;
-        }
-      }
-      cuda::SplitDecodeArgs split;
-      split.max_partitions = (ctx + cuda::kDecodePartitionSize - 1) / cuda::kDecodePartitionSize;
-      split.workspace = ws;
-      split.workspace_floats = ws_floats;
-      cudaError_t err = cudaSuccess;
-      seconds[2] = TimeIt([&] {
-        if (err == cudaSuccess) err = cuda::LaunchSplitDecodeAttention(a, split, nullptr);
-      }, z.warmup, iters);
-      if (err != cudaSuccess) {
-        table << "LaunchSplitDecodeAttention failed: " << cudaGetErrorString(err) << "\n";
-        return false;
-      }
+      if (!TimeDecodeKernels(z, prop.multiProcessorCount, a, group, ctx, ws, ws_floats, seconds, table)) return false;
       const double bytes = double(batch) * ctx * 2 * kHkv * kHd * 2;
       char line[320];
       std::snprintf(line, sizeof line,
