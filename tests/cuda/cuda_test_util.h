@@ -158,4 +158,31 @@ inline std::vector<float> FromBf16(const std::vector<uint16_t>& v) {
   return out;
 }
 
+// softmax(q · K · scale) · V in double for one query row over keys 0 .. ctx-1:
+// q points at the row's hd query values, key j sits in cache slot slot(j), and
+// k and v are [slots, hkv, hd] caches read at KV head kvh.
+template <typename SlotFn>
+std::vector<double> HostAttentionRow(const float* q, const std::vector<float>& k, const std::vector<float>& v,
+                                     int hkv, int hd, int kvh, int ctx, double scale, SlotFn&& slot) {
+  std::vector<double> s(static_cast<size_t>(ctx));
+  double m = -INFINITY;
+  for (int j = 0; j < ctx; ++j) {
+    const int64_t at = (int64_t{slot(j)} * hkv + kvh) * hd;
+    double dot = 0;
+    for (int d = 0; d < hd; ++d) dot += double{q[d]} * k[static_cast<size_t>(at + d)];
+    s[static_cast<size_t>(j)] = dot * scale;
+    m = std::max(m, s[static_cast<size_t>(j)]);
+  }
+  double den = 0;
+  std::vector<double> acc(static_cast<size_t>(hd), 0.0);
+  for (int j = 0; j < ctx; ++j) {
+    const int64_t at = (int64_t{slot(j)} * hkv + kvh) * hd;
+    const double e = std::exp(s[static_cast<size_t>(j)] - m);
+    den += e;
+    for (int d = 0; d < hd; ++d) acc[static_cast<size_t>(d)] += e * v[static_cast<size_t>(at + d)];
+  }
+  for (double& x : acc) x /= den;
+  return acc;
+}
+
 }  // namespace tpserve::cuda_test

@@ -139,25 +139,10 @@ std::vector<double> HostAttention(const LaunchInputs& in, const Geometry& g, con
                                   const std::vector<float>& k, const std::vector<float>& v, float scale, int t,
                                   int h) {
   const int64_t width = int64_t{g.hq + 2 * g.hkv} * g.hd;
-  const int kvh = h / (g.hq / g.hkv), s = in.token_seq[t], ctx = in.positions[t] + 1;
-  std::vector<double> sc(static_cast<size_t>(ctx));
-  double m = -INFINITY;
+  const int s = in.token_seq[t];
   auto slot = [&](int j) { return int64_t{in.blocks[s][j / g.block_size]} * g.block_size + j % g.block_size; };
-  for (int j = 0; j < ctx; ++j) {
-    double dot = 0;
-    for (int d = 0; d < g.hd; ++d) dot += double{qkv[t * width + int64_t{h} * g.hd + d]} * k[(slot(j) * g.hkv + kvh) * g.hd + d];
-    sc[j] = dot * scale;
-    m = std::max(m, sc[j]);
-  }
-  double den = 0;
-  std::vector<double> acc(static_cast<size_t>(g.hd), 0.0);
-  for (int j = 0; j < ctx; ++j) {
-    const double e = std::exp(sc[j] - m);
-    den += e;
-    for (int d = 0; d < g.hd; ++d) acc[d] += e * v[(slot(j) * g.hkv + kvh) * g.hd + d];
-  }
-  for (double& x : acc) x /= den;
-  return acc;
+  return cuda_test::HostAttentionRow(qkv.data() + t * width + int64_t{h} * g.hd, k, v, g.hkv, g.hd,
+                                     h / (g.hq / g.hkv), in.positions[t] + 1, scale, slot);
 }
 
 // Which rows of a launch to check against the host reference: every row in

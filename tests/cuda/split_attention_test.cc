@@ -39,6 +39,7 @@ namespace {
 using cuda_test::DealBlocks;
 using cuda_test::DeviceArray;
 using cuda_test::FromBf16;
+using cuda_test::HostAttentionRow;
 using cuda_test::ToBf16;
 using cuda_test::Download;
 using cuda_test::ExpectClose;
@@ -123,27 +124,10 @@ DecodeInputs MakeDecodeInputs(const Geometry& g, std::mt19937& rng) {
 
 // softmax(q · K · scale) · V in double for decode row i, head h.
 std::vector<double> HostDecodeRow(const DecodeInputs& in, const Geometry& g, int i, int h) {
-  const int t = kLead + i, ctx = kContexts[i], kvh = h / (g.hq / g.hkv);
+  const int t = kLead + i;
   auto slot = [&](int j) { return int64_t{in.blocks_of[i][j / g.block_size]} * g.block_size + j % g.block_size; };
-  std::vector<double> s(static_cast<size_t>(ctx));
-  double m = -INFINITY;
-  for (int j = 0; j < ctx; ++j) {
-    double dot = 0;
-    for (int d = 0; d < g.hd; ++d) {
-      dot += double{in.qkv[t * in.width + int64_t{h} * g.hd + d]} * in.k[(slot(j) * g.hkv + kvh) * g.hd + d];
-    }
-    s[j] = dot * in.scale;
-    m = std::max(m, s[j]);
-  }
-  double den = 0;
-  std::vector<double> acc(static_cast<size_t>(g.hd), 0.0);
-  for (int j = 0; j < ctx; ++j) {
-    const double e = std::exp(s[j] - m);
-    den += e;
-    for (int d = 0; d < g.hd; ++d) acc[d] += e * in.v[(slot(j) * g.hkv + kvh) * g.hd + d];
-  }
-  for (double& x : acc) x /= den;
-  return acc;
+  return HostAttentionRow(in.qkv.data() + t * in.width + int64_t{h} * g.hd, in.k, in.v, g.hkv, g.hd,
+                          h / (g.hq / g.hkv), kContexts[i], in.scale, slot);
 }
 
 // The inputs on the device, and the kernel arguments over them (out unset).
