@@ -1,7 +1,8 @@
 // The coordinator's Prometheus endpoint: GET /metrics answers the registry
-// in the text exposition format (version 0.0.4), over plain HTTP on one thread
-// of its own (cpp-httplib). Off unless --metrics-listen is given; it serves
-// only figures, never requests, and binds the loopback unless told otherwise.
+// in the text exposition format (version 0.0.4), over plain HTTP on two threads
+// of its own (cpp-httplib's accept loop and a pool of one handler). Off unless
+// --metrics-listen is given; it serves only figures, never requests, and binds
+// the loopback unless told otherwise.
 #pragma once
 
 #include <atomic>
