@@ -1,5 +1,6 @@
 # Compiler flags shared by every tpserve target.
-#   tpserve_set_warnings(<target>)  -Wall -Wextra (and -Werror with TPSERVE_WERROR)
+#   tpserve_flags  an interface target a library links (PRIVATE) to get -Wall -Wextra
+#                  (and -Werror with TPSERVE_WERROR; ASan + UBSan with TPSERVE_SANITIZE)
 add_library(tpserve_flags INTERFACE)
 target_compile_options(tpserve_flags INTERFACE
   $<$<COMPILE_LANGUAGE:CXX>:-Wall -Wextra -Wno-missing-field-initializers>
