@@ -13,3 +13,37 @@ if(TPSERVE_SANITIZE)
                               -fno-sanitize-recover=undefined,float-cast-overflow>)
   target_link_options(tpserve_flags INTERFACE -fsanitize=address,undefined,float-cast-overflow)
 endif()
+
+# tpserve_check_flags(): fails the configure when a library or executable of
+# the project does not link tpserve_flags, so no target is compiled without the
+# warnings, -Werror and the sanitizers by accident (two libraries were, until
+# this check). Generated protobuf/gRPC code is compiled as protoc writes it:
+# the targets in TPSERVE_FLAGS_EXEMPT.
+set(TPSERVE_FLAGS_EXEMPT tpserve_proto tpserve_health_proto)
+function(tpserve_collect_unflagged dir out)
+  get_property(targets DIRECTORY ${dir} PROPERTY BUILDSYSTEM_TARGETS)
+  set(missing)
+  foreach(t ${targets})
+    get_target_property(type ${t} TYPE)
+    if(type MATCHES "^(STATIC_LIBRARY|SHARED_LIBRARY|OBJECT_LIBRARY|MODULE_LIBRARY|EXECUTABLE)$"
+       AND NOT t IN_LIST TPSERVE_FLAGS_EXEMPT)
+      get_target_property(libs ${t} LINK_LIBRARIES)
+      if(NOT libs OR NOT "tpserve_flags" IN_LIST libs)
+        list(APPEND missing ${t})
+      endif()
+    endif()
+  endforeach()
+  get_property(subdirs DIRECTORY ${dir} PROPERTY SUBDIRECTORIES)
+  foreach(d ${subdirs})
+    tpserve_collect_unflagged(${d} sub)
+    list(APPEND missing ${sub})
+  endforeach()
+  set(${out} ${missing} PARENT_SCOPE)
+endfunction()
+function(tpserve_check_flags)
+  tpserve_collect_unflagged(${PROJECT_SOURCE_DIR} missing)
+  if(missing)
+    message(FATAL_ERROR "tpserve: these targets do not link tpserve_flags (warnings, -Werror, sanitizers): "
+                        "${missing}; add it to their target_link_libraries (PRIVATE)")
+  endif()
+endfunction()
