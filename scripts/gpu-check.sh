@@ -219,7 +219,7 @@ if phase configure "engine-only, CUDA arch $cuda_arch" configure; then
     phase tests "ctest -L gpu, TPSERVE_CUDA_SYNC_CHECK=1" env TPSERVE_CUDA_SYNC_CHECK=1 \
       ctest --test-dir "$build" -L gpu -j 8 --timeout 120 --output-on-failure
     if [[ -n "$sanitizer" ]]; then
-      phase memcheck "compute-sanitizer memcheck, 8 op suites" memcheck
+      phase memcheck "compute-sanitizer memcheck, 9 op suites" memcheck
     fi
     phase bench "gpu_bench -> gpu_bench.md" "$build/bench/gpu/gpu_bench" --out "$out/gpu_bench.md" \
       --workdir "$work"
