@@ -56,6 +56,10 @@ struct Sizes {
   std::vector<int32_t> sampler_batches{1, 8, 64};
   int sampler_iters = 500;
   int64_t max_num_seqs = 256;  // the serving engine's (decode graphs are captured up to it)
+  // Where the targets (Target below) are read: the model of the batch-1 decode
+  // row, and the attention rows' batch and shortest context.
+  std::string target_model = "qwen3-0.6b";
+  int32_t target_attention_batch = 64, target_min_context = 1024;
 
   static Sizes Smoke() {
     Sizes z;
@@ -74,6 +78,7 @@ struct Sizes {
     z.gemv_rotate_bytes = 1, z.gemv_iters = 1;
     z.sampler_vocab = 2053, z.sampler_batches = {1, 3}, z.sampler_iters = 1;
     z.max_num_seqs = 4;
+    z.target_model = "tiny", z.target_attention_batch = 2, z.target_min_context = 600;  // the paths run, unjudged
     return z;
   }
   int max_attention_context() const { return *std::max_element(attention_contexts.begin(), attention_contexts.end()); }
@@ -96,6 +101,20 @@ double TimeIt(Fn&& fn, int warmup, int iters) {
 // A step of `num_seqs` sequences with `new_tokens` new tokens each ending at
 // position seq_len − 1; sequence s owns blocks [s · blocks_per_seq, ...).
 StepBatch BenchStep(int32_t num_seqs, int32_t new_tokens, int32_t seq_len);
+
+// Issue 12's targets on one H200 with Qwen3-0.6B shapes (targets.cc): the
+// sections that measure one record it, the worst value kept, and gpu_bench
+// prints the table last, so a GPU run says at once which are met.
+enum class Target {
+  kBatch1Decode,     // ms per served decode step, batch 1, context 512, graphs + GPU sampler: <= 0.45, then 0.35
+  kDecodeAttention,  // share of the copy bandwidth, fast kernel, batch 64, context 1024..32768: >= 85%
+  kThroughput,       // output tokens/s, the offline 256-sequence workload: >= 20,000
+  kSampler,          // us per call, batch 1, vocabulary 151,936, temperature + top-p, as a graph: <= 15
+};
+void RecordTarget(Target target, double value);
+// The targets' markdown table: goal, worst value recorded (or "not measured"),
+// and whether it is met. Under --smoke (tiny shapes) nothing is judged.
+std::string TargetsTable(bool smoke);
 
 // Kernel-level sections (kernel_sections.cc). bw: the measured copy bandwidth (bytes/s).
 bool GemvSection(const Sizes& z, double bw, std::ostream& table);

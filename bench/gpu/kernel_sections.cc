@@ -95,6 +95,9 @@ bool AttentionSplitSection(const Sizes& z, double bw, std::ostream& table) {
                                 z.smoke ? 1 : ctx * batch > 1 << 20 ? 10 : 50);
       }
       const double bytes = double(batch) * ctx * 2 * shape.num_kv_heads * shape.head_dim * 2;
+      if (batch == z.target_attention_batch && ctx >= z.target_min_context) {
+        RecordTarget(Target::kDecodeAttention, 100 * bytes / seconds[2] / bw);
+      }
       char line[256];
       std::snprintf(line, sizeof line, "| %d | %d | %.1f us | %.1f us | %.1f us | %.2f | %.0f (%.0f%%) | %.0f (%.0f%%) |\n",
                     ctx, batch, seconds[0] * 1e6, seconds[1] * 1e6, seconds[2] * 1e6, seconds[2] / seconds[1],
