@@ -10,6 +10,7 @@
 #include <memory>
 #include <mutex>
 #include <set>
+#include <string_view>
 #include <sstream>
 #include <vector>
 
@@ -476,6 +477,12 @@ void LogLaunch(const char* kernel) {
   }
 }
 
+// TPSERVE_EMU_REVERSE_BLOCKS (simt.h, RunLaunch): run the grid's blocks last first.
+bool ReverseBlocks() {
+  const char* v = std::getenv("TPSERVE_EMU_REVERSE_BLOCKS");
+  return v != nullptr && *v != '\0' && std::string_view(v) != "0";
+}
+
 }  // namespace
 
 cudaError_t RunLaunch(const LaunchConfig& config, const std::function<void()>& thread_body) {
@@ -491,9 +498,13 @@ cudaError_t RunLaunch(const LaunchConfig& config, const std::function<void()>& t
   b.body = &thread_body;
   b.fibers.resize(size_t{config.block.x} * config.block.y * config.block.z);
   t_block = &b;
-  for (unsigned z = 0; z < config.grid.z && b.error.empty(); ++z) {
-    for (unsigned y = 0; y < config.grid.y && b.error.empty(); ++y) {
-      for (unsigned x = 0; x < config.grid.x && b.error.empty(); ++x) RunBlock(b, uint3{x, y, z});
+  const bool reverse = ReverseBlocks();
+  const dim3& g = config.grid;
+  for (unsigned z = 0; z < g.z && b.error.empty(); ++z) {
+    for (unsigned y = 0; y < g.y && b.error.empty(); ++y) {
+      for (unsigned x = 0; x < g.x && b.error.empty(); ++x) {
+        RunBlock(b, reverse ? uint3{g.x - 1 - x, g.y - 1 - y, g.z - 1 - z} : uint3{x, y, z});
+      }
     }
   }
   t_block = nullptr;

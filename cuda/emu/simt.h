@@ -44,7 +44,8 @@
 // wait is not checked (the previous launch has always finished here), so the
 // rule of cuda/simt.cuh holds by review: nothing before the wait but weights,
 // the step's uploaded metadata and earlier steps' KV cache.
-// Not modelled: timing and scheduling between blocks (they run in order), the
+// Not modelled: timing and scheduling between blocks (they run in order, or
+// in reverse: RunLaunch), the
 // memory model between blocks and between threads without a barrier, and the
 // GPU's rounding of __expf and rsqrtf (the host's exp and sqrt are used).
 #pragma once
@@ -83,7 +84,11 @@ struct LaunchConfig {
 };
 
 // Runs `thread_body` once per thread of every block of the launch; cudaSuccess,
-// or the error with LastReport() saying why.
+// or the error with LastReport() saying why. Blocks run in grid order (x
+// fastest, then y, then z), or in the reverse of it when the environment
+// variable TPSERVE_EMU_REVERSE_BLOCKS is set to anything but "0" when the
+// launch starts (read at every launch): correct kernels give the same
+// results either way, as a GPU may run blocks in any order.
 cudaError_t RunLaunch(const LaunchConfig& config, const std::function<void()>& thread_body);
 
 // The launch's configuration against the limits above: cudaSuccess, or
@@ -258,6 +263,19 @@ T atomicMax(T* address, T v) {
   while (old < v && !a.compare_exchange_weak(old, v)) {
   }
   return old;
+}
+
+// Memory fences and cache-hinted loads between blocks (the "last block"
+// pattern of cuda/sampling_sliced.cu): a launch's blocks run one after
+// another on one host thread, so whatever a block stored is already there
+// for every block after it. The fence is nothing and __ldcg (a load that
+// bypasses L1 on the GPU) a plain load; the order blocks run in may be
+// reversed (TPSERVE_EMU_REVERSE_BLOCKS, RunLaunch) to show code that relies
+// on which block arrives last.
+inline void __threadfence() {}
+template <typename T>
+T __ldcg(const T* p) {
+  return *p;
 }
 
 // Math intrinsics: the host's correctly rounded functions (not the GPU's

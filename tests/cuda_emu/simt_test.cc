@@ -8,6 +8,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdlib>
 #include <string>
 #include <vector>
 
@@ -329,6 +330,51 @@ TEST(SimtTest, DynamicSharedMemoryIsSizedByTheLaunchAndAtomicsCount) {
   int total = 0;
   ASSERT_EQ(LAUNCH(CountIntoDynamicShared, 5, 96, 7 * sizeof(int), 7, &total), cudaSuccess) << emu::LastReport();
   EXPECT_EQ(total, 5 * 96);
+}
+
+// The "last block" pattern (cuda/sampling_sliced.cu): every block writes a
+// partial and takes a ticket; the block with the last ticket sums the
+// partials (through __ldcg) and notes which block it was. `order` gets each
+// block's ticket.
+__global__ void LastBlockSums(int* partial, unsigned* arrivals, int* order, int* sum, int* last) {
+  TPSERVE_SHARED(unsigned, ticket);
+  const int b = static_cast<int>(blockIdx.x + gridDim.x * blockIdx.y);
+  const int blocks = static_cast<int>(gridDim.x * gridDim.y);
+  if (threadIdx.x == 0) partial[b] = b + 1;
+  __threadfence();
+  __syncthreads();
+  if (threadIdx.x == 0) ticket = atomicAdd(arrivals, 1u);
+  __syncthreads();
+  if (threadIdx.x == 0) order[b] = static_cast<int>(ticket);
+  if (ticket != static_cast<unsigned>(blocks - 1) || threadIdx.x != 0) return;
+  __threadfence();
+  int total = 0;
+  for (int i = 0; i < blocks; ++i) total += __ldcg(&partial[i]);
+  *sum = total;
+  *last = b;
+  *arrivals = 0;
+}
+
+// Blocks run in grid order, or last first under TPSERVE_EMU_REVERSE_BLOCKS
+// (read at each launch); the last block to arrive sees every partial either way.
+TEST(SimtTest, BlocksRunInGridOrderOrReversedAndTheLastToArriveSeesEveryPartial) {
+  const dim3 grid(3, 2);
+  const int blocks = 6;
+  for (const char* reverse : {"0", "1"}) {
+    SCOPED_TRACE(std::string("TPSERVE_EMU_REVERSE_BLOCKS=") + reverse);
+    ASSERT_EQ(setenv("TPSERVE_EMU_REVERSE_BLOCKS", reverse, 1), 0);
+    std::vector<int> partial(blocks, -1), order(blocks, -1);
+    unsigned arrivals = 0;
+    int sum = 0, last = -1;
+    const cudaError_t err = LAUNCH(LastBlockSums, grid, 64, 0, partial.data(), &arrivals, order.data(), &sum, &last);
+    ASSERT_EQ(unsetenv("TPSERVE_EMU_REVERSE_BLOCKS"), 0);
+    ASSERT_EQ(err, cudaSuccess) << emu::LastReport();
+    const bool reversed = reverse[0] == '1';
+    for (int b = 0; b < blocks; ++b) EXPECT_EQ(order[b], reversed ? blocks - 1 - b : b) << "block " << b;
+    EXPECT_EQ(sum, blocks * (blocks + 1) / 2);
+    EXPECT_EQ(last, reversed ? 0 : blocks - 1);
+    EXPECT_EQ(arrivals, 0u);
+  }
 }
 
 __global__ void WriteOnePastTheEnd(int n, int* out) {
