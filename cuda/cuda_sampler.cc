@@ -117,7 +117,14 @@ absl::Status CudaSampler::Allocate() {
       sliced_workspace_bytes_ = std::max(
           sliced_workspace_bytes_, SlicedSampleWorkspaceBytes(r, PlanSlices(r, vocab, options_.sm_count).slices));
     }
-    if (sliced_rows_cap_ > 0) step(cudaMalloc(&d_sliced_workspace_, sliced_workspace_bytes_));
+    if (sliced_rows_cap_ > 0) {
+      step(cudaMalloc(&d_sliced_workspace_, sliced_workspace_bytes_));
+      // The last stage's per-row arrival counters start at zero, once: every
+      // call (eager or a graph replay) leaves them zero (SlicedSampleArgs::workspace).
+      if (err == cudaSuccess) {
+        step(cudaMemset(d_sliced_workspace_, 0, SlicedSampleCounterBytes(sliced_rows_cap_)));
+      }
+    }
   }
   if (err != cudaSuccess) {
     (void)cudaGetLastError();  // an allocation error is not sticky: clear it for later calls

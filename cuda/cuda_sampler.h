@@ -52,11 +52,14 @@
 // bucket has one graph per stage set (kSliceStageSets = 8: top-k's passes,
 // top-p's, mass, each in or out; sampling_sliced.cuh), and a step replays the
 // one PlanSliceStageSet picks for its rows: exactly the kernels an eager call
-// runs (greedy 2, temperature + top-p 5, top-k + top-p 8), while inside a
-// launch each stage still decides per row on the device (mixed rows). One
-// graph of every stage (9 kernels; its stages decide per row as well) would
-// cost a temperature + top-p step 4 launches of blocks that exit at once;
-// 8 small graphs per bucket cost only capture time at warm-up.
+// runs (greedy 1, temperature only 2, temperature + top-p 4, top-k + top-p 7;
+// the last stage's last block of each row draws), while inside a launch each
+// stage still decides per row on the device (mixed rows). One graph of every
+// stage (8 kernels; its stages decide per row as well) would cost a
+// temperature + top-p step 4 launches of blocks that skip their work; 8 small
+// graphs per bucket cost only capture time at warm-up. The sliced workspace's
+// arrival counters are zeroed once, when it is allocated; every call and
+// replay leaves them zero.
 #pragma once
 
 #include <cstdint>

@@ -41,8 +41,10 @@ struct RowState {
   int32_t filter_top_k;  // 1: the top-k cut is inside the min-p cut and filters before top-p
 };
 
-// Byte layout of the workspace (256-byte aligned parts).
+// Byte layout of the workspace (256-byte aligned parts; the arrival counters
+// first, so their place does not depend on `slices`: SlicedSampleCounterBytes).
 struct Workspace {
+  uint32_t* arrivals;                // [rows] blocks of the row that finished the last stage
   ValueId* best;                     // [rows, slices] per-slice argmax
   unsigned long long* hist;          // [rows, kSelects·kRadixPasses, 2, kRadixBins] counts, masses
   uint32_t* slice_counts;            // [rows, kSelects, slices, kRadixBins] last pass, per slice
@@ -58,6 +60,7 @@ TPSERVE_HOST_DEVICE constexpr size_t Align256(size_t n) { return (n + 255) / 256
 TPSERVE_HOST_DEVICE inline size_t LayoutWorkspace(int64_t rows, int32_t slices, char* base, Workspace* ws) {
   const size_t rs = static_cast<size_t>(rows) * static_cast<size_t>(slices);
   const size_t parts[] = {
+      Align256(sizeof(uint32_t) * static_cast<size_t>(rows)),
       Align256(sizeof(ValueId) * rs),
       Align256(sizeof(unsigned long long) * static_cast<size_t>(rows) * kSelects * kRadixPasses * 2 * kRadixBins),
       Align256(sizeof(uint32_t) * rs * kSelects * kRadixBins),
@@ -66,16 +69,18 @@ TPSERVE_HOST_DEVICE inline size_t LayoutWorkspace(int64_t rows, int32_t slices, 
       Align256(sizeof(int64_t) * rs),
       Align256(sizeof(int64_t) * rs * kRadixBins),
   };
+  constexpr int kParts = sizeof(parts) / sizeof(parts[0]);
   size_t at = 0;
-  void* p[7];
-  for (int i = 0; i < 7; ++i) {
+  void* p[kParts];
+  for (int i = 0; i < kParts; ++i) {
     p[i] = base == nullptr ? nullptr : base + at;
     at += parts[i];
   }
   if (ws != nullptr) {
-    *ws = Workspace{static_cast<ValueId*>(p[0]), static_cast<unsigned long long*>(p[1]),
-                    static_cast<uint32_t*>(p[2]), static_cast<RowState*>(p[3]), static_cast<int64_t*>(p[4]),
-                    static_cast<int64_t*>(p[5]), static_cast<int64_t*>(p[6])};
+    *ws = Workspace{static_cast<uint32_t*>(p[0]), static_cast<ValueId*>(p[1]),
+                    static_cast<unsigned long long*>(p[2]), static_cast<uint32_t*>(p[3]),
+                    static_cast<RowState*>(p[4]), static_cast<int64_t*>(p[5]), static_cast<int64_t*>(p[6]),
+                    static_cast<int64_t*>(p[7])};
   }
   return at;
 }
@@ -85,7 +90,18 @@ struct StageArgs {
   int32_t stage;     // index into a.stages
   SliceStage prev;   // a.stages.kinds[stage - 1] (kStats for stage 0), resolved on the host: indexing
   SliceStage kind;   //   the kernel's parameter array at run time would copy it to the stack
+  bool last;         // stage == a.stages.count - 1: its blocks arrive, the row's last one draws
 };
+
+// Loads of what other blocks wrote into the workspace: from L2 (ld.global.cg),
+// never a line this SM's L1 may hold from before. Needed where the last block
+// of a row reads partials of the same launch (after the arrival's fences);
+// used for every such read, so the helpers below serve both cases.
+template <typename X>
+__device__ inline X Cg(const X* p) {
+  return __ldcg(p);
+}
+__device__ inline ValueId Cg(const ValueId* p) { return ValueId{__ldcg(&p->value), __ldcg(&p->id)}; }
 
 // A padding row of a graph's bucket (SlicedSampleArgs::live_rows): its blocks
 // return before reading anything of the row.
@@ -154,6 +170,14 @@ struct Slice {
                                    int64_t{a.layout_rows} * a.shard_vocab, a.shard_vocab, a.vocab};
     p = a.params[k];
   }
+  // The same row seen from slice `slice` (the owner slice the row's last block walks).
+  __device__ Slice At(int32_t slice) const {
+    Slice v(*this);
+    v.s = slice;
+    v.begin = SliceBegin(a.plan, slice);
+    v.end = SliceEnd(a.plan, slice, a.vocab);
+    return v;
+  }
   __device__ int64_t RS(int32_t slice) const { return int64_t{k} * a.plan.slices + slice; }
   __device__ unsigned long long* Hist(int slot) const {
     return ws.hist + (int64_t{k} * kSelects * kRadixPasses + slot) * 2 * kRadixBins;
@@ -172,7 +196,7 @@ template <typename T>
 __device__ RowState StateAfterStats(Slice<T>& c) {
   ValueId best{-INFINITY, kNoId};
   for (int32_t z = c.b.thread(); z < c.a.plan.slices; z += c.b.size()) {
-    const ValueId v = c.ws.best[c.RS(z)];
+    const ValueId v = Cg(&c.ws.best[c.RS(z)]);
     if (sampling::Better(v, best)) best = v;
   }
   RowState st{};
@@ -198,7 +222,7 @@ __device__ void FoldPass(Slice<T>& c, SliceStage done, RowState& st) {
   if (!(st.flags & (sel == 0 ? kFlagTopK : kFlagTopP))) return;
   const unsigned long long* h = c.Hist(sel * kRadixPasses + pass);
   const DigitScan scan = ScanDigitsDown(c.b, [&](int32_t d) {
-    return static_cast<int64_t>(h[sel == 0 ? d : kRadixBins + d]);
+    return static_cast<int64_t>(Cg(&h[sel == 0 ? d : kRadixBins + d]));
   });
   if (sel == 1 && pass == 0) {
     st.total = scan.total;
@@ -211,7 +235,7 @@ __device__ void FoldPass(Slice<T>& c, SliceStage done, RowState& st) {
     if (!IsPickedDigit(scan.above[j], scan.bins[j], st.need)) continue;
     pick = ScanDigit(c.b.thread(), j);
     pick_above = scan.above[j];
-    pick_count = static_cast<int64_t>(h[pick]);
+    pick_count = static_cast<int64_t>(Cg(&h[pick]));
   }
   pick = c.b.MinId(pick);
   pick_above = c.b.Sum(pick_above);
@@ -268,9 +292,9 @@ template <typename T, class Member>
 __device__ Cut LocalSelectCut(Slice<T>& c, int sel, const SelectCut& cut, Member&& member) {
   const int32_t digit = LastDigit(cut.key);
   int64_t before = 0;
-  for (int32_t z = c.b.thread(); z < c.s; z += c.b.size()) before += c.SliceCounts(sel, z)[digit];
+  for (int32_t z = c.b.thread(); z < c.s; z += c.b.size()) before += Cg(&c.SliceCounts(sel, z)[digit]);
   before = c.b.Sum(before);
-  const int64_t here = c.SliceCounts(sel, c.s)[digit];
+  const int64_t here = Cg(&c.SliceCounts(sel, c.s)[digit]);
   const int64_t quota = TieQuota(cut.kept, before, here);
   if (quota == here) return Cut{cut.key, kNoId};
   if (quota == 0) return Cut{cut.key, -1};
@@ -293,6 +317,129 @@ __device__ Cut TopPCut(Slice<T>& c, const RowState& st, const Cut& filter) {
   return LocalSelectCut(c, 1, st.sel[1], [&](int32_t i, uint32_t key) { return sampling::Kept(filter, key, i); });
 }
 
+// ---- the draw, by the last block of a row to finish the last stage ----
+
+// Kept mass of slice z before top-p's tie group: the mass stage's, or for a
+// top-p row what its last pass left above the cut key (above its prefix, and
+// the prefix's digits above the cut's).
+template <typename T>
+__device__ int64_t SliceMassAbove(Slice<T>& c, bool top_p, int32_t digit, int32_t z) {
+  return top_p ? Cg(&c.ws.slice_above[c.RS(z)]) + Cg(&c.ws.slice_gt[c.RS(z) * kRadixBins + digit])
+               : Cg(&c.ws.slice_mass[c.RS(z)]);
+}
+
+// The row's kept mass: Σ over slices, plus for a top-p row the first `kept`
+// tokens of the cut key's tie group (wc each).
+template <typename T>
+__device__ int64_t KeptTotal(Slice<T>& c, const RowState& st) {
+  const bool top_p = st.flags & kFlagTopP;
+  const SelectCut& cut = st.sel[1];
+  int64_t all = 0;
+  for (int32_t z = c.b.thread(); z < c.a.plan.slices; z += c.b.size()) {
+    all += SliceMassAbove(c, top_p, LastDigit(cut.key), z);
+  }
+  all = c.b.Sum(all);
+  return top_p ? all + cut.kept * c.Mass(st, sampling::FromOrderedKey(cut.key)) : all;
+}
+
+// The owner slice: the z whose kept mass m(z) > 0 has before(z) <= threshold
+// < before(z) + m(z), before(z) = Σ m over the slices < z (*before); exactly
+// one when threshold < KeptTotal. m(z) counts the tie group's tokens the
+// slice keeps (the first `kept` of the row, in id order: TieQuota). Chunks of
+// block-size slices, each with two block scans (ties, then masses).
+template <typename T>
+__device__ int32_t OwnerSlice(Slice<T>& c, const RowState& st, int64_t threshold, int64_t* before) {
+  const bool top_p = st.flags & kFlagTopP;
+  const SelectCut& cut = st.sel[1];
+  const int32_t digit = LastDigit(cut.key);
+  const int64_t wc = top_p ? c.Mass(st, sampling::FromOrderedKey(cut.key)) : 0;
+  int64_t mass_seen = 0, ties_seen = 0;
+  for (int32_t base = 0; base < c.a.plan.slices; base += c.b.size()) {
+    const int32_t z = base + c.b.thread();
+    int64_t m = 0, ties = 0;
+    if (z < c.a.plan.slices) {
+      m = SliceMassAbove(c, top_p, digit, z);
+      if (top_p) ties = Cg(&c.SliceCounts(1, z)[digit]);
+    }
+    int64_t chunk_ties = 0, chunk_mass = 0;
+    const int64_t ties_before = ties_seen + c.b.ExclusiveSum(ties, &chunk_ties);
+    m += TieQuota(cut.kept, ties_before, ties) * wc;
+    const int64_t at = mass_seen + c.b.ExclusiveSum(m, &chunk_mass);
+    const bool owns = m > 0 && at <= threshold && threshold < at + m;
+    const int32_t owner = c.b.MinId(owns ? z : kNoId);
+    if (owner != kNoId) {
+      *before = c.b.Sum(owns ? at : int64_t{0});  // one thread owns
+      return owner;
+    }
+    mass_seen += chunk_mass;
+    ties_seen += chunk_ties;
+  }
+  return kNoId;  // not reached: threshold < the row's kept mass
+}
+
+// The owner slice's walk: the first kept id whose cumulative mass exceeds threshold.
+template <typename T>
+__device__ int32_t WalkSlice(Slice<T>& c, const RowState& st, int64_t cum, int64_t threshold) {
+  const Cut filter = FilterCut(c, st);
+  const Cut top_p = TopPCut(c, st, filter);
+  for (int32_t base = c.begin; base < c.end; base += c.b.size()) {
+    const int32_t i = base + c.b.thread();
+    int64_t w = 0;
+    if (i < c.end) {
+      const float x = c.row.Raw(i);
+      const uint32_t key = OrderedKey(x);
+      if (sampling::Kept(filter, key, i) && sampling::Kept(top_p, key, i)) w = c.Mass(st, x);
+    }
+    int64_t chunk = 0;
+    const int64_t before = cum + c.b.ExclusiveSum(w, &chunk);
+    const int32_t picked = c.b.MinId(w > 0 && before + w > threshold ? i : kNoId);
+    if (picked != kNoId) return picked;
+    cum += chunk;
+  }
+  return kNoId;  // not reached: this slice holds the threshold
+}
+
+// The row's token from the state after the last stage (every thread returns it).
+template <typename T>
+__device__ int32_t DrawToken(Slice<T>& c, const RowState& st) {
+  if (st.flags & kFlagGreedy) return st.best.id;
+  const int64_t total = KeptTotal(c, st);
+  // Rounding may put u · total at the very end: then the last kept token
+  // with mass (RowSampler takes the last kept one, which differs only when
+  // tokens below 2^-44 of the best one's weight follow it).
+  int64_t threshold = DrawThreshold(c.p.uniform, total);
+  if (threshold >= total) threshold = total - 1;
+  int64_t before = 0;
+  const int32_t owner = OwnerSlice(c, st, threshold, &before);
+  Slice<T> view = c.At(owner);
+  return WalkSlice(view, st, before, threshold);
+}
+
+// The end of the last stage for every block of a live row (all its threads,
+// whether the stage worked on the row or skipped it): the "last block"
+// pattern. Each thread's partials (stores and atomics) are fenced before the
+// block's arrival; the block that arrives last fences again, so what every
+// other block wrote before its arrival is visible to its L2 loads (Cg), then
+// folds the stage into `st` (the state at the stage's start), draws, and
+// resets the row's counter for the next call.
+template <typename T>
+__device__ void ArriveAndDraw(Slice<T>& c, const StageArgs& sa, RowState st) {
+  TPSERVE_SHARED(uint32_t, arrived);
+  __threadfence();
+  c.b.Sync();  // every thread's fence before the arrival
+  if (c.b.thread() == 0) arrived = atomicAdd(&c.ws.arrivals[c.k], 1u);
+  c.b.Sync();
+  if (arrived != static_cast<uint32_t>(c.a.plan.slices - 1)) return;
+  __threadfence();
+  if (sa.kind == SliceStage::kStats) st = StateAfterStats(c);
+  if (IsTopK(sa.kind) || IsTopP(sa.kind)) FoldPass(c, sa.kind, st);
+  const int32_t token = DrawToken(c, st);
+  if (c.b.thread() == 0) {
+    c.a.results[c.k] = sampling::RowResult{token, 0.0f, 0};
+    c.ws.arrivals[c.k] = 0;
+  }
+}
+
 // ---- the stages ----
 
 template <typename T>
@@ -307,6 +454,10 @@ __global__ void __launch_bounds__(kSliceThreads) SliceStatsKernel(StageArgs sa) 
   }
   best = block.ArgMax(best);
   if (block.thread() == 0) c.ws.best[c.RS(c.s)] = best;
+  if (sa.last) {  // an all-greedy call: nothing to zero; the state comes after the arrival
+    ArriveAndDraw(c, sa, RowState{});
+    return;
+  }
   // Zero the row's histograms of the selects the call runs (slices share the work).
   const SliceStage first = c.a.stages.kinds[1];  // top-k's passes come before top-p's
   if (!IsTopK(first) && !IsTopP(first)) return;  // a call without any
@@ -316,17 +467,14 @@ __global__ void __launch_bounds__(kSliceThreads) SliceStatsKernel(StageArgs sa) 
   for (int32_t w = c.s * block.size() + block.thread(); w < words; w += c.a.plan.slices * block.size()) h[w] = 0;
 }
 
+// One radix pass over the block's slice: adds its digits' counts (and
+// masses) into the row's histograms; the last pass also keeps the slice's
+// own bins (and, of top-p, its masses above the cut's digits).
 template <typename T>
-__global__ void __launch_bounds__(kSliceThreads) SliceRadixKernel(StageArgs sa) {
-  TPSERVE_SHARED_ARRAY(unsigned long long, counts, kRadixBins);
-  TPSERVE_SHARED_ARRAY(unsigned long long, masses, kRadixBins);
-  if (PaddingRow(sa.a)) return;
-  Block block;
-  Slice<T> c(sa.a, block);
-  const RowState st = AdvanceState(c, sa);
-  const SliceStage kind = sa.kind;
+__device__ void RadixPass(Slice<T>& c, const RowState& st, SliceStage kind, unsigned long long* counts,
+                          unsigned long long* masses) {
+  Block& block = c.b;
   const int sel = SelectOf(kind), pass = PassOf(kind);
-  if (!(st.flags & (sel == 0 ? kFlagTopK : kFlagTopP))) return;
   const Cut filter = sel == 0 ? Cut{0, kNoId} : FilterCut(c, st);
   for (int32_t d = block.thread(); d < kRadixBins; d += block.size()) counts[d] = masses[d] = 0;
   block.Sync();
@@ -369,98 +517,34 @@ __global__ void __launch_bounds__(kSliceThreads) SliceRadixKernel(StageArgs sa) 
 }
 
 template <typename T>
+__global__ void __launch_bounds__(kSliceThreads) SliceRadixKernel(StageArgs sa) {
+  TPSERVE_SHARED_ARRAY(unsigned long long, counts, kRadixBins);
+  TPSERVE_SHARED_ARRAY(unsigned long long, masses, kRadixBins);
+  if (PaddingRow(sa.a)) return;
+  Block block;
+  Slice<T> c(sa.a, block);
+  const RowState st = AdvanceState(c, sa);
+  if (st.flags & (SelectOf(sa.kind) == 0 ? kFlagTopK : kFlagTopP)) RadixPass(c, st, sa.kind, counts, masses);
+  if (sa.last) ArriveAndDraw(c, sa, st);
+}
+
+template <typename T>
 __global__ void __launch_bounds__(kSliceThreads) SliceMassKernel(StageArgs sa) {
   if (PaddingRow(sa.a)) return;
   Block block;
   Slice<T> c(sa.a, block);
   const RowState st = AdvanceState(c, sa);
-  if (st.flags & (kFlagGreedy | kFlagTopP)) return;  // top-p's last pass left what the draw needs
-  const Cut filter = FilterCut(c, st);
-  int64_t mass = 0;
-  for (int32_t i = c.begin + block.thread(); i < c.end; i += block.size()) {
-    const float x = c.row.Raw(i);
-    if (sampling::Kept(filter, OrderedKey(x), i)) mass += c.Mass(st, x);
-  }
-  mass = block.Sum(mass);
-  if (block.thread() == 0) c.ws.slice_mass[c.RS(c.s)] = mass;
-}
-
-// Kept mass of the row (*total), of the slices before this one (*before) and
-// of this one (*here): from the mass stage, or for a top-p row from its last
-// pass: above the prefix, the digits above the cut's, and of the cut key's
-// tie group the first `kept` tokens (wc each), which slices hold in id order.
-template <typename T>
-__device__ void KeptMasses(Slice<T>& c, const RowState& st, int64_t* total, int64_t* before, int64_t* here) {
-  const bool top_p = st.flags & kFlagTopP;
-  const SelectCut& cut = st.sel[1];
-  const int32_t digit = LastDigit(cut.key);
-  int64_t all = 0, earlier = 0, ties_earlier = 0;
-  for (int32_t z = c.b.thread(); z < c.a.plan.slices; z += c.b.size()) {
-    const int64_t m = top_p ? c.ws.slice_above[c.RS(z)] + c.ws.slice_gt[c.RS(z) * kRadixBins + digit]
-                            : c.ws.slice_mass[c.RS(z)];
-    all += m;
-    if (z < c.s) {
-      earlier += m;
-      if (top_p) ties_earlier += c.SliceCounts(1, z)[digit];
-    }
-  }
-  *total = c.b.Sum(all);
-  *before = c.b.Sum(earlier);
-  ties_earlier = c.b.Sum(ties_earlier);
-  if (!top_p) {
-    *here = c.ws.slice_mass[c.RS(c.s)];
-    return;
-  }
-  const int64_t wc = c.Mass(st, sampling::FromOrderedKey(cut.key));
-  *total += cut.kept * wc;
-  *before += (ties_earlier < cut.kept ? ties_earlier : cut.kept) * wc;
-  *here = c.ws.slice_above[c.RS(c.s)] + c.ws.slice_gt[c.RS(c.s) * kRadixBins + digit] +
-          TieQuota(cut.kept, ties_earlier, c.SliceCounts(1, c.s)[digit]) * wc;
-}
-
-// The owner slice's walk: the first kept id whose cumulative mass exceeds threshold.
-template <typename T>
-__device__ int32_t WalkSlice(Slice<T>& c, const RowState& st, int64_t cum, int64_t threshold) {
-  const Cut filter = FilterCut(c, st);
-  const Cut top_p = TopPCut(c, st, filter);
-  for (int32_t base = c.begin; base < c.end; base += c.b.size()) {
-    const int32_t i = base + c.b.thread();
-    int64_t w = 0;
-    if (i < c.end) {
+  if (!(st.flags & (kFlagGreedy | kFlagTopP))) {  // top-p's last pass left what the draw needs
+    const Cut filter = FilterCut(c, st);
+    int64_t mass = 0;
+    for (int32_t i = c.begin + block.thread(); i < c.end; i += block.size()) {
       const float x = c.row.Raw(i);
-      const uint32_t key = OrderedKey(x);
-      if (sampling::Kept(filter, key, i) && sampling::Kept(top_p, key, i)) w = c.Mass(st, x);
+      if (sampling::Kept(filter, OrderedKey(x), i)) mass += c.Mass(st, x);
     }
-    int64_t chunk = 0;
-    const int64_t before = cum + c.b.ExclusiveSum(w, &chunk);
-    const int32_t picked = c.b.MinId(w > 0 && before + w > threshold ? i : kNoId);
-    if (picked != kNoId) return picked;
-    cum += chunk;
+    mass = block.Sum(mass);
+    if (block.thread() == 0) c.ws.slice_mass[c.RS(c.s)] = mass;
   }
-  return kNoId;  // not reached: this slice holds the threshold
-}
-
-template <typename T>
-__global__ void __launch_bounds__(kSliceThreads) SliceDrawKernel(StageArgs sa) {
-  if (PaddingRow(sa.a)) return;
-  Block block;
-  Slice<T> c(sa.a, block);
-  const RowState st = AdvanceState(c, sa);
-  sampling::RowResult result{st.best.id, 0.0f, 0};
-  if (!(st.flags & kFlagGreedy)) {
-    int64_t total = 0, before = 0, here = 0;
-    KeptMasses(c, st, &total, &before, &here);
-    // Rounding may put u · total at the very end: then the last kept token
-    // with mass (RowSampler takes the last kept one, which differs only when
-    // tokens below 2^-44 of the best one's weight follow it).
-    int64_t threshold = DrawThreshold(c.p.uniform, total);
-    if (threshold >= total) threshold = total - 1;
-    if (!(here > 0 && before <= threshold && before + here > threshold)) return;  // another slice draws
-    result.token = WalkSlice(c, st, before, threshold);
-    if (block.thread() == 0) c.a.results[c.k] = result;
-    return;
-  }
-  if (c.s == 0 && block.thread() == 0) c.a.results[c.k] = result;
+  if (sa.last) ArriveAndDraw(c, sa, st);
 }
 
 template <typename T>
@@ -468,13 +552,12 @@ cudaError_t LaunchStages(const SlicedSampleArgs& args, cudaStream_t stream) {
   const dim3 grid(static_cast<unsigned>(args.plan.slices), static_cast<unsigned>(args.rows)), block(kSliceThreads);
   for (int32_t n = 0; n < args.stages.count; ++n) {
     const SliceStage kind = args.stages.kinds[n];
-    const StageArgs sa{args, n, n == 0 ? SliceStage::kStats : args.stages.kinds[n - 1], kind};
+    const StageArgs sa{args, n, n == 0 ? SliceStage::kStats : args.stages.kinds[n - 1], kind,
+                       n == args.stages.count - 1};
     if (kind == SliceStage::kStats) {
       TPSERVE_LAUNCH(SliceStatsKernel<T>, grid, block, 0, stream)(sa);
     } else if (kind == SliceStage::kMass) {
       TPSERVE_LAUNCH(SliceMassKernel<T>, grid, block, 0, stream)(sa);
-    } else if (kind == SliceStage::kDraw) {
-      TPSERVE_LAUNCH(SliceDrawKernel<T>, grid, block, 0, stream)(sa);
     } else {
       TPSERVE_LAUNCH(SliceRadixKernel<T>, grid, block, 0, stream)(sa);
     }
@@ -500,7 +583,7 @@ SliceStages SliceStagesOf(int32_t set) {
   SliceStages st;
   for (int k = 0; k < kMaxSliceStages; ++k) {
     const SliceStage kind = static_cast<SliceStage>(k);
-    const bool take = kind == SliceStage::kStats || kind == SliceStage::kDraw ||
+    const bool take = kind == SliceStage::kStats ||
                       (IsTopK(kind) && (set & kStageSetTopK)) || (IsTopP(kind) && (set & kStageSetTopP)) ||
                       (kind == SliceStage::kMass && (set & kStageSetMass));
     if (take) st.kinds[st.count++] = kind;
@@ -516,14 +599,28 @@ size_t SlicedSampleWorkspaceBytes(int64_t rows, int32_t slices) {
   return LayoutWorkspace(rows, slices, nullptr, nullptr);
 }
 
+size_t SlicedSampleCounterBytes(int64_t rows) { return sizeof(uint32_t) * static_cast<size_t>(rows); }
+
+namespace {
+// A list SliceStagesOf could give: stats first, then stages in strictly
+// increasing order (the stats stage zeroes the histograms of the selects it
+// finds after it, and each stage reads the state the one before it left).
+bool StagesInOrder(const SliceStages& stages) {
+  if (stages.count < 1 || stages.count > kMaxSliceStages || stages.kinds[0] != SliceStage::kStats) return false;
+  for (int32_t n = 1; n < stages.count; ++n) {
+    if (stages.kinds[n] <= stages.kinds[n - 1] || stages.kinds[n] > SliceStage::kMass) return false;
+  }
+  return true;
+}
+}  // namespace
+
 cudaError_t LaunchSlicedSample(const SlicedSampleArgs& args, cudaStream_t stream) {
   if (args.rows == 0) return cudaSuccess;
   const int64_t planned = int64_t{args.plan.slices} * args.plan.slice_size;
   if (args.rows < 0 || args.layout_rows < args.rows || args.row_index == nullptr || args.params == nullptr ||
       args.results == nullptr || args.shard_vocab < 1 || args.vocab < 1 || args.vocab > kMaxSlicedVocab ||
       args.plan.slices < 1 || args.plan.slice_size < 1 || planned < args.vocab ||
-      planned - args.plan.slice_size >= args.vocab || args.stages.count < 2 ||
-      args.stages.kinds[0] != SliceStage::kStats || args.stages.kinds[args.stages.count - 1] != SliceStage::kDraw ||
+      planned - args.plan.slice_size >= args.vocab || !StagesInOrder(args.stages) ||
       args.workspace == nullptr || args.workspace_bytes < SlicedSampleWorkspaceBytes(args.rows, args.plan.slices)) {
     return cudaErrorInvalidValue;
   }

@@ -19,20 +19,31 @@
 //               and top-k keep (pass 0's total is the kept mass)
 //   mass        per-slice kept mass (fixed point), for rows without top-p (a
 //               top-p row's last pass leaves per-slice masses above its cut)
-//   draw        the slice whose exclusive prefix of masses holds u · total
-//               walks its ids (threads over contiguous ids, a block scan)
-// An eager call runs stats, the top-k passes when any row has an active top-k,
-// the top-p passes when any row has top_p < 1, mass when a sampled row has no
-// top-p, and draw (PlanSliceStages): temperature + top-p is 5 launches. Every
-// stage decides per row on the device (the row state's flags): a row a stage
-// does not concern (a greedy row in a radix pass, a row without top-k in
-// top-k's, a top-p row in mass) exits after reading the row state. So any
-// superset of a call's planned stages, in the same order, samples the same
-// tokens; CudaSampler's decode-batch graphs capture one stage list per stage
-// set (SliceStagesOf) and replay the one a step's rows plan.
+// There is no draw launch: the LAST stage of the call's list (whichever it
+// is: stats for an all-greedy call, mass, the last top-p or top-k pass) ends
+// with a per-row arrival. Every block of a live row, including those whose
+// row the stage skips, writes its partials, fences (__threadfence) and adds
+// 1 to the row's arrival counter in the workspace; the block that sees
+// slices - 1 is the row's last, fences again, reads the other blocks'
+// partials from L2 (__ldcg), folds them into the row state the stage leaves
+// and draws: a greedy row's best id, or the owner slice (whose exclusive
+// prefix of kept masses, found by a block scan over all slices, holds
+// u · total) walks its ids (threads over contiguous ids, a block scan). It
+// then sets the counter back to 0 for the next call (or graph replay).
+// An eager call runs stats, the top-k passes when any row has an active
+// top-k, the top-p passes when any row has top_p < 1, and mass when a sampled
+// row has no top-p (PlanSliceStages): greedy is 1 launch, temperature only 2,
+// temperature + top-p 4, top-k + top-p 7. Every stage decides per row on the
+// device (the row state's flags): a row a stage does not concern (a greedy row
+// in a radix pass, a row without top-k in top-k's, a top-p row in mass) skips
+// the work after reading the row state (and in the last stage still arrives).
+// So any superset of a call's planned stages, in the same order, samples the
+// same tokens; CudaSampler's decode-batch graphs capture one stage list per
+// stage set (SliceStagesOf) and replay the one a step's rows plan.
 // Padding rows: with live_rows set, the blocks of rows >= *live_rows (a
 // device value, so a graph captured for a bucket of `rows` rows serves any
-// smaller step) return at once, reading and writing nothing.
+// smaller step) return at once, reading and writing nothing (their arrival
+// counters included).
 // Ties at a cut key go to the lowest ids, as RowSampler's Cut{key, id}: a
 // select keeps the first m tokens (id order) of the cut key's tie group;
 // slices are contiguous id ranges, so slice s keeps
@@ -59,9 +70,8 @@ enum class SliceStage : int8_t {
   kTopK0, kTopK1, kTopK2,
   kTopP0, kTopP1, kTopP2,
   kMass,
-  kDraw,
 };
-inline constexpr int kMaxSliceStages = 9;
+inline constexpr int kMaxSliceStages = 8;  // every stage: stats, 3 + 3 radix passes, mass
 
 struct SliceStages {
   int32_t count = 0;
@@ -74,20 +84,28 @@ inline bool SlicedSamplerCovers(const sampling::RowParams& p, int32_t num_entrie
 }
 
 // The optional stages of a call, as a set of bits: the top-k passes, the
-// top-p passes, mass (stats and draw always run). kSliceStageSets sets.
+// top-p passes, mass (stats always runs). kSliceStageSets sets.
 inline constexpr int32_t kStageSetTopK = 1, kStageSetTopP = 2, kStageSetMass = 4;
 inline constexpr int32_t kSliceStageSets = 8;
 // The set a call over rows[0, count) (host memory) needs: top-k's when a
 // sampled row has an active top-k, top-p's when one has top_p < 1, mass when
 // one has no top-p (greedy rows need none).
 int32_t PlanSliceStageSet(const sampling::RowParams* rows, int64_t count, int32_t vocab);
-// The stages of a set, in order: stats, top-k 0..2, top-p 0..2, mass, draw.
+// The stages of a set, in order: stats, top-k 0..2, top-p 0..2, mass (the
+// last one of the list draws).
 SliceStages SliceStagesOf(int32_t set);
 // SliceStagesOf(PlanSliceStageSet(...)): the stages the call runs.
 SliceStages PlanSliceStages(const sampling::RowParams* rows, int64_t count, int32_t vocab);
 
 // Workspace bytes for a call of up to `rows` rows of up to `slices` slices.
 size_t SlicedSampleWorkspaceBytes(int64_t rows, int32_t slices);
+// The workspace's first bytes, the same for every `slices`: the per-row
+// arrival counters ([rows] uint32) of the last stage. They must be zero
+// when a workspace's first call starts (cudaMemset once, at allocation);
+// every call leaves the counters of its live rows zero again, and does not
+// touch the others, so a workspace sized for `rows` rows serves any call of
+// up to `rows` rows, eagerly or as graph replays, without re-zeroing.
+size_t SlicedSampleCounterBytes(int64_t rows);
 
 // All pointers are device memory.
 struct SlicedSampleArgs {
@@ -103,13 +121,16 @@ struct SlicedSampleArgs {
   const sampling::RowParams* params = nullptr;  // [rows], each SlicedSamplerCovers (no entries)
   SlicePlan plan;                       // PlanSlices(...) or any plan that covers V
   SliceStages stages;                   // PlanSliceStages over the same rows, or a superset (SliceStagesOf)
-  void* workspace = nullptr;            // SlicedSampleWorkspaceBytes(rows, plan.slices); any content
+  void* workspace = nullptr;            // SlicedSampleWorkspaceBytes(rows, plan.slices): its first
+                                        //   SlicedSampleCounterBytes(rows) zero (left zero by the
+                                        //   previous call on it), the rest any content
   size_t workspace_bytes = 0;
   sampling::RowResult* results = nullptr;  // [rows] out (logprob 0, num_top 0)
 };
 
 // Samples every live row; enqueues stages.count kernels on `stream` (no allocation,
-// no sync; plain launches a CUDA graph can capture).
+// no sync; plain launches a CUDA graph can capture). Calls sharing a workspace
+// must not overlap (one stream): the arrival counters are per row, not per call.
 cudaError_t LaunchSlicedSample(const SlicedSampleArgs& args, cudaStream_t stream);
 
 }  // namespace tpserve::cuda
