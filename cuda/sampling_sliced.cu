@@ -192,15 +192,21 @@ struct Slice {
 
 // ---- the row state, advanced by every block at the start of its stage ----
 
+// The row's argmax (ties to the lowest id): the best of the slices' bests.
 template <typename T>
-__device__ RowState StateAfterStats(Slice<T>& c) {
+__device__ ValueId RowBest(Slice<T>& c) {
   ValueId best{-INFINITY, kNoId};
   for (int32_t z = c.b.thread(); z < c.a.plan.slices; z += c.b.size()) {
     const ValueId v = Cg(&c.ws.best[c.RS(z)]);
     if (sampling::Better(v, best)) best = v;
   }
+  return c.b.ArgMax(best);
+}
+
+template <typename T>
+__device__ RowState StateAfterStats(Slice<T>& c) {
   RowState st{};
-  st.best = c.b.ArgMax(best);
+  st.best = RowBest(c);
   st.inv_t = 1.0f / c.p.temperature;
   const bool greedy = c.p.temperature < sampling::kRowGreedyTemperature;
   st.flags = greedy ? kFlagGreedy
@@ -418,26 +424,36 @@ __device__ int32_t DrawToken(Slice<T>& c, const RowState& st) {
 // The end of the last stage for every block of a live row (all its threads,
 // whether the stage worked on the row or skipped it): the "last block"
 // pattern. Each thread's partials (stores and atomics) are fenced before the
-// block's arrival; the block that arrives last fences again, so what every
-// other block wrote before its arrival is visible to its L2 loads (Cg), then
-// folds the stage into `st` (the state at the stage's start), draws, and
-// resets the row's counter for the next call.
+// block's arrival on the row's counter; the block that arrives last fences
+// again, so what every other block wrote before its arrival is visible to its
+// L2 loads (Cg). True, in every thread, for the row's last block only.
 template <typename T>
-__device__ void ArriveAndDraw(Slice<T>& c, const StageArgs& sa, RowState st) {
+__device__ bool LastToArrive(Slice<T>& c) {
   TPSERVE_SHARED(uint32_t, arrived);
   __threadfence();
   c.b.Sync();  // every thread's fence before the arrival
   if (c.b.thread() == 0) arrived = atomicAdd(&c.ws.arrivals[c.k], 1u);
   c.b.Sync();
-  if (arrived != static_cast<uint32_t>(c.a.plan.slices - 1)) return;
+  if (arrived != static_cast<uint32_t>(c.a.plan.slices - 1)) return false;
   __threadfence();
-  if (sa.kind == SliceStage::kStats) st = StateAfterStats(c);
-  if (IsTopK(sa.kind) || IsTopP(sa.kind)) FoldPass(c, sa.kind, st);
-  const int32_t token = DrawToken(c, st);
-  if (c.b.thread() == 0) {
-    c.a.results[c.k] = sampling::RowResult{token, 0.0f, 0};
-    c.ws.arrivals[c.k] = 0;
-  }
+  return true;
+}
+
+// The last block's end: the row's result, and its counter back to 0 for the
+// next call or graph replay (no block of the row touches it until then).
+template <typename T>
+__device__ void WriteResult(Slice<T>& c, int32_t token) {
+  if (c.b.thread() != 0) return;
+  c.a.results[c.k] = sampling::RowResult{token, 0.0f, 0};
+  c.ws.arrivals[c.k] = 0;
+}
+
+// The last stage's last block of a radix pass or mass: folds the stage into
+// `st` (the row state at the stage's start) and draws.
+template <typename T>
+__device__ void DrawAfter(Slice<T>& c, SliceStage kind, RowState st) {
+  if (IsTopK(kind) || IsTopP(kind)) FoldPass(c, kind, st);
+  WriteResult(c, DrawToken(c, st));
 }
 
 // ---- the stages ----
@@ -454,8 +470,8 @@ __global__ void __launch_bounds__(kSliceThreads) SliceStatsKernel(StageArgs sa) 
   }
   best = block.ArgMax(best);
   if (block.thread() == 0) c.ws.best[c.RS(c.s)] = best;
-  if (sa.last) {  // an all-greedy call: nothing to zero; the state comes after the arrival
-    ArriveAndDraw(c, sa, RowState{});
+  if (sa.last) {  // an all-greedy call (a sampled row plans top-p or mass): no histogram
+    if (LastToArrive(c)) WriteResult(c, RowBest(c).id);
     return;
   }
   // Zero the row's histograms of the selects the call runs (slices share the work).
@@ -525,7 +541,7 @@ __global__ void __launch_bounds__(kSliceThreads) SliceRadixKernel(StageArgs sa) 
   Slice<T> c(sa.a, block);
   const RowState st = AdvanceState(c, sa);
   if (st.flags & (SelectOf(sa.kind) == 0 ? kFlagTopK : kFlagTopP)) RadixPass(c, st, sa.kind, counts, masses);
-  if (sa.last) ArriveAndDraw(c, sa, st);
+  if (sa.last && LastToArrive(c)) DrawAfter(c, sa.kind, st);
 }
 
 template <typename T>
@@ -544,7 +560,7 @@ __global__ void __launch_bounds__(kSliceThreads) SliceMassKernel(StageArgs sa) {
     mass = block.Sum(mass);
     if (block.thread() == 0) c.ws.slice_mass[c.RS(c.s)] = mass;
   }
-  if (sa.last) ArriveAndDraw(c, sa, st);
+  if (sa.last && LastToArrive(c)) DrawAfter(c, sa.kind, st);
 }
 
 template <typename T>
