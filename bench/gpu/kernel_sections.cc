@@ -365,9 +365,10 @@ bool SamplerSection(const Sizes& z, std::ostream& table) {
   table << "\n## GPU sampler: sliced (fast set) vs one block per row (reference set)\n\nV = " << V
         << ", bf16 logits, temperature 0.6 + top-p 0.9, " << z.sampler_iters << " calls per number; kernels"
         << " launched eagerly and replayed as one CUDA graph; Sample = CudaSampler::Sample's whole call (upload,"
-        << " kernels, read-back, sync; 'graph': through its decode-batch graph, as a served decode step)."
-        << "\n\n| batch | slices | sliced eager | sliced graph | row eager | row graph |"
-        << " Sample fast | Sample fast graph | Sample reference |\n|---|---|---|---|---|---|---|---|---|\n";
+        << " kernels, read-back, sync; 'graph': through its decode-batch graph, as a served decode step);"
+        << " launches: the sliced path's kernels per call (the row kernel is 1)."
+        << "\n\n| batch | slices | launches | sliced eager | sliced graph | row eager | row graph |"
+        << " Sample fast | Sample fast graph | Sample reference |\n|---|---|---|---|---|---|---|---|---|---|\n";
   cudaStream_t stream;
   CUDA_CHECK(cudaStreamCreate(&stream));
   std::mt19937_64 rng(12);
@@ -394,6 +395,7 @@ bool SamplerSection(const Sizes& z, std::ostream& table) {
     sliced.stages = cuda::PlanSliceStages(params.data(), B, V);
     sliced.workspace_bytes = cuda::SlicedSampleWorkspaceBytes(B, sliced.plan.slices);
     CUDA_CHECK(cudaMalloc(&sliced.workspace, sliced.workspace_bytes));
+    CUDA_CHECK(cudaMemset(sliced.workspace, 0, cuda::SlicedSampleCounterBytes(B)));  // the arrival counters
     cuda::SampleRowsArgs row;
     row.gathered = d_logits, row.rows = B, row.layout_rows = B, row.row_index = d_index, row.shard_vocab = V;
     row.vocab = V, row.params = d_params, row.entry_offsets = d_offsets, row.top_stride = 1, row.top = d_top;
@@ -432,8 +434,9 @@ bool SamplerSection(const Sizes& z, std::ostream& table) {
     }
     const auto us = [](double s) { return s * 1e6; };
     char line[320];
-    std::snprintf(line, sizeof line, "| %d | %d | %.1f us | %.1f us | %.1f us | %.1f us | %.1f us | %s | %.1f us |\n", B,
-                  sliced.plan.slices, us(sliced_eager), us(sliced_graph), us(row_eager), us(row_graph), us(sample[0]),
+    std::snprintf(line, sizeof line,
+                  "| %d | %d | %d | %.1f us | %.1f us | %.1f us | %.1f us | %.1f us | %s | %.1f us |\n", B,
+                  sliced.plan.slices, sliced.stages.count, us(sliced_eager), us(sliced_graph), us(row_eager), us(row_graph), us(sample[0]),
                   graphed ? absl::StrCat(absl::SixDigits(us(sample[1])), " us").c_str() : "-", us(sample[2]));
     table << line;
     for (void* p : {static_cast<void*>(d_logits), static_cast<void*>(d_params), static_cast<void*>(d_index),

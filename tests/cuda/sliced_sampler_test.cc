@@ -356,6 +356,36 @@ TEST(SlicedSampler, RejectsPlansThatDoNotCoverTheVocabulary) {
   EXPECT_EQ(LaunchSlicedSample(a, nullptr), cudaErrorInvalidValue);
 }
 
+// A stage list must be one SliceStagesOf could give: stats first, then
+// stages in order (the last one draws). Rejected before anything launches.
+TEST(SlicedSampler, RejectsStageListsOutOfOrder) {
+  SlicedSampleArgs a;
+  a.rows = 1;
+  a.layout_rows = 1;
+  a.vocab = 100;
+  a.shard_vocab = 100;
+  int32_t dummy = 0;
+  a.row_index = &dummy;
+  RowParams p;
+  a.params = &p;
+  sampling::RowResult r{};
+  a.results = &r;
+  a.workspace = &dummy;
+  a.plan = SlicePlan{4, 32};
+  a.workspace_bytes = SlicedSampleWorkspaceBytes(1, 4);
+  a.stages = SliceStages{};  // none
+  EXPECT_EQ(LaunchSlicedSample(a, nullptr), cudaErrorInvalidValue);
+  a.stages = SliceStages{2, {SliceStage::kMass, SliceStage::kStats}};  // stats not first
+  EXPECT_EQ(LaunchSlicedSample(a, nullptr), cudaErrorInvalidValue);
+  a.stages = SliceStages{3, {SliceStage::kStats, SliceStage::kMass, SliceStage::kTopP0}};  // top-p after mass
+  EXPECT_EQ(LaunchSlicedSample(a, nullptr), cudaErrorInvalidValue);
+  a.stages = SliceStages{3, {SliceStage::kStats, SliceStage::kTopP0, SliceStage::kTopP0}};  // a stage twice
+  EXPECT_EQ(LaunchSlicedSample(a, nullptr), cudaErrorInvalidValue);
+  a.stages = SliceStagesOf(kStageSetTopP);
+  a.stages.count = kMaxSliceStages + 1;  // more than there are
+  EXPECT_EQ(LaunchSlicedSample(a, nullptr), cudaErrorInvalidValue);
+}
+
 // The host sampler's tokens through CudaSampler, and which path ran.
 void SampleThroughCudaSampler(KernelSet kernels, int rows, bool penalties, int64_t expect_sliced_calls) {
   const uint64_t seed = testing_util::TestSeed();
