@@ -121,8 +121,9 @@ absl::Status CudaSampler::Allocate() {
       step(cudaMalloc(&d_sliced_workspace_, sliced_workspace_bytes_));
       // The last stage's per-row arrival counters start at zero, once: every
       // call (eager or a graph replay) leaves them zero (SlicedSampleArgs::workspace).
+      // On stream_, so every launch there comes after it.
       if (err == cudaSuccess) {
-        step(cudaMemset(d_sliced_workspace_, 0, SlicedSampleCounterBytes(sliced_rows_cap_)));
+        step(cudaMemsetAsync(d_sliced_workspace_, 0, SlicedSampleCounterBytes(sliced_rows_cap_), stream_));
       }
     }
   }

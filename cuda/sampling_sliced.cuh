@@ -26,7 +26,8 @@
 // 1 to the row's arrival counter in the workspace; the block that sees
 // slices - 1 is the row's last, fences again, reads the other blocks'
 // partials from L2 (__ldcg), folds them into the row state the stage leaves
-// and draws: a greedy row's best id, or the owner slice (whose exclusive
+// and draws: a greedy row's best id (all an all-greedy call's last block
+// computes: a sampled row always plans top-p or mass), or the owner slice (whose exclusive
 // prefix of kept masses, found by a block scan over all slices, holds
 // u · total) walks its ids (threads over contiguous ids, a block scan). It
 // then sets the counter back to 0 for the next call (or graph replay).

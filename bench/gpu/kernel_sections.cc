@@ -395,7 +395,7 @@ bool SamplerSection(const Sizes& z, std::ostream& table) {
     sliced.stages = cuda::PlanSliceStages(params.data(), B, V);
     sliced.workspace_bytes = cuda::SlicedSampleWorkspaceBytes(B, sliced.plan.slices);
     CUDA_CHECK(cudaMalloc(&sliced.workspace, sliced.workspace_bytes));
-    CUDA_CHECK(cudaMemset(sliced.workspace, 0, cuda::SlicedSampleCounterBytes(B)));  // the arrival counters
+    CUDA_CHECK(cudaMemsetAsync(sliced.workspace, 0, cuda::SlicedSampleCounterBytes(B), stream));  // arrival counters
     cuda::SampleRowsArgs row;
     row.gathered = d_logits, row.rows = B, row.layout_rows = B, row.row_index = d_index, row.shard_vocab = V;
     row.vocab = V, row.params = d_params, row.entry_offsets = d_offsets, row.top_stride = 1, row.top = d_top;
