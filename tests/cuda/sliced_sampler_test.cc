@@ -4,8 +4,12 @@
 // tp 1 and 2 gather layouts, bf16 and f32 logits, heavy ties around every
 // cut (crossing slice boundaries), top-k 1 / V / > V, top-p tiny and 1, min-p,
 // greedy, temperature extremes, several rows with different parameters in one
-// call, NaN-poisoned workspaces. Its masses are integers, so its tokens do not
+// call, NaN-poisoned workspaces (but for the arrival counters, which every
+// call must leave zero). Its masses are integers, so its tokens do not
 // depend on the plan (how rows are sliced) nor on the run: checked bit for bit.
+// The draw is done by whichever block of a row finishes the last stage last:
+// the emulated suite runs a second time with blocks in reverse order
+// (emu.sliced_sampler_reversed_blocks), so that block is slice 0 there.
 // Through CudaSampler: the fast set takes the sliced path at small batch and
 // the row kernel otherwise, the reference set never. Runs on a GPU (label gpu)
 // and through the SIMT runner (label cuda-emu, smaller sizes).
