@@ -203,7 +203,8 @@ class CudaSampler final : public DeviceSampler {
 
   // The sliced path: rows it takes at most, its workspace (device).
   int64_t sliced_rows_cap_ = 0;
-  void* d_sliced_workspace_ = nullptr;  // SlicedSampleWorkspaceBytes of any call up to the cap
+  void* d_sliced_workspace_ = nullptr;  // SlicedSampleWorkspaceBytes of any call up to the cap; its
+                                       //   arrival counters zeroed once, by Allocate (SlicedSampleCounterBytes)
   size_t sliced_workspace_bytes_ = 0;
   int64_t sliced_calls_ = 0;
   int64_t graph_calls_ = 0;
