@@ -10,8 +10,8 @@
 #include <memory>
 #include <mutex>
 #include <set>
-#include <string_view>
 #include <sstream>
+#include <string_view>
 #include <vector>
 
 #if defined(__SANITIZE_ADDRESS__)

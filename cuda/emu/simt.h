@@ -45,9 +45,9 @@
 // rule of cuda/simt.cuh holds by review: nothing before the wait but weights,
 // the step's uploaded metadata and earlier steps' KV cache.
 // Not modelled: timing and scheduling between blocks (they run in order, or
-// in reverse: RunLaunch), the
-// memory model between blocks and between threads without a barrier, and the
-// GPU's rounding of __expf and rsqrtf (the host's exp and sqrt are used).
+// in reverse: RunLaunch), the memory model between blocks and between threads
+// without a barrier (a missing __threadfence passes here), and the GPU's
+// rounding of __expf and rsqrtf (the host's exp and sqrt are used).
 #pragma once
 
 #include <cuda_bf16.h>
