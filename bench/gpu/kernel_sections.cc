@@ -349,6 +349,38 @@ double TimeGraph(cudaStream_t stream, Fn&& enqueue, int iters) {
   return s;
 }
 
+// CudaSampler::Sample's whole call over logits [1, B, V] on `stream`
+// (temperature 0.6 + top-p 0.9, seeded rows): sample[0] on the fast set,
+// [1] the fast set through its decode-batch graph (*graphed: whether the
+// graph ran, i.e. B is within SlicedRowsCap), [2] the reference set. False
+// (written to `table`) when a sampler cannot be created.
+bool TimeSampleCalls(const Sizes& z, cudaStream_t stream, uint16_t* d_logits, int32_t B, int32_t V,
+                     double (&sample)[3], bool* graphed, std::ostream& table) {
+  for (int which = 0; which < 3; ++which) {
+    cuda::CudaSampler::Options options;
+    options.max_seqs = B, options.vocab_size = V;
+    options.kernels = which < 2 ? cuda::KernelSet::kFast : cuda::KernelSet::kReference;
+    auto sampler = cuda::CudaSampler::Create(options, stream);
+    if (!sampler.ok()) {
+      table << "| " << B << " | CudaSampler::Create failed: " << sampler.status().ToString() << " |\n";
+      return false;
+    }
+    std::vector<std::unique_ptr<SequenceSamplingState>> seqs;
+    std::vector<SequenceSamplingState*> ptrs;
+    for (int32_t r = 0; r < B; ++r) {
+      SamplingParams p;
+      p.temperature = 0.6f, p.top_p = 0.9f, p.seed = static_cast<uint64_t>(r);
+      seqs.push_back(std::make_unique<SequenceSamplingState>(p, std::vector<int32_t>{1}, std::vector<int32_t>{}));
+      ptrs.push_back(seqs.back().get());
+    }
+    const Tensor gathered(d_logits, DType::kBF16, Device::kCuda, {1, B, V});
+    if (which == 1 && !(*sampler)->PrepareBatch(gathered, V).ok()) continue;
+    sample[which] = TimeIt([&] { (*sampler)->Sample(gathered, V, ptrs); }, z.smoke ? 0 : 3, z.sampler_iters);
+    if (which == 1) *graphed = (*sampler)->graph_calls() > 0;
+  }
+  return true;
+}
+
 }  // namespace
 
 // The sampler's kernels alone on random bf16 logits [1, B, V] (temperature
@@ -413,28 +445,7 @@ bool SamplerSection(const Sizes& z, std::ostream& table) {
     const double row_graph = TimeGraph(stream, run_row, z.sampler_iters);
     double sample[3] = {0, 0, 0};  // fast, fast through its graph, reference
     bool graphed = false;          // whether the graph ran (the batch is within SlicedRowsCap)
-    for (int which = 0; which < 3; ++which) {
-      cuda::CudaSampler::Options options;
-      options.max_seqs = B, options.vocab_size = V;
-      options.kernels = which < 2 ? cuda::KernelSet::kFast : cuda::KernelSet::kReference;
-      auto sampler = cuda::CudaSampler::Create(options, stream);
-      if (!sampler.ok()) {
-        table << "| " << B << " | CudaSampler::Create failed: " << sampler.status().ToString() << " |\n";
-        return false;
-      }
-      std::vector<std::unique_ptr<SequenceSamplingState>> seqs;
-      std::vector<SequenceSamplingState*> ptrs;
-      for (int32_t r = 0; r < B; ++r) {
-        SamplingParams p;
-        p.temperature = 0.6f, p.top_p = 0.9f, p.seed = static_cast<uint64_t>(r);
-        seqs.push_back(std::make_unique<SequenceSamplingState>(p, std::vector<int32_t>{1}, std::vector<int32_t>{}));
-        ptrs.push_back(seqs.back().get());
-      }
-      const Tensor gathered(d_logits, DType::kBF16, Device::kCuda, {1, B, V});
-      if (which == 1 && !(*sampler)->PrepareBatch(gathered, V).ok()) continue;
-      sample[which] = TimeIt([&] { (*sampler)->Sample(gathered, V, ptrs); }, z.smoke ? 0 : 3, z.sampler_iters);
-      if (which == 1) graphed = (*sampler)->graph_calls() > 0;
-    }
+    if (!TimeSampleCalls(z, stream, d_logits, B, V, sample, &graphed, table)) return false;
     const auto us = [](double s) { return s * 1e6; };
     char line[320];
     std::snprintf(line, sizeof line,

@@ -339,22 +339,33 @@ TEST(SlicedSampler, RandomParametersAndUniforms) {
   CheckRows(g, params, "random");
 }
 
-TEST(SlicedSampler, RejectsPlansThatDoNotCoverTheVocabulary) {
-  SlicedSampleArgs a;
-  a.rows = 1;
-  a.layout_rows = 1;
-  a.vocab = 100;
-  a.shard_vocab = 100;
+// Arguments for one row of a 100-token vocabulary under `plan`, every
+// pointer set (to host memory: the launcher refuses them before any launch).
+struct OneRowArgs {
   int32_t dummy = 0;
-  a.row_index = &dummy;
   RowParams p;
-  a.params = &p;
   sampling::RowResult r{};
-  a.results = &r;
-  a.workspace = &dummy;
-  a.plan = SlicePlan{2, 32};  // 64 ids < 100
-  a.stages = PlanSliceStages(&p, 1, a.vocab);
-  a.workspace_bytes = SlicedSampleWorkspaceBytes(1, 2);
+  SlicedSampleArgs a;
+  explicit OneRowArgs(SlicePlan plan) {
+    a.rows = 1;
+    a.layout_rows = 1;
+    a.vocab = 100;
+    a.shard_vocab = 100;
+    a.row_index = &dummy;
+    a.params = &p;
+    a.results = &r;
+    a.workspace = &dummy;
+    a.plan = plan;
+    a.stages = PlanSliceStages(&p, 1, a.vocab);
+    a.workspace_bytes = SlicedSampleWorkspaceBytes(1, plan.slices);
+  }
+  OneRowArgs(const OneRowArgs&) = delete;  // `a` points into this object
+  OneRowArgs& operator=(const OneRowArgs&) = delete;
+};
+
+TEST(SlicedSampler, RejectsPlansThatDoNotCoverTheVocabulary) {
+  OneRowArgs args(SlicePlan{2, 32});  // 64 ids < 100
+  SlicedSampleArgs& a = args.a;
   EXPECT_EQ(LaunchSlicedSample(a, nullptr), cudaErrorInvalidValue);
   a.plan = SlicePlan{5, 32};  // a slice past the vocabulary
   EXPECT_EQ(LaunchSlicedSample(a, nullptr), cudaErrorInvalidValue);
@@ -363,20 +374,8 @@ TEST(SlicedSampler, RejectsPlansThatDoNotCoverTheVocabulary) {
 // A stage list must be one SliceStagesOf could give: stats first, then
 // stages in order (the last one draws). Rejected before anything launches.
 TEST(SlicedSampler, RejectsStageListsOutOfOrder) {
-  SlicedSampleArgs a;
-  a.rows = 1;
-  a.layout_rows = 1;
-  a.vocab = 100;
-  a.shard_vocab = 100;
-  int32_t dummy = 0;
-  a.row_index = &dummy;
-  RowParams p;
-  a.params = &p;
-  sampling::RowResult r{};
-  a.results = &r;
-  a.workspace = &dummy;
-  a.plan = SlicePlan{4, 32};
-  a.workspace_bytes = SlicedSampleWorkspaceBytes(1, 4);
+  OneRowArgs args(SlicePlan{4, 32});
+  SlicedSampleArgs& a = args.a;
   a.stages = SliceStages{};  // none
   EXPECT_EQ(LaunchSlicedSample(a, nullptr), cudaErrorInvalidValue);
   a.stages = SliceStages{2, {SliceStage::kMass, SliceStage::kStats}};  // stats not first
