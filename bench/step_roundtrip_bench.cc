@@ -37,11 +37,15 @@ double Percentile(std::vector<double> v, double p) {
   return v[static_cast<size_t>(p * static_cast<double>(v.size() - 1))];
 }
 
-void Print(const char* what, const std::vector<double>& us) {
+double Mean(const std::vector<double>& v) {
   double sum = 0;
-  for (double x : us) sum += x;
-  std::printf("%-44s mean %8.1f us   p50 %8.1f us   p99 %8.1f us\n", what,
-              sum / static_cast<double>(us.size()), Percentile(us, 0.5), Percentile(us, 0.99));
+  for (double x : v) sum += x;
+  return sum / static_cast<double>(v.size());
+}
+
+void Print(const char* what, const std::vector<double>& us) {
+  std::printf("%-44s mean %8.1f us   p50 %8.1f us   p99 %8.1f us\n", what, Mean(us), Percentile(us, 0.5),
+              Percentile(us, 0.99));
 }
 
 int Fail(const std::string& what) {
@@ -71,7 +75,7 @@ absl::Status LoadAndAllocate(tpserve::WorkerPool& pool, const std::filesystem::p
 // `iterations` empty steps through the pool (after 100 unmeasured), each
 // followed by the baseline: a unary StoreGet on the same loopback server, so
 // load changes hit both. Appends the microseconds of each.
-absl::Status MeasureSteps(tpserve::WorkerPool& pool, iv1::Worker::Stub& stub, int iterations,
+absl::Status MeasureSteps(tpserve::WorkerPool& pool, iv1::Worker::Stub& worker_client, int iterations,
                           std::vector<double>& step_us, std::vector<double>& rpc_us) {
   for (int i = 0; i < iterations + 100; ++i) {
     iv1::CoordinatorMessage step;
@@ -86,7 +90,7 @@ absl::Status MeasureSteps(tpserve::WorkerPool& pool, iv1::Worker::Stub& stub, in
     get.set_timeout_ms(1000);
     iv1::StoreGetResponse value;
     auto t2 = Clock::now();
-    grpc::Status st = stub.StoreGet(&ctx, get, &value);
+    grpc::Status st = worker_client.StoreGet(&ctx, get, &value);
     auto t3 = Clock::now();
     if (!st.ok()) return absl::UnavailableError("StoreGet failed: " + st.error_message());
     if (i < 100) continue;
@@ -94,12 +98,6 @@ absl::Status MeasureSteps(tpserve::WorkerPool& pool, iv1::Worker::Stub& stub, in
     rpc_us.push_back(std::chrono::duration<double, std::micro>(t3 - t2).count());
   }
   return absl::OkStatus();
-}
-
-double Mean(const std::vector<double>& v) {
-  double sum = 0;
-  for (double x : v) sum += x;
-  return sum / static_cast<double>(v.size());
 }
 
 }  // namespace
@@ -139,23 +137,23 @@ int main(int argc, char** argv) {
   }
   if (absl::Status s = LoadAndAllocate(pool, dir / "m"); !s.ok()) return Fail(std::string(s.message()));
 
-  auto stub = iv1::Worker::NewStub(grpc::CreateChannel(address, grpc::InsecureChannelCredentials()));
+  auto worker_client = iv1::Worker::NewStub(grpc::CreateChannel(address, grpc::InsecureChannelCredentials()));
   {
     grpc::ClientContext ctx;
     iv1::StoreSetRequest set;
     set.set_key("ping");
     set.set_value("x");
     iv1::StoreSetResponse ok;
-    if (!stub->StoreSet(&ctx, set, &ok).ok()) return Fail("StoreSet failed");
+    if (!worker_client->StoreSet(&ctx, set, &ok).ok()) return Fail("StoreSet failed");
   }
   std::vector<double> rpc_us, grpc_us, shm_us;
-  if (absl::Status s = MeasureSteps(pool, *stub, iterations, grpc_us, rpc_us); !s.ok()) {
+  if (absl::Status s = MeasureSteps(pool, *worker_client, iterations, grpc_us, rpc_us); !s.ok()) {
     return Fail(absl::StrCat("empty step: ", s.message()));
   }
   if (absl::Status s = pool.UseSharedMemory(size_t{1} << 20, tpserve::HostName()); !s.ok()) {
     return Fail(absl::StrCat("UseSharedMemory: ", s.message()));
   }
-  if (absl::Status s = MeasureSteps(pool, *stub, iterations, shm_us, rpc_us); !s.ok()) {
+  if (absl::Status s = MeasureSteps(pool, *worker_client, iterations, shm_us, rpc_us); !s.ok()) {
     return Fail(absl::StrCat("empty step (shm): ", s.message()));
   }
   std::printf("coordinator <-> 2 workers, %d iterations each, %u cores\n", iterations,
