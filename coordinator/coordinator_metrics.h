@@ -7,8 +7,11 @@
 //
 //   gauges      tpserve:num_requests_running, tpserve:num_requests_waiting,
 //               tpserve:kv_cache_usage_perc (0..1), tpserve:worker_up{rank}
-//   counters    tpserve:request_success_total{finished_reason=stop|length|abort},
-//               tpserve:request_failure_total (ended with an error status),
+//   counters    tpserve:request_success_total{finished_reason=stop|length|abort}
+//               (abort: the client ended it: an Abort call, a cancelled stream, a
+//               passed deadline; or the drain timeout cut it),
+//               tpserve:request_failure_total (the server ended it with an error:
+//               lost workers, a failed step, a client that stopped reading),
 //               tpserve:prompt_tokens_total, tpserve:generation_tokens_total,
 //               tpserve:num_preemptions_total, tpserve:prefix_cache_queries_total and
 //               tpserve:prefix_cache_hits_total (in tokens, as vLLM counts them)

@@ -51,6 +51,12 @@ namespace {
 // Admission is fair between clients (scheduler.h): a request's group is its client.
 uint64_t GroupOf(const std::string& client) { return std::hash<std::string>{}(client); }
 
+// An Abort's status that says the client ended the request (it cancelled, or
+// its deadline passed): counted as an abort, not as a failure.
+bool ClientWentAway(const absl::Status& why) {
+  return absl::IsCancelled(why) || absl::IsDeadlineExceeded(why);
+}
+
 }  // namespace
 
 EngineLoop::~EngineLoop() { Stop(); }
@@ -238,11 +244,32 @@ std::unique_ptr<EngineLoop::Live> EngineLoop::Retire(uint64_t seq_id) {
   return live;
 }
 
+// The metrics are recorded before Retire, as Complete does: whoever sees the
+// request gone (WaitIdle, GetServerInfo) sees it counted.
 void EngineLoop::End(uint64_t seq_id, absl::Status status) {
-  std::unique_ptr<Live> live = Retire(seq_id);
-  if (live == nullptr) return;
+  if (!live_.contains(seq_id)) return;
   if (!status.ok() && options_.metrics != nullptr) options_.metrics->OnRequestFailed();
-  live->out->End(std::move(status));
+  Retire(seq_id)->out->End(std::move(status));
+}
+
+void EngineLoop::EndAborted(uint64_t seq_id, absl::Status why) {
+  auto it = live_.find(seq_id);
+  if (it == live_.end()) return;
+  const Live& live = *it->second;
+  if (options_.metrics != nullptr) {
+    options_.metrics->OnRequestFinished("abort", TimesOf(live, absl::Now()),
+                                        static_cast<int64_t>(live.request.prompt.size()),
+                                        live.processor.num_output_tokens());
+  }
+  Retire(seq_id)->out->End(std::move(why));
+}
+
+CoordinatorMetrics::RequestTimes EngineLoop::TimesOf(const Live& live, absl::Time now) {
+  const absl::Time scheduled = live.first_scheduled.value_or(now), first = live.first_token.value_or(now);
+  return {.first_scheduled = absl::ToDoubleSeconds(scheduled - live.arrival),
+          .first_token = absl::ToDoubleSeconds(first - live.arrival),
+          .end = absl::ToDoubleSeconds(now - live.arrival),
+          .has_token = live.first_token.has_value()};
 }
 
 void EngineLoop::Complete(uint64_t seq_id, StopReason reason, std::string matched_stop) {
@@ -275,13 +302,8 @@ void EngineLoop::Complete(uint64_t seq_id, StopReason reason, std::string matche
   t->set_decode_seconds(absl::ToDoubleSeconds(now - first));
   if (options_.metrics != nullptr) {
     const char* reason = c->finish_reason() == v1::LENGTH ? "length" : c->finish_reason() == v1::ABORTED ? "abort" : "stop";
-    options_.metrics->OnRequestFinished(
-        reason,
-        {.first_scheduled = t->queue_seconds(),
-         .first_token = absl::ToDoubleSeconds(first - live.arrival),
-         .end = t->total_seconds(),
-         .has_token = live.first_token.has_value()},
-        c->usage().prompt_tokens(), c->usage().completion_tokens());
+    options_.metrics->OnRequestFinished(reason, TimesOf(live, now), c->usage().prompt_tokens(),
+                                        c->usage().completion_tokens());
   }
   // Retired before the Complete goes out: the stream's last write carries the
   // OK status with it (generation_service.cc), so the client may see the end
@@ -342,6 +364,8 @@ void EngineLoop::ApplyAborts(std::vector<std::pair<uint64_t, absl::Status>> abor
   for (auto& [seq_id, why] : aborts) {
     if (why.ok()) {
       Complete(seq_id, StopReason::kAborted, "");
+    } else if (ClientWentAway(why)) {
+      EndAborted(seq_id, std::move(why));
     } else {
       End(seq_id, std::move(why));
     }
@@ -496,9 +520,14 @@ void EngineLoop::Stream(uint64_t seq_id, const StepToken& token, absl::Time now)
     }
   }
   if (!live.out->Push(std::move(response))) {
-    // The stream is over (its client fell --max-buffered-chunks behind, or
-    // went away): stop generating for it and free its blocks now.
-    End(seq_id, absl::ResourceExhaustedError("the client stopped reading its stream"));
+    // The stream is over: its client went away (an abort, as when its
+    // cancellation arrives first through Abort) or fell --max-buffered-chunks
+    // behind (a failure). Stop generating for it and free its blocks now.
+    if (live.out->cancelled()) {
+      EndAborted(seq_id, absl::CancelledError("the client went away"));
+    } else {
+      End(seq_id, absl::ResourceExhaustedError("the client stopped reading its stream"));
+    }
     return;
   }
   if (delta.finish != StopReason::kNone) Complete(seq_id, delta.finish, std::move(delta.matched_stop));

@@ -106,6 +106,9 @@ class EngineLoop {
                       PreparedRequest request, std::shared_ptr<ResponseQueue> out);
   // Ends a live request at the next step boundary (its blocks are freed). With
   // an OK `why` its stream gets Complete{ABORTED}; otherwise it ends with `why`.
+  // Either way it counts as finished with reason "abort" in the metrics when
+  // `why` is OK, CANCELLED or DEADLINE_EXCEEDED (the client ended it: an Abort
+  // call, a cancelled stream, a passed deadline), as a failure otherwise.
   // False when `client` has no live request with this id.
   bool Abort(const std::string& client, const std::string& request_id, absl::Status why);
   void AbortAll(absl::Status why);
@@ -172,7 +175,12 @@ class EngineLoop {
   // Forgets a live request (its sequence finished, its blocks freed, stats
   // published); null when it is not live.
   std::unique_ptr<Live> Retire(uint64_t seq_id);
-  void End(uint64_t seq_id, absl::Status status);                 // error end
+  void End(uint64_t seq_id, absl::Status status);                 // error end (a failure)
+  // The client ended it (cancelled, deadline): its stream ends with `why`, the
+  // metrics count a request finished with reason "abort".
+  void EndAborted(uint64_t seq_id, absl::Status why);
+  // A request's phases as the metrics record them, ending `now`.
+  static CoordinatorMetrics::RequestTimes TimesOf(const Live& live, absl::Time now);
   void Complete(uint64_t seq_id, StopReason reason, std::string matched_stop);
   void Publish();  // stats snapshot
   void PublishLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

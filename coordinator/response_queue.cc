@@ -83,6 +83,11 @@ ResponseQueue::CancelResult ResponseQueue::Cancel(absl::Status why) {
   return result;
 }
 
+bool ResponseQueue::cancelled() const {
+  absl::MutexLock lock(&mu_);
+  return cancelled_;
+}
+
 ResponseQueue::Next ResponseQueue::TakeLocked(v1::GenerateResponse* out, absl::Status* end) {
   if (!items_.empty()) {
     *out = std::move(items_.front());

@@ -82,6 +82,9 @@ class ResponseQueue {
   // TryPop/Pop returns kEnd with `why`, later Pushes return false and End is
   // ignored. Only the first Cancel counts: later ones return {false, false}.
   CancelResult Cancel(absl::Status why);
+  // Whether the consumer cancelled (Cancel was called): a Push that fails
+  // then means the client went away, not that it fell behind.
+  bool cancelled() const;
 
  private:
   // Takes the next response or the end into *out / *end, or kTimeout.
@@ -94,7 +97,7 @@ class ResponseQueue {
   const int64_t max_buffered_;
   const std::function<void()> on_ready_;  // set once: read without the lock
 
-  absl::Mutex mu_;
+  mutable absl::Mutex mu_;
   absl::CondVar cv_;  // for Pop: items_ or ended_ changed
   std::deque<tpserve::v1::GenerateResponse> items_ ABSL_GUARDED_BY(mu_);  // [<= max_buffered_]
   bool ended_ ABSL_GUARDED_BY(mu_) = false;    // End, overflow or Cancel happened

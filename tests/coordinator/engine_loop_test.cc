@@ -122,6 +122,7 @@ class EngineLoopTest : public ::testing::TestWithParam<bool> {
     o.max_model_len = 4096;
     o.eos_token_ids = {testing::kEnd};
     o.overlap = GetParam();
+    o.metrics = &metrics_;
     engine_ = std::make_unique<EngineLoop>(*tokenizer_, o, workers_.Transport());
     engine_->Start();
   }
@@ -141,7 +142,8 @@ class EngineLoopTest : public ::testing::TestWithParam<bool> {
 
   std::unique_ptr<Tokenizer> tokenizer_;
   FakeWorkers workers_;
-  std::unique_ptr<EngineLoop> engine_;
+  CoordinatorMetrics metrics_{/*max_model_len=*/4096, /*tp=*/1};
+  std::unique_ptr<EngineLoop> engine_;  // after metrics_: stopped before they go
 };
 
 TEST_P(EngineLoopTest, ConcurrentRequestsUnderATinyKvPoolGetTheirOwnOutputs) {
@@ -267,6 +269,54 @@ TEST_P(EngineLoopTest, CancellationEndsTheStreamWithTheGivenStatus) {
   Outcome o = Drain(*q);
   EXPECT_EQ(o.end.code(), absl::StatusCode::kCancelled);
   EXPECT_FALSE(o.completed);
+}
+
+// Issue 33, item 4: a stream its client cancels, or whose deadline passes,
+// is an abort in the metrics (request_success_total{finished_reason="abort"}),
+// not a failure, whether the cancellation reaches the loop as an Abort or as
+// a queue that refuses the next chunk. A server-side error still is a failure.
+TEST_P(EngineLoopTest, ACancelledStreamCountsAsAnAbortNotAFailure) {
+  workers_.delay_ = absl::Milliseconds(5);
+  Start(64);
+  auto finished = [&] { return metrics_.totals().requests_finished.at("abort"); };
+  auto endless = [](std::vector<int32_t> prompt) {  // ends only when its client ends it
+    PreparedRequest r = Request(std::move(prompt), 3000);
+    r.stop.ignore_eos = true;
+    return r;
+  };
+  const std::vector<absl::Status> client_ends = {absl::CancelledError("the client cancelled"),
+                                                 absl::DeadlineExceededError("the deadline passed")};
+  for (size_t i = 0; i < client_ends.size(); ++i) {
+    const std::string id = absl::StrCat("gone", i);
+    auto q = Submit(id, endless({'a', 'b'}));
+    v1::GenerateResponse r;
+    absl::Status end;
+    ASSERT_EQ(q->Pop(absl::Seconds(10), &r, &end), ResponseQueue::Next::kMessage) << end;  // it runs
+    ASSERT_TRUE(engine_->Abort("client", id, client_ends[i]));
+    EXPECT_EQ(Drain(*q).end.code(), client_ends[i].code());
+    ASSERT_TRUE(engine_->WaitIdle(absl::Now() + absl::Seconds(5)));
+    EXPECT_EQ(finished(), i + 1) << client_ends[i];
+    EXPECT_EQ(metrics_.totals().requests_failed, 0u) << client_ends[i];
+  }
+  // The reactor cancels the queue before its Abort arrives: the next chunk is
+  // refused, and that too is the client's doing.
+  auto q = Submit("dropped", endless({'c'}));
+  v1::GenerateResponse r;
+  absl::Status end;
+  ASSERT_EQ(q->Pop(absl::Seconds(10), &r, &end), ResponseQueue::Next::kMessage) << end;
+  q->Cancel(absl::CancelledError("the client went away"));
+  ASSERT_TRUE(engine_->WaitIdle(absl::Now() + absl::Seconds(5)));
+  EXPECT_EQ(finished(), 3u);
+  EXPECT_EQ(metrics_.totals().requests_failed, 0u);
+  // A failure the server chose is still counted as one.
+  {
+    absl::MutexLock lock(&workers_.mu_);
+    workers_.fail_next_ = absl::InternalError("rank 0: injected");
+  }
+  EXPECT_EQ(Drain(*Submit("bad", Request({'d'}, 4))).end.code(), absl::StatusCode::kInternal);
+  ASSERT_TRUE(engine_->WaitIdle(absl::Now() + absl::Seconds(5)));
+  EXPECT_EQ(metrics_.totals().requests_failed, 1u);
+  EXPECT_EQ(finished(), 3u);
 }
 
 TEST_P(EngineLoopTest, QueueFullIsResourceExhausted) {
