@@ -12,6 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
 #include "base/status_macros.h"
+#include "json/strict_json.h"
 #include "nlohmann/json.hpp"
 
 namespace tpserve::http {
@@ -412,10 +413,12 @@ absl::Status Finish(const json& body, OpenAiRequest& r) {
 
 namespace {
 
+// The body as a JSON object, nested at most kMaxJsonDepth deep and with no
+// key twice in one object (json/strict_json.h): checked before any DOM exists.
 absl::StatusOr<json> ParseObject(absl::string_view body) {
-  json parsed = json::parse(body.begin(), body.end(), nullptr, /*allow_exceptions=*/false);
-  if (parsed.is_discarded()) return absl::InvalidArgumentError("the body is not valid JSON");
-  if (!parsed.is_object()) return absl::InvalidArgumentError("the body must be a JSON object");
+  absl::StatusOr<json> parsed = ParseJson(body, JsonLimits{.max_depth = kMaxJsonDepth});
+  if (!parsed.ok()) return absl::InvalidArgumentError(absl::StrCat("the body ", parsed.status().message()));
+  if (!parsed->is_object()) return absl::InvalidArgumentError("the body must be a JSON object");
   return parsed;
 }
 

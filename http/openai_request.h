@@ -41,6 +41,9 @@ namespace tpserve::http {
 
 enum class Endpoint { kChatCompletions, kCompletions };
 
+// Arrays and objects open at once in a request body (tool schemas included).
+inline constexpr int kMaxJsonDepth = 128;
+
 struct OpenAiRequest {
   Endpoint endpoint = Endpoint::kCompletions;
   std::string model;           // as the client named it ("" when absent)

@@ -8,6 +8,7 @@
 #include <string>
 
 #include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
 
 namespace tpserve::http {
 namespace {
@@ -119,9 +120,51 @@ TEST(OpenAiRequest, ToolChoiceNoneDropsTheTools) {
   EXPECT_TRUE(r.grpc.chat().tools_json().empty());
 }
 
+// 80,000 levels of `tools` or `chat_template_kwargs` once crashed tpserve-http
+// (the recursive dump() overflowed the stack): refused before any value exists.
+TEST(OpenAiRequest, DeepNestingIsRefusedBeforeItIsParsed) {
+  const std::string msgs = R"("messages": [{"role": "user", "content": "x"}])";
+  for (int depth : {kMaxJsonDepth, 80000}) {
+    const std::string deep = std::string(depth, '[') + std::string(depth, ']');
+    const std::string kwargs = [depth] {
+      std::string s;
+      for (int i = 0; i < depth; ++i) s += "{\"a\": ";
+      return s + "1" + std::string(depth, '}');
+    }();
+    for (const std::string& body : {"{" + msgs + ", \"tools\": " + deep + "}",
+                                    "{" + msgs + ", \"chat_template_kwargs\": " + kwargs + "}"}) {
+      absl::StatusOr<OpenAiRequest> r = ParseRequest(kChat, body);
+      ASSERT_FALSE(r.ok()) << depth;
+      EXPECT_EQ(r.status().message(), absl::StrCat("the body nests deeper than ", kMaxJsonDepth,
+                                                   " levels of arrays and objects"))
+          << depth;
+    }
+  }
+  // The deepest body allowed: the body object, tools, then a schema 126 deep.
+  const std::string ok_tools = std::string(kMaxJsonDepth - 2, '[') + std::string(kMaxJsonDepth - 2, ']');
+  absl::StatusOr<OpenAiRequest> r = ParseRequest(kChat, "{" + msgs + ", \"tools\": " + ok_tools + "}");
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->grpc.chat().tools_json(), ok_tools);
+}
+
+// A key twice in one object (last-wins in nlohmann, first-wins elsewhere) is refused.
+TEST(OpenAiRequest, DuplicateKeysAreRefused) {
+  absl::StatusOr<OpenAiRequest> r = ParseRequest(kCompl, R"({"prompt": "a", "max_tokens": 1, "max_tokens": 900})");
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().message(), "the body repeats the key \"max_tokens\" in one object; give each once");
+  r = ParseRequest(kChat, R"({"messages": [{"role": "user", "role": "system", "content": "x"}]})");
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("\"role\""), absl::string_view::npos) << r.status();
+  // The same key in two objects is fine.
+  r = ParseRequest(kChat, R"({"messages": [{"role": "user", "content": "x"}, {"role": "user", "content": "y"}]})");
+  EXPECT_TRUE(r.ok()) << r.status();
+}
+
 TEST(OpenAiRequest, BadBodiesNameTheField) {
   const std::string msgs = R"("messages": [{"role": "user", "content": "x"}])";
-  EXPECT_EQ(Refused(kChat, "{\"messages\": [}"), "(none): the body is not valid JSON");
+  EXPECT_EQ(Refused(kChat, "{\"messages\": [}"),
+            "(none): the body is not valid JSON (byte 15: syntax error while parsing value - unexpected '}'; "
+            "expected '[', '{', or a literal)");
   EXPECT_EQ(Refused(kChat, "[1]"), "(none): the body must be a JSON object");
   EXPECT_EQ(Refused(kChat, "{}"), "messages");
   // Fields that belong to the chat (tools, template arguments) without the
