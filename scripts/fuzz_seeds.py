@@ -222,6 +222,16 @@ def openai_request(work):
         "broken": b"\x00{\"messages\": [{\"role\": 1e999}",
         # Chat fields without messages: a crash the fuzzer found (the parser took it).
         "no_messages": b"\x00" + json.dumps({k: v for k, v in chat.items() if k != "messages"}).encode(),
+        # Nesting past the parser's depth limit (80,000 levels once crashed
+        # tpserve-http in a recursive dump; libFuzzer cuts that seed at -max_len,
+        # so 1,900 levels are there whole too), and a key given twice.
+        "deep_tools": b"\x00{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}], \"tools\": "
+                      + b"[" * 80000 + b"]" * 80000 + b"}",
+        "deep_tools_whole": b"\x00{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}], \"tools\": "
+                            + b"[" * 1900 + b"]" * 1900 + b"}",
+        "deep_kwargs": b"\x00{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}], "
+                       + b"\"chat_template_kwargs\": " + b"{\"a\": " * 200 + b"1" + b"}" * 201,
+        "duplicate_key": b"\x01{\"prompt\": \"x\", \"max_tokens\": 1, \"max_tokens\": 2}",
     }
     tokens = ["\"messages\"", "\"prompt\"", "\"role\"", "\"content\"", "\"max_tokens\"", "\"stop\"",
               "\"logprobs\"", "\"top_logprobs\"", "\"stream\"", "\"stream_options\"", "\"include_usage\"",
