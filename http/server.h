@@ -1,20 +1,20 @@
-// tpserve-http's server: OpenAI-compatible HTTP (cpp-httplib) in front of the
-// public gRPC API, as a client of it. Stateless: every HTTP request is one
-// gRPC call (plus Detokenize, naming log-probs' tokens: once per answer or per
-// streamed chunk), so it can run beside a coordinator or anywhere that reaches one.
+// tpserve-http's server: OpenAI-compatible HTTP in front of the public gRPC
+// API, as a client of it. Stateless: every HTTP request is one gRPC call
+// (plus Detokenize, naming log-probs' tokens: once per answer or per streamed
+// chunk), so it can run beside a coordinator or anywhere that reaches one.
 //
-//   POST /v1/chat/completions, /v1/completions   Generate (stream: true answers
-//                                                 server-sent events; see openai_response.h)
+//   POST /v1/chat/completions, /v1/completions   Generate (generate_call.h; stream: true
+//                                                 answers server-sent events, openai_response.h)
 //   GET  /v1/models                               GetModelInfo
 //   POST /tokenize, /detokenize                   Tokenize, Detokenize (vLLM's shapes)
-//   GET  /health                                  the `healthy` callback: 200 or 503
+//   GET  /health                                  `healthy`: 200 or 503; never needs a key
 //
-// Threads: cpp-httplib's pool of `threads` workers; each HTTP request holds one
-// for its whole life (a stream included) and blocks on its gRPC call. The
-// model name is read once from the coordinator and cached (mu_). A streaming
-// client that goes away fails the next write: its gRPC call is cancelled, so
-// the coordinator frees the request at its next step. A non-streaming request
-// runs to its end.
+// The HTTP side is httpd::Server (httpd/server.h): connections, deadlines and
+// every size limit are bounded there, and the API key is checked before a
+// body is read. The gRPC side is the callback API (coordinator_client.h): no
+// thread waits on a request, so an open stream costs a socket, not a thread.
+// A client that leaves cancels its gRPC call, streaming or not; the
+// coordinator frees the request at its next step.
 #pragma once
 
 #include <cstddef>
@@ -25,73 +25,57 @@
 
 #include <grpcpp/grpcpp.h>
 
-#include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
-#include "absl/status/statusor.h"
-#include "absl/synchronization/mutex.h"
 #include "auth/api_keys.h"
+#include "http/coordinator_client.h"
 #include "http/openai_request.h"
-#include "http/openai_response.h"
-#include "tpserve/v1/generation.grpc.pb.h"
-
-namespace httplib {
-class DataSink;
-class Server;
-struct Request;
-struct Response;
-}  // namespace httplib
+#include "httpd/server.h"
 
 namespace tpserve::http {
 
+// The coordinator's largest request message (gRPC's default receive limit,
+// which the public port keeps): a larger one is a 413 here, not a 429 from gRPC.
+inline constexpr size_t kMaxGrpcRequestBytes = 4 << 20;
+
 struct ServerOptions {
   std::string host = "127.0.0.1";
-  int port = 8000;                     // 0: any free port (port() says which)
-  size_t max_body_bytes = 1 << 20;     // larger bodies: 413
-  int threads = 64;                    // concurrent HTTP requests (streams included)
-  std::optional<ApiKeys> api_keys;     // when set, every endpoint but /health needs a key: 401
-  std::string coordinator_api_key;     // sent to the coordinator as "authorization: Bearer" ("" = none)
-  std::function<bool()> healthy;       // GET /health; null: always healthy
+  int port = 8000;                  // 0: any free port (port() says which)
+  httpd::ServerLimits limits;       // connections, deadlines, header and body sizes (max_body_bytes: 413)
+  std::optional<ApiKeys> api_keys;  // when set, every endpoint but /health needs a key: 401
+  std::string coordinator_api_key;  // sent to the coordinator as "authorization: Bearer" ("" = none)
+  // GET /health: calls `done(serving)` once, from any thread, without
+  // blocking the caller. Null: always healthy.
+  std::function<void(std::function<void(bool serving)> done)> healthy;
 };
 
 class Server {
  public:
   Server(std::shared_ptr<grpc::Channel> channel, ServerOptions options);
-  ~Server();
+  ~Server();  // Stop()s, then waits for the gRPC calls it cancelled to end
 
   // Binds the listening socket: INVALID_ARGUMENT naming --listen when it cannot.
   absl::Status Bind();
-  int port() const { return port_; }
+  int port() const;
   // Serves until Stop (from another thread or a signal-watching one).
   void Run();
   void Stop();
 
  private:
-  void Route();
-  bool Authorized(const httplib::Request& request, httplib::Response& response) const;
-  void Generate(int endpoint, const httplib::Request& request, httplib::Response& response);
-  struct Call;    // one Generate call (server.cc)
-  struct Stream;  // what a streaming response has sent (server.cc)
-  // Answers the call as server-sent events, `first` its first response.
-  void StreamResponse(std::shared_ptr<Call> call, ResponseHead head, OpenAiRequest request,
-                      tpserve::v1::GenerateResponse first, httplib::Response& response);
-  // The next gRPC response as SSE events; false when the client is gone.
-  bool StreamStep(Stream& stream, httplib::DataSink& sink);
-  void Models(httplib::Response& response);
-  void Tokenize(const httplib::Request& request, httplib::Response& response);
-  void Detokenize(const httplib::Request& request, httplib::Response& response);
-  // The served model's name (GetModelInfo, cached once answered).
-  grpc::Status ModelInfo(tpserve::v1::ModelInfo* info);
-  // 404 model_not_found unless `model` is empty or the served one; fills `served`.
-  bool CheckModel(const std::string& model, int endpoint, std::string* served, httplib::Response& response);
-  void Context(grpc::ClientContext& context) const;
+  std::vector<httpd::Route> Routes();
+  std::optional<httpd::Response> Authorize(const httpd::Request& head) const;
+  void Generate(Endpoint endpoint, std::shared_ptr<httpd::Exchange> exchange);
+  void Models(std::shared_ptr<httpd::Exchange> exchange);
+  void Tokenize(std::shared_ptr<httpd::Exchange> exchange);
+  void Detokenize(std::shared_ptr<httpd::Exchange> exchange);
+  void Health(std::shared_ptr<httpd::Exchange> exchange);
+  // Calls `then(served model name)` once the model is known and `model` is
+  // empty or that one; else answers 404 model_not_found (or the gRPC error).
+  void CheckModel(const std::string& model, Endpoint endpoint, std::shared_ptr<httpd::Exchange> exchange,
+                  std::function<void(std::string served)> then);
 
-  std::unique_ptr<tpserve::v1::Generation::Stub> stub_;
   const ServerOptions options_;
-  std::unique_ptr<httplib::Server> server_;
-  int port_ = 0;
-
-  absl::Mutex mu_;
-  std::optional<tpserve::v1::ModelInfo> model_info_ ABSL_GUARDED_BY(mu_);
+  CoordinatorClient client_;
+  std::unique_ptr<httpd::Server> http_;
 };
 
 }  // namespace tpserve::http

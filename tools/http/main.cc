@@ -4,7 +4,8 @@
 //
 //   tpserve-http --server 127.0.0.1:50051 [--listen 127.0.0.1:8000]
 //       [--api-key-file FILE]  bearer keys HTTP clients must send (auth/api_keys.h format)
-//       [--max-body-bytes N] [--threads N]
+//       [--max-body-bytes N] [--max-connections N] [--io-threads N]
+//       [--header-timeout D] [--body-timeout D] [--idle-timeout D] [--write-timeout D]
 //       [--server-api-key-file FILE] [--server-tls] [--server-tls-ca PEM]
 //       [--server-tls-cert PEM --server-tls-key PEM]   how to reach the coordinator
 //
@@ -24,6 +25,7 @@
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
+#include "absl/time/time.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "auth/api_keys.h"
@@ -37,8 +39,17 @@ ABSL_FLAG(std::string, server, "127.0.0.1:50051", "the coordinator's public API,
 ABSL_FLAG(std::string, listen, "127.0.0.1:8000", "HTTP address HOST:PORT (port 0: any free port)");
 ABSL_FLAG(std::string, api_key_file, "",
           "bearer keys HTTP clients must send (lines `NAME KEY` or `KEY`, chmod 600); unset: no keys");
-ABSL_FLAG(int64_t, max_body_bytes, 1 << 20, "largest request body; larger ones get 413");
-ABSL_FLAG(int32_t, threads, 64, "HTTP requests served at once (an open stream holds one)");
+ABSL_FLAG(int64_t, max_body_bytes, 1 << 20, "largest request body, chunked or not; larger ones get 413");
+ABSL_FLAG(int64_t, max_header_bytes, 16 << 10, "largest request line plus headers; larger ones get 431");
+ABSL_FLAG(int32_t, max_connections, 1024,
+          "connections open at once; past it a new one closes the oldest idle one, else gets 503");
+ABSL_FLAG(int32_t, io_threads, 2, "threads of the event loop (no request holds one; streams included)");
+ABSL_FLAG(absl::Duration, header_timeout, absl::Seconds(10),
+          "a request's line and headers must arrive within this of their first byte: else 408");
+ABSL_FLAG(absl::Duration, body_timeout, absl::Seconds(30), "a request's body must arrive within this: else 408");
+ABSL_FLAG(absl::Duration, idle_timeout, absl::Seconds(30), "a keep-alive connection idle this long is closed");
+ABSL_FLAG(absl::Duration, write_timeout, absl::Seconds(30),
+          "a client that takes none of a response (or of a stream) for this long is cut off and its request ended");
 ABSL_FLAG(std::string, server_api_key_file, "",
           "the API key to send to the coordinator (its first `KEY` or `NAME KEY` line)");
 ABSL_FLAG(bool, server_tls, false, "reach the coordinator over TLS (implied by --server-tls-ca / -cert)");
@@ -68,13 +79,40 @@ absl::Status SplitListen(const std::string& listen, tpserve::http::ServerOptions
   return absl::OkStatus();
 }
 
+absl::Status LimitsFromFlags(tpserve::httpd::ServerLimits& limits) {
+  auto at_least_one = [](int64_t v, absl::string_view flag) {
+    return v >= 1 ? absl::OkStatus() : absl::InvalidArgumentError(absl::StrCat(flag, " must be at least 1"));
+  };
+  for (auto [value, flag] : {std::pair<int64_t, absl::string_view>{absl::GetFlag(FLAGS_max_body_bytes), "--max-body-bytes"},
+                             {absl::GetFlag(FLAGS_max_header_bytes), "--max-header-bytes"},
+                             {absl::GetFlag(FLAGS_max_connections), "--max-connections"},
+                             {absl::GetFlag(FLAGS_io_threads), "--io-threads"}}) {
+    if (absl::Status s = at_least_one(value, flag); !s.ok()) return s;
+  }
+  limits.max_body_bytes = static_cast<size_t>(absl::GetFlag(FLAGS_max_body_bytes));
+  limits.max_header_bytes = static_cast<size_t>(absl::GetFlag(FLAGS_max_header_bytes));
+  limits.max_connections = static_cast<size_t>(absl::GetFlag(FLAGS_max_connections));
+  limits.io_threads = absl::GetFlag(FLAGS_io_threads);
+  for (auto [value, flag] : {std::pair<absl::Duration, absl::string_view>{absl::GetFlag(FLAGS_header_timeout),
+                                                                          "--header-timeout"},
+                             {absl::GetFlag(FLAGS_body_timeout), "--body-timeout"},
+                             {absl::GetFlag(FLAGS_idle_timeout), "--idle-timeout"},
+                             {absl::GetFlag(FLAGS_write_timeout), "--write-timeout"}}) {
+    if (value <= absl::ZeroDuration()) {
+      return absl::InvalidArgumentError(absl::StrCat(flag, " must be positive, e.g. 10s"));
+    }
+  }
+  limits.header_timeout = absl::GetFlag(FLAGS_header_timeout);
+  limits.body_timeout = absl::GetFlag(FLAGS_body_timeout);
+  limits.idle_timeout = absl::GetFlag(FLAGS_idle_timeout);
+  limits.write_timeout = absl::GetFlag(FLAGS_write_timeout);
+  return absl::OkStatus();
+}
+
 absl::StatusOr<tpserve::http::ServerOptions> OptionsFromFlags(const std::shared_ptr<grpc::Channel>& channel) {
   tpserve::http::ServerOptions options;
   if (absl::Status s = SplitListen(absl::GetFlag(FLAGS_listen), options); !s.ok()) return s;
-  if (absl::GetFlag(FLAGS_max_body_bytes) < 1) return absl::InvalidArgumentError("--max-body-bytes must be at least 1");
-  options.max_body_bytes = static_cast<size_t>(absl::GetFlag(FLAGS_max_body_bytes));
-  if (absl::GetFlag(FLAGS_threads) < 1) return absl::InvalidArgumentError("--threads must be at least 1");
-  options.threads = absl::GetFlag(FLAGS_threads);
+  if (absl::Status s = LimitsFromFlags(options.limits); !s.ok()) return s;
   if (!absl::GetFlag(FLAGS_api_key_file).empty()) {
     absl::StatusOr<tpserve::ApiKeys> keys = tpserve::ApiKeys::FromFile(absl::GetFlag(FLAGS_api_key_file));
     if (!keys.ok()) return keys.status();
@@ -87,12 +125,19 @@ absl::StatusOr<tpserve::http::ServerOptions> OptionsFromFlags(const std::shared_
     options.coordinator_api_key = *std::move(key);
   }
   auto health = std::shared_ptr<grpc::health::v1::Health::Stub>(grpc::health::v1::Health::NewStub(channel));
-  options.healthy = [health] {
-    grpc::ClientContext context;
-    context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
-    grpc::health::v1::HealthCheckResponse response;
-    return health->Check(&context, grpc::health::v1::HealthCheckRequest(), &response).ok() &&
-           response.status() == grpc::health::v1::HealthCheckResponse::SERVING;
+  options.healthy = [health](std::function<void(bool)> done) {
+    struct Check {
+      grpc::ClientContext context;
+      grpc::health::v1::HealthCheckRequest request;
+      grpc::health::v1::HealthCheckResponse response;
+    };
+    auto check = std::make_shared<Check>();
+    check->context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
+    health->async()->Check(&check->context, &check->request, &check->response,
+                           [check, done = std::move(done)](grpc::Status s) {
+                             done(s.ok() && check->response.status() ==
+                                                grpc::health::v1::HealthCheckResponse::SERVING);
+                           });
   };
   return options;
 }

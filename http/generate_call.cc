@@ -1,0 +1,182 @@
+#include "http/generate_call.h"
+
+#include <optional>
+#include <string>
+#include <utility>
+
+#include "http/http_answer.h"
+
+namespace tpserve::http {
+namespace {
+
+namespace v1 = tpserve::v1;
+using nlohmann::json;
+
+// The reactor owns itself from StartCall to OnDone (self_). A step that
+// waits for something outside gRPC (a socket write, a Detokenize call) holds
+// the call (AddHold), so OnDone cannot come while `this` is still needed.
+class GenerateCall final : public grpc::ClientReadReactor<v1::GenerateResponse>,
+                           public std::enable_shared_from_this<GenerateCall> {
+ public:
+  GenerateCall(CoordinatorClient& client, std::shared_ptr<httpd::Exchange> exchange, OpenAiRequest request,
+               ResponseHead head)
+      : client_(client), exchange_(std::move(exchange)), request_(std::move(request)), head_(std::move(head)) {}
+
+  void Start() {
+    self_ = shared_from_this();
+    client_.Begin();
+    client_.Prepare(context_);
+    std::weak_ptr<GenerateCall> weak = self_;
+    exchange_->OnClientGone([weak] {
+      if (std::shared_ptr<GenerateCall> call = weak.lock()) call->context_.TryCancel();
+    });
+    client_.stub().async()->Generate(&context_, &request_.grpc, this);
+    StartRead(&response_);
+    StartCall();
+  }
+
+ private:
+  bool chat() const { return head_.endpoint == Endpoint::kChatCompletions; }
+
+  void OnReadDone(bool ok) override {
+    if (!ok) return;  // the stream ended: OnDone follows
+    if (!got_first_) {
+      got_first_ = true;
+      head_.id = ResponseId(head_.endpoint, response_.request_id());
+      if (request_.stream) {
+        exchange_->BeginStream(200, "text/event-stream", {{"Cache-Control", "no-cache"}});
+        if (chat()) pending_ = SseEvent(StreamChunk(head_, std::string(), /*role=*/true, nullptr, std::nullopt));
+      }
+    }
+    if (!request_.stream) return Gather();
+    if (response_.has_chunk()) return StreamChunkEvents();
+    if (response_.has_complete()) {
+      const v1::Complete& c = response_.complete();
+      complete_ = c;
+      pending_ += SseEvent(StreamChunk(head_, chat() ? std::nullopt : std::optional<std::string>(""), false,
+                                       nullptr, FinishReason(c.finish_reason())));
+      if (head_.include_usage) pending_ += SseEvent(UsageChunk(head_, c.usage()));
+      pending_ += kSseDone;
+    }
+    Send();
+  }
+
+  // Not streaming: keep the text, the log-probs and the Complete; read on.
+  void Gather() {
+    if (response_.has_chunk()) {
+      text_ += response_.chunk().text();
+      logprobs_.MergeFrom(response_.chunk().logprobs());
+    } else if (response_.has_complete()) {
+      complete_ = response_.complete();
+    }
+    StartRead(&response_);
+  }
+
+  // A streamed chunk's event, its log-prob tokens named first when asked for.
+  void StreamChunkEvents() {
+    const v1::Chunk& chunk = response_.chunk();
+    if (chunk.text().empty() && !request_.logprobs) return Send();
+    if (!request_.logprobs) {
+      pending_ += SseEvent(StreamChunk(head_, chunk.text(), false, nullptr, std::nullopt));
+      return Send();
+    }
+    AddHold();
+    client_.TokenTexts(chunk.logprobs(), request_.tokens_as_ids, [this](absl::StatusOr<TokenText> texts) {
+      const v1::Chunk& c = response_.chunk();
+      const json lp = texts.ok() ? LogprobsJson(head_.endpoint, c.logprobs(), *texts, text_bytes_) : json(nullptr);
+      text_bytes_ += static_cast<int64_t>(c.text().size());
+      pending_ += SseEvent(StreamChunk(head_, c.text(), false, lp, std::nullopt));
+      Send();
+      RemoveHold();
+    });
+  }
+
+  // Writes what is pending, then reads on once the client has taken it.
+  void Send() {
+    if (pending_.empty()) return StartRead(&response_);
+    const bool last = complete_.has_value();
+    AddHold();
+    exchange_->Write(std::exchange(pending_, std::string()), [this, last](bool ok) {
+      if (!ok) {
+        context_.TryCancel();
+      } else {
+        if (last) exchange_->EndStream();
+        StartRead(&response_);  // to the end of the stream, after Complete too
+      }
+      RemoveHold();
+    });
+  }
+
+  void OnDone(const grpc::Status& status) override {
+    std::shared_ptr<GenerateCall> self = std::move(self_);  // the last reference may be this one
+    if (!got_first_) {
+      grpc::Status s = status.ok() ? grpc::Status(grpc::StatusCode::INTERNAL,
+                                                  "the coordinator ended the stream without a response")
+                                   : status;
+      AnswerError(*exchange_, ErrorOf(s, head_.endpoint));
+    } else if (request_.stream) {
+      EndStreamWithError(status);
+    } else {
+      return Answer(status, std::move(self));
+    }
+    client_.End();
+  }
+
+  // A stream that ended without Complete: its status as an error event.
+  void EndStreamWithError(const grpc::Status& status) {
+    if (complete_) return;
+    grpc::Status s = status.ok() ? grpc::Status(grpc::StatusCode::INTERNAL, "the stream ended without Complete")
+                                 : status;
+    exchange_->Write(SseEvent(ErrorBody(ErrorOf(s, head_.endpoint))) + kSseDone, nullptr);
+    exchange_->EndStream();
+  }
+
+  // The whole non-streaming response, log-prob tokens named first when asked for.
+  void Answer(const grpc::Status& status, std::shared_ptr<GenerateCall> self) {
+    if (!status.ok()) {
+      AnswerError(*exchange_, ErrorOf(status, head_.endpoint));
+      return client_.End();
+    }
+    if (!complete_) {
+      AnswerError(*exchange_, {.status = 500, .message = "the stream ended without Complete", .type = "server_error"});
+      return client_.End();
+    }
+    if (!request_.logprobs) {
+      AnswerJson(*exchange_, 200, FullResponse(head_, text_, nullptr, *complete_));
+      return client_.End();
+    }
+    client_.TokenTexts(logprobs_, request_.tokens_as_ids, [self](absl::StatusOr<TokenText> texts) {
+      if (!texts.ok()) {
+        AnswerError(*self->exchange_, ErrorOf(texts.status(), self->head_.endpoint));
+      } else {
+        const json lp = LogprobsJson(self->head_.endpoint, self->logprobs_, *texts, 0);
+        AnswerJson(*self->exchange_, 200, FullResponse(self->head_, self->text_, lp, *self->complete_));
+      }
+      self->client_.End();
+    });
+  }
+
+  CoordinatorClient& client_;
+  const std::shared_ptr<httpd::Exchange> exchange_;
+  OpenAiRequest request_;
+  ResponseHead head_;
+  grpc::ClientContext context_;
+  v1::GenerateResponse response_;
+  std::shared_ptr<GenerateCall> self_;
+
+  bool got_first_ = false;
+  std::optional<v1::Complete> complete_;
+  std::string pending_;      // SSE events not yet handed to the socket
+  int64_t text_bytes_ = 0;   // streamed completions' log-prob text offsets
+  std::string text_;         // not streaming: the whole text
+  google::protobuf::RepeatedPtrField<v1::TokenLogprob> logprobs_;
+};
+
+}  // namespace
+
+void StartGenerateCall(CoordinatorClient& client, std::shared_ptr<httpd::Exchange> exchange, OpenAiRequest request,
+                       ResponseHead head) {
+  std::make_shared<GenerateCall>(client, std::move(exchange), std::move(request), std::move(head))->Start();
+}
+
+}  // namespace tpserve::http
