@@ -24,7 +24,9 @@ using boost::system::error_code;
 
 constexpr size_t kReadChunk = 16 << 10;
 constexpr size_t kSlack = 64 << 10;                   // buffer room past the head limit: pipelined bytes, chunk heads
-constexpr absl::Duration kLinger = absl::Seconds(2);  // reading a closing client's last bytes
+// Reading a closing client's last bytes: this long, and this many at most.
+constexpr absl::Duration kLinger = absl::Seconds(2);
+constexpr size_t kLingerBytes = 1 << 20;
 
 std::string Reason(int status) {
   const auto reason = bhttp::obsolete_reason(static_cast<bhttp::status>(status));
@@ -164,7 +166,11 @@ void Connection::NextRequest() {
 
 void Connection::StartReading() {
   if (reading_ || phase_ == Phase::kClosed) return;
-  if (phase_ == Phase::kLinger) buffer_.clear();  // dropped: nobody reads them
+  if (phase_ == Phase::kLinger) {  // dropped: nobody reads them
+    lingered_ += buffer_.size();
+    buffer_.clear();
+    if (lingered_ > kLingerBytes) return CloseNow();
+  }
   const size_t room = buffer_.max_size() - buffer_.size();
   if (room == 0 && phase_ != Phase::kLinger) {
     // A head that does not fit (the parser keeps it whole until it ends), or

@@ -110,6 +110,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
   bool first_request_ = true;
   bool reading_ = false;
   bool writing_ = false;
+  size_t lingered_ = 0;  // bytes dropped while lingering
   uint64_t deadline_gen_ = 0;
   boost::beast::flat_buffer buffer_;  // bytes read, not parsed yet (bounded: limits + 64 KiB)
   std::optional<boost::beast::http::request_parser<boost::beast::http::string_body>> parser_;

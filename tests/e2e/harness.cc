@@ -256,6 +256,33 @@ bool AwaitServing(v1::Generation::Stub& stub, absl::Duration timeout) {
   return false;
 }
 
+int64_t RssKb(pid_t pid) {
+  std::ifstream in(absl::StrCat("/proc/", pid, "/status"));
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind("VmRSS:", 0) != 0) continue;
+    int64_t kb = -1;
+    std::string digits;
+    for (char c : line) {
+      if (c >= '0' && c <= '9') digits.push_back(c);
+    }
+    return absl::SimpleAtoi(digits, &kb) ? kb : -1;
+  }
+  return -1;
+}
+
+std::unique_ptr<Process> StartHttp(const std::string& server, const std::vector<std::string>& extra,
+                                   const std::string& log, std::string* base) {
+  std::vector<std::string> argv = {BinaryPath("tools/http/tpserve-http"), "--server", server, "--listen",
+                                   "127.0.0.1:0"};
+  argv.insert(argv.end(), extra.begin(), extra.end());
+  auto http = std::make_unique<Process>(argv, log);
+  const std::string port = AwaitLine(*http, "listening on 127.0.0.1:", absl::Seconds(30));
+  base->clear();
+  if (!port.empty()) *base = absl::StrCat("http://127.0.0.1:", port);
+  return http;
+}
+
 std::string AwaitLine(Process& process, const std::string& marker, absl::Duration timeout, size_t after) {
   const absl::Time deadline = absl::Now() + timeout;
   while (absl::Now() < deadline) {

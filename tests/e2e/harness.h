@@ -74,6 +74,15 @@ std::string AwaitLine(Process& process, const std::string& marker, absl::Duratio
 std::unique_ptr<Process> StartWorker(const std::string& coordinator, int rank, int world, const std::string& log,
                                      const std::vector<std::string>& extra = {});
 
+// VmRSS of process `pid` in kB, or -1.
+int64_t RssKb(pid_t pid);
+
+// tpserve-http --server `server` --listen 127.0.0.1:0 plus `extra`, its output
+// in `log`; its URL ("http://127.0.0.1:PORT") into `base`, "" when it did not
+// say it listens within 30 s.
+std::unique_ptr<Process> StartHttp(const std::string& server, const std::vector<std::string>& extra,
+                                   const std::string& log, std::string* base);
+
 struct Coordinator {
   std::unique_ptr<Process> process;
   std::string address;  // public API, HOST:PORT

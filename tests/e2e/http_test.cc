@@ -79,24 +79,9 @@ class HttpTest : public ::testing::Test {
     if (coordinator_->process == nullptr) return;
     http_ = StartHttp(coordinator_->address, {"--max-body-bytes", "65536"}, "http", &base_).release();
   }
-  // tpserve-http --server `server` --listen 127.0.0.1:0 plus `extra`; its URL
-  // into `base` ("" when it did not say it listens within 30 s).
   static std::unique_ptr<Process> StartHttp(const std::string& server, const std::vector<std::string>& extra,
                                             const std::string& name, std::string* base) {
-    std::vector<std::string> argv = {BinaryPath("tools/http/tpserve-http"), "--server", server, "--listen",
-                                     "127.0.0.1:0"};
-    argv.insert(argv.end(), extra.begin(), extra.end());
-    auto http = std::make_unique<Process>(argv, absl::StrCat(dir_->path(), "/", name, ".log"));
-    const std::regex listening("listening on 127\\.0\\.0\\.1:(\\d+)");
-    const absl::Time deadline = absl::Now() + absl::Seconds(30);
-    std::smatch m;
-    std::string log;
-    while (absl::Now() < deadline && !std::regex_search(log = http->Log(), m, listening)) {
-      absl::SleepFor(absl::Milliseconds(20));
-    }
-    base->clear();
-    if (m.size() == 2) *base = absl::StrCat("http://127.0.0.1:", m[1].str());
-    return http;
+    return e2e::StartHttp(server, extra, absl::StrCat(dir_->path(), "/", name, ".log"), base);
   }
   static void TearDownTestSuite() {
     delete http_;

@@ -44,22 +44,6 @@ const std::vector<std::string> kPrompts = {"the quick brown fox", "a soak test",
                                            "one two three four five six"};
 constexpr int kSoloTokens = 24;
 
-// VmRSS of `pid` in kB, or -1.
-int64_t RssKb(int pid) {
-  std::ifstream in(absl::StrCat("/proc/", pid, "/status"));
-  std::string line;
-  while (std::getline(in, line)) {
-    if (line.rfind("VmRSS:", 0) != 0) continue;
-    int64_t kb = -1;
-    std::string digits;
-    for (char c : line) {
-      if (c >= '0' && c <= '9') digits.push_back(c);
-    }
-    return absl::SimpleAtoi(digits, &kb) ? kb : -1;
-  }
-  return -1;
-}
-
 v1::GenerateRequest Request(int prompt, int max_tokens) {
   v1::GenerateRequest r = Greedy(max_tokens);
   r.set_prompt(kPrompts[prompt]);
