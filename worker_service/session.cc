@@ -10,6 +10,7 @@
 #include "grpcpp/grpcpp.h"
 #include "transport/shm_channel.h"
 #include "worker_service/coordinator_store.h"
+#include "worker_service/dial_diagnosis.h"
 
 namespace tpserve {
 namespace iv1 = tpserve::internal::v1;
@@ -51,20 +52,60 @@ std::shared_ptr<grpc::Channel> MakeChannel(const SessionOptions& options) {
       options.coordinator, options.credentials ? options.credentials : grpc::InsecureChannelCredentials(), args);
 }
 
+// The channel's last connection error: the message of a call that fails at
+// once (no wait for ready) while the channel is in TRANSIENT_FAILURE.
+std::string LastConnectError(const std::shared_ptr<grpc::Channel>& channel) {
+  std::unique_ptr<iv1::Worker::Stub> stub = iv1::Worker::NewStub(channel);
+  grpc::ClientContext context;
+  context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(1));
+  iv1::ChallengeResponse response;
+  const grpc::Status status = stub->Challenge(&context, iv1::ChallengeRequest(), &response);
+  return status.ok() ? "" : status.error_message();
+}
+
+DialSettings DialSettingsOf(const SessionOptions& options) {
+  return {.address = options.coordinator, .tls = options.tls, .ca = options.tls_ca, .cert = options.tls_cert,
+          .key = options.tls_key, .server_name = options.tls_server_name};
+}
+
 // Waits until the channel connects; the exit code when the session must end
 // first (stopped: 0, connect_timeout passed: 1), nullopt once connected.
-std::optional<int> AwaitCoordinator(grpc::Channel& channel, const SessionOptions& options,
+// While the channel fails, every 2 s the cause is looked for (dial_diagnosis.h)
+// and logged when it is one (a TLS handshake that failed, say) and new; the
+// exit at the timeout names the last one.
+std::optional<int> AwaitCoordinator(const std::shared_ptr<grpc::Channel>& channel, const SessionOptions& options,
                                     SessionStopper& stopper) {
   const int rank = options.worker.rank.rank;
   const absl::Time deadline = absl::Now() + options.connect_timeout;
-  while (!channel.WaitForConnected(absl::ToChronoTime(std::min(deadline, absl::Now() + absl::Milliseconds(250))))) {
+  absl::Time next_diagnosis = absl::Now() + absl::Seconds(1);
+  std::string diagnosis, last_error;
+  while (!channel->WaitForConnected(
+      absl::ToChronoTime(std::min(deadline, absl::Now() + absl::Milliseconds(250))))) {
     if (stopper.stopped()) {
       Log(rank, "stopped before the coordinator answered");
       return 0;
     }
-    if (absl::Now() >= deadline) {
+    const bool timed_out = absl::Now() >= deadline;
+    if (timed_out || (absl::Now() >= next_diagnosis &&
+                      channel->GetState(false) == GRPC_CHANNEL_TRANSIENT_FAILURE)) {
+      last_error = LastConnectError(channel);
+      std::string why = DiagnoseDialFailure(DialSettingsOf(options), last_error);
+      if (!why.empty() && why != diagnosis && !timed_out) {
+        Log(rank, absl::StrCat(why, " (retrying for --connect-timeout ",
+                               absl::FormatDuration(options.connect_timeout), ")"));
+      }
+      diagnosis = std::move(why);
+      next_diagnosis = absl::Now() + absl::Seconds(2);
+    }
+    if (timed_out) {
+      if (!diagnosis.empty()) {
+        Log(rank, absl::StrCat(diagnosis, "; gave up after --connect-timeout ",
+                               absl::FormatDuration(options.connect_timeout)));
+        return 1;
+      }
       Log(rank, absl::StrCat("the coordinator at ", options.coordinator, " did not answer within ",
                              absl::FormatDuration(options.connect_timeout),
+                             last_error.empty() ? "" : absl::StrCat(" (", last_error, ")"),
                              "; is tpserve-coordinator running, and is this its --worker-listen address "
                              "(printed as 'workers connect to HOST:PORT')? "
                              "Raise --connect-timeout if it starts slowly"));
@@ -319,7 +360,7 @@ int RunWorkerSession(const SessionOptions& options, SessionStopper& stopper) {
   Log(rank, absl::StrCat("rank ", rank, " of ", options.worker.rank.world_size, " (local rank ",
                          options.worker.rank.local_rank, ", from ", options.worker.rank.source,
                          "), dialling the coordinator at ", address));
-  if (std::optional<int> exit_code = AwaitCoordinator(*channel, options, stopper)) return *exit_code;
+  if (std::optional<int> exit_code = AwaitCoordinator(channel, options, stopper)) return *exit_code;
 
   std::shared_ptr<iv1::Worker::Stub> stub = iv1::Worker::NewStub(channel);
   absl::StatusOr<Credentials> credentials = Authenticate(*stub, options);

@@ -6,7 +6,11 @@
 // when it does, so the worker still notices a coordinator that went away.
 //
 //   * The coordinator is dialled again and again until `connect_timeout`
-//     passes (it may still be starting); then the error names the address.
+//     passes (it may still be starting); then the error names the address,
+//     or the cause when one is found (a failed TLS handshake: an untrusted
+//     or misnamed certificate, a refused client certificate, plain text
+//     against TLS; worker_service/dial_diagnosis.h), which is also logged as
+//     soon as it is seen.
 //   * Before Hello the worker asks for a challenge and proves the cluster
 //     secret with it; a coordinator that wants a secret this worker lacks is
 //     logged with the fix, exit 1.
@@ -51,6 +55,10 @@ struct SessionOptions {
   // With TLS: the name the coordinator's certificate must carry, when it is
   // not the host of `coordinator` (--tls-server-name).
   std::string tls_server_name;
+  // The files behind `credentials` (--tls-ca, --tls-cert, --tls-key), to name
+  // the cause of a failed handshake; `tls`: the credentials are TLS ones.
+  bool tls = false;
+  std::string tls_ca, tls_cert, tls_key;
 };
 
 // Lets another thread (the signal handler's) end a running session.

@@ -108,6 +108,10 @@ absl::StatusOr<tpserve::SessionOptions> OptionsFromFlags() {
                               .ca = absl::GetFlag(FLAGS_tls_ca)};
   TPSERVE_ASSIGN_OR_RETURN(options.credentials, tpserve::MakeChannelCredentials(tls));
   options.tls_server_name = absl::GetFlag(FLAGS_tls_server_name);
+  options.tls = tls.any();
+  options.tls_ca = tls.ca;
+  options.tls_cert = tls.cert;
+  options.tls_key = tls.key;
   return options;
 }
 
