@@ -1,11 +1,11 @@
 // The coordinator's Prometheus endpoint: GET /metrics answers the registry
-// in the text exposition format (version 0.0.4), over plain HTTP on two threads
-// of its own (cpp-httplib's accept loop and a pool of one handler). Off unless
-// --metrics-listen is given; it serves only figures, never requests, and binds
-// the loopback unless told otherwise.
+// in the text exposition format (version 0.0.4), over plain HTTP on one event
+// loop thread of its own (httpd/server.h: connections, deadlines and sizes
+// bounded; an idle scraper's keep-alive connection holds no thread). Off
+// unless --metrics-listen is given; it serves only figures, never requests,
+// and binds the loopback unless told otherwise.
 #pragma once
 
-#include <atomic>
 #include <memory>
 #include <string>
 #include <thread>
@@ -13,7 +13,7 @@
 #include "absl/status/statusor.h"
 #include "coordinator/metrics_registry.h"
 
-namespace httplib {
+namespace tpserve::httpd {
 class Server;
 }
 
@@ -33,9 +33,8 @@ class MetricsServer {
 
  private:
   MetricsServer() = default;
-  std::unique_ptr<httplib::Server> server_;
+  std::unique_ptr<httpd::Server> server_;
   std::thread thread_;
-  std::atomic<bool> done_{false};  // the accept loop has returned
   std::string address_;
 };
 

@@ -138,13 +138,18 @@ Server::~Server() { Stop(); }
 
 absl::Status Server::Bind() {
   Core& c = *core_;
-  error_code ec;
-  const asio::ip::address address = asio::ip::make_address(c.options.host, ec);
-  auto fail = [&](absl::string_view why) {
-    return absl::InvalidArgumentError(absl::StrCat(c.options.name, ": cannot listen on ", c.options.host, ":",
-                                                   c.options.port, " (", why, ")"));
+  auto fail = [&](absl::StatusCode code, absl::string_view why) {
+    return absl::Status(code, absl::StrCat(c.options.name, ": cannot listen on ", c.options.host, ":", c.options.port,
+                                           " (", why, ")"));
   };
-  if (ec) return fail("not an IP address");
+  error_code ec;
+  asio::ip::address address = asio::ip::make_address(c.options.host, ec);
+  if (ec) {  // a name: its first address
+    tcp::resolver resolver(c.io);
+    auto found = resolver.resolve(c.options.host, std::to_string(c.options.port), ec);
+    if (ec || found.empty()) return fail(absl::StatusCode::kInvalidArgument, "not an address of this host");
+    address = found.begin()->endpoint().address();
+  }
   const tcp::endpoint endpoint(address, static_cast<uint16_t>(c.options.port));
   c.acceptor.open(endpoint.protocol(), ec);
   // SO_REUSEADDR only: a restarted server binds at once, and no second process
@@ -152,7 +157,8 @@ absl::Status Server::Bind() {
   if (!ec) c.acceptor.set_option(tcp::acceptor::reuse_address(true), ec);
   if (!ec) c.acceptor.bind(endpoint, ec);
   if (!ec) c.acceptor.listen(c.options.limits.backlog, ec);
-  if (ec) return fail(ec == asio::error::address_in_use ? "in use" : ec.message());
+  if (ec == asio::error::address_in_use) return fail(absl::StatusCode::kUnavailable, "in use by another server");
+  if (ec) return fail(absl::StatusCode::kInvalidArgument, ec.message());
   c.port = c.acceptor.local_endpoint().port();
   return absl::OkStatus();
 }

@@ -140,7 +140,8 @@ class Server {
   Server(ServerOptions options, std::vector<Route> routes);
   ~Server();  // Stop()s
 
-  // Binds and listens: INVALID_ARGUMENT naming options.name when it cannot.
+  // Binds and listens (a host name: its first address). UNAVAILABLE naming
+  // options.name when the port is taken, INVALID_ARGUMENT when it is no address here.
   absl::Status Bind();
   int port() const;
   // Serves on io_threads threads until Stop; returns once they have ended.

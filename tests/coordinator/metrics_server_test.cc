@@ -33,6 +33,23 @@ TEST(MetricsServer, ServesTheRegistryAsPrometheusText) {
   EXPECT_EQ(client.Get("/")->status, 404);
 }
 
+// A scraper that keeps its connection open and idle does not hold the
+// endpoint from another (cpp-httplib's one handler thread was held by it).
+TEST(MetricsServer, AnIdleKeepAliveScraperDoesNotBlockAnother) {
+  MetricsRegistry registry;
+  registry.Counter("t:hits_total", "Hits.").Increment();
+  absl::StatusOr<std::unique_ptr<MetricsServer>> server = MetricsServer::Start("127.0.0.1:0", registry);
+  ASSERT_TRUE(server.ok()) << server.status();
+  httplib::Client idle("127.0.0.1", Port((*server)->address()));
+  idle.set_keep_alive(true);
+  ASSERT_TRUE(idle.Get("/metrics"));  // its connection stays open
+  httplib::Client other("127.0.0.1", Port((*server)->address()));
+  other.set_read_timeout(2, 0);
+  httplib::Result r = other.Get("/metrics");
+  ASSERT_TRUE(r) << "the second scraper waited";
+  EXPECT_EQ(r->status, 200);
+}
+
 TEST(MetricsServer, StopsRightAfterStarting) {
   MetricsRegistry registry;
   for (int i = 0; i < 20; ++i) {
