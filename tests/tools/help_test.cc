@@ -45,8 +45,8 @@ TEST_P(ToolHelp, ListsItsFlagsWithAnExampleAndExitsZero) {
 INSTANTIATE_TEST_SUITE_P(
     Tools, ToolHelp,
     ::testing::Values(
-        Tool{TPSERVE_CLIENT, {"--server", "--prompt", "--prompt-ids", "--chat", "--max-tokens", "--api-key-file",
-                              "--tls-ca", "generate"}},
+        Tool{TPSERVE_CLIENT, {"--server", "--prompt", "--prompt-ids", "--chat", "--max-tokens", "--stop",
+                              "--api-key-file", "--tls-ca", "generate", "tokenize", "detokenize", "--token-ids"}},
         Tool{TPSERVE_COORDINATOR, {"--model", "--tp", "--listen", "--spawn-workers", "--worker-listen",
                                    "--max-num-seqs", "--api-key-file", "--metrics-listen"}},
         Tool{TPSERVE_WORKER, {"--coordinator", "--rank", "--world-size", "--connect-timeout"}},

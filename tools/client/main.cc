@@ -8,6 +8,11 @@
 //   tpserve-client health --server ADDR [--service tpserve.liveness|tpserve.readiness]
 //                                            (SERVING / NOT_SERVING; exit 0 only when SERVING)
 //   tpserve-client abort  --server ADDR --request-id ID
+//   tpserve-client tokenize --server ADDR (--prompt TEXT | --chat TEXT [--system TEXT] ...)
+//       [--no-add-special-tokens] [--allow-special-tokens] [--json]
+//                                            (the ids, comma separated, as --prompt-ids takes them)
+//   tpserve-client detokenize --server ADDR --token-ids 1,2,3 [--skip-special-tokens] [--pieces] [--json]
+//                                            (the text; --pieces: each id decoded alone, one per line)
 //
 // generate prints the text as it streams, then a summary line on stderr; with
 // --json one JSON line per chunk {"token_ids": [...], "text": "..."} and a final
@@ -32,6 +37,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "base/flag_spelling.h"
 #include "base/tool_usage.h"
@@ -62,6 +68,16 @@ ABSL_FLAG(std::string, service, "",
           "health: the grpc.health.v1 service to ask: tpserve.liveness, tpserve.readiness (\"\" = readiness)");
 ABSL_FLAG(bool, allow_special_tokens, false,
           "encode special-token text in --prompt / --chat as the special tokens (off: as plain text)");
+// Never set by absl: main() takes every --stop out of argv first (a stop string
+// may hold commas, and the flag may repeat). Declared so --help lists it.
+ABSL_FLAG(std::string, stop, "",
+          "generate: a stop string; repeat for more (--stop A --stop B), each taken as written");
+ABSL_FLAG(bool, add_special_tokens, true,
+          "tokenize --prompt: add the model's special tokens (BOS), as generate encodes a prompt");
+ABSL_FLAG(std::string, token_ids, "", "detokenize: the token ids, comma separated");
+ABSL_FLAG(bool, skip_special_tokens, false, "detokenize: leave special tokens out of the text");
+ABSL_FLAG(bool, pieces, false,
+          "detokenize: also each id decoded alone, one line each: the id, a tab, the piece as a JSON string");
 
 namespace {
 
@@ -114,6 +130,37 @@ std::string FinishName(v1::FinishReason reason) {
   }
 }
 
+// The chat of --chat (+ --system, --tools-json, --chat-template-kwargs); a
+// usage error, or empty when they fit.
+std::string SetChatFromFlags(v1::Chat& chat) {
+  chat.set_add_generation_prompt(true);
+  if (Given("system")) {
+    v1::ChatMessage* m = chat.add_messages();
+    m->set_role("system");
+    m->set_content(absl::GetFlag(FLAGS_system));
+  }
+  v1::ChatMessage* m = chat.add_messages();
+  m->set_role("user");
+  m->set_content(absl::GetFlag(FLAGS_chat));
+  chat.set_tools_json(absl::GetFlag(FLAGS_tools_json));  // the server checks it
+  if (Given("chat_template_kwargs")) {
+    const nlohmann::json kwargs = nlohmann::json::parse(absl::GetFlag(FLAGS_chat_template_kwargs), nullptr, false);
+    if (!kwargs.is_object()) return "--chat-template-kwargs: give a JSON object, e.g. '{\"enable_thinking\": false}'";
+    for (const auto& [k, v] : kwargs.items()) (*chat.mutable_chat_template_kwargs())[k] = v.dump();
+  }
+  return "";
+}
+
+// Comma-separated token ids of `flag`; a usage error, or empty when they parse.
+std::string ParseIds(absl::string_view flag, const std::string& text, google::protobuf::RepeatedField<uint32_t>& ids) {
+  for (absl::string_view piece : absl::StrSplit(text, ',', absl::SkipWhitespace())) {
+    uint32_t id = 0;
+    if (!absl::SimpleAtoi(piece, &id)) return absl::StrCat(flag, ": \"", piece, "\" is not a token id");
+    ids.Add(id);
+  }
+  return "";
+}
+
 // The request's input from --prompt, --prompt-ids or --chat (+ --system);
 // a usage error, or empty when they fit.
 std::string SetInputFromFlags(v1::GenerateRequest& request) {
@@ -124,30 +171,9 @@ std::string SetInputFromFlags(v1::GenerateRequest& request) {
     return "";
   }
   if (Given("prompt_ids")) {
-    for (absl::string_view piece : absl::StrSplit(absl::GetFlag(FLAGS_prompt_ids), ',', absl::SkipWhitespace())) {
-      uint32_t id = 0;
-      if (!absl::SimpleAtoi(piece, &id)) return absl::StrCat("--prompt-ids: \"", piece, "\" is not a token id");
-      request.mutable_prompt_token_ids()->add_ids(id);
-    }
-    return "";
+    return ParseIds("--prompt-ids", absl::GetFlag(FLAGS_prompt_ids), *request.mutable_prompt_token_ids()->mutable_ids());
   }
-  v1::Chat* chat = request.mutable_chat();
-  chat->set_add_generation_prompt(true);
-  if (Given("system")) {
-    v1::ChatMessage* m = chat->add_messages();
-    m->set_role("system");
-    m->set_content(absl::GetFlag(FLAGS_system));
-  }
-  v1::ChatMessage* m = chat->add_messages();
-  m->set_role("user");
-  m->set_content(absl::GetFlag(FLAGS_chat));
-  chat->set_tools_json(absl::GetFlag(FLAGS_tools_json));  // the server checks it
-  if (Given("chat_template_kwargs")) {
-    const nlohmann::json kwargs = nlohmann::json::parse(absl::GetFlag(FLAGS_chat_template_kwargs), nullptr, false);
-    if (!kwargs.is_object()) return "--chat-template-kwargs: give a JSON object, e.g. '{\"enable_thinking\": false}'";
-    for (const auto& [k, v] : kwargs.items()) (*chat->mutable_chat_template_kwargs())[k] = v.dump();
-  }
-  return "";
+  return SetChatFromFlags(*request.mutable_chat());
 }
 
 // Sampling, stopping and log-prob fields from the flags given (unset flags stay
@@ -329,6 +355,66 @@ int Abort(v1::Generation::Stub& stub) {
   return response.found() ? 0 : 1;
 }
 
+// tokenize: the ids of --prompt or --chat, encoded as generate encodes them,
+// comma separated (what --prompt-ids and detokenize --token-ids take); with
+// --json {"token_ids": [...], "count": N}.
+int Tokenize(v1::Generation::Stub& stub) {
+  v1::TokenizeRequest request;
+  if (Given("prompt_ids")) return Usage("tokenize: --prompt-ids are tokens already; give --prompt or --chat");
+  if (Given("prompt") == Given("chat")) return Usage("tokenize: give exactly one of --prompt or --chat");
+  if (Given("prompt")) {
+    request.set_text(absl::GetFlag(FLAGS_prompt));
+    request.set_add_special_tokens(absl::GetFlag(FLAGS_add_special_tokens));
+  } else if (std::string error = SetChatFromFlags(*request.mutable_chat()); !error.empty()) {
+    return Usage(error);
+  }
+  request.set_allow_special_tokens_in_input(absl::GetFlag(FLAGS_allow_special_tokens));
+  grpc::ClientContext context;
+  SetDeadline(context);
+  v1::TokenizeResponse response;
+  grpc::Status s = stub.Tokenize(&context, request, &response);
+  if (!s.ok()) return RpcError(s);
+  const std::vector<uint32_t> ids(response.token_ids().begin(), response.token_ids().end());
+  if (absl::GetFlag(FLAGS_json)) {
+    PrintJsonLine({{"token_ids", ids}, {"count", ids.size()}});
+  } else {
+    std::cout << absl::StrJoin(ids, ",") << "\n";
+  }
+  return 0;
+}
+
+// detokenize: the text of --token-ids; with --pieces each id decoded alone
+// after it, one "ID<tab>"PIECE"" line each; with --json {"text", "pieces"}.
+int Detokenize(v1::Generation::Stub& stub) {
+  if (!Given("token_ids")) return Usage("detokenize: give --token-ids 1,2,3");
+  v1::DetokenizeRequest request;
+  if (std::string error = ParseIds("--token-ids", absl::GetFlag(FLAGS_token_ids), *request.mutable_token_ids());
+      !error.empty()) {
+    return Usage(error);
+  }
+  request.set_skip_special_tokens(absl::GetFlag(FLAGS_skip_special_tokens));
+  request.set_pieces(absl::GetFlag(FLAGS_pieces));
+  grpc::ClientContext context;
+  SetDeadline(context);
+  v1::DetokenizeResponse response;
+  grpc::Status s = stub.Detokenize(&context, request, &response);
+  if (!s.ok()) return RpcError(s);
+  const std::vector<std::string> pieces(response.pieces().begin(), response.pieces().end());
+  if (absl::GetFlag(FLAGS_json)) {
+    nlohmann::json line = {{"text", response.text()}};
+    if (request.pieces()) line["pieces"] = pieces;
+    PrintJsonLine(line);
+    return 0;
+  }
+  std::cout << response.text() << "\n";
+  for (size_t i = 0; i < pieces.size() && i < static_cast<size_t>(request.token_ids_size()); ++i) {
+    std::cout << request.token_ids(static_cast<int>(i)) << "\t"
+              << nlohmann::json(pieces[i]).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
+  }
+  std::cout << std::flush;
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -336,15 +422,20 @@ int main(int argc, char** argv) {
       "tpserve-client COMMAND --server HOST:PORT [flags]: a client of tpserve-coordinator's public API.\n"
       "\n"
       "Commands:\n"
-      "  generate  stream a generation (give one of --prompt, --prompt-ids, --chat; --stop may repeat)\n"
-      "  info      model and server info as one JSON object\n"
-      "  health    SERVING / NOT_SERVING (exit 0 only when SERVING); --service tpserve.liveness or\n"
-      "            tpserve.readiness (the default)\n"
-      "  abort     end the request --request-id\n"
+      "  generate    stream a generation (give one of --prompt, --prompt-ids, --chat; --stop may repeat)\n"
+      "  info        model and server info as one JSON object\n"
+      "  health      SERVING / NOT_SERVING (exit 0 only when SERVING); --service tpserve.liveness or\n"
+      "              tpserve.readiness (the default)\n"
+      "  abort       end the request --request-id\n"
+      "  tokenize    the token ids of --prompt or --chat as generate encodes them, comma separated\n"
+      "  detokenize  the text of --token-ids (--pieces: each id decoded alone too)\n"
       "\n"
       "Examples:\n"
       "  tpserve-client generate --server 127.0.0.1:50051 --chat \"Write a haiku about GPUs\" --max-tokens 64\n"
       "  tpserve-client generate --prompt-ids 1,2,3 --temperature 0.8 --seed 7 --json\n"
+      "  tpserve-client generate --prompt \"Once upon a time\" --stop . --stop ! --max-tokens 32\n"
+      "  tpserve-client tokenize --prompt \"Hello world\"\n"
+      "  tpserve-client detokenize --token-ids 9707,1879 --pieces\n"
       "  tpserve-client info --server host:50051 --tls-ca ca.pem --api-key-file my-key\n",
       {__FILE__, tpserve::kConnectFlagsFile});
   // --stop may repeat: take every occurrence (and its value, as written) out
@@ -372,7 +463,9 @@ int main(int argc, char** argv) {
   std::vector<char*> pointers;
   for (std::string& a : args) pointers.push_back(a.data());
   std::vector<char*> positional = absl::ParseCommandLine(static_cast<int>(pointers.size()), pointers.data());
-  if (positional.size() != 2) return Usage("give one command: generate, info, health or abort (see --help)");
+  if (positional.size() != 2) {
+    return Usage("give one command: generate, info, health, abort, tokenize or detokenize (see --help)");
+  }
   const std::string command = positional[1];
   absl::StatusOr<tpserve::ClientConnection> connection = tpserve::ConnectFromFlags();
   if (!connection.ok()) return Usage(std::string(connection.status().message()));
@@ -383,5 +476,8 @@ int main(int argc, char** argv) {
   if (command == "info") return Info(*stub);
   if (command == "health") return Health(channel);
   if (command == "abort") return Abort(*stub);
-  return Usage(absl::StrCat("unknown command \"", command, "\"; use generate, info, health or abort"));
+  if (command == "tokenize") return Tokenize(*stub);
+  if (command == "detokenize") return Detokenize(*stub);
+  return Usage(absl::StrCat("unknown command \"", command,
+                            "\"; use generate, info, health, abort, tokenize or detokenize"));
 }
