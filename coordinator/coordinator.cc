@@ -60,6 +60,10 @@ absl::Status CheckOptions(const CoordinatorOptions& o) {
     return absl::InvalidArgumentError(
         absl::StrCat("--max-streams-per-client must be >= 0 (0 = no cap), got ", o.max_streams_per_client));
   }
+  if (o.max_chat_messages < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--max-chat-messages must be at least 1, got ", o.max_chat_messages));
+  }
   if (o.max_buffered_chunks < 1) {
     return absl::InvalidArgumentError(
         absl::StrCat("--max-buffered-chunks must be at least 1, got ", o.max_buffered_chunks));
@@ -234,6 +238,7 @@ absl::Status Coordinator::ListenPublic() {
       std::min<int32_t>(tokenizer_->vocab_size(), static_cast<int32_t>(config_->vocab_size));
   limits.max_model_len = max_model_len_;
   limits.defaults = config_->generation;
+  limits.max_chat_messages = options_.max_chat_messages;
   service_ = std::make_unique<GenerationService>(*tokenizer_, chat_format_, limits, info,
                                                  options_.max_buffered_chunks);
   AccessOptions access;

@@ -49,6 +49,7 @@
 #include "coordinator/engine_loop.h"
 #include "coordinator/generation_service.h"
 #include "coordinator/metrics_server.h"
+#include "coordinator/request.h"
 #include "coordinator/startup.h"
 #include "coordinator/worker_pool.h"
 #include "launcher/process_group.h"
@@ -74,6 +75,9 @@ struct CoordinatorOptions {
   // Responses held for a stream whose client is not reading; one more aborts
   // its request with RESOURCE_EXHAUSTED (coordinator/response_queue.h).
   int64_t max_buffered_chunks = 1024;
+  // Messages one chat may hold; more is INVALID_ARGUMENT naming chat.messages
+  // before it is rendered (coordinator/request.h).
+  int max_chat_messages = kDefaultMaxChatMessages;
   bool enforce_eager = false;             // no CUDA graphs for decode steps
   int64_t num_gpu_blocks_override = 0;    // > 0: allocate this many KV blocks (tests)
   bool enable_prefix_caching = true;

@@ -387,7 +387,8 @@ absl::Status GenerationService::TokenizeInto(const v1::TokenizeRequest& request,
                                              v1::TokenizeResponse* response) const {
   // The same encoding as Generate's (special tokens in the text stay text
   // unless the request allows them).
-  TPSERVE_ASSIGN_OR_RETURN(const std::vector<int32_t> ids, EncodeTokenizeRequest(request, tokenizer_, chat_format_));
+  TPSERVE_ASSIGN_OR_RETURN(const std::vector<int32_t> ids, EncodeTokenizeRequest(request, tokenizer_, chat_format_,
+                                                                                 limits_.max_chat_messages));
   for (int32_t id : ids) response->add_token_ids(static_cast<uint32_t>(id));
   return absl::OkStatus();
 }

@@ -8,16 +8,17 @@ namespace tpserve {
 
 absl::Status ValidateStopStrings(const std::vector<std::string>& stop) {
   if (stop.size() > kMaxStopStrings) {
-    return absl::InvalidArgumentError(absl::StrCat("stopping.stop: ", stop.size(),
-                                                   " stop strings, at most ", kMaxStopStrings));
+    return absl::InvalidArgumentError(absl::StrCat("stopping.stop: ", stop.size(), " stop strings, at most ",
+                                                   kMaxStopStrings, "; give fewer"));
   }
   for (size_t i = 0; i < stop.size(); ++i) {
     if (stop[i].empty()) {
-      return absl::InvalidArgumentError(absl::StrCat("stopping.stop[", i, "] is empty"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("stopping.stop[", i, "]: is empty; remove it (an empty string cannot mark a stop)"));
     }
     if (stop[i].size() > kMaxStopStringBytes) {
-      return absl::InvalidArgumentError(absl::StrCat("stopping.stop[", i, "] is ", stop[i].size(),
-                                                     " bytes long, at most ", kMaxStopStringBytes));
+      return absl::InvalidArgumentError(absl::StrCat("stopping.stop[", i, "]: is ", stop[i].size(),
+                                                     " bytes long, at most ", kMaxStopStringBytes, "; shorten it"));
     }
   }
   return absl::OkStatus();

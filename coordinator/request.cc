@@ -9,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "nlohmann/json.hpp"
 #include "base/status_macros.h"
+#include "jinja/value.h"
 
 namespace tpserve {
 namespace {
@@ -17,6 +18,14 @@ namespace v1 = tpserve::v1;
 
 absl::Status Invalid(absl::string_view field, absl::string_view what) {
   return absl::InvalidArgumentError(absl::StrCat(field, ": ", what));
+}
+
+// Whether `message` starts with a field path of the chat and ": "
+// ("chat.messages[1].role: ..."), as tpserve-http reads it (OpenAiParam).
+bool StartsWithChatField(absl::string_view message) {
+  const size_t colon = message.find(": ");
+  return absl::StartsWith(message, "chat.") && colon != absl::string_view::npos &&
+         message.substr(0, colon).find(' ') == absl::string_view::npos;
 }
 
 absl::Status CheckTokenIds(absl::string_view field,
@@ -31,8 +40,16 @@ absl::Status CheckTokenIds(absl::string_view field,
   return absl::OkStatus();
 }
 
-absl::Status CheckChat(const v1::Chat& chat) {
+// Checked before anything of the chat is built or rendered: the messages'
+// count bounds what rendering costs (a few KB each), as kMaxChatJsonValues
+// bounds its JSON.
+absl::Status CheckChat(const v1::Chat& chat, int32_t max_messages) {
   if (chat.messages().empty()) return Invalid("chat.messages", "is empty; give at least one message");
+  if (chat.messages_size() > max_messages) {
+    return Invalid("chat.messages", absl::StrCat(chat.messages_size(), " messages are more than the limit of ",
+                                                 max_messages, " (--max-chat-messages); drop or summarize "
+                                                 "older turns, or raise --max-chat-messages"));
+  }
   for (int i = 0; i < chat.messages_size(); ++i) {
     const std::string& role = chat.messages(i).role();
     const std::string field = absl::StrCat("chat.messages[", i, "].role");
@@ -43,44 +60,94 @@ absl::Status CheckChat(const v1::Chat& chat) {
   return absl::OkStatus();
 }
 
+using OJson = nlohmann::ordered_json;
+
+// The messages wrap a tool call's arguments in 6 levels (messages, message,
+// tool_calls, call, function, arguments): within the template engine's bound.
+static_assert(kMaxChatJsonDepth + 6 <= jinja::Value::kMaxJsonDepth);
+
+// Parses the request's JSON text in `field` with its nesting and size bounded
+// while parsing: nlohmann's copy, dump and comparison recurse, so a value
+// nested 100,000 deep would overflow the stack later (a remote crash), and a
+// million tiny values would cost gigabytes once rendered. Every value counts
+// against `values_left`, shared by the whole chat. Malformed text is a
+// discarded value (the caller says what was expected); a bound passed is
+// INVALID_ARGUMENT naming `field`.
+absl::StatusOr<OJson> ParseChatJson(absl::string_view field, const std::string& text, int64_t& values_left) {
+  bool too_deep = false, too_many = false;
+  auto bound = [&](int depth, OJson::parse_event_t event, OJson&) {
+    const bool starts = event == OJson::parse_event_t::object_start || event == OJson::parse_event_t::array_start;
+    if (starts && depth >= kMaxChatJsonDepth) too_deep = true;
+    if (starts || event == OJson::parse_event_t::value) too_many = too_many || --values_left < 0;
+    return !too_deep && !too_many;  // false: drop it (the parser goes on, iteratively, storing nothing)
+  };
+  OJson parsed = OJson::parse(text, bound, /*allow_exceptions=*/false);
+  if (too_deep) {
+    return Invalid(field, absl::StrCat("nests deeper than ", kMaxChatJsonDepth,
+                                       " levels of arrays and objects; flatten it"));
+  }
+  if (too_many) {
+    return Invalid(field, absl::StrCat("the chat's JSON (tools_json, tool call arguments and chat_template_kwargs "
+                                       "together) holds more than ", kMaxChatJsonValues,
+                                       " values; send fewer or smaller tools"));
+  }
+  return parsed;
+}
+
 // A tool call's arguments: a JSON object as a mapping (as vLLM passes it to the
 // template), anything else as the string itself.
-nlohmann::ordered_json ToolCallArguments(const std::string& text) {
-  nlohmann::ordered_json args = nlohmann::ordered_json::parse(text, nullptr, /*allow_exceptions=*/false);
-  if (args.is_discarded() || !args.is_object()) return text;
+absl::StatusOr<OJson> ToolCallArguments(absl::string_view field, const std::string& text, int64_t& values_left) {
+  absl::StatusOr<OJson> args = ParseChatJson(field, text, values_left);
+  if (!args.ok()) return args.status();
+  if (args->is_discarded() || !args->is_object()) return OJson(text);
   return args;
 }
 
-// The chat as the template's variables. INVALID_ARGUMENT for malformed tools or kwargs JSON.
+// Message `i` as the template sees it.
+absl::StatusOr<OJson> MessageJson(const v1::ChatMessage& m, int i, int64_t& values_left) {
+  OJson j = {{"role", m.role()}, {"content", m.content()}};
+  if (m.has_reasoning_content()) j["reasoning_content"] = m.reasoning_content();
+  for (int k = 0; k < m.tool_calls_size(); ++k) {
+    const v1::ToolCall& tc = m.tool_calls(k);
+    const std::string field = absl::StrCat("chat.messages[", i, "].tool_calls[", k, "].arguments");
+    values_left -= 4;  // the call, its function, name and type: many empty calls cost too
+    absl::StatusOr<OJson> args = ToolCallArguments(field, tc.arguments(), values_left);
+    if (!args.ok()) return args.status();
+    OJson call = {{"type", tc.type().empty() ? "function" : tc.type()},
+                  {"function", {{"name", tc.name()}, {"arguments", *std::move(args)}}}};
+    if (!tc.id().empty()) call["id"] = tc.id();
+    j["tool_calls"].push_back(std::move(call));
+  }
+  if (!m.tool_call_id().empty()) j["tool_call_id"] = m.tool_call_id();
+  if (!m.name().empty()) j["name"] = m.name();
+  return j;
+}
+
+// The chat as the template's variables. INVALID_ARGUMENT for malformed tools or
+// kwargs JSON, and for JSON past the bounds (ParseChatJson).
 absl::StatusOr<ChatInput> ChatInputOf(const v1::Chat& chat) {
-  using OJson = nlohmann::ordered_json;
   ChatInput in;
-  for (const v1::ChatMessage& m : chat.messages()) {
-    OJson j = {{"role", m.role()}, {"content", m.content()}};
-    if (m.has_reasoning_content()) j["reasoning_content"] = m.reasoning_content();
-    for (const v1::ToolCall& tc : m.tool_calls()) {
-      OJson call = {{"type", tc.type().empty() ? "function" : tc.type()},
-                    {"function", {{"name", tc.name()}, {"arguments", ToolCallArguments(tc.arguments())}}}};
-      if (!tc.id().empty()) call["id"] = tc.id();
-      j["tool_calls"].push_back(std::move(call));
-    }
-    if (!m.tool_call_id().empty()) j["tool_call_id"] = m.tool_call_id();
-    if (!m.name().empty()) j["name"] = m.name();
-    in.messages.push_back(std::move(j));
+  int64_t values_left = kMaxChatJsonValues;
+  for (int i = 0; i < chat.messages_size(); ++i) {
+    absl::StatusOr<OJson> m = MessageJson(chat.messages(i), i, values_left);
+    if (!m.ok()) return m.status();
+    in.messages.push_back(*std::move(m));
   }
   if (!chat.tools_json().empty()) {
-    in.tools = OJson::parse(chat.tools_json(), nullptr, /*allow_exceptions=*/false);
-    if (in.tools.is_discarded() || !in.tools.is_array()) {
+    absl::StatusOr<OJson> tools = ParseChatJson("chat.tools_json", chat.tools_json(), values_left);
+    if (!tools.ok()) return tools.status();
+    if (tools->is_discarded() || !tools->is_array()) {
       return Invalid("chat.tools_json", "is not a JSON array of tool schemas ([{\"type\": \"function\", \"function\": {...}}])");
     }
+    in.tools = *std::move(tools);
   }
   for (const auto& [key, value] : chat.chat_template_kwargs()) {
-    OJson v = OJson::parse(value, nullptr, /*allow_exceptions=*/false);
-    if (v.is_discarded()) {
-      return Invalid(absl::StrCat("chat.chat_template_kwargs[\"", key, "\"]"),
-                     "is not JSON text; write values as JSON (false, 1, \"text\")");
-    }
-    in.kwargs[key] = std::move(v);
+    const std::string field = absl::StrCat("chat.chat_template_kwargs[\"", key, "\"]");
+    --values_left;  // the key
+    absl::StatusOr<OJson> v = ParseChatJson(field, value, values_left);
+    if (!v.ok()) return v.status();
+    if (v->is_discarded()) return Invalid(field, "is not JSON text; write values as JSON (false, 1, \"text\")");
+    in.kwargs[key] = *std::move(v);
   }
   in.add_generation_prompt = true;  // the server always asks the model for the next turn
   return in;
@@ -110,7 +177,7 @@ absl::Status CheckInput(const v1::GenerateRequest& request, const RequestLimits&
       }
       return CheckTokenIds("prompt_token_ids.ids", request.prompt_token_ids().ids(), limits.vocab_size);
     case v1::GenerateRequest::kChat:
-      return CheckChat(request.chat());
+      return CheckChat(request.chat(), limits.max_chat_messages);
     case v1::GenerateRequest::INPUT_NOT_SET:
       break;
   }
@@ -171,27 +238,32 @@ absl::Status ValidateRequestFields(const v1::GenerateRequest& request, const Req
 }
 
 absl::StatusOr<std::vector<int32_t>> EncodeChat(const v1::Chat& chat, const Tokenizer& tokenizer,
-                                                const ChatTemplate& chat_template, bool allow_special_tokens) {
-  if (auto s = CheckChat(chat); !s.ok()) return s;
+                                                const ChatTemplate& chat_template, bool allow_special_tokens,
+                                                int32_t max_messages) {
+  if (auto s = CheckChat(chat, max_messages); !s.ok()) return s;
   absl::StatusOr<ChatInput> input = ChatInputOf(chat);
   if (!input.ok()) return input.status();
   absl::StatusOr<std::vector<ChatSegment>> segments = chat_template.RenderSegments(*input);
   if (!segments.ok()) {
-    if (absl::StartsWith(segments.status().message(), "chat.")) return segments.status();
-    return Invalid("chat.messages", segments.status().message());
+    // The built-in formats name the field ("chat.messages[1].role: ..."); a
+    // template's own complaint (raise_exception, "line N: ...") is about the messages.
+    const absl::string_view why = segments.status().message();
+    if (StartsWithChatField(why)) return absl::InvalidArgumentError(why);
+    return Invalid("chat.messages", why);
   }
   return EncodeChatSegments(*segments, tokenizer, allow_special_tokens);
 }
 
 absl::StatusOr<std::vector<int32_t>> EncodeTokenizeRequest(const v1::TokenizeRequest& request,
                                                            const Tokenizer& tokenizer,
-                                                           const absl::StatusOr<ChatTemplate>& format) {
+                                                           const absl::StatusOr<ChatTemplate>& format,
+                                                           int32_t max_chat_messages) {
   const bool allow = request.allow_special_tokens_in_input();
   if (request.has_chat()) {
     if (!format.ok()) {
       return Invalid("chat", absl::StrCat("this model's chat format is unknown: ", format.status().message()));
     }
-    return EncodeChat(request.chat(), tokenizer, *format, allow);
+    return EncodeChat(request.chat(), tokenizer, *format, allow, max_chat_messages);
   }
   return tokenizer.Encode(request.text(), request.add_special_tokens(),
                           allow ? SpecialTokensInText::kMatch : SpecialTokensInText::kAsText);
@@ -215,8 +287,8 @@ absl::StatusOr<PreparedRequest> PrepareRequest(const v1::GenerateRequest& reques
       break;
     case v1::GenerateRequest::kChat: {
       input_field = "chat.messages";
-      absl::StatusOr<std::vector<int32_t>> ids =
-          EncodeChat(request.chat(), tokenizer, format, request.allow_special_tokens_in_input());
+      absl::StatusOr<std::vector<int32_t>> ids = EncodeChat(
+          request.chat(), tokenizer, format, request.allow_special_tokens_in_input(), limits.max_chat_messages);
       if (!ids.ok()) return ids.status();
       out.prompt = std::move(*ids);
       break;

@@ -5,7 +5,8 @@
 // Every rejection is INVALID_ARGUMENT whose message starts with the request
 // field it is about (proto names: "prompt", "prompt_token_ids.ids[3]",
 // "chat.messages[1].role", "sampling.temperature", "stopping.max_tokens",
-// "stopping.stop", "logprobs", ...) and says what is accepted.
+// "stopping.stop[0]", "logprobs", ...), then ": ", then says what is accepted.
+// tpserve-http maps that path to OpenAI's `param` (http/OpenAiParam).
 #pragma once
 
 #include <cstdint>
@@ -24,12 +25,27 @@
 
 namespace tpserve {
 
+// A chat's messages by default (--max-chat-messages): OpenAI's own API takes
+// at most 2,048. Each costs a few KB while it is rendered, so the bound keeps
+// one request's rendering to megabytes (a 100,000-message chat cost ~200 MB).
+inline constexpr int32_t kDefaultMaxChatMessages = 2048;
+// The JSON a chat carries (tools_json, tool call arguments and
+// chat_template_kwargs) is parsed with these bounds, checked while parsing:
+// at most this many values in all (a tool schema has tens to hundreds; a
+// million tiny ones cost ~350 MB to render) ...
+inline constexpr int64_t kMaxChatJsonValues = 65536;
+// ... nested at most this deep (nlohmann's copy, dump and == recurse, and the
+// template engine takes at most jinja::Value::kMaxJsonDepth with the messages
+// around them).
+inline constexpr int kMaxChatJsonDepth = 64;
+
 // What a request may ask for; fixed when the coordinator starts.
 struct RequestLimits {
   int32_t vocab_size = 0;         // token ids must be below this
   int64_t max_model_len = 0;      // prompt + generated tokens
   int32_t max_logprobs = kMaxLogprobs;  // alternatives per token (at most kMaxLogprobs)
   GenerationDefaults defaults;    // generation_config.json, for unset sampling fields
+  int32_t max_chat_messages = kDefaultMaxChatMessages;  // --max-chat-messages (>= 1)
 };
 
 struct PreparedRequest {
@@ -39,20 +55,25 @@ struct PreparedRequest {
 };
 
 // Checks the fields that need no tokenization (sampling, stopping, logprobs,
-// token ids, chat roles); the prompt length is checked by PrepareRequest.
+// token ids, chat roles, the number of chat messages); the prompt length is
+// checked by PrepareRequest.
 absl::Status ValidateRequestFields(const tpserve::v1::GenerateRequest& request,
                                    const RequestLimits& limits);
 
 // Tokenizes the chat: rendered with `chat_template` (the checkpoint's Jinja2
 // template or a built-in format; tools, tool calls, reasoning_content and
 // chat_template_kwargs go to the template), encoded without adding special tokens
-// (the rendering carries them). A template's raise_exception, malformed tools_json or
-// kwargs are INVALID_ARGUMENT quoting what went wrong. The template's control tokens are
-// real special tokens; special-token text inside the messages' content is plain
-// text unless allow_special_tokens (the request's allow_special_tokens_in_input).
+// (the rendering carries them). More than `max_messages` messages, JSON past
+// kMaxChatJsonValues or kMaxChatJsonDepth (refused before anything is
+// rendered), a template's raise_exception, malformed tools_json or kwargs are
+// INVALID_ARGUMENT naming the field and quoting what went wrong. The template's
+// control tokens are real special tokens; special-token text inside the
+// messages' content is plain text unless allow_special_tokens (the request's
+// allow_special_tokens_in_input).
 absl::StatusOr<std::vector<int32_t>> EncodeChat(const tpserve::v1::Chat& chat,
                                                 const Tokenizer& tokenizer, const ChatTemplate& chat_template,
-                                                bool allow_special_tokens = false);
+                                                bool allow_special_tokens = false,
+                                                int32_t max_messages = kDefaultMaxChatMessages);
 
 // The ids a Tokenize call answers, encoded as Generate would: a chat as EncodeChat,
 // text with the request's add_special_tokens; special-token text in the input is
@@ -60,7 +81,8 @@ absl::StatusOr<std::vector<int32_t>> EncodeChat(const tpserve::v1::Chat& chat,
 // format, or why it is unknown (a chat input is then INVALID_ARGUMENT).
 absl::StatusOr<std::vector<int32_t>> EncodeTokenizeRequest(const tpserve::v1::TokenizeRequest& request,
                                                            const Tokenizer& tokenizer,
-                                                           const absl::StatusOr<ChatTemplate>& format);
+                                                           const absl::StatusOr<ChatTemplate>& format,
+                                                           int32_t max_chat_messages = kDefaultMaxChatMessages);
 
 // Validates, tokenizes (a text prompt with add_special_tokens = true; special-token
 // text in the prompt or chat content is plain text unless the request's

@@ -42,6 +42,22 @@ std::string Utf8Field(const std::string& log) {
   return end == std::string::npos ? "" : log.substr(begin, end - begin);
 }
 
+// The path of the field named `full_name` from message `type`, as requests
+// name their fields ("chat.messages.content" for tpserve.v1.ChatMessage.content
+// in a GenerateRequest: which message is not known here); "" when none.
+std::string FieldPath(const google::protobuf::Descriptor& type, const std::string& full_name, int depth = 0) {
+  if (depth > 8) return "";  // the public messages nest 3 deep
+  for (int i = 0; i < type.field_count(); ++i) {
+    const google::protobuf::FieldDescriptor& f = *type.field(i);
+    if (f.full_name() == full_name) return f.name();
+    if (f.message_type() == nullptr) continue;
+    if (std::string rest = FieldPath(*f.message_type(), full_name, depth + 1); !rest.empty()) {
+      return absl::StrCat(f.name(), ".", rest);
+    }
+  }
+  return "";
+}
+
 }  // namespace
 
 absl::Status ParseRequest(const grpc::ByteBuffer& wire, google::protobuf::Message* request) {
@@ -55,8 +71,10 @@ absl::Status ParseRequest(const grpc::ByteBuffer& wire, google::protobuf::Messag
   if (parsed) return absl::OkStatus();
   const std::string type = request->GetDescriptor()->full_name();
   if (const std::string field = Utf8Field(log); !field.empty()) {
+    const std::string path = FieldPath(*request->GetDescriptor(), field);
     return absl::InvalidArgumentError(absl::StrCat(
-        field, " is not valid UTF-8: text fields must be UTF-8 (send raw token ids in prompt_token_ids)"));
+        path.empty() ? field : path,
+        ": is not valid UTF-8; text fields must be UTF-8 (send raw token ids in prompt_token_ids)"));
   }
   return absl::InvalidArgumentError(absl::StrCat("the request (", wire.Length(), " bytes) is not a valid ", type,
                                                  "; build it from proto/tpserve/v1/generation.proto"));

@@ -11,10 +11,11 @@
 
 namespace tpserve {
 
-// Parses `wire` into `request`. INVALID_ARGUMENT naming the field when a
-// string field is not UTF-8 ("tpserve.v1.GenerateRequest.prompt is not valid
-// UTF-8 ..."), or the message type when the bytes are not that message at
-// all. Protobuf's own error line for the request is not logged.
+// Parses `wire` into `request`. INVALID_ARGUMENT starting with the field's
+// path when a string field is not UTF-8 ("prompt: is not valid UTF-8 ...",
+// "chat.messages.content: ..." without the index, which protobuf does not
+// say), or naming the message type when the bytes are not that message at
+// all (no field to name). Protobuf's own error line is not logged.
 absl::Status ParseRequest(const grpc::ByteBuffer& wire, google::protobuf::Message* request);
 
 // `response` serialized into `wire` (INTERNAL if it cannot be).

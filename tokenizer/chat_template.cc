@@ -27,22 +27,21 @@ std::string_view Trim(std::string_view s) {
   return s.substr(b, e - b + 1);
 }
 
+// Errors start with the request's field path and ": " (coordinator/request.h).
 absl::Status CheckMessages(std::span<const ChatMessage> messages) {
   if (messages.empty()) {
-    return absl::InvalidArgumentError("chat: the message list is empty; give at least one message");
+    return absl::InvalidArgumentError("chat.messages: is empty; give at least one message");
   }
   for (size_t i = 0; i < messages.size(); ++i) {
     const std::string& role = messages[i].role;
     if (role != "system" && role != "user" && role != "assistant") {
-      std::ostringstream msg;
-      msg << "chat: message " << i << " has role \"" << role
-          << "\"; supported roles: system, user, assistant";
-      return absl::InvalidArgumentError(msg.str());
+      return absl::InvalidArgumentError(absl::StrCat("chat.messages[", i, "].role: \"", role,
+                                                     "\" is not one of system, user, assistant (all the "
+                                                     "built-in chat formats take)"));
     }
     if (role == "system" && i != 0) {
-      std::ostringstream msg;
-      msg << "chat: message " << i << " is a system message; a system message may only be the first";
-      return absl::InvalidArgumentError(msg.str());
+      return absl::InvalidArgumentError(absl::StrCat("chat.messages[", i, "].role: a system message may only be ",
+                                                     "the first; move it to the front"));
     }
   }
   return absl::OkStatus();
@@ -261,7 +260,7 @@ absl::StatusOr<std::vector<ChatMessage>> BuiltinMessages(const ChatInput& in, Ch
   const std::string hint = absl::StrCat(" (this model uses the built-in ", std::string(ChatFormatName(format)),
                                         " chat format; give --chat-template FILE with a Jinja2 template that has it)");
   if (!in.tools.is_null() && !(in.tools.is_array() && in.tools.empty())) {
-    return absl::InvalidArgumentError("chat.tools: tools are not supported" + hint);
+    return absl::InvalidArgumentError("chat.tools_json: tools are not supported" + hint);
   }
   std::vector<ChatMessage> out;
   for (size_t i = 0; i < in.messages.size(); ++i) {

@@ -37,15 +37,16 @@ class RequestTest : public ::testing::Test {
     return r;
   }
 
-  // Applies `edit` to a valid request; expects INVALID_ARGUMENT starting with `field`.
+  // Applies `edit` to a valid request; expects INVALID_ARGUMENT starting with
+  // `field` and ": " (what tpserve-http reads as OpenAI's param).
   void ExpectInvalid(const std::function<void(v1::GenerateRequest&)>& edit, const std::string& field) {
     v1::GenerateRequest r = Valid();
     edit(r);
     absl::StatusOr<PreparedRequest> got = PrepareRequest(r, *tokenizer_, ChatFormat::kChatML, limits_);
     ASSERT_FALSE(got.ok()) << "accepted a request with a bad " << field;
     EXPECT_EQ(got.status().code(), absl::StatusCode::kInvalidArgument) << got.status();
-    EXPECT_EQ(std::string(got.status().message()).rfind(field, 0), 0u)
-        << "message does not start with " << field << ": " << got.status().message();
+    EXPECT_EQ(std::string(got.status().message()).rfind(field + ": ", 0), 0u)
+        << "message does not start with \"" << field << ": \": " << got.status().message();
   }
 
   std::unique_ptr<Tokenizer> tokenizer_;
@@ -306,7 +307,7 @@ TEST_F(RequestTest, EachInvalidFieldIsNamed) {
                   r.mutable_chat()->add_messages()->set_role("user");
                   r.mutable_chat()->add_messages()->set_role("system");
                 },
-                "chat.messages");  // the built-in ChatML format takes a system message only first
+                "chat.messages[1].role");  // the built-in ChatML format takes a system message only first
   ExpectInvalid([](auto& r) { r.mutable_sampling()->set_temperature(-0.5f); }, "sampling.temperature");
   ExpectInvalid([](auto& r) { r.mutable_sampling()->set_temperature(std::nanf("")); }, "sampling.temperature");
   ExpectInvalid([](auto& r) { r.mutable_sampling()->set_top_p(0.0f); }, "sampling.top_p");

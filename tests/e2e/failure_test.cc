@@ -5,7 +5,9 @@
 #include <grpcpp/generic/generic_stub.h>
 #include <gtest/gtest.h>
 
+#include <cstdio>
 #include <fstream>
+#include <functional>
 #include <sstream>
 #include <thread>
 
@@ -75,6 +77,7 @@ TEST_F(FailureTest, InvalidRequestsNameTheField) {
        }},
       {"stopping.stop", [](auto& r) { for (int i = 0; i < 17; ++i) r.mutable_stopping()->add_stop("x"); }},
       {"stopping.stop[0]", [](auto& r) { r.mutable_stopping()->add_stop(std::string(300, 'x')); }},
+      {"stopping.stop[0]", [](auto& r) { r.mutable_stopping()->add_stop(""); }},
       {"chat.messages[0].role", [](auto& r) { r.mutable_chat()->add_messages()->set_role("wizard"); }},
       {"request_id", [](auto& r) { r.set_request_id(std::string(257, 'r')); }},
   };
@@ -84,12 +87,82 @@ TEST_F(FailureTest, InvalidRequestsNameTheField) {
     k.edit(r);
     GenerateOutcome o = Generate(*c.stub, r);
     EXPECT_EQ(o.status.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << k.field << ": " << o.status.error_message();
-    EXPECT_EQ(o.status.error_message().rfind(k.field, 0), 0u) << o.status.error_message();
+    // The path, then ": ": what tpserve-http turns into OpenAI's `param`.
+    EXPECT_EQ(o.status.error_message().rfind(k.field + ": ", 0), 0u) << o.status.error_message();
   }
   // The server is still fine.
   v1::GenerateRequest ok = Greedy(3);
   ok.set_prompt("hello");
   EXPECT_TRUE(Generate(*c.stub, ok).status.ok());
+}
+
+// Issue 33, item 5: a chat of 100,000 messages is refused before it is
+// rendered (it cost the coordinator ~200 MB of peak memory per request, and
+// each gRPC thread kept its share), and JSON nested 100,000 deep sent over
+// gRPC (tools_json, chat_template_kwargs, tool call arguments) is refused
+// naming the field instead of overflowing the stack in nlohmann's recursive
+// copy (the process died of SIGSEGV).
+TEST_F(FailureTest, HugeAndDeepChatsAreRefusedBeforeRendering) {
+  Coordinator c = Start();
+  ASSERT_TRUE(c.stub);
+  auto peak_kb = [&] {
+    std::ifstream status(absl::StrCat("/proc/", c.process->pid(), "/status"));
+    std::string line;
+    int64_t kb = -1;
+    while (std::getline(status, line)) {
+      if (line.rfind("VmHWM:", 0) == 0) {
+        EXPECT_TRUE(absl::SimpleAtoi(line.substr(6, line.size() - 9), &kb)) << line;
+      }
+    }
+    return kb;
+  };
+  const int64_t before = peak_kb();
+  ASSERT_GT(before, 0);
+  v1::GenerateRequest huge = Greedy(2);
+  for (int i = 0; i < 100000; ++i) {
+    v1::ChatMessage* m = huge.mutable_chat()->add_messages();
+    m->set_role(i % 2 == 0 ? "user" : "assistant");
+    m->set_content("hi");
+  }
+  for (int i = 0; i < 2; ++i) {  // two: gRPC threads each keep their own arena
+    const GenerateOutcome o = Generate(*c.stub, huge);
+    EXPECT_EQ(o.status.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << o.status.error_message();
+    EXPECT_EQ(o.status.error_message().rfind("chat.messages: 100000 messages are more than the limit of 2048 "
+                                             "(--max-chat-messages)", 0), 0u)
+        << o.status.error_message();
+  }
+  const int64_t grown_mb = (peak_kb() - before) / 1024;
+  std::printf("coordinator peak RSS %lld MB -> %lld MB over two 100,000-message chats\n",
+              static_cast<long long>(before / 1024), static_cast<long long>(before / 1024 + grown_mb));
+  EXPECT_LT(grown_mb, 160) << "rendered before it was refused? (it grew by ~375 MB)";
+
+  const std::string deep = std::string(100000, '[') + std::string(100000, ']');
+  struct Case {
+    std::string field;
+    std::function<void(v1::Chat&)> edit;
+  };
+  const std::vector<Case> cases = {
+      {"chat.tools_json", [&](v1::Chat& chat) { chat.set_tools_json(deep); }},
+      {"chat.chat_template_kwargs[\"x\"]", [&](v1::Chat& chat) { (*chat.mutable_chat_template_kwargs())["x"] = deep; }},
+      {"chat.messages[1].tool_calls[0].arguments", [&](v1::Chat& chat) {
+         v1::ChatMessage* a = chat.add_messages();
+         a->set_role("assistant");
+         a->add_tool_calls()->set_name("f");
+         a->mutable_tool_calls(0)->set_arguments("{\"a\": " + deep + "}");
+       }},
+  };
+  for (const Case& k : cases) {
+    v1::GenerateRequest r = Greedy(2);
+    r.mutable_chat()->add_messages()->set_role("user");
+    k.edit(*r.mutable_chat());
+    const GenerateOutcome o = Generate(*c.stub, r);
+    EXPECT_EQ(o.status.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << k.field << ": " << o.status.error_message();
+    EXPECT_EQ(o.status.error_message().rfind(k.field + ": nests deeper than 64 levels", 0), 0u)
+        << o.status.error_message();
+  }
+  v1::GenerateRequest fine = Greedy(3);
+  fine.set_prompt("hello");
+  EXPECT_TRUE(Generate(*c.stub, fine).status.ok()) << "the coordinator is alive:\n" << c.process->Log();
 }
 
 // Issue 15, point 8: bytes that are not the request message, or text fields
@@ -142,7 +215,7 @@ TEST_F(FailureTest, UnparseableRequestsAndInvalidUtf8AreInvalidArgument) {
   bad.set_prompt("caf\xe9 au lait");
   const GenerateOutcome o = Generate(*c.stub, bad);
   EXPECT_EQ(o.status.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << o.status.error_message();
-  EXPECT_EQ(o.status.error_message().rfind("tpserve.v1.GenerateRequest.prompt is not valid UTF-8", 0), 0u)
+  EXPECT_EQ(o.status.error_message().rfind("prompt: is not valid UTF-8", 0), 0u)
       << o.status.error_message();
   EXPECT_EQ(c.process->Log().find("libprotobuf"), std::string::npos) << "a log line per bad request:\n"
                                                                        << c.process->Log();

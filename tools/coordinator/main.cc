@@ -91,6 +91,8 @@ ABSL_FLAG(int64_t, max_model_len, 0, "longest sequence (prompt + output); 0 = th
 ABSL_FLAG(int, max_num_seqs, 256, "most sequences running at once (and so in one step)");
 ABSL_FLAG(int64_t, max_num_batched_tokens, 2048, "token budget of one step");
 ABSL_FLAG(int, max_queue, 1024, "waiting requests beyond this get RESOURCE_EXHAUSTED");
+ABSL_FLAG(int, max_chat_messages, tpserve::kDefaultMaxChatMessages,
+          "most messages in one chat (Generate, Tokenize); more is INVALID_ARGUMENT before anything is rendered");
 ABSL_FLAG(int64_t, max_buffered_chunks, 1024,
           "responses held for a stream whose client is not reading; one more aborts its request "
           "with RESOURCE_EXHAUSTED");
@@ -112,6 +114,7 @@ CoordinatorOptions OptionsFromFlags() {
   o.max_num_batched_tokens = absl::GetFlag(FLAGS_max_num_batched_tokens);
   o.max_queue = absl::GetFlag(FLAGS_max_queue);
   o.max_buffered_chunks = absl::GetFlag(FLAGS_max_buffered_chunks);
+  o.max_chat_messages = absl::GetFlag(FLAGS_max_chat_messages);
   o.enforce_eager = absl::GetFlag(FLAGS_enforce_eager);
   o.num_gpu_blocks_override = absl::GetFlag(FLAGS_num_gpu_blocks_override);
   o.enable_prefix_caching = absl::GetFlag(FLAGS_enable_prefix_caching);
