@@ -15,6 +15,7 @@
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/steady_timer.hpp>
+#include <boost/asio/strand.hpp>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
@@ -50,8 +51,10 @@ struct Server::Core : std::enable_shared_from_this<Server::Core> {
   const ServerOptions options;
   const std::vector<Route> routes;
   boost::asio::io_context io;
-  boost::asio::ip::tcp::acceptor acceptor{io};
-  boost::asio::steady_timer accept_retry{io};
+  // The listener's own strand: its handlers and Stop's close never overlap.
+  boost::asio::strand<boost::asio::io_context::executor_type> accept_strand{boost::asio::make_strand(io)};
+  boost::asio::ip::tcp::acceptor acceptor{accept_strand};
+  boost::asio::steady_timer accept_retry{accept_strand};
   std::optional<boost::asio::executor_work_guard<boost::asio::io_context::executor_type>> work;
   int port = 0;
 

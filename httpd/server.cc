@@ -174,7 +174,7 @@ void Server::Run() {
     if (c.stopping) return;
     c.work.emplace(c.io.get_executor());
   }
-  asio::post(c.io, [&c] { c.Accept(); });
+  asio::post(c.accept_strand, [&c] { c.Accept(); });
   std::vector<std::thread> threads;
   for (int i = 1; i < std::max(1, c.options.limits.io_threads); ++i) threads.emplace_back([&c] { c.io.run(); });
   c.io.run();
@@ -183,7 +183,7 @@ void Server::Run() {
 
 void Server::Stop(absl::Duration grace) {
   Core& c = *core_;
-  asio::post(c.io, [&c] {
+  asio::post(c.accept_strand, [&c] {
     error_code ignored;
     c.acceptor.close(ignored);
     c.accept_retry.cancel();
