@@ -315,9 +315,9 @@ TEST_F(HttpdTest, ClientThatLeavesMidRequestIsReportedGone) {
     absl::MutexLock lock(&held_.mu);
     first = held_.exchanges[0];
   }
-  absl::Notification late;
-  first->OnClientGone([&late] { late.Notify(); });
-  EXPECT_TRUE(late.WaitForNotificationWithTimeout(kPatience));
+  auto late = std::make_shared<absl::Notification>();
+  first->OnClientGone([late] { late->Notify(); });
+  EXPECT_TRUE(late->WaitForNotificationWithTimeout(kPatience));
 }
 
 TEST_F(HttpdTest, UnknownPathIs404AndWrongMethodIs405) {
@@ -394,16 +394,17 @@ TEST_F(HttpdTest, StreamToAClientThatDoesNotReadIsCut) {
     e = held_.exchanges[0];
   }
   e->BeginStream(200, "text/event-stream", {});
-  std::atomic<int> failed{0};
+  // Shared: the last callbacks may run after the test has seen the first.
+  auto failed = std::make_shared<std::atomic<int>>(0);
   for (int i = 0; i < 64; ++i) {
-    e->Write(std::string(1 << 20, 'z'), [&failed](bool ok) {
-      if (!ok) failed++;
+    e->Write(std::string(1 << 20, 'z'), [failed](bool ok) {
+      if (!ok) ++*failed;
     });
   }
   EXPECT_TRUE(held_.AwaitGone(1));
   const absl::Time deadline = absl::Now() + kPatience;
-  while (failed.load() == 0 && absl::Now() < deadline) absl::SleepFor(absl::Milliseconds(5));
-  EXPECT_GT(failed.load(), 0);
+  while (failed->load() == 0 && absl::Now() < deadline) absl::SleepFor(absl::Milliseconds(5));
+  EXPECT_GT(failed->load(), 0);
 }
 
 TEST_F(HttpdTest, AHandlerThatDropsItsExchangeAnswers500) {
