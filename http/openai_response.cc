@@ -156,6 +156,8 @@ HttpError ErrorOf(const absl::Status& status, Endpoint endpoint) {
   HttpError e;
   e.status = HttpStatusOf(status.code());
   e.message = std::string(status.message());
+  // A bare status (UNIMPLEMENTED from something that is not a coordinator, say): its code.
+  if (e.message.empty()) e.message = absl::StrCat("the coordinator answered ", absl::StatusCodeToString(status.code()));
   switch (e.status) {
     case 400: e.type = "invalid_request_error"; break;
     case 401: e.type = "authentication_error"; break;

@@ -1,5 +1,7 @@
 #include "http/server.h"
 
+#include <malloc.h>
+
 #include <utility>
 #include <vector>
 
@@ -23,6 +25,8 @@ httpd::Response ErrorResponse(int status, const std::string& message) {
   if (status >= 500 && status != 503) e.type = "server_error";
   return JsonResponse(status, ErrorBody(e));
 }
+
+constexpr size_t kTrimAfterBodyBytes = 1 << 20;
 
 // At most `n` bytes of a name a client sent, for an error message.
 std::string Shortened(const std::string& s, size_t n = 64) {
@@ -92,6 +96,10 @@ void Server::CheckModel(const std::string& model, Endpoint endpoint, std::shared
 
 void Server::Generate(Endpoint endpoint, std::shared_ptr<httpd::Exchange> exchange) {
   absl::StatusOr<OpenAiRequest> parsed = ParseRequest(endpoint, exchange->request().body);
+  // A large body's JSON values (tens of bytes of heap per byte of body) are
+  // gone now; hand their pages back rather than keep the peak (a 3 MB chat
+  // of 100,000 messages left 120 MB resident).
+  if (exchange->request().body.size() >= kTrimAfterBodyBytes) malloc_trim(0);
   if (!parsed.ok()) return AnswerError(*exchange, ErrorOf(parsed.status(), endpoint));
   if (const size_t bytes = parsed->grpc.ByteSizeLong(); bytes > kMaxGrpcRequestBytes) {
     return AnswerError(*exchange, {.status = 413,
