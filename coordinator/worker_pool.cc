@@ -16,8 +16,9 @@ namespace iv1 = tpserve::internal::v1;
 
 namespace {
 
-// How long a worker that exited after a failed collective waits for a peer's
-// session to break before the loss is blamed on it.
+// How long a worker that ended as a consequence (it exited after a failed
+// collective, or it was stopped by a signal) waits for a peer's session to
+// break before the loss is blamed on it.
 constexpr absl::Duration kPeerGrace = absl::Seconds(2);
 
 }  // namespace
@@ -210,6 +211,10 @@ absl::StatusOr<bool> WorkerPool::FileReply(int rank, WorkerMessage reply) {
 
 bool WorkerPool::TakeExitNotice(int rank, const WorkerMessage& message) {
   absl::MutexLock lock(&mu_);
+  if (message.stopping()) {  // over either transport: it comes on the stream, last
+    slots_[rank].stopped_by = message.error().empty() ? "a signal" : message.error();
+    return true;
+  }
   if (hub_ == nullptr) return false;
   if (message.exiting()) slots_[rank].exiting_error = message.error();
   return true;
@@ -228,23 +233,30 @@ grpc::Status WorkerPool::ReadReplies(int rank, Stream* stream) {
     if (!shut_down.ok()) return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION, "reply out of order");
     if (*shut_down) return grpc::Status::OK;  // the worker exits; its stream ends here
   }
-  std::string exited_after;  // the failure this worker reported before it exited
+  std::string why;
   {
     absl::MutexLock lock(&mu_);
     // Closed, replaced, or shut down while the replies came through shared memory.
     if (closed_ || replacing_ || slots_[rank].shutdown_seq != 0) return grpc::Status::OK;
-    exited_after = slots_[rank].exiting_error;
-    if (!exited_after.empty()) {
-      // A rank that exits after a failed collective was most often failed by
-      // a peer that died first: give that peer's session time to break, so
-      // the loss names the rank that died.
-      auto peer_lost = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return !lost_.ok() || closed_; };
+    const Slot& slot = slots_[rank];
+    if (!slot.exiting_error.empty()) {
+      why = absl::StrCat("it exited after a failed collective: ", slot.exiting_error);
+    } else if (!slot.stopped_by.empty()) {
+      why = absl::StrCat("it was stopped by ", slot.stopped_by,
+                         " (by its launcher or an operator) and no other rank was lost within ",
+                         absl::FormatDuration(kPeerGrace));
+    }
+    if (!why.empty()) {
+      // A rank that ended as a consequence was most often ended by a peer
+      // that died first: its collective failed, or its launcher stopped it
+      // because the peer died (whose session may break after this one's).
+      // Give that peer's session time to break, so the loss names the rank
+      // that died, whatever order the sessions end in.
+      auto peer_lost = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return !lost_.ok() || closed_ || replacing_; };
       mu_.AwaitWithTimeout(absl::Condition(&peer_lost), kPeerGrace);
     }
   }
-  MarkLost(rank, exited_after.empty()
-                     ? "its connection closed (process exited or was killed)"
-                     : absl::StrCat("it exited after a failed collective: ", exited_after));
+  MarkLost(rank, why.empty() ? "its connection closed (process exited or was killed)" : why);
   return grpc::Status(grpc::StatusCode::UNAVAILABLE, "the session broke");
 }
 

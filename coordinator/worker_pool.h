@@ -11,7 +11,12 @@
 // A session that breaks after Hello (the worker process died, the connection
 // closed) marks the pool lost: every Send and Await from then on (and those
 // waiting) fail with UNAVAILABLE naming the rank, and the on_lost callback
-// runs once, so the service can stop serving even while idle. The pool is
+// runs once, so the service can stop serving even while idle. The loss names
+// the rank that failed first, not one that ended because of it: a rank that
+// said it exits after a failed collective, or that it was stopped by a
+// signal (its launcher stops the others when one rank dies, and their
+// sessions may end before the dead rank's is seen to break), is named only
+// when no other rank is lost within 2 s. The pool is
 // then given a new group (BeginNewGroup; the coordinator's recovery) and
 // serves again once it has connected.
 #pragma once
@@ -145,6 +150,7 @@ class WorkerPool final : public tpserve::internal::v1::Worker::Service {
     std::deque<WorkerMessage> replies;      // answered and not awaited, in order
     uint64_t shutdown_seq = 0;              // the Shutdown sent, if any: its reply ends the session
     std::string exiting_error;              // its reply said it exits (out of step), and why
+    std::string stopped_by;                 // it said it was stopped (WorkerMessage.stopping), by what
   };
   // `what` happened to it: "died" (its session broke) or "stalled" (the watchdog).
   void MarkLost(int rank, absl::string_view why, absl::string_view what = "died");
@@ -157,9 +163,9 @@ class WorkerPool final : public tpserve::internal::v1::Worker::Service {
   // Files rank's reply to its oldest unanswered command; whether it answered
   // the Shutdown. A reply out of order loses the worker (INTERNAL).
   absl::StatusOr<bool> FileReply(int rank, WorkerMessage reply);
-  // With shared memory a worker's stream carries only the reply after which
-  // it exits (worker_service/session.cc): recorded, true. False before
-  // UseSharedMemory (the message is a reply to file).
+  // A stopping notice (either transport), or with shared memory the reply
+  // after which the worker exits (worker_service/session.cc, the stream's
+  // only other message then): recorded, true. False for a reply to file.
   bool TakeExitNotice(int rank, const WorkerMessage& message);
   // Reads the shared-memory replies of every rank up to command `seq`.
   absl::Status ReceiveShmReplies(uint64_t seq);

@@ -7,6 +7,6 @@
 
 namespace tpserve {
 
-inline constexpr uint32_t kWorkerProtocolVersion = 3;
+inline constexpr uint32_t kWorkerProtocolVersion = 4;
 
 }  // namespace tpserve

@@ -176,6 +176,19 @@ class StreamWriter {
     if (!done_) stream_.WritesDone();
     done_ = true;
   }
+  // The worker was told to stop: says so (WorkerMessage.stopping, naming
+  // `why`) as the stream's last message, then closes this side, so the
+  // coordinator reads the notice before it sees the stream end.
+  void SayStopping(const std::string& why) {
+    absl::MutexLock lock(&mu_);
+    if (done_) return;
+    iv1::WorkerMessage notice;
+    notice.set_stopping(true);
+    notice.set_error(why);
+    (void)stream_.Write(notice);
+    stream_.WritesDone();
+    done_ = true;
+  }
   void StartHeartbeat(absl::Duration interval) {
     heartbeat_ = std::thread([this, interval] {
       iv1::WorkerMessage beat;
@@ -324,6 +337,7 @@ void CloseStream(SessionStream& stream, StreamWriter& writer, grpc::ClientContex
     while (stream.Read(&ignored)) {
     }
   }
+  stopper.Attach(nullptr);  // before Finish: a stop's notice may be writing
   (void)stream.Finish();
   {
     absl::MutexLock lock(&mu);
@@ -335,10 +349,29 @@ void CloseStream(SessionStream& stream, StreamWriter& writer, grpc::ClientContex
 
 }  // namespace
 
-void SessionStopper::Stop() {
+void SessionStopper::Stop(const std::string& why) {
   absl::MutexLock lock(&mu_);
   stopped_ = true;
-  if (context_ != nullptr) context_->TryCancel();
+  grpc::ClientContext* const context = context_;
+  if (context == nullptr) return;
+  if (!notice_ || noticing_) {
+    context->TryCancel();
+    return;
+  }
+  noticing_ = true;
+  std::thread say([this, notice = notice_, why] {
+    notice(why);
+    absl::MutexLock done(&mu_);
+    noticing_ = false;
+  });
+  // The coordinator ends the session once it has read the notice and the
+  // stream's end (the session then detaches); or it is cancelled here, which
+  // also ends a notice that could not be written.
+  auto detached = [this, context]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return context_ != context; };
+  if (!mu_.AwaitWithTimeout(absl::Condition(&detached), kStopGrace)) context->TryCancel();
+  mu_.Unlock();
+  say.join();
+  mu_.Lock();
 }
 
 bool SessionStopper::stopped() const {
@@ -346,9 +379,14 @@ bool SessionStopper::stopped() const {
   return stopped_;
 }
 
-void SessionStopper::Attach(grpc::ClientContext* context) {
+void SessionStopper::Attach(grpc::ClientContext* context, Notice notice) {
   absl::MutexLock lock(&mu_);
+  if (context == nullptr) {  // the stream stays until a notice being written is
+    auto quiet = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return !noticing_; };
+    mu_.Await(absl::Condition(&quiet));
+  }
   context_ = context;
+  notice_ = std::move(notice);
   if (context_ != nullptr && stopped_) context_->TryCancel();
 }
 
@@ -372,6 +410,7 @@ int RunWorkerSession(const SessionOptions& options, SessionStopper& stopper) {
   stopper.Attach(&context);
   std::unique_ptr<SessionStream> stream = stub->Session(&context);
   StreamWriter writer(*stream);
+  stopper.Attach(&context, [&writer](const std::string& why) { writer.SayStopping(why); });
   LoopEnd end = AnswerCommands(*stream, writer, handler, *credentials, rank);
   std::thread watcher;
   if (end.shm != nullptr) {
@@ -388,8 +427,8 @@ int RunWorkerSession(const SessionOptions& options, SessionStopper& stopper) {
     context.TryCancel();
     watcher.join();
   }
+  stopper.Attach(nullptr);  // before Finish: a stop's notice may be writing
   const grpc::Status status = stream->Finish();
-  stopper.Attach(nullptr);
   if (stopper.stopped()) {
     Log(rank, "stopped by a signal");
     return 0;

@@ -19,9 +19,13 @@
 //   * The stream breaking without Shutdown (the coordinator died) is logged
 //     with the gRPC status: exit 1.
 //   * A failed collective: the error is replied, then exit 1.
-//   * Stop() (SIGTERM, SIGINT) cancels the stream: exit 0.
+//   * Stop() (SIGTERM, SIGINT) says so on the stream (WorkerMessage.stopping,
+//     its last message: a launcher stops every rank when one dies, and the
+//     coordinator must not blame a rank it stopped) and ends the session,
+//     cancelled if the coordinator has not ended it within kStopGrace: exit 0.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -61,18 +65,35 @@ struct SessionOptions {
   std::string tls_ca, tls_cert, tls_key;
 };
 
+// How long a stopped worker gives the coordinator to end its session after
+// saying it stops, before it cancels the session itself.
+inline constexpr absl::Duration kStopGrace = absl::Seconds(1);
+
 // Lets another thread (the signal handler's) end a running session.
 class SessionStopper {
  public:
-  void Stop();
+  // The notice that the worker stops (`why`: "SIGTERM"), written on the
+  // session stream as its last message (StreamWriter::SayStopping).
+  using Notice = std::function<void(const std::string& why)>;
+
+  // Ends the running session, because of `why`. With a notice attached it is
+  // written first (on a thread of its own, so a stream that does not drain
+  // cannot hold the stop), and the coordinator gets kStopGrace to end the
+  // session before it is cancelled; without one it is cancelled at once.
+  // Returns once the session is detached or cancelled.
+  void Stop(const std::string& why);
   bool stopped() const;
-  // The context of the RPC in flight, cancelled by Stop (nullptr: none).
-  void Attach(grpc::ClientContext* context);
+  // The context of the RPC in flight, cancelled by Stop (nullptr: none), and
+  // the notice for its stream. Detaching waits while a notice is being
+  // written: detach before Finish, and before the stream goes.
+  void Attach(grpc::ClientContext* context, Notice notice = nullptr);
 
  private:
   mutable absl::Mutex mu_;
   bool stopped_ ABSL_GUARDED_BY(mu_) = false;
+  bool noticing_ ABSL_GUARDED_BY(mu_) = false;  // Stop's thread is writing the notice
   grpc::ClientContext* context_ ABSL_GUARDED_BY(mu_) = nullptr;
+  Notice notice_ ABSL_GUARDED_BY(mu_);
 };
 
 // Runs the worker until Shutdown, Stop or an error; returns the exit code.

@@ -60,18 +60,39 @@ FakeWorkerSession::FakeWorkerSession(const std::string& address, iv1::Hello hell
     auto stream = stub_->Session(&context_);
     iv1::WorkerMessage first;
     *first.mutable_hello() = hello;
-    stream->Write(first);
+    {
+      absl::MutexLock lock(&write_mu_);
+      stream->Write(first);
+      stream_ = stream.get();
+    }
     iv1::CoordinatorMessage command;
     while (stream->Read(&command)) {
       ++commands_;
       iv1::WorkerMessage reply = answer(command);
       reply.set_seq(command.seq());
-      if (!stream->Write(reply)) break;
+      absl::MutexLock lock(&write_mu_);
+      if (writes_done_ || !stream->Write(reply)) break;
     }
-    stream->WritesDone();
+    {
+      absl::MutexLock lock(&write_mu_);
+      if (!writes_done_) stream->WritesDone();
+      writes_done_ = true;
+      stream_ = nullptr;
+    }
     status_ = stream->Finish();
     done_ = true;
   });
+}
+
+void FakeWorkerSession::SayStopping(const std::string& why) {
+  absl::MutexLock lock(&write_mu_);
+  if (stream_ == nullptr || writes_done_) return;
+  iv1::WorkerMessage notice;
+  notice.set_stopping(true);
+  notice.set_error(why);
+  stream_->Write(notice);
+  stream_->WritesDone();
+  writes_done_ = true;
 }
 
 FakeWorkerSession::~FakeWorkerSession() {

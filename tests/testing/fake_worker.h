@@ -13,6 +13,7 @@
 #include <grpcpp/grpcpp.h>
 
 #include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
 #include "proto/protocol_version.h"
 #include "tests/testing/fake_step_worker.h"
 #include "tpserve/internal/v1/worker.grpc.pb.h"
@@ -48,6 +49,10 @@ class FakeWorkerSession {
 
   // Cancels the session: what the coordinator sees when the process dies.
   void Kill() { context_.TryCancel(); }
+  // What tpserve-worker does on SIGTERM (worker_service/session.cc): says it
+  // stops (WorkerMessage.stopping naming `why`), then closes its side; the
+  // session ends when the coordinator ends it.
+  void SayStopping(const std::string& why = "SIGTERM");
   // Waits for the session to end; the status the coordinator ended it with.
   grpc::Status WaitStatus();
   int commands() const { return commands_; }
@@ -56,6 +61,10 @@ class FakeWorkerSession {
   std::unique_ptr<tpserve::internal::v1::Worker::Stub> stub_;
   FakeStepWorker model_;  // the default answer's (only the session's thread touches it)
   grpc::ClientContext context_;
+  absl::Mutex write_mu_;  // one writer at a time: the session's thread, SayStopping
+  grpc::ClientReaderWriter<tpserve::internal::v1::WorkerMessage, tpserve::internal::v1::CoordinatorMessage>* stream_
+      ABSL_GUARDED_BY(write_mu_) = nullptr;  // while the session's thread has it
+  bool writes_done_ ABSL_GUARDED_BY(write_mu_) = false;
   std::atomic<bool> done_{false};
   std::atomic<int> commands_{0};
   grpc::Status status_;

@@ -47,6 +47,11 @@ bool FakeCoordinator::WaitGone(int rank, absl::Duration timeout) {
   return mu_.AwaitWithTimeout(absl::Condition(&gone), timeout);
 }
 
+std::string FakeCoordinator::stopped_by(int rank) const {
+  absl::MutexLock lock(&mu_);
+  return slots_[static_cast<size_t>(rank)].stopped_by;
+}
+
 absl::StatusOr<std::vector<iv1::WorkerMessage>> FakeCoordinator::RunOnAll(iv1::CoordinatorMessage command,
                                                                          absl::Duration timeout) {
   {
@@ -110,7 +115,11 @@ grpc::Status FakeCoordinator::Session(grpc::ServerContext*, Stream* stream) {
   iv1::WorkerMessage message;
   while (stream->Read(&message)) {
     absl::MutexLock lock(&mu_);
-    slots_[static_cast<size_t>(rank)].replies.push_back(std::move(message));
+    if (message.stopping()) {
+      slots_[static_cast<size_t>(rank)].stopped_by = message.error();
+    } else {
+      slots_[static_cast<size_t>(rank)].replies.push_back(std::move(message));
+    }
   }
   absl::MutexLock write_lock(write_mu);
   absl::MutexLock lock(&mu_);

@@ -35,6 +35,8 @@ class FakeCoordinator final : public iv1::Worker::Service {
   std::vector<iv1::Hello> hellos() const;
   // True when rank `r`'s stream has ended.
   bool WaitGone(int rank, absl::Duration timeout);
+  // What rank `r` said stopped it (WorkerMessage.stopping), "" if it did not.
+  std::string stopped_by(int rank) const;
 
   // Sends `command` (seq set here) to every rank; the replies by rank, or an
   // error naming the rank that went away or did not answer in time.
@@ -63,6 +65,7 @@ class FakeCoordinator final : public iv1::Worker::Service {
     std::optional<iv1::Hello> hello;
     Stream* stream = nullptr;  // while the session runs
     bool gone = false;
+    std::string stopped_by;  // its stopping notice's error
     std::deque<iv1::WorkerMessage> replies;
     std::unique_ptr<absl::Mutex> write_mu = std::make_unique<absl::Mutex>();  // one writer at a time
   };

@@ -434,13 +434,18 @@ TEST_F(WorkerProcessTest, CoordinatorGoingAwayIsExitOne) {
   EXPECT_NE(log.find("ended without Shutdown"), std::string::npos) << log;
 }
 
-TEST_F(WorkerProcessTest, SigtermIsACleanExit) {
+// SIGTERM ends the worker with exit 0, and the coordinator hears why before
+// the stream ends (WorkerMessage.stopping): a launcher stops every rank when
+// one dies, and the coordinator must not blame a rank it stopped (issue 33,
+// item 11).
+TEST_F(WorkerProcessTest, SigtermIsACleanExitTheCoordinatorIsToldOf) {
   FakeCoordinator coordinator(1);
   const pid_t pid = StartWorker(coordinator.address(), 0, 1);
   ASSERT_TRUE(coordinator.WaitForWorkers(absl::Seconds(30))) << ReadFile(Log(0));
   kill(pid, SIGTERM);
   EXPECT_EQ(Wait(pid, absl::Seconds(20)), 0) << ReadFile(Log(0));
   EXPECT_NE(ReadFile(Log(0)).find("stopped by a signal"), std::string::npos) << ReadFile(Log(0));
+  EXPECT_EQ(coordinator.stopped_by(0), "SIGTERM");
 }
 
 }  // namespace

@@ -70,8 +70,8 @@ std::string CheckAddress(const std::string& address) {
   return "";
 }
 
-void OnSignal(int) {
-  const char byte = 1;
+void OnSignal(int sig) {
+  const char byte = static_cast<char>(sig);
   (void)!write(g_signal_pipe[1], &byte, 1);
 }
 
@@ -135,7 +135,8 @@ int RunUntilSignalled(const tpserve::SessionOptions& options) {
     char byte = 0;
     while (read(g_signal_pipe[0], &byte, 1) < 0 && errno == EINTR) {
     }
-    if (!done.load()) stopper.Stop();
+    // Said to the coordinator: a rank its launcher stopped is not the one that failed.
+    if (!done.load()) stopper.Stop(byte == SIGINT ? "SIGINT" : "SIGTERM");
   });
   const int code = tpserve::RunWorkerSession(options, stopper);
   done.store(true);
