@@ -383,6 +383,11 @@ TEST_F(FailureTest, CancellingMidStreamReturnsTheBlocks) {
     absl::SleepFor(absl::Milliseconds(10));
   }
   EXPECT_EQ(info.free_blocks(), total);
+  // Issue 33, item 4: the client ended both, so both are aborts in the
+  // figures (request_success_total{finished_reason="abort"}), not failures.
+  EXPECT_EQ(info.requests_failed(), 0u);
+  ASSERT_TRUE(info.requests_finished().contains("abort"));
+  EXPECT_EQ(info.requests_finished().at("abort"), 2u);
 }
 
 TEST_F(FailureTest, KillingAWorkerEndsStreamsUnavailableAndNamesTheRank) {
