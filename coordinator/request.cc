@@ -1,10 +1,13 @@
 #include "coordinator/request.h"
 
+#include <algorithm>
 #include <cmath>
 #include <optional>
 #include <string>
 #include <utility>
 
+#include "absl/strings/ascii.h"
+#include "absl/strings/escaping.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "nlohmann/json.hpp"
@@ -103,6 +106,16 @@ absl::StatusOr<OJson> ToolCallArguments(absl::string_view field, const std::stri
   return args;
 }
 
+// The path of kwarg `key`: chat.chat_template_kwargs["enable_thinking"], or
+// without the key when it is not a plain name (a space or ": " in it would
+// cut the path short where tpserve-http reads it; the message quotes it).
+std::string KwargField(const std::string& key) {
+  const bool plain = !key.empty() && std::all_of(key.begin(), key.end(), [](char c) {
+    return absl::ascii_isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '-' || c == '.';
+  });
+  return plain ? absl::StrCat("chat.chat_template_kwargs[\"", key, "\"]") : "chat.chat_template_kwargs";
+}
+
 // Message `i` as the template sees it.
 absl::StatusOr<OJson> MessageJson(const v1::ChatMessage& m, int i, int64_t& values_left) {
   OJson j = {{"role", m.role()}, {"content", m.content()}};
@@ -142,11 +155,14 @@ absl::StatusOr<ChatInput> ChatInputOf(const v1::Chat& chat) {
     in.tools = *std::move(tools);
   }
   for (const auto& [key, value] : chat.chat_template_kwargs()) {
-    const std::string field = absl::StrCat("chat.chat_template_kwargs[\"", key, "\"]");
+    const std::string field = KwargField(key);
     --values_left;  // the key
     absl::StatusOr<OJson> v = ParseChatJson(field, value, values_left);
     if (!v.ok()) return v.status();
-    if (v->is_discarded()) return Invalid(field, "is not JSON text; write values as JSON (false, 1, \"text\")");
+    if (v->is_discarded()) {
+      return Invalid(field, absl::StrCat("the value of \"", absl::CEscape(key),
+                                         "\" is not JSON text; write values as JSON (false, 1, \"text\")"));
+    }
     in.kwargs[key] = *std::move(v);
   }
   in.add_generation_prompt = true;  // the server always asks the model for the next turn

@@ -53,6 +53,8 @@ const Tokenizer& ChatToy() {
   return *toy;
 }
 
+// INVALID_ARGUMENT starting with a field's path and ": " (what tpserve-http
+// turns into OpenAI's param: no space before the colon).
 void RequireFieldError(const absl::Status& s) {
   TPSERVE_FUZZ_CHECK(s.code() == absl::StatusCode::kInvalidArgument);
   constexpr absl::string_view kFields[] = {"prompt",  "prompt_token_ids.ids", "chat", "sampling.", "stopping.",
@@ -60,6 +62,8 @@ void RequireFieldError(const absl::Status& s) {
   bool named = false;
   for (absl::string_view f : kFields) named = named || absl::StartsWith(s.message(), f);
   TPSERVE_FUZZ_CHECK(named);
+  const size_t colon = s.message().find(": ");
+  TPSERVE_FUZZ_CHECK(colon != absl::string_view::npos && s.message().substr(0, colon).find(' ') == absl::string_view::npos);
 }
 
 // Control tokens the rendering of a `messages`-long chat holds (generation prompt included).

@@ -226,6 +226,9 @@ std::vector<GenerateCase> GenerateCases() {
          (*chat(r).mutable_chat_template_kwargs())["extra"] = Nested(100000);
        }},
       {"chat.chat_template_kwargs", [chat](auto& r) { (*chat(r).mutable_chat_template_kwargs())["messages"] = "1"; }},
+      {"chat.chat_template_kwargs", [chat](auto& r) {  // a key that is no plain name stays out of the path
+         (*chat(r).mutable_chat_template_kwargs())["a b: c"] = "nope";
+       }},
       {"chat.messages[1].tool_calls[0].arguments", [tool_call](auto& r) {
          tool_call(r, absl::StrCat("{\"a\": ", Nested(100000), "}"));
        }},
