@@ -318,8 +318,8 @@ std::thread WatchStream(SessionStream& stream, ShmEndpoint& shm) {
 }
 
 // After a command asked to exit: lets the coordinator close the stream
-// (cancelled after 5 s), finishes it and detaches the context from the
-// stopper. `reader`, when the stream is already being read (WatchStream), is
+// (cancelled after 5 s), detaches the context from the stopper and finishes
+// the stream. `reader`, when the stream is already being read (WatchStream), is
 // joined instead of reading here.
 void CloseStream(SessionStream& stream, StreamWriter& writer, grpc::ClientContext& context, SessionStopper& stopper,
                  std::thread* reader = nullptr) {
@@ -344,7 +344,6 @@ void CloseStream(SessionStream& stream, StreamWriter& writer, grpc::ClientContex
     finished = true;
   }
   watchdog.join();
-  stopper.Attach(nullptr);
 }
 
 }  // namespace
