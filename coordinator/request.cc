@@ -13,6 +13,7 @@
 #include "nlohmann/json.hpp"
 #include "base/status_macros.h"
 #include "jinja/value.h"
+#include "json/strict_json.h"
 
 namespace tpserve {
 namespace {
@@ -69,32 +70,34 @@ using OJson = nlohmann::ordered_json;
 // tool_calls, call, function, arguments): within the template engine's bound.
 static_assert(kMaxChatJsonDepth + 6 <= jinja::Value::kMaxJsonDepth);
 
-// Parses the request's JSON text in `field` with its nesting and size bounded
-// while parsing: nlohmann's copy, dump and comparison recurse, so a value
-// nested 100,000 deep would overflow the stack later (a remote crash), and a
-// million tiny values would cost gigabytes once rendered. Every value counts
-// against `values_left`, shared by the whole chat. Malformed text is a
-// discarded value (the caller says what was expected); a bound passed is
-// INVALID_ARGUMENT naming `field`.
+// Parses the request's JSON text in `field` with its nesting and size checked
+// before any value is built (json/strict_json.h): nlohmann's copy, dump and
+// comparison recurse, so a value nested 100,000 deep would overflow the stack
+// later (a remote crash), and a million tiny values would cost gigabytes once
+// rendered. Every value counts against `values_left`, shared by the whole
+// chat. Malformed text is a discarded value (the caller says what was
+// expected); a bound passed is INVALID_ARGUMENT naming `field`.
 absl::StatusOr<OJson> ParseChatJson(absl::string_view field, const std::string& text, int64_t& values_left) {
-  bool too_deep = false, too_many = false;
-  auto bound = [&](int depth, OJson::parse_event_t event, OJson&) {
-    const bool starts = event == OJson::parse_event_t::object_start || event == OJson::parse_event_t::array_start;
-    if (starts && depth >= kMaxChatJsonDepth) too_deep = true;
-    if (starts || event == OJson::parse_event_t::value) too_many = too_many || --values_left < 0;
-    return !too_deep && !too_many;  // false: drop it (the parser goes on, iteratively, storing nothing)
-  };
-  OJson parsed = OJson::parse(text, bound, /*allow_exceptions=*/false);
-  if (too_deep) {
-    return Invalid(field, absl::StrCat("nests deeper than ", kMaxChatJsonDepth,
-                                       " levels of arrays and objects; flatten it"));
+  JsonFault fault = JsonFault::kNone;
+  int64_t values = 0;
+  const JsonLimits limits{.max_depth = kMaxChatJsonDepth, .allow_duplicate_keys = true, .max_values = values_left};
+  CheckJson(text, limits, &fault, &values).IgnoreError();  // the fault says what
+  switch (fault) {
+    case JsonFault::kNone:
+      values_left -= values;
+      return OJson::parse(text, nullptr, /*allow_exceptions=*/false);
+    case JsonFault::kTooDeep:
+      return Invalid(field, absl::StrCat("nests deeper than ", kMaxChatJsonDepth,
+                                         " levels of arrays and objects; flatten it"));
+    case JsonFault::kTooManyValues:
+      return Invalid(field, absl::StrCat("the chat's JSON (tools_json, tool call arguments and "
+                                         "chat_template_kwargs together) holds more than ",
+                                         kMaxChatJsonValues, " values; send fewer or smaller tools"));
+    case JsonFault::kSyntax:
+    case JsonFault::kDuplicateKey:
+      break;
   }
-  if (too_many) {
-    return Invalid(field, absl::StrCat("the chat's JSON (tools_json, tool call arguments and chat_template_kwargs "
-                                       "together) holds more than ", kMaxChatJsonValues,
-                                       " values; send fewer or smaller tools"));
-  }
-  return parsed;
+  return OJson(OJson::value_t::discarded);
 }
 
 // A tool call's arguments: a JSON object as a mapping (as vLLM passes it to the

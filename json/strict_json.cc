@@ -13,29 +13,30 @@ class LimitsSax final : public nlohmann::json_sax<nlohmann::json> {
  public:
   explicit LimitsSax(const JsonLimits& limits) : limits_(limits) {}
 
-  bool null() override { return true; }
-  bool boolean(bool) override { return true; }
-  bool number_integer(number_integer_t) override { return true; }
-  bool number_unsigned(number_unsigned_t) override { return true; }
-  bool number_float(number_float_t, const string_t&) override { return true; }
-  bool string(string_t&) override { return true; }
-  bool binary(binary_t&) override { return true; }
+  bool null() override { return Value(); }
+  bool boolean(bool) override { return Value(); }
+  bool number_integer(number_integer_t) override { return Value(); }
+  bool number_unsigned(number_unsigned_t) override { return Value(); }
+  bool number_float(number_float_t, const string_t&) override { return Value(); }
+  bool string(string_t&) override { return Value(); }
+  bool binary(binary_t&) override { return Value(); }
   bool start_object(std::size_t) override {
-    keys_.emplace_back();
-    return Open();
+    if (!limits_.allow_duplicate_keys) keys_.emplace_back();
+    return Value() && Open();
   }
   bool key(string_t& key) override {
     if (limits_.allow_duplicate_keys || keys_.back().insert(key).second) return true;
-    error = absl::InvalidArgumentError(absl::StrCat(
-        "repeats the key \"", key.size() > 64 ? key.substr(0, 64) + "..." : key, "\" in one object; give each once"));
+    Fail(JsonFault::kDuplicateKey,
+         absl::StrCat("repeats the key \"", key.size() > 64 ? key.substr(0, 64) + "..." : key,
+                      "\" in one object; give each once"));
     return false;
   }
   bool end_object() override {
-    keys_.pop_back();
+    if (!limits_.allow_duplicate_keys) keys_.pop_back();
     --depth_;
     return true;
   }
-  bool start_array(std::size_t) override { return Open(); }
+  bool start_array(std::size_t) override { return Value() && Open(); }
   bool end_array() override {
     --depth_;
     return true;
@@ -45,17 +46,27 @@ class LimitsSax final : public nlohmann::json_sax<nlohmann::json> {
     // "[json.exception.parse_error.101] parse error at line 1, column 3: syntax error ..." -> after the last ": ".
     const size_t colon = what.find(": ");
     if (colon != std::string::npos) what = what.substr(colon + 2);
-    error = absl::InvalidArgumentError(absl::StrCat("is not valid JSON (byte ", position, ": ", what, ")"));
+    Fail(JsonFault::kSyntax, absl::StrCat("is not valid JSON (byte ", position, ": ", what, ")"));
     return false;
   }
 
   absl::Status error;
+  JsonFault fault = JsonFault::kNone;
+  int64_t values = 0;
 
  private:
+  void Fail(JsonFault f, std::string message) {
+    fault = f;
+    error = absl::InvalidArgumentError(std::move(message));
+  }
+  bool Value() {
+    if (limits_.max_values < 0 || ++values <= limits_.max_values) return true;
+    Fail(JsonFault::kTooManyValues, absl::StrCat("holds more than ", limits_.max_values, " values"));
+    return false;
+  }
   bool Open() {
     if (++depth_ <= limits_.max_depth) return true;
-    error = absl::InvalidArgumentError(
-        absl::StrCat("nests deeper than ", limits_.max_depth, " levels of arrays and objects"));
+    Fail(JsonFault::kTooDeep, absl::StrCat("nests deeper than ", limits_.max_depth, " levels of arrays and objects"));
     return false;
   }
 
@@ -66,13 +77,17 @@ class LimitsSax final : public nlohmann::json_sax<nlohmann::json> {
 
 }  // namespace
 
-absl::Status CheckJson(absl::string_view text, const JsonLimits& limits) {
+absl::Status CheckJson(absl::string_view text, const JsonLimits& limits, JsonFault* fault, int64_t* values) {
   LimitsSax sax(limits);
   const bool ok = nlohmann::json::sax_parse(text.begin(), text.end(), &sax, nlohmann::json::input_format_t::json,
                                             /*strict=*/true);
-  if (!sax.error.ok()) return sax.error;
-  if (!ok) return absl::InvalidArgumentError("is not valid JSON");
-  return absl::OkStatus();
+  if (!ok && sax.error.ok()) {  // stopped without a callback saying why
+    sax.fault = JsonFault::kSyntax;
+    sax.error = absl::InvalidArgumentError("is not valid JSON");
+  }
+  if (fault != nullptr) *fault = sax.fault;
+  if (values != nullptr) *values = sax.values;
+  return sax.error;
 }
 
 }  // namespace tpserve

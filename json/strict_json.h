@@ -10,11 +10,12 @@
 // first repeated key of an object. ParseJson then builds the DOM.
 #pragma once
 
-#include "absl/strings/string_view.h"
+#include <cstdint>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/string_view.h"
 #include "nlohmann/json.hpp"
 
 namespace tpserve {
@@ -22,12 +23,19 @@ namespace tpserve {
 struct JsonLimits {
   int max_depth = 128;          // arrays and objects open at once
   bool allow_duplicate_keys = false;
+  int64_t max_values = -1;      // values of any kind (objects and arrays too); -1: any number
 };
 
+// What CheckJson found wrong, for callers that answer each fault their own way.
+enum class JsonFault : uint8_t { kNone, kSyntax, kTooDeep, kTooManyValues, kDuplicateKey };
+
 // OK when `text` is one JSON value within `limits`; else INVALID_ARGUMENT
-// saying what is wrong ("is not valid JSON: ... at byte N", "nests deeper than
-// 128 levels", "repeats the key \"model\""), to follow the name of what held it.
-absl::Status CheckJson(absl::string_view text, const JsonLimits& limits = {});
+// saying what is wrong ("is not valid JSON (byte N: ...)", "nests deeper than
+// 128 levels of arrays and objects", "repeats the key \"model\" ...", "holds
+// more than N values"), to follow the name of what held it. `fault` (when
+// given) says which; `values` (when given) counts the values read.
+absl::Status CheckJson(absl::string_view text, const JsonLimits& limits = {}, JsonFault* fault = nullptr,
+                       int64_t* values = nullptr);
 
 // CheckJson, then the value (nlohmann::json or nlohmann::ordered_json).
 template <typename Json = nlohmann::json>

@@ -43,6 +43,24 @@ TEST(StrictJson, DuplicateKeysAreRefusedPerObject) {
   EXPECT_LT(s.message().size(), 200u);
 }
 
+// Every value counts, containers too; the fault and the count come back.
+TEST(StrictJson, ValuesAreCountedAndBounded) {
+  JsonFault fault = JsonFault::kSyntax;
+  int64_t values = 0;
+  EXPECT_TRUE(CheckJson(R"({"a": [1, 2, {"b": null}]})", {.max_values = 6}, &fault, &values).ok());
+  EXPECT_EQ(fault, JsonFault::kNone);
+  EXPECT_EQ(values, 6);  // the object, the array, 1, 2, the inner object, null
+  absl::Status s = CheckJson(R"({"a": [1, 2, {"b": null}]})", {.max_values = 5}, &fault);
+  EXPECT_EQ(fault, JsonFault::kTooManyValues);
+  EXPECT_EQ(s.message(), "holds more than 5 values");
+  CheckJson(Nested(10), {.max_depth = 3}, &fault).IgnoreError();
+  EXPECT_EQ(fault, JsonFault::kTooDeep);
+  CheckJson(R"({"a": 1, "a": 2})", {}, &fault).IgnoreError();
+  EXPECT_EQ(fault, JsonFault::kDuplicateKey);
+  CheckJson(R"({"a": })", {}, &fault).IgnoreError();
+  EXPECT_EQ(fault, JsonFault::kSyntax);
+}
+
 TEST(StrictJson, SyntaxErrorsSayWhere) {
   absl::Status s = CheckJson(R"({"a": })");
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
