@@ -129,7 +129,7 @@ Connection::~Connection() { core_->Unregister(slot_); }
 
 bool Connection::Evictable() const {
   const Phase p = phase_atomic_.load(std::memory_order_relaxed);
-  return p == Phase::kIdle || p == Phase::kHead;
+  return p != Phase::kBody && p != Phase::kHandling;
 }
 
 void Connection::Post(std::function<void(Connection&)> op) {

@@ -52,7 +52,8 @@ class Connection : public std::enable_shared_from_this<Connection> {
   void Start(bool refuse);
   // Closes at once (eviction, Stop). Any thread.
   void Close();
-  // Holds no request in flight: idle between requests, or still sending a head.
+  // Holds no request in flight: idle between requests, still sending a head,
+  // lingering after its last response, or closed already (its slot frees soon).
   bool Evictable() const;
 
   // The Exchange's operations, posted to the strand; `seq` names the exchange,

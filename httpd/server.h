@@ -8,8 +8,9 @@
 // What a client can hold is bounded (ServerLimits), and each bound has its answer:
 //
 //   connections      max_connections; at the cap a new connection evicts the
-//                    oldest one that has no request in flight (idle keep-alive or
-//                    still sending its headers), else gets 503 and is closed
+//                    oldest one that has no request in flight (idle keep-alive,
+//                    still sending its headers, or lingering after its last
+//                    response), else gets 503 and is closed
 //   request headers  max_header_bytes (request line + fields): 431; the whole
 //                    head within header_timeout of its first byte (a new
 //                    connection: of its accept): 408 and closed

@@ -279,6 +279,20 @@ TEST_F(HttpdTest, AtTheConnectionCapIdleConnectionsMakeRoom) {
   EXPECT_TRUE(idle[0]->ClosedWithin(kPatience)) << "the oldest idle connection was not the one evicted";
 }
 
+// A connection lingering after a refusal (its client has not closed yet)
+// holds no request: at the cap it makes room too.
+TEST_F(HttpdTest, AtTheCapLingeringConnectionsMakeRoom) {
+  ServerLimits limits = Fast();
+  limits.max_connections = 2;
+  Start(limits);
+  RawClient a(port()), b(port());
+  a.Send("POST /echo HTTP/1.1\r\n\r\n");  // 411, then the server lingers on it
+  b.Send("POST /echo HTTP/1.1\r\n\r\n");
+  ASSERT_TRUE(a.Read());
+  ASSERT_TRUE(b.Read());
+  ExpectServing();
+}
+
 // At the cap with every connection busy, a new one gets 503.
 TEST_F(HttpdTest, AtTheCapWithNoIdleConnectionANewOneGets503) {
   ServerLimits limits = Fast();
