@@ -218,24 +218,30 @@ void Connection::Parse() {
   StartReading();
 }
 
-bool Connection::ParseHead() {
+Connection::Fed Connection::Feed() {
   if (buffer_.size() == 0) {
     StartReading();
-    return false;
+    return Fed::kWait;
   }
   error_code ec;
-  buffer_.consume(parser_->put(buffer_.data(), ec));
+  const size_t used = parser_->put(buffer_.data(), ec);
+  buffer_.consume(used);
   if (ec == bhttp::error::need_more) {
+    if (used > 0) return Fed::kProgress;
     StartReading();
-    return false;
+    return Fed::kWait;
   }
   if (ec) {
     auto [status, message] = ParseRefusal(ec, limits_);
     Refuse(status, message);
-    return false;
+    return Fed::kRefused;
   }
-  if (!parser_->is_header_done()) return true;
-  return OnHead();
+  return Fed::kProgress;
+}
+
+bool Connection::ParseHead() {
+  if (Feed() != Fed::kProgress) return false;
+  return !parser_->is_header_done() || OnHead();
 }
 
 bool Connection::ParseBody() {
@@ -243,24 +249,7 @@ bool Connection::ParseBody() {
     Dispatch();
     return false;
   }
-  if (buffer_.size() == 0) {
-    StartReading();
-    return false;
-  }
-  error_code ec;
-  const size_t used = parser_->put(buffer_.data(), ec);
-  buffer_.consume(used);
-  if (ec == bhttp::error::need_more && used > 0) return true;
-  if (ec == bhttp::error::need_more) {
-    StartReading();
-    return false;
-  }
-  if (ec) {
-    auto [status, message] = ParseRefusal(ec, limits_);
-    Refuse(status, message);
-    return false;
-  }
-  return true;
+  return Feed() == Fed::kProgress;
 }
 
 bool Connection::OnHead() {

@@ -80,6 +80,10 @@ class Connection : public std::enable_shared_from_this<Connection> {
   void StartReading();
   void OnRead(const boost::system::error_code& ec, size_t n);
   void Parse();
+  // Gives the parser the bytes read: kProgress when it took some (or its part
+  // is done), kWait when it needs more (a read is started), kRefused.
+  enum class Fed : uint8_t { kProgress, kWait, kRefused };
+  Fed Feed();
   bool ParseHead();  // false: stop parsing (refused, or waiting for bytes)
   bool ParseBody();
   bool OnHead();     // route, framing, authorize, body limits; false when refused
