@@ -15,8 +15,10 @@ function(tpserve_add_gtest name)
   target_link_libraries(${name} PRIVATE ${T_LIBS} GTest::gtest GTest::gtest_main tpserve_flags)
   target_compile_definitions(${name} PRIVATE
     TPSERVE_SOURCE_DIR="${PROJECT_SOURCE_DIR}" TPSERVE_BINARY_DIR="${PROJECT_BINARY_DIR}")
+  # TPSERVE_TEST_TIMEOUT: the e2e harness's watchdog speaks (what the test was
+  # waiting for, its processes' logs) before ctest kills a test at TIMEOUT.
   gtest_discover_tests(${name}
     TEST_PREFIX "${T_PREFIX}"
-    PROPERTIES LABELS "${T_LABELS}" TIMEOUT ${T_TIMEOUT}
+    PROPERTIES LABELS "${T_LABELS}" TIMEOUT ${T_TIMEOUT} ENVIRONMENT TPSERVE_TEST_TIMEOUT=${T_TIMEOUT}
     DISCOVERY_TIMEOUT 60)
 endfunction()

@@ -7,16 +7,22 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
+#include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
+#include <thread>
 
 #include <gtest/gtest.h>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/synchronization/mutex.h"
 #include "nlohmann/json.hpp"
 #include "tests/testing/tiny_model.h"
 
@@ -43,25 +49,34 @@ TempDir::~TempDir() {
 
 namespace {
 
+// Everything the child needs is built before fork: the test process has other
+// threads (gRPC's), and a child of a multithreaded process may only make
+// async-signal-safe calls before exec. An allocation there can wait forever on
+// an allocator lock that another thread held at the fork (ASan's allocator, in
+// the sanitized build, has no fork handler), and the test would wait forever in
+// waitpid for a child that never ran.
 pid_t Spawn(const std::vector<std::string>& argv, const std::string& log) {
+  std::vector<char*> args;
+  args.reserve(argv.size() + 1);
+  for (const std::string& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+  args.push_back(nullptr);
+  const char* const log_path = log.c_str();
   const pid_t parent = getpid();
   pid_t pid = fork();
   if (pid == 0) {
     setpgid(0, 0);
     prctl(PR_SET_PDEATHSIG, SIGKILL);
     if (getppid() != parent) _exit(127);
-    int fd = open(log.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
+    int fd = open(log_path, O_WRONLY | O_CREAT | O_APPEND, 0644);
     if (fd >= 0) {
       dup2(fd, 1);
       dup2(fd, 2);
       close(fd);
     }
-    std::vector<char*> args;
-    for (const std::string& a : argv) args.push_back(const_cast<char*>(a.c_str()));
-    args.push_back(nullptr);
     execvp(args[0], args.data());  // a bare name is looked up on PATH
     _exit(127);
   }
+  if (pid > 0) setpgid(pid, pid);  // the group exists before anyone signals it (EACCES after exec is fine)
   return pid;
 }
 
@@ -78,6 +93,72 @@ std::string ReadFile(const std::string& path) {
   return ss.str();
 }
 
+// The last `max_lines` lines of `text`, at most `max_bytes`.
+std::string Tail(const std::string& text, int max_lines = 80, size_t max_bytes = 12000) {
+  size_t from = text.size();
+  for (int n = 0; n <= max_lines && from > 0; ++n) {
+    const size_t nl = text.rfind('\n', from - 1);
+    if (nl == std::string::npos) {
+      from = 0;
+      break;
+    }
+    if (n < max_lines) from = nl;
+  }
+  if (text.size() - from > max_bytes) from = text.size() - max_bytes;
+  if (from == 0) return text;
+  return absl::StrCat("[... ", from, " bytes before ...]", text.substr(from));
+}
+
+// The processes the running test has started and not yet destroyed, and what
+// it is waiting for (WaitingFor): what a deadline's failure prints.
+struct Registry {
+  absl::Mutex mu;
+  std::vector<const Process*> processes ABSL_GUARDED_BY(mu);
+  std::vector<std::string> waits ABSL_GUARDED_BY(mu);
+};
+
+Registry& TheRegistry() {
+  static Registry* registry = new Registry;  // never destroyed: the watchdog may outlive statics
+  return *registry;
+}
+
+std::string LogsExcept(const Process* except) {
+  Registry& r = TheRegistry();
+  std::vector<std::pair<std::string, std::string>> logs;  // (heading, path)
+  {
+    absl::MutexLock lock(&r.mu);
+    for (const Process* p : r.processes) {
+      if (p == except) continue;
+      logs.emplace_back(absl::StrCat("`", p->command(), "` (pid ", p->pid(), ")"), p->log_path());
+    }
+  }
+  std::string out;
+  for (const auto& [heading, path] : logs) {
+    absl::StrAppend(&out, "\n---- log of ", heading, ", ", path, ":\n", Tail(ReadFile(path)));
+  }
+  return out;
+}
+
+std::string DescribeWaits() {
+  Registry& r = TheRegistry();
+  absl::MutexLock lock(&r.mu);
+  if (r.waits.empty()) return "nothing the harness knows of (the test's own code: a call without a deadline?)";
+  return absl::StrJoin(r.waits, ", within that: ");
+}
+
+std::string Join(const std::vector<std::string>& argv) {
+  std::string joined = absl::StrJoin(argv, " ");
+  if (joined.size() > 300) joined = absl::StrCat(joined.substr(0, 300), " ...");
+  return joined;
+}
+
+int64_t EnvSeconds(const char* name, int64_t fallback) {
+  const char* value = std::getenv(name);
+  int64_t seconds = 0;
+  if (value == nullptr || !absl::SimpleAtoi(value, &seconds) || seconds <= 0) return fallback;
+  return seconds;
+}
+
 // In a sanitizer build (scripts/test-sanitized.sh) a child's report goes to its
 // stderr, which Spawn sends to its log: the test that started it fails, even when the
 // process was then killed on purpose or its exit status was not looked at.
@@ -92,14 +173,132 @@ void ExpectNoSanitizerReport(const std::string& log) {
   }
 }
 
+// Each test's deadline (TestDeadline): past it, the failure says what the test
+// was waiting for with the logs of its processes, and every process the test
+// started is killed, which ends a call blocked on one of them (an RPC to the
+// coordinator, a read of a child's output). If the test still has not ended
+// kKillGrace later, the binary exits, so ctest reports the failure with this
+// output instead of killing it without a word at its TIMEOUT.
+class TestWatchdog : public ::testing::EmptyTestEventListener {
+ public:
+  static constexpr absl::Duration kKillGrace = absl::Seconds(10);
+
+  ~TestWatchdog() override { StopThread(); }
+
+  void OnTestStart(const ::testing::TestInfo& test) override {
+    absl::MutexLock lock(&mu_);
+    name_ = absl::StrCat(test.test_suite_name(), ".", test.name());
+    started_ = absl::Now();
+    deadline_ = started_ + TestDeadline();
+    ++generation_;
+    if (!thread_.joinable()) thread_ = std::thread([this] { Run(); });
+  }
+  void OnTestEnd(const ::testing::TestInfo&) override {
+    absl::MutexLock lock(&mu_);
+    deadline_ = absl::InfiniteFuture();
+    ++generation_;
+  }
+  void OnTestProgramEnd(const ::testing::UnitTest&) override { StopThread(); }
+
+ private:
+  void StopThread() {
+    {
+      absl::MutexLock lock(&mu_);
+      stop_ = true;
+    }
+    if (thread_.joinable()) thread_.join();
+  }
+
+  void Run() {
+    absl::MutexLock lock(&mu_);
+    while (!stop_) {
+      const uint64_t generation = generation_;
+      auto changed = [this, generation]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+        return stop_ || generation_ != generation;
+      };
+      if (mu_.AwaitWithDeadline(absl::Condition(&changed), deadline_)) continue;
+      const std::string name = name_;
+      const absl::Duration budget = deadline_ - started_;
+      deadline_ = absl::InfiniteFuture();
+      mu_.Unlock();
+      Fire(name, budget);
+      mu_.Lock();
+      auto ended = [this, generation]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+        return stop_ || generation_ != generation;
+      };
+      if (!mu_.AwaitWithTimeout(absl::Condition(&ended), kKillGrace)) {
+        std::fprintf(stderr, "harness: %s is still blocked %s after its processes were killed; exiting\n",
+                     name.c_str(), absl::FormatDuration(kKillGrace).c_str());
+        std::fflush(stderr);
+        _exit(1);
+      }
+    }
+  }
+
+  // Reports and kills; the test goes on (and usually fails on what it was waiting for).
+  static void Fire(const std::string& name, absl::Duration budget) {
+    ADD_FAILURE() << name << " ran past its deadline of " << absl::FormatDuration(budget)
+                  << " (TPSERVE_TEST_TIMEOUT less a margin): it was waiting for " << DescribeWaits()
+                  << ". Every process it started is killed now." << LogsExcept(nullptr);
+    std::fflush(stdout);
+    Registry& r = TheRegistry();
+    absl::MutexLock lock(&r.mu);
+    for (const Process* p : r.processes) {
+      if (p->pid() <= 0) continue;
+      kill(-p->pid(), SIGKILL);
+      kill(p->pid(), SIGKILL);
+    }
+  }
+
+  absl::Mutex mu_;
+  std::string name_ ABSL_GUARDED_BY(mu_);
+  absl::Time started_ ABSL_GUARDED_BY(mu_);
+  absl::Time deadline_ ABSL_GUARDED_BY(mu_) = absl::InfiniteFuture();
+  uint64_t generation_ ABSL_GUARDED_BY(mu_) = 0;
+  bool stop_ ABSL_GUARDED_BY(mu_) = false;
+  std::thread thread_;
+};
+
+// Every binary that links the harness gets the watchdog, before its main runs.
+[[maybe_unused]] const bool kWatchdogInstalled = [] {
+  ::testing::UnitTest::GetInstance()->listeners().Append(new TestWatchdog);
+  return true;
+}();
+
 }  // namespace
 
-int RunCommand(const std::vector<std::string>& argv, const std::string& log) {
-  const pid_t pid = Spawn(argv, log);
-  int status = 0;
-  waitpid(pid, &status, 0);
-  ExpectNoSanitizerReport(log);
-  return ExitStatus(status);
+absl::Duration TestDeadline() {
+  const int64_t timeout = EnvSeconds("TPSERVE_TEST_TIMEOUT", 300);
+  return absl::Seconds(timeout - std::max<int64_t>(timeout / 10, std::min<int64_t>(15, timeout / 2)));
+}
+
+WaitingFor::WaitingFor(std::string what) {
+  Registry& r = TheRegistry();
+  absl::MutexLock lock(&r.mu);
+  r.waits.push_back(std::move(what));
+}
+
+WaitingFor::~WaitingFor() {
+  Registry& r = TheRegistry();
+  absl::MutexLock lock(&r.mu);
+  r.waits.pop_back();
+}
+
+std::string LiveProcessLogs() { return LogsExcept(nullptr); }
+
+int RunCommand(const std::vector<std::string>& argv, const std::string& log, absl::Duration deadline) {
+  Process command(argv, log);
+  const std::string what = absl::StrCat("`", command.command(), "` to exit (deadline ",
+                                        absl::FormatDuration(deadline), ")");
+  WaitingFor waiting(what);
+  const int status = command.Wait(deadline);
+  if (status != -1) return status;  // ~Process looks for a sanitizer report
+  command.Signal(SIGKILL);
+  kill(-command.pid(), SIGKILL);
+  command.Wait(absl::Seconds(10));
+  ADD_FAILURE() << "harness: waited for " << what << "; it did not, and was killed.\n---- its log, " << log
+                << ":\n" << Tail(ReadFile(log)) << LogsExcept(&command);
+  return kTimedOut;
 }
 
 std::string MakeModel(const std::string& root, const std::string& arch, const std::vector<std::string>& extra) {
@@ -110,8 +309,12 @@ std::string MakeModel(const std::string& root, const std::string& arch, const st
   return dir;
 }
 
-Process::Process(const std::vector<std::string>& argv, const std::string& log) : log_(log) {
+Process::Process(const std::vector<std::string>& argv, const std::string& log) : log_(log), command_(Join(argv)) {
   pid_ = Spawn(argv, log);
+  if (pid_ < 0) ADD_FAILURE() << "fork for `" << command_ << "` failed: " << std::strerror(errno);
+  Registry& r = TheRegistry();
+  absl::MutexLock lock(&r.mu);
+  r.processes.push_back(this);
 }
 
 Process::~Process() {
@@ -120,12 +323,18 @@ Process::~Process() {
     // check at exit (and a coordinator shuts its workers down, which then do
     // too); one that does not within the grace gets SIGKILL.
     kill(pid_, SIGTERM);
+    WaitingFor waiting(absl::StrCat("`", command_, "` to end after SIGTERM (then SIGKILL)"));
     if (Wait(kTeardownGrace) == -1) {
       kill(-pid_, SIGKILL);
       kill(pid_, SIGKILL);
       int status;
       waitpid(pid_, &status, 0);
     }
+  }
+  {
+    Registry& r = TheRegistry();
+    absl::MutexLock lock(&r.mu);
+    r.processes.erase(std::find(r.processes.begin(), r.processes.end(), this));
   }
   if (pid_ > 0) ExpectNoSanitizerReport(log_);
 }
@@ -135,14 +344,17 @@ void Process::Signal(int sig) {
 }
 
 int Process::Wait(absl::Duration timeout) {
+  if (reaped_) return status_;
+  if (pid_ <= 0) return -1;
   const absl::Time deadline = absl::Now() + timeout;
   while (true) {
     int status = 0;
     const pid_t r = waitpid(pid_, &status, WNOHANG);
     if (r == pid_) {
       reaped_ = true;
+      status_ = ExitStatus(status);
       kill(-pid_, SIGKILL);  // anything left in its group
-      return ExitStatus(status);
+      return status_;
     }
     if (absl::Now() >= deadline) return -1;
     absl::SleepFor(absl::Milliseconds(20));
@@ -163,8 +375,12 @@ Coordinator StartCoordinator(const std::string& model_dir, int tp, const std::st
                                    "--worker-binary", BinaryPath("tools/worker/tpserve-worker")};
   argv.insert(argv.end(), extra.begin(), extra.end());
   c.process = std::make_unique<Process>(argv, log);
-  const absl::Time deadline = absl::Now() + absl::Seconds(90);
+  constexpr absl::Duration kReadyDeadline = absl::Seconds(90);
+  const absl::Time deadline = absl::Now() + kReadyDeadline;
   const std::string marker = "tpserve-coordinator: serving tpserve.v1.Generation on ";
+  WaitingFor waiting(absl::StrCat("the coordinator to log \"", marker, "\" and \"tpserve-coordinator: ready\" (",
+                                  absl::FormatDuration(kReadyDeadline), ")"));
+  int exited = -1;
   while (absl::Now() < deadline) {
     const std::string text = c.process->Log();
     const size_t at = text.find(marker);
@@ -176,15 +392,21 @@ Coordinator StartCoordinator(const std::string& model_dir, int tp, const std::st
       c.stub = v1::Generation::NewStub(grpc::CreateChannel(c.address, grpc::InsecureChannelCredentials()));
       return c;
     }
-    if (c.process->Wait(absl::ZeroDuration()) != -1) break;
+    if ((exited = c.process->Wait(absl::ZeroDuration())) != -1) break;
     absl::SleepFor(absl::Milliseconds(50));
   }
-  ADD_FAILURE() << "the coordinator did not get ready:\n" << c.process->Log();
+  ADD_FAILURE() << "harness: the coordinator did not get ready: "
+                << (exited != -1 ? absl::StrCat("it exited with status ", exited)
+                                 : absl::StrCat("no ", c.address.empty() ? "\"serving ... on\"" : "\"ready\"",
+                                                " line within ", absl::FormatDuration(kReadyDeadline)))
+                << ". Its log (with its spawned workers'), " << log << ":\n"
+                << Tail(c.process->Log(), 200, 30000) << LogsExcept(c.process.get());
   return c;
 }
 
 GenerateOutcome Generate(v1::Generation::Stub& stub, const v1::GenerateRequest& request, absl::Duration timeout) {
   GenerateOutcome out;
+  WaitingFor waiting(absl::StrCat("a Generate stream to end (deadline ", absl::FormatDuration(timeout), ")"));
   grpc::ClientContext context;
   context.set_deadline(absl::ToChronoTime(absl::Now() + timeout));
   auto reader = stub.Generate(&context, request);
@@ -213,17 +435,21 @@ v1::GenerateRequest Greedy(int max_tokens) {
 
 std::vector<int32_t> Tokenize(v1::Generation::Stub& stub, const v1::TokenizeRequest& request) {
   grpc::ClientContext context;
+  context.set_deadline(absl::ToChronoTime(absl::Now() + kRpcDeadline));
   v1::TokenizeResponse response;
+  WaitingFor waiting("a Tokenize reply");
   grpc::Status s = stub.Tokenize(&context, request, &response);
-  EXPECT_TRUE(s.ok()) << s.error_message();
+  EXPECT_TRUE(s.ok()) << "Tokenize: " << s.error_message() << LiveProcessLogs();
   return {response.token_ids().begin(), response.token_ids().end()};
 }
 
 v1::ServerInfo ServerInfo(v1::Generation::Stub& stub) {
   grpc::ClientContext context;
+  context.set_deadline(absl::ToChronoTime(absl::Now() + kRpcDeadline));
   v1::ServerInfo info;
+  WaitingFor waiting("a GetServerInfo reply");
   grpc::Status s = stub.GetServerInfo(&context, v1::ServerInfoRequest(), &info);
-  EXPECT_TRUE(s.ok()) << s.error_message();
+  EXPECT_TRUE(s.ok()) << "GetServerInfo: " << s.error_message() << LiveProcessLogs();
   return info;
 }
 
@@ -246,6 +472,7 @@ std::unique_ptr<Process> StartWorker(const std::string& coordinator, int rank, i
 }
 
 bool AwaitServing(v1::Generation::Stub& stub, absl::Duration timeout) {
+  WaitingFor waiting(absl::StrCat("the server to serve a one-token Generate (", absl::FormatDuration(timeout), ")"));
   const absl::Time deadline = absl::Now() + timeout;
   v1::GenerateRequest probe = Greedy(1);
   probe.set_prompt("are you serving");
@@ -285,16 +512,24 @@ std::unique_ptr<Process> StartHttp(const std::string& server, const std::vector<
 
 std::string AwaitLine(Process& process, const std::string& marker, absl::Duration timeout, size_t after) {
   const absl::Time deadline = absl::Now() + timeout;
+  WaitingFor waiting(absl::StrCat("\"", marker, "\" in the log of `", process.command(), "` (",
+                                  absl::FormatDuration(timeout), ")"));
+  int exited = -1;
   while (absl::Now() < deadline) {
     const std::string text = process.Log();
     const size_t at = text.find(marker, std::min(after, text.size()));
     if (at != std::string::npos && text.find('\n', at) != std::string::npos) {
       return text.substr(at + marker.size(), text.find('\n', at) - at - marker.size());
     }
-    if (process.Wait(absl::ZeroDuration()) != -1) break;
+    if ((exited = process.Wait(absl::ZeroDuration())) != -1) break;
     absl::SleepFor(absl::Milliseconds(50));
   }
-  ADD_FAILURE() << "no \"" << marker << "\" in:\n" << process.Log();
+  ADD_FAILURE() << "harness: waited for \"" << marker << "\" in the log of `" << process.command() << "`"
+                << (after > 0 ? absl::StrCat(" past byte ", after) : "") << ": "
+                << (exited != -1 ? absl::StrCat("it exited first, status ", exited)
+                                 : absl::StrCat("not there after ", absl::FormatDuration(timeout)))
+                << ". Its log, " << process.log_path() << ":\n" << Tail(process.Log(), 200, 30000)
+                << LogsExcept(&process);
   return "";
 }
 
@@ -315,7 +550,7 @@ OfflineOutcome OfflineGenerate(const std::string& model_dir, int tp, const std::
                                    std::to_string(max_tokens), "--ignore_eos", "--output_json", json};
   argv.insert(argv.end(), extra.begin(), extra.end());
   const int rc = RunCommand(argv, log);
-  EXPECT_EQ(rc, 0) << ReadFile(log);
+  EXPECT_EQ(rc, 0) << Tail(ReadFile(log));
   OfflineOutcome out;
   if (rc != 0) return out;
   const nlohmann::json j = nlohmann::json::parse(ReadFile(json));
