@@ -26,6 +26,16 @@ void CpuStoreKv(const StepMetadata& step, const float* qkv /*[T, qkv_width]*/,
 // every new token t at position p_t and query head h; K/V rows come from KV head
 // h / (Hq / Hkv) of the token's sequence, read through its block table. Softmax
 // in fp32 with the row maximum subtracted. CpuStoreKv must have run for the step.
+//
+// Batch-invariant: each query row (t, h) is computed in one order that names
+// only its own q, the cached K/V of positions 0..p_t and the scale: the
+// logits q·k_j (Dot's eight partial sums) for j = 0..p_t, their maximum,
+// exp(logit − max) summed in j order, Σ_j e_j·v_j accumulated in j order, then
+// one multiply by 1 / Σ e_j. Nothing depends on the other rows of its query
+// tile or step, on how many of its keys this step computed (a prefill chunk
+// of any size, a prefix from the cache, a recompute after preemption), or on
+// which step stored them: the same position's K/V has the same bits whichever
+// step stored it, since every op before the store is per row too.
 void CpuAttention(const StepMetadata& step, const float* qkv /*[T, qkv_width]*/,
                   const AttentionShape& shape, KvCacheLayer cache, float scale,
                   float* out /*[T, Hq · hd]*/);

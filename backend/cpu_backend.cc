@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <cstdint>
-#include <cstdlib>
 #include <cstring>
 #include <string>
 
@@ -33,22 +32,11 @@ void ExpectVector(const char* op, const char* name, const Tensor& t, int64_t n) 
 
 }  // namespace
 
-CpuBackend::CpuBackend(int num_threads, bool batch_invariant)
-    : num_threads_(std::max(1, num_threads)), batch_invariant_(batch_invariant) {
-  CpuGemmSetNumThreads(num_threads_);
-}
+CpuBackend::CpuBackend(int num_threads)
+    : num_threads_(std::max(1, num_threads)), gemm_threads_(num_threads_) {}
 
-std::unique_ptr<Backend> MakeCpuBackend(int num_threads, bool batch_invariant) {
-  return std::make_unique<CpuBackend>(num_threads, batch_invariant);
-}
-
-absl::StatusOr<bool> BatchInvariantFromEnvironment() {
-  const char* value = std::getenv(kBatchInvariantEnv);
-  const std::string v = value ? value : "";
-  if (v.empty() || v == "0") return false;
-  if (v == "1") return true;
-  return absl::InvalidArgumentError(absl::StrCat(kBatchInvariantEnv, "=\"", v,
-                                                 "\" is not valid: use 1 (a batch-invariant CPU backend) or 0"));
+std::unique_ptr<Backend> MakeCpuBackend(int num_threads) {
+  return std::make_unique<CpuBackend>(num_threads);
 }
 
 absl::StatusOr<Buffer> CpuBackend::TryAllocate(DType dtype, std::span<const int64_t> shape) {
@@ -130,8 +118,8 @@ void CpuBackend::Embedding(const Tensor& table, int64_t vocab_start, Tensor out)
 void CpuBackend::Linear(const Tensor& x, const Tensor& w, const Tensor* bias, Tensor y) {
   const int64_t M = x.dim(0), K = x.row_width(), N = w.dim(0);
   CheckLinear(kCpuF32, x, w, bias, y);
-  const auto gemm = batch_invariant_ ? CpuGemmFallback : CpuGemm;
-  gemm(x.ptr<float>(), w.ptr<float>(), bias ? bias->ptr<float>() : nullptr, y.ptr<float>(), M, N, K);
+  CpuGemm(x.ptr<float>(), w.ptr<float>(), bias ? bias->ptr<float>() : nullptr, y.ptr<float>(), M, N, K,
+          &gemm_threads_);
 }
 
 void CpuBackend::RmsNorm(const Tensor& x, const Tensor& w, float eps, Tensor out) {

@@ -1,27 +1,32 @@
 // CpuBackend: the fp32 oracle implementation of Backend (backend.h).
 //
-// Weights and activations are float32 in host memory; GEMM goes through OpenBLAS
-// when the build has it (cpu_gemm.h), the row ops are plain loops (cpu_ops.h),
+// Weights and activations are float32 in host memory; GEMM is cpu_gemm.h on
+// the backend's own threads, the row ops are plain loops (cpu_ops.h),
 // attention and the K/V store are cpu_attention.h. Ops run synchronously.
+//
+// Batch-invariant, always: every op computes a row (a token, or a sequence's
+// logits) from that row alone, in an order that does not depend on the rows
+// beside it, so a sequence's logits are bitwise the same whatever it is
+// batched with, however its prefill was chunked, whether its prefix came from
+// the cache, and after a preemption (docs/architecture.md, "The CPU backend's
+// numerics").
 #pragma once
 
 #include <memory>
 #include <vector>
 
 #include "backend/backend.h"
+#include "backend/cpu_gemm.h"
 #include "backend/step_batch.h"
 
 namespace tpserve {
 
 class CpuBackend final : public Backend {
  public:
-  // num_threads: threads OpenBLAS may use for GEMM (process-wide setting).
-  // batch_invariant: every GEMM takes CpuGemmFallback (single-threaded), whose
-  // rows do not depend on the batch (cpu_gemm.h), so a sequence's logits are
-  // bitwise the same whatever it is batched with, chunked or preempted.
-  explicit CpuBackend(int num_threads = 1, bool batch_invariant = false);
+  // num_threads: threads the GEMMs use (this backend's own; at least 1).
+  explicit CpuBackend(int num_threads = 1);
 
-  std::string name() const override { return batch_invariant_ ? "cpu (batch-invariant)" : "cpu"; }
+  std::string name() const override { return "cpu"; }
   Device device() const override { return Device::kCpu; }
   DType compute_dtype() const override { return DType::kF32; }
   int num_threads() const { return num_threads_; }
@@ -61,21 +66,12 @@ class CpuBackend final : public Backend {
   StepMetadata CurrentStep(const char* op) const;
 
   int num_threads_;
-  bool batch_invariant_;
+  CpuGemmThreads gemm_threads_;
   bool has_step_ = false;
   ValidatedStep step_;
 };
 
-// The CPU backend with `num_threads` GEMM threads (at least 1), batch-invariant
-// or not (CpuBackend's constructor).
-std::unique_ptr<Backend> MakeCpuBackend(int num_threads = 1, bool batch_invariant = false);
-
-// The environment variable that makes a worker's CPU backend batch-invariant
-// ("1"; "0" or unset: not), for reproducible outputs and the tests that compare
-// two servers' sampled tokens.
-inline constexpr char kBatchInvariantEnv[] = "TPSERVE_BATCH_INVARIANT";
-// TPSERVE_BATCH_INVARIANT as a bool; INVALID_ARGUMENT naming it for a value
-// other than "0", "1" or empty.
-absl::StatusOr<bool> BatchInvariantFromEnvironment();
+// The CPU backend with `num_threads` GEMM threads (at least 1).
+std::unique_ptr<Backend> MakeCpuBackend(int num_threads = 1);
 
 }  // namespace tpserve

@@ -1,134 +1,234 @@
 #include "backend/cpu_gemm.h"
 
 #include <algorithm>
-#include <climits>
+#include <chrono>
+#include <cmath>
+#include <cstdlib>
 #include <cstring>
 
-#if TPSERVE_HAVE_OPENBLAS
-#include <cblas.h>
-#endif
-
 #include "base/check.h"
+
+// The portable kernel: GCC/Clang vectors of 4 floats, each multiply-add an
+// std::fma (one rounding, as the FMA instructions of the other kernels; an
+// instruction on Arm and on x86-64 built for FMA, a library call otherwise).
+// This file is also compiled with -ffp-contract=off (backend/CMakeLists.txt).
+namespace tpserve {
+namespace {
+
+using F4 = float __attribute__((vector_size(16)));
+
+struct V {
+  using Reg = F4;
+  static constexpr int kLanes = 4, kRows = 4, kVecs = 2, kSmallRows = 0;  // no transpose: always packs
+  static Reg Zero() { return Reg{}; }
+  static Reg Load(const float* p) {
+    Reg v;
+    std::memcpy(&v, p, sizeof v);
+    return v;
+  }
+  static void Store(float* p, Reg v) { std::memcpy(p, &v, sizeof v); }
+  static Reg Broadcast(float v) { return Reg{v, v, v, v}; }
+  static Reg Fma(Reg a, Reg b, Reg acc) {
+    for (int l = 0; l < kLanes; ++l) acc[l] = std::fma(a[l], b[l], acc[l]);
+    return acc;
+  }
+  static Reg Add(Reg a, Reg b) { return a + b; }
+  static void Transpose(Reg*) {}  // unused: kSmallRows = 0
+  static void PackPanel(const float* w, int64_t ldw, int rows, int64_t kc, float* out);
+};
+
+}  // namespace
+}  // namespace tpserve
+
+#include "backend/cpu_gemm_kernel.h"
 
 namespace tpserve {
 namespace {
 
-constexpr int64_t kBlockK = 512;  // a K block of 4 x rows (8 KiB) stays in L1
-constexpr int64_t kBlockN = 64;   // w rows per slab
-
-// Four floats as one value (GCC/Clang vector extension; SSE width, the x86-64
-// baseline): the partial sums stay in registers, which float arrays did not at -O2.
-using F4 = float __attribute__((vector_size(16)));
-
-inline F4 Load4(const float* p) {
-  F4 v;
-  std::memcpy(&v, p, sizeof v);
-  return v;
+void V::PackPanel(const float* w, int64_t ldw, int rows, int64_t kc, float* out) {
+  PackPanelPlain<kLanes * kVecs>(w, ldw, rows, 0, kc, out);
 }
 
-// out[r] += Σ_k x[r][k] · w[k] for r < MR, over one K block of length kc, with
-// two independent 4-lane partial sums per row (enough independent additions to
-// hide their latency; vectorised without -ffast-math). Each row's sum is
-// formed in the same order whatever MR is, so a row's result does not depend
-// on how many rows share the call (CpuGemmFallback's batch invariance).
-template <int MR>
-inline void DotRows(const float* x /*[MR, ldx]*/, int64_t ldx, const float* w /*[kc]*/,
-                    int64_t kc, float* out /*[MR], accumulated into*/, int64_t ldo) {
-  constexpr int kNV = 2, kStep = 4 * kNV;
-  F4 acc[MR][kNV] = {};
-  int64_t k = 0;
-  for (; k + kStep <= kc; k += kStep) {
-#pragma GCC unroll 2
-    for (int v = 0; v < kNV; ++v) {
-      const F4 wv = Load4(w + k + 4 * v);
-#pragma GCC unroll 4
-      for (int r = 0; r < MR; ++r) acc[r][v] += Load4(x + r * ldx + k + 4 * v) * wv;
-    }
-  }
-  for (int r = 0; r < MR; ++r) {
-    float s = 0.f;
-    for (int v = 0; v < kNV; ++v) {
-      for (int l = 0; l < 4; ++l) s += acc[r][v][l];
-    }
-    for (int64_t kk = k; kk < kc; ++kk) s += x[r * ldx + kk] * w[kk];
-    out[r * ldo] += s;
+using cpu_gemm_internal::GemmColumnsFn;
+
+void GemmColumnsPortable(const float* x, const float* w, float* y, int64_t M, int64_t ldy, int64_t K,
+                         int64_t n0, int64_t n1, int64_t block_k, float* pack) {
+  GemmColumns(x, w, y, M, ldy, K, n0, n1, block_k, pack);
+}
+
+GemmColumnsFn KernelFunction(CpuGemmKernel kernel) {
+  switch (kernel) {
+#if defined(__x86_64__)
+    case CpuGemmKernel::kAvx2: return cpu_gemm_internal::GemmColumnsAvx2;
+    case CpuGemmKernel::kAvx512: return cpu_gemm_internal::GemmColumnsAvx512;
+#endif
+    default: return GemmColumnsPortable;
   }
 }
 
-void InitOutput(const float* bias, float* y, int64_t M, int64_t N) {
+// Below this many multiply-adds a GEMM runs on the calling thread: waking a
+// worker costs more than it saves.
+constexpr int64_t kParallelWork = int64_t{1} << 18;
+// The workers' column ranges start at multiples of this (whole panels of every kernel).
+constexpr int64_t kColumnAlign = cpu_gemm_internal::kMaxPanelColumns;
+
+// This thread's pack buffer (cpu_gemm_kernel.h), allocated at its first GEMM.
+float* PackBuffer() {
+  struct Buffer {
+    float* data = nullptr;
+    ~Buffer() { std::free(data); }
+  };
+  constexpr size_t kBytes = cpu_gemm_internal::PackFloats(kCpuGemmBlockK) * sizeof(float);
+  static_assert(kBytes % 64 == 0);
+  thread_local Buffer buffer;
+  if (buffer.data == nullptr) {
+    buffer.data = static_cast<float*>(std::aligned_alloc(64, kBytes));
+    TPSERVE_CHECK(buffer.data != nullptr, "CpuGemm: out of memory for a ", kBytes, "-byte pack buffer");
+  }
+  return buffer.data;
+}
+
+// The y columns [n0, n1) start as the bias, or zeros.
+void InitColumns(const float* bias, float* y, int64_t M, int64_t N, int64_t n0, int64_t n1) {
   for (int64_t m = 0; m < M; ++m) {
+    float* row = y + m * N;
     if (bias) {
-      std::memcpy(y + m * N, bias, static_cast<size_t>(N) * sizeof(float));
+      std::memcpy(row + n0, bias + n0, static_cast<size_t>(n1 - n0) * sizeof(float));
     } else {
-      std::fill(y + m * N, y + (m + 1) * N, 0.f);
+      std::memset(row + n0, 0, static_cast<size_t>(n1 - n0) * sizeof(float));
     }
+  }
+}
+
+struct GemmJob {
+  GemmColumnsFn fn;
+  const float *x, *w, *bias;
+  float* y;
+  int64_t M, N, K;
+  int parts;
+};
+
+// Part p of `parts` computes the y columns of its share of N.
+void RunPart(void* ctx, int p) {
+  const GemmJob& job = *static_cast<const GemmJob*>(ctx);
+  const auto bound = [&](int i) {
+    const int64_t n = job.N * i / job.parts / kColumnAlign * kColumnAlign;
+    return i == job.parts ? job.N : n;
+  };
+  const int64_t n0 = bound(p), n1 = bound(p + 1);
+  if (n0 >= n1) return;
+  InitColumns(job.bias, job.y, job.M, job.N, n0, n1);
+  job.fn(job.x, job.w, job.y, job.M, job.N, job.K, n0, n1, kCpuGemmBlockK, PackBuffer());
+}
+
+inline void Pause() {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#endif
+}
+
+// Spins on `a` for up to kSpin while it equals `old`, then sleeps on it;
+// returns its new value.
+template <typename T>
+T AwaitChange(const std::atomic<T>& a, T old) {
+  constexpr auto kSpin = std::chrono::microseconds(50);
+  const auto until = std::chrono::steady_clock::now() + kSpin;
+  for (int i = 0;; ++i) {
+    const T v = a.load(std::memory_order_acquire);
+    if (v != old) return v;
+    if ((i & 31) == 31 && std::chrono::steady_clock::now() > until) break;
+    Pause();
+  }
+  for (;;) {
+    a.wait(old, std::memory_order_acquire);
+    const T v = a.load(std::memory_order_acquire);
+    if (v != old) return v;
   }
 }
 
 }  // namespace
 
-void CpuGemmFallback(const float* x, const float* w, const float* bias, float* y, int64_t M,
-                     int64_t N, int64_t K) {
-  InitOutput(bias, y, M, N);
-  // A [kBlockN, kBlockK] slab of w (128 KiB) stays in L2 while every group of 4
-  // x rows passes over it. The K blocks are the same for every M, so each
-  // element is summed in one order whatever the batch (cpu_gemm.h).
-  for (int64_t k0 = 0; k0 < K; k0 += kBlockK) {
-    const int64_t kc = std::min(kBlockK, K - k0);
-    for (int64_t n0 = 0; n0 < N; n0 += kBlockN) {
-      const int64_t n1 = std::min(N, n0 + kBlockN);
-      int64_t m = 0;
-      for (; m + 4 <= M; m += 4) {
-        for (int64_t n = n0; n < n1; ++n) {
-          DotRows<4>(x + m * K + k0, K, w + n * K + k0, kc, y + m * N + n, N);
-        }
-      }
-      for (; m < M; ++m) {
-        for (int64_t n = n0; n < n1; ++n) {
-          DotRows<1>(x + m * K + k0, K, w + n * K + k0, kc, y + m * N + n, N);
-        }
-      }
-    }
+const char* CpuGemmKernelName(CpuGemmKernel kernel) {
+  switch (kernel) {
+    case CpuGemmKernel::kPortable: return "portable";
+    case CpuGemmKernel::kAvx2: return "avx2";
+    case CpuGemmKernel::kAvx512: return "avx512";
   }
+  return "?";
 }
 
-#if TPSERVE_HAVE_OPENBLAS
-
-void CpuGemm(const float* x, const float* w, const float* bias, float* y, int64_t M, int64_t N,
-             int64_t K) {
-  if (M == 0 || N == 0) return;
-  if (K == 0) return InitOutput(bias, y, M, N);
-  TPSERVE_CHECK(M <= INT_MAX && N <= INT_MAX && K <= INT_MAX, "CpuGemm: M=", M, " N=", N, " K=", K,
-                " exceed OpenBLAS's 32-bit sizes");
-  float beta = 0.f;
-  if (bias) {
-    InitOutput(bias, y, M, N);
-    beta = 1.f;
-  }
-  const int m = static_cast<int>(M), n = static_cast<int>(N), k = static_cast<int>(K);
-  if (M == 1) {
-    // Decode of a single token: y = W · x.
-    cblas_sgemv(CblasRowMajor, CblasNoTrans, n, k, 1.f, w, k, x, 1, beta, y, 1);
-  } else {
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, m, n, k, 1.f, x, k, w, k, beta, y, n);
-  }
-}
-
-void CpuGemmSetNumThreads(int num_threads) { openblas_set_num_threads(std::max(1, num_threads)); }
-
-const char* CpuGemmImplementation() { return "openblas"; }
-
-#else
-
-void CpuGemm(const float* x, const float* w, const float* bias, float* y, int64_t M, int64_t N,
-             int64_t K) {
-  CpuGemmFallback(x, w, bias, y, M, N, K);
-}
-
-void CpuGemmSetNumThreads(int) {}
-
-const char* CpuGemmImplementation() { return "fallback"; }
-
+bool CpuGemmSupported(CpuGemmKernel kernel) {
+  switch (kernel) {
+    case CpuGemmKernel::kPortable: return true;
+#if defined(__x86_64__)
+    case CpuGemmKernel::kAvx2: return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+    case CpuGemmKernel::kAvx512: return __builtin_cpu_supports("avx512f");
 #endif
+    default: return false;
+  }
+}
+
+CpuGemmKernel CpuGemmSelected() {
+  static const CpuGemmKernel selected = [] {
+    for (CpuGemmKernel k : {CpuGemmKernel::kAvx512, CpuGemmKernel::kAvx2}) {
+      if (CpuGemmSupported(k)) return k;
+    }
+    return CpuGemmKernel::kPortable;
+  }();
+  return selected;
+}
+
+CpuGemmThreads::CpuGemmThreads(int num_threads) {
+  for (int i = 1; i < num_threads; ++i) workers_.emplace_back([this, i] { Work(i); });
+}
+
+CpuGemmThreads::~CpuGemmThreads() {
+  stop_.store(true, std::memory_order_relaxed);
+  generation_.fetch_add(1, std::memory_order_release);
+  generation_.notify_all();
+  for (std::thread& t : workers_) t.join();
+}
+
+void CpuGemmThreads::Work(int index) {
+  uint32_t seen = 0;
+  for (;;) {
+    seen = AwaitChange(generation_, seen);
+    if (stop_.load(std::memory_order_relaxed)) return;
+    if (index < parts_) task_(ctx_, index);
+    if (busy_.fetch_sub(1, std::memory_order_acq_rel) == 1) busy_.notify_one();
+  }
+}
+
+void CpuGemmThreads::Run(int parts, void (*task)(void* ctx, int part), void* ctx) {
+  TPSERVE_CHECK(parts >= 1 && parts <= size(), "CpuGemmThreads::Run: ", parts, " parts for ", size(),
+                " threads");
+  if (parts == 1) return task(ctx, 0);
+  task_ = task;
+  ctx_ = ctx;
+  parts_ = parts;
+  busy_.store(static_cast<int>(workers_.size()), std::memory_order_relaxed);
+  generation_.fetch_add(1, std::memory_order_release);
+  generation_.notify_all();
+  task(ctx, 0);
+  for (int busy = busy_.load(std::memory_order_acquire); busy != 0;) busy = AwaitChange(busy_, busy);
+}
+
+void CpuGemmWith(CpuGemmKernel kernel, const float* x, const float* w, const float* bias, float* y,
+                 int64_t M, int64_t N, int64_t K, CpuGemmThreads* threads) {
+  TPSERVE_CHECK(CpuGemmSupported(kernel), "CpuGemm: this CPU has no ", CpuGemmKernelName(kernel),
+                " kernel");
+  if (M <= 0 || N <= 0) return;
+  GemmJob job{KernelFunction(kernel), x, w, bias, y, M, N, K, 1};
+  if (threads != nullptr && threads->size() > 1 && M * N * K >= kParallelWork) {
+    job.parts = static_cast<int>(std::min<int64_t>(threads->size(), (N + kColumnAlign - 1) / kColumnAlign));
+  }
+  if (job.parts == 1) return RunPart(&job, 0);
+  threads->Run(job.parts, RunPart, &job);
+}
+
+void CpuGemm(const float* x, const float* w, const float* bias, float* y, int64_t M, int64_t N,
+             int64_t K, CpuGemmThreads* threads) {
+  CpuGemmWith(CpuGemmSelected(), x, w, bias, y, M, N, K, threads);
+}
 
 }  // namespace tpserve

@@ -1,33 +1,92 @@
 // GEMM for the CPU backend: y = x · wᵀ (+ bias), all fp32, row-major, contiguous.
 //
 // The weight layout is the checkpoint's [out_features, in_features], so both x
-// and w are read along K. CpuGemm uses OpenBLAS when the build found it
-// (TPSERVE_BLAS=AUTO|ON) and the plain blocked loop below otherwise; the loop is
-// exported so that tests check it even in builds that have OpenBLAS.
+// and w are read along K, and every output element is a dot product of one x
+// row and one w row.
+//
+// Batch-invariant, always: row m of y is bitwise the same whatever M is,
+// where the row sits in x, and how many threads share the work, because every
+// element is computed in this one order (docs/architecture.md, "The CPU
+// backend's numerics"):
+//
+//   s = bias[n], or 0 without a bias
+//   for each K block [k0, k0 + kc), k0 = 0, B, 2B, ... (B = kCpuGemmBlockK, the last block shorter):
+//     a = 0
+//     for k = k0 .. k0 + kc - 1, in order: a = fma(x[m, k], w[n, k], a)   (one rounding)
+//     s = s + a
+//   y[m, n] = s
+//
+// The order names one row of x, one row of w and nothing else, so it holds
+// for one row or many (decode or prefill: no GEMV/GEMM switch), for any split
+// of the columns among threads, and for every kernel below: the AVX-512, AVX2
+// and portable kernels give the same bits, on any CPU. That makes a
+// sequence's logits independent of the batch it shares, of how its prefill
+// was chunked and of a preemption. (OpenBLAS, used before, is not
+// batch-invariant: sgemv for one row and sgemm for several, with blockings
+// chosen per shape, round the same row differently.) The blocks keep the
+// rounding error of a long K to that of B terms plus K / B block sums.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
+#include <thread>
+#include <vector>
 
 namespace tpserve {
 
-// y[M, N] = x[M, K] · w[N, K]ᵀ + bias[N] (bias may be nullptr). y must not alias x or w.
+// The K block B of the order above.
+inline constexpr int64_t kCpuGemmBlockK = 256;
+
+// The kernels: one loop nest (backend/cpu_gemm_kernel.h) over each vector
+// ISA, every one computing exactly the order above.
+enum class CpuGemmKernel {
+  kPortable,  // std::fma on GCC/Clang vectors of 4 (any CPU; slow where fma is not an instruction)
+  kAvx2,      // x86-64 with AVX2 and FMA
+  kAvx512,    // x86-64 with AVX-512F
+};
+
+const char* CpuGemmKernelName(CpuGemmKernel kernel);
+bool CpuGemmSupported(CpuGemmKernel kernel);
+// The widest kernel this CPU supports: what CpuGemm runs, in every process.
+CpuGemmKernel CpuGemmSelected();
+
+// Worker threads for the GEMM, owned by one CpuBackend (not process-wide: two
+// backends in one process, as tensor-parallel tests run them, do not share a
+// pool). Between calls a worker spins for a few tens of microseconds, then
+// sleeps until the next. Run is called by one thread at a time.
+class CpuGemmThreads {
+ public:
+  // num_threads - 1 workers (the caller is the first thread); at least 1.
+  explicit CpuGemmThreads(int num_threads);
+  ~CpuGemmThreads();
+  CpuGemmThreads(const CpuGemmThreads&) = delete;
+  CpuGemmThreads& operator=(const CpuGemmThreads&) = delete;
+
+  int size() const { return static_cast<int>(workers_.size()) + 1; }
+  // Calls task(ctx, part) once for every part in [0, parts), parts <= size():
+  // part 0 on the calling thread, the others on the workers. Returns when all are done.
+  void Run(int parts, void (*task)(void* ctx, int part), void* ctx);
+
+ private:
+  void Work(int index);
+
+  std::vector<std::thread> workers_;
+  std::atomic<uint32_t> generation_{0};  // bumped by Run (release): a new task
+  std::atomic<int> busy_{0};             // workers not yet done with the current task
+  std::atomic<bool> stop_{false};
+  void (*task_)(void*, int) = nullptr;   // written before generation_ is bumped
+  void* ctx_ = nullptr;
+  int parts_ = 0;
+};
+
+// y[M, N] = x[M, K] · w[N, K]ᵀ + bias[N] (bias may be nullptr) with the
+// selected kernel, on `threads` (nullptr: the calling thread alone). y must
+// not alias x or w.
 void CpuGemm(const float* x, const float* w, const float* bias, float* y, int64_t M, int64_t N,
-             int64_t K);
+             int64_t K, CpuGemmThreads* threads = nullptr);
 
-// The plain C++ path (cache-blocked dot products), used when OpenBLAS is absent
-// and in batch-invariant mode. Batch-invariant: row m of y is bitwise the same
-// whatever M is and wherever the row sits in x, because every element is
-// summed over the same K blocks in the same order. OpenBLAS is not (its sgemm
-// rounds a row differently with M, and sgemv differs from both), so a sampled
-// token at a near-tie can change with the batch a sequence shares.
-void CpuGemmFallback(const float* x, const float* w, const float* bias, float* y, int64_t M,
-                     int64_t N, int64_t K);
-
-// Threads that the BLAS GEMM may use (process-wide: OpenBLAS has one pool).
-// The fallback is single-threaded.
-void CpuGemmSetNumThreads(int num_threads);
-
-// "openblas" or "fallback": which path CpuGemm takes in this build.
-const char* CpuGemmImplementation();
+// The same with a given kernel (tests; `kernel` must be supported).
+void CpuGemmWith(CpuGemmKernel kernel, const float* x, const float* w, const float* bias, float* y,
+                 int64_t M, int64_t N, int64_t K, CpuGemmThreads* threads = nullptr);
 
 }  // namespace tpserve

@@ -30,8 +30,7 @@ absl::Status MakeBackend(const RankEnv& env, const RankStartOptions& options, Ra
     if (threads <= 0) {
       threads = std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / env.local_ranks());
     }
-    TPSERVE_ASSIGN_OR_RETURN(const bool batch_invariant, BatchInvariantFromEnvironment());
-    rank.backend = MakeCpuBackend(threads, batch_invariant);
+    rank.backend = MakeCpuBackend(threads);
     return absl::OkStatus();
   }
   if (options.backend != "cuda") {

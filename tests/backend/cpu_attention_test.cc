@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <limits>
 #include <numeric>
 #include <random>
@@ -198,51 +199,64 @@ TEST(CpuAttention, MixedBatchMatchesNaiveThroughShuffledBlockTables) {
         ++bad;
       }
     }
+
+    // Batch invariance: each sequence alone in a step over the same cache gets
+    // its rows of the batch's output, bit for bit.
+    const int64_t out_width = int64_t{c.hq} * c.hd;
+    const std::span<const int32_t> tokens(b.step.arrays().token_ids);
+    int64_t row = 0;
+    for (size_t s = 0; s < seqs.size(); ++s) {
+      const int32_t n = seqs[s].n_new;
+      StepBatch alone;
+      ASSERT_TRUE(alone.Assign(std::vector<StepSequence>{{tokens.subspan(row, n), seqs[s].cached, b.tables[s]}}, bs)
+                      .ok());
+      const std::vector<float> qkv(b.qkv.begin() + row * shape.qkv_width(),
+                                   b.qkv.begin() + (row + n) * shape.qkv_width());
+      std::vector<float> own(size_t(n) * out_width);
+      CpuAttention(alone.view(), qkv.data(), shape, b.Cache(), scale, own.data());
+      EXPECT_EQ(0, std::memcmp(own.data(), &out[row * out_width], own.size() * sizeof(float)))
+          << "sequence " << s << " alone differs from its rows in the batch";
+      row += n;
+    }
   }
 }
 
-TEST(CpuAttention, CachedPrefixGivesSameOutputAsWholePrompt) {
+// A prompt prefilled in chunks of any size, each attending to the K/V the
+// earlier chunks left in the cache, gets the whole prompt's output bit for
+// bit: every query row sums over its keys in position order, whichever step
+// stored them (cpu_attention.h).
+TEST(CpuAttention, ChunksOfAnySizeOverTheCacheGiveTheWholePromptsBits) {
   const uint64_t seed = testing_util::TestSeed();
   SCOPED_TRACE("seed=" + std::to_string(seed));
   std::mt19937_64 rng(seed);
   const AttentionShape shape{8, 2, 64};
-  const int32_t bs = 16, prefix = 2 * bs, suffix = 5;
+  const int32_t bs = 16, len = 2 * bs + 5;
   const float scale = 0.125f;
-  const int64_t out_width = int64_t{shape.num_heads} * shape.head_dim;
+  const int64_t out_width = int64_t{shape.num_heads} * shape.head_dim, width = shape.qkv_width();
 
   // The whole prompt in one step.
-  PagedBatch whole = MakeBatch(shape, bs, {{0, prefix + suffix}}, 1, rng);
-  std::vector<float> out_whole(size_t(prefix + suffix) * out_width);
+  PagedBatch whole = MakeBatch(shape, bs, {{0, len}}, 1, rng);
+  std::vector<float> out_whole(size_t(len) * out_width);
   CpuStoreKv(whole.Meta(), whole.qkv.data(), shape, whole.Cache());
   CpuAttention(whole.Meta(), whole.qkv.data(), shape, whole.Cache(), scale, out_whole.data());
-
-  // The same prompt in two steps through another (shuffled) block table: the
-  // prefix first, then the suffix attending to the cached prefix blocks.
-  // (Its block table has room for the whole prompt; the first step is cut to the prefix.)
-  PagedBatch first = MakeBatch(shape, bs, {{0, prefix + suffix}}, 1, rng);
-  const int64_t width = shape.qkv_width();
   const std::span<const int32_t> tokens(whole.step.arrays().token_ids);
-  first.seqs = {{0, prefix}};
-  first.qkv.assign(whole.qkv.begin(), whole.qkv.begin() + prefix * width);
-  ASSERT_TRUE(first.step.Assign(std::vector<StepSequence>{{tokens.first(prefix), 0, first.tables[0]}}, bs).ok());
-  std::vector<float> out_first(size_t(prefix) * out_width);
-  CpuStoreKv(first.Meta(), first.qkv.data(), shape, first.Cache());
-  CpuAttention(first.Meta(), first.qkv.data(), shape, first.Cache(), scale, out_first.data());
 
-  PagedBatch second = first;  // same cache contents and block table
-  second.seqs = {{prefix, suffix}};
-  second.qkv.assign(whole.qkv.begin() + prefix * width, whole.qkv.end());
-  ASSERT_TRUE(
-      second.step.Assign(std::vector<StepSequence>{{tokens.subspan(prefix), prefix, second.tables[0]}}, bs).ok());
-  std::vector<float> out_second(size_t(suffix) * out_width);
-  CpuStoreKv(second.Meta(), second.qkv.data(), shape, second.Cache());
-  CpuAttention(second.Meta(), second.qkv.data(), shape, second.Cache(), scale, out_second.data());
-
-  for (int64_t i = 0; i < prefix * out_width; ++i) {
-    ASSERT_NEAR(out_first[i], out_whole[i], 1e-6) << "prefix element " << i;
-  }
-  for (int64_t i = 0; i < suffix * out_width; ++i) {
-    ASSERT_NEAR(out_second[i], out_whole[prefix * out_width + i], 1e-6) << "suffix element " << i;
+  for (int32_t chunk : {1, 3, 7, 2 * bs, len - 1}) {
+    SCOPED_TRACE("chunk " + std::to_string(chunk));
+    // Another (shuffled) block table and a fresh cache for the same prompt.
+    PagedBatch chunked = MakeBatch(shape, bs, {{0, len}}, 1, rng);
+    for (int32_t start = 0; start < len; start += chunk) {
+      const int32_t n = std::min(chunk, len - start);
+      StepBatch step;
+      ASSERT_TRUE(
+          step.Assign(std::vector<StepSequence>{{tokens.subspan(start, n), start, chunked.tables[0]}}, bs).ok());
+      const std::vector<float> qkv(whole.qkv.begin() + start * width, whole.qkv.begin() + (start + n) * width);
+      std::vector<float> out(size_t(n) * out_width);
+      CpuStoreKv(step.view(), qkv.data(), shape, chunked.Cache());
+      CpuAttention(step.view(), qkv.data(), shape, chunked.Cache(), scale, out.data());
+      ASSERT_EQ(0, std::memcmp(out.data(), &out_whole[start * out_width], out.size() * sizeof(float)))
+          << "the chunk at " << start << " differs from the whole prompt's rows";
+    }
   }
 }
 

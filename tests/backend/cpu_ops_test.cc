@@ -123,40 +123,35 @@ TEST_F(CpuOpsTest, LinearMatchesNaiveLoopWithAndWithoutBias) {
       backend_->Linear(xb, wb, with_bias ? &bb.tensor() : nullptr, yb);
       const auto ref = RefLinear(x, w, with_bias ? &bias : nullptr, M, N, K);
       ExpectRelL2(Download(*backend_, yb), ref, "Linear");
-      // The plain C++ path too, whichever CpuGemm uses in this build.
-      std::vector<float> y(static_cast<size_t>(M * N), 123.f);
-      CpuGemmFallback(x.data(), w.data(), with_bias ? bias.data() : nullptr, y.data(), M, N, K);
-      ExpectRelL2(y, ref, "CpuGemmFallback");
     }
   }
 }
 
-// Batch invariance (cpu_gemm.h): a row's result is bitwise the same whatever
-// M is and wherever the row sits, for K below, at and past a 512 K block and
-// with a tail the vector loop does not cover. Through the batch-invariant
-// backend's Linear too; the OpenBLAS path is not held to this.
-TEST_F(CpuOpsTest, BatchInvariantGemmGivesEachRowTheSameBitsWhateverTheBatch) {
+// Batch invariance through the backend's Linear (tests/backend/cpu_gemm_test.cc
+// holds the GEMM itself to its summation order): a row's result is bitwise the
+// same whatever M is and wherever the row sits, for K below, at and past a
+// K block and with a tail the vector loop does not cover, on the backend's
+// two threads.
+TEST_F(CpuOpsTest, LinearGivesEachRowTheSameBitsWhateverTheBatch) {
   TRACE_SEED;
-  std::unique_ptr<Backend> invariant = MakeCpuBackend(1, /*batch_invariant=*/true);
-  EXPECT_EQ(invariant->name(), "cpu (batch-invariant)");
-  for (const int64_t K : {7, 64, 512, 1031}) {
-    const int64_t N = 37, kMaxM = 13;
+  for (const int64_t K : {7, 64, 1024, 1031}) {
+    const int64_t N = 97, kMaxM = 13;
     const auto x = RandomFloats(rng_, kMaxM * K), w = RandomFloats(rng_, N * K), bias = RandomFloats(rng_, N);
-    Buffer wb = Upload(*invariant, w, {N, K}), bb = Upload(*invariant, bias, {N});
+    Buffer wb = Upload(*backend_, w, {N, K}), bb = Upload(*backend_, bias, {N});
     // Row r of x alone: the reference bits.
     std::vector<std::vector<float>> alone(kMaxM);
     for (int64_t r = 0; r < kMaxM; ++r) {
-      Buffer xb = Upload(*invariant, std::vector<float>(x.begin() + r * K, x.begin() + (r + 1) * K), {1, K});
-      Buffer yb = invariant->Allocate(DType::kF32, {1, N});
-      invariant->Linear(xb, wb, &bb.tensor(), yb);
-      alone[static_cast<size_t>(r)] = Download(*invariant, yb);
+      Buffer xb = Upload(*backend_, std::vector<float>(x.begin() + r * K, x.begin() + (r + 1) * K), {1, K});
+      Buffer yb = backend_->Allocate(DType::kF32, {1, N});
+      backend_->Linear(xb, wb, &bb.tensor(), yb);
+      alone[static_cast<size_t>(r)] = Download(*backend_, yb);
     }
     for (const int64_t M : {2, 3, 4, 5, 8, 9, 13}) {
       SCOPED_TRACE(::testing::Message() << "K=" << K << " M=" << M);
-      Buffer xb = Upload(*invariant, std::vector<float>(x.begin(), x.begin() + M * K), {M, K});
-      Buffer yb = invariant->Allocate(DType::kF32, {M, N});
-      invariant->Linear(xb, wb, &bb.tensor(), yb);
-      const std::vector<float> y = Download(*invariant, yb);
+      Buffer xb = Upload(*backend_, std::vector<float>(x.begin(), x.begin() + M * K), {M, K});
+      Buffer yb = backend_->Allocate(DType::kF32, {M, N});
+      backend_->Linear(xb, wb, &bb.tensor(), yb);
+      const std::vector<float> y = Download(*backend_, yb);
       for (int64_t r = 0; r < M; ++r) {
         const std::vector<float> row(y.begin() + r * N, y.begin() + (r + 1) * N);
         ASSERT_EQ(0, std::memcmp(row.data(), alone[static_cast<size_t>(r)].data(), N * sizeof(float)))
@@ -164,21 +159,6 @@ TEST_F(CpuOpsTest, BatchInvariantGemmGivesEachRowTheSameBitsWhateverTheBatch) {
       }
     }
   }
-}
-
-TEST(CpuBackendEnvironmentTest, BatchInvariantVariableIsParsedAndBadValuesNamed) {
-  ::unsetenv(kBatchInvariantEnv);
-  EXPECT_FALSE(*BatchInvariantFromEnvironment());
-  ::setenv(kBatchInvariantEnv, "1", 1);
-  EXPECT_TRUE(*BatchInvariantFromEnvironment());
-  ::setenv(kBatchInvariantEnv, "0", 1);
-  EXPECT_FALSE(*BatchInvariantFromEnvironment());
-  ::setenv(kBatchInvariantEnv, "yes", 1);
-  const absl::StatusOr<bool> bad = BatchInvariantFromEnvironment();
-  ASSERT_FALSE(bad.ok());
-  EXPECT_NE(bad.status().message().find("TPSERVE_BATCH_INVARIANT=\"yes\""), absl::string_view::npos)
-      << bad.status();
-  ::unsetenv(kBatchInvariantEnv);
 }
 
 TEST_F(CpuOpsTest, LinearAcceptsRowsOfAWiderTensor) {
