@@ -6,7 +6,6 @@
 #include <vector>
 
 #include <gloo/allgather.h>
-#include <gloo/allreduce.h>
 #include <gloo/barrier.h>
 #include <gloo/broadcast.h>
 #include <gloo/common/error.h>
@@ -32,13 +31,6 @@ using Clock = std::chrono::steady_clock;
 
 std::string RankKey(int r) { return absl::StrCat("arrived/", r); }
 std::string PairsKey(int r) { return absl::StrCat("pairs/", r); }
-
-void SumFloats(void* c, const void* a, const void* b, size_t n) {
-  float* out = static_cast<float*>(c);
-  const float* x = static_cast<const float*>(a);
-  const float* y = static_cast<const float*>(b);
-  for (size_t i = 0; i < n; ++i) out[i] = x[i] + y[i];
-}
 
 class GlooCommunicator : public Communicator {
  public:
@@ -122,13 +114,29 @@ class GlooCommunicator : public Communicator {
   }
 
  private:
+  // data[i] = the sum of every rank's data[i], added in rank order
+  // (((d0 + d1) + d2) + ...) on every rank: the same bits on every rank and
+  // whatever n is, so a row reduces alike alone and in a batch (the CPU
+  // backend's batch invariance, docs/architecture.md "The CPU backend's
+  // numerics"). gloo's ring allreduce splits the buffer into segments by n and
+  // starts each segment's sum at another rank, so from 3 ranks on an
+  // element's order would follow the batch size. An allgather moves as many
+  // bytes as the ring at 2 ranks, (world - 1) / 2 times more beyond.
   void AllReduceFloats(float* data, size_t n) {
-    gloo::AllreduceOptions opts(context_);
+    const size_t world = static_cast<size_t>(world_size());
+    std::vector<float>& all = gathered_floats_;
+    all.resize(world * n);
+    gloo::AllgatherOptions opts(context_);
     opts.setTag(NextTag());
-    opts.setOutput(data, n);
-    opts.setReduceFunction(&SumFloats);
+    opts.setInput(data, n);
+    opts.setOutput(all.data(), world * n);
     opts.setTimeout(timeout_);
-    gloo::allreduce(opts);
+    gloo::allgather(opts);
+    for (size_t i = 0; i < n; ++i) {
+      float s = all[i];
+      for (size_t r = 1; r < world; ++r) s = s + all[r * n + i];
+      data[i] = s;
+    }
   }
 
   // in's bytes from every rank, in rank order, into out ([world_size, ...in's
@@ -227,6 +235,7 @@ class GlooCommunicator : public Communicator {
   std::vector<std::string> pair_addrs_;  // [world]: "[ip]:port\n" of each rank's pairs
   absl::Status broken_;
   std::vector<float> floats_;   // [numel] f32 staging for AllReduceSum
+  std::vector<float> gathered_floats_;  // [world * numel] every rank's AllReduceSum input
   std::vector<char> bytes_;     // [nbytes] host copy of a device tensor
   std::vector<char> gathered_;  // [world * nbytes] host output for device tensors
 };

@@ -121,6 +121,25 @@ struct Checker {
     }
   }
 
+  // Inputs with full 24-bit mantissas and mixed magnitudes, so that the order
+  // of the additions shows in the bits; f32 only.
+  void AllReduceInRankOrder(int64_t n, int which) {
+    const auto value = [&](int r, int64_t i) {
+      const float v = InputValue(opt.seed, which, r, i);
+      return v * (1.0f + 1.0f / 3.0f) * std::ldexp(1.0f, static_cast<int>(i % 7) * (r - 1));
+    };
+    TestTensor t(DType::kF32, opt.device, {n});
+    for (int64_t i = 0; i < n; ++i) t.Set(i, value(comm.rank(), i));
+    t.Upload();
+    if (!Ok(comm.AllReduceSum(t.tensor()), "AllReduceSum in rank order")) return;
+    t.Download();
+    for (int64_t i = 0; i < n; ++i) {
+      float sum = value(0, i);
+      for (int r = 1; r < comm.world_size(); ++r) sum = sum + value(r, i);
+      Expect("AllReduceSum in rank order", DType::kF32, n, i, t.Get(i), sum);
+    }
+  }
+
   void Gather(DType dtype, int64_t n, int which, bool all) {
     const int world = comm.world_size();
     TestTensor in(dtype, opt.device, {n});
@@ -194,6 +213,9 @@ int RunCollectiveChecks(Communicator& comm, const CheckOptions& options) {
       c.Gather(dtype, n, which += 100, /*all=*/true);
       c.Broadcast(dtype, n, which += 100);
     }
+  }
+  if (options.rank_order_sum) {
+    for (int64_t n : {1, 7, 4097}) c.AllReduceInRankOrder(n, 7777);  // one input: a prefix reduces alike
   }
   if (!options.barrier_dir.empty()) c.Barrier();
   return c.failures;

@@ -18,11 +18,16 @@ struct CheckOptions {
   // Waits for enqueued collectives (NcclCommunicator::Synchronize); may be empty.
   std::function<absl::Status()> sync;
   std::string barrier_dir;  // a directory all ranks share, for the Barrier check
+  // The communicator promises AllReduceSum adds in rank order, (((t0 + t1) +
+  // t2) + ...), whatever the size (gloo does: the CPU backend's batch
+  // invariance). Checked bit for bit on inputs whose sums do round.
+  bool rank_order_sum = false;
 };
 
 // Runs AllReduceSum (f32, bf16), Gather, AllGather, Broadcast (every root) on
-// sizes 1, 7, 4097 and Barrier. Returns the number of failed checks, each
-// printed to stderr with the rank, the operation, the index and the values.
+// sizes 1, 7, 4097 (and the rank-order sum when promised) and Barrier. Returns
+// the number of failed checks, each printed to stderr with the rank, the
+// operation, the index and the values.
 int RunCollectiveChecks(Communicator& comm, const CheckOptions& options);
 
 // The input value of `rank` at element i of check `which` (seeded, exact in bf16).

@@ -113,6 +113,7 @@ int Main(int argc, char** argv) {
     options.device = args["device"] == "cuda" ? Device::kCuda : Device::kCpu;
     options.sync = sync;
     options.barrier_dir = args["store"];
+    options.rank_order_sum = args["backend"] == "gloo";
     int failures = RunCollectiveChecks(**comm, options);
     if (failures > 0) return Fail(rank, std::to_string(failures) + " checks failed");
     return 0;
