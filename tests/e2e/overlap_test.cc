@@ -6,10 +6,12 @@
 //   sampling, penalties, logprobs with alternatives, Abort after k chunks, short
 //   deadlines) to a default coordinator and to a --no-overlap one, both under a
 //   KV pool small enough to force preemption, prefix caching on: identical
-//   chunks (token ids and text exactly, logprobs with their alternatives to
-//   within 1e-4: see kLogprobTolerance),
-//   finish reasons and matched stops; an aborted request identical up to the
-//   abort point; every KV block free at the end.
+//   chunks (token ids, text, and log-probs with their alternatives, all
+//   exactly: the CPU backend is batch-invariant, docs/architecture.md "The
+//   CPU backend's numerics"), finish reasons and matched stops; an aborted
+//   request identical up to the abort point; every KV block free at the end.
+//   Then a few of the requests once more, each alone on the lock-step server:
+//   the same tokens and log-probs as in the crowd.
 // * No request streams a token computed after it stopped: its Complete counts
 //   exactly the streamed tokens, nothing follows the Complete, no token follows
 //   a stop id or EOS, and LENGTH means max_tokens tokens.
@@ -22,7 +24,6 @@
 #include <algorithm>
 #include <atomic>
 #include <cerrno>
-#include <cmath>
 #include <cstring>
 #include <random>
 #include <thread>
@@ -223,34 +224,22 @@ std::string WellFormed(const Spec& spec, const Observed& o, const std::vector<ui
   return "";
 }
 
-// Log-probs are compared to within this, not bit for bit: the CPU backend's
-// GEMMs are not batch-invariant (cblas_sgemv for one row, sgemm for more, with
-// OpenBLAS's blocking), so the same request in a different batch gets logits
-// that differ in the last bits, and which requests share a step depends on
-// timing. Two --no-overlap servers given the same requests differ by ~1e-6.
-constexpr float kLogprobTolerance = 1e-4f;
+// The same float, bit for bit.
+bool Same(float x, float y) { return std::memcmp(&x, &y, sizeof x) == 0; }
 
-bool Near(float x, float y) { return std::abs(x - y) <= kLogprobTolerance; }
-
-// Whether position k of a top list may hold another id in the other stream:
-// its log-prob ties (within the tolerance) with a neighbour's, or it is the
-// last one shown (its tie may be the first one not shown).
-bool MaySwap(const google::protobuf::RepeatedPtrField<v1::TopLogprob>& top, int k) {
-  if (k + 1 == top.size()) return true;
-  return Near(top[k].logprob(), top[k + 1].logprob()) || (k > 0 && Near(top[k].logprob(), top[k - 1].logprob()));
-}
-
+// The chosen token's log-prob and the alternatives (ids, order and log-probs),
+// exactly: the two servers batch the request differently, which the CPU
+// backend's batch invariance makes no difference to.
 bool SameLogprob(const v1::TokenLogprob& a, const v1::TokenLogprob& b) {
-  if (a.token_id() != b.token_id() || !Near(a.logprob(), b.logprob()) || a.top_size() != b.top_size()) return false;
+  if (a.token_id() != b.token_id() || !Same(a.logprob(), b.logprob()) || a.top_size() != b.top_size()) return false;
   for (int k = 0; k < a.top_size(); ++k) {
-    if (!Near(a.top(k).logprob(), b.top(k).logprob())) return false;
-    if (a.top(k).token_id() != b.top(k).token_id() && !(MaySwap(a.top(), k) && MaySwap(b.top(), k))) return false;
+    if (a.top(k).token_id() != b.top(k).token_id() || !Same(a.top(k).logprob(), b.top(k).logprob())) return false;
   }
   return true;
 }
 
 // The first difference between the first `n` tokens of the merged streams
-// (ids exactly, log-probs to within kLogprobTolerance), and their text: the
+// (ids and log-probs exactly), and their text: the
 // same when both ended by themselves (`whole`), else one a prefix of the
 // other ("" when none).
 std::string StreamDifference(const Observed& a, const Observed& b, int n, bool whole) {
@@ -325,14 +314,12 @@ class OverlapTest : public ::testing::Test {
  protected:
   // The same random requests to a default (overlapped) coordinator and a
   // --no-overlap one, concurrently; checks every stream and compares them.
-  // Both servers' workers (spawned, so they inherit the environment) run the
-  // batch-invariant CPU backend (backend/cpu_gemm.h): the two pipelines batch,
-  // preempt and recompute sequences at different moments, and with OpenBLAS a
-  // sampled token at a near-tie could then differ although both are right.
+  // The two pipelines batch, preempt and recompute sequences at different
+  // moments; the CPU backend's batch invariance (backend/cpu_gemm.h) makes
+  // that no difference to any bit, so a sampled token at a near-tie agrees too.
   void CompareWithLockStep(int tp, int num_requests, const std::vector<std::string>& flags) {
     const uint64_t seed = testing_util::TestSeed();
     SCOPED_TRACE(::testing::Message() << "seed " << seed << " (TPSERVE_TEST_SEED=" << seed << " replays it)");
-    ASSERT_EQ(setenv("TPSERVE_BATCH_INVARIANT", "1", 1), 0);
     const std::string model = MakeModel(dir_.path(), "qwen3", {"--seed", "21"});
     std::vector<std::string> lockstep_flags = flags;
     lockstep_flags.push_back("--no-overlap");
@@ -363,7 +350,31 @@ class OverlapTest : public ::testing::Test {
     EXPECT_GT(compared, num_requests * 8 / 10);
     ExpectAllBlocksFree(*overlap.stub, "overlap");
     ExpectAllBlocksFree(*lockstep.stub, "no-overlap");
+
+    // Alone: the first few requests that asked for log-probs and were not
+    // cut short (greedy and seeded-sampled alike), each by itself on the
+    // lock-step server, give what the overlapped server streamed while ~200
+    // others shared its steps (their prefixes may now come from the cache).
+    std::vector<std::string> alone_different;
+    int replayed = 0;
+    for (size_t i = 0; i < specs.size() && replayed < kReplayedAlone; ++i) {
+      if (specs[i].abort_after > 0 || specs[i].deadline > absl::ZeroDuration() || !a[i].status.ok() ||
+          !specs[i].request.has_logprobs()) {
+        continue;
+      }
+      Spec alone = specs[i];
+      alone.request.set_request_id(absl::StrCat(specs[i].request.request_id(), "-alone"));
+      const Observed o = Stream(*lockstep.stub, alone);
+      ++replayed;
+      if (std::string d = Difference(specs[i], a[i], o); !d.empty()) {
+        alone_different.push_back(absl::StrCat(specs[i].request.request_id(), ": ", d));
+      }
+    }
+    EXPECT_EQ(replayed, kReplayedAlone);
+    ExpectNone(alone_different, "differ between the crowd (overlapped) and alone (--no-overlap)");
   }
+
+  static constexpr int kReplayedAlone = 8;
 
   TempDir dir_;
 };

@@ -2,6 +2,7 @@
 // preemption, the prefix cache and block sizes do not change what is generated.
 #include "worker/engine.h"
 
+#include <cstring>
 #include <fstream>
 #include <random>
 
@@ -15,7 +16,6 @@
 namespace tpserve {
 namespace {
 
-using testing_util::RelativeError;
 using testing_util::TempDir;
 
 class EngineTest : public ::testing::Test {
@@ -54,6 +54,8 @@ class EngineTest : public ::testing::Test {
     return reqs;
   }
 
+  // The same tokens and the same logits, bit for bit: the CPU backend is
+  // batch-invariant (docs/architecture.md, "The CPU backend's numerics").
   static void ExpectSame(const std::vector<GenerationResult>& got, const std::vector<GenerationResult>& want,
                          const std::string& what) {
     ASSERT_EQ(got.size(), want.size()) << what;
@@ -62,7 +64,10 @@ class EngineTest : public ::testing::Test {
       ASSERT_EQ(got[i].logits.size(), got[i].tokens.size()) << what << ": one logits row per token";
       ASSERT_EQ(got[i].logits.size(), want[i].logits.size()) << what;
       for (size_t s = 0; s < got[i].logits.size(); ++s) {
-        EXPECT_LE(RelativeError(got[i].logits[s], want[i].logits[s]), 1e-5) << what << ", request " << i;
+        ASSERT_EQ(got[i].logits[s].size(), want[i].logits[s].size()) << what;
+        EXPECT_EQ(0, std::memcmp(got[i].logits[s].data(), want[i].logits[s].data(),
+                                 got[i].logits[s].size() * sizeof(float)))
+            << what << ", request " << i << ": token " << s << "'s logits differ in their bits";
       }
     }
   }

@@ -2,8 +2,10 @@
 // prefixes, mixed prefill + decode batches, and load/step errors.
 #include "worker/model.h"
 
+#include <cstring>
 #include <fstream>
 #include <random>
+#include <span>
 
 #include "backend/cpu_backend.h"
 #include "backend/step_batch.h"
@@ -15,7 +17,18 @@
 namespace tpserve {
 namespace {
 
-using testing_util::RelativeError;
+
+// a and b hold the same floats, bit for bit (the CPU backend is batch-invariant:
+// docs/architecture.md, "The CPU backend's numerics").
+::testing::AssertionResult SameBits(std::span<const float> a, std::span<const float> b) {
+  if (a.size() != b.size()) return ::testing::AssertionFailure() << a.size() << " vs " << b.size() << " values";
+  for (size_t i = 0; i < a.size(); ++i) {
+    if (std::memcmp(&a[i], &b[i], sizeof(float)) != 0) {
+      return ::testing::AssertionFailure() << "value " << i << ": " << a[i] << " vs " << b[i];
+    }
+  }
+  return ::testing::AssertionSuccess();
+}
 using testing_util::TempDir;
 
 // One sequence's part of a step: `tokens` new tokens from position `start`,
@@ -101,7 +114,7 @@ TEST_F(ModelTest, PrefillInTwoChunksMatchesTheWholePrompt) {
       Run(*m, cache, {{Slice(prompt, 0, split), 0, blocks}});
       const Logits second = Run(*m, cache, {{Slice(prompt, split, prompt.size()), static_cast<int32_t>(split), blocks}});
       ASSERT_EQ(second.values.size(), whole.values.size());
-      EXPECT_LE(RelativeError(second.values, whole.values), 1e-5) << "split " << split;
+      EXPECT_TRUE(SameBits(second.values, whole.values)) << "split " << split;
     }
   }
 }
@@ -134,15 +147,15 @@ TEST_F(ModelTest, SequenceSharingCachedBlocksInAMixedBatchMatchesFreshComputatio
   const std::vector<int32_t> b_blocks{3, 7, 1, 9, 14, 6};
   const Logits mixed = Run(*m, cache, {{Slice(b, 16, b.size()), 16, b_blocks}, {{a_next}, 20, a_blocks}});
   ASSERT_EQ(mixed.num_seqs, 2);
-  EXPECT_LE(RelativeError(mixed.row(0), b_ref.row(0)), 1e-5);
-  EXPECT_LE(RelativeError(mixed.row(1), a_ref.row(0)), 1e-5);
+  EXPECT_TRUE(SameBits(mixed.row(0), b_ref.row(0)));
+  EXPECT_TRUE(SameBits(mixed.row(1), a_ref.row(0)));
   // The shared blocks were not disturbed: A decodes again and still agrees.
   std::vector<int32_t> a_full2 = a_full;
   a_full2.push_back(7);
   KvCache ref_cache3 = Cache(*m, 16, bs);
   const Logits a_ref2 = Run(*m, ref_cache3, {{a_full2, 0, {0, 1, 2, 3, 4, 5}}});
   const Logits a_dec = Run(*m, cache, {{{7}, 21, a_blocks}});
-  EXPECT_LE(RelativeError(a_dec.row(0), a_ref2.row(0)), 1e-5);
+  EXPECT_TRUE(SameBits(a_dec.row(0), a_ref2.row(0)));
 }
 
 TEST_F(ModelTest, IntermediatesAreNamedPerLayer) {
