@@ -80,6 +80,74 @@ inline void ExpectClose(const std::vector<float>& gpu, const std::vector<float>&
   EXPECT_LE(RelL2(gpu, cpu), tol) << what;
 }
 
+// ---- Tolerances derived from the arithmetic ----
+// A comparison of two computations of the same value holds each element to the
+// sum of the two computations' error bounds against the exact value, bounds
+// that follow from how many roundings each makes and of what (style.md:
+// "A tolerance is derived, not tuned"); the exact value is computed on the host
+// in double from the same bf16-exact inputs. Such a bound holds for every seed.
+//
+// bf16 keeps 8 significant bits: rounding to nearest moves x by at most 2^-8·|x|.
+inline constexpr double kBf16Unit = 0x1p-8;
+// fp32 keeps 24: one operation, in any rounding mode (truncating tensor-core
+// adders included), moves its result by less than 2^-23 of itself.
+inline constexpr double kF32Unit = 0x1p-23;
+// Higham's γ_n = n·u / (1 − n·u): a sum of n + 1 terms in fp32, in any order
+// and any grouping (split-K partials, tree reductions), is within γ_n·Σ|terms|
+// of the exact sum. A product of two bf16 values is exact in fp32 (8 + 8 bits),
+// so a bf16 dot product of length K accumulated in fp32 is within γ_K·Σ|x·w|.
+inline double Gamma(int64_t n) {
+  const double nu = static_cast<double>(n) * kF32Unit;
+  return nu / (1 - nu);
+}
+
+// Σ_l x[i, l]·w[j, l] (+ bias[j]) and Σ_l |x[i, l]·w[j, l]| (+ |bias[j]|) in
+// double, [m, n] row-major: the exact value of a Linear and the scale of its
+// fp32 accumulation error.
+struct HostDots {
+  std::vector<double> sum, abs;
+};
+inline HostDots Dots(const std::vector<float>& x, const std::vector<float>& w, const float* bias, int64_t m,
+                     int64_t k, int64_t n) {
+  HostDots d{std::vector<double>(static_cast<size_t>(m * n)), std::vector<double>(static_cast<size_t>(m * n))};
+  for (int64_t i = 0; i < m; ++i) {
+    for (int64_t j = 0; j < n; ++j) {
+      double s = bias ? bias[j] : 0.0, a = bias ? std::abs(bias[j]) : 0.0;
+      for (int64_t l = 0; l < k; ++l) {
+        const double p = double{x[i * k + l]} * w[j * k + l];
+        s += p;
+        a += std::abs(p);
+      }
+      d.sum[i * n + j] = s;
+      d.abs[i * n + j] = a;
+    }
+  }
+  return d;
+}
+
+// Every |got[i] − want[i]| within bound[i]; a failure names the worst element
+// (the largest share of its bound used) and how many elements broke theirs.
+inline void ExpectWithinBound(const std::vector<float>& got, const std::vector<float>& want,
+                              const std::vector<double>& bound, const std::string& what) {
+  ASSERT_EQ(got.size(), want.size()) << what;
+  ASSERT_EQ(got.size(), bound.size()) << what;
+  size_t worst = 0, broken = 0;
+  double worst_share = -1;
+  for (size_t i = 0; i < got.size(); ++i) {
+    const double error = std::abs(double{got[i]} - want[i]);
+    const double share = bound[i] > 0 ? error / bound[i] : (error == 0 ? 0 : INFINITY);
+    if (!(share <= 1)) ++broken;  // NaN too
+    if (!(share <= worst_share)) {
+      worst_share = share;
+      worst = i;
+    }
+  }
+  EXPECT_EQ(broken, 0u) << what << ": " << broken << " of " << got.size()
+                        << " elements outside their derived bound; the worst, element " << worst << ": got "
+                        << got[worst] << ", want " << want[worst] << ", |difference| "
+                        << std::abs(double{got[worst]} - want[worst]) << " > bound " << bound[worst];
+}
+
 // One sequence's part of a step: `n_new` new tokens ending at seq_len, stored through `blocks`.
 struct SeqPart {
   int32_t seq_len = 0;
@@ -183,6 +251,116 @@ std::vector<double> HostAttentionRow(const float* q, const std::vector<float>& k
   }
   for (double& x : acc) x /= den;
   return acc;
+}
+
+// HostAttentionRow with the bounds of a kernel's error on each element
+// (cuda_test_util.h, "Tolerances derived from the arithmetic"):
+//   scores: q·k of bf16 values summed in fp32 (γ_hd·Σ|q·k|), times the fp32
+//     scale (one op): each within E of its exact value, so every probability
+//     within a factor e^{±2E} (numerator and denominator);
+//   softmax: exp within (8 + 6·R) fp32 ulp (CUDA's __expf/exp2f grow with the
+//     argument, R = the scores' range; its argument's own rounding), twice
+//     (term and sum), once more per online-softmax rescale or split merge
+//     (at most 2 + ctx/16 of them); then Σ p·v in fp32 (γ_{ctx+1}·Σ p·|v|);
+//   a GPU kernel may round P to bf16 for the tensor cores (u per term) and
+//   rounds its output to bf16 (u); the CPU keeps fp32.
+// So with W = Σ_j p_j·|v_j| per element:
+//   eta = e^{2E} − 1 + 2·(8 + 6R)·2^-23·(2 + ctx/16)
+//   cpu = (eta + γ_{ctx+1}·(1 + eta))·W
+//   gpu = b + u·(|out| + b),  b = (etaP + γ_{ctx+1}·(1 + etaP))·W,  etaP = (1 + eta)(1 + u) − 1
+struct AttentionBounded {
+  std::vector<double> out, gpu, cpu;
+};
+template <typename SlotFn>
+AttentionBounded HostAttentionRowBounded(const float* q, const std::vector<float>& k, const std::vector<float>& v,
+                                         int hkv, int hd, int kvh, int ctx, float scale, SlotFn&& slot) {
+  std::vector<double> s(static_cast<size_t>(ctx));
+  double hi = -INFINITY, lo = INFINITY, e_max = 0;
+  for (int j = 0; j < ctx; ++j) {
+    const int64_t at = (int64_t{slot(j)} * hkv + kvh) * hd;
+    double dot = 0, mag = 0;
+    for (int d = 0; d < hd; ++d) {
+      const double p = double{q[d]} * k[static_cast<size_t>(at + d)];
+      dot += p;
+      mag += std::abs(p);
+    }
+    s[static_cast<size_t>(j)] = dot * scale;
+    hi = std::max(hi, s[static_cast<size_t>(j)]);
+    lo = std::min(lo, s[static_cast<size_t>(j)]);
+    e_max = std::max(e_max, Gamma(hd) * mag * scale + kF32Unit * std::abs(dot * scale));
+  }
+  double den = 0;
+  std::vector<double> acc(static_cast<size_t>(hd), 0.0), mag(static_cast<size_t>(hd), 0.0);
+  for (int j = 0; j < ctx; ++j) {
+    const int64_t at = (int64_t{slot(j)} * hkv + kvh) * hd;
+    const double e = std::exp(s[static_cast<size_t>(j)] - hi);
+    den += e;
+    for (int d = 0; d < hd; ++d) {
+      acc[static_cast<size_t>(d)] += e * v[static_cast<size_t>(at + d)];
+      mag[static_cast<size_t>(d)] += e * std::abs(v[static_cast<size_t>(at + d)]);
+    }
+  }
+  const double eta = std::expm1(2 * e_max) + 2 * (8 + 6 * (hi - lo)) * kF32Unit * (2 + ctx / 16.0);
+  const double eta_p = (1 + eta) * (1 + kBf16Unit) - 1, g = Gamma(ctx + 1);
+  AttentionBounded b;
+  for (int d = 0; d < hd; ++d) {
+    const double out = acc[static_cast<size_t>(d)] / den, w = mag[static_cast<size_t>(d)] / den;
+    const double body = (eta_p + g * (1 + eta_p)) * w;
+    b.out.push_back(out);
+    b.gpu.push_back(body + kBf16Unit * (std::abs(out) + body));
+    b.cpu.push_back((eta + g * (1 + eta)) * w);
+  }
+  return b;
+}
+
+// The exact causal attention of every row of a step of `parts` (rows in
+// order, each sequence's n_new tokens ending at its seq_len, keys through its
+// own blocks) with its bounds, [T, Hq·hd]. `store_kv`: the step's own keys and
+// values are in qkv, written to the caches first (StoreKv) as the backends do.
+inline AttentionBounded HostStepAttention(const std::vector<SeqPart>& parts, int32_t bs, const AttentionShape& shape,
+                                          const std::vector<float>& qkv, std::vector<float> cache_k,
+                                          std::vector<float> cache_v, float scale, bool store_kv) {
+  const int hd = shape.head_dim, hkv = shape.num_kv_heads, group = shape.num_heads / shape.num_kv_heads;
+  const int64_t width = shape.qkv_width();
+  auto slot_of = [bs](const SeqPart& part, int j) {
+    return int64_t{part.blocks[static_cast<size_t>(j / bs)]} * bs + j % bs;
+  };
+  if (store_kv) {
+    int64_t t = 0;
+    for (const SeqPart& part : parts) {
+      for (int32_t i = 0; i < part.n_new; ++i, ++t) {
+        const int64_t slot = slot_of(part, part.seq_len - part.n_new + i);
+        for (int64_t e = 0; e < int64_t{hkv} * hd; ++e) {
+          cache_k[static_cast<size_t>(slot * hkv * hd + e)] = qkv[static_cast<size_t>(t * width + int64_t{shape.num_heads} * hd + e)];
+          cache_v[static_cast<size_t>(slot * hkv * hd + e)] =
+              qkv[static_cast<size_t>(t * width + int64_t{shape.num_heads + hkv} * hd + e)];
+        }
+      }
+    }
+  }
+  AttentionBounded all;
+  int64_t t = 0;
+  for (const SeqPart& part : parts) {
+    auto slot = [&](int j) { return slot_of(part, j); };
+    for (int32_t i = 0; i < part.n_new; ++i, ++t) {
+      const int ctx = part.seq_len - part.n_new + i + 1;
+      for (int h = 0; h < shape.num_heads; ++h) {
+        const AttentionBounded row = HostAttentionRowBounded(qkv.data() + t * width + int64_t{h} * hd, cache_k,
+                                                             cache_v, hkv, hd, h / group, ctx, scale, slot);
+        all.out.insert(all.out.end(), row.out.begin(), row.out.end());
+        all.gpu.insert(all.gpu.end(), row.gpu.begin(), row.gpu.end());
+        all.cpu.insert(all.cpu.end(), row.cpu.begin(), row.cpu.end());
+      }
+    }
+  }
+  return all;
+}
+
+// bound_a + bound_b, element by element (a comparison of two computations).
+inline std::vector<double> Plus(const std::vector<double>& a, const std::vector<double>& b) {
+  std::vector<double> s(a.size());
+  for (size_t i = 0; i < a.size(); ++i) s[i] = a[i] + b[i];
+  return s;
 }
 
 }  // namespace tpserve::cuda_test

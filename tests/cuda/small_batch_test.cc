@@ -32,14 +32,167 @@ namespace tpserve {
 namespace {
 
 using cuda_test::Download;
-using cuda_test::ExpectClose;
+using cuda_test::ExpectWithinBound;
+using cuda_test::Gamma;
+using cuda_test::kBf16Unit;
+using cuda_test::kF32Unit;
 using cuda_test::Output;
 using cuda_test::RandomBf16;
 using cuda_test::RandomStep;
 using cuda_test::SeqPart;
 using cuda_test::Upload;
 
-constexpr double kTol = 1e-2;
+// The tolerances below are derived (cuda_test_util.h, "Tolerances derived
+// from the arithmetic"): each op's exact value in double on the host, and per
+// element the bound of each implementation's error against it, from the
+// roundings it makes. u = 2^-8 (bf16), γ_n (fp32 sums), 2^-23 per fp32 op.
+// A comparison of A with B allows bound_A + bound_B.
+
+// The exact value of an op and the bounds of the GPU's bf16 kernels (fast and
+// reference sets alike: the same roundings in another order) and of the CPU
+// backend's fp32 code against it, per element.
+struct Bounded {
+  std::vector<double> exact, gpu, cpu;
+  std::vector<double> Sum(const std::vector<double>& a, const std::vector<double>& b) const {
+    std::vector<double> s(a.size());
+    for (size_t i = 0; i < a.size(); ++i) s[i] = a[i] + b[i];
+    return s;
+  }
+  std::vector<double> GpuVsCpu() const { return Sum(gpu, cpu); }
+  std::vector<double> GpuVsGpu() const { return Sum(gpu, gpu); }
+};
+
+// Linear y = x·wᵀ (+ bias), K = k: products of bf16 values are exact in fp32
+// and their fp32 sum (bias included: k + 1 terms) is within γ_{k+1}·Σ|terms| of
+// the exact S; the GPU then rounds once to bf16 (u·|S| more). The CPU keeps fp32.
+//   gpu: u·|S| + (1 + u)·γ_{k+1}·A        cpu: γ_{k+1}·A        (A = Σ|x·w| + |bias|)
+Bounded LinearBounds(const std::vector<float>& x, const std::vector<float>& w, const float* bias, int64_t m,
+                     int64_t k, int64_t n) {
+  const cuda_test::HostDots d = cuda_test::Dots(x, w, bias, m, k, n);
+  Bounded b{d.sum, d.sum, d.sum};
+  const double g = Gamma(k + 1);
+  for (size_t i = 0; i < d.sum.size(); ++i) {
+    b.gpu[i] = kBf16Unit * std::abs(d.sum[i]) + (1 + kBf16Unit) * g * d.abs[i];
+    b.cpu[i] = g * d.abs[i];
+  }
+  return b;
+}
+
+// The reference set's Linear with a bias: cuBLAS's product rounded to bf16,
+// then the bias added in fp32 (one op) and rounded to bf16 again.
+//   e0 = u·|S0| + (1 + u)·γ_k·A0 (the product, as above), then (u + 2·2^-23)·(|S| + e0) more.
+std::vector<double> ReferenceBiasBound(const std::vector<float>& x, const std::vector<float>& w,
+                                       const std::vector<float>& bias, int64_t m, int64_t k, int64_t n) {
+  const cuda_test::HostDots product = cuda_test::Dots(x, w, nullptr, m, k, n);
+  const cuda_test::HostDots with = cuda_test::Dots(x, w, bias.data(), m, k, n);
+  std::vector<double> bound(product.sum.size());
+  for (size_t i = 0; i < bound.size(); ++i) {
+    const double e0 = kBf16Unit * std::abs(product.sum[i]) + (1 + kBf16Unit) * Gamma(k) * product.abs[i];
+    bound[i] = e0 + (kBf16Unit + 2 * kF32Unit) * (std::abs(with.sum[i]) + e0);
+  }
+  return bound;
+}
+
+double Silu(double g) { return g / (1 + std::exp(-g)); }
+
+// LinearSiluMul out[i, f] = silu(G)·V with G, V the gate (row f of w) and up
+// (row F + f) products. Each implementation computes g, v within dg, dv of G, V
+// (the GPU: Linear's bound, its bf16 rounding included; the CPU: γ_k·A), so
+// since silu is 1.1-Lipschitz (silu' lies in [-0.1, 1.1]),
+//   |silu(g)·v − silu(G)·V| <= 1.1·dg·(|V| + dv) + |silu(G)|·dv  =: spread,
+// then silu and the product in fp32 (exp within 2 + 1.2·|g| ulp for CUDA's
+// __expf, 1 for the host's; 1 + e, the division and 2 products: one ulp each)
+// and, on the GPU, one bf16 rounding of the result.
+Bounded LinearSiluMulBounds(const std::vector<float>& x, const std::vector<float>& w, int64_t m, int64_t k,
+                            int64_t f) {
+  const cuda_test::HostDots d = cuda_test::Dots(x, w, nullptr, m, k, 2 * f);
+  Bounded b;
+  const double u = kBf16Unit, g_k = Gamma(k);
+  for (int64_t i = 0; i < m; ++i) {
+    for (int64_t j = 0; j < f; ++j) {
+      const size_t gi = static_cast<size_t>(i * 2 * f + j), vi = gi + static_cast<size_t>(f);
+      const double G = d.sum[gi], V = d.sum[vi], exact = Silu(G) * V;
+      auto spread = [&](double dg, double dv) { return 1.1 * dg * (std::abs(V) + dv) + std::abs(Silu(G)) * dv; };
+      const double dg_gpu = u * std::abs(G) + (1 + u) * g_k * d.abs[gi];
+      const double dv_gpu = u * std::abs(V) + (1 + u) * g_k * d.abs[vi];
+      const double s_gpu = spread(dg_gpu, dv_gpu), p_gpu = std::abs(exact) + s_gpu;
+      const double ops_gpu = (6 + 1.2 * (std::abs(G) + dg_gpu)) * kF32Unit;
+      const double s_cpu = spread(g_k * d.abs[gi], g_k * d.abs[vi]), p_cpu = std::abs(exact) + s_cpu;
+      b.exact.push_back(exact);
+      b.gpu.push_back(s_gpu + ops_gpu * p_gpu + u * (1 + ops_gpu) * p_gpu);
+      b.cpu.push_back(s_cpu + 5 * kF32Unit * p_cpu);
+    }
+  }
+  return b;
+}
+
+// RmsNorm y = x·w / sqrt(Σx²/D + eps): the squares of bf16 values are exact in
+// fp32 and positive, so the mean (D − 1 additions, the division, + eps) is
+// within γ_{D+1} of itself relatively; the root halves that; rsqrtf adds 2 ulp
+// (the CPU's 1/sqrt: 2 ops), the two products one each. The GPU rounds to bf16.
+//   rho = γ_{D+2}/2 + 5·2^-23        gpu: (u + (1 + u)·rho)·|Y|        cpu: rho·|Y|
+double RmsNormRho(int64_t d) { return Gamma(d + 2) / 2 + 5 * kF32Unit; }
+
+// The exact RmsNorm of rows of x (any values), in double.
+std::vector<double> HostRmsNorm(const std::vector<double>& x, const std::vector<float>& w, int64_t m, int64_t d,
+                                double eps) {
+  std::vector<double> y(x.size());
+  for (int64_t i = 0; i < m; ++i) {
+    double ss = 0;
+    for (int64_t l = 0; l < d; ++l) ss += x[i * d + l] * x[i * d + l];
+    const double inv = 1 / std::sqrt(ss / static_cast<double>(d) + eps);
+    for (int64_t l = 0; l < d; ++l) y[i * d + l] = x[i * d + l] * inv * w[l];
+  }
+  return y;
+}
+
+Bounded RmsNormBounds(const std::vector<float>& x, const std::vector<float>& w, int64_t m, int64_t d, double eps) {
+  Bounded b;
+  b.exact = HostRmsNorm(std::vector<double>(x.begin(), x.end()), w, m, d, eps);
+  const double rho = RmsNormRho(d);
+  for (double y : b.exact) {
+    b.gpu.push_back((kBf16Unit + (1 + kBf16Unit) * rho) * std::abs(y));
+    b.cpu.push_back(rho * std::abs(y));
+  }
+  return b;
+}
+
+// AddRmsNorm: the residual R = x + r (one fp32 add, exact or within 2^-23; the
+// GPU rounds it to bf16: R' within eps_r = u + 2·2^-23 of R), then RmsNorm of
+// it. Normalizing R' instead of R moves the result by at most (2·eps_r +
+// 4·eps_r²)·|Y| (R' per element within eps_r, its root mean square too), then
+// the normalization's own error as RmsNorm's, of |Y'| <= (1 + 2·eps_r + 4·eps_r²)·|Y|.
+// The CPU's fp32 residual: the same with eps_r = 2^-23, no bf16 rounding.
+struct AddRmsNormBounded {
+  Bounded residual, normed;
+  std::vector<double> normed_of_rounded;  // the exact RmsNorm of the GPU's bf16 residual R'
+};
+AddRmsNormBounded AddRmsNormBounds(const std::vector<float>& x, const std::vector<float>& r,
+                                   const std::vector<float>& w, int64_t m, int64_t d, double eps) {
+  AddRmsNormBounded b;
+  std::vector<double> sum(x.size()), rounded(x.size());
+  for (size_t i = 0; i < x.size(); ++i) {
+    sum[i] = double{x[i]} + r[i];
+    rounded[i] = Bf16ToFloat(FloatToBf16(x[i] + r[i]));  // fp32 add, then bf16: as the kernels do
+  }
+  const double u = kBf16Unit, rho = RmsNormRho(d);
+  const double er_gpu = u + 2 * kF32Unit, er_cpu = kF32Unit;
+  b.residual.exact = sum;
+  for (double v : sum) {
+    b.residual.gpu.push_back(er_gpu * std::abs(v));
+    b.residual.cpu.push_back(er_cpu * std::abs(v));
+  }
+  b.normed.exact = HostRmsNorm(sum, w, m, d, eps);
+  b.normed_of_rounded = HostRmsNorm(rounded, w, m, d, eps);
+  auto moved = [](double e) { return 2 * e + 4 * e * e; };
+  for (double y : b.normed.exact) {
+    const double a = std::abs(y);
+    b.normed.gpu.push_back(moved(er_gpu) * a + (u + (1 + u) * rho) * (1 + moved(er_gpu)) * a);
+    b.normed.cpu.push_back(moved(er_cpu) * a + rho * (1 + moved(er_cpu)) * a);
+  }
+  return b;
+}
+
 // K and N: an odd multiple of 8 past one chunk per lane of every warp
 // (GPU: 513 chunks; emulated: 41, past one warp's 32 lanes).
 constexpr int64_t kLargeK = cuda_test::kEmulated ? 8 * 41 : 8 * 513;
@@ -90,11 +243,13 @@ TEST_F(SmallBatchTest, LinearAtMUpTo9MatchesCpuAndCublas) {
           fast_->Linear(xf, wf, with_bias ? &bf.tensor() : nullptr, yf.tensor());
           ref_->Linear(xr, wr, with_bias ? &br.tensor() : nullptr, yr.tensor());
           const std::vector<float> got = Download(*fast_, yf);
-          ExpectClose(got, Download(*cpu_, yc), kTol, "vs CPU " + Shape(m, k, n, with_bias));
+          const Bounded b = LinearBounds(x, w, with_bias ? bias.data() : nullptr, m, k, n);
+          ExpectWithinBound(got, Download(*cpu_, yc), b.GpuVsCpu(), "vs CPU " + Shape(m, k, n, with_bias));
           // The reference adds the bias to cuBLAS's rounded output and rounds
-          // again; a single cancelling element then differs by more than kTol,
-          // so the bias is held to the CPU above and the product to cuBLAS here.
-          if (!with_bias) ExpectClose(got, Download(*ref_, yr), kTol, "vs cuBLAS " + Shape(m, k, n, with_bias));
+          // again: its bound has a second rounding (ReferenceBiasBound).
+          ExpectWithinBound(got, Download(*ref_, yr),
+                            with_bias ? b.Sum(b.gpu, ReferenceBiasBound(x, w, bias, m, k, n)) : b.GpuVsGpu(),
+                            "vs cuBLAS " + Shape(m, k, n, with_bias));
         }
       }
     }
@@ -121,7 +276,9 @@ TEST_F(SmallBatchTest, UnalignedOrOddKLinearFallsBack) {
   Buffer yc = Output(*cpu_, {m, n}), yf = Output(*fast_, {m, n});
   cpu_->Linear(view(xc), wc, nullptr, yc.tensor());
   fast_->Linear(view(xf), wf, nullptr, yf.tensor());
-  ExpectClose(Download(*fast_, yf), Download(*cpu_, yc), kTol, "unaligned x");
+  ExpectWithinBound(Download(*fast_, yf), Download(*cpu_, yc),
+                    LinearBounds(std::vector<float>(x.begin() + 1, x.end()), w, nullptr, m, k, n).GpuVsCpu(),
+                    "unaligned x");
   EXPECT_FALSE(cuda::GemvSupports(wf.tensor().data, wf.tensor().data, 1, n, 12)) << "K % 8 != 0";
   EXPECT_FALSE(cuda::GemvSupports(wf.tensor().data, wf.tensor().data, 9, n, 16)) << "M > 8";
   EXPECT_FALSE(cuda::GemvSupports(wf.tensor().data, wf.tensor().data, 0, n, 16)) << "M = 0";
@@ -166,8 +323,12 @@ TEST_F(SmallBatchTest, GemvUnderEverySplitMatchesAHostReference) {
                       cudaSuccess);
             const std::vector<float> all = Download(*fast_, yg);
             const std::string what = "cols=" + std::to_string(cols) + " " + Shape(m, k, n, with_bias);
-            ExpectClose(std::vector<float>(all.begin(), all.begin() + m * n),
-                        HostLinear(x, w, with_bias ? bias.data() : nullptr, m, k, n), 5e-3, what);
+            // Against the exact value rounded to fp32 (half an fp32 ulp more).
+            const Bounded b = LinearBounds(x, w, with_bias ? bias.data() : nullptr, m, k, n);
+            std::vector<double> bound = b.gpu;
+            for (size_t i = 0; i < bound.size(); ++i) bound[i] += kF32Unit * std::abs(b.exact[i]);
+            ExpectWithinBound(std::vector<float>(all.begin(), all.begin() + m * n),
+                              HostLinear(x, w, with_bias ? bias.data() : nullptr, m, k, n), bound, what);
             for (int64_t j = 0; j < n; ++j) EXPECT_TRUE(std::isnan(all[m * n + j])) << what << ": wrote past M";
           }
         }
@@ -199,8 +360,9 @@ TEST_F(SmallBatchTest, VectorRmsNormMatchesCpuAndReferenceKernels) {
       fast_->RmsNorm(xf, wf, 1e-6f, of.tensor());
       ref_->RmsNorm(xr, wr, 1e-6f, orf.tensor());
       const std::vector<float> out = Download(*fast_, of);
-      ExpectClose(out, Download(*cpu_, oc), kTol, "RmsNorm vs CPU " + what);
-      ExpectClose(out, Download(*ref_, orf), kTol, "RmsNorm vs reference " + what);
+      const Bounded norm = RmsNormBounds(x, w, m, d, 1e-6);
+      ExpectWithinBound(out, Download(*cpu_, oc), norm.GpuVsCpu(), "RmsNorm vs CPU " + what);
+      ExpectWithinBound(out, Download(*ref_, orf), norm.GpuVsGpu(), "RmsNorm vs reference " + what);
 
       fast_->RmsNorm(xf, wf, 1e-6f, xf.tensor());  // in place
       EXPECT_EQ(Download(*fast_, xf), out) << "in-place RmsNorm " << what;
@@ -212,9 +374,17 @@ TEST_F(SmallBatchTest, VectorRmsNormMatchesCpuAndReferenceKernels) {
       fast_->AddRmsNorm(xf2.tensor(), rf.tensor(), wf, 1e-6f);
       ref_->AddRmsNorm(xr2.tensor(), rr.tensor(), wr, 1e-6f);
       EXPECT_EQ(Download(*fast_, rf), Download(*ref_, rr)) << "AddRmsNorm residual (one bf16 add) " << what;
-      ExpectClose(Download(*fast_, rf), Download(*cpu_, rc), kTol, "AddRmsNorm residual vs CPU " + what);
-      ExpectClose(Download(*fast_, xf2), Download(*cpu_, xc2), kTol, "AddRmsNorm x vs CPU " + what);
-      ExpectClose(Download(*fast_, xf2), Download(*ref_, xr2), kTol, "AddRmsNorm x vs reference " + what);
+      const AddRmsNormBounded add = AddRmsNormBounds(x, r, w, m, d, 1e-6);
+      ExpectWithinBound(Download(*fast_, rf), Download(*cpu_, rc), add.residual.GpuVsCpu(),
+                        "AddRmsNorm residual vs CPU " + what);
+      ExpectWithinBound(Download(*fast_, xf2), Download(*cpu_, xc2), add.normed.GpuVsCpu(),
+                        "AddRmsNorm x vs CPU " + what);
+      // Both kernels normalize the same bf16 residual: RmsNorm's bound, twice.
+      std::vector<double> same_residual;
+      for (double y : add.normed_of_rounded) {
+        same_residual.push_back(2 * (kBf16Unit + (1 + kBf16Unit) * RmsNormRho(d)) * std::abs(y));
+      }
+      ExpectWithinBound(Download(*fast_, xf2), Download(*ref_, xr2), same_residual, "AddRmsNorm x vs reference " + what);
     }
   }
 }
@@ -257,8 +427,9 @@ TEST_F(SmallBatchTest, LinearSiluMulAtMUpTo9MatchesTheTwoOpsCpuAndReference) {
         const std::vector<float> all = Download(*fast_, of);
         const std::vector<float> got(all.begin(), all.begin() + m * f);
         EXPECT_TRUE(AllNan(all, static_cast<size_t>(m * f))) << what << ": wrote past M";
-        ExpectClose(got, Download(*cpu_, oc), kTol, "vs CPU " + what);
-        ExpectClose(got, Download(*ref_, orf), kTol, "vs reference " + what);
+        const Bounded b = LinearSiluMulBounds(x, w, m, k, f);
+        ExpectWithinBound(got, Download(*cpu_, oc), b.GpuVsCpu(), "vs CPU " + what);
+        ExpectWithinBound(got, Download(*ref_, orf), b.GpuVsGpu(), "vs reference " + what);
         EXPECT_EQ(AllNan(Download(*fast_, sf)), m <= cuda::kGemvMaxRows)
             << what << ": the fused GEMV (M <= 8) leaves gate_up alone; M = 9 runs Linear into it";
 
@@ -270,7 +441,7 @@ TEST_F(SmallBatchTest, LinearSiluMulAtMUpTo9MatchesTheTwoOpsCpuAndReference) {
             cuda::PlanGemv(2 * f, k, device->multiprocessors).k_split) {
           EXPECT_EQ(got, unfused) << what << ": the fused op must give the two ops' bits";
         } else {
-          ExpectClose(got, unfused, kTol, "vs the two ops " + what);
+          ExpectWithinBound(got, unfused, b.GpuVsGpu(), "vs the two ops " + what);
         }
       }
     }
@@ -360,7 +531,19 @@ TEST_F(SmallBatchTest, ProgrammaticLaunchesGiveTheSameBitsAndTheSwitchTurnsThemO
 #endif
   EXPECT_FALSE(std::any_of(pdl.begin(), pdl.end(), [](float v) { return std::isnan(v); }));
   EXPECT_EQ(pdl, plain);
-  ExpectClose(pdl, ref, kTol, "PDL fast set vs the reference set");
+  // Against the reference set: the two outputs computed from the common input
+  // x, within their derived bounds. The three after them take those outputs,
+  // which the two sets may round differently; their ops are held to the
+  // reference set from common inputs by the tests above, and to the run
+  // without PDL bit for bit here.
+  const Bounded gate_up = LinearBounds(x, w, nullptr, m, k, 2 * f);
+  const Bounded act = LinearSiluMulBounds(x, w, m, k, f);
+  const auto part = [](const std::vector<float>& v, int64_t from, int64_t n) {
+    return std::vector<float>(v.begin() + from, v.begin() + from + n);
+  };
+  ExpectWithinBound(part(pdl, 0, m * 2 * f), part(ref, 0, m * 2 * f), gate_up.GpuVsGpu(), "PDL gate_up vs reference");
+  ExpectWithinBound(part(pdl, m * 2 * f, m * f), part(ref, m * 2 * f, m * f), act.GpuVsGpu(),
+                    "PDL LinearSiluMul vs reference");
 }
 
 // Re-lays `step`'s block table at `columns` columns per row (-1 beyond each
@@ -401,14 +584,15 @@ TEST_F(SmallBatchTest, StaleBlockTableColumnsBeyondTheUsedOnesAreNeverRead) {
 
   // The first step: three decodes, every row's table full (rows 1 and 2 hold
   // their own blocks beyond their contexts of 20 and 3 tokens).
-  StepBatch wide = RandomStep({{bs * columns, 1, blocks(0)}, {20, 1, blocks(1)}, {3, 1, blocks(2)}}, bs,
-                              rng_, 100);
+  const std::vector<SeqPart> wide_parts = {{bs * columns, 1, blocks(0)}, {20, 1, blocks(1)}, {3, 1, blocks(2)}};
+  StepBatch wide = RandomStep(wide_parts, bs, rng_, 100);
   ASSERT_EQ(wide.arrays().max_blocks_per_seq, columns);
   // The second step: a 5-token prefill (row 0) and decodes at 20 and 3 with
   // other blocks (from the end of the shuffle), at the same 16-column stride.
   std::vector<int32_t> other(all.rbegin(), all.rbegin() + 3);
-  StepBatch narrow = RandomStep({{5, 5, {other[0]}}, {20, 1, {other[1], other[2]}}, {3, 1, {blocks(2)[0]}}}, bs,
-                                rng_, 100);
+  const std::vector<SeqPart> narrow_parts = {{5, 5, {other[0]}}, {20, 1, {other[1], other[2]}},
+                                             {3, 1, {blocks(2)[0]}}};
+  StepBatch narrow = RandomStep(narrow_parts, bs, rng_, 100);
   ASSERT_EQ(narrow.arrays().max_blocks_per_seq, 2);
   Restride(narrow, columns);
 
@@ -428,8 +612,15 @@ TEST_F(SmallBatchTest, StaleBlockTableColumnsBeyondTheUsedOnesAreNeverRead) {
     Buffer oc = Output(*cpu_, {T, shape.num_heads * hd}), og = Output(*fast_, {T, shape.num_heads * hd});
     cpu_->Attention(qc, shape, cpu_cache, scale, oc.tensor());
     fast_->Attention(qg, shape, gpu_cache, scale, og.tensor());
-    ExpectClose(Download(*fast_, og), Download(*cpu_, oc), kTol,
-                step == &wide ? "the full-table step" : "the step over stale columns");
+    // Each row against its exact value through its own blocks: a stale column
+    // read puts some row far outside the attention bound.
+    const cuda_test::AttentionBounded want =
+        cuda_test::HostStepAttention(step == &wide ? wide_parts : narrow_parts, bs, shape, qkv, cache_k, cache_v,
+                                     scale, /*store_kv=*/false);
+    std::vector<double> bound(want.gpu.size());
+    for (size_t i = 0; i < bound.size(); ++i) bound[i] = want.gpu[i] + want.cpu[i];
+    ExpectWithinBound(Download(*fast_, og), Download(*cpu_, oc), bound,
+                      step == &wide ? "the full-table step" : "the step over stale columns");
   }
 }
 
