@@ -207,7 +207,8 @@ void CheckRank(const TpCase& tc, const LayerReference& ref, const fs::path& dir,
 
 TEST_P(ParallelTpTest, EveryLayerMatchesTheUnshardedComputation) {
   const auto& [case_name, tp] = GetParam();
-  // Fresh inputs each run; TPSERVE_TEST_SEED=<n> replays a failure.
+  // A fixed seed per case (tests/testing/seed.h; scripts/seed-sweep.sh draws fresh
+  // ones); TPSERVE_TEST_SEED=<n> replays a failure.
   const uint32_t seed = static_cast<uint32_t>(testing_util::TestSeed());
   SCOPED_TRACE("seed " + std::to_string(seed) + ", case " + case_name + ", tp " + std::to_string(tp));
   const TpCase tc = *CaseByName(case_name);
