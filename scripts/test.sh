@@ -9,16 +9,25 @@
 #                                 sanitized run too
 #   scripts/test.sh -L cuda-emu   only the CUDA kernels run on the CPU by the SIMT runner
 #                                 (tests/cuda_emu/; part of every full run when nvcc is present)
+#   scripts/test.sh --repeat N    after the run, rerun the e2e, tp and soak labels N more times
+#                                 (scripts/soak-suite.sh N): they must pass every round
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 sanitize=0
+repeat=0
 ctest_args=()
-for arg in "$@"; do
-  case "$arg" in
+while [[ $# -gt 0 ]]; do
+  case "$1" in
     --sanitize) sanitize=1 ;;
-    *) ctest_args+=("$arg") ;;
+    --repeat)
+      [[ $# -ge 2 && $2 =~ ^[0-9]+$ ]] || { echo "test.sh: --repeat takes a number of rounds" >&2; exit 2; }
+      repeat=$2
+      shift ;;
+    --repeat=*) repeat=${1#--repeat=} ;;
+    *) ctest_args+=("$1") ;;
   esac
+  shift
 done
 
 scripts/install-deps.sh
@@ -29,7 +38,12 @@ jobs=$(nproc)
 build=${TPSERVE_BUILD_DIR:-build}
 cmake -S . -B "$build" -G Ninja -DTPSERVE_WERROR=ON >/dev/null
 cmake --build "$build" -j "$jobs"
+
 ctest --test-dir "$build" --output-on-failure -j "$jobs" "${ctest_args[@]}"
+
+if [[ $repeat -gt 0 ]]; then
+  TPSERVE_BUILD_DIR="$build" scripts/soak-suite.sh "$repeat"
+fi
 
 scripts/fuzz.sh "$build"
 
