@@ -6,6 +6,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "auth/secret_file.h"
 #include "coordinator/log.h"
 #include "proto/step_convert.h"
 
@@ -33,7 +34,21 @@ struct EngineLoop::Live {
   std::optional<absl::Time> first_scheduled;
   std::optional<absl::Time> first_token;
   absl::Time last_token;  // when first_token is set
+  std::vector<v1::ToolCall> tool_calls;  // every call the output made so far (for Complete)
 };
+
+namespace {
+
+// OpenAI's shape of a call id: "call_" and 24 random letters and digits.
+std::string ToolCallId() {
+  static constexpr char kAlphabet[] = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789";
+  const std::string bytes = RandomBytes(24);
+  std::string id = "call_";
+  for (unsigned char b : bytes) id += kAlphabet[b % 62];
+  return id;
+}
+
+}  // namespace
 
 EngineLoop::EngineLoop(const Tokenizer& tokenizer, EngineLoopOptions options, StepTransport workers)
     : tokenizer_(tokenizer),
@@ -288,6 +303,11 @@ void EngineLoop::Complete(uint64_t seq_id, StopReason reason, std::string matche
     case StopReason::kNone: c->set_finish_reason(v1::ABORTED); break;
   }
   c->set_matched_stop(std::move(matched_stop));
+  // A turn that called tools and ended by itself ended to let them run.
+  if (!live.tool_calls.empty() && (reason == StopReason::kEos || reason == StopReason::kStop)) {
+    c->set_finish_reason(v1::TOOL_CALLS);
+  }
+  for (v1::ToolCall& call : live.tool_calls) *c->add_tool_calls() = std::move(call);
   const Sequence* seq = scheduler_->Find(seq_id);
   c->mutable_usage()->set_prompt_tokens(static_cast<uint32_t>(live.request.prompt.size()));
   c->mutable_usage()->set_completion_tokens(static_cast<uint32_t>(live.processor.num_output_tokens()));
@@ -509,6 +529,15 @@ void EngineLoop::Stream(uint64_t seq_id, const StepToken& token, absl::Time now)
   v1::Chunk* chunk = response.mutable_chunk();
   chunk->add_token_ids(static_cast<uint32_t>(id));
   chunk->set_text(std::move(delta.text));
+  chunk->set_reasoning_text(std::move(delta.reasoning));
+  for (ParsedToolCall& call : delta.tool_calls) {
+    v1::ToolCall* c = chunk->add_tool_calls();
+    c->set_id(ToolCallId());
+    c->set_type("function");
+    c->set_name(std::move(call.name));
+    c->set_arguments(std::move(call.arguments));
+    live.tool_calls.push_back(*c);
+  }
   if (live.request.sampling.logprobs >= 0) {
     v1::TokenLogprob* lp = chunk->add_logprobs();
     lp->set_token_id(static_cast<uint32_t>(id));

@@ -32,7 +32,9 @@ OutputProcessor::OutputProcessor(const Tokenizer& tokenizer, StopParams params,
       eos_(std::move(eos_token_ids)),
       detok_(tokenizer, params_.skip_special_tokens),
       num_prompt_(num_prompt_tokens),
-      max_total_(max_total_tokens) {}
+      max_total_(max_total_tokens) {
+  if (ChatOutputParser::Needed(params_.chat_output)) parser_.emplace(params_.chat_output);
+}
 
 size_t OutputProcessor::HoldBack() const {
   size_t keep = 0;
@@ -86,6 +88,17 @@ OutputDelta OutputProcessor::Release(std::string text, bool final) {
 }
 
 OutputDelta OutputProcessor::Append(int32_t token) {
+  OutputDelta delta = AppendRaw(token);
+  if (!parser_) return delta;
+  ChatOutputParts parts = parser_->Append(delta.text);
+  if (delta.finish != StopReason::kNone) parts.Add(parser_->Finish());
+  delta.text = std::move(parts.content);
+  delta.reasoning = std::move(parts.reasoning);
+  delta.tool_calls = std::move(parts.tool_calls);
+  return delta;
+}
+
+OutputDelta OutputProcessor::AppendRaw(int32_t token) {
   ++num_output_;
   const bool may_stop = num_output_ > params_.min_tokens;
   const bool is_eos = !params_.ignore_eos && std::find(eos_.begin(), eos_.end(), token) != eos_.end();

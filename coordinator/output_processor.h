@@ -9,8 +9,11 @@
 //      match ends the request, and the stop string is left out of the stream
 //      unless include_stop_str_in_output (text after it is always dropped).
 //   3. max_tokens and the model's maximum length end it with LENGTH.
+//   4. With StopParams::chat_output set, the text that is final goes through
+//      a ChatOutputParser (chat_output/chat_output.h): the reasoning and the
+//      tool calls come apart from the answer's text.
 // The streamed pieces are valid UTF-8 and, for a request that ends by LENGTH or
-// EOS, concatenate to the detokenized output.
+// EOS without chat_output, concatenate to the detokenized output.
 #pragma once
 
 #include <cstdint>
@@ -19,6 +22,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "chat_output/chat_output.h"
 #include "tokenizer/detokenizer.h"
 #include "tokenizer/tokenizer.h"
 
@@ -34,6 +38,7 @@ struct StopParams {
   bool ignore_eos = false;
   bool include_stop_str_in_output = false;
   bool skip_special_tokens = true;
+  ChatOutputOptions chat_output;  // reasoning and tool calls apart (none by default)
 };
 
 // Limits a request's stop strings must respect (checked before admission).
@@ -42,7 +47,9 @@ inline constexpr size_t kMaxStopStringBytes = 256;
 absl::Status ValidateStopStrings(const std::vector<std::string>& stop);
 
 struct OutputDelta {
-  std::string text;                    // newly final text (may be empty)
+  std::string text;                    // newly final text of the answer (may be empty)
+  std::string reasoning;               // newly final reasoning (chat_output only)
+  std::vector<ParsedToolCall> tool_calls;  // calls completed now (chat_output only)
   StopReason finish = StopReason::kNone;
   std::string matched_stop;            // the stop string, or the stop token's text
 };
@@ -63,6 +70,7 @@ class OutputProcessor {
   bool finished() const { return finished_; }
 
  private:
+  OutputDelta AppendRaw(int32_t token);  // steps 1-3
   // Emits text that can no longer start a stop string; returns a finishing
   // delta when `held_` now contains a complete stop string.
   OutputDelta Release(std::string text, bool final);
@@ -78,6 +86,7 @@ class OutputProcessor {
   int64_t num_output_ = 0;
   std::string held_;  // detokenized text not yet streamed (a possible stop-string start)
   bool finished_ = false;
+  std::optional<ChatOutputParser> parser_;  // with params_.chat_output
 };
 
 }  // namespace tpserve

@@ -47,6 +47,25 @@ absl::Status CheckTokenIds(absl::string_view field,
 // Checked before anything of the chat is built or rendered: the messages'
 // count bounds what rendering costs (a few KB each), as kMaxChatJsonValues
 // bounds its JSON.
+absl::Status CheckToolChoice(const v1::Chat& chat) {
+  const v1::ToolChoice& tc = chat.tool_choice();
+  switch (tc.mode()) {
+    case v1::ToolChoice::AUTO:
+    case v1::ToolChoice::NONE:
+      return absl::OkStatus();
+    case v1::ToolChoice::REQUIRED:
+    case v1::ToolChoice::FUNCTION:
+      if (chat.tools_json().empty()) return Invalid("chat.tool_choice.mode", "REQUIRED and FUNCTION need tools_json");
+      if (tc.mode() == v1::ToolChoice::FUNCTION && tc.function_name().empty()) {
+        return Invalid("chat.tool_choice.function_name", "is empty; name the function the model must call");
+      }
+      return Invalid("chat.tool_choice.mode", "REQUIRED and FUNCTION are not served yet (the grammar engine is not "
+                                              "wired to the sampler); use AUTO");
+    default:
+      return Invalid("chat.tool_choice.mode", absl::StrCat(tc.mode(), " is not a ToolChoice.Mode"));
+  }
+}
+
 absl::Status CheckChat(const v1::Chat& chat, int32_t max_messages) {
   if (chat.messages().empty()) return Invalid("chat.messages", "is empty; give at least one message");
   if (chat.messages_size() > max_messages) {
@@ -149,7 +168,7 @@ absl::StatusOr<ChatInput> ChatInputOf(const v1::Chat& chat) {
     if (!m.ok()) return m.status();
     in.messages.push_back(*std::move(m));
   }
-  if (!chat.tools_json().empty()) {
+  if (!chat.tools_json().empty() && chat.tool_choice().mode() != v1::ToolChoice::NONE) {
     absl::StatusOr<OJson> tools = ParseChatJson("chat.tools_json", chat.tools_json(), values_left);
     if (!tools.ok()) return tools.status();
     if (tools->is_discarded() || !tools->is_array()) {
@@ -196,11 +215,23 @@ absl::Status CheckInput(const v1::GenerateRequest& request, const RequestLimits&
       }
       return CheckTokenIds("prompt_token_ids.ids", request.prompt_token_ids().ids(), limits.vocab_size);
     case v1::GenerateRequest::kChat:
+      TPSERVE_RETURN_IF_ERROR(CheckToolChoice(request.chat()));
       return CheckChat(request.chat(), limits.max_chat_messages);
     case v1::GenerateRequest::INPUT_NOT_SET:
       break;
   }
   return Invalid("prompt", "no input; set one of prompt, prompt_token_ids or chat");
+}
+
+// Constrained output (structured_output, tool_choice REQUIRED or FUNCTION)
+// needs the grammar engine beside the sampler (grammar/matcher.h), which is
+// not wired to the workers yet: refused, never ignored.
+absl::Status CheckConstraints(const v1::GenerateRequest& request) {
+  if (request.has_structured_output()) {
+    return Invalid("structured_output", "is not served yet (the grammar engine is not wired to the sampler); "
+                                        "leave it unset");
+  }
+  return absl::OkStatus();
 }
 
 absl::Status CheckSampling(const v1::SamplingParams& s) {
@@ -243,10 +274,37 @@ absl::Status CheckStopping(const v1::StoppingParams& st, const RequestLimits& li
   return CheckTokenIds("stopping.stop_token_ids", st.stop_token_ids(), limits.vocab_size);
 }
 
+// How a chat's output comes apart (chat_output.h): the reasoning, when the
+// model writes <think> tags and the request leaves separate_reasoning on; the
+// tool calls, in the format the model's template teaches, when the request
+// gives tools.
+ChatOutputOptions ChatOutputOf(const v1::GenerateRequest& request, const Tokenizer& tokenizer,
+                               const ChatTemplate& format, const std::vector<int32_t>& prompt) {
+  ChatOutputOptions o;
+  const std::optional<int32_t> open = tokenizer.TokenToId("<think>"), close = tokenizer.TokenToId("</think>");
+  if ((!request.has_separate_reasoning() || request.separate_reasoning()) && open && close) {
+    o.reasoning = ReasoningFormat::kThinkTags;
+    // The prompt opened a <think> it did not close (a thinking-only template).
+    o.starts_in_reasoning = std::find(prompt.rbegin(), prompt.rend(), *open) <
+                            std::find(prompt.rbegin(), prompt.rend(), *close);
+  }
+  const v1::Chat& chat = request.chat();
+  if (!chat.tools_json().empty() && chat.tool_choice().mode() != v1::ToolChoice::NONE) {
+    const std::string_view t = format.source();
+    if (t.find("<tool_call>") != std::string_view::npos) {
+      o.tool_calls = ToolCallFormat::kHermes;
+    } else if (t.find("<|python_tag|>") != std::string_view::npos || t.find("\"parameters\"") != std::string_view::npos) {
+      o.tool_calls = ToolCallFormat::kLlama3Json;
+    }
+  }
+  return o;
+}
+
 }  // namespace
 
 absl::Status ValidateRequestFields(const v1::GenerateRequest& request, const RequestLimits& limits) {
   if (auto s = CheckInput(request, limits); !s.ok()) return s;
+  if (auto s = CheckConstraints(request); !s.ok()) return s;
   if (auto s = CheckSampling(request.sampling()); !s.ok()) return s;
   if (auto s = CheckStopping(request.stopping(), limits); !s.ok()) return s;
   if (request.has_logprobs() && request.logprobs() > static_cast<uint32_t>(limits.max_logprobs)) {
@@ -358,6 +416,7 @@ absl::StatusOr<PreparedRequest> PrepareRequest(const v1::GenerateRequest& reques
   out.stop.ignore_eos = st.ignore_eos();
   out.stop.include_stop_str_in_output = st.include_stop_str_in_output();
   out.stop.skip_special_tokens = request.skip_special_tokens();
+  if (request.has_chat()) out.stop.chat_output = ChatOutputOf(request, tokenizer, format, out.prompt);
   return out;
 }
 

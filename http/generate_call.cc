@@ -65,6 +65,7 @@ class GenerateCall final : public grpc::ClientReadReactor<v1::GenerateResponse>,
   void Gather() {
     if (response_.has_chunk()) {
       text_ += response_.chunk().text();
+      reasoning_ += response_.chunk().reasoning_text();
       logprobs_.MergeFrom(response_.chunk().logprobs());
     } else if (response_.has_complete()) {
       complete_ = response_.complete();
@@ -75,9 +76,10 @@ class GenerateCall final : public grpc::ClientReadReactor<v1::GenerateResponse>,
   // A streamed chunk's event, its log-prob tokens named first when asked for.
   void StreamChunkEvents() {
     const v1::Chunk& chunk = response_.chunk();
-    if (chunk.text().empty() && !request_.logprobs) return Send();
+    const bool extras = !chunk.reasoning_text().empty() || chunk.tool_calls_size() > 0;
+    if (chunk.text().empty() && !extras && !request_.logprobs) return Send();
     if (!request_.logprobs) {
-      pending_ += SseEvent(StreamChunk(head_, chunk.text(), false, nullptr, std::nullopt));
+      pending_ += ChunkEvent(chunk, nullptr);
       return Send();
     }
     AddHold();
@@ -85,10 +87,22 @@ class GenerateCall final : public grpc::ClientReadReactor<v1::GenerateResponse>,
       const v1::Chunk& c = response_.chunk();
       const json lp = texts.ok() ? LogprobsJson(head_.endpoint, c.logprobs(), *texts, text_bytes_) : json(nullptr);
       text_bytes_ += static_cast<int64_t>(c.text().size());
-      pending_ += SseEvent(StreamChunk(head_, c.text(), false, lp, std::nullopt));
+      pending_ += ChunkEvent(c, lp);
       Send();
       RemoveHold();
     });
+  }
+
+  // The event of one chunk: its text (none when it has only reasoning or
+  // calls), its reasoning, the calls it completed.
+  std::string ChunkEvent(const v1::Chunk& chunk, const json& logprobs) {
+    const ChatExtras extras{.reasoning = chunk.reasoning_text(), .tool_calls = &chunk.tool_calls(),
+                            .first_tool_index = tool_calls_sent_};
+    tool_calls_sent_ += chunk.tool_calls_size();
+    std::optional<std::string> text;
+    const bool only_extras = chunk.text().empty() && (!extras.reasoning.empty() || chunk.tool_calls_size() > 0);
+    if (!chat() || !only_extras) text = chunk.text();
+    return SseEvent(StreamChunk(head_, text, false, logprobs, std::nullopt, extras));
   }
 
   // Writes what is pending, then reads on once the client has taken it.
@@ -142,7 +156,7 @@ class GenerateCall final : public grpc::ClientReadReactor<v1::GenerateResponse>,
       return client_.End();
     }
     if (!request_.logprobs) {
-      AnswerJson(*exchange_, 200, FullResponse(head_, text_, nullptr, *complete_));
+      AnswerJson(*exchange_, 200, FullResponse(head_, text_, nullptr, *complete_, reasoning_));
       return client_.End();
     }
     client_.TokenTexts(logprobs_, request_.tokens_as_ids, [self](absl::StatusOr<TokenText> texts) {
@@ -150,7 +164,8 @@ class GenerateCall final : public grpc::ClientReadReactor<v1::GenerateResponse>,
         AnswerError(*self->exchange_, ErrorOf(texts.status(), self->head_.endpoint));
       } else {
         const json lp = LogprobsJson(self->head_.endpoint, self->logprobs_, *texts, 0);
-        AnswerJson(*self->exchange_, 200, FullResponse(self->head_, self->text_, lp, *self->complete_));
+        AnswerJson(*self->exchange_, 200,
+                   FullResponse(self->head_, self->text_, lp, *self->complete_, self->reasoning_));
       }
       self->client_.End();
     });
@@ -169,6 +184,8 @@ class GenerateCall final : public grpc::ClientReadReactor<v1::GenerateResponse>,
   std::string pending_;      // SSE events not yet handed to the socket
   int64_t text_bytes_ = 0;   // streamed completions' log-prob text offsets
   std::string text_;         // not streaming: the whole text
+  std::string reasoning_;    // not streaming: the whole reasoning
+  int tool_calls_sent_ = 0;  // streaming: calls sent so far (their deltas' index)
   google::protobuf::RepeatedPtrField<v1::TokenLogprob> logprobs_;
 };
 

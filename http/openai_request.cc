@@ -164,6 +164,38 @@ void AddSamplingFields(std::map<std::string, FieldSetter>& f) {
   };
 }
 
+// vLLM's structured_outputs: exactly one of json (a schema, as an object or
+// JSON text), regex, choice (strings), grammar (GBNF).
+absl::Status SetStructuredOutputs(const json& v, OpenAiRequest& r) {
+  if (!v.is_object()) return WrongType("structured_outputs", v, "an object");
+  v1::StructuredOutput* so = r.grpc.mutable_structured_output();
+  int given = 0;
+  for (const auto& [key, value] : v.items()) {
+    if (value.is_null()) continue;
+    const std::string field = absl::StrCat("structured_outputs.", key);
+    ++given;
+    if (key == "json") {
+      if (!value.is_object() && !value.is_string()) return WrongType(field, value, "a JSON Schema object");
+      so->set_json_schema(value.is_string() ? value.get<std::string>() : value.dump());
+    } else if (key == "regex" || key == "grammar") {
+      absl::StatusOr<std::string> text = String(value, field);
+      if (!text.ok()) return text.status();
+      key == "regex" ? so->set_regex(*text) : so->set_ebnf(*text);
+    } else if (key == "choice") {
+      if (!value.is_array() || value.empty()) return WrongType(field, value, "a non-empty array of strings");
+      for (size_t i = 0; i < value.size(); ++i) {
+        absl::StatusOr<std::string> c = String(value[i], absl::StrCat(field, "[", i, "]"));
+        if (!c.ok()) return c.status();
+        so->mutable_choice()->add_choices(*c);
+      }
+    } else {
+      return InvalidField(field, "unknown field; known: json, regex, choice, grammar");
+    }
+  }
+  if (given != 1) return InvalidField("structured_outputs", "give exactly one of json, regex, choice, grammar");
+  return absl::OkStatus();
+}
+
 // The fields both endpoints take.
 std::map<std::string, FieldSetter> CommonFields() {
   std::map<std::string, FieldSetter> f;
@@ -208,6 +240,7 @@ std::map<std::string, FieldSetter> CommonFields() {
   f["return_tokens_as_token_ids"] = BoolField("return_tokens_as_token_ids",
                                               [](OpenAiRequest& r, bool b) { r.tokens_as_ids = b; });
   AddSamplingFields(f);
+  f["structured_outputs"] = SetStructuredOutputs;
   f["n"] = [](const json& v, OpenAiRequest&) -> absl::Status {
     absl::StatusOr<int64_t> n = Integer(v, "n", 1, std::numeric_limits<int32_t>::max());
     if (!n.ok()) return n.status();
@@ -307,6 +340,45 @@ absl::Status SetMessages(const json& v, OpenAiRequest& r) {
   return absl::OkStatus();
 }
 
+// tool_choice: "auto" | "none" | "required" | {"type": "function", "function": {"name": NAME}}.
+absl::Status SetToolChoice(const json& v, OpenAiRequest& r) {
+  v1::ToolChoice* tc = r.grpc.mutable_chat()->mutable_tool_choice();
+  if (v.is_string()) {
+    const std::string mode = v.get<std::string>();
+    if (mode == "auto") return absl::OkStatus();
+    if (mode == "none") return tc->set_mode(v1::ToolChoice::NONE), absl::OkStatus();
+    if (mode == "required") return tc->set_mode(v1::ToolChoice::REQUIRED), absl::OkStatus();
+    return InvalidField("tool_choice", "is \"auto\", \"none\", \"required\" or {\"type\": \"function\", "
+                                       "\"function\": {\"name\": ...}}");
+  }
+  if (!v.is_object()) return WrongType("tool_choice", v, "a string or an object");
+  const json type = v.value("type", json()), function = v.value("function", json());
+  if (type != "function" || !function.is_object() || !function.value("name", json()).is_string()) {
+    return InvalidField("tool_choice", "an object names a function: {\"type\": \"function\", \"function\": "
+                                       "{\"name\": ...}}");
+  }
+  tc->set_mode(v1::ToolChoice::FUNCTION);
+  tc->set_function_name(function["name"].get<std::string>());
+  return absl::OkStatus();
+}
+
+// response_format: {"type": "text" | "json_object" | "json_schema", "json_schema": {"name", "schema", "strict"}}.
+absl::Status SetResponseFormat(const json& v, OpenAiRequest& r) {
+  if (!v.is_object()) return WrongType("response_format", v, "an object {\"type\": ...}");
+  const json type = v.value("type", json());
+  if (type == "text") return absl::OkStatus();
+  if (type == "json_object") return r.grpc.mutable_structured_output()->set_json_object(true), absl::OkStatus();
+  if (type != "json_schema") {
+    return InvalidField("response_format.type", "is \"text\", \"json_object\" or \"json_schema\"");
+  }
+  const json spec = v.value("json_schema", json());
+  if (!spec.is_object() || !spec.contains("schema") || !spec["schema"].is_object()) {
+    return InvalidField("response_format.json_schema", "give {\"name\": ..., \"schema\": {...}}");
+  }
+  r.grpc.mutable_structured_output()->set_json_schema(spec["schema"].dump());
+  return absl::OkStatus();
+}
+
 std::map<std::string, FieldSetter> ChatFields() {
   std::map<std::string, FieldSetter> f = CommonFields();
   f["messages"] = SetMessages;
@@ -323,14 +395,14 @@ std::map<std::string, FieldSetter> ChatFields() {
     if (!v.empty()) r.grpc.mutable_chat()->set_tools_json(v.dump());
     return absl::OkStatus();
   };
-  // "auto" (the default with tools) and "none" are what the chat template can
-  // express; ParseRequest drops the tools for "none".
-  f["tool_choice"] = [](const json& v, OpenAiRequest&) -> absl::Status {
-    if (v != "auto" && v != "none") {
-      return InvalidField("tool_choice", "only \"auto\" and \"none\" are supported");
-    }
-    return absl::OkStatus();
-  };
+  f["tool_choice"] = SetToolChoice;
+  f["parallel_tool_calls"] = BoolField("parallel_tool_calls", [](OpenAiRequest& r, bool b) {
+    r.grpc.mutable_chat()->mutable_tool_choice()->set_parallel_tool_calls(b);
+  });
+  f["response_format"] = SetResponseFormat;
+  f["separate_reasoning"] = BoolField("separate_reasoning", [](OpenAiRequest& r, bool b) {
+    r.grpc.set_separate_reasoning(b);
+  });
   f["chat_template_kwargs"] = [](const json& v, OpenAiRequest& r) -> absl::Status {
     if (!v.is_object()) return WrongType("chat_template_kwargs", v, "an object");
     auto& kwargs = *r.grpc.mutable_chat()->mutable_chat_template_kwargs();
@@ -400,6 +472,12 @@ absl::Status Finish(const json& body, OpenAiRequest& r) {
   }
   if (!chat && !r.grpc.stopping().has_max_tokens()) r.grpc.mutable_stopping()->set_max_tokens(16);
   if (chat && body.value("tool_choice", json()) == "none") r.grpc.mutable_chat()->clear_tools_json();
+  if (chat && r.grpc.chat().tool_choice().mode() >= v1::ToolChoice::REQUIRED && r.grpc.chat().tools_json().empty()) {
+    return InvalidField("tool_choice", "needs tools: list the functions the model may call");
+  }
+  if (r.grpc.has_structured_output() && body.contains("response_format") && body.contains("structured_outputs")) {
+    return InvalidField("structured_outputs", "give response_format or structured_outputs, not both");
+  }
   if (chat && r.grpc.has_logprobs() && !r.logprobs) {
     return InvalidField("top_logprobs", "needs logprobs: true");
   }

@@ -4,14 +4,24 @@
 // Every field is checked for its JSON type here; ranges are the coordinator's
 // (its INVALID_ARGUMENT names the proto field, which OpenAiParam maps back).
 // A field this API does not know is an error naming it, as is a known field
-// with an unsupported value (n > 1, echo, tool_choice "required"). JSON null
+// with an unsupported value (n > 1, echo). JSON null
 // is the same as an absent field.
 //
 //   body field                           GenerateRequest field
 //   messages (chat)                      chat.messages (role, content as text or text
 //                                        parts, name, tool_call_id, tool_calls,
 //                                        reasoning_content); chat.add_generation_prompt
-//   tools, tool_choice "auto" | "none"   chat.tools_json (none: no tools)
+//   tools, tool_choice "auto" | "none"   chat.tools_json (none: no tools), chat.tool_choice
+//     | "required" | {"type": "function",  (REQUIRED / FUNCTION with function_name),
+//     "function": {"name"}},               parallel_tool_calls
+//     parallel_tool_calls
+//   response_format {"type": "text" |    structured_output (json_object, or json_schema
+//     "json_object" | "json_schema",        from json_schema.schema)
+//     "json_schema": {"name", "schema"}}
+//   structured_outputs (vLLM): one of     structured_output (json_schema, regex, choice, ebnf)
+//     json, regex, choice, grammar
+//   separate_reasoning (SGLang's; default  separate_reasoning
+//     true)
 //   chat_template_kwargs                 chat.chat_template_kwargs (values as JSON text)
 //   prompt (completions): text, [text],  prompt | prompt_token_ids
 //     token ids, [token ids]             (a list holds exactly one prompt)

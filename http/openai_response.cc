@@ -69,6 +69,7 @@ std::string FinishReason(v1::FinishReason reason) {
     case v1::EOS:
     case v1::STOP_SEQUENCE: return "stop";
     case v1::ABORTED: return "abort";
+    case v1::TOOL_CALLS: return "tool_calls";
     default: return "stop";
   }
 }
@@ -86,11 +87,27 @@ json LogprobsJson(Endpoint endpoint, const google::protobuf::RepeatedPtrField<v1
                                                 : CompletionLogprobs(logprobs, text_of, text_offset);
 }
 
+json ToolCallsJson(const google::protobuf::RepeatedPtrField<v1::ToolCall>& calls, int first_index, bool streamed) {
+  json out = json::array();
+  for (int i = 0; i < calls.size(); ++i) {
+    const v1::ToolCall& c = calls[i];
+    json call = {{"id", c.id()}, {"type", "function"},
+                 {"function", {{"name", c.name()}, {"arguments", c.arguments()}}}};
+    if (streamed) call["index"] = first_index + i;
+    out.push_back(std::move(call));
+  }
+  return out;
+}
+
 json FullResponse(const ResponseHead& head, const std::string& text, const json& logprobs,
-                  const v1::Complete& complete) {
+                  const v1::Complete& complete, const std::string& reasoning) {
   json choice = {{"index", 0}, {"logprobs", logprobs}, {"finish_reason", FinishReason(complete.finish_reason())}};
   if (IsChat(head)) {
-    choice["message"] = {{"role", "assistant"}, {"content", text}};
+    const bool calls = complete.tool_calls_size() > 0;
+    json message = {{"role", "assistant"}, {"content", calls && text.empty() ? json(nullptr) : json(text)}};
+    if (!reasoning.empty()) message["reasoning_content"] = message["reasoning"] = reasoning;
+    if (calls) message["tool_calls"] = ToolCallsJson(complete.tool_calls(), 0, /*streamed=*/false);
+    choice["message"] = std::move(message);
   } else {
     choice["text"] = text;
   }
@@ -101,13 +118,17 @@ json FullResponse(const ResponseHead& head, const std::string& text, const json&
 }
 
 json StreamChunk(const ResponseHead& head, const std::optional<std::string>& text, bool role, const json& logprobs,
-                 const std::optional<std::string>& finish_reason) {
+                 const std::optional<std::string>& finish_reason, const ChatExtras& extras) {
   json choice = {{"index", 0}, {"logprobs", logprobs},
                  {"finish_reason", finish_reason ? json(*finish_reason) : json(nullptr)}};
   if (IsChat(head)) {
     json delta = json::object();
     if (role) delta["role"] = "assistant";
     if (text) delta["content"] = *text;
+    if (!extras.reasoning.empty()) delta["reasoning_content"] = delta["reasoning"] = extras.reasoning;
+    if (extras.tool_calls != nullptr && !extras.tool_calls->empty()) {
+      delta["tool_calls"] = ToolCallsJson(*extras.tool_calls, extras.first_tool_index, /*streamed=*/true);
+    }
     choice["delta"] = delta;
   } else {
     choice["text"] = text.value_or("");

@@ -7,7 +7,9 @@
 //                  "content"} | "text", "logprobs", "finish_reason"}], "usage"}
 // Streaming: one SSE event per chunk, "data: {...}\n\n", then "data: [DONE]\n\n":
 //   chat: first {"delta": {"role": "assistant", "content": ""}}, then
-//   {"delta": {"content": TEXT}} per gRPC chunk, last {"delta": {}, "finish_reason"};
+//   {"delta": {"content": TEXT}} per gRPC chunk (with "reasoning_content" and
+//   "reasoning" for its reasoning, "tool_calls" for the calls it completed),
+//   last {"delta": {}, "finish_reason"};
 //   completions: {"text": TEXT} per chunk, last {"text": "", "finish_reason"};
 //   with stream_options.include_usage every chunk has "usage": null and one
 //   more chunk with "choices": [] carries the usage.
@@ -40,7 +42,7 @@ struct ResponseHead {
 // The id of a response to gRPC request `request_id`.
 std::string ResponseId(Endpoint endpoint, const std::string& request_id);
 
-// "stop" (EOS, a stop string or token), "length", "abort".
+// "stop" (EOS, a stop string or token), "length", "abort", "tool_calls".
 std::string FinishReason(tpserve::v1::FinishReason reason);
 
 // {"prompt_tokens", "completion_tokens", "total_tokens", "prompt_tokens_details": {"cached_tokens"}}
@@ -59,13 +61,28 @@ nlohmann::json LogprobsJson(Endpoint endpoint,
                             const TokenText& text_of, int64_t text_offset);
 
 // The whole non-streaming response. `logprobs`: null, or LogprobsJson's.
+// Chat: the message has `reasoning_content` and `reasoning` (the same text:
+// the name SGLang and llama.cpp use, and the one vLLM moved to) when there is
+// reasoning, and `tool_calls` ([{"id", "type": "function", "function":
+// {"name", "arguments"}}]) from complete.tool_calls, its content null when
+// the answer is only calls.
 nlohmann::json FullResponse(const ResponseHead& head, const std::string& text, const nlohmann::json& logprobs,
-                            const tpserve::v1::Complete& complete);
+                            const tpserve::v1::Complete& complete, const std::string& reasoning = "");
+
+// What a streamed chat chunk carries beside its text: reasoning, and the
+// calls completed by it (OpenAI's tool_calls deltas, each call whole, with
+// "index" counting the stream's calls from first_tool_index).
+struct ChatExtras {
+  std::string reasoning;
+  const google::protobuf::RepeatedPtrField<tpserve::v1::ToolCall>* tool_calls = nullptr;
+  int first_tool_index = 0;
+};
 
 // One streamed chunk: `text` (chat: the delta's content; `role` adds
 // "role": "assistant"), `logprobs` (null or LogprobsJson's), `finish_reason` on the last.
 nlohmann::json StreamChunk(const ResponseHead& head, const std::optional<std::string>& text, bool role,
-                           const nlohmann::json& logprobs, const std::optional<std::string>& finish_reason);
+                           const nlohmann::json& logprobs, const std::optional<std::string>& finish_reason,
+                           const ChatExtras& extras = {});
 // The chunk after the last, with include_usage: "choices": [] and the usage.
 nlohmann::json UsageChunk(const ResponseHead& head, const tpserve::v1::Usage& usage);
 

@@ -289,6 +289,7 @@ absl::StatusOr<ChatTemplate> ChatTemplate::FromJinja(std::string_view source, nl
   if (!t.ok()) return absl::InvalidArgumentError("chat template " + std::string(t.status().message()));
   ChatTemplate out;
   out.jinja_ = std::make_shared<const jinja::Template>(*std::move(t));
+  out.source_ = std::make_shared<const std::string>(source);
   out.special_tokens_ = special_tokens.is_object() ? std::move(special_tokens) : OJson::object();
   out.control_tokens_ = std::make_shared<const std::vector<std::string>>(std::move(control_tokens));
   return out;

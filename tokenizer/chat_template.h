@@ -114,6 +114,9 @@ class ChatTemplate {
 
   // "llama3", "chatml" or "jinja".
   std::string_view name() const;
+  // The Jinja2 template's text ("" for a built-in format): what the model's
+  // output looks like can be read from it (tool-call tags, <think>).
+  std::string_view source() const { return source_ ? std::string_view(*source_) : std::string_view(); }
 
   // Renders as segments (see ChatSegment): control segments are control tokens the
   // template wrote; text from the request's data -- even "<|im_end|>" written in a
@@ -127,6 +130,7 @@ class ChatTemplate {
   ChatTemplate() = default;
   ChatFormat format_ = ChatFormat::kChatML;
   std::shared_ptr<const jinja::Template> jinja_;  // null: the built-in format_
+  std::shared_ptr<const std::string> source_;     // jinja_'s text
   nlohmann::ordered_json special_tokens_;
   std::shared_ptr<const std::vector<std::string>> control_tokens_;
 };

@@ -160,6 +160,56 @@ TEST(OpenAiRequest, DuplicateKeysAreRefused) {
   EXPECT_TRUE(r.ok()) << r.status();
 }
 
+// tools with tool_choice and parallel_tool_calls, response_format, vLLM's
+// structured_outputs, separate_reasoning: what reaches the gRPC request.
+TEST(OpenAiRequest, AgentFields) {
+  const std::string msgs = R"("messages": [{"role": "user", "content": "x"}])";
+  const std::string tools = R"("tools": [{"type": "function", "function": {"name": "f", "parameters": {}}}])";
+  absl::StatusOr<OpenAiRequest> r = ParseRequest(kChat, "{" + msgs + ", " + tools + R"(, "tool_choice": "required",
+                                                 "parallel_tool_calls": false})");
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->grpc.chat().tool_choice().mode(), v1::ToolChoice::REQUIRED);
+  EXPECT_FALSE(r->grpc.chat().tool_choice().parallel_tool_calls());
+  r = ParseRequest(kChat, "{" + msgs + ", " + tools +
+                              R"(, "tool_choice": {"type": "function", "function": {"name": "f"}}})");
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->grpc.chat().tool_choice().mode(), v1::ToolChoice::FUNCTION);
+  EXPECT_EQ(r->grpc.chat().tool_choice().function_name(), "f");
+  r = ParseRequest(kChat, "{" + msgs + ", " + tools + R"(, "tool_choice": "none"})");
+  ASSERT_TRUE(r.ok());
+  EXPECT_TRUE(r->grpc.chat().tools_json().empty());
+
+  r = ParseRequest(kChat, "{" + msgs + R"(, "response_format": {"type": "json_schema", "json_schema":
+                                          {"name": "n", "schema": {"type": "object"}, "strict": true}}})");
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->grpc.structured_output().json_schema(), R"({"type":"object"})");
+  r = ParseRequest(kChat, "{" + msgs + R"(, "response_format": {"type": "json_object"}})");
+  ASSERT_TRUE(r.ok());
+  EXPECT_TRUE(r->grpc.structured_output().json_object());
+  r = ParseRequest(kChat, "{" + msgs + R"(, "response_format": {"type": "text"}})");
+  ASSERT_TRUE(r.ok());
+  EXPECT_FALSE(r->grpc.has_structured_output());
+  r = ParseRequest(kCompl, R"({"prompt": "x", "structured_outputs": {"choice": ["yes", "no"]}})");
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->grpc.structured_output().choice().choices_size(), 2);
+  r = ParseRequest(kCompl, R"({"prompt": "x", "structured_outputs": {"regex": "[0-9]+"}})");
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->grpc.structured_output().regex(), "[0-9]+");
+  r = ParseRequest(kChat, "{" + msgs + R"(, "separate_reasoning": false})");
+  ASSERT_TRUE(r.ok());
+  EXPECT_FALSE(r->grpc.separate_reasoning());
+
+  EXPECT_EQ(Refused(kChat, "{" + msgs + R"(, "tool_choice": "required"})"), "tool_choice") << "no tools";
+  EXPECT_EQ(Refused(kChat, "{" + msgs + ", " + tools + R"(, "tool_choice": "always"})"), "tool_choice");
+  EXPECT_EQ(Refused(kChat, "{" + msgs + ", " + tools + R"(, "tool_choice": {"type": "function"}})"), "tool_choice");
+  EXPECT_EQ(Refused(kChat, "{" + msgs + R"(, "response_format": {"type": "xml"}})"), "response_format.type");
+  EXPECT_EQ(Refused(kChat, "{" + msgs + R"(, "response_format": {"type": "json_schema"}})"),
+            "response_format.json_schema");
+  EXPECT_EQ(Refused(kCompl, R"({"prompt": "x", "structured_outputs": {"regex": "a", "choice": ["b"]}})"),
+            "structured_outputs");
+  EXPECT_EQ(Refused(kCompl, R"({"prompt": "x", "structured_outputs": {"xml": "a"}})"), "structured_outputs.xml");
+}
+
 TEST(OpenAiRequest, BadBodiesNameTheField) {
   const std::string msgs = R"("messages": [{"role": "user", "content": "x"}])";
   EXPECT_EQ(Refused(kChat, "{\"messages\": [}"),

@@ -80,6 +80,38 @@ TEST(OpenAiResponse, FullResponses) {
   EXPECT_EQ(FinishReason(v1::ABORTED), "abort");
 }
 
+// Reasoning and tool calls: the message's reasoning_content / reasoning and
+// tool_calls (content null when the answer is only calls), finish "tool_calls";
+// streamed, each call whole in a delta with its index in the stream.
+TEST(OpenAiResponse, ReasoningAndToolCalls) {
+  const ResponseHead head = Head(Endpoint::kChatCompletions);
+  v1::Complete c = Complete(v1::TOOL_CALLS);
+  v1::ToolCall* call = c.add_tool_calls();
+  call->set_id("call_abc");
+  call->set_type("function");
+  call->set_name("get_weather");
+  call->set_arguments(R"({"city":"Paris"})");
+  const json full = FullResponse(head, "", nullptr, c, "think first");
+  const json& message = full["choices"][0]["message"];
+  EXPECT_EQ(message["content"], nullptr);
+  EXPECT_EQ(message["reasoning_content"], "think first");
+  EXPECT_EQ(message["reasoning"], "think first");
+  EXPECT_EQ(message["tool_calls"], json::parse(R"([{"id": "call_abc", "type": "function",
+                                                    "function": {"name": "get_weather", "arguments": "{\"city\":\"Paris\"}"}}])"));
+  EXPECT_EQ(full["choices"][0]["finish_reason"], "tool_calls");
+  // Text and no calls: content as before, no tool_calls key, no reasoning keys.
+  const json plain = FullResponse(head, "hi", nullptr, Complete(v1::EOS));
+  EXPECT_EQ(plain["choices"][0]["message"], json::parse(R"({"role": "assistant", "content": "hi"})"));
+
+  const ChatExtras extras{.reasoning = "hm", .tool_calls = &c.tool_calls(), .first_tool_index = 2};
+  const json delta = StreamChunk(head, std::nullopt, false, nullptr, std::nullopt, extras)["choices"][0]["delta"];
+  EXPECT_EQ(delta["reasoning_content"], "hm");
+  EXPECT_FALSE(delta.contains("content"));
+  ASSERT_EQ(delta["tool_calls"].size(), 1u);
+  EXPECT_EQ(delta["tool_calls"][0]["index"], 2);
+  EXPECT_EQ(delta["tool_calls"][0]["function"]["name"], "get_weather");
+}
+
 TEST(OpenAiResponse, LogprobsInBothShapes) {
   google::protobuf::RepeatedPtrField<v1::TokenLogprob> lps;
   for (uint32_t id : {7u, 8u}) {
