@@ -72,6 +72,10 @@ class GrammarBuilder {
   absl::StatusOr<Grammar> Build(Symbol start, const CompileLimits& limits) &&;
 
  private:
+  std::string NameOf(Symbol s) const;
+  void AppendExactly(Symbol s, int64_t n, std::vector<Symbol>& seq);  // s{n}
+  void AppendUpTo(Symbol s, int64_t n, std::vector<Symbol>& seq);     // s{0,n}, n >= 1
+
   Grammar grammar_;
   absl::flat_hash_map<std::string, int32_t> terminal_ids_;  // by regex
 };

@@ -12,6 +12,8 @@
 // INVALID_ARGUMENT naming the construct and its offset.
 #pragma once
 
+#include <string>
+
 #include "absl/status/status.h"
 #include "absl/strings/string_view.h"
 #include "grammar/spec.h"
@@ -20,5 +22,10 @@ namespace tpserve::grammar {
 
 // OK when `regex` is in the dialect and compiles within `limits`.
 absl::Status CheckRegex(absl::string_view regex, const CompileLimits& limits);
+
+// A regex matching exactly `bytes`: metacharacters escaped, control bytes as
+// \xHH; bytes >= 0x80 stand for themselves (a byte that starts no UTF-8
+// sequence in a regex is matched as that byte).
+std::string EscapeRegexLiteral(absl::string_view bytes);
 
 }  // namespace tpserve::grammar

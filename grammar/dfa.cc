@@ -1,0 +1,195 @@
+// Subset construction over byte classes: bytes that no arc of the NFA tells
+// apart share one column of the table. A DFA state is the set of "important"
+// NFA states (those with byte arcs, and the accepting one) in the epsilon
+// closure; states that cannot reach a match are removed afterwards.
+#include "grammar/dfa.h"
+
+#include <algorithm>
+#include <deque>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/strings/str_cat.h"
+
+namespace tpserve::grammar::internal {
+namespace {
+
+class SubsetBuilder {
+ public:
+  SubsetBuilder(const Nfa& nfa, int64_t max_states, absl::Time deadline)
+      : nfa_(nfa), max_states_(max_states), deadline_(deadline), stamp_(static_cast<size_t>(nfa.num_states()), 0) {}
+
+  absl::StatusOr<Dfa> Run() {
+    ComputeClasses();
+    const int32_t start = Intern(Closure({nfa_.start}));
+    for (size_t d = 0; d < sets_.size(); ++d) {
+      if ((d & 0xFF) == 0xFF && absl::Now() > deadline_) {
+        return absl::InvalidArgumentError("regex compile took longer than the limit (CompileLimits::max_time)");
+      }
+      Expand(d);
+      if (static_cast<int64_t>(sets_.size()) > max_states_) {
+        return absl::InvalidArgumentError(absl::StrCat("regex needs more than ", max_states_,
+                                                       " automaton states (CompileLimits::max_automaton_states)"));
+      }
+    }
+    return KeepLive(start);
+  }
+
+ private:
+  void ComputeClasses() {
+    std::array<bool, 257> cut{};
+    for (const Nfa::Arc& arc : nfa_.arcs) {
+      if (arc.epsilon) continue;
+      cut[arc.lo] = true;
+      cut[arc.hi + 1] = true;
+    }
+    int32_t cls = 0;
+    for (int b = 0; b < 256; ++b) {
+      if (b > 0 && cut[static_cast<size_t>(b)]) ++cls;
+      dfa_.byte_class[static_cast<size_t>(b)] = static_cast<uint8_t>(cls);
+    }
+    dfa_.num_classes = cls + 1;
+  }
+
+  bool Important(int32_t s) const {
+    if (s == nfa_.accept) return true;
+    for (int32_t a = nfa_.first_arc[static_cast<size_t>(s)]; a >= 0; a = nfa_.arcs[static_cast<size_t>(a)].next) {
+      if (!nfa_.arcs[static_cast<size_t>(a)].epsilon) return true;
+    }
+    return false;
+  }
+
+  // Sorted important states of the epsilon closure of `seeds`.
+  std::vector<int32_t> Closure(const std::vector<int32_t>& seeds) {
+    ++generation_;
+    std::vector<int32_t> out;
+    stack_.assign(seeds.begin(), seeds.end());
+    while (!stack_.empty()) {
+      const int32_t s = stack_.back();
+      stack_.pop_back();
+      if (stamp_[static_cast<size_t>(s)] == generation_) continue;
+      stamp_[static_cast<size_t>(s)] = generation_;
+      if (Important(s)) out.push_back(s);
+      for (int32_t a = nfa_.first_arc[static_cast<size_t>(s)]; a >= 0; a = nfa_.arcs[static_cast<size_t>(a)].next) {
+        const Nfa::Arc& arc = nfa_.arcs[static_cast<size_t>(a)];
+        if (arc.epsilon) stack_.push_back(arc.to);
+      }
+    }
+    std::sort(out.begin(), out.end());
+    return out;
+  }
+
+  int32_t Intern(std::vector<int32_t> set) {
+    if (set.empty()) return -1;
+    auto [it, inserted] = ids_.try_emplace(set, static_cast<int32_t>(sets_.size()));
+    if (inserted) {
+      accepting_.push_back(std::binary_search(set.begin(), set.end(), nfa_.accept) ? 1 : 0);
+      sets_.push_back(std::move(set));
+      next_.resize(next_.size() + static_cast<size_t>(dfa_.num_classes), -1);
+    }
+    return it->second;
+  }
+
+  void Expand(size_t d) {
+    buckets_.resize(static_cast<size_t>(dfa_.num_classes));
+    for (auto& b : buckets_) b.clear();
+    for (int32_t s : sets_[d]) {
+      for (int32_t a = nfa_.first_arc[static_cast<size_t>(s)]; a >= 0; a = nfa_.arcs[static_cast<size_t>(a)].next) {
+        const Nfa::Arc& arc = nfa_.arcs[static_cast<size_t>(a)];
+        if (arc.epsilon) continue;
+        for (int c = dfa_.byte_class[arc.lo]; c <= dfa_.byte_class[arc.hi]; ++c) {
+          buckets_[static_cast<size_t>(c)].push_back(arc.to);
+        }
+      }
+    }
+    for (int32_t c = 0; c < dfa_.num_classes; ++c) {
+      if (buckets_[static_cast<size_t>(c)].empty()) continue;
+      const int32_t to = Intern(Closure(buckets_[static_cast<size_t>(c)]));
+      next_[d * static_cast<size_t>(dfa_.num_classes) + static_cast<size_t>(c)] = to;
+    }
+  }
+
+  // Renumbers the states that reach an accepting one; the rest become -1.
+  Dfa KeepLive(int32_t start) {
+    const size_t n = sets_.size(), nc = static_cast<size_t>(dfa_.num_classes);
+    std::vector<std::vector<int32_t>> reverse(n);
+    for (size_t s = 0; s < n; ++s) {
+      for (size_t c = 0; c < nc; ++c) {
+        if (const int32_t t = next_[s * nc + c]; t >= 0) reverse[static_cast<size_t>(t)].push_back(static_cast<int32_t>(s));
+      }
+    }
+    std::vector<uint8_t> live(n, 0);
+    std::deque<int32_t> queue;
+    for (size_t s = 0; s < n; ++s) {
+      if (accepting_[s]) live[s] = 1, queue.push_back(static_cast<int32_t>(s));
+    }
+    while (!queue.empty()) {
+      const int32_t s = queue.front();
+      queue.pop_front();
+      for (int32_t p : reverse[static_cast<size_t>(s)]) {
+        if (!live[static_cast<size_t>(p)]) live[static_cast<size_t>(p)] = 1, queue.push_back(p);
+      }
+    }
+    std::vector<int32_t> renumber(n, -1);
+    int32_t count = 0;
+    for (size_t s = 0; s < n; ++s) {
+      if (live[s]) renumber[s] = count++;
+    }
+    dfa_.start = start >= 0 ? renumber[static_cast<size_t>(start)] : -1;
+    dfa_.next.assign(static_cast<size_t>(count) * nc, -1);
+    dfa_.accepting.assign(static_cast<size_t>(count), 0);
+    dfa_.extendable.assign(static_cast<size_t>(count), 0);
+    for (size_t s = 0; s < n; ++s) {
+      if (renumber[s] < 0) continue;
+      const auto r = static_cast<size_t>(renumber[s]);
+      dfa_.accepting[r] = accepting_[s];
+      for (size_t c = 0; c < nc; ++c) {
+        const int32_t t = next_[s * nc + c];
+        const int32_t to = t >= 0 ? renumber[static_cast<size_t>(t)] : -1;
+        dfa_.next[r * nc + c] = to;
+        if (to >= 0) dfa_.extendable[r] = 1;
+      }
+    }
+    if (dfa_.start >= 0) {
+      for (int b = 0; b < 256; ++b) {
+        if (dfa_.Next(dfa_.start, static_cast<uint8_t>(b)) >= 0) dfa_.first_bytes[static_cast<size_t>(b / 64)] |= 1ull << (b % 64);
+      }
+    }
+    return std::move(dfa_);
+  }
+
+  const Nfa& nfa_;
+  const int64_t max_states_;
+  const absl::Time deadline_;
+  Dfa dfa_;
+  std::vector<uint32_t> stamp_;  // [nfa states] closure visits
+  uint32_t generation_ = 0;
+  std::vector<int32_t> stack_;
+  std::vector<std::vector<int32_t>> sets_;  // [dfa states] important NFA states
+  std::vector<uint8_t> accepting_;          // [dfa states]
+  std::vector<int32_t> next_;               // [dfa states * classes]
+  absl::flat_hash_map<std::vector<int32_t>, int32_t> ids_;
+  std::vector<std::vector<int32_t>> buckets_;  // [classes] targets while expanding one state
+};
+
+}  // namespace
+
+absl::StatusOr<Dfa> BuildDfa(const Nfa& nfa, int64_t max_states, absl::Time deadline) {
+  return SubsetBuilder(nfa, max_states, deadline).Run();
+}
+
+Dfa WithoutEmpty(const Dfa& dfa) {
+  Dfa out = dfa;
+  if (!dfa.MatchesEmpty()) return out;
+  const auto nc = static_cast<size_t>(dfa.num_classes);
+  const auto old_start = static_cast<size_t>(dfa.start);
+  const int32_t fresh = dfa.num_states();
+  out.next.insert(out.next.end(), dfa.next.begin() + static_cast<std::ptrdiff_t>(old_start * nc),
+                  dfa.next.begin() + static_cast<std::ptrdiff_t>((old_start + 1) * nc));
+  out.accepting.push_back(0);
+  out.extendable.push_back(dfa.extendable[old_start]);
+  out.start = dfa.extendable[old_start] ? fresh : -1;
+  if (out.start < 0) out.first_bytes = {};
+  return out;
+}
+
+}  // namespace tpserve::grammar::internal

@@ -1,0 +1,114 @@
+// FillMask: the cached part of the mask for the lexer state (lexer_mask.h),
+// then a walk of the trie below each node where a lexeme may end inside a
+// token, through the parser (virtual chart sets pushed and popped), and the
+// stop ids when the output is complete.
+#include <algorithm>
+#include <cstring>
+
+#include "base/check.h"
+#include "grammar/matcher_state.h"
+
+namespace tpserve::grammar {
+
+using internal::Completion;
+using internal::LexerMask;
+using internal::TrieNode;
+
+namespace {
+
+void SetBits(const TrieNode& node, const int32_t* token_ids, uint32_t* words) {
+  for (int32_t k = 0; k < node.num_tokens; ++k) {
+    const int32_t t = token_ids[node.token_begin + k];
+    words[t / 32] |= 1u << (t % 32);
+  }
+}
+
+}  // namespace
+
+std::shared_ptr<const LexerMask> Matcher::State::LexerMaskOf(std::vector<int32_t>& key_of_entry) {
+  std::vector<std::pair<std::pair<uint64_t, int32_t>, int32_t>> order;  // ((terminal id, state), entry)
+  order.reserve(active.size());
+  for (size_t i = 0; i < active.size(); ++i) {
+    const LexEntry& e = active[i];
+    order.push_back({{compiled->automata[static_cast<size_t>(e.terminal)]->id, e.state}, static_cast<int32_t>(i)});
+  }
+  std::sort(order.begin(), order.end());
+  internal::LexerKey key;
+  std::vector<internal::LexerEntry> entries;
+  key_of_entry.assign(active.size(), -1);
+  for (const auto& [id_state, i] : order) {
+    if (key.empty() || key.back() != id_state) {
+      key.push_back(id_state);
+      const LexEntry& e = active[static_cast<size_t>(i)];
+      entries.push_back({&compiled->automata[static_cast<size_t>(e.terminal)]->dfa, e.state});
+    }
+    key_of_entry[static_cast<size_t>(i)] = static_cast<int32_t>(key.size() - 1);
+  }
+  internal::LexerCache& cache = vocabulary.cache();
+  if (auto mask = cache.FindMask(key)) return mask;
+  return cache.InsertMask(std::move(key), internal::ComputeLexerMask(entries, vocabulary.trie(), vocabulary.size()));
+}
+
+void Matcher::State::Walk(int32_t node, std::span<const LexEntry> entries, uint32_t* words) {
+  const std::vector<TrieNode>& nodes = vocabulary.trie().nodes();
+  const TrieNode& n = nodes[static_cast<size_t>(node)];
+  std::vector<LexEntry>& next = walk_entries[n.depth];
+  std::vector<Completion>& done = walk_done[n.depth];
+  next.clear();
+  done.clear();
+  Advance(entries, n.byte, next, done);
+  if (next.empty() && done.empty()) return;
+  SetBits(n, vocabulary.trie().token_ids(), words);
+  if (n.skip == node + 1) return;  // no children
+  const size_t mark = chart.size();
+  if (!done.empty()) Boundary(done, next);
+  for (int32_t c = node + 1; c < n.skip; c = nodes[static_cast<size_t>(c)].skip) Walk(c, next, words);
+  chart.resize(mark);
+}
+
+void Matcher::State::WalkEnds(size_t index, const LexerMask::Ends& ends, uint32_t* words) {
+  const LexEntry e = active[index];
+  const Completion completion{e.set, e.terminal};
+  std::shared_ptr<const internal::EarleySet> set = deriver.Derive(chart, {&completion, 1});
+  if (set->terminals.empty()) return;
+  const size_t mark = chart.size();
+  std::vector<LexEntry> starts;
+  for (int32_t t : set->terminals) {
+    starts.push_back({static_cast<int32_t>(mark), t, compiled->automata[static_cast<size_t>(t)]->dfa.start});
+  }
+  const internal::ByteSet first = set->first_bytes;
+  chart.push_back({std::move(set), {}});
+  for (int b = 0; b < 256; ++b) {
+    if ((first[static_cast<size_t>(b / 64)] >> (b % 64) & 1) == 0) continue;
+    for (int32_t k = ends.begin[static_cast<size_t>(b)]; k < ends.begin[static_cast<size_t>(b) + 1]; ++k) {
+      Walk(ends.children[static_cast<size_t>(k)], starts, words);
+    }
+  }
+  chart.resize(mark);
+}
+
+void Matcher::State::FillMask(std::span<uint32_t> words) {
+  const size_t n = MaskWords(vocabulary.size());
+  TPSERVE_CHECK(words.size() >= n);
+  uint32_t* w = words.data();
+  std::memset(w, 0, words.size() * sizeof(uint32_t));
+  if (!stopped) {
+    std::vector<int32_t> key_of_entry;
+    const std::shared_ptr<const LexerMask> mask = LexerMaskOf(key_of_entry);
+    if (!mask->words.empty()) {
+      std::memcpy(w, mask->words.data(), n * sizeof(uint32_t));
+    } else {
+      for (int32_t t : mask->tokens) w[t / 32] |= 1u << (t % 32);
+    }
+    for (const LexerMask::Ends& ends : mask->ends) {
+      for (size_t i = 0; i < active.size(); ++i) {
+        if (key_of_entry[i] == ends.entry) WalkEnds(i, ends, w);
+      }
+    }
+  }
+  if (Complete()) {
+    for (int32_t t : vocabulary.stop_ids()) w[t / 32] |= 1u << (t % 32);
+  }
+}
+
+}  // namespace tpserve::grammar

@@ -1,0 +1,72 @@
+// What a Matcher holds (internal to the grammar engine): the chart, the
+// lexemes in progress, the history that Rollback pops, and the scratch of the
+// mask walks. Accept and Rollback are in matcher.cc, FillMask in
+// matcher_mask.cc.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <span>
+#include <vector>
+
+#include "grammar/compiled_grammar.h"
+#include "grammar/lexer_mask.h"
+#include "grammar/matcher.h"
+
+namespace tpserve::grammar {
+
+// A lexeme of `terminal` in progress since chart set `set`, its automaton in `state`.
+struct LexEntry {
+  int32_t set;
+  int32_t terminal;
+  int32_t state;
+};
+
+struct Matcher::State {
+  explicit State(std::shared_ptr<const CompiledGrammar> compiled);
+
+  // ---- the parse (matcher.cc) ----
+  // Steps `from` over `byte` into `to`; lexemes that end are added to `done`.
+  void Advance(std::span<const LexEntry> from, uint8_t byte, std::vector<LexEntry>& to,
+               std::vector<internal::Completion>& done) const;
+  // The lexemes in `done` end here: pushes the set after them on the chart and
+  // the lexemes that may start there onto `to`. Returns the set's index.
+  int32_t Boundary(std::span<const internal::Completion> done, std::vector<LexEntry>& to);
+  bool Complete() const;
+  bool Accept(int32_t token);
+
+  // ---- the mask (matcher_mask.cc) ----
+  void FillMask(std::span<uint32_t> words);
+  // Continues the lexemes in `entries` over trie node `node` and its subtree,
+  // setting the bits of the tokens that stay viable.
+  void Walk(int32_t node, std::span<const LexEntry> entries, uint32_t* words);
+  // Tokens whose bytes end the lexeme of active_[index] inside them.
+  void WalkEnds(size_t index, const internal::LexerMask::Ends& ends, uint32_t* words);
+  std::shared_ptr<const internal::LexerMask> LexerMaskOf(std::vector<int32_t>& key_of_entry);
+
+  std::shared_ptr<const CompiledGrammar> compiled;
+  const internal::VocabularyImpl& vocabulary;
+  const internal::ParserTables& tables;
+  internal::EarleyDeriver deriver;
+
+  std::vector<internal::ChartSet> chart;  // [sets] one per position where a lexeme ended
+  std::vector<LexEntry> active;           // lexemes in progress
+  int32_t current = 0;                    // the set at the current position, -1 when no lexeme ends here
+  bool stopped = false;                   // a stop id was accepted
+
+  struct Saved {
+    size_t chart_size;
+    std::vector<LexEntry> active;
+    int32_t current;
+    bool stopped;
+  };
+  std::vector<Saved> history;  // [accepted] the state before each token
+
+  std::optional<std::optional<int32_t>> forced;  // ForcedToken at this position, once computed
+  std::vector<uint32_t> scratch_words;            // ForcedToken's mask
+  std::vector<std::vector<LexEntry>> walk_entries;             // [depth] Walk's lexemes
+  std::vector<std::vector<internal::Completion>> walk_done;    // [depth] Walk's ended lexemes
+};
+
+}  // namespace tpserve::grammar

@@ -1,0 +1,257 @@
+// The matcher's masks against an independent recognizer
+// (reference_recognizer.h): for random grammars and small vocabularies, at
+// every step of a random walk, token t is allowed exactly when the output with
+// t's bytes appended is still a prefix of some sentence; stop ids exactly when
+// the output is a sentence; special ids never. Also Accept / Rollback /
+// replay equivalence, and the same grammar through GBNF text.
+#include "grammar/matcher.h"
+
+#include <random>
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "absl/strings/str_cat.h"
+#include "grammar/compiled_grammar.h"
+#include "grammar/ebnf.h"
+#include "grammar/grammar.h"
+#include "tests/grammar/reference_recognizer.h"
+#include "tests/testing/seed.h"
+
+namespace tpserve::grammar {
+namespace {
+
+using testing::RefGrammar;
+using testing::RefSymbol;
+using testing::Reference;
+using testing::Tree;
+
+constexpr char kAlphabet[] = "abc(";
+
+struct TestVocab {
+  std::shared_ptr<const Vocabulary> vocab;
+  std::vector<std::string> bytes;
+  int32_t stop = 0, special = 0;
+};
+
+TestVocab MakeVocab(std::mt19937_64& rng) {
+  TestVocab v;
+  for (const char* c = kAlphabet; *c != '\0'; ++c) v.bytes.emplace_back(1, *c);
+  for (int i = 0; i < 40; ++i) {
+    std::string s;
+    const int n = 2 + static_cast<int>(rng() % 4);
+    for (int k = 0; k < n; ++k) s += kAlphabet[rng() % 4];
+    v.bytes.push_back(s);
+  }
+  v.bytes.push_back(v.bytes[5]);  // two ids with the same bytes
+  v.bytes.push_back("");          // an id with no token
+  v.stop = static_cast<int32_t>(v.bytes.size());
+  v.bytes.push_back("</s>");
+  v.special = static_cast<int32_t>(v.bytes.size());
+  v.bytes.push_back("<|x|>");
+  std::vector<bool> special(v.bytes.size(), false);
+  special[static_cast<size_t>(v.stop)] = special[static_cast<size_t>(v.special)] = true;
+  v.vocab = *Vocabulary::Create(v.bytes, {v.stop}, special);
+  return v;
+}
+
+Tree RandomTree(std::mt19937_64& rng, int depth) {
+  Tree t;
+  const int kind = depth >= 2 ? static_cast<int>(rng() % 2) : static_cast<int>(rng() % 6);
+  if (kind == 0) {
+    t.kind = Tree::Kind::kLiteral;
+    const int n = 1 + static_cast<int>(rng() % 3);
+    for (int k = 0; k < n; ++k) t.text += kAlphabet[rng() % 4];
+  } else if (kind == 1) {
+    t.kind = Tree::Kind::kSet;
+    for (const char* c = kAlphabet; *c != '\0'; ++c) {
+      if (rng() % 2 == 0) t.text += *c;
+    }
+    if (t.text.empty()) t.text = "a";
+  } else {
+    t.kind = std::vector<Tree::Kind>{Tree::Kind::kConcat, Tree::Kind::kAlt, Tree::Kind::kStar,
+                                     Tree::Kind::kOptional}[static_cast<size_t>(kind - 2)];
+    t.kids.push_back(RandomTree(rng, depth + 1));
+    if (kind <= 3) t.kids.push_back(RandomTree(rng, depth + 1));
+  }
+  return t;
+}
+
+RefGrammar RandomGrammar(std::mt19937_64& rng) {
+  RefGrammar g;
+  const int terminals = 1 + static_cast<int>(rng() % 4), rules = 1 + static_cast<int>(rng() % 4);
+  for (int t = 0; t < terminals; ++t) g.terminals.push_back(RandomTree(rng, 0));
+  g.rules.resize(static_cast<size_t>(rules));
+  for (auto& rule : g.rules) {
+    const int alts = 1 + static_cast<int>(rng() % 3);
+    for (int a = 0; a < alts; ++a) {
+      std::vector<RefSymbol> alt;
+      const int n = static_cast<int>(rng() % 4);
+      for (int k = 0; k < n; ++k) {
+        const bool terminal = rng() % 3 != 0;
+        alt.push_back({terminal, static_cast<int>(rng() % static_cast<uint64_t>(terminal ? terminals : rules))});
+      }
+      rule.push_back(alt);
+    }
+  }
+  return g;
+}
+
+Grammar ToGrammar(const RefGrammar& g) {
+  GrammarBuilder b;
+  std::vector<Symbol> rules, terminals;
+  for (size_t r = 0; r < g.rules.size(); ++r) rules.push_back(b.Rule(absl::StrCat("r", r)));
+  for (const Tree& t : g.terminals) terminals.push_back(b.Terminal(t.Regex()));
+  for (size_t r = 0; r < g.rules.size(); ++r) {
+    for (const auto& alt : g.rules[r]) {
+      std::vector<Symbol> seq;
+      for (const RefSymbol& s : alt) seq.push_back(s.terminal ? terminals[static_cast<size_t>(s.id)] : rules[static_cast<size_t>(s.id)]);
+      b.Add(rules[r], seq);
+    }
+  }
+  return *std::move(b).Build(rules[static_cast<size_t>(g.start)], {});
+}
+
+std::string ToGbnf(const RefGrammar& g) {
+  std::string out;
+  for (size_t r = 0; r < g.rules.size(); ++r) {
+    out += r == 0 ? "root ::= " : absl::StrCat("r", r, " ::= ");
+    for (size_t a = 0; a < g.rules[r].size(); ++a) {
+      if (a > 0) out += " | ";
+      if (g.rules[r][a].empty()) out += "\"\"";
+      for (const RefSymbol& s : g.rules[r][a]) {
+        out += " ";
+        out += s.terminal ? g.terminals[static_cast<size_t>(s.id)].Gbnf() : (s.id == 0 ? "root" : absl::StrCat("r", s.id));
+      }
+    }
+    out += "\n";
+  }
+  return out;
+}
+
+absl::StatusOr<std::shared_ptr<const CompiledGrammar>> CompileIr(const Grammar& g,
+                                                                 std::shared_ptr<const Vocabulary> vocab) {
+  return internal::Normalize(g, internal::AsImpl(std::move(vocab)), {}, absl::Now() + absl::Seconds(10));
+}
+
+bool Bit(const std::vector<uint32_t>& words, int32_t t) { return (words[static_cast<size_t>(t) / 32] >> (t % 32)) & 1; }
+
+// Checks every mask of a random walk; returns the accepted tokens.
+std::vector<int32_t> CheckWalk(const RefGrammar& ref, std::shared_ptr<const CompiledGrammar> compiled,
+                               const TestVocab& v, std::mt19937_64& rng, std::vector<std::vector<uint32_t>>* masks) {
+  Matcher m(compiled);
+  std::string output;
+  std::vector<int32_t> accepted;
+  std::vector<uint32_t> words(MaskWords(v.vocab->size()));
+  for (int step = 0; step < 14; ++step) {
+    m.FillMask(words);
+    if (masks != nullptr) masks->push_back(words);
+    const Reference here(ref, output);
+    EXPECT_EQ(m.IsComplete(), here.Complete()) << "output '" << output << "'";
+    std::vector<int32_t> allowed;
+    for (int32_t t = 0; t < v.vocab->size(); ++t) {
+      bool expected = false;
+      if (t == v.stop) {
+        expected = here.Complete();
+      } else if (t != v.special && !v.bytes[static_cast<size_t>(t)].empty()) {
+        expected = Reference(ref, output + v.bytes[static_cast<size_t>(t)]).Viable();
+      }
+      EXPECT_EQ(Bit(words, t), expected) << "output '" << output << "' token " << t << " '" << v.bytes[static_cast<size_t>(t)] << "'";
+      if (expected && t != v.stop) allowed.push_back(t);
+    }
+    bool extendable = false;
+    for (const char* c = kAlphabet; *c != '\0'; ++c) extendable = extendable || Reference(ref, output + *c).Viable();
+    EXPECT_EQ(m.IsTerminated(), here.Complete() && !extendable) << "output '" << output << "'";
+    for (int32_t t = 0; t < v.vocab->size(); ++t) {  // a refused token changes nothing
+      if (!Bit(words, t)) {
+        EXPECT_FALSE(m.Accept(t)) << "token " << t;
+        break;
+      }
+    }
+    if (allowed.empty() || ::testing::Test::HasFailure()) break;
+    const int32_t t = allowed[rng() % allowed.size()];
+    EXPECT_TRUE(m.Accept(t));
+    accepted.push_back(t);
+    output += v.bytes[static_cast<size_t>(t)];
+  }
+  return accepted;
+}
+
+TEST(MatcherTest, MasksEqualTheReferenceOnRandomGrammars) {
+  const uint64_t seed = testing_util::TestSeed();
+  std::mt19937_64 rng(seed);
+  for (int round = 0; round < 60 && !HasFailure(); ++round) {
+    SCOPED_TRACE(absl::StrCat("seed ", seed, " round ", round));
+    const TestVocab v = MakeVocab(rng);
+    const RefGrammar ref = RandomGrammar(rng);
+    const Grammar grammar = ToGrammar(ref);
+    SCOPED_TRACE(grammar.Dump());
+    auto compiled = CompileIr(grammar, v.vocab);
+    if (!compiled.ok()) {
+      EXPECT_FALSE(Reference(ref, "").Viable()) << compiled.status();
+      continue;
+    }
+    CheckWalk(ref, *compiled, v, rng, nullptr);
+  }
+}
+
+// The same grammars as GBNF text: regular rules become terminals, runs of
+// regular elements merge; the language must not change.
+TEST(MatcherTest, GbnfTextGivesTheSameMasks) {
+  const uint64_t seed = testing_util::TestSeed();
+  std::mt19937_64 rng(seed);
+  for (int round = 0; round < 50 && !HasFailure(); ++round) {
+    SCOPED_TRACE(absl::StrCat("seed ", seed, " round ", round));
+    const TestVocab v = MakeVocab(rng);
+    const RefGrammar ref = RandomGrammar(rng);
+    const std::string text = ToGbnf(ref);
+    SCOPED_TRACE(text);
+    GrammarSpec spec;
+    spec.kind = GrammarSpec::Kind::kEbnf;
+    spec.text = text;
+    auto compiled = Compile(spec, v.vocab);
+    if (!compiled.ok()) {
+      EXPECT_FALSE(Reference(ref, "").Viable()) << compiled.status();
+      continue;
+    }
+    SCOPED_TRACE((*compiled)->grammar.Dump());
+    CheckWalk(ref, *compiled, v, rng, nullptr);
+  }
+}
+
+// Rollback restores the masks; a matcher replaying the tokens reaches the same ones.
+TEST(MatcherTest, RollbackAndReplayGiveTheSameMasks) {
+  const uint64_t seed = testing_util::TestSeed();
+  std::mt19937_64 rng(seed);
+  for (int round = 0; round < 60 && !HasFailure(); ++round) {
+    SCOPED_TRACE(absl::StrCat("seed ", seed, " round ", round));
+    const TestVocab v = MakeVocab(rng);
+    const RefGrammar ref = RandomGrammar(rng);
+    auto compiled = CompileIr(ToGrammar(ref), v.vocab);
+    if (!compiled.ok()) continue;
+    std::vector<std::vector<uint32_t>> masks;
+    const std::vector<int32_t> tokens = CheckWalk(ref, *compiled, v, rng, &masks);
+    Matcher m(*compiled), replay(*compiled);
+    std::vector<uint32_t> words(MaskWords(v.vocab->size()));
+    for (size_t i = 0; i < tokens.size(); ++i) {
+      ASSERT_TRUE(m.Accept(tokens[i]));
+      m.FillMask(words);  // fills the memo of the sets Rollback keeps
+    }
+    while (m.accepted() > 0) {
+      const size_t n = 1 + rng() % m.accepted();
+      m.Rollback(n);
+      m.FillMask(words);
+      EXPECT_EQ(words, masks[m.accepted()]) << "after rolling back to " << m.accepted();
+      for (size_t i = m.accepted(); i < tokens.size() && rng() % 2 == 0; ++i) ASSERT_TRUE(m.Accept(tokens[i]));
+    }
+    for (size_t i = 0; i < tokens.size(); ++i) {
+      replay.FillMask(words);
+      EXPECT_EQ(words, masks[i]);
+      ASSERT_TRUE(replay.Accept(tokens[i]));
+    }
+  }
+}
+
+}  // namespace
+}  // namespace tpserve::grammar
