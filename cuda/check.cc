@@ -14,13 +14,34 @@ void FailCuda(const char* stmt, const char* file, int line, const char* what) {
   base::CheckFailed(file, line, stmt, absl::StrCat("CUDA error on device ", device, ": ", what));
 }
 
-int DeviceCount() {
+int DeviceCount(std::string* why) {
   int count = 0;
-  if (cudaGetDeviceCount(&count) != cudaSuccess) {
+  const cudaError_t err = cudaGetDeviceCount(&count);
+  if (err != cudaSuccess) {
     cudaGetLastError();  // clear the sticky "no driver" error
-    return 0;
+    count = 0;
+  }
+  if (count == 0 && why != nullptr) {
+    int driver = 0;
+    if (cudaDriverGetVersion(&driver) != cudaSuccess) {
+      cudaGetLastError();
+      driver = 0;
+    }
+    int runtime = 0;
+    if (cudaRuntimeGetVersion(&runtime) != cudaSuccess) cudaGetLastError();
+    *why = absl::StrCat("cudaGetDeviceCount: ", cudaGetErrorName(err), " (", cudaGetErrorString(err),
+                        "); driver CUDA version ", driver / 1000, ".", driver % 1000 / 10,
+                        driver == 0 ? " (no driver)" : "", ", runtime ", runtime / 1000, ".", runtime % 1000 / 10);
   }
   return count;
+}
+
+bool GpuRequiredByEnvironment() {
+  static const bool on = [] {
+    const char* v = std::getenv("TPSERVE_REQUIRE_GPU");
+    return v != nullptr && std::strcmp(v, "1") == 0;
+  }();
+  return on;
 }
 
 namespace {

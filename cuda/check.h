@@ -16,13 +16,25 @@
 
 #include <cuda_runtime_api.h>
 
+#include <string>
+
 namespace tpserve::cuda {
 
 [[noreturn]] void FailCuda(const char* stmt, const char* file, int line, const char* what);
 
 // Number of usable CUDA devices; 0 when there is no driver or no device (the
-// runtime's error is treated as "no GPU", never as a crash).
-int DeviceCount();
+// runtime's error is treated as "no GPU", never as a crash). When there is
+// none and `why` is given, it gets what the runtime said: the error's name
+// and message from cudaGetDeviceCount and the driver's CUDA version from
+// cudaDriverGetVersion (0 without a driver), so "no GPU" and "a driver too old
+// for this runtime" read differently.
+int DeviceCount(std::string* why = nullptr);
+
+// True when the environment sets TPSERVE_REQUIRE_GPU=1 (read once):
+// scripts/gpu-check.sh sets it for its tests and memcheck phases, where a GPU
+// test that finds no device must fail, not skip (tests/cuda/gpu_test_util.h),
+// so that a run which tested nothing cannot pass.
+bool GpuRequiredByEnvironment();
 
 // The stream this thread is capturing into a graph (cuda/cuda_graph.h sets it
 // around a capture; nullptr when none), and whether that capture is active

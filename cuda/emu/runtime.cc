@@ -201,8 +201,23 @@ const char* cudaGetErrorString(cudaError_t err) {
   }
 }
 
+const char* cudaGetErrorName(cudaError_t err) {
+  thread_local std::string name;
+  name = err == cudaSuccess ? "cudaSuccess" : "cudaError " + std::to_string(static_cast<int>(err));
+  return name.c_str();
+}
+
 cudaError_t cudaGetDeviceCount(int* count) {
   *count = 1;
+  return cudaSuccess;
+}
+// The emulated device has no driver of its own: the toolkit's version for both.
+cudaError_t cudaDriverGetVersion(int* version) {
+  *version = CUDART_VERSION;
+  return cudaSuccess;
+}
+cudaError_t cudaRuntimeGetVersion(int* version) {
+  *version = CUDART_VERSION;
   return cudaSuccess;
 }
 cudaError_t cudaGetDevice(int* device) {

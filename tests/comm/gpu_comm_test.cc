@@ -1,9 +1,12 @@
 // Communicators on CUDA tensors, with real processes: gloo with host staging
 // (several ranks sharing GPU 0) and NCCL (one GPU per rank). Each test skips
-// itself with a message when the machine has too few GPUs.
+// itself with a message when the machine has too few GPUs (none at all is a
+// failure under TPSERVE_REQUIRE_GPU=1).
 #include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
 
+#include <cstdlib>
+#include <cstring>
 #include <random>
 
 #include "rank_launcher.h"
@@ -19,6 +22,14 @@ int GpuCount() {
     return 0;
   }
   return n;
+}
+
+// Under scripts/gpu-check.sh (TPSERVE_REQUIRE_GPU=1) a missing device is a
+// failure, not a skip (tests/cuda/gpu_test_util.h says why); too few GPUs for
+// a multi-GPU case stays a skip.
+bool GpuRequired() {
+  const char* v = std::getenv("TPSERVE_REQUIRE_GPU");
+  return v != nullptr && std::strcmp(v, "1") == 0;
 }
 
 void RunWorld(const std::string& backend, int world) {
@@ -39,7 +50,10 @@ void RunWorld(const std::string& backend, int world) {
 }
 
 TEST(GlooHostStaging, TwoRanksShareOneGpu) {
-  if (GpuCount() < 1) GTEST_SKIP() << "no CUDA device present: GPU test skipped";
+  if (GpuCount() < 1) {
+    if (GpuRequired()) FAIL() << "no usable CUDA device, and TPSERVE_REQUIRE_GPU=1 says this run must have one";
+    GTEST_SKIP() << "no CUDA device present: GPU test skipped";
+  }
   RunWorld("gloo", 2);
 }
 

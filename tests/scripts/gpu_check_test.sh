@@ -4,7 +4,16 @@
 #     (exit 2), with the phase named in summary.md;
 #   * a cap of 0 skips its phase (timeout 0 would mean no limit): with every
 #     cap 0 each phase is reported skipped, the summary is written, exit 0;
-#   * a cap that is not a whole number is refused, naming its variable.
+#   * a cap that is not a whole number is refused, naming its variable;
+#   * the preflight's host check names every missing library version in one
+#     line, and a tool that cannot reach the device is reported as not working;
+#   * the memcheck phase, when the preflight found compute-sanitizer not
+#     working, is skipped with the reason, not failed;
+#   * with a GPU test executable as $1 (ctest passes cuda_convert_test) and no
+#     GPU here: the test skips, but fails under TPSERVE_REQUIRE_GPU=1, naming
+#     the runtime's error, so a GPU run that tested nothing cannot pass.
+#
+#   tests/scripts/gpu_check_test.sh [GPU_TEST_EXECUTABLE]
 set -uo pipefail
 repo="$(cd "$(dirname "$0")/../.." && pwd)"
 tmp="$(mktemp -d)"
@@ -37,4 +46,46 @@ TPSERVE_CAP_BENCH=2m "$repo/scripts/gpu-check.sh" "$tmp/no-deps" "$tmp/out3" >"$
 rc=$?
 [[ $rc -eq 2 ]] || fail "a bad cap exits $rc, not 2"
 grep -q 'TPSERVE_CAP_BENCH=2m is not a whole number' "$tmp/run3.txt" || { cat "$tmp/run3.txt"; fail "the bad cap is not named"; }
-echo "gpu-check: preflight stop, skipped phases and cap checks behave"
+
+# 4. The host's library versions: impossible ones are all named in one line; this machine's pass.
+# shellcheck source=../../scripts/lib/gpu-host.sh
+source "$repo/scripts/lib/gpu-host.sh"
+line="$(host_libs_missing 99.1 GLIBCXX_9.9.99)" && fail "glibc 99.1 and GLIBCXX_9.9.99 were found"
+[[ "$(wc -l <<<"$line")" -eq 1 ]] || fail "the missing versions take more than one line: $line"
+[[ "$line" == *"glibc >= 99.1 (this machine: "*"GLIBCXX_9.9.99 ("* ]] || fail "not every missing version named: $line"
+host_libs_missing 2.0 GLIBCXX_3.4 >/dev/null || fail "glibc 2.0 and GLIBCXX_3.4 were not found here"
+
+# 5. A tool that cannot reach the device (what compute-sanitizer says on gVisor) does not work;
+#    one that runs the probe cleanly does.
+printf '#!/bin/sh\necho "========= COMPUTE-SANITIZER"\necho "========= Error: Device not supported"\nexit 0\n' >"$tmp/broken-tool"
+printf '#!/bin/sh\nshift; "$@"; echo "========= ERROR SUMMARY: 0 errors"\n' >"$tmp/good-tool"
+printf '#!/bin/sh\necho probe ran\n' >"$tmp/probe"
+chmod +x "$tmp/broken-tool" "$tmp/good-tool" "$tmp/probe"
+line="$(tool_works compute-sanitizer "$tmp/probe" "$tmp/broken-tool" "$tmp/probe")" && fail "the broken tool counts as working"
+[[ "$line" == "compute-sanitizer: does not work here (exit 0): "*"Device not supported"* ]] || fail "reason not given: $line"
+line="$(tool_works compute-sanitizer "$tmp/probe" "$tmp/good-tool" --tool "$tmp/probe")" || fail "the good tool: $line"
+[[ "$line" == "compute-sanitizer: works" ]] || fail "the good tool: $line"
+
+# 6. The memcheck phase after such a preflight: skipped with the reason (exit 77), nothing run.
+mkdir -p "$tmp/work"
+echo "compute-sanitizer: does not work here (exit 0): ========= Error: Device not supported" >"$tmp/work/memcheck.skip"
+line="$(TPSERVE_GPU_DEPS="$tmp/no-deps" TPSERVE_GPU_OUT="$tmp/out6" TPSERVE_GPU_BUILD="$tmp/build-gpu" work="$tmp/work" \
+  "$repo/scripts/gpu-check.sh" __phase memcheck 2>&1)"
+rc=$?
+[[ $rc -eq 77 && "$line" == *"Device not supported"* ]] || fail "memcheck without a working sanitizer: exit $rc, $line"
+
+# 7. A GPU test without a GPU: skipped, but failed under TPSERVE_REQUIRE_GPU=1.
+if [[ -n "${1:-}" ]]; then
+  if timeout 10 nvidia-smi -L >/dev/null 2>&1; then
+    echo "gpu-check: a GPU is present, the no-GPU cases of $1 are not tried"
+  else
+    "$1" >"$tmp/run7a.txt" 2>&1 || { cat "$tmp/run7a.txt"; fail "$1 without a GPU did not pass (skipped)"; }
+    grep -q "SKIPPED" "$tmp/run7a.txt" || { cat "$tmp/run7a.txt"; fail "$1 without a GPU did not skip"; }
+    TPSERVE_REQUIRE_GPU=1 "$1" >"$tmp/run7b.txt" 2>&1 && { cat "$tmp/run7b.txt"; fail "$1 passed with TPSERVE_REQUIRE_GPU=1 and no GPU"; }
+    grep -q "TPSERVE_REQUIRE_GPU=1 says this run must have one: cudaGetDeviceCount: " "$tmp/run7b.txt" ||
+      { cat "$tmp/run7b.txt"; fail "the failure does not carry the runtime's error"; }
+    grep -q "driver CUDA version" "$tmp/run7b.txt" || fail "the failure does not carry the driver version"
+    ! grep -q "SKIPPED" "$tmp/run7b.txt" || fail "a test still skipped under TPSERVE_REQUIRE_GPU=1"
+  fi
+fi
+echo "gpu-check: preflight stop, skipped phases, cap checks, host and tool checks, required GPU behave"
