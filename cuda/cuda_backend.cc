@@ -699,12 +699,14 @@ absl::Status CudaBackend::BeginStep(const StepMetadata& step, int64_t num_blocks
         " sequences, ", capacity_.max_blocks_per_seq(), " blocks of ", capacity_.block_size,
         " tokens); split the step or Reserve more"));
   }
-  // Reserved: the capacity's fixed layout (pointers that graphs captured stay
-  // valid). Otherwise: this step's own layout in buffers that grow.
-  const cuda::StepLayout layout = step_reserved_
-      ? cuda::StepLayout(static_cast<size_t>(capacity_.max_tokens), static_cast<size_t>(capacity_.max_seqs),
-                         static_cast<size_t>(capacity_.max_blocks_per_seq()))
-      : cuda::StepLayout(T, S, columns);
+  // This step's own layout (cuda/step_layout.h), so the copies follow the
+  // step. Reserved: in buffers sized for the capacity's layout, which holds
+  // any step's, at addresses that depend on T, S and max_blocks_per_seq only
+  // (what a graph's replays share with its capture). Otherwise in buffers
+  // that grow.
+  const cuda::StepLayout layout(T, S, columns);
+  TPSERVE_CHECK(!step_reserved_ || layout.total <= step_capacity_, "BeginStep: the step's layout (", layout.total,
+                " bytes) exceeds the reserved buffers (", step_capacity_, ")");
   const cuda::StepUpload upload =
       cuda::PlanStepUpload(layout, S, columns, cuda::UsedBlockColumns(step.seq_lens, block_size));
 

@@ -14,13 +14,15 @@
 // asked and cudaMemGetInfo's free bytes when cudaMalloc runs out, and clears
 // the error. Model and KvCache allocate once at load, so the step loop does
 // not allocate.
-// BeginStep uploads the step's metadata into one device buffer: after Reserve
-// a fixed layout sized by the StepCapacity (never reallocated, so CUDA graphs
-// captured over it stay valid; a larger step is INVALID_ARGUMENT), before it
-// one that grows (rarely, doubling) when a step needs more. Of the block
-// table it copies only the columns the step's sequences use, at the table's
-// fixed row stride (cuda/step_layout.h): columns beyond keep what an earlier
-// step left, and no kernel reads them.
+// BeginStep uploads the step's metadata into one device buffer, laid out for
+// the step's own tokens and sequences so that what it copies follows the step
+// (cuda/step_layout.h): after Reserve a buffer sized by the StepCapacity
+// (never reallocated, so CUDA graphs captured over it stay valid: a step's
+// arrays sit where any step of its sizes puts them; a larger step is
+// INVALID_ARGUMENT), before it one that grows (rarely, doubling) when a step
+// needs more. Of the block table it copies only the columns the step's
+// sequences use, at the table's row stride: columns beyond hold what an
+// earlier step left, and no kernel reads them.
 //
 // Kernel sets (cuda/kernel_set.h): under kFast, Linear with M <= 8 rows (decode
 // of a few sequences) runs the bf16 GEMV of cuda/gemv.cuh, LinearSiluMul the

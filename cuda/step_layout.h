@@ -2,14 +2,25 @@
 // one host staging buffer and its one device buffer, and which bytes of it a
 // step copies. Plain C++, tested on the CPU (tests/cuda/step_layout_test.cc).
 //
+// The arrays are laid out for the step's own T tokens and S sequences
+// (StepLayout(T, S, stride)), so what a step copies follows the step: a
+// batch-1 decode step copies 40 bytes of token and sequence arrays, not the
+// max_tokens x 20 + max_seqs x 4 bytes of the capacity (41 KB at the serving
+// default). A reserved backend's buffers hold the capacity's layout, the
+// largest (every offset and the total grow with T and S), so any step's fits;
+// the arrays' addresses then depend on (T, S) and the stride only, which is
+// what a CUDA graph captures: a decode graph's bucket fixes T = S, and its
+// replays' steps have the captured sizes (Backend::BeginCapture's contract).
+//
 // The block table keeps its row stride, max_blocks_per_seq columns (a reserved
 // backend uses the capacity's, so the CUDA graphs captured over it read every
 // step with the same stride), but a step uploads only the columns its
 // sequences use: max over s of ceil(seq_lens[s] / block_size). At batch 256
 // with a 40,960-token model and 16-token blocks the whole table is 2.6 MB,
 // while a step whose contexts are 1,000 tokens uses 63 of its 2,560 columns.
-// The columns beyond stay as an earlier step left them: every kernel reads
-// only the columns below its sequence's context (positions < seq_len, which
+// The columns beyond hold whatever an earlier step left there (another
+// step's arrays, when its sizes differed): every kernel reads only the
+// columns below its sequence's context (positions < seq_len, which
 // ValidateStep holds), never the -1 padding of StepMetadata's host table.
 #pragma once
 
@@ -23,7 +34,7 @@
 namespace tpserve::cuda {
 
 // Byte offsets of the packed metadata for T tokens, S sequences and
-// max_blocks_per_seq block-table columns. The block table comes after the
+// max_blocks_per_seq block-table columns (the table's stride). The block table comes after the
 // per-token and per-sequence arrays, so that the first copy is one prefix
 // (or one prefix and one 2D copy of the used columns); the prefill attention's
 // query tiles (cuda/prefill_tiles.h) come last, in a second copy that only

@@ -1,9 +1,12 @@
-// BeginStep's upload plan (cuda/step_layout.h), on the CPU: only the block
-// table's used columns cross the bus, at the table's own row stride.
+// BeginStep's upload plan (cuda/step_layout.h), on the CPU: the arrays are
+// laid out for the step's own tokens and sequences, so the bytes that cross
+// the bus follow the step, not the reserved capacity; only the block table's
+// used columns cross, at the table's own row stride.
 #include "cuda/step_layout.h"
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <vector>
 
@@ -53,6 +56,49 @@ TEST(StepLayout, ReservedLayoutKeepsTheCapacityStride) {
   EXPECT_EQ(u.row_bytes, 2 * sizeof(int32_t));
   EXPECT_EQ(u.pitch_bytes, 64 * sizeof(int32_t));
   EXPECT_EQ(u.bytes(), layout.tables + 2 * 2 * sizeof(int32_t));
+}
+
+// What BeginStep copies for a step of T tokens and S sequences whose
+// contexts use `used` block-table columns of `stride` (its layout is the
+// step's own: StepLayout(T, S, stride)).
+size_t UploadedBytes(size_t T, size_t S, size_t stride, size_t used) {
+  return PlanStepUpload(StepLayout(T, S, stride), S, stride, used).bytes();
+}
+
+TEST(StepLayout, UploadedBytesFollowTheStepNotTheCapacity) {
+  // gpu_bench's decode engine: 8,192 tokens and 256 sequences reserved; a
+  // 2,048-token model in blocks of 16 (128 columns).
+  const size_t stride = 2048 / 16;
+  const StepLayout capacity(8192, 256, stride);
+  // A batch-1 decode at context 512 (32 columns): its token id, position,
+  // slot and sequence index and its logits index (each padded to 8 bytes),
+  // then its 32 block ids. The capacity's arrays alone were 8192 x 20 + 256 x 4.
+  EXPECT_EQ(UploadedBytes(1, 1, stride, 32), 8 + 8 + 8 + 8 + 8 + 32 * sizeof(int32_t));
+  EXPECT_EQ(capacity.tables, 8192 * 20 + 256 * 4u) << "what a step copied before it had its own layout";
+  // Each decode sequence more adds its 20 bytes of token arrays, its logits
+  // index and its used columns; padding to 8 bytes aside, nothing else.
+  for (size_t S : {2, 8, 64, 256}) {
+    const size_t arrays = 8 * S + 3 * ((4 * S + 7) / 8 * 8) + (4 * S + 7) / 8 * 8;
+    EXPECT_EQ(UploadedBytes(S, S, stride, 32), arrays + S * 32 * sizeof(int32_t)) << "batch " << S;
+  }
+  // A prefill step of 1,000 tokens of one sequence: 20 bytes a token.
+  EXPECT_EQ(UploadedBytes(1000, 1, stride, 63), 8000 + 3 * 4000 + 8 + 63 * sizeof(int32_t));
+}
+
+TEST(StepLayout, EveryStepFitsTheCapacitysLayout) {
+  // A reserved backend's buffers hold StepLayout(capacity) bytes; every step
+  // within the capacity lays out inside them, its table rows included.
+  const size_t Tcap = 300, Scap = 40, stride = 17;
+  const size_t total = StepLayout(Tcap, Scap, stride).total;
+  for (size_t T = 0; T <= Tcap; T += 7) {
+    for (size_t S = 0; S <= std::min(T, Scap); S += 3) {
+      for (size_t columns : {size_t{1}, stride}) {
+        const StepLayout l(T, S, columns);
+        EXPECT_LE(l.total, total) << T << " tokens, " << S << " sequences";
+        EXPECT_LE(l.tables + S * columns * sizeof(int32_t), l.tiles);
+      }
+    }
+  }
 }
 
 TEST(StepLayout, OffsetsAreAlignedAndOrdered) {
