@@ -329,8 +329,13 @@ class CudaBackend final : public Backend {
     a.out = Bf(out);
     const int64_t first_decode = s.num_tokens - s.num_decode_tokens;
     if (AttendDecodeRows(a, first_decode)) {  // the fast decode kernel took the decode rows
-      a.num_tokens = first_decode;            // the prefill rows
-      Launched("Attention", cuda::LaunchPagedAttention(a, stream_));
+      // The prefill rows of a mixed step (most prefill steps under continuous
+      // batching): the tensor-core prefill kernel where it covers them, else
+      // the reference kernel.
+      if (first_decode > 0 && !AttendPrefillRows(a, first_decode)) {
+        a.num_tokens = first_decode;
+        Launched("Attention", cuda::LaunchPagedAttention(a, stream_));
+      }
       return;
     }
     // Reference kernels. Decode rows (the last num_decode_tokens, one query row each) take the

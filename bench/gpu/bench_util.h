@@ -31,6 +31,9 @@ struct Sizes {
   int warmup = 3, iters = 20;                // model and attention timings
   std::vector<int32_t> attention_contexts{512, 1024, 4096, 8192, 32768}, attention_batches{1, 8, 64, 256};
   std::vector<int32_t> prefill_attention_prompts{512, 2048, 8192};
+  // Mixed steps (continuous batching: one prompt chunk beside running
+  // decodes): the prompt lengths above with this many decodes of this context.
+  int mixed_decodes = 64, mixed_decode_context = 1024;
   std::vector<int32_t> variant_contexts{1024, 4096, 8192, 32768};  // the decode variants' section
   int variant_batch = 64;
   std::vector<int> decode_batches{1, 8, 64, 256};
@@ -67,6 +70,7 @@ struct Sizes {
     z.copy_bytes = size_t{1} << 20, z.gemm_n = 64, z.warmup = 0, z.iters = 1;
     z.attention_contexts = {600}, z.attention_batches = {1, 2};  // two 512-key partitions
     z.prefill_attention_prompts = {70};                          // two 64-row query tiles
+    z.mixed_decodes = 3, z.mixed_decode_context = 600;
     z.variant_contexts = {600}, z.variant_batch = 2;
     z.decode_batches = {1, 3}, z.decode_prompt = 20, z.decode_steps = 3;
     z.prefills = {{1, 24}, {2, 16}};

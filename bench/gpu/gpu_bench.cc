@@ -34,7 +34,10 @@
 //     SiluMul, both on the fast set;
 //   * prefill attention of one prompt (512, 2048, 8192 tokens; Qwen3-0.6B's
 //     attention geometry, one layer): the tensor-core kernel (fast kernel
-//     set) against the reference kernel, in causal attention TFLOP/s;
+//     set) against the reference kernel, in causal attention TFLOP/s; and the
+//     same prompts in mixed steps beside 64 decodes of 1024 keys (both sets
+//     after Reserve: the fast set's prompt rows through the tensor-core
+//     kernel, its decode rows through the fast decode kernel), in ms;
 //   * the GPU sampler at batch 1, 8, 64, vocabulary 151,936, temperature 0.6 +
 //     top-p 0.9 (issue 12's target: <= 15 us at batch 1 on an H200): the
 //     sliced kernels (fast set, cuda/sampling_sliced.cuh) against the

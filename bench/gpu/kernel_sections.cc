@@ -464,45 +464,104 @@ bool SamplerSection(const Sizes& z, std::ostream& table) {
   return true;
 }
 
+// A mixed step: one prompt of `prompt` tokens from position 0 (blocks 0, 1,
+// ...), then `decodes` decode sequences of context `context` on the blocks
+// after it.
+StepBatch MixedBenchStep(int32_t prompt, int32_t decodes, int32_t context) {
+  std::vector<std::vector<int32_t>> ids(static_cast<size_t>(decodes) + 1), tables(ids.size());
+  std::vector<StepSequence> seqs;
+  int32_t next_block = 0;
+  for (size_t s = 0; s < ids.size(); ++s) {
+    const int32_t len = s == 0 ? prompt : context, n = s == 0 ? prompt : 1;
+    for (int32_t pos = len - n; pos < len; ++pos) ids[s].push_back((static_cast<int32_t>(s) * 7919 + pos * 31) % 30000);
+    for (int32_t b = 0; b < (len + kBlockSize - 1) / kBlockSize; ++b) tables[s].push_back(next_block++);
+    seqs.push_back({ids[s], len - n, tables[s]});
+  }
+  absl::StatusOr<StepBatch> step = StepBatch::Build(seqs, kBlockSize);
+  TPSERVE_CHECK(step.ok(), "MixedBenchStep: ", step.status().message());
+  return *std::move(step);
+}
+
 // Prefill attention of one layer with Qwen3-0.6B's geometry (Hq 16, Hkv 8, hd
 // 128, blocks of 16): one prompt of P tokens from position 0, the fast kernel
 // set (the tensor-core prefill kernel, cuda/prefill_attention.cuh) against the
 // reference set (one block per token and KV head). TFLOP/s counts the causal
 // work: Q·Kᵀ and P·V over P·(P+1)/2 (query, key) pairs, 4 · Hq · hd FLOPs each.
+// Then the same prompts in mixed steps, beside Sizes::mixed_decodes decodes
+// of Sizes::mixed_decode_context keys (both sets after Reserve, as served):
+// the fast set's prompt rows go through the tensor-core kernel and its
+// decode rows through the fast decode kernel in the same Attention call; the
+// reference set runs its prefill kernel and its split decode kernel.
 // The cache is zeros: the kernels' work does not depend on the values.
 bool PrefillAttentionSection(const Sizes& z, std::ostream& table) {
   const AttentionShape shape{16, 8, 128};
   const int32_t max_prompt =
       *std::max_element(z.prefill_attention_prompts.begin(), z.prefill_attention_prompts.end());
+  const int32_t decodes = z.mixed_decodes, decode_ctx = z.mixed_decode_context;
+  const int64_t max_tokens = max_prompt + decodes;
   std::unique_ptr<Backend> reference = MakeCudaBackend(0, cuda::KernelSet::kReference),
                            fast = MakeCudaBackend(0, cuda::KernelSet::kFast);
-  const int64_t num_blocks = (max_prompt + kBlockSize - 1) / kBlockSize;
+  StepCapacity capacity;
+  capacity.max_tokens = max_tokens;
+  capacity.max_seqs = decodes + 1;
+  capacity.max_context = std::max(max_prompt, decode_ctx);
+  capacity.block_size = kBlockSize;
+  capacity.max_query_heads = shape.num_heads;
+  capacity.max_head_dim = shape.head_dim;
+  for (Backend* b : {reference.get(), fast.get()}) {
+    if (absl::Status st = b->Reserve(capacity); !st.ok()) {
+      table << "\nprefill attention: Reserve failed on " << b->name() << ": " << st.ToString() << "\n";
+      return false;
+    }
+  }
+  const int64_t num_blocks =
+      (max_prompt + kBlockSize - 1) / kBlockSize + int64_t{decodes} * ((decode_ctx + kBlockSize - 1) / kBlockSize);
   Buffer k = fast->Allocate(DType::kBF16, {num_blocks, kBlockSize, shape.num_kv_heads, shape.head_dim});
   Buffer v = fast->Allocate(DType::kBF16, {num_blocks, kBlockSize, shape.num_kv_heads, shape.head_dim});
-  Buffer qkv = fast->Allocate(DType::kBF16, {max_prompt, shape.qkv_width()});
-  Buffer out = fast->Allocate(DType::kBF16, {max_prompt, int64_t{shape.num_heads} * shape.head_dim});
+  Buffer qkv = fast->Allocate(DType::kBF16, {max_tokens, shape.qkv_width()});
+  Buffer out = fast->Allocate(DType::kBF16, {max_tokens, int64_t{shape.num_heads} * shape.head_dim});
   fast->Synchronize();
   const KvCacheLayer layer{k.tensor(), v.tensor()};
-  table << "\n## Prefill attention: tensor-core kernel (fast set) vs reference kernel\n\nOne layer, one prompt, Hq 16,"
-        << " Hkv 8, hd 128, block size 16; causal FLOPs (4 · Hq · hd per visible query-key pair) / time.\n\n"
-        << "| prompt | reference | tensor-core | speed-up | reference TFLOP/s | tensor-core TFLOP/s |\n"
-        << "|---|---|---|---|---|---|\n";
-  for (int32_t prompt : z.prefill_attention_prompts) {
-    const StepBatch step = BenchStep(1, prompt, prompt);
-    const Tensor q = qkv.tensor().Rows(0, prompt), o = out.tensor().Rows(0, prompt);
-    double seconds[2] = {0, 0};
+  // Seconds per Attention call of `step` on the reference set [0] and the fast set [1].
+  const auto time_both = [&](const StepBatch& step, int32_t max_position, double (&seconds)[2]) {
+    const int64_t T = step.view().num_tokens();
+    const Tensor q = qkv.tensor().Rows(0, T), o = out.tensor().Rows(0, T);
     for (int which = 0; which < 2; ++which) {
       Backend& b = which == 0 ? *reference : *fast;
-      if (absl::Status st = b.BeginStep(step.view(), num_blocks, kBlockSize, max_prompt); !st.ok()) {
+      if (absl::Status st = b.BeginStep(step.view(), num_blocks, kBlockSize, max_position); !st.ok()) {
         table << "BeginStep failed: " << st.ToString() << "\n";
         return false;
       }
       seconds[which] = TimeIt([&] { b.Attention(q, shape, layer, 0.088f, o); }, z.warmup, z.smoke ? 1 : 20);
     }
+    return true;
+  };
+  table << "\n## Prefill attention: tensor-core kernel (fast set) vs reference kernel\n\nOne layer, one prompt, Hq 16,"
+        << " Hkv 8, hd 128, block size 16; causal FLOPs (4 · Hq · hd per visible query-key pair) / time.\n\n"
+        << "| prompt | reference | tensor-core | speed-up | reference TFLOP/s | tensor-core TFLOP/s |\n"
+        << "|---|---|---|---|---|---|\n";
+  for (int32_t prompt : z.prefill_attention_prompts) {
+    double seconds[2] = {0, 0};
+    if (!time_both(BenchStep(1, prompt, prompt), max_prompt, seconds)) return false;
     const double flops = 4.0 * shape.num_heads * shape.head_dim * (double(prompt) * (prompt + 1) / 2);
     char line[256];
     std::snprintf(line, sizeof line, "| %d | %.3f ms | %.3f ms | %.2f | %.1f | %.1f |\n", prompt, seconds[0] * 1e3,
                   seconds[1] * 1e3, seconds[0] / seconds[1], flops / seconds[0] / 1e12, flops / seconds[1] / 1e12);
+    table << line;
+  }
+  table << "\n## Mixed steps: one prompt beside " << decodes << " decodes of " << decode_ctx << " keys\n\n"
+        << "One Attention call per step, both sets after Reserve: the fast set's prompt rows through the tensor-core"
+        << " prefill kernel and its decode rows through the fast decode kernel; the reference set's through its"
+        << " prefill and split decode kernels.\n\n| prompt | decodes x context | reference | fast | speed-up |\n"
+        << "|---|---|---|---|---|\n";
+  for (int32_t prompt : z.prefill_attention_prompts) {
+    double seconds[2] = {0, 0};
+    if (!time_both(MixedBenchStep(prompt, decodes, decode_ctx), std::max(max_prompt, decode_ctx), seconds)) {
+      return false;
+    }
+    char line[256];
+    std::snprintf(line, sizeof line, "| %d | %d x %d | %.3f ms | %.3f ms | %.2f |\n", prompt, decodes, decode_ctx,
+                  seconds[0] * 1e3, seconds[1] * 1e3, seconds[0] / seconds[1]);
     table << line;
   }
   return true;

@@ -9,7 +9,12 @@
 //   * the CUDA backend's Attention op under the fast kernel set (with and
 //     without Reserve, whose fixed step layout holds the tiles) against the
 //     CPU backend and the reference kernel set, on prefill-only and mixed
-//     prefill + decode steps.
+//     prefill + decode steps;
+//   * a mixed step whose decode rows the fast decode kernel takes: its
+//     prefill rows still go through the tensor-core kernel (bit for bit the
+//     prefill-only step's rows, not the reference kernel's), within the
+//     derived attention bound (cuda_test::HostAttentionRowBounded) of the
+//     reference set and the CPU.
 // Head dims 64 and 128; GQA groups 1, 2, 4, 8; block sizes 16 and 32, so page
 // boundaries fall inside the 64-row query tiles and 64-key K/V tiles; prompt
 // lengths 1 .. kLongPrefill. Built twice: label gpu (skips without a device)
@@ -398,6 +403,89 @@ TEST_F(PrefillAttentionBackendTest, PrefillAndMixedStepsMatchCpuAndReferenceKern
     parts.push_back({lens[5], 1, blocks[5]});
     RunAndCompare(parts, static_cast<int32_t>(prefills.size()), g, "mixed " + Describe(g));
     if (HasFatalFailure()) return;
+  }
+}
+
+// StoreKv + Attention of `step` on `b` over the caches `k`, `v` ([num_blocks,
+// bs, Hkv, hd]) and the step's q/k/v rows `qkv`: the output rows.
+std::vector<float> StepAttention(Backend& b, const StepBatch& step, const Geometry& g, int64_t num_blocks,
+                                 const std::vector<float>& k, const std::vector<float>& v,
+                                 const std::vector<float>& qkv) {
+  const AttentionShape shape{g.hq, g.hkv, g.hd};
+  const int64_t T = step.view().num_tokens();
+  EXPECT_TRUE(b.BeginStep(step.view(), num_blocks, g.block_size, 8192).ok()) << b.name();
+  Buffer kb = Upload(b, k, {num_blocks, g.block_size, g.hkv, g.hd});
+  Buffer vb = Upload(b, v, {num_blocks, g.block_size, g.hkv, g.hd});
+  Buffer q = Upload(b, std::vector<float>(qkv.begin(), qkv.begin() + T * shape.qkv_width()), {T, shape.qkv_width()});
+  const KvCacheLayer cache{kb.tensor(), vb.tensor()};
+  Buffer out = Output(b, {T, int64_t{g.hq} * g.hd});
+  b.StoreKv(q, shape, cache);
+  b.Attention(q, shape, cache, 1.f / std::sqrt(static_cast<float>(g.hd)), out.tensor());
+  return Download(b, out);
+}
+
+// A mixed step (prefills, then decodes the fast decode kernel covers) on the
+// fast set, with and without Reserve: its prefill rows are those of the
+// prefill-only step bit for bit (the tensor-core kernel's rows do not depend
+// on the rest of the step) and not the reference kernel's (which rounds
+// differently: P is bf16 on the tensor cores), so a mixed step that fell back
+// to the reference kernel fails here; every element is within its derived
+// bound (HostAttentionRowBounded) of the reference set and the CPU.
+TEST_F(PrefillAttentionBackendTest, MixedStepPrefillRowsTakeTheTensorCoreKernel) {
+  SEED_TRACE();
+  for (const Geometry& g : Geometries()) {
+    const std::string what = Describe(g);
+    const std::vector<Prefill> prefills = {{0, kLong}, {20, 45}};
+    const std::vector<int32_t> lens = {kLong, 65, 9, kLong + 40};  // the prefills, then two decodes
+    int64_t num_blocks = 3;
+    for (int32_t len : lens) num_blocks += (len + g.block_size - 1) / g.block_size;
+    const auto blocks = DealBlocks(lens, g.block_size, num_blocks, rng_);
+    std::vector<SeqPart> prefill_parts, mixed_parts;
+    for (size_t i = 0; i < prefills.size(); ++i) prefill_parts.push_back({lens[i], prefills[i].n, blocks[i]});
+    mixed_parts = prefill_parts;
+    mixed_parts.push_back({lens[2], 1, blocks[2]});
+    mixed_parts.push_back({lens[3], 1, blocks[3]});
+    StepBatch prefill_only = RandomStep(prefill_parts, g.block_size, rng_, 100);
+    prefill_only.mutable_arrays().num_prefill_seqs = 2;
+    prefill_only.mutable_arrays().num_decode_seqs = 0;
+    StepBatch mixed = RandomStep(mixed_parts, g.block_size, rng_, 100);
+    mixed.mutable_arrays().num_prefill_seqs = 2;
+    mixed.mutable_arrays().num_decode_seqs = 2;
+    const int64_t T = mixed.view().num_tokens(), P = prefill_only.view().num_tokens(), w = int64_t{g.hq} * g.hd;
+    const AttentionShape shape{g.hq, g.hkv, g.hd};
+    const std::vector<float> k = RandomBf16(rng_, num_blocks * g.block_size * g.hkv * g.hd);
+    const std::vector<float> v = RandomBf16(rng_, num_blocks * g.block_size * g.hkv * g.hd);
+    const std::vector<float> qkv = RandomBf16(rng_, T * shape.qkv_width());
+
+    std::unique_ptr<Backend> cpu = MakeCpuBackend(), reference = MakeCudaBackend(0, cuda::KernelSet::kReference),
+                             fast = MakeCudaBackend(0, cuda::KernelSet::kFast),
+                             reserved = MakeCudaBackend(0, cuda::KernelSet::kFast);
+    StepCapacity capacity;
+    capacity.max_tokens = 4 * kLong;
+    capacity.max_seqs = 16;
+    capacity.max_context = 4 * kLong;
+    capacity.block_size = g.block_size;
+    capacity.max_query_heads = g.hq;
+    capacity.max_head_dim = g.hd;
+    ASSERT_TRUE(reserved->Reserve(capacity).ok()) << what;
+    const std::vector<float> want = StepAttention(*cpu, mixed, g, num_blocks, k, v, qkv);
+    const std::vector<float> ref = StepAttention(*reference, mixed, g, num_blocks, k, v, qkv);
+    const cuda_test::AttentionBounded exact = cuda_test::HostStepAttention(
+        mixed_parts, g.block_size, shape, qkv, k, v, 1.f / std::sqrt(static_cast<float>(g.hd)), /*store_kv=*/true);
+    const std::vector<double> vs_cpu = cuda_test::Plus(exact.gpu, exact.cpu), vs_kernel = cuda_test::Plus(exact.gpu, exact.gpu);
+    const std::vector<float> tensor_core = StepAttention(*fast, prefill_only, g, num_blocks, k, v, qkv);
+    ASSERT_EQ(static_cast<int64_t>(tensor_core.size()), P * w) << what;
+    for (Backend* b : {fast.get(), reserved.get()}) {
+      const std::vector<float> got = StepAttention(*b, mixed, g, num_blocks, k, v, qkv);
+      const std::string which = b == fast.get() ? " fast" : " fast after Reserve";
+      cuda_test::ExpectWithinBound(got, want, vs_cpu, "mixed step vs CPU, " + what + which);
+      cuda_test::ExpectWithinBound(got, ref, vs_kernel, "mixed step vs reference kernels, " + what + which);
+      const std::vector<float> prefill_rows(got.begin(), got.begin() + P * w);
+      EXPECT_TRUE(prefill_rows == tensor_core) << what << which << ": the mixed step's prefill rows are not the "
+                                               << "tensor-core kernel's";
+      EXPECT_FALSE(std::equal(prefill_rows.begin(), prefill_rows.end(), ref.begin()))
+          << what << which << ": the mixed step's prefill rows are the reference kernel's";
+    }
   }
 }
 
