@@ -76,6 +76,7 @@ class CudaBackend final : public Backend {
     if (step_host_) cudaFreeHost(step_host_);
     if (cublas_workspace_) cudaFree(cublas_workspace_);
     if (attention_workspace_) cudaFree(attention_workspace_);
+    if (decode_arrivals_) cudaFree(decode_arrivals_);
     cudaEventDestroy(upload_done_);
     cudaStreamDestroy(stream_);
   }
@@ -516,6 +517,9 @@ class CudaBackend final : public Backend {
   // Split decode attention (ReserveAttentionWorkspace); none until Reserve.
   float* attention_workspace_ = nullptr;
   size_t attention_workspace_floats_ = 0;
+  // The fast decode kernel's arrival counters, [decode rows, Hkv <= Hq],
+  // zeroed at Reserve and left zero by every launch (cuda/decode_attention.cuh).
+  uint32_t* decode_arrivals_ = nullptr;
   int attention_partitions_ = 0;  // partitions of the longest reserved context
 };
 
@@ -551,11 +555,13 @@ absl::Status CudaBackend::ReserveAttentionWorkspace() {
     floats = std::max(floats, cuda::SplitDecodeWorkspaceFloats(partials, capacity_.max_query_heads,
                                                                capacity_.max_head_dim, 1));
   }
-  if (attention_workspace_) {
-    CUDA_CHECK(cudaStreamSynchronize(stream_));  // earlier steps may still read it
-    CUDA_CHECK(cudaFree(attention_workspace_));
+  if (attention_workspace_ || decode_arrivals_) {
+    CUDA_CHECK(cudaStreamSynchronize(stream_));  // earlier steps may still read them
+    if (attention_workspace_) CUDA_CHECK(cudaFree(attention_workspace_));
+    if (decode_arrivals_) CUDA_CHECK(cudaFree(decode_arrivals_));
   }
   attention_workspace_ = nullptr;
+  decode_arrivals_ = nullptr;
   attention_workspace_floats_ = 0;
   attention_partitions_ = 0;
   if (floats == 0) return absl::OkStatus();
@@ -567,6 +573,19 @@ absl::Status CudaBackend::ReserveAttentionWorkspace() {
         "workspace (", rows, " decode tokens x ", capacity_.max_query_heads, " heads x ", partitions,
         " partitions of ", cuda::kDecodePartitionSize, " tokens x (", capacity_.max_head_dim, " + 2) floats) failed: ",
         cudaGetErrorString(err), "; lower --max-num-seqs or --max-model-len"));
+  }
+  if (kernels_ == cuda::KernelSet::kFast) {  // one counter per (decode row, KV head), zero between launches
+    const size_t bytes = static_cast<size_t>(rows) * static_cast<size_t>(capacity_.max_query_heads) * sizeof(uint32_t);
+    void* counters = nullptr;
+    if (cudaError_t err = cudaMalloc(&counters, bytes); err != cudaSuccess) {
+      cudaGetLastError();
+      cudaFree(ws);
+      return absl::ResourceExhaustedError(absl::StrCat("CudaBackend::Reserve: cudaMalloc of ", bytes,
+                                                       " bytes of decode attention counters failed: ",
+                                                       cudaGetErrorString(err)));
+    }
+    CUDA_CHECK(cudaMemsetAsync(counters, 0, bytes, stream_));
+    decode_arrivals_ = static_cast<uint32_t*>(counters);
   }
   attention_workspace_ = static_cast<float*>(ws);
   attention_workspace_floats_ = floats;
@@ -589,12 +608,15 @@ bool CudaBackend::AttendDecodeRows(const cuda::PagedAttentionArgs& a, int64_t fi
   in.context = capturing_ && reserved > 0 ? reserved : int64_t{step_.max_token_position} + 1;
   in.sm_count = multiprocessors_;
   in.blocks_per_sm = cuda::FastDecodeBlocksPerSm(a.head_dim, a.num_heads / a.num_kv_heads);
+  in.block_keys = cuda::FastDecodeBlockKeys(a.head_dim, a.num_heads / a.num_kv_heads);
   cuda::DecodePlan plan = cuda::PlanDecode(in);
-  if (cuda::FastDecodeWorkspaceFloats(n, a.num_heads, a.head_dim, plan) > attention_workspace_floats_) {
+  if (cuda::FastDecodeWorkspaceFloats(n, a.num_heads, a.head_dim, plan) > attention_workspace_floats_ ||
+      decode_arrivals_ == nullptr) {
     plan.splits = 1;  // no (or too small a) workspace: one block per (token, KV head), no partials
   }
   Launched("Attention", cuda::LaunchFastDecodeAttention(a, first_decode, plan, attention_workspace_,
-                                                        attention_workspace_floats_, stream_, programmatic_));
+                                                        attention_workspace_floats_, decode_arrivals_, stream_,
+                                                        programmatic_));
   return true;
 }
 

@@ -36,6 +36,7 @@ struct DecodeLaunch {
   int64_t num_decode;   // n
   DecodePlan plan;
   float* workspace;     // CarveWorkspace(n, Hq, hd, plan.splits) when plan.splits > 1
+  uint32_t* arrivals;   // [n, Hkv] busy blocks of each (token, KV head) done so far; zero between launches
 };
 
 // Where a block of kernel 1 is: decode token i (step row t), KV head, split
@@ -164,11 +165,55 @@ struct BlockPartials {
   float out[S::kGroup][S::kPartials][S::kHeadDim];  // normalised rows
 };
 
+// The last block of a (token, KV head): merges the `used` partials of each of
+// its G query heads (attention_merge.h; split z of head h is workspace row
+// (i · Hq + h) · splits + z) into the bf16 output, in split order whichever
+// block arrived last, so the bits do not depend on the order blocks finish.
+// Contains __syncthreads: call from every thread.
+template <class S>
+__device__ void MergeSplits(const PagedAttentionArgs& a, const DecodeLaunch& l, const DecodeBlock& b,
+                            const SplitWorkspace& ws, BlockPartials<S>& sm) {
+  constexpr int G = S::kGroup, HD = S::kHeadDim;
+  TPSERVE_SHARED_ARRAY(float, weight, kDecodeMaxSplits);  // w_p / Σ w of the head being merged
+  const int splits = l.plan.splits, used = b.used;
+  const int64_t row0 = (b.i * a.num_heads + int64_t{b.kvh} * G) * splits;  // head g's split z: row0 + g · splits + z
+  __nv_bfloat16* out_row = a.out + b.t * int64_t{a.num_heads} * HD + int64_t{b.kvh} * G * HD;
+  if (threadIdx.x < G) {  // head g's union stats (MergeStats, loading from L2)
+    const int64_t first = row0 + int64_t{threadIdx.x} * splits;
+    float m = -CUDART_INF_F;
+    for (int p = 0; p < used; ++p) {
+      const float mp = __ldcg(ws.max + first + p), sp = __ldcg(ws.sum + first + p);
+      if (sp > 0.f && mp > m) m = mp;
+    }
+    float total = 0.f;
+    for (int p = 0; p < used; ++p) total += PartialWeight(__ldcg(ws.max + first + p), __ldcg(ws.sum + first + p), m);
+    sm.total_max[threadIdx.x] = m;
+    sm.total_sum[threadIdx.x] = total;
+  }
+  for (int g = 0; g < G; ++g) {
+    __syncthreads();  // the stats are there; `weight` is free again
+    const int64_t first = row0 + int64_t{g} * splits;
+    const float inv_total = sm.total_sum[g] > 0.f ? 1.f / sm.total_sum[g] : 0.f;
+    for (int p = threadIdx.x; p < used; p += kThreads) {
+      weight[p] = PartialWeight(__ldcg(ws.max + first + p), __ldcg(ws.sum + first + p), sm.total_max[g]) * inv_total;
+    }
+    __syncthreads();
+    for (int d = threadIdx.x; d < HD; d += kThreads) {
+      float o = 0.f;
+      for (int p = 0; p < used; ++p) {
+        if (weight[p] > 0.f) o += weight[p] * __ldcg(ws.out + (first + p) * HD + d);  // an empty partial's row is never read
+      }
+      out_row[int64_t{g} * HD + d] = __float2bfloat16(o);
+    }
+  }
+}
+
 // Merges the partials the block's threads stored in `sm` and writes the
 // block's result: the bf16 output rows of its G query heads when its token's
-// context used one block (no combine runs), else the block's partial (row
-// (i · Hq + h) · splits + z) in the workspace. Contains __syncthreads: call
-// from every thread.
+// context used one block, else the block's partial (row (i · Hq + h) · splits
+// + z) in the workspace, after which the last of the token's busy blocks to
+// finish merges them all (MergeSplits): no combine kernel. Contains
+// __syncthreads: call from every thread.
 template <class S>
 __device__ void MergeAndWrite(const PagedAttentionArgs& a, const DecodeLaunch& l, const DecodeBlock& b,
                               BlockPartials<S>& sm) {
@@ -206,6 +251,11 @@ __device__ void MergeAndWrite(const PagedAttentionArgs& a, const DecodeLaunch& l
       }
     }
   }
+  // `direct` is uniform over the block; the last busy block of the (token,
+  // KV head) to arrive merges (reduce.cuh's LastBlockToArrive).
+  uint32_t* counter = l.arrivals + b.i * a.num_kv_heads + b.kvh;
+  if (direct || !LastBlockToArrive(counter, static_cast<uint32_t>(b.used))) return;
+  MergeSplits<S>(a, l, b, ws, sm);
 }
 
 // The subgroup's softmax partial into the block's shared partials (row `sub`).
@@ -224,7 +274,7 @@ __device__ void StashPartial(const OnlineSoftmax<S>& st, int sub, int slice, Blo
 }
 
 // grid: x = decode token i, y = KV head, z = split (decode_plan.h).
-// May be a programmatic launch (as the combine kernel): waits before anything
+// May be a programmatic launch: waits before anything
 // but the step's metadata and the first keys' L2 prefetch.
 template <class S>
 __global__ void __launch_bounds__(kThreads) FastDecodeKernel(PagedAttentionArgs a, DecodeLaunch l) {
@@ -285,6 +335,10 @@ __global__ void __launch_bounds__(kThreads) FastDecodeKernel(PagedAttentionArgs 
 // ---- the tensor-core variant (DecodeVariant::kMma, decode_attention.cuh) ----
 
 constexpr int kWarps = kThreads / kWarpSize;
+// Blocks of the tensor-core kernel per SM its registers must allow
+// (__launch_bounds__): 3 caps them at 168 a thread (65,536 / (3 x 128),
+// in allocation units), 12 warps per SM where 180 registers held 8.
+constexpr int kMmaBlocksPerSm = 3;
 constexpr int kChunkKeys = 16;  // keys of a chunk: the k of one p·v mma, two n-tiles of q·k
 
 template <int HD, int G>
@@ -320,9 +374,10 @@ struct ChunkLoads {
   uint4 v[4][S::kSlabsV];  // keys c0 + 2t, + 1, + 8, + 9 (p·v k rows); dims 64s + 8g .. + 7
 };
 
+// A chunk's K loads: keys c0 + g and c0 + 8 + g, lane (g, t).
 template <class S>
-__device__ __forceinline__ void LoadChunk(const __nv_bfloat16* k_head, const __nv_bfloat16* v_head, int64_t kv_row,
-                                          const int32_t* table, int block_size, int c0, int end, ChunkLoads<S>& in) {
+__device__ __forceinline__ void LoadChunkK(const __nv_bfloat16* k_head, int64_t kv_row, const int32_t* table,
+                                           int block_size, int c0, int end, ChunkLoads<S>& in) {
   const int lane = threadIdx.x % kWarpSize, g = lane / 4, t = lane % 4;
 #pragma unroll
   for (int n = 0; n < 2; ++n) {
@@ -331,6 +386,13 @@ __device__ __forceinline__ void LoadChunk(const __nv_bfloat16* k_head, const __n
 #pragma unroll
     for (int m = 0; m < S::kSlabsK; ++m) in.k[n][m] = row ? LoadBf16x8(row + 32 * m + 8 * t, 0) : uint4{};
   }
+}
+
+// Its V loads: keys c0 + 2t, + 1, + 8, + 9, lane (g, t).
+template <class S>
+__device__ __forceinline__ void LoadChunkV(const __nv_bfloat16* v_head, int64_t kv_row, const int32_t* table,
+                                           int block_size, int c0, int end, ChunkLoads<S>& in) {
+  const int lane = threadIdx.x % kWarpSize, g = lane / 4, t = lane % 4;
 #pragma unroll
   for (int r = 0; r < 4; ++r) {
     const int key = c0 + 2 * t + (r & 1) + 8 * (r >> 1);
@@ -340,6 +402,38 @@ __device__ __forceinline__ void LoadChunk(const __nv_bfloat16* k_head, const __n
   }
 }
 
+// A warp's place in its block's keys: steps of kWarpKeys keys at
+// c0 = begin + warp · kWarpKeys, + kWarps · kWarpKeys, ... of each partition
+// [begin, end) the block owns (z, z + splits, ...; decode_plan.h), partition
+// after partition. Warp-uniform.
+struct WarpCursor {
+  int part;  // the partition of the step
+  int c0;    // its first key
+  int end;   // the partition's end
+};
+
+// From cursor.part on, the first partition that reaches `offset` keys past
+// its start: the warp's step there. False when none is left.
+__device__ __forceinline__ bool SeekPartition(WarpCursor& c, const DecodeBlock& b, const DecodePlan& plan,
+                                              int offset) {
+  const int parts = DecodePartitions(b.ctx, plan);
+  for (; c.part < parts; c.part += plan.splits) {
+    const int begin = c.part * plan.partition_size;
+    c.end = min(b.ctx, begin + plan.partition_size);
+    c.c0 = begin + offset;
+    if (c.c0 < c.end) return true;
+  }
+  return false;
+}
+
+// The warp's next step after c (false when it has none left).
+template <class S>
+__device__ __forceinline__ bool NextStep(WarpCursor& c, const DecodeBlock& b, const DecodePlan& plan, int warp) {
+  c.c0 += kWarps * S::kWarpKeys;
+  if (c.c0 < c.end) return true;
+  c.part += plan.splits;
+  return SeekPartition(c, b, plan, warp * S::kWarpKeys);
+}
 // acc += row g of A · B for an A whose rows 8..15 are zero (a0, a2: the lane's
 // a[0], a[2]); D's rows 8..15 are dropped, so they hold no registers.
 __device__ __forceinline__ void MmaUpperRows(float (&acc)[2], uint32_t a0, uint32_t a2, uint32_t b0, uint32_t b1) {
@@ -352,19 +446,21 @@ __device__ __forceinline__ void MmaUpperRows(float (&acc)[2], uint32_t a0, uint3
 }
 
 // Scores of the chunk, scaled: s[n][i] = head g's score of key c0 + 8n + 2t + i
-// (−∞ past `end`). q[m]: the lane's 16-byte load of head g's dims 32m + 8t ..,
-// in the permuted k order of the K loads: chunk 2m is words (x, y), 2m + 1 (z, w).
+// (−∞ past `end`). q_frag[m · 32 + lane]: the lane's 16-byte load of head g's
+// dims 32m + 8t .. (shared memory, [kSlabsK, 32]), in the permuted k order of
+// the K loads: chunk 2m is words (x, y), 2m + 1 (z, w).
 template <class S>
-__device__ __forceinline__ void ScoreChunk(const uint4 (&q)[S::kSlabsK], const ChunkLoads<S>& in, float scale,
-                                           int c0, int end, float (&s)[2][2]) {
-  const int t = threadIdx.x % 4;
+__device__ __forceinline__ void ScoreChunk(const uint4* q_frag, const ChunkLoads<S>& in, float scale, int c0, int end,
+                                           float (&s)[2][2]) {
+  const int lane = threadIdx.x % kWarpSize, t = lane % 4;
 #pragma unroll
   for (int n = 0; n < 2; ++n) {
     float acc[2] = {0.f, 0.f};
 #pragma unroll
     for (int m = 0; m < S::kSlabsK; ++m) {
-      MmaUpperRows(acc, q[m].x, q[m].y, in.k[n][m].x, in.k[n][m].y);
-      MmaUpperRows(acc, q[m].z, q[m].w, in.k[n][m].z, in.k[n][m].w);
+      const uint4 qm = q_frag[m * kWarpSize + lane];
+      MmaUpperRows(acc, qm.x, qm.y, in.k[n][m].x, in.k[n][m].y);
+      MmaUpperRows(acc, qm.z, qm.w, in.k[n][m].z, in.k[n][m].w);
     }
 #pragma unroll
     for (int i = 0; i < 2; ++i) s[n][i] = c0 + 8 * n + 2 * t + i < end ? acc[i] * scale : -CUDART_INF_F;
@@ -441,7 +537,7 @@ __device__ void StashWarpPartial(const MmaSoftmax<S>& st, int warp, BlockPartial
 
 // grid: x = decode token i, y = KV head, z = split (as FastDecodeKernel).
 template <class S>
-__global__ void __launch_bounds__(kThreads) FastDecodeMmaKernel(PagedAttentionArgs a, DecodeLaunch l) {
+__global__ void __launch_bounds__(kThreads, kMmaBlocksPerSm) FastDecodeMmaKernel(PagedAttentionArgs a, DecodeLaunch l) {
   constexpr int G = S::kGroup, HD = S::kHeadDim;
   const DecodeBlock b = ThisDecodeBlock(a, l);
   PrefetchFirstKeys<HD>(a, b, l.plan);
@@ -456,59 +552,64 @@ __global__ void __launch_bounds__(kThreads) FastDecodeMmaKernel(PagedAttentionAr
   const __nv_bfloat16* k_head = a.k_cache + int64_t{b.kvh} * HD;
   const __nv_bfloat16* v_head = a.v_cache + int64_t{b.kvh} * HD;
 
-  uint4 q[S::kSlabsK];  // head g's A fragments (zero rows past the group)
+  // Head g's A fragments, lane by lane (zero rows past the group): the same
+  // for every warp, so in shared memory rather than 4 x kSlabsK registers a
+  // thread (what lets kMmaBlocksPerSm blocks fit without spilling). Warp 0
+  // writes them before the barrier.
+  TPSERVE_SHARED_ARRAY(uint4, q_frag, S::kSlabsK * kWarpSize);
   const __nv_bfloat16* q_row = a.qkv + b.t * width + int64_t{b.kvh * G + g} * HD;
+  if (warp == 0) {
 #pragma unroll
-  for (int m = 0; m < S::kSlabsK; ++m) q[m] = g < G ? LoadBf16x8(q_row + 32 * m + 8 * t, 0) : uint4{};
+    for (int m = 0; m < S::kSlabsK; ++m) {
+      q_frag[m * kWarpSize + lane] = g < G ? LoadBf16x8(q_row + 32 * m + 8 * t, 0) : uint4{};
+    }
+  }
+  __syncthreads();
   MmaSoftmax<S> st;
 #pragma unroll
   for (int nd = 0; nd < S::kNTiles; ++nd) st.o[nd][0] = st.o[nd][1] = 0.f;
   st.max = -CUDART_INF_F;
   st.sum = 0.f;
 
-  ForOwnedPartitions(b, l.plan, [&](int begin, int end) {
-    for (int c0 = begin + warp * S::kWarpKeys; c0 < end; c0 += kWarps * S::kWarpKeys) {  // warp-uniform
-      ChunkLoads<S> in[S::kChunks];
+  // The warp's steps, software pipelined: K rows of step n + 1 are requested
+  // once step n's scores are taken, V rows once its P · V is done, so a
+  // step's loads fly behind the previous step's math in the same registers.
+  WarpCursor cur{b.z, 0, 0};
+  bool more = SeekPartition(cur, b, l.plan, warp * S::kWarpKeys);
+  ChunkLoads<S> in[S::kChunks];
+  if (more) {
 #pragma unroll
-      for (int u = 0; u < S::kChunks; ++u) {  // every load issued before any is used
-        LoadChunk<S>(k_head, v_head, kv_row, table, a.block_size, c0 + u * kChunkKeys, end, in[u]);
-      }
-      float s[S::kChunks][2][2];
-#pragma unroll
-      for (int u = 0; u < S::kChunks; ++u) ScoreChunk<S>(q, in[u], a.scale, c0 + u * kChunkKeys, end, s[u]);
-      FoldScores<S>(s, st);
-#pragma unroll
-      for (int u = 0; u < S::kChunks; ++u) AccumulateChunk<S>(in[u], s[u], st);
+    for (int u = 0; u < S::kChunks; ++u) {
+      LoadChunkK<S>(k_head, kv_row, table, a.block_size, cur.c0 + u * kChunkKeys, cur.end, in[u]);
+      LoadChunkV<S>(v_head, kv_row, table, a.block_size, cur.c0 + u * kChunkKeys, cur.end, in[u]);
     }
-  });
+  }
+  while (more) {  // warp-uniform
+    WarpCursor next = cur;
+    const bool more_next = NextStep<S>(next, b, l.plan, warp);
+    float s[S::kChunks][2][2];
+#pragma unroll
+    for (int u = 0; u < S::kChunks; ++u) ScoreChunk<S>(q_frag, in[u], a.scale, cur.c0 + u * kChunkKeys, cur.end, s[u]);
+    if (more_next) {
+#pragma unroll
+      for (int u = 0; u < S::kChunks; ++u) {
+        LoadChunkK<S>(k_head, kv_row, table, a.block_size, next.c0 + u * kChunkKeys, next.end, in[u]);
+      }
+    }
+    FoldScores<S>(s, st);
+#pragma unroll
+    for (int u = 0; u < S::kChunks; ++u) AccumulateChunk<S>(in[u], s[u], st);
+    if (more_next) {
+#pragma unroll
+      for (int u = 0; u < S::kChunks; ++u) {
+        LoadChunkV<S>(v_head, kv_row, table, a.block_size, next.c0 + u * kChunkKeys, next.end, in[u]);
+      }
+    }
+    cur = next;
+    more = more_next;
+  }
   StashWarpPartial<S>(st, warp, sm);
   MergeAndWrite<S>(a, l, b, sm);
-}
-
-// grid: x = decode token i, y = query head. Merges the token's used partials.
-__global__ void __launch_bounds__(kThreads) FastDecodeCombineKernel(PagedAttentionArgs a, DecodeLaunch l) {
-  TPSERVE_GRID_DEPENDENCY_WAIT();
-  TPSERVE_GRID_DEPENDENTS_LAUNCH();
-  const int64_t i = blockIdx.x, t = l.first_token + i;
-  const int h = blockIdx.y, hd = a.head_dim, splits = l.plan.splits;
-  const int used = DecodeUsedSplits(a.positions[t] + 1, l.plan);
-  if (used == 1) return;  // the partition kernel wrote this token's output
-  TPSERVE_SHARED_ARRAY(float, weight, kDecodeMaxSplits);
-  const SplitWorkspace ws = CarveWorkspace(l.workspace, l.num_decode, a.num_heads, hd, splits);
-  const int64_t first = (i * a.num_heads + h) * splits;  // row of split 0
-  const SoftmaxStats<float> all = MergeStats(ws.max + first, ws.sum + first, used);
-  const float inv_total = all.sum > 0.f ? 1.f / all.sum : 0.f;
-  for (int p = threadIdx.x; p < used; p += blockDim.x) {
-    weight[p] = PartialWeight(ws.max[first + p], ws.sum[first + p], all.max) * inv_total;
-  }
-  __syncthreads();
-  for (int d = threadIdx.x; d < hd; d += blockDim.x) {
-    float o = 0.f;
-    for (int p = 0; p < used; ++p) {
-      if (weight[p] > 0.f) o += weight[p] * ws.out[(first + p) * hd + d];
-    }
-    a.out[t * int64_t{a.num_heads} * hd + int64_t{h} * hd + d] = __float2bfloat16(o);
-  }
 }
 
 dim3 PartitionGrid(const PagedAttentionArgs& a, const DecodeLaunch& l) {
@@ -539,6 +640,18 @@ const void* KernelOf(DecodeShape<HD, G>) {
 template <int HD, int G>
 const void* KernelOf(MmaShape<HD, G>) {
   return reinterpret_cast<const void*>(&FastDecodeMmaKernel<MmaShape<HD, G>>);
+}
+
+// Keys a block folds per iteration of its loop (FastDecodeBlockKeys): the
+// SIMT kernel's rows at once times the rows in flight, the tensor-core
+// kernel's warps times their keys per step.
+template <int HD, int G>
+int BlockKeys(DecodeShape<HD, G>) {
+  return DecodeShape<HD, G>::kRows * kInFlight;
+}
+template <int HD, int G>
+int BlockKeys(MmaShape<HD, G>) {
+  return kWarps * MmaShape<HD, G>::kWarpKeys;
 }
 
 template <class S>
@@ -632,17 +745,26 @@ size_t FastDecodeWorkspaceFloats(int64_t num_decode_tokens, int num_heads, int h
   return plan.splits > 1 ? SplitDecodeWorkspaceFloats(num_decode_tokens, num_heads, head_dim, plan.splits) : 0;
 }
 
+int FastDecodeBlockKeys(DecodeVariant variant, int head_dim, int group) {
+  return ForVariant(variant, head_dim, group, 0, [](auto shape) { return BlockKeys(shape); });
+}
+
+int FastDecodeBlockKeys(int head_dim, int group) {
+  return FastDecodeBlockKeys(FastDecodeVariant(head_dim, group), head_dim, group);
+}
+
 cudaError_t LaunchFastDecodeAttention(const PagedAttentionArgs& a, int64_t first_token, const DecodePlan& plan,
-                                      float* workspace, size_t workspace_floats, cudaStream_t stream,
-                                      bool programmatic) {
+                                      float* workspace, size_t workspace_floats, uint32_t* arrivals,
+                                      cudaStream_t stream, bool programmatic) {
   const DecodeVariant variant = a.num_kv_heads > 0 ? FastDecodeVariant(a.head_dim, a.num_heads / a.num_kv_heads)
                                                    : DecodeVariant::kSimt;  // refused below
-  return LaunchFastDecodeAttention(variant, a, first_token, plan, workspace, workspace_floats, stream, programmatic);
+  return LaunchFastDecodeAttention(variant, a, first_token, plan, workspace, workspace_floats, arrivals, stream,
+                                   programmatic);
 }
 
 cudaError_t LaunchFastDecodeAttention(DecodeVariant variant, const PagedAttentionArgs& a, int64_t first_token,
                                       const DecodePlan& plan, float* workspace, size_t workspace_floats,
-                                      cudaStream_t stream, bool programmatic) {
+                                      uint32_t* arrivals, cudaStream_t stream, bool programmatic) {
   const int64_t n = a.num_tokens - first_token;
   if (first_token < 0 || n < 0 || a.num_tokens > 0x7fffffff) return cudaErrorInvalidValue;
   if (n == 0) return cudaSuccess;
@@ -654,14 +776,12 @@ cudaError_t LaunchFastDecodeAttention(DecodeVariant variant, const PagedAttentio
     return cudaErrorInvalidValue;
   }
   const size_t need = FastDecodeWorkspaceFloats(n, a.num_heads, a.head_dim, plan);
-  if (need > 0 && (workspace == nullptr || workspace_floats < need)) return cudaErrorInvalidValue;
-  const DecodeLaunch l{first_token, n, plan, workspace};
-  const cudaError_t err = ForVariant(variant, a.head_dim, a.num_heads / a.num_kv_heads, cudaErrorNotSupported,
-                                     [&](auto shape) { return Launch(shape, a, l, stream, programmatic); });
-  if (err != cudaSuccess || plan.splits == 1) return err;
-  const dim3 heads(static_cast<unsigned>(n), static_cast<unsigned>(a.num_heads));
-  TPSERVE_LAUNCH_PDL(heads, kThreads, 0, stream, programmatic, FastDecodeCombineKernel)(a, l);
-  return cudaGetLastError();
+  if (need > 0 && (workspace == nullptr || workspace_floats < need || arrivals == nullptr)) {
+    return cudaErrorInvalidValue;
+  }
+  const DecodeLaunch l{first_token, n, plan, workspace, arrivals};
+  return ForVariant(variant, a.head_dim, a.num_heads / a.num_kv_heads, cudaErrorNotSupported,
+                    [&](auto shape) { return Launch(shape, a, l, stream, programmatic); });
 }
 
 }  // namespace tpserve::cuda

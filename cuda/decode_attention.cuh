@@ -16,7 +16,10 @@
 // (decode_plan.h) and reads the context (positions[t] + 1) from the device, so
 // a grid fixed when a CUDA graph is captured serves every replay. When the
 // token's context uses one block (DecodeUsedSplits == 1) that block writes the
-// bf16 output; otherwise each busy block writes its partial to the workspace.
+// bf16 output; otherwise each busy block writes its partial to the workspace
+// and arrives on its (token, KV head)'s counter, and the last to arrive merges
+// the partials in split order and writes the output (the sliced sampler's
+// "last block" pattern): one launch per layer, no combine kernel.
 //
 // Kernel 1 comes in two variants (DecodeVariant), chosen per (head_dim,
 // group) in one place (FastDecodeVariant):
@@ -36,11 +39,12 @@
 //     with an online softmax per query head (row), P goes to the second mma
 //     as bf16, and each warp's partial joins the block merge of the SIMT
 //     kernel (attention_merge.h). Same grid, plan, workspace and direct
-//     single-split path as kSimt.
-//
-// Kernel 2, grid (decode token, query head): merges the token's partials
-// (CombinePartials) and writes the output; a token whose context used one
-// block is skipped at once. Not launched when the plan has one split.
+//     single-split path as kSimt. Each warp's K and V loads are software
+//     pipelined across its chunks (and across the partitions its block owns):
+//     the next chunk's K rows are requested as soon as the current scores
+//     are computed, its V rows as soon as the current P · V is done, so one
+//     chunk's loads are always in flight behind the math of another without
+//     holding a second chunk's registers.
 //
 // Shapes outside the instantiations (LaunchFastDecodeAttention returns
 // cudaErrorNotSupported; FastDecodeCovers says so beforehand) run the
@@ -83,6 +87,12 @@ bool FastDecodeCovers(const PagedAttentionArgs& args);
 int FastDecodeBlocksPerSm(int head_dim, int group);
 int FastDecodeBlocksPerSm(DecodeVariant variant, int head_dim, int group);
 
+// Keys one block of the kernel for (head_dim, group) (FastDecodeVariant's, or
+// `variant`) folds per iteration of its loop: DecodePlanInput::block_keys,
+// the smallest partition worth planning. 0 where not instantiated.
+int FastDecodeBlockKeys(int head_dim, int group);
+int FastDecodeBlockKeys(DecodeVariant variant, int head_dim, int group);
+
 // Floats of workspace a launch of `num_decode_tokens` tokens with `plan`
 // needs (0 when plan.splits == 1: no partials). Layout as the split path's
 // (attention.cuh, SplitDecodeArgs) with max_partitions = plan.splits.
@@ -91,18 +101,21 @@ size_t FastDecodeWorkspaceFloats(int64_t num_decode_tokens, int num_heads, int h
 // Attention of rows [first_token, args.num_tokens) of the step (decode rows:
 // positions[t] + 1 keys each, any length); rows before first_token are not
 // touched. `workspace` holds FastDecodeWorkspaceFloats(...) floats or more
-// (may be null when plan.splits == 1). cudaErrorNotSupported for a shape
-// FastDecodeCovers rejects; cudaErrorInvalidValue for a bad plan (splits
-// outside [1, 65535], partition_size < 1), a small workspace, or the
-// conditions of LaunchPagedAttention. `programmatic`: both kernels launch with
-// PDL (cuda/simt.cuh; sm_90+ only).
+// and `arrivals` one counter per (decode token, KV head), [n, Hkv], which
+// must be zero before the first launch (cudaMemset) and which every launch
+// leaves zero (both may be null when plan.splits == 1). One kernel launch.
+// cudaErrorNotSupported for a shape FastDecodeCovers rejects;
+// cudaErrorInvalidValue for a bad plan (splits outside [1, kDecodeMaxSplits],
+// partition_size < 1), a small workspace, missing counters, or the
+// conditions of LaunchPagedAttention. `programmatic`: launch with PDL
+// (cuda/simt.cuh; sm_90+ only).
 cudaError_t LaunchFastDecodeAttention(const PagedAttentionArgs& args, int64_t first_token, const DecodePlan& plan,
-                                      float* workspace, size_t workspace_floats, cudaStream_t stream,
-                                      bool programmatic = false);
+                                      float* workspace, size_t workspace_floats, uint32_t* arrivals,
+                                      cudaStream_t stream, bool programmatic = false);
 // The same with the variant forced (tests and benchmarks compare the two);
 // cudaErrorNotSupported where `variant` is not instantiated for the shape.
 cudaError_t LaunchFastDecodeAttention(DecodeVariant variant, const PagedAttentionArgs& args, int64_t first_token,
                                       const DecodePlan& plan, float* workspace, size_t workspace_floats,
-                                      cudaStream_t stream, bool programmatic = false);
+                                      uint32_t* arrivals, cudaStream_t stream, bool programmatic = false);
 
 }  // namespace tpserve::cuda

@@ -18,7 +18,20 @@
 // grid within kDecodeMaxWaves waves of blocks_per_sm blocks on every SM,
 // which is 2-4 waves whenever tokens x KV heads alone fill at most 2 (more
 // than 4: one split), but no block with fewer than about kDecodeMinPartition
-// keys of the planned context.
+// keys of the planned context. A grid fixed for a CUDA graph cannot know the
+// replay's context: when tokens x KV heads are few enough that the grid
+// splits them (splits > 1: batch-1 decode is 8 KV heads on 132 SMs), its
+// partitions are as small as a block folds in one iteration (block_keys), so
+// that a replay at context 512 spreads over 16 blocks per KV head, each one
+// iteration deep, not over 2 blocks of 256 keys 8 iterations deep; with one
+// split the block takes every key anyway, in kDecodeMinPartition pieces. The
+// partial results stay at most `splits` per (token, KV head) either way: a
+// block folds all the partitions it owns into one.
+//
+// Several busy blocks of a (token, KV head) merge their partials in the
+// kernel itself: the last block to finish (an arrival counter per (token, KV
+// head), cuda/decode_attention.cu) reads the others' partials and writes the
+// output, so no combine kernel runs.
 #pragma once
 
 #include <cstdint>
@@ -49,6 +62,9 @@ struct DecodePlanInput {
   // replay with a short context still spreads over the blocks.
   bool fixed_grid = false;
   int blocks_per_sm = 1;   // resident blocks of the kernel per SM, clamped to [1, kDecodeMaxBlocksPerSm]
+  // Keys one block folds per loop iteration (FastDecodeBlockKeys): a fixed
+  // grid's smallest partition, rounded up to kDecodeKeyGranule.
+  int block_keys = kDecodeKeyGranule;
 };
 
 struct DecodePlan {
@@ -78,8 +94,10 @@ TPSERVE_HOST_DEVICE constexpr DecodePlan PlanDecode(const DecodePlanInput& in) {
   const int cap = DecodeSplitCap(in.context);
   DecodePlan plan;
   plan.splits = static_cast<int>(want < cap ? want : cap);
-  if (in.fixed_grid) {
-    plan.partition_size = kDecodeMinPartition;
+  if (in.fixed_grid) {  // a replay's context is unknown (see the top)
+    const int64_t keys = in.block_keys > kDecodeKeyGranule ? in.block_keys : kDecodeKeyGranule;
+    plan.partition_size = plan.splits > 1 ? static_cast<int>(DecodeCeilDiv(keys, kDecodeKeyGranule) * kDecodeKeyGranule)
+                                          : kDecodeMinPartition;
   } else {  // one partition per block at the planned context, in whole granules
     const int64_t keys = DecodeCeilDiv(in.context > 0 ? in.context : 1, plan.splits);
     plan.partition_size = static_cast<int>(DecodeCeilDiv(keys, kDecodeKeyGranule) * kDecodeKeyGranule);
@@ -93,7 +111,7 @@ TPSERVE_HOST_DEVICE constexpr int DecodePartitions(int context, const DecodePlan
 }
 
 // Blocks that see keys (and write a partial) for a context of `context` keys.
-// 1: that block writes the output and no combine runs for the token.
+// 1: that block writes the output and no merge of partials is needed.
 TPSERVE_HOST_DEVICE constexpr int DecodeUsedSplits(int context, const DecodePlan& plan) {
   const int parts = DecodePartitions(context, plan);
   return parts < plan.splits ? parts : plan.splits;

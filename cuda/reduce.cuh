@@ -33,6 +33,26 @@ __device__ __forceinline__ float BlockSum(float v) {
   return total;
 }
 
+// The "last block" pattern (the sliced sampler, the fast decode attention's
+// merge, the QKV GEMV's q/k epilogue): each of `blocks` blocks that share
+// `counter` calls this once its results are stored; every thread's stores are
+// fenced before the block arrives, and the block that arrives last fences
+// again, so what the others stored is visible to its L2 loads (__ldcg), and
+// puts the counter back to 0 for the next launch or graph replay. True, in
+// every thread, for that block only. Contains __syncthreads: call from every
+// thread of the block.
+__device__ __forceinline__ bool LastBlockToArrive(uint32_t* counter, uint32_t blocks) {
+  TPSERVE_SHARED(uint32_t, arrived);
+  __threadfence();
+  __syncthreads();  // every thread's stores and fence before the arrival
+  if (threadIdx.x == 0) arrived = atomicAdd(counter, 1u);
+  __syncthreads();
+  if (arrived != blocks - 1) return false;
+  __threadfence();
+  if (threadIdx.x == 0) *counter = 0;  // every block sharing it has arrived: nobody else touches it
+  return true;
+}
+
 // Blocks for a grid-stride loop over n elements with `threads` per block.
 inline unsigned GridStrideBlocks(int64_t n, int threads) {
   const int64_t blocks = (n + threads - 1) / threads;

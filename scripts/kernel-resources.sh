@@ -66,7 +66,15 @@ names = subprocess.run([filt], input="\n".join(r["mangled"] for r in rows), capt
 def short(name):
     name = re.sub(r"\(anonymous namespace\)::|tpserve::cuda::|tpserve::", "", name)
     name = name.replace("__nv_bfloat16", "bf16")
-    return name.split("(")[0] if "(" in name else name
+    depth = 0  # cut the parameter list: the first "(" outside the template arguments
+    for i, ch in enumerate(name):
+        if ch == "<":
+            depth += 1
+        elif ch == ">":
+            depth -= 1
+        elif ch == "(" and depth == 0:
+            return name[:i]
+    return name
 def warps(regs):
     per_warp = ((max(regs, 1) * 32 + 255) // 256) * 256
     return min(64, 65536 // per_warp)

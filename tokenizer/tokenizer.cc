@@ -300,4 +300,10 @@ bool Tokenizer::IsSpecial(int32_t id) const {
   return p != nullptr && p->kind == Piece::Kind::kAdded && p->special;
 }
 
+std::optional<std::string> Tokenizer::TokenBytes(int32_t id) const {
+  const Piece* p = PieceOf(id);
+  if (p == nullptr) return std::nullopt;
+  return p->text;
+}
+
 }  // namespace tpserve

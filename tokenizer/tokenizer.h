@@ -70,6 +70,11 @@ class Tokenizer {
   // True for added tokens marked "special" (<|eot_id|>, <|im_end|>, ...).
   bool IsSpecial(int32_t id) const;
 
+  // The bytes `id` stands for decoded alone: a vocabulary token's raw bytes
+  // (possibly part of a UTF-8 character), an added token's content; nullopt
+  // for an id with no token. What a grammar matcher sees (grammar/vocabulary.h).
+  std::optional<std::string> TokenBytes(int32_t id) const;
+
  private:
   friend class IncrementalDetokenizer;
 

@@ -136,7 +136,7 @@ namespace {
 // one (each with PlanDecode's plan for an eager step), [2] the reference
 // split kernel. False (the failure written to `table`) when a launch fails.
 bool TimeDecodeKernels(const Sizes& z, int sm_count, const cuda::PagedAttentionArgs& a, int group, int32_t ctx,
-                       float* ws, size_t ws_floats, double (&seconds)[3], std::ostream& table) {
+                       float* ws, size_t ws_floats, uint32_t* arrivals, double (&seconds)[3], std::ostream& table) {
   const int32_t batch = static_cast<int32_t>(a.num_tokens);
   const int iters = z.smoke ? 1 : int64_t{ctx} * batch > 1 << 20 ? 10 : 50;
   for (int which = 0; which < 2; ++which) {
@@ -145,7 +145,7 @@ bool TimeDecodeKernels(const Sizes& z, int sm_count, const cuda::PagedAttentionA
         {batch, a.num_kv_heads, ctx, sm_count, false, cuda::FastDecodeBlocksPerSm(variant, a.head_dim, group)});
     cudaError_t err = cudaSuccess;
     seconds[which] = TimeIt([&] {
-      if (err == cudaSuccess) err = cuda::LaunchFastDecodeAttention(variant, a, 0, plan, ws, ws_floats, nullptr);
+      if (err == cudaSuccess) err = cuda::LaunchFastDecodeAttention(variant, a, 0, plan, ws, ws_floats, arrivals, nullptr);
     }, z.warmup, iters);
     if (err != cudaSuccess) {
       table << "LaunchFastDecodeAttention (" << cuda::DecodeVariantName(variant) << ", group " << group
@@ -223,11 +223,14 @@ bool AttentionVariantSection(const Sizes& z, double bw, std::ostream& table) {
     const size_t ws_floats = cuda::SplitDecodeWorkspaceFloats(batch, a.num_heads, kHd,
                                                               std::max(max_partitions, cuda::DecodeSplitCap(max_context)));
     float* ws = mem.Zeros<float>(ws_floats);
+    uint32_t* arrivals = mem.Zeros<uint32_t>(static_cast<size_t>(batch) * kHkv);  // zero between launches
     for (int32_t ctx : z.variant_contexts) {
       const std::vector<int32_t> pos(static_cast<size_t>(batch), ctx - 1);
       CUDA_CHECK(cudaMemcpy(positions, pos.data(), pos.size() * sizeof(int32_t), cudaMemcpyHostToDevice));
       double seconds[3] = {0, 0, 0};
-      if (!TimeDecodeKernels(z, prop.multiProcessorCount, a, group, ctx, ws, ws_floats, seconds, table)) return false;
+      if (!TimeDecodeKernels(z, prop.multiProcessorCount, a, group, ctx, ws, ws_floats, arrivals, seconds, table)) {
+        return false;
+      }
       const double bytes = double(batch) * ctx * 2 * kHkv * kHd * 2;
       char line[320];
       std::snprintf(line, sizeof line,

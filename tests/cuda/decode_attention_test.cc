@@ -6,11 +6,15 @@
 //     fixed for a context several times longer than the step's (a CUDA graph
 //     captured at the reserved capacity, replayed with short contexts):
 //     every decode row against the reference kernel; rows before first_token
-//     untouched; outputs and workspace NaN-poisoned first;
+//     untouched; outputs and workspace NaN-poisoned first; the arrival
+//     counters of the in-kernel merge back at zero after every launch;
 //   * the backend's Attention op under KernelSet::kFast (decode rows through
-//     the fast kernel, prefill rows through the reference one) after Reserve
-//     and without it, against KernelSet::kReference and the CPU backend, on
-//     decode-only and mixed prefill + decode steps.
+//     the fast kernel, prefill rows through the tensor-core prefill kernel)
+//     after Reserve and without it, against KernelSet::kReference and the CPU
+//     backend, on decode-only and mixed prefill + decode steps; and batch-1
+//     decode captured into a CUDA graph once and replayed at contexts from 1
+//     key up (the served path's fixed grid of small partitions), against the
+//     reference set run eagerly.
 //   * for groups 4 and 8 (head_dim 64, 128) both kernels: the tensor-core one
 //     the launcher chooses and the SIMT one, forced; and that the launcher runs
 //     the variant FastDecodeVariant names for each shape;
@@ -190,22 +194,28 @@ std::vector<uint16_t> ExpectFastMatches(LauncherCase& c, const cuda::DecodePlan&
   const int n = c.T - kLead;
   const size_t floats = cuda::FastDecodeWorkspaceFloats(n, c.g.hq, c.g.hd, plan);
   DeviceArray<float> ws(floats);
-  ws.Poison();  // a partial the combine reads but nobody wrote would give NaN
+  ws.Poison();  // a partial the last block merges but nobody wrote would give NaN
+  DeviceArray<uint32_t> arrivals(static_cast<size_t>(n * c.g.hkv));
+  arrivals.Upload(std::vector<uint32_t>(arrivals.n, 0));
   DeviceArray<uint16_t> out(static_cast<size_t>(c.T * c.out_width));
   out.Poison();
   cuda::PagedAttentionArgs a = c.args;
   a.out = reinterpret_cast<__nv_bfloat16*>(out.ptr);
-  const auto launch = [&](float* w, size_t n) {
-    return variant ? cuda::LaunchFastDecodeAttention(*variant, a, kLead, plan, w, n, nullptr)
-                   : cuda::LaunchFastDecodeAttention(a, kLead, plan, w, n, nullptr);
+  const auto launch = [&](float* w, size_t n, uint32_t* counters) {
+    return variant ? cuda::LaunchFastDecodeAttention(*variant, a, kLead, plan, w, n, counters, nullptr)
+                   : cuda::LaunchFastDecodeAttention(a, kLead, plan, w, n, counters, nullptr);
   };
   if (floats > 0) {
-    EXPECT_EQ(launch(ws.ptr, floats - 1), cudaErrorInvalidValue) << what << ": a workspace one float short";
+    EXPECT_EQ(launch(ws.ptr, floats - 1, arrivals.ptr), cudaErrorInvalidValue) << what << ": a workspace one float short";
+    EXPECT_EQ(launch(ws.ptr, floats, nullptr), cudaErrorInvalidValue) << what << ": no arrival counters";
   }
-  const cudaError_t err = launch(floats > 0 ? ws.ptr : nullptr, floats);
+  const cudaError_t err = launch(floats > 0 ? ws.ptr : nullptr, floats, floats > 0 ? arrivals.ptr : nullptr);
   EXPECT_EQ(err, cudaSuccess) << what;
   if (err != cudaSuccess) return {};
   CUDA_CHECK(cudaDeviceSynchronize());
+  for (uint32_t counter : arrivals.Download()) {  // ready for the next launch or replay
+    EXPECT_EQ(counter, 0u) << what << ": an arrival counter was left at " << counter;
+  }
   const std::vector<uint16_t> raw = out.Download();
   for (int64_t e = 0; e < kLead * c.out_width; ++e) {
     EXPECT_EQ(raw[static_cast<size_t>(e)], 0xffff) << what << ": row " << e / c.out_width << " before first_token was written";
@@ -237,8 +247,9 @@ TEST_F(DecodeAttentionTest, LauncherMatchesReferenceKernelForEveryKindOfPlan) {
         {3, 100},  // partition boundaries inside pages; blocks loop over several partitions
         {7, 32},
         cuda::PlanDecode({n, g.hkv, longest, kH200Sms, false}),  // this step's plan
-        // A grid fixed for a context 4x the step's (a graph at the reserved capacity).
-        cuda::PlanDecode({n, g.hkv, 4 * longest, kH200Sms, true}),
+        // A grid fixed for a context 4x the step's (a graph at the reserved
+        // capacity): partitions of one block iteration, most blocks idle.
+        cuda::PlanDecode({n, g.hkv, 4 * longest, kH200Sms, true, 1, cuda::FastDecodeBlockKeys(g.hd, g.hq / g.hkv)}),
     };
     const std::vector<cuda::DecodeVariant> variants = VariantsOf(g);
     for (cuda::DecodeVariant variant : variants) {  // the tensor-core groups run both kernels
@@ -276,7 +287,8 @@ TEST_F(DecodeAttentionTest, LauncherAtContextsUpTo32k) {
     ASSERT_TRUE(cuda::FastDecodeCovers(c.args)) << Describe(g);
     const std::vector<float> want = ReferenceRows(c);
     for (const bool fixed : {false, true}) {
-      const cuda::DecodePlan plan = cuda::PlanDecode({n, g.hkv, fixed ? reserved : contexts.back(), kH200Sms, fixed});
+      const cuda::DecodePlan plan = cuda::PlanDecode({n, g.hkv, fixed ? reserved : contexts.back(), kH200Sms, fixed, 1,
+                                                      cuda::FastDecodeBlockKeys(g.hd, g.hq / g.hkv)});
       ExpectFastMatches(c, plan, want, contexts,
                         Describe(g) + (fixed ? " graph plan" : " step plan") + " splits=" +
                             std::to_string(plan.splits) + " partition_size=" + std::to_string(plan.partition_size));
@@ -320,7 +332,7 @@ TEST_F(DecodeAttentionTest, EachShapeRunsTheVariantChosenForIt) {
   LauncherCase c;  // a group the tensor-core kernel does not serve: refused, not run as something else
   c.g = {2, 1, 64, 16};
   Prepare(c, {5}, rng_);
-  EXPECT_EQ(cuda::LaunchFastDecodeAttention(DecodeVariant::kMma, c.args, kLead, {1, 256}, nullptr, 0, nullptr),
+  EXPECT_EQ(cuda::LaunchFastDecodeAttention(DecodeVariant::kMma, c.args, kLead, {1, 256}, nullptr, 0, nullptr, nullptr),
             cudaErrorNotSupported);
 }
 
@@ -332,15 +344,15 @@ TEST_F(DecodeAttentionTest, LauncherRejectsShapesItDoesNotCover) {
     DeviceArray<uint16_t> out(static_cast<size_t>(c.T * c.out_width));
     c.args.out = reinterpret_cast<__nv_bfloat16*>(out.ptr);
     EXPECT_FALSE(cuda::FastDecodeCovers(c.args)) << Describe(g);
-    EXPECT_EQ(cuda::LaunchFastDecodeAttention(c.args, kLead, {1, 256}, nullptr, 0, nullptr), cudaErrorNotSupported)
+    EXPECT_EQ(cuda::LaunchFastDecodeAttention(c.args, kLead, {1, 256}, nullptr, 0, nullptr, nullptr), cudaErrorNotSupported)
         << Describe(g);
   }
   LauncherCase c;
   c.g = {4, 2, 64, 16};
   Prepare(c, {5}, rng_);
-  EXPECT_EQ(cuda::LaunchFastDecodeAttention(c.args, kLead, {0, 256}, nullptr, 0, nullptr), cudaErrorInvalidValue);
-  EXPECT_EQ(cuda::LaunchFastDecodeAttention(c.args, kLead, {1, 0}, nullptr, 0, nullptr), cudaErrorInvalidValue);
-  EXPECT_EQ(cuda::LaunchFastDecodeAttention(c.args, kLead, {2, 256}, nullptr, 0, nullptr), cudaErrorInvalidValue);
+  EXPECT_EQ(cuda::LaunchFastDecodeAttention(c.args, kLead, {0, 256}, nullptr, 0, nullptr, nullptr), cudaErrorInvalidValue);
+  EXPECT_EQ(cuda::LaunchFastDecodeAttention(c.args, kLead, {1, 0}, nullptr, 0, nullptr, nullptr), cudaErrorInvalidValue);
+  EXPECT_EQ(cuda::LaunchFastDecodeAttention(c.args, kLead, {2, 256}, nullptr, 0, nullptr, nullptr), cudaErrorInvalidValue);
 }
 
 // ---- the backend's Attention op ----
@@ -424,6 +436,82 @@ TEST_P(DecodeAttentionBackendTest, DecodeOnlyAndMixedStepsMatchCpuAndReferenceKe
   RunAndCompare(mixed, 1, g, "mixed " + Describe(g));
   // One long decode alone: the plan splits it over many blocks and combines.
   RunAndCompare({decodes.back()}, 0, g, "one long decode " + Describe(g));
+}
+
+// Batch-1 decode attention as served: the fast set after Reserve, captured
+// into a CUDA graph once (its grid fixed for the reserved context, with
+// partitions of one block iteration: cuda/decode_plan.h), then replayed at
+// contexts from 1 key to several partitions past a page, each replay against
+// the reference set run eagerly on the same step. The busy blocks of a replay
+// merge in the kernel (the last to arrive); a counter a replay left non-zero
+// would make a later one skip its merge, and that replay's output would be
+// the previous one's.
+TEST_P(DecodeAttentionBackendTest, Batch1GraphReplaysMatchReferenceKernels) {
+  SEED_TRACE();
+  const Geometry g = GetParam();
+  const int32_t bs = g.block_size, max_context = cuda_test::kEmulated ? 1024 : 8192;
+  const AttentionShape shape{g.hq, g.hkv, g.hd};
+  StepCapacity capacity;
+  capacity.max_tokens = 4;
+  capacity.max_seqs = 4;
+  capacity.max_context = max_context;
+  capacity.block_size = bs;
+  capacity.max_query_heads = g.hq;
+  capacity.max_head_dim = g.hd;
+  std::unique_ptr<Backend> fast = MakeCudaBackend(0, cuda::KernelSet::kFast),
+                           reference = MakeCudaBackend(0, cuda::KernelSet::kReference);
+  ASSERT_TRUE(fast->Reserve(capacity).ok());
+  const int64_t num_blocks = capacity.max_blocks_per_seq() + 3;
+  const std::vector<int32_t> blocks = DealBlocks({max_context}, bs, num_blocks, rng_)[0];
+  const std::vector<float> k = RandomBf16(rng_, num_blocks * bs * g.hkv * g.hd);
+  const std::vector<float> v = RandomBf16(rng_, num_blocks * bs * g.hkv * g.hd);
+  struct Side {
+    Buffer k, v, qkv, out;
+  };
+  Side sides[2];
+  Backend* backends[2] = {fast.get(), reference.get()};
+  for (int i = 0; i < 2; ++i) {
+    sides[i].k = Upload(*backends[i], k, {num_blocks, bs, g.hkv, g.hd});
+    sides[i].v = Upload(*backends[i], v, {num_blocks, bs, g.hkv, g.hd});
+    sides[i].qkv = Upload(*backends[i], RandomBf16(rng_, shape.qkv_width()), {1, shape.qkv_width()});
+    sides[i].out = Output(*backends[i], {1, int64_t{g.hq} * g.hd});
+  }
+  const float scale = 1.f / std::sqrt(static_cast<float>(g.hd));
+  // The decode of one sequence at `context` keys, padded to the graph's bucket (1) and table width.
+  const auto step_at = [&](int32_t context) {
+    const int32_t used = (context + bs - 1) / bs;
+    StepBatch own = RandomStep({{context, 1, std::vector<int32_t>(blocks.begin(), blocks.begin() + used)}}, bs, rng_, 100);
+    StepBatch padded;
+    EXPECT_TRUE(padded.AssignPaddedDecode(own.view(), 1, capacity.max_blocks_per_seq(), bs).ok());
+    return padded;
+  };
+  const auto attend = [&](Backend& b, Side& side) {
+    const KvCacheLayer cache{side.k.tensor(), side.v.tensor()};
+    b.StoreKv(side.qkv, shape, cache);
+    b.Attention(side.qkv, shape, cache, scale, side.out.tensor());
+  };
+  const StepBatch first = step_at(1);
+  ASSERT_TRUE(fast->BeginStep(first.view(), num_blocks, bs, max_context).ok());
+  ASSERT_TRUE(fast->BeginCapture().ok());
+  attend(*fast, sides[0]);
+  absl::StatusOr<std::unique_ptr<BackendGraph>> graph = fast->EndCapture();
+  ASSERT_TRUE(graph.ok()) << graph.status();
+  for (int32_t context : {1, 2, 33, 64, 65, 200, cuda_test::kLongContext, max_context}) {
+    const StepBatch step = step_at(context);
+    const std::vector<float> q = RandomBf16(rng_, shape.qkv_width());
+    std::vector<float> results[2];
+    for (int i = 0; i < 2; ++i) {
+      backends[i]->CopyFromHost(q.data(), DType::kF32, sides[i].qkv.tensor());
+      ASSERT_TRUE(backends[i]->BeginStep(step.view(), num_blocks, bs, max_context).ok());
+      if (i == 0) {
+        (*graph)->Replay();
+      } else {
+        attend(*backends[i], sides[i]);
+      }
+      results[i] = Download(*backends[i], sides[i].out.tensor());
+    }
+    ExpectClose(results[0], results[1], kTol, Describe(g) + " graph replay at context " + std::to_string(context));
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Geometries, DecodeAttentionBackendTest, ::testing::ValuesIn(kGeometries),

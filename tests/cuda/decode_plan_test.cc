@@ -119,17 +119,33 @@ TEST(DecodePlan, PartitionsCoverEveryKeyOnceForAnyPlan) {
 
 TEST(DecodePlan, FixedGridServesEveryContextUpToTheCapacity) {
   const int64_t capacity = 40960;  // Qwen3's max_position_embeddings
-  const DecodePlan plan = PlanDecode({1, 8, capacity, kH200Sms, true});
-  EXPECT_EQ(plan.partition_size, kDecodeMinPartition);
-  EXPECT_GT(plan.splits, 1);
-  // The grid depends on sizes fixed for a bucket, never on a step's context.
-  EXPECT_EQ(plan.splits, PlanDecode({1, 8, capacity, kH200Sms, true}).splits);
-  for (int context : {1, 255, 256, 257, 1000, 4096, 20000, 40960}) {
-    ExpectExactCover(context, plan);
-    // A replay with a short context still spreads over as many blocks as it can.
-    const int parts = (context + kDecodeMinPartition - 1) / kDecodeMinPartition;
-    EXPECT_EQ(DecodeUsedSplits(context, plan), std::min(parts, plan.splits)) << context;
+  for (int block_keys : {32, 64, 128}) {  // the SIMT kernel at hd 128, the tensor-core one at hd 128 and 64
+    const DecodePlan plan = PlanDecode({1, 8, capacity, kH200Sms, true, 2, block_keys});
+    SCOPED_TRACE(::testing::Message() << "block_keys " << block_keys);
+    // Batch 1 splits: partitions of one block iteration, so short contexts spread.
+    EXPECT_GT(plan.splits, 1);
+    EXPECT_EQ(plan.partition_size, block_keys);
+    // The grid depends on sizes fixed for a bucket, never on a step's context.
+    EXPECT_EQ(plan.splits, PlanDecode({1, 8, capacity, kH200Sms, true, 2, block_keys}).splits);
+    for (int context : {1, 31, 32, 33, 255, 256, 257, 512, 1000, 4096, 20000, 40960}) {
+      ExpectExactCover(context, plan);
+      // A replay with a short context still spreads over as many blocks as it can.
+      const int parts = (context + block_keys - 1) / block_keys;
+      EXPECT_EQ(DecodeUsedSplits(context, plan), std::min(parts, plan.splits)) << context;
+    }
   }
+  // Issue 31's case: batch 1 at context 512, the SIMT kernel's 32 keys a
+  // block iteration: 16 blocks per KV head, one iteration each (256-key
+  // partitions gave 2 blocks of 8 iterations).
+  EXPECT_EQ(DecodeUsedSplits(512, PlanDecode({1, 8, capacity, kH200Sms, true, 2, 32})), 16);
+  // A block iteration below the granule is rounded up to it.
+  EXPECT_EQ(PlanDecode({1, 8, capacity, kH200Sms, true, 2, 16}).partition_size, kDecodeKeyGranule);
+  // Enough tokens x KV heads for one split: the block takes every key anyway,
+  // in kDecodeMinPartition pieces.
+  const DecodePlan full = PlanDecode({256, 8, capacity, kH200Sms, true, 2, 32});
+  EXPECT_EQ(full.splits, 1);
+  EXPECT_EQ(full.partition_size, kDecodeMinPartition);
+  for (int context : {1, 700, 40960}) ExpectExactCover(context, full);
 }
 
 TEST(DecodePlan, WorkspaceBoundHoldsForEveryLaunch) {

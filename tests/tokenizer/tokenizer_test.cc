@@ -1,6 +1,7 @@
 // Unit tests of the tokenizer on a tiny hand-written tokenizer.json (no network).
 #include "tokenizer/tokenizer.h"
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <thread>
@@ -186,6 +187,23 @@ TEST(Tokenizer, VocabQueries) {
   EXPECT_FALSE(t->IsSpecial('a'));
   EXPECT_FALSE(t->IsSpecial(-5));
   EXPECT_FALSE(t->IsSpecial(100000));
+}
+
+TEST(Tokenizer, TokenBytesAreWhatEachIdDecodesToAlone) {
+  auto t = Toy();
+  EXPECT_EQ(t->TokenBytes('a'), "a");
+  EXPECT_EQ(t->TokenBytes(testing::kSpaceT), " t");
+  EXPECT_EQ(t->TokenBytes(testing::kEmojiHead), "\xF0\x9F");  // half a character: raw bytes, no U+FFFD
+  EXPECT_EQ(t->TokenBytes(testing::kThink), "<think>");
+  EXPECT_EQ(t->TokenBytes(testing::kEnd), "<|e|>");
+  EXPECT_EQ(t->TokenBytes(-1), std::nullopt);
+  EXPECT_EQ(t->TokenBytes(t->vocab_size()), std::nullopt);
+  for (int32_t id = 0; id < t->vocab_size(); ++id) {  // ASCII pieces: what Decode gives
+    const auto bytes = t->TokenBytes(id);
+    if (bytes && std::all_of(bytes->begin(), bytes->end(), [](char c) { return (c & 0x80) == 0; })) {
+      EXPECT_EQ(*t->Decode(std::vector<int32_t>{id}, false), *bytes) << id;
+    }
+  }
 }
 
 TEST(Tokenizer, RoundTripsArbitraryText) {
