@@ -12,4 +12,10 @@ Buffer Backend::Allocate(DType dtype, std::span<const int64_t> shape) {
   return *std::move(buffer);
 }
 
+void Backend::LinearAddResidual(const Tensor& x, const Tensor& w, const Tensor* bias, Tensor y, Tensor residual) {
+  (void)x, (void)w, (void)bias, (void)y, (void)residual;
+  TPSERVE_CHECK(false, name(), " does not implement LinearAddResidual: the model calls it only when the backend's "
+                "FusesLayerOps says so");
+}
+
 }  // namespace tpserve

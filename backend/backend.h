@@ -212,6 +212,53 @@ class Backend {
 
   // out[s] = x[logits_indices[s]]: the rows that reach the LM head.
   virtual void GatherRows(const Tensor& x /*[T, D]*/, Tensor out /*[S, D]*/) = 0;
+
+  // ---- a decoder layer in fewer launches (optional) ----
+  // A backend that can run the ops around a layer's projections fused says so
+  // for a step of `num_tokens` tokens (the CUDA backend's fast set at the few
+  // rows of its GEMV); the model then calls the three ops below in place of
+  // the unfused sequence, at tp 1 with no intermediate hook (worker/model.h):
+  // per layer RmsNormQkvRopeStoreKv, Attention, LinearAddResidual (o_proj),
+  // RmsNormLinearSiluMul, LinearAddResidual (down). Each gives the results of
+  // the ops it stands for, named below. Default: never.
+  virtual bool FusesLayerOps(int64_t num_tokens) const {
+    (void)num_tokens;
+    return false;
+  }
+
+  // RmsNorm(x, norm, eps) into x_normed, Linear(x_normed, w_qkv, bias, qkv),
+  // QkNormRopeStoreKv(qkv, shape, q_norm, k_norm, eps, rope, cache): a layer's
+  // input norm, QKV projection, q/k norm, RoPE and K/V store (one eps for both
+  // norms, as the model's). x_normed is scratch: a backend that fuses the ops
+  // may leave it unwritten.
+  virtual void RmsNormQkvRopeStoreKv(const Tensor& x /*[T, D]*/, const Tensor& norm /*[D]*/, float eps,
+                                     Tensor x_normed /*[T, D] scratch*/, const Tensor& w_qkv /*[Nqkv, D]*/,
+                                     const Tensor* bias /*[Nqkv] or nullptr*/, Tensor qkv /*[T, Nqkv]*/,
+                                     const AttentionShape& shape, const Tensor* q_norm, const Tensor* k_norm,
+                                     const Tensor& rope /*[max_position, hd] f32*/, KvCacheLayer cache) {
+    RmsNorm(x, norm, eps, x_normed);
+    Linear(x_normed, w_qkv, bias, qkv);
+    QkNormRopeStoreKv(qkv, shape, q_norm, k_norm, eps, rope, cache);
+  }
+
+  // RmsNorm(x, norm, eps) into x_normed, then LinearSiluMul(x_normed,
+  // w_gate_up, gate_up, out): the post-attention norm and the MLP's first
+  // half. x_normed and gate_up are scratch.
+  virtual void RmsNormLinearSiluMul(const Tensor& x /*[M, D]*/, const Tensor& norm /*[D]*/, float eps,
+                                    Tensor x_normed /*[M, D] scratch*/, const Tensor& w_gate_up /*[2F, D]*/,
+                                    Tensor gate_up /*[M, 2F] scratch*/, Tensor out /*[M, F]*/) {
+    RmsNorm(x, norm, eps, x_normed);
+    LinearSiluMul(x_normed, w_gate_up, gate_up, out);
+  }
+
+  // Linear(x, w, bias, y), then residual += y with y as stored (the residual
+  // add of AddRmsNorm, without its norm): a row-parallel projection at tp 1
+  // added into the residual stream. y is scratch. No default: the unfused
+  // sequence adds inside AddRmsNorm, so only a backend whose FusesLayerOps is
+  // ever true implements this (the default ends the process, naming it).
+  virtual void LinearAddResidual(const Tensor& x /*[M, K]*/, const Tensor& w /*[N, K]*/,
+                                 const Tensor* bias /*[N] or nullptr*/, Tensor y /*[M, N] scratch*/,
+                                 Tensor residual /*[M, N] in/out*/);
 };
 
 }  // namespace tpserve

@@ -58,7 +58,8 @@ constexpr size_t kCublasWorkspaceBytes = size_t{32} << 20;
 
 class CudaBackend final : public Backend {
  public:
-  CudaBackend(int device, cuda::KernelSet kernels, bool programmatic_launch) : device_(device), kernels_(kernels) {
+  CudaBackend(int device, cuda::KernelSet kernels, bool programmatic_launch, bool fuse_layer_ops)
+      : device_(device), kernels_(kernels), fuse_layers_(fuse_layer_ops && kernels == cuda::KernelSet::kFast) {
     CUDA_CHECK(cudaSetDevice(device_));
     CUDA_CHECK(cudaStreamCreate(&stream_));
     CUDA_CHECK(cudaEventCreateWithFlags(&upload_done_, cudaEventDisableTiming));
@@ -77,6 +78,7 @@ class CudaBackend final : public Backend {
     if (cublas_workspace_) cudaFree(cublas_workspace_);
     if (attention_workspace_) cudaFree(attention_workspace_);
     if (decode_arrivals_) cudaFree(decode_arrivals_);
+    if (qk_arrivals_) cudaFree(qk_arrivals_);
     cudaEventDestroy(upload_done_);
     cudaStreamDestroy(stream_);
   }
@@ -161,6 +163,7 @@ class CudaBackend final : public Backend {
     }
     capacity_ = capacity;
     if (absl::Status st = ReserveStepBuffers(); !st.ok()) return st;
+    if (absl::Status st = ReserveFusionCounters(); !st.ok()) return st;
     return ReserveAttentionWorkspace();
   }
 
@@ -203,15 +206,7 @@ class CudaBackend final : public Backend {
                                           cuda::PlanGemv(N, K, multiprocessors_), stream_, programmatic_));
       return;
     }
-    // Row-major y[M, N] = x[M, K] · w[N, K]ᵀ is column-major yᵀ[N, M] = w · xᵀ:
-    // cuBLAS sees w as a column-major [K, N] (ld K) and transposes it, x as a
-    // column-major [K, M] (ld K), and writes yᵀ as a column-major [N, M] (ld N).
-    const float alpha = 1.f, beta = 0.f;
-    CUBLAS_CHECK(cublasGemmEx(cublas_, CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(N),
-                              static_cast<int>(M), static_cast<int>(K), &alpha, w.data, CUDA_R_16BF,
-                              static_cast<int>(K), x.data, CUDA_R_16BF, static_cast<int>(K), &beta,
-                              y.data, CUDA_R_16BF, static_cast<int>(N), CUBLAS_COMPUTE_32F,
-                              CUBLAS_GEMM_DEFAULT));
+    CublasLinear(x, w, 0.f, y);
     if (bias) Launched("Linear", cuda::LaunchAddBias(Bf(y), Bf(*bias), M, N, stream_));
   }
 
@@ -392,6 +387,101 @@ class CudaBackend final : public Backend {
     return a;
   }
 
+  // ---- fused decoder layers (Backend::FusesLayerOps, cuda/cuda_backend.h) ----
+
+  bool FusesLayerOps(int64_t num_tokens) const override {
+    return fuse_layers_ && step_reserved_ && qk_arrivals_ != nullptr && num_tokens >= 1 &&
+           num_tokens <= cuda::kGemvMaxRows;
+  }
+
+  // One GEMV (LaunchRmsNormGemvQkRope) where it takes the shapes and the
+  // unfused ops would run the vector RmsNorm, the GEMV and the fused q/k
+  // kernel; else those ops (Backend's default).
+  void RmsNormQkvRopeStoreKv(const Tensor& x, const Tensor& norm, float eps, Tensor x_normed, const Tensor& w_qkv,
+                             const Tensor* bias, Tensor qkv, const AttentionShape& shape, const Tensor* q_norm,
+                             const Tensor* k_norm, const Tensor& rope, KvCacheLayer cache) override {
+    const Step& s = CurrentStep("RmsNormQkvRopeStoreKv");
+    const int64_t M = x.dim(0), K = x.row_width(), N = w_qkv.dim(0);
+    ExpectRows("RmsNormQkvRopeStoreKv", "x", x, M, K);
+    ExpectRows("RmsNormQkvRopeStoreKv", "x_normed", x_normed, M, K);
+    ExpectVector("RmsNormQkvRopeStoreKv", "norm", norm, K);
+    CheckLinear(kCudaBf16, x_normed, w_qkv, bias, qkv);
+    CheckQkNormRope("RmsNormQkvRopeStoreKv", qkv, shape, q_norm, k_norm, rope, s);
+    ExpectCache("RmsNormQkvRopeStoreKv", cache, shape, s);
+    const cuda::GemvPlan plan = cuda::PlanGemv(N, K, multiprocessors_);
+    const bool fused = fuse_layers_ && qk_arrivals_ != nullptr &&
+                       shape.num_heads + shape.num_kv_heads <= qk_arrival_heads_ &&
+                       cuda::GemvSupports(x.data, w_qkv.data, M, N, K) &&
+                       cuda::GemvSupports(x_normed.data, w_qkv.data, M, N, K) &&
+                       cuda::RmsNormVecSupports(K, x.data, norm.data, x_normed.data) &&
+                       shape.head_dim % plan.cols_per_block == 0 && shape.head_dim / 2 <= cuda::kGemvThreads;
+    if (!fused) {
+      Backend::RmsNormQkvRopeStoreKv(x, norm, eps, x_normed, w_qkv, bias, qkv, shape, q_norm, k_norm, rope, cache);
+      return;
+    }
+    cuda::GemvQkRope qk;
+    qk.num_heads = shape.num_heads;
+    qk.num_kv_heads = shape.num_kv_heads;
+    qk.head_dim = shape.head_dim;
+    qk.positions = s.positions;
+    qk.slot_mapping = s.slot_mapping;
+    qk.q_norm = q_norm ? Bf(*q_norm) : nullptr;
+    qk.k_norm = k_norm ? Bf(*k_norm) : nullptr;
+    qk.eps = eps;
+    qk.rope = rope.ptr<float>();
+    qk.k_cache = Bf(cache.k);
+    qk.v_cache = Bf(cache.v);
+    qk.arrivals = qk_arrivals_;
+    Launched("RmsNormQkvRopeStoreKv",
+             cuda::LaunchRmsNormGemvQkRope(Bf(x), Bf(norm), eps, Bf(w_qkv), bias ? Bf(*bias) : nullptr, M, N, K,
+                                           Bf(qkv), qk, plan, stream_, programmatic_));
+  }
+
+  // One GEMV (LaunchRmsNormGemvSiluMul) where the unfused ops would run the
+  // vector RmsNorm and the GEMV with the SiLU-mul epilogue; else those ops.
+  void RmsNormLinearSiluMul(const Tensor& x, const Tensor& norm, float eps, Tensor x_normed, const Tensor& w,
+                            Tensor gate_up, Tensor out) override {
+    const int64_t M = x.dim(0), K = x.row_width(), F = out.row_width();
+    ExpectRows("RmsNormLinearSiluMul", "x", x, M, K);
+    ExpectRows("RmsNormLinearSiluMul", "x_normed", x_normed, M, K);
+    ExpectVector("RmsNormLinearSiluMul", "norm", norm, K);
+    CheckLinear(kCudaBf16, x_normed, w, nullptr, gate_up);
+    ExpectRows("RmsNormLinearSiluMul", "out", out, M, F);
+    Expect(w.dim(0) == 2 * F, "RmsNormLinearSiluMul", "w_gate_up ", w.ShapeString(), " must have 2F = ", 2 * F,
+           " rows for out ", out.ShapeString());
+    const bool fused = fuse_layers_ && cuda::GemvSupports(x.data, w.data, M, 2 * F, K) &&
+                       cuda::GemvSupports(x_normed.data, w.data, M, 2 * F, K) &&
+                       cuda::RmsNormVecSupports(K, x.data, norm.data, x_normed.data);
+    if (!fused) {
+      Backend::RmsNormLinearSiluMul(x, norm, eps, x_normed, w, gate_up, out);
+      return;
+    }
+    Launched("RmsNormLinearSiluMul",
+             cuda::LaunchRmsNormGemvSiluMul(Bf(x), Bf(norm), eps, Bf(w), M, F, K, Bf(out),
+                                            cuda::PlanGemvSiluMul(F, K, multiprocessors_), stream_, programmatic_));
+  }
+
+  // The fast set at M <= 8 rows: the GEMV with the residual add in its
+  // epilogue (LaunchGemvAddResidual), y unwritten: the bits of Linear then
+  // AddRmsNorm's add. Otherwise one cuBLAS GEMM accumulating into the residual
+  // (beta = 1) and the bias added after: one rounding fewer than the two ops,
+  // so within bf16 rounding of them, not bit for bit.
+  void LinearAddResidual(const Tensor& x, const Tensor& w, const Tensor* bias, Tensor y, Tensor residual) override {
+    const int64_t M = x.dim(0), K = x.row_width(), N = w.dim(0);
+    CheckLinear(kCudaBf16, x, w, bias, y);
+    ExpectRows("LinearAddResidual", "residual", residual, M, N);
+    Expect(M <= 0x7fffffff && N <= 0x7fffffff && K <= 0x7fffffff, "LinearAddResidual", "dimensions beyond int32");
+    if (M == 0 || N == 0) return;
+    if (kernels_ == cuda::KernelSet::kFast && cuda::GemvSupports(x.data, w.data, M, N, K)) {
+      Launched("LinearAddResidual",
+               cuda::LaunchGemvAddResidual(Bf(x), Bf(w), bias ? Bf(*bias) : nullptr, M, N, K, Bf(residual),
+                                           cuda::PlanGemv(N, K, multiprocessors_), stream_, programmatic_));
+      return;
+    }
+    CublasLinear(x, w, 1.f, residual);
+    if (bias) Launched("LinearAddResidual", cuda::LaunchAddBias(Bf(residual), Bf(*bias), M, N, stream_));
+  }
+
   void GatherRows(const Tensor& x, Tensor out) override {
     const Step& s = CurrentStep("GatherRows");
     const int64_t D = x.row_width();
@@ -485,9 +575,24 @@ class CudaBackend final : public Backend {
   // kernel does not cover.
   bool AttendDecodeRows(const cuda::PagedAttentionArgs& a, int64_t first_decode);
 
-  // Reserve's parts: the step metadata buffers and the attention workspace,
-  // sized for capacity_.
+  // y = x · wᵀ + beta · y through cuBLAS (fp32 accumulation, one rounding to bf16).
+  void CublasLinear(const Tensor& x, const Tensor& w, float beta, Tensor y) {
+    const int64_t M = x.dim(0), K = x.row_width(), N = w.dim(0);
+    // Row-major y[M, N] = x[M, K] · w[N, K]ᵀ is column-major yᵀ[N, M] = w · xᵀ:
+    // cuBLAS sees w as a column-major [K, N] (ld K) and transposes it, x as a
+    // column-major [K, M] (ld K), and writes yᵀ as a column-major [N, M] (ld N).
+    const float alpha = 1.f;
+    CUBLAS_CHECK(cublasGemmEx(cublas_, CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(N),
+                              static_cast<int>(M), static_cast<int>(K), &alpha, w.data, CUDA_R_16BF,
+                              static_cast<int>(K), x.data, CUDA_R_16BF, static_cast<int>(K), &beta,
+                              y.data, CUDA_R_16BF, static_cast<int>(N), CUBLAS_COMPUTE_32F,
+                              CUBLAS_GEMM_DEFAULT));
+  }
+
+  // Reserve's parts: the step metadata buffers, the attention workspace and
+  // the fused QKV GEMV's counters, sized for capacity_.
   absl::Status ReserveStepBuffers();
+  absl::Status ReserveFusionCounters();
   // BeginStep's copies of a step packed into step_host_ (the token arrays
   // already there) to step_device_.
   void UploadStep(const StepMetadata& step, const cuda::StepLayout& layout, const cuda::StepUpload& upload,
@@ -496,6 +601,7 @@ class CudaBackend final : public Backend {
 
   int device_;
   cuda::KernelSet kernels_;  // which kernels the ops launch (cuda/kernel_set.h)
+  bool fuse_layers_;         // FusesLayerOps may say yes (fast set only)
   int multiprocessors_ = 0;  // the device's SMs, for grid planning (cuda/gemv_plan.h, cuda/decode_plan.h)
   bool programmatic_ = false;  // PDL launches of the fast decode-path kernels (fast set, sm_90+)
   StepCapacity capacity_;  // from Reserve; zeros until then
@@ -520,6 +626,10 @@ class CudaBackend final : public Backend {
   // The fast decode kernel's arrival counters, [decode rows, Hkv <= Hq],
   // zeroed at Reserve and left zero by every launch (cuda/decode_attention.cuh).
   uint32_t* decode_arrivals_ = nullptr;
+  // The fused QKV GEMV's arrival counters, one per q and k head (Hq + Hkv <=
+  // 2 max_query_heads), zeroed at Reserve and left zero by every launch.
+  uint32_t* qk_arrivals_ = nullptr;
+  int32_t qk_arrival_heads_ = 0;
   int attention_partitions_ = 0;  // partitions of the longest reserved context
 };
 
@@ -590,6 +700,30 @@ absl::Status CudaBackend::ReserveAttentionWorkspace() {
   attention_workspace_ = static_cast<float*>(ws);
   attention_workspace_floats_ = floats;
   attention_partitions_ = static_cast<int>(partitions);
+  return absl::OkStatus();
+}
+
+// One arrival counter per q and k head of any layer (Hq + Hkv <= 2 Hq), for
+// the fused QKV GEMV's epilogue; none without the fast set's fusions or the
+// head count (StepCapacity's 0 = unknown): FusesLayerOps is then false.
+absl::Status CudaBackend::ReserveFusionCounters() {
+  if (qk_arrivals_) {
+    CUDA_CHECK(cudaStreamSynchronize(stream_));  // earlier steps may still count on them
+    CUDA_CHECK(cudaFree(qk_arrivals_));
+  }
+  qk_arrivals_ = nullptr;
+  qk_arrival_heads_ = 0;
+  if (!fuse_layers_ || capacity_.max_query_heads <= 0) return absl::OkStatus();
+  const int32_t heads = 2 * capacity_.max_query_heads;
+  void* p = nullptr;
+  if (cudaError_t err = cudaMalloc(&p, heads * sizeof(uint32_t)); err != cudaSuccess) {
+    cudaGetLastError();
+    return absl::ResourceExhaustedError(absl::StrCat("CudaBackend::Reserve: cudaMalloc of ", heads * sizeof(uint32_t),
+                                                     " bytes of fused QKV counters failed: ", cudaGetErrorString(err)));
+  }
+  CUDA_CHECK(cudaMemsetAsync(p, 0, heads * sizeof(uint32_t), stream_));
+  qk_arrivals_ = static_cast<uint32_t*>(p);
+  qk_arrival_heads_ = heads;
   return absl::OkStatus();
 }
 
@@ -790,8 +924,9 @@ absl::Status CudaBackend::BeginStep(const StepMetadata& step, int64_t num_blocks
 
 }  // namespace
 
-std::unique_ptr<Backend> MakeCudaBackend(int device, cuda::KernelSet kernels, bool programmatic_launch) {
-  return std::make_unique<CudaBackend>(device, kernels, programmatic_launch);
+std::unique_ptr<Backend> MakeCudaBackend(int device, cuda::KernelSet kernels, bool programmatic_launch,
+                                         bool fuse_layer_ops) {
+  return std::make_unique<CudaBackend>(device, kernels, programmatic_launch, fuse_layer_ops);
 }
 
 }  // namespace tpserve

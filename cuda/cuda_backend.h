@@ -31,6 +31,15 @@
 // alignment allow; everything else, and everything under kReference, runs
 // cuBLAS and the reference kernels (LinearSiluMul as Linear then SiluMul).
 //
+// Fused decoder layers (Backend::FusesLayerOps): under kFast, after Reserve,
+// a step of at most kGemvMaxRows tokens runs each layer in five launches: the
+// input norm, QKV projection, q/k norm, RoPE and K/V store in one GEMV
+// (LaunchRmsNormGemvQkRope), the decode attention (its partials merged in the
+// kernel), o_proj with the residual add in its epilogue, the post-attention
+// norm with gate/up + SiLU, and down with the residual add (cuda/gemv.cuh):
+// the bits of the unfused fast ops. `fuse_layer_ops` false keeps them apart
+// (tests and gpu_bench compare the two).
+//
 // CUDA graphs (Backend::BeginCapture / EndCapture, cuda/cuda_graph.h): the
 // stream is captured in thread-local mode; Allocate, the host copies,
 // Synchronize, Reserve and BeginStep abort while a capture is open.
@@ -53,8 +62,9 @@ namespace tpserve {
 // compute capability 9 or more (cuda/simt.cuh; TPSERVE_PDL in
 // cuda/kernel_set.h); ignored under the reference set. Aborts with the CUDA
 // error when the device cannot be used; callers check cuda::DeviceCount()
-// first to give users a clear message.
+// first to give users a clear message. `fuse_layer_ops`: FusesLayerOps may
+// be true (fast set only; above).
 std::unique_ptr<Backend> MakeCudaBackend(int device = 0, cuda::KernelSet kernels = cuda::KernelSet::kFast,
-                                         bool programmatic_launch = true);
+                                         bool programmatic_launch = true, bool fuse_layer_ops = true);
 
 }  // namespace tpserve

@@ -45,4 +45,59 @@ cudaError_t LaunchGemvSiluMul(const __nv_bfloat16* x, const __nv_bfloat16* w, in
                               __nv_bfloat16* out, const GemvPlan& plan, cudaStream_t stream,
                               bool programmatic = false);
 
+// ---- the decoder layer's GEMVs with their neighbours folded in (tp 1) ----
+// Each gives the bits of the unfused kernels it replaces (the GEMV above,
+// then the vector RmsNorm / AddRmsNorm of cuda/rmsnorm.cuh, or the fused
+// q/k-norm + RoPE + KV store of cuda/qk_norm_rope.cuh) under the same plan:
+// the shared row math is cuda/norm_rope_rows.cuh. Requirements beyond
+// GemvSupports: RmsNormVecSupports(K, x, norm, w) for the RMSNorm prologue.
+
+// residual[m, n] += y[m, n], y = bf16(Σ_k x[m, k] · w[n, k] (+ bias[n])): the
+// GEMV, then the residual add of AddRmsNorm (y rounded to bf16 as the GEMV
+// stores it, the sum rounded again), with y never written. The row-parallel
+// o_proj and down_proj at tp 1. `plan` as LaunchGemv's.
+//   x: [M, K]   w: [N, K]   bias: [N] or null   residual: [M, N] in/out
+cudaError_t LaunchGemvAddResidual(const __nv_bfloat16* x, const __nv_bfloat16* w, const __nv_bfloat16* bias,
+                                  int64_t M, int64_t N, int64_t K, __nv_bfloat16* residual, const GemvPlan& plan,
+                                  cudaStream_t stream, bool programmatic = false);
+
+// LaunchGemvSiluMul of RmsNorm(x) · norm: each block first finds its rows'
+// RMS the way the vector RmsNorm kernel does (VecRowsSumSquares) and scales
+// x as that kernel stores it, so the normalised [M, K] activation is never
+// written: the post-attention norm and the MLP's gate/up + SiLU in one launch.
+//   x: [M, K] (the residual stream)   norm: [K]   w: [2F, K]   out: [M, F]
+cudaError_t LaunchRmsNormGemvSiluMul(const __nv_bfloat16* x, const __nv_bfloat16* norm, float eps,
+                                     const __nv_bfloat16* w, int64_t M, int64_t F, int64_t K, __nv_bfloat16* out,
+                                     const GemvPlan& plan, cudaStream_t stream, bool programmatic = false);
+
+// The QKV projection's epilogue: q/k RMSNorm (optional) + RoPE + K/V store
+// (LaunchQkNormRopeStoreKv's contract) on the GEMV's output.
+struct GemvQkRope {
+  int num_heads = 0, num_kv_heads = 0, head_dim = 0;  // Hq, Hkv, hd: N = (Hq + 2 Hkv) · hd
+  const int32_t* positions = nullptr;                 // [M] (the step's tokens)
+  const int64_t* slot_mapping = nullptr;              // [M] cache slot, -1: not stored
+  const __nv_bfloat16* q_norm = nullptr;              // [hd] or null
+  const __nv_bfloat16* k_norm = nullptr;              // [hd] or null
+  float eps = 0.f;
+  const float* rope = nullptr;                        // [max_position, hd] = [cos | sin]
+  __nv_bfloat16* k_cache = nullptr;                   // [slots, Hkv · hd]
+  __nv_bfloat16* v_cache = nullptr;                   // [slots, Hkv · hd]
+  // [Hq + Hkv] arrival counters, zero before the first launch (cudaMemset);
+  // every launch leaves them zero.
+  uint32_t* arrivals = nullptr;
+};
+
+// qkv = RmsNorm(x) · norm · wᵀ (+ bias), then LaunchQkNormRopeStoreKv's work
+// on it: the input norm, the QKV projection, q/k norm, RoPE and the K/V store
+// of a decoder layer in one launch. A v column goes to the V cache as it is
+// written; a q or k head is finished by the last of its blocks to arrive
+// (hd / cols_per_block of them: the sliced sampler's "last block" pattern),
+// which normalises and rotates its rows in place and stores k. `plan`:
+// PlanGemv(N, K) with head_dim a multiple of cols_per_block.
+//   x: [M, K]   norm: [K]   w: [N, K]   bias: [N] or null   qkv: [M, N] out
+cudaError_t LaunchRmsNormGemvQkRope(const __nv_bfloat16* x, const __nv_bfloat16* norm, float eps,
+                                    const __nv_bfloat16* w, const __nv_bfloat16* bias, int64_t M, int64_t N,
+                                    int64_t K, __nv_bfloat16* qkv, const GemvQkRope& qk, const GemvPlan& plan,
+                                    cudaStream_t stream, bool programmatic = false);
+
 }  // namespace tpserve::cuda

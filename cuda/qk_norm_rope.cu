@@ -1,4 +1,5 @@
 #include "cuda/qk_norm_rope.cuh"
+#include "cuda/norm_rope_rows.cuh"
 #include "cuda/reduce.cuh"
 #include "cuda/simt.cuh"
 
@@ -56,7 +57,7 @@ __global__ void QkNormRopeStoreKvKernel(__nv_bfloat16* __restrict__ qkv, const i
   TPSERVE_GRID_DEPENDENTS_LAUNCH();
   const int64_t t = blockIdx.x;
   const int h = static_cast<int>(blockIdx.y);
-  const int half = hd / 2, i = static_cast<int>(threadIdx.x);
+  const int i = static_cast<int>(threadIdx.x);
   const int64_t width = int64_t{num_heads + 2 * num_kv_heads} * hd, kv_row = int64_t{num_kv_heads} * hd;
   __nv_bfloat16* head = qkv + t * width + int64_t{h} * hd;
   const int64_t slot = slot_mapping[t];
@@ -66,28 +67,12 @@ __global__ void QkNormRopeStoreKvKernel(__nv_bfloat16* __restrict__ qkv, const i
     for (int j = i; j < hd; j += static_cast<int>(blockDim.x)) dst[j] = head[j];
     return;
   }
-  const bool owns = i < half;
-  float a = owns ? __bfloat162float(head[i]) : 0.f, b = owns ? __bfloat162float(head[i + half]) : 0.f;
-  const __nv_bfloat16* norm = h < num_heads ? q_norm : k_norm;
-  if (norm != nullptr) {  // uniform over the block: BlockSum's barriers are safe
-    const float inv = rsqrtf(BlockSum(a * a + b * b) / static_cast<float>(hd) + eps);
-    if (owns) {
-      a = a * inv * __bfloat162float(norm[i]);
-      b = b * inv * __bfloat162float(norm[i + half]);
-    }
-  }
-  if (!owns) return;
-  const float* cos = rope + static_cast<int64_t>(positions[t]) * hd;
-  const float* sin = cos + half;
-  const __nv_bfloat16 ra = __float2bfloat16(a * cos[i] - b * sin[i]);
-  const __nv_bfloat16 rb = __float2bfloat16(b * cos[i] + a * sin[i]);
-  head[i] = ra;
-  head[i + half] = rb;
-  if (h >= num_heads && slot >= 0) {
-    __nv_bfloat16* dst = k_cache + slot * kv_row + int64_t{h - num_heads} * hd;
-    dst[i] = ra;
-    dst[i + half] = rb;
-  }
+  // The q or k head: NormRopeHead, the math the QKV GEMV's fused epilogue
+  // runs too (cuda/gemv.cu), so both store the same bits.
+  const int32_t pos = positions[t];
+  __nv_bfloat16* cache_row =
+      h >= num_heads && slot >= 0 ? k_cache + slot * kv_row + int64_t{h - num_heads} * hd : nullptr;
+  NormRopeHead(head, h < num_heads ? q_norm : k_norm, eps, hd, rope + static_cast<int64_t>(pos) * hd, cache_row);
 }
 
 }  // namespace

@@ -1,3 +1,4 @@
+#include "cuda/norm_rope_rows.cuh"
 #include "cuda/reduce.cuh"
 #include "cuda/rmsnorm.cuh"
 #include "cuda/simt.cuh"
@@ -42,27 +43,16 @@ __global__ void AddRmsNormKernel(__nv_bfloat16* __restrict__ x, __nv_bfloat16* _
   }
 }
 
-constexpr int kMaxVecsPerThread = kRmsNormVecMaxDim / (kBf16PerVec * 1024);
-
-// Threads for a row of D / 8 vectors: a multiple of 32, at most 1024, each
-// thread with at most kMaxVecsPerThread vectors.
-int VecThreads(int64_t D) {
-  const int64_t vecs = D / kBf16PerVec;
-  const int64_t per_thread = (vecs + 1023) / 1024;  // <= kMaxVecsPerThread for D <= kRmsNormVecMaxDim
-  const int64_t threads = (vecs + per_thread - 1) / per_thread;
-  return static_cast<int>((threads + kWarpSize - 1) / kWarpSize * kWarpSize);
-}
-
 // The second pass of both vector kernels: out = row · rsqrt(sum_sq / D + eps) · w,
 // from the thread's pieces of the row held in registers (piece i is vector
 // threadIdx.x + i · blockDim.x of the row).
-__device__ __forceinline__ void NormalizeRow(const uint4 (&row)[kMaxVecsPerThread], float sum_sq, float eps,
+__device__ __forceinline__ void NormalizeRow(const uint4 (&row)[kRmsNormMaxVecsPerThread], float sum_sq, float eps,
                                              const __nv_bfloat16* __restrict__ w, int64_t D,
                                              __nv_bfloat16* __restrict__ out) {
   const int64_t vecs = D / kBf16PerVec;
-  const float inv = rsqrtf(sum_sq / static_cast<float>(D) + eps);
+  const float inv = RmsNormScale(sum_sq, D, eps);
 #pragma unroll
-  for (int i = 0; i < kMaxVecsPerThread; ++i) {
+  for (int i = 0; i < kRmsNormMaxVecsPerThread; ++i) {
     const int64_t c = threadIdx.x + int64_t{i} * blockDim.x;
     if (c >= vecs) break;
     float f[kBf16PerVec], wf[kBf16PerVec];
@@ -83,17 +73,14 @@ __global__ void RmsNormVecKernel(const __nv_bfloat16* x, const __nv_bfloat16* __
   TPSERVE_GRID_DEPENDENTS_LAUNCH();
   const int64_t vecs = D / kBf16PerVec;
   const __nv_bfloat16* xr = x + blockIdx.x * D;
-  uint4 xv[kMaxVecsPerThread];
-  float sq = 0.f;
+  uint4 xv[kRmsNormMaxVecsPerThread];
+  float sq = 0.f;  // in the order VecRowsSumSquares reproduces (cuda/norm_rope_rows.cuh)
 #pragma unroll
-  for (int i = 0; i < kMaxVecsPerThread; ++i) {
+  for (int i = 0; i < kRmsNormMaxVecsPerThread; ++i) {
     const int64_t c = threadIdx.x + int64_t{i} * blockDim.x;
     if (c >= vecs) break;
     xv[i] = LoadBf16x8(xr, c);
-    float f[kBf16PerVec];
-    UnpackBf16x8(xv[i], f);
-#pragma unroll
-    for (int j = 0; j < kBf16PerVec; ++j) sq += f[j] * f[j];
+    AddSquares(xv[i], sq);
   }
   NormalizeRow(xv, BlockSum(sq), eps, w, D, out + blockIdx.x * D);
 }
@@ -105,10 +92,10 @@ __global__ void AddRmsNormVecKernel(__nv_bfloat16* __restrict__ x, __nv_bfloat16
   const int64_t vecs = D / kBf16PerVec;
   __nv_bfloat16* xr = x + blockIdx.x * D;
   __nv_bfloat16* rr = residual + blockIdx.x * D;
-  uint4 sum[kMaxVecsPerThread];  // residual + x, rounded to bf16 as stored
-  float sq = 0.f;
+  uint4 sum[kRmsNormMaxVecsPerThread];  // residual + x, rounded to bf16 as stored
+  float sq = 0.f;  // in the order VecRowsSumSquares reproduces (cuda/norm_rope_rows.cuh)
 #pragma unroll
-  for (int i = 0; i < kMaxVecsPerThread; ++i) {
+  for (int i = 0; i < kRmsNormMaxVecsPerThread; ++i) {
     const int64_t c = threadIdx.x + int64_t{i} * blockDim.x;
     if (c >= vecs) break;
     float r[kBf16PerVec], a[kBf16PerVec];
@@ -118,9 +105,7 @@ __global__ void AddRmsNormVecKernel(__nv_bfloat16* __restrict__ x, __nv_bfloat16
     for (int j = 0; j < kBf16PerVec; ++j) r[j] += a[j];
     sum[i] = PackBf16x8(r);
     StoreBf16x8(rr, c, sum[i]);
-    UnpackBf16x8(sum[i], r);  // the statistics see what is stored
-#pragma unroll
-    for (int j = 0; j < kBf16PerVec; ++j) sq += r[j] * r[j];
+    AddSquares(sum[i], sq);  // the statistics see what is stored
   }
   NormalizeRow(sum, BlockSum(sq), eps, w, D, xr);
 }
@@ -136,7 +121,7 @@ cudaError_t LaunchRmsNormVec(const __nv_bfloat16* x, const __nv_bfloat16* w, flo
                              __nv_bfloat16* out, cudaStream_t stream, bool programmatic) {
   if (M == 0) return cudaSuccess;
   if (M > 0x7fffffff || !RmsNormVecSupports(D, x, w, out)) return cudaErrorInvalidValue;
-  TPSERVE_LAUNCH_PDL(static_cast<unsigned>(M), VecThreads(D), 0, stream, programmatic, RmsNormVecKernel)(
+  TPSERVE_LAUNCH_PDL(static_cast<unsigned>(M), RmsNormVecThreads(D), 0, stream, programmatic, RmsNormVecKernel)(
       x, w, eps, D, out);
   return cudaGetLastError();
 }
@@ -145,7 +130,7 @@ cudaError_t LaunchAddRmsNormVec(__nv_bfloat16* x, __nv_bfloat16* residual, const
                                 int64_t M, int64_t D, cudaStream_t stream, bool programmatic) {
   if (M == 0) return cudaSuccess;
   if (M > 0x7fffffff || !RmsNormVecSupports(D, x, residual, w)) return cudaErrorInvalidValue;
-  TPSERVE_LAUNCH_PDL(static_cast<unsigned>(M), VecThreads(D), 0, stream, programmatic, AddRmsNormVecKernel)(
+  TPSERVE_LAUNCH_PDL(static_cast<unsigned>(M), RmsNormVecThreads(D), 0, stream, programmatic, AddRmsNormVecKernel)(
       x, residual, w, eps, D);
   return cudaGetLastError();
 }

@@ -200,6 +200,38 @@ absl::Status Model::Enqueue() {
 
   TPSERVE_RETURN_IF_ERROR(embed_->Forward(backend_, comm_, residual));
   Dump("embed", -1, residual);
+  // Fused layers (Backend::FusesLayerOps): the norms go into the projections
+  // after them and the residual adds into o_proj and down, which needs the
+  // whole sum on this rank (tp 1) and no intermediate to show (no hook).
+  if (comm_.world_size() == 1 && !hook_ && backend_.FusesLayerOps(t)) {
+    for (size_t l = 0; l < layers_.size(); ++l) {
+      const Layer& layer = layers_[l];
+      const KvCacheLayer kv_layer = cache.layer(static_cast<int64_t>(l));
+      backend_.RmsNormQkvRopeStoreKv(residual, layer.input_norm, eps_, x, layer.qkv.weight(), layer.qkv.bias(), qkv,
+                                     attn_shape_, layer.q_norm ? &layer.q_norm->tensor() : nullptr,
+                                     layer.k_norm ? &layer.k_norm->tensor() : nullptr, rope_, kv_layer);
+      backend_.Attention(qkv, attn_shape_, kv_layer, scale, attn);
+      backend_.LinearAddResidual(attn, layer.o_proj.weight(), layer.o_proj.bias(), x, residual);
+      backend_.RmsNormLinearSiluMul(residual, layer.post_norm, eps_, x, layer.gate_up.weight(), gate_up, act);
+      backend_.LinearAddResidual(act, layer.down.weight(), layer.down.bias(), x, residual);
+    }
+    backend_.RmsNorm(residual, *final_norm_, eps_, x);
+  } else {
+    TPSERVE_RETURN_IF_ERROR(EnqueueLayers(residual, x, qkv, attn, gate_up, act, scale));
+    backend_.AddRmsNorm(x, residual, *final_norm_, eps_);
+  }
+  Dump("final_norm", -1, x);
+  const Tensor last = Rows(last_, s);  // [S, D]
+  backend_.GatherRows(x, last);
+  Dump("last_hidden", -1, last);
+
+  return lm_head_->Compute(backend_, comm_, last, lm_ws_);
+}
+
+// The layers op by op (any tp; every intermediate named for the hook).
+absl::Status Model::EnqueueLayers(const Tensor& residual, const Tensor& x, const Tensor& qkv, const Tensor& attn,
+                                  const Tensor& gate_up, const Tensor& act, float scale) {
+  KvCache& cache = *step_cache_;
   for (size_t l = 0; l < layers_.size(); ++l) {
     const Layer& layer = layers_[l];
     const int li = static_cast<int>(l);
@@ -232,13 +264,7 @@ absl::Status Model::Enqueue() {
     TPSERVE_RETURN_IF_ERROR(layer.down.Forward(backend_, comm_, act, x));
     Dump("down", li, x);
   }
-  backend_.AddRmsNorm(x, residual, *final_norm_, eps_);
-  Dump("final_norm", -1, x);
-  const Tensor last = Rows(last_, s);  // [S, D]
-  backend_.GatherRows(x, last);
-  Dump("last_hidden", -1, last);
-
-  return lm_head_->Compute(backend_, comm_, last, lm_ws_);
+  return absl::OkStatus();
 }
 
 absl::StatusOr<std::optional<Logits>> Model::ReadLogits(int64_t rows) {

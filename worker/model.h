@@ -17,6 +17,17 @@
 //   last = x[logits_indices]                            [S, D]
 //   logits = last · Wlmᵀ                                [S, V]  gathered to rank 0
 //
+// At tp 1 with no intermediate hook, on a backend that fuses a step's layer
+// ops (Backend::FusesLayerOps: the CUDA fast set at a few tokens), the same
+// math in five ops a layer, the norms moved into the projections after them
+// and the residual adds into the ones before:
+//     qkv = RmsNormQkvRopeStoreKv(residual)             input norm, QKV, q/k norm, RoPE, K/V store
+//     attn = Attention(q, cache)
+//     residual += attn · Woᵀ                            LinearAddResidual
+//     act = RmsNormLinearSiluMul(residual)              post-attention norm, gate/up, SiLU-mul
+//     residual += act · Wdownᵀ                          LinearAddResidual
+//   x = RmsNorm(residual)                               model.norm
+//
 // Every rank runs the same steps in the same order (the collectives pair up).
 // Activation buffers are carved from one arena allocated once at Load for
 // options.max_num_tokens tokens and options.max_num_seqs sequences and reused
@@ -140,6 +151,9 @@ class Model {
     return ShardContext{checkpoint, config_, comm_.rank(), comm_.world_size()};
   }
   void AllocateActivations();
+  // Enqueue's layers op by op, every intermediate named for the hook (any tp).
+  absl::Status EnqueueLayers(const Tensor& residual, const Tensor& x, const Tensor& qkv, const Tensor& attn,
+                             const Tensor& gate_up, const Tensor& act, float scale);
   void Dump(std::string_view name, int layer, const Tensor& t) const {
     if (hook_) hook_(name, layer, t);
   }

@@ -126,5 +126,8 @@ bool AttentionSplitSection(const Sizes& z, double bw, std::ostream& table);
 bool AttentionVariantSection(const Sizes& z, double bw, std::ostream& table);
 bool PrefillAttentionSection(const Sizes& z, std::ostream& table);
 bool SamplerSection(const Sizes& z, std::ostream& table);
+// A decoder layer's fused ops (Backend::FusesLayerOps) against the unfused ops
+// they stand for, at the GEMV's rows, on Qwen3-0.6B's shapes.
+bool FusionSection(const Sizes& z, std::ostream& table);
 
 }  // namespace tpserve::gpu_bench

@@ -44,6 +44,11 @@
 //     one-block-per-row kernel (reference set), launched eagerly and replayed
 //     as a CUDA graph, and CudaSampler::Sample's whole call (upload, kernels,
 //     read-back), eagerly and through its decode-batch graph;
+//   * a decoder layer in fewer launches (Backend::FusesLayerOps): the fused
+//     ops beside the unfused fast ops they replace, at M = 1, 2, 4, 8 on
+//     Qwen3-0.6B's layer, eagerly and as graphs (kernel_sections.cc,
+//     FusionSection); and the served decode rows at batch 1 and 8 with the
+//     fused layers off;
 //   * offline throughput (nano-vllm's bench.py workload) through the Engine on
 //     the Qwen3-0.6B-shaped model: 256 sequences, random prompt lengths
 //     100..1024 and output lengths 100..1024 (seeded), EOS ignored, sampled at
@@ -55,7 +60,8 @@
 // time limit still leaves what it measured.
 //
 //   gpu_bench [--models qwen3-0.6b,llama-3.2-1b] [--out FILE] [--workdir DIR]
-//             [--sections gemv,attention,prefill-attention,sampler,models,throughput] [--throughput-seqs 256] [--smoke]
+//             [--sections gemv,fusion,attention,prefill-attention,sampler,models,throughput]
+//             [--throughput-seqs 256] [--smoke]
 // (sections run in that order; the throughput run is the longest, so last).
 #include <cublas_v2.h>
 #include <cuda_runtime_api.h>
@@ -315,12 +321,12 @@ bool ThroughputSection(const Sizes& z, const std::filesystem::path& model_dir, i
 // where it is a graph of its own.
 absl::Status ServedDecodeRows(const Sizes& z, const std::filesystem::path& dir, const std::string& name, double bw,
                               int64_t weight_bytes, cuda::KernelSet kernels, bool programmatic, std::ostream& table,
-                              bool sampler_graphs = true) {
+                              bool sampler_graphs = true, bool fuse_layers = true) {
   absl::StatusOr<ModelConfig> c = LoadModelConfig(dir);
   if (!c.ok()) return c.status();
   const int prompt = z.decode_prompt, outputs = z.decode_steps + 1, max_batch = z.max_decode_batch();
   const int64_t blocks_per_seq = (prompt + outputs + kBlockSize - 1) / kBlockSize;
-  std::unique_ptr<Backend> backend = MakeCudaBackend(0, kernels, programmatic);
+  std::unique_ptr<Backend> backend = MakeCudaBackend(0, kernels, programmatic, fuse_layers);
   std::unique_ptr<Communicator> solo = MakeSoloCommunicator();
   absl::StatusOr<ServingEngine> serving =
       MakeServingEngine(z, dir, *backend, *solo, 2048, max_batch * blocks_per_seq + 16, std::max(8192, max_batch * prompt),
@@ -333,9 +339,9 @@ absl::Status ServedDecodeRows(const Sizes& z, const std::filesystem::path& dir, 
   }
   std::vector<int> batches = z.decode_batches;
   if (kernels == cuda::KernelSet::kReference && batches.size() > 2) batches = {batches.front(), batches[batches.size() / 2]};
-  if ((!programmatic || !sampler_graphs) && batches.size() > 2) batches = {batches[0], batches[1]};
+  if ((!programmatic || !sampler_graphs || !fuse_layers) && batches.size() > 2) batches = {batches[0], batches[1]};
   const std::string set = absl::StrCat(cuda::KernelSetName(kernels), " kernels", programmatic ? "" : ", PDL off",
-                                       sampler_graphs ? "" : ", sampler eager");
+                                       sampler_graphs ? "" : ", sampler eager", fuse_layers ? "" : ", layers unfused");
   for (int batch : batches) {
     const std::vector<GenerationRequest> requests = FixedRequests(batch, prompt, outputs, static_cast<int>(c->vocab_size));
     absl::StatusOr<std::vector<GenerationResult>> results = serving->engine->Generate(requests);
@@ -344,7 +350,8 @@ absl::Status ServedDecodeRows(const Sizes& z, const std::filesystem::path& dir, 
     const double steps = double(st.decode_tokens) / batch;
     if (steps < 1) return absl::InternalError(absl::StrCat("batch ", batch, ": no decode-only step was timed"));
     const double s = st.decode_seconds / steps;
-    if (name == z.target_model && kernels == cuda::KernelSet::kFast && programmatic && sampler_graphs && batch == 1) {
+    if (name == z.target_model && kernels == cuda::KernelSet::kFast && programmatic && sampler_graphs && fuse_layers &&
+        batch == 1) {
       RecordTarget(Target::kBatch1Decode, s * 1e3);
     }
     const double floor = (weight_bytes + double(batch) * (prompt + outputs / 2) * kv_bytes_per_token) / bw;
@@ -366,6 +373,8 @@ absl::Status ModelSection(const Sizes& z, const std::filesystem::path& dir, cons
   TPSERVE_RETURN_IF_ERROR(ServedDecodeRows(z, dir, name, bw, weight_bytes, cuda::KernelSet::kFast, false, table));
   TPSERVE_RETURN_IF_ERROR(
       ServedDecodeRows(z, dir, name, bw, weight_bytes, cuda::KernelSet::kFast, true, table, /*sampler_graphs=*/false));
+  TPSERVE_RETURN_IF_ERROR(ServedDecodeRows(z, dir, name, bw, weight_bytes, cuda::KernelSet::kFast, true, table,
+                                           /*sampler_graphs=*/true, /*fuse_layers=*/false));
   TPSERVE_RETURN_IF_ERROR(ServedDecodeRows(z, dir, name, bw, weight_bytes, cuda::KernelSet::kReference, true, table));
   std::unique_ptr<Backend> backend = MakeCudaBackend(0);
   std::unique_ptr<Communicator> solo = MakeSoloCommunicator();
@@ -419,7 +428,7 @@ absl::Status ModelSection(const Sizes& z, const std::filesystem::path& dir, cons
 
 struct Options {
   std::string models, out_path = "bench/results/gpu_bench.md";
-  std::string sections = "gemv,attention,prefill-attention,sampler,models,throughput";
+  std::string sections = "gemv,fusion,attention,prefill-attention,sampler,models,throughput";
   int throughput_seqs = 256;
   Sizes z;
   std::filesystem::path workdir = std::filesystem::temp_directory_path();
@@ -500,6 +509,11 @@ bool RunKernelSections(const Options& o, double bw, Report& report) {
   if (o.Wants("gemv")) {
     std::fprintf(stderr, "gpu_bench: small-batch Linear, GEMV vs cuBLAS\n");
     ok &= GemvSection(o.z, bw, table);
+    report.Flush();
+  }
+  if (o.Wants("fusion")) {
+    std::fprintf(stderr, "gpu_bench: a decoder layer's fused ops vs the unfused ops\n");
+    ok &= gpu_bench::FusionSection(o.z, table);
     report.Flush();
   }
   if (o.Wants("attention")) {

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <functional>
 #include <memory>
 #include <random>
 #include <string>
@@ -320,6 +321,138 @@ bool GemvSection(const Sizes& z, double bw, std::ostream& table) {
     }
   }
   return MlpSection(z, *fast, table);
+}
+
+namespace {
+
+// One decoder layer's weights for FusionSection (zeros: the work does not depend on the values).
+struct LayerWeights {
+  Buffer input_norm, qkv, o, post_norm, gate_up, down;
+};
+
+// Seconds per run of `ops` (enqueues a layer's ops on `b` for weight set i),
+// cycling through `sets` sets of weights: [0] eagerly, [1] as one CUDA graph
+// per set, replayed in turn (the served decode path).
+bool TimeLayerOps(const Sizes& z, Backend& b, size_t sets, const std::function<void(size_t)>& ops, double (&s)[2],
+                  std::ostream& table) {
+  size_t next = 0;
+  s[0] = TimeIt([&] { ops(next++ % sets); }, z.warmup, z.gemv_iters);
+  std::vector<std::unique_ptr<BackendGraph>> graphs;
+  for (size_t i = 0; i < sets; ++i) {
+    if (absl::Status st = b.BeginCapture(); !st.ok()) {
+      table << "fusion: BeginCapture: " << st.ToString() << "\n";
+      return false;
+    }
+    ops(i);
+    absl::StatusOr<std::unique_ptr<BackendGraph>> g = b.EndCapture();
+    if (!g.ok()) {
+      table << "fusion: EndCapture: " << g.status().ToString() << "\n";
+      return false;
+    }
+    graphs.push_back(*std::move(g));
+  }
+  s[1] = TimeIt([&] { graphs[next++ % sets]->Replay(); }, z.warmup, z.gemv_iters);
+  return true;
+}
+
+}  // namespace
+
+// A decoder layer's fused ops (Backend::FusesLayerOps, cuda/gemv.cuh) at M =
+// z.gemv_rows tokens on Qwen3-0.6B's layer (D 1024, Hq 16, Hkv 8, hd 128, F
+// 3072; q/k norms), each pair of fused ops against the unfused fast ops it
+// replaces, eagerly and as a graph (PDL edges between the launches):
+//   down + add + input norm + QKV + q/k norm + RoPE + KV store: 2 launches vs 4;
+//   o_proj + add + post norm + gate/up + SiLU:                 2 launches vs 3.
+// Weights cycled through gemv_rotate_bytes, as in GemvSection.
+bool FusionSection(const Sizes& z, std::ostream& table) {
+  const bool tiny = z.smoke;
+  const int64_t D = tiny ? 64 : 1024, hq = tiny ? 4 : 16, hkv = tiny ? 2 : 8, hd = tiny ? 32 : 128,
+                F = tiny ? 96 : 3072, context = tiny ? 20 : 512;
+  const AttentionShape shape{static_cast<int32_t>(hq), static_cast<int32_t>(hkv), static_cast<int32_t>(hd)};
+  const int64_t nqkv = shape.qkv_width(), max_rows = *std::max_element(z.gemv_rows.begin(), z.gemv_rows.end());
+  std::unique_ptr<Backend> fast = MakeCudaBackend(0, cuda::KernelSet::kFast);
+  StepCapacity capacity;
+  capacity.max_tokens = max_rows, capacity.max_seqs = max_rows, capacity.max_context = 2 * context;
+  capacity.block_size = kBlockSize, capacity.max_query_heads = shape.num_heads, capacity.max_head_dim = shape.head_dim;
+  if (absl::Status st = fast->Reserve(capacity); !st.ok()) {
+    table << "\nfusion: Reserve: " << st.ToString() << "\n";
+    return false;
+  }
+  const double layer_bytes = 2.0 * (nqkv * D + D * hq * hd + 2 * F * D + D * F);
+  const size_t sets = std::max<size_t>(2, static_cast<size_t>((z.gemv_rotate_bytes + layer_bytes - 1) / layer_bytes));
+  std::vector<LayerWeights> w(sets);
+  for (LayerWeights& l : w) {
+    l.input_norm = fast->Allocate(DType::kBF16, {D});
+    l.qkv = fast->Allocate(DType::kBF16, {nqkv, D});
+    l.o = fast->Allocate(DType::kBF16, {D, hq * hd});
+    l.post_norm = fast->Allocate(DType::kBF16, {D});
+    l.gate_up = fast->Allocate(DType::kBF16, {2 * F, D});
+    l.down = fast->Allocate(DType::kBF16, {D, F});
+  }
+  const int64_t blocks = max_rows * ((2 * context + kBlockSize - 1) / kBlockSize);
+  Buffer k = fast->Allocate(DType::kBF16, {blocks, kBlockSize, hkv, hd});
+  Buffer v = fast->Allocate(DType::kBF16, {blocks, kBlockSize, hkv, hd});
+  Buffer rope = fast->Allocate(DType::kF32, {2 * context, hd}), q_norm = fast->Allocate(DType::kBF16, {hd}),
+         k_norm = fast->Allocate(DType::kBF16, {hd});
+  Buffer residual = fast->Allocate(DType::kBF16, {max_rows, D}), x = fast->Allocate(DType::kBF16, {max_rows, D}),
+         qkv = fast->Allocate(DType::kBF16, {max_rows, nqkv}), attn = fast->Allocate(DType::kBF16, {max_rows, hq * hd}),
+         gate_up = fast->Allocate(DType::kBF16, {max_rows, 2 * F}), act = fast->Allocate(DType::kBF16, {max_rows, F});
+  fast->Synchronize();
+  const KvCacheLayer cache{k.tensor(), v.tensor()};
+  table << "\n## A decoder layer in fewer launches: fused ops vs the unfused fast ops\n\nQwen3-0.6B's layer"
+        << (tiny ? " (tiny under --smoke)" : "") << ", fast set after Reserve, " << z.gemv_iters
+        << " runs per number, weights cycled through " << (z.gemv_rotate_bytes >> 20)
+        << " MiB; eager, and replayed as one CUDA graph per weight set.\n\n| ops | M | fused eager | unfused eager |"
+        << " fused graph | unfused graph | graph fused / unfused |\n|---|---|---|---|---|---|---|\n";
+  for (int64_t m : z.gemv_rows) {
+    const StepBatch step = BenchStep(static_cast<int32_t>(m), 1, static_cast<int32_t>(context));
+    if (absl::Status st = fast->BeginStep(step.view(), blocks, kBlockSize, 2 * context); !st.ok()) {
+      table << "fusion: BeginStep: " << st.ToString() << "\n";
+      return false;
+    }
+    const Tensor r = residual.tensor().Rows(0, m), xm = x.tensor().Rows(0, m), q = qkv.tensor().Rows(0, m),
+                 at = attn.tensor().Rows(0, m), gu = gate_up.tensor().Rows(0, m), a = act.tensor().Rows(0, m);
+    struct Pair {
+      const char* name;
+      std::function<void(size_t)> fused, unfused;
+    };
+    const Pair pairs[] = {
+        {"down + add + input norm + QKV + q/k norm + RoPE + KV store (2 vs 4 launches)",
+         [&](size_t i) {
+           fast->LinearAddResidual(a, w[i].down, nullptr, xm, r);
+           fast->RmsNormQkvRopeStoreKv(r, w[i].input_norm, 1e-6f, xm, w[i].qkv, nullptr, q, shape, &q_norm.tensor(),
+                                       &k_norm.tensor(), rope, cache);
+         },
+         [&](size_t i) {
+           fast->Linear(a, w[i].down, nullptr, xm);
+           fast->AddRmsNorm(xm, r, w[i].input_norm, 1e-6f);
+           fast->Linear(xm, w[i].qkv, nullptr, q);
+           fast->QkNormRopeStoreKv(q, shape, &q_norm.tensor(), &k_norm.tensor(), 1e-6f, rope, cache);
+         }},
+        {"o_proj + add + post norm + gate/up + SiLU (2 vs 3 launches)",
+         [&](size_t i) {
+           fast->LinearAddResidual(at, w[i].o, nullptr, xm, r);
+           fast->RmsNormLinearSiluMul(r, w[i].post_norm, 1e-6f, xm, w[i].gate_up, gu, a);
+         },
+         [&](size_t i) {
+           fast->Linear(at, w[i].o, nullptr, xm);
+           fast->AddRmsNorm(xm, r, w[i].post_norm, 1e-6f);
+           fast->LinearSiluMul(xm, w[i].gate_up, gu, a);
+         }},
+    };
+    for (const Pair& p : pairs) {
+      double fused[2], unfused[2];
+      if (!TimeLayerOps(z, *fast, sets, p.fused, fused, table) || !TimeLayerOps(z, *fast, sets, p.unfused, unfused, table)) {
+        return false;
+      }
+      char line[320];
+      std::snprintf(line, sizeof line, "| %s | %lld | %.2f us | %.2f us | %.2f us | %.2f us | %.2f |\n", p.name,
+                    static_cast<long long>(m), fused[0] * 1e6, unfused[0] * 1e6, fused[1] * 1e6, unfused[1] * 1e6,
+                    fused[1] / unfused[1]);
+      table << line;
+    }
+  }
+  return true;
 }
 
 namespace {

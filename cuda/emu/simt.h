@@ -281,6 +281,10 @@ T __ldcg(const T* p) {
 // Math intrinsics: the host's correctly rounded functions (not the GPU's
 // approximations).
 inline float __expf(float x) { return std::exp(x); }
+// The rounded operations kernels spell out so that no compiler contracts
+// them differently (cuda/norm_rope_rows.cuh): the same single roundings here.
+inline float __fmaf_rn(float a, float b, float c) { return std::fma(a, b, c); }
+inline float __fmul_rn(float a, float b) { return a * b; }
 inline float rsqrtf(float x) { return 1.f / std::sqrt(x); }
 inline float __int_as_float(unsigned bits) {
   float f;
