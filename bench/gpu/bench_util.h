@@ -8,6 +8,7 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <filesystem>
 #include <ostream>
 #include <string>
 #include <utility>
@@ -129,5 +130,8 @@ bool SamplerSection(const Sizes& z, std::ostream& table);
 // A decoder layer's fused ops (Backend::FusesLayerOps) against the unfused ops
 // they stand for, at the GEMV's rows, on Qwen3-0.6B's shapes.
 bool FusionSection(const Sizes& z, std::ostream& table);
+// One eager batch-1 decode step of the model in `dir` op by op with CUDA
+// events, next to its graph replay (profile_section.cc).
+bool ProfileSection(const Sizes& z, const std::filesystem::path& dir, const std::string& name, std::ostream& table);
 
 }  // namespace tpserve::gpu_bench

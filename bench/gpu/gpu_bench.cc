@@ -49,6 +49,9 @@
 //     Qwen3-0.6B's layer, eagerly and as graphs (kernel_sections.cc,
 //     FusionSection); and the served decode rows at batch 1 and 8 with the
 //     fused layers off;
+//   * one eager batch-1 decode step of the first model op by op, each op
+//     between two CUDA events, next to the same step replayed as a graph
+//     (profile_section.cc): the per-kernel profile without a profiler;
 //   * offline throughput (nano-vllm's bench.py workload) through the Engine on
 //     the Qwen3-0.6B-shaped model: 256 sequences, random prompt lengths
 //     100..1024 and output lengths 100..1024 (seeded), EOS ignored, sampled at
@@ -60,7 +63,7 @@
 // time limit still leaves what it measured.
 //
 //   gpu_bench [--models qwen3-0.6b,llama-3.2-1b] [--out FILE] [--workdir DIR]
-//             [--sections gemv,fusion,attention,prefill-attention,sampler,models,throughput]
+//             [--sections gemv,fusion,attention,prefill-attention,sampler,models,profile,throughput]
 //             [--throughput-seqs 256] [--smoke]
 // (sections run in that order; the throughput run is the longest, so last).
 #include <cublas_v2.h>
@@ -428,7 +431,7 @@ absl::Status ModelSection(const Sizes& z, const std::filesystem::path& dir, cons
 
 struct Options {
   std::string models, out_path = "bench/results/gpu_bench.md";
-  std::string sections = "gemv,fusion,attention,prefill-attention,sampler,models,throughput";
+  std::string sections = "gemv,fusion,attention,prefill-attention,sampler,models,profile,throughput";
   int throughput_seqs = 256;
   Sizes z;
   std::filesystem::path workdir = std::filesystem::temp_directory_path();
@@ -557,6 +560,18 @@ bool RunModelSections(const Options& o, double bw, double flops, PresetModels& m
       }
       report.Flush();
     }
+  }
+  if (o.Wants("profile")) {
+    const std::string preset(*absl::StrSplit(o.models, ',', absl::SkipEmpty()).begin());
+    std::fprintf(stderr, "gpu_bench: batch-1 decode step of %s op by op\n", preset.c_str());
+    absl::StatusOr<std::filesystem::path> dir = models.Get(preset);
+    if (dir.ok()) {
+      ok &= gpu_bench::ProfileSection(o.z, *dir, preset, table);
+    } else {
+      table << "\nprofile: could not write the " << preset << " model: " << dir.status().ToString() << "\n";
+      ok = false;
+    }
+    report.Flush();
   }
   if (o.Wants("throughput")) {
     std::fprintf(stderr, "gpu_bench: offline throughput, %d sequences\n", o.throughput_seqs);

@@ -51,6 +51,8 @@
 #include "cuda/emu/capture.h"
 
 #include <algorithm>
+#include <atomic>
+#include <chrono>
 #include <memory>
 #include <thread>
 #include <utility>
@@ -80,6 +82,9 @@ struct CUevent_st {
   // The capture the event was last recorded into (nullptr: recorded eagerly or never).
   cudaStream_t captured_in ABSL_GUARDED_BY(tpserve::cuda::emu::g_mu) = nullptr;
   uint64_t capture_id ABSL_GUARDED_BY(tpserve::cuda::emu::g_mu) = 0;
+  // When the record last ran (for cudaEventElapsedTime): the host's clock, since
+  // the emulated stream runs each operation whole when it is reached.
+  std::atomic<int64_t> ran_ns{0};
 };
 struct CUgraph_st {
   std::shared_ptr<const std::vector<tpserve::cuda::emu::StreamWork>> ops;  // in capture order
@@ -228,6 +233,26 @@ cudaError_t cudaEventCreateWithFlags(cudaEvent_t* event, unsigned int) {
   *event = new CUevent_st;
   return cudaSuccess;
 }
+cudaError_t cudaEventCreate(cudaEvent_t* event) { return cudaEventCreateWithFlags(event, 0); }
+
+// Milliseconds between the two records' runs (host time: the emulator's, not a GPU's).
+cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t start, cudaEvent_t end) {
+  if (ms == nullptr || start == nullptr || end == nullptr) return Fail(cudaErrorInvalidValue);
+  const int64_t a = start->ran_ns.load(), b = end->ran_ns.load();
+  if (a == 0 || b == 0) return Fail(cudaErrorInvalidResourceHandle);  // not recorded (or not run) yet
+  *ms = static_cast<float>(static_cast<double>(b - a) * 1e-6);
+  return cudaSuccess;
+}
+
+// The host function runs when the stream reaches it: at once (streams are
+// synchronous here), or at each replay of a graph that captured it.
+cudaError_t cudaLaunchHostFunc(cudaStream_t stream, cudaHostFn_t fn, void* data) {
+  if (fn == nullptr) return Fail(cudaErrorInvalidValue);
+  return Enqueue(stream, [fn, data] {
+    fn(data);
+    return cudaSuccess;
+  });
+}
 
 cudaError_t cudaEventDestroy(cudaEvent_t event) {
   delete event;
@@ -235,7 +260,11 @@ cudaError_t cudaEventDestroy(cudaEvent_t event) {
 }
 
 cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t stream) {
-  const cudaError_t err = Enqueue(stream, [] { return cudaSuccess; });  // completes when it runs
+  const cudaError_t err = Enqueue(stream, [event] {  // completes when it runs
+    event->ran_ns.store(std::chrono::duration_cast<std::chrono::nanoseconds>(
+                            std::chrono::steady_clock::now().time_since_epoch()).count());
+    return cudaSuccess;
+  });
   if (err != cudaSuccess || tpserve::cuda::emu::IsLegacy(stream)) return err;
   absl::MutexLock lock(&g_mu);
   const bool captured = stream->status == cudaStreamCaptureStatusActive;
