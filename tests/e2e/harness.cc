@@ -55,7 +55,15 @@ namespace {
 // an allocator lock that another thread held at the fork (ASan's allocator, in
 // the sanitized build, has no fork handler), and the test would wait forever in
 // waitpid for a child that never ran.
+//
+// -1 (errno set) when fork fails: EAGAIN or ENOMEM under a process or memory
+// limit, which many sanitized processes reach sooner. TPSERVE_HARNESS_FAIL_FORK
+// set in the environment makes it fail so (harness_test checks what follows).
 pid_t Spawn(const std::vector<std::string>& argv, const std::string& log) {
+  if (std::getenv("TPSERVE_HARNESS_FAIL_FORK") != nullptr) {
+    errno = EAGAIN;
+    return -1;
+  }
   std::vector<char*> args;
   args.reserve(argv.size() + 1);
   for (const std::string& a : argv) args.push_back(const_cast<char*>(a.c_str()));
@@ -288,6 +296,10 @@ std::string LiveProcessLogs() { return LogsExcept(nullptr); }
 
 int RunCommand(const std::vector<std::string>& argv, const std::string& log, absl::Duration deadline) {
   Process command(argv, log);
+  // Not started (the test has failed, naming the fork's error). Before, the
+  // wait that followed was waitpid(-1): for any child, i.e. the coordinator
+  // the test runs, which does not exit, so the test hung until ctest's timeout.
+  if (command.pid() <= 0) return kTimedOut;
   const std::string what = absl::StrCat("`", command.command(), "` to exit (deadline ",
                                         absl::FormatDuration(deadline), ")");
   WaitingFor waiting(what);
@@ -311,7 +323,11 @@ std::string MakeModel(const std::string& root, const std::string& arch, const st
 
 Process::Process(const std::vector<std::string>& argv, const std::string& log) : log_(log), command_(Join(argv)) {
   pid_ = Spawn(argv, log);
-  if (pid_ < 0) ADD_FAILURE() << "fork for `" << command_ << "` failed: " << std::strerror(errno);
+  if (pid_ < 0) {
+    const int err = errno;
+    ADD_FAILURE() << "harness: could not start `" << command_ << "`: fork failed: " << std::strerror(err)
+                  << " (a process or memory limit?)" << LogsExcept(nullptr);
+  }
   Registry& r = TheRegistry();
   absl::MutexLock lock(&r.mu);
   r.processes.push_back(this);
@@ -340,12 +356,12 @@ Process::~Process() {
 }
 
 void Process::Signal(int sig) {
-  if (!reaped_) kill(pid_, sig);
+  if (!reaped_ && pid_ > 0) kill(pid_, sig);  // never kill(-1, ...): every process we may signal
 }
 
 int Process::Wait(absl::Duration timeout) {
   if (reaped_) return status_;
-  if (pid_ <= 0) return -1;
+  if (pid_ <= 0) return 127;  // never started: as a shell says of a command it cannot run
   const absl::Time deadline = absl::Now() + timeout;
   while (true) {
     int status = 0;

@@ -48,7 +48,8 @@ class TempDir {
 // How long a command of RunCommand may run, and an RPC of these helpers wait.
 inline constexpr absl::Duration kCommandDeadline = absl::Seconds(120);
 inline constexpr absl::Duration kRpcDeadline = absl::Seconds(60);
-// RunCommand's status for a command killed at its deadline.
+// RunCommand's status for a command killed at its deadline, or one that could
+// not be started (fork failed); the test has failed, saying which, either way.
 inline constexpr int kTimedOut = -1;
 
 // The deadline of the running test: its ctest TIMEOUT (TPSERVE_TEST_TIMEOUT,
@@ -97,7 +98,7 @@ class Process {
   pid_t pid() const { return pid_; }
   void Signal(int sig);
   // Waits for exit up to `timeout`; the exit status (128+n for a signal; the
-  // same again once reaped), or -1 on timeout.
+  // same again once reaped; 127 at once when it never started), or -1 on timeout.
   int Wait(absl::Duration timeout);
   std::string Log() const;
   const std::string& log_path() const { return log_; }

@@ -86,19 +86,50 @@ TEST(HarnessTest, ACommandThatNeverExitsIsKilledWithItsLogAndTheServersPrinted) 
   EXPECT_EQ(RunCommand({"sh", "-c", "exit 3"}, dir.path() + "/quick.log", absl::Seconds(30)), 3);
 }
 
+// A fork that fails (EAGAIN or ENOMEM: a process or memory limit, which the
+// sanitized build's many processes reach sooner) fails the test at once,
+// naming the command. RunCommand then waited in waitpid(-1, ...), for any
+// child: the coordinator the test runs, which does not exit, so the test
+// hung until ctest killed it, printing nothing (FailureTest.ClientStreams-
+// JsonAndReportsErrors under ASan, issue 28). The server is left alone.
+TEST(HarnessTest, ACommandThatCannotStartFailsAtOnceInsteadOfWaitingForAnotherChild) {
+  TempDir dir;
+  Process server({"sh", "-c", "echo the server is up; exec sleep 1000"}, dir.path() + "/server.log");
+  AwaitLine(server, "the server is ");
+  ::testing::TestPartResultArray failures;
+  int rc = 0;
+  const absl::Time start = absl::Now();
+  {
+    ::testing::ScopedFakeTestPartResultReporter reporter(
+        ::testing::ScopedFakeTestPartResultReporter::INTERCEPT_ONLY_CURRENT_THREAD, &failures);
+    setenv("TPSERVE_HARNESS_FAIL_FORK", "1", 1);
+    rc = RunCommand({"true"}, dir.path() + "/true.log", absl::Seconds(60));
+    unsetenv("TPSERVE_HARNESS_FAIL_FORK");
+  }
+  EXPECT_EQ(rc, kTimedOut);
+  EXPECT_LT(absl::Now() - start, absl::Seconds(5)) << "no wait for a command that never started";
+  ASSERT_EQ(failures.size(), 1);
+  const std::string message = failures.GetTestPartResult(0).message();
+  EXPECT_NE(message.find("could not start `true`: fork failed: "), std::string::npos) << message;
+  EXPECT_NE(message.find("the server is up"), std::string::npos) << message;  // the logs come with it
+  EXPECT_EQ(server.Wait(absl::ZeroDuration()), -1) << "the server is still running, not reaped";
+  EXPECT_EQ(kill(server.pid(), 0), 0);
+}
+
 // tests/e2e/harness_subject.cc (tests that hang on purpose, not run by ctest)
 // with TPSERVE_TEST_TIMEOUT=4, a 2 s deadline, on one of its tests; its exit
-// status, its output in `log`.
-int RunSubject(const std::string& test, const std::string& log) {
-  return RunCommand({"env", "TPSERVE_TEST_TIMEOUT=4", BinaryPath("tests/e2e/e2e_harness_subject"),
-                     "--gtest_filter=HarnessWatchdogSubject." + test},
+// status, its output in `log`. Its temporary folders go under `dir` (a subject
+// that ends by _exit leaves its own behind).
+int RunSubject(const std::string& test, const TempDir& dir, const std::string& log) {
+  return RunCommand({"env", "TPSERVE_TEST_TIMEOUT=4", "TMPDIR=" + dir.path(),
+                     BinaryPath("tests/e2e/e2e_harness_subject"), "--gtest_filter=HarnessWatchdogSubject." + test},
                     log, absl::Seconds(60));
 }
 
 TEST(HarnessTest, ATestPastItsDeadlineFailsSayingWhatItWaitedForAndItsProcessesDie) {
   TempDir dir;
   const std::string log = dir.path() + "/subject.log";
-  EXPECT_EQ(RunSubject("BlockedOnItsServer", log), 1);
+  EXPECT_EQ(RunSubject("BlockedOnItsServer", dir, log), 1);
   const std::string out = Slurp(log);
   EXPECT_NE(out.find("HarnessWatchdogSubject.BlockedOnItsServer ran past its deadline of 2s"), std::string::npos)
       << out;
@@ -112,7 +143,7 @@ TEST(HarnessTest, ATestPastItsDeadlineThatStaysBlockedEndsTheBinary) {
   TempDir dir;
   const std::string log = dir.path() + "/subject.log";
   const absl::Time start = absl::Now();
-  EXPECT_EQ(RunSubject("BlockedForever", log), 1);
+  EXPECT_EQ(RunSubject("BlockedForever", dir, log), 1);
   EXPECT_LT(absl::Now() - start, absl::Seconds(40));
   const std::string out = Slurp(log);
   EXPECT_NE(out.find("it was waiting for a sleep of an hour"), std::string::npos) << out;
