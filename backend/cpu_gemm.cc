@@ -69,8 +69,12 @@ GemmColumnsFn KernelFunction(CpuGemmKernel kernel) {
 // Below this many multiply-adds a GEMM runs on the calling thread: waking a
 // worker costs more than it saves.
 constexpr int64_t kParallelWork = int64_t{1} << 18;
-// The workers' column ranges start at multiples of this (whole panels of every kernel).
-constexpr int64_t kColumnAlign = cpu_gemm_internal::kMaxPanelColumns;
+// Threads take the output columns in chunks of whole panels of every kernel:
+// a slab's worth for many rows, one panel for a few, and at least
+// kChunksPerThread chunks a thread where N allows, so a thread the OS
+// descheduled (2 cores, other processes) leaves its share to the others.
+constexpr int64_t kChunkAlign = cpu_gemm_internal::kMaxPanelColumns;
+constexpr int64_t kChunksPerThread = 4;
 
 // This thread's pack buffer (cpu_gemm_kernel.h), allocated at its first GEMM.
 float* PackBuffer() {
@@ -105,20 +109,20 @@ struct GemmJob {
   const float *x, *w, *bias;
   float* y;
   int64_t M, N, K;
-  int parts;
+  int64_t chunk;                     // output columns a chunk (a multiple of kChunkAlign)
+  int64_t num_chunks;
+  std::atomic<int64_t> next{0};      // the next chunk to take
 };
 
-// Part p of `parts` computes the y columns of its share of N.
-void RunPart(void* ctx, int p) {
-  const GemmJob& job = *static_cast<const GemmJob*>(ctx);
-  const auto bound = [&](int i) {
-    const int64_t n = job.N * i / job.parts / kColumnAlign * kColumnAlign;
-    return i == job.parts ? job.N : n;
-  };
-  const int64_t n0 = bound(p), n1 = bound(p + 1);
-  if (n0 >= n1) return;
-  InitColumns(job.bias, job.y, job.M, job.N, n0, n1);
-  job.fn(job.x, job.w, job.y, job.M, job.N, job.K, n0, n1, kCpuGemmBlockK, PackBuffer());
+// Takes chunks of the y columns until none is left (every thread of the GEMM).
+void RunChunks(void* ctx) {
+  GemmJob& job = *static_cast<GemmJob*>(ctx);
+  for (int64_t c = job.next.fetch_add(1, std::memory_order_relaxed); c < job.num_chunks;
+       c = job.next.fetch_add(1, std::memory_order_relaxed)) {
+    const int64_t n0 = c * job.chunk, n1 = std::min(job.N, n0 + job.chunk);
+    InitColumns(job.bias, job.y, job.M, job.N, n0, n1);
+    job.fn(job.x, job.w, job.y, job.M, job.N, job.K, n0, n1, kCpuGemmBlockK, PackBuffer());
+  }
 }
 
 inline void Pause() {
@@ -179,7 +183,7 @@ CpuGemmKernel CpuGemmSelected() {
 }
 
 CpuGemmThreads::CpuGemmThreads(int num_threads) {
-  for (int i = 1; i < num_threads; ++i) workers_.emplace_back([this, i] { Work(i); });
+  for (int i = 1; i < num_threads; ++i) workers_.emplace_back([this] { Work(); });
 }
 
 CpuGemmThreads::~CpuGemmThreads() {
@@ -189,28 +193,41 @@ CpuGemmThreads::~CpuGemmThreads() {
   for (std::thread& t : workers_) t.join();
 }
 
-void CpuGemmThreads::Work(int index) {
+void CpuGemmThreads::Work() {
   uint32_t seen = 0;
   for (;;) {
     seen = AwaitChange(generation_, seen);
     if (stop_.load(std::memory_order_relaxed)) return;
-    if (index < parts_) task_(ctx_, index);
-    if (busy_.fetch_sub(1, std::memory_order_acq_rel) == 1) busy_.notify_one();
+    // Join the job of generation `seen` unless its caller closed it.
+    uint64_t gate = gate_.load(std::memory_order_acquire);
+    bool joined = false;
+    while ((gate >> 32) == seen && (gate & kClosed) == 0) {
+      if (gate_.compare_exchange_weak(gate, gate + 1, std::memory_order_acq_rel, std::memory_order_acquire)) {
+        joined = true;
+        break;
+      }
+    }
+    if (!joined) continue;
+    task_(ctx_);
+    gate = gate_.fetch_sub(1, std::memory_order_acq_rel) - 1;
+    if ((gate & kInside) == 0 && (gate & kClosed) != 0) gate_.notify_all();  // the caller waits
   }
 }
 
-void CpuGemmThreads::Run(int parts, void (*task)(void* ctx, int part), void* ctx) {
-  TPSERVE_CHECK(parts >= 1 && parts <= size(), "CpuGemmThreads::Run: ", parts, " parts for ", size(),
-                " threads");
-  if (parts == 1) return task(ctx, 0);
+void CpuGemmThreads::Run(void (*task)(void* ctx), void* ctx) {
+  if (workers_.empty()) return task(ctx);
   task_ = task;
   ctx_ = ctx;
-  parts_ = parts;
-  busy_.store(static_cast<int>(workers_.size()), std::memory_order_relaxed);
-  generation_.fetch_add(1, std::memory_order_release);
+  const uint32_t generation = generation_.load(std::memory_order_relaxed) + 1;
+  gate_.store(uint64_t{generation} << 32, std::memory_order_relaxed);
+  generation_.store(generation, std::memory_order_release);
   generation_.notify_all();
-  task(ctx, 0);
-  for (int busy = busy_.load(std::memory_order_acquire); busy != 0;) busy = AwaitChange(busy_, busy);
+  task(ctx);
+  // Close the job: a worker that has not joined yet never will; wait for
+  // those inside (the task's shared queue is empty, so they are finishing).
+  for (uint64_t gate = gate_.fetch_or(kClosed, std::memory_order_acq_rel) | kClosed; (gate & kInside) != 0;) {
+    gate = AwaitChange(gate_, gate);
+  }
 }
 
 void CpuGemmWith(CpuGemmKernel kernel, const float* x, const float* w, const float* bias, float* y,
@@ -218,12 +235,18 @@ void CpuGemmWith(CpuGemmKernel kernel, const float* x, const float* w, const flo
   TPSERVE_CHECK(CpuGemmSupported(kernel), "CpuGemm: this CPU has no ", CpuGemmKernelName(kernel),
                 " kernel");
   if (M <= 0 || N <= 0) return;
-  GemmJob job{KernelFunction(kernel), x, w, bias, y, M, N, K, 1};
+  GemmJob job{KernelFunction(kernel), x, w, bias, y, M, N, K, N, 1};
+  int parts = 1;
   if (threads != nullptr && threads->size() > 1 && M * N * K >= kParallelWork) {
-    job.parts = static_cast<int>(std::min<int64_t>(threads->size(), (N + kColumnAlign - 1) / kColumnAlign));
+    const int64_t panels = (N + kChunkAlign - 1) / kChunkAlign;
+    parts = static_cast<int>(std::min<int64_t>(threads->size(), panels));
+    const int64_t most = M > 16 ? cpu_gemm_internal::kSlabPanels : 1;  // panels a chunk
+    const int64_t per_chunk = std::clamp<int64_t>(panels / (int64_t{parts} * kChunksPerThread), 1, most);
+    job.chunk = per_chunk * kChunkAlign;
+    job.num_chunks = (N + job.chunk - 1) / job.chunk;
   }
-  if (job.parts == 1) return RunPart(&job, 0);
-  threads->Run(job.parts, RunPart, &job);
+  if (parts == 1) return RunChunks(&job);
+  threads->Run(RunChunks, &job);
 }
 
 void CpuGemm(const float* x, const float* w, const float* bias, float* y, int64_t M, int64_t N,

@@ -52,8 +52,8 @@ CpuGemmKernel CpuGemmSelected();
 
 // Worker threads for the GEMM, owned by one CpuBackend (not process-wide: two
 // backends in one process, as tensor-parallel tests run them, do not share a
-// pool). Between calls a worker spins for a few tens of microseconds, then
-// sleeps until the next. Run is called by one thread at a time.
+// pool). Between calls a worker spins for 50 µs, then sleeps until the next.
+// Run is called by one thread at a time.
 class CpuGemmThreads {
  public:
   // num_threads - 1 workers (the caller is the first thread); at least 1.
@@ -63,20 +63,27 @@ class CpuGemmThreads {
   CpuGemmThreads& operator=(const CpuGemmThreads&) = delete;
 
   int size() const { return static_cast<int>(workers_.size()) + 1; }
-  // Calls task(ctx, part) once for every part in [0, parts), parts <= size():
-  // part 0 on the calling thread, the others on the workers. Returns when all are done.
-  void Run(int parts, void (*task)(void* ctx, int part), void* ctx);
+  // Calls task(ctx) on the calling thread and on each worker that wakes before
+  // that call returns; returns when every call has. The task must take its
+  // work from a queue it shares until the queue is empty: a worker the OS did
+  // not schedule in time is left out, not waited for (on a loaded machine
+  // that wait cost whole time slices per GEMM).
+  void Run(void (*task)(void* ctx), void* ctx);
 
  private:
-  void Work(int index);
+  void Work();
+
+  // gate_: the job's generation (high 32 bits), kClosed (no worker joins any
+  // more), and the number of workers inside the task (low bits).
+  static constexpr uint64_t kClosed = uint64_t{1} << 31;
+  static constexpr uint64_t kInside = kClosed - 1;
 
   std::vector<std::thread> workers_;
   std::atomic<uint32_t> generation_{0};  // bumped by Run (release): a new task
-  std::atomic<int> busy_{0};             // workers not yet done with the current task
+  std::atomic<uint64_t> gate_{0};
   std::atomic<bool> stop_{false};
-  void (*task_)(void*, int) = nullptr;   // written before generation_ is bumped
+  void (*task_)(void*) = nullptr;  // written before generation_ is bumped
   void* ctx_ = nullptr;
-  int parts_ = 0;
 };
 
 // y[M, N] = x[M, K] · w[N, K]ᵀ + bias[N] (bias may be nullptr) with the

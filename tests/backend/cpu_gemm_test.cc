@@ -9,6 +9,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -109,12 +110,14 @@ TEST_F(CpuGemmTest, EveryKernelSumsInTheDocumentedOrder) {
 }
 
 // Large enough to be split among the threads (cpu_gemm.cc's kParallelWork),
-// with column counts that leave the last thread a ragged share.
+// with column counts that leave a ragged last chunk, few rows (one-panel
+// chunks) and many (chunks of several panels).
 TEST_F(CpuGemmTest, ThreadsSplitColumnsWithoutChangingABit) {
   TRACE_SEED;
-  const int64_t M = 6, K = 1100;
-  for (int64_t N : {25, 97, 301}) {
-    SCOPED_TRACE(::testing::Message() << "N=" << N);
+  const int64_t shapes[][3] = {{6, 25, 1100}, {6, 97, 1100}, {6, 301, 1100}, {40, 1000, 300}};
+  for (const auto& shape : shapes) {
+    const int64_t M = shape[0], N = shape[1], K = shape[2];
+    SCOPED_TRACE(::testing::Message() << "M=" << M << " N=" << N << " K=" << K);
     const auto x = RandomFloats(rng_, M * K), w = RandomFloats(rng_, N * K), bias = RandomFloats(rng_, N);
     const std::vector<float> want = Reference(x, w, bias.data(), M, N, K);
     for (int t : {1, 2, 3, 5}) {
@@ -123,6 +126,33 @@ TEST_F(CpuGemmTest, ThreadsSplitColumnsWithoutChangingABit) {
         std::vector<float> y(static_cast<size_t>(M * N));
         CpuGemm(x.data(), w.data(), bias.data(), y.data(), M, N, K, &threads);
         ASSERT_EQ(FirstBitDifference(y.data(), want.data(), M * N), -1) << t << " threads, call " << repeat;
+      }
+    }
+  }
+}
+
+// The pool hands a task to the caller and to whichever workers wake in time,
+// call after call (a fresh queue on the caller's stack each time: a worker
+// that touched it after Run returned would be a use after scope under ASan).
+TEST(CpuGemmThreadsTest, EveryItemOfASharedQueueIsTakenOnceRunAfterRun) {
+  for (int threads : {1, 2, 4}) {
+    CpuGemmThreads pool(threads);
+    EXPECT_EQ(pool.size(), threads);
+    for (int round = 0; round < 2000; ++round) {
+      struct Queue {
+        int size;
+        std::atomic<int> next{0};
+        std::vector<std::atomic<int>> taken;
+        explicit Queue(int n) : size(n), taken(static_cast<size_t>(n)) {}
+      } queue(1 + round % 9);
+      pool.Run(
+          [](void* ctx) {
+            Queue& q = *static_cast<Queue*>(ctx);
+            for (int i = q.next++; i < q.size; i = q.next++) q.taken[static_cast<size_t>(i)]++;
+          },
+          &queue);
+      for (int i = 0; i < queue.size; ++i) {
+        ASSERT_EQ(queue.taken[static_cast<size_t>(i)].load(), 1) << threads << " threads, round " << round;
       }
     }
   }

@@ -233,7 +233,7 @@ TempDir* BatchInvarianceTest::dir_ = nullptr;
 int BatchInvarianceTest::store_count_ = 0;
 
 TEST_P(BatchInvarianceTest, ChunkedPrefillOfAnySizeGivesTheSameBits) {
-  for (int64_t chunk : {1, 2, 3, 5, 8, 16, 36, 37}) {
+  for (int64_t chunk : {1, 2, 5, 16, 36, 37}) {
     EngineOptions o = Options();
     o.model.max_num_tokens = chunk;
     const std::vector<GenerationResult> got = group_->GenerateOnce(model(), o, {target_});
