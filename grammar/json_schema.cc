@@ -22,8 +22,10 @@
 #include <deque>
 #include <functional>
 #include <map>
+#include <memory>
 #include <numeric>
 #include <set>
+#include <utility>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
@@ -61,6 +63,12 @@ constexpr int kTrue = 0;               // the conj of no schemas: any value
 constexpr size_t kMaxAlternatives = 64;  // anyOf / oneOf combinations of one conj
 constexpr int kMaxFlattenDepth = 256;    // anyOf / $ref chains at one instance level
 constexpr int64_t kMaxMultiples = 256;   // values a multipleOf range may enumerate
+// A run of more than kLongRun characters of one class (maxLength 4000, or a
+// pattern's [a-z]{1,500}) is not one terminal, whose automaton would need a
+// state per count: it becomes chunks of kChunk characters repeated by rules
+// (GrammarBuilder::Repeat: O(log n) rules), and a shorter tail.
+constexpr int64_t kLongRun = 48;
+constexpr int64_t kChunk = 16;
 
 std::string Join(const std::string& path, absl::string_view key) {
   return path.empty() ? std::string(key) : absl::StrCat(path, ".", key);
@@ -78,25 +86,24 @@ Dec NumberDec(const json& v) {
   return ExactDec(v.get<double>());
 }
 
-bool JsonEqual(const json& a, const json& b) {
-  if (a.is_number() && b.is_number()) return Compare(NumberDec(a), NumberDec(b)) == 0;
-  if (a.type() != b.type()) return false;
-  if (a.is_array()) {
-    if (a.size() != b.size()) return false;
-    for (size_t i = 0; i < a.size(); ++i) {
-      if (!JsonEqual(a[i], b[i])) return false;
-    }
-    return true;
+// A string equal for values JSON Schema calls equal (numbers by value,
+// object members in any order), for enum sets.
+std::string EqualityKey(const json& v) {
+  if (v.is_number()) return "n" + NumberDec(v).Text();
+  if (v.is_array()) {
+    std::string key = "[";
+    for (const json& x : v) absl::StrAppend(&key, EqualityKey(x), ",");
+    return key + "]";
   }
-  if (a.is_object()) {
-    if (a.size() != b.size()) return false;
-    for (const auto& [k, v] : a.items()) {
-      auto it = b.find(k);
-      if (it == b.end() || !JsonEqual(v, *it)) return false;
-    }
-    return true;
+  if (v.is_object()) {
+    std::vector<std::pair<std::string, std::string>> members;
+    for (const auto& [k, x] : v.items()) members.emplace_back(json(k).dump(), EqualityKey(x));
+    std::sort(members.begin(), members.end());
+    std::string key = "{";
+    for (const auto& [k, x] : members) absl::StrAppend(&key, k, ":", x, ",");
+    return key + "}";
   }
-  return a == b;
+  return v.dump();
 }
 
 // The value as the layout writes it, nested `depth` levels deep.
@@ -121,7 +128,8 @@ struct Pattern {
 struct Local {
   uint8_t types = kAllTypes;
   bool has_enum = false;
-  std::vector<const json*> enum_values;
+  std::vector<const json*> enum_values;  // distinct values, in the schema's order
+  std::shared_ptr<const absl::flat_hash_set<std::string>> enum_keys;  // EqualityKey of each
   std::optional<NumBound> lower, upper;
   int64_t multiple_of = 0;  // an integer >= 2; 0: none
   int64_t min_len = 0, max_len = -1;
@@ -140,6 +148,20 @@ struct Local {
            max_items < 0 && props.empty() && required.empty() && additional == kTrue;
   }
 };
+
+// Restricts `local` to `values` (intersected with its enum, if it has one).
+void SetEnum(Local& local, const std::vector<const json*>& values) {
+  auto keys = std::make_shared<absl::flat_hash_set<std::string>>();
+  std::vector<const json*> kept;
+  for (const json* v : values) {
+    std::string key = EqualityKey(*v);
+    if (local.has_enum && !local.enum_keys->contains(key)) continue;
+    if (keys->insert(std::move(key)).second) kept.push_back(v);
+  }
+  local.has_enum = true;
+  local.enum_values = std::move(kept);
+  local.enum_keys = std::move(keys);
+}
 
 struct Group {
   bool one_of = false;
@@ -164,8 +186,7 @@ struct AltInfo {
   IntRange ints;
   FracRange fracs;
   std::vector<Dec> multiples;  // multipleOf: the integers allowed
-  std::string string_regex;    // the quoted string's terminal
-  Re string_re;
+  Re string_re;                // the string's value language
 };
 
 struct OneOfCheck {
@@ -280,7 +301,8 @@ class Compiler {
   absl::Status Analyze(int conj);
   absl::StatusOr<AltInfo> AnalyzeAlt(const Local& alt);
   absl::StatusOr<bool> Validate(const json& v, int conj, int depth);
-  absl::StatusOr<bool> ValidateLocal(const json& v, const Local& alt, int depth);
+  // in_enum: `v` is known to be one of alt's enum values.
+  absl::StatusOr<bool> ValidateLocal(const json& v, const Local& alt, int depth, bool in_enum = false);
   bool AltNonempty(const Local& alt, const AltInfo& info) const;
   int MemberConj(const Local& alt, const std::string& name) const;
   int ItemConj(const Local& alt, int64_t i) const;
@@ -296,6 +318,8 @@ class Compiler {
   std::vector<std::vector<Symbol>> EmitAlt(const Local& alt, const AltInfo& info, int depth);
   std::vector<Symbol> EmitObject(const Local& alt, int depth);
   std::vector<Symbol> EmitArray(const Local& alt, int depth);
+  std::vector<Symbol> EmitString(const Re& value);
+  Symbol CountedUnits(const CodepointRanges& set, int64_t min, int64_t max);
   Symbol AnyValue(int depth);
   Symbol AnyObject(int depth);
   Symbol Term(std::string regex, std::string name = "");
@@ -585,17 +609,7 @@ absl::Status Compiler::Parse(int id) {
       } else {
         return Refuse(where, "must be an array");
       }
-      if (local.has_enum) {
-        std::vector<const json*> kept;
-        for (const json* v : local.enum_values) {
-          if (std::any_of(values.begin(), values.end(), [&](const json* w) { return JsonEqual(*v, *w); })) {
-            kept.push_back(v);
-          }
-        }
-        values = std::move(kept);
-      }
-      local.has_enum = true;
-      local.enum_values = std::move(values);
+      SetEnum(local, values);
     } else if (key == "multipleOf") {
       if (!value.is_number() || value.get<double>() <= 0) return Refuse(where, "must be a positive number");
       const Dec k = NumberDec(value);
@@ -771,16 +785,11 @@ absl::StatusOr<Local> Compiler::Merge(const Local& a, const Local& b) {
   m.types &= b.types;
   if (b.has_enum) {
     if (m.has_enum) {
-      std::vector<const json*> kept;
-      for (const json* v : m.enum_values) {
-        if (std::any_of(b.enum_values.begin(), b.enum_values.end(), [&](const json* w) { return JsonEqual(*v, *w); })) {
-          kept.push_back(v);
-        }
-      }
-      m.enum_values = std::move(kept);
+      SetEnum(m, b.enum_values);
     } else {
       m.has_enum = true;
       m.enum_values = b.enum_values;
+      m.enum_keys = b.enum_keys;
     }
   }
   if (b.lower) TightenLower(m.lower, *b.lower);
@@ -872,10 +881,15 @@ absl::StatusOr<const std::vector<Local>*> Compiler::Flatten(int conj) {
       }
     }
   }
-  if (flattening_.contains(conj) || flatten_depth_ > kMaxFlattenDepth) {
-    return Refuse(closure.empty() ? "" : nodes_[static_cast<size_t>(closure[0])].path,
+  const std::string here = closure.empty() ? "" : nodes_[static_cast<size_t>(closure[0])].path;
+  if (flattening_.contains(conj)) {
+    return Refuse(here,
                   "refers back to itself through anyOf / oneOf / $ref without nesting (an infinitely recursive "
                   "schema)");
+  }
+  if (flatten_depth_ > kMaxFlattenDepth) {
+    return Refuse(here, absl::StrCat("anyOf / oneOf / $ref nest more than ", kMaxFlattenDepth,
+                                     " deep without an object or array between them"));
   }
   Local base;
   base.where = closure.empty() ? "" : nodes_[static_cast<size_t>(closure[0])].path;
@@ -981,11 +995,8 @@ absl::StatusOr<bool> Compiler::Validate(const json& v, int conj, int depth) {
   return false;
 }
 
-absl::StatusOr<bool> Compiler::ValidateLocal(const json& v, const Local& alt, int depth) {
-  if (alt.has_enum &&
-      std::none_of(alt.enum_values.begin(), alt.enum_values.end(), [&](const json* w) { return JsonEqual(v, *w); })) {
-    return false;
-  }
+absl::StatusOr<bool> Compiler::ValidateLocal(const json& v, const Local& alt, int depth, bool in_enum) {
+  if (alt.has_enum && !in_enum && !alt.enum_keys->contains(EqualityKey(v))) return false;
   if (v.is_null()) return (alt.types & kNull) != 0;
   if (v.is_boolean()) return (alt.types & kBool) != 0;
   if (v.is_number()) {
@@ -1048,7 +1059,8 @@ absl::StatusOr<AltInfo> Compiler::AnalyzeAlt(const Local& alt) {
   AltInfo info;
   if (alt.has_enum) {
     for (const json* v : alt.enum_values) {
-      auto ok = ValidateLocal(*v, alt, 0);
+      if (auto s = Tick(); !s.ok()) return s;
+      auto ok = ValidateLocal(*v, alt, 0, /*in_enum=*/true);
       if (!ok.ok()) return ok.status();
       if (*ok) info.enum_ok.push_back(v);
     }
@@ -1105,8 +1117,7 @@ absl::StatusOr<AltInfo> Compiler::AnalyzeAlt(const Local& alt) {
     }
     if (!IsEmptyLanguage(*re)) {
       info.types |= kStr;
-      info.string_re = *re;
-      info.string_regex = absl::StrCat("\"", SpellJsonContent(*re), "\"");
+      info.string_re = *std::move(re);
     }
   }
   return info;
@@ -1183,7 +1194,8 @@ absl::StatusOr<bool> Compiler::Disjoint(const Local& a, const Local& b, int dept
     if (!p->has_enum) continue;
     const Local& other = p == &a ? b : a;
     for (const json* v : p->enum_values) {
-      auto in_self = ValidateLocal(*v, *p, 0);
+      if (auto s = Tick(); !s.ok()) return s;
+      auto in_self = ValidateLocal(*v, *p, 0, /*in_enum=*/true);
       if (!in_self.ok()) return in_self.status();
       if (!*in_self) continue;
       auto in_other = ValidateLocal(*v, other, 0);
@@ -1325,9 +1337,10 @@ std::vector<std::vector<Symbol>> Compiler::EmitAlt(const Local& alt, const AltIn
   std::vector<std::vector<Symbol>> out;
   if (alt.has_enum) {
     std::vector<std::string> literals;
+    absl::flat_hash_set<std::string> seen;
     for (const json* v : info.enum_ok) {
-      const std::string text = Serialize(*v, layout_, depth);
-      if (std::find(literals.begin(), literals.end(), text) == literals.end()) literals.push_back(text);
+      std::string text = Serialize(*v, layout_, depth);
+      if (seen.insert(text).second) literals.push_back(std::move(text));
     }
     if (literals.size() == 1) {
       out.push_back({builder_.Literal(literals[0])});
@@ -1355,11 +1368,74 @@ std::vector<std::vector<Symbol>> Compiler::EmitAlt(const Local& alt, const AltIn
     }
     out.push_back({Term(absl::StrJoin(parts, "|"), (info.types & kFrac) != 0 ? "number" : "integer")});
   }
-  if ((info.types & kStr) != 0) out.push_back({Term(info.string_regex, "string")});
+  if ((info.types & kStr) != 0) out.push_back(EmitString(info.string_re));
   auto holds = [&](int c) { return NonemptyAt(c, depth + 1); };
   if ((info.types & kArr) != 0 && ArrayFeasible(alt, holds)) out.push_back(EmitArray(alt, depth));
   if ((info.types & kObj) != 0 && ObjectFeasible(alt, holds)) out.push_back(EmitObject(alt, depth));
   return out;
+}
+
+// `set`{min,max} (max < 0: unbounded) as rules over chunk terminals:
+// exactly `min` (whole chunks and a remainder), then up to max - min more
+// (fewer than q2 whole chunks and a short tail, or q2 chunks and a tail of at
+// most r2: one reading per length).
+Symbol Compiler::CountedUnits(const CodepointRanges& set, int64_t min, int64_t max) {
+  const std::string unit = absl::StrCat("(?:", SpellJsonContent(Re::Set(set)), ")");
+  auto units = [&](int64_t lo, int64_t hi) {
+    const std::string count = hi < 0 ? absl::StrCat("{", lo, ",}") : lo == hi ? absl::StrCat("{", lo, "}")
+                                                                              : absl::StrCat("{", lo, ",", hi, "}");
+    return Term(unit + count, absl::StrCat("chars{", lo, ",", hi < 0 ? "" : absl::StrCat(hi), "}"));
+  };
+  const Symbol chunk = units(kChunk, kChunk);
+  std::vector<Symbol> seq;
+  if (min / kChunk > 0) {
+    seq.push_back(builder_.Repeat(chunk, static_cast<int>(min / kChunk), static_cast<int>(min / kChunk)));
+  }
+  if (min % kChunk > 0) seq.push_back(units(min % kChunk, min % kChunk));
+  if (max < 0) {
+    seq.push_back(units(0, -1));
+  } else if (const int64_t n = max - min; n > 0 && n <= kLongRun) {
+    seq.push_back(units(0, n));
+  } else if (n > 0) {
+    const int64_t q = n / kChunk, r = n % kChunk;
+    std::vector<std::vector<Symbol>> alternatives;
+    alternatives.push_back({builder_.Repeat(chunk, 0, static_cast<int>(q - 1)), units(0, kChunk - 1)});
+    std::vector<Symbol> full = {builder_.Repeat(chunk, static_cast<int>(q), static_cast<int>(q))};
+    if (r > 0) full.push_back(units(0, r));
+    alternatives.push_back(std::move(full));
+    seq.push_back(builder_.Choice(std::move(alternatives), absl::StrCat("chars{0,", n, "}")));
+  }
+  return builder_.Choice({std::move(seq)}, absl::StrCat("chars{", min, ",", max < 0 ? "" : absl::StrCat(max), "}"));
+}
+
+// A string with value language `value`: one terminal with its quotes, unless
+// a long run of one class is better counted by rules (kLongRun).
+std::vector<Symbol> Compiler::EmitString(const Re& value) {
+  auto long_run = [](const Re& re) {
+    return re.kind == Re::Kind::kRepeat && re.kids[0].kind == Re::Kind::kSet &&
+           (re.max < 0 ? re.min > kLongRun : re.max > kLongRun);
+  };
+  std::vector<const Re*> parts;
+  if (value.kind == Re::Kind::kConcat) {
+    for (const Re& kid : value.kids) parts.push_back(&kid);
+  } else {
+    parts.push_back(&value);
+  }
+  if (std::none_of(parts.begin(), parts.end(), [&](const Re* p) { return long_run(*p); })) {
+    return {Term(absl::StrCat("\"", SpellJsonContent(value), "\""), "string")};
+  }
+  std::vector<Symbol> seq;
+  std::string text = "\"";  // regex text not yet made a terminal
+  for (const Re* p : parts) {
+    if (!long_run(*p)) {
+      text += p->kind == Re::Kind::kAlt ? absl::StrCat("(?:", SpellJsonContent(*p), ")") : SpellJsonContent(*p);
+      continue;
+    }
+    if (!text.empty()) seq.push_back(Term(std::exchange(text, ""), "string part"));
+    seq.push_back(CountedUnits(p->kids[0].set, p->min, p->max));
+  }
+  seq.push_back(Term(text + "\"", "string end"));
+  return seq;
 }
 
 std::vector<Symbol> Compiler::EmitObject(const Local& alt, int depth) {
@@ -1391,17 +1467,19 @@ std::vector<Symbol> Compiler::EmitObject(const Local& alt, int depth) {
   // first[i] / rest[i]: the members from i on, before / after the first one written.
   const size_t n = members.size();
   std::vector<std::optional<Symbol>> first(n + 1), rest(n + 1);
-  std::optional<Symbol> extra_value, extra_first_key, extra_rest_key;
+  // Another member: its name (any but the declared ones) and colon are one
+  // terminal, shared by the first and the later positions (its automaton is
+  // the costliest of the object's).
+  std::optional<Symbol> extra_value, extra_key;
   if (extra) {
     extra_value = EmitConj(alt.additional, depth + 1);
     const std::string key = SpellJsonContent(AnyStringExcept(names));
-    extra_first_key = Term(absl::StrCat(RegexLiteral(open), "\"", key, "\"", RegexLiteral(colon)), where + ".key");
-    extra_rest_key = Term(absl::StrCat(RegexLiteral(sep), "\"", key, "\"", RegexLiteral(colon)), where + ".key");
+    extra_key = Term(absl::StrCat("\"", key, "\"", RegexLiteral(colon)), where + ".key");
   }
   // rest[n]: close, or more additional properties.
   rest[n] = builder_.Rule(where + ".tail");
   builder_.Add(*rest[n], {builder_.Literal(close)});
-  if (extra) builder_.Add(*rest[n], {*extra_rest_key, *extra_value, *rest[n]});
+  if (extra) builder_.Add(*rest[n], {builder_.Literal(sep), *extra_key, *extra_value, *rest[n]});
   for (size_t i = n; i-- > 1;) {
     const Member& m = members[i];
     const Symbol value = EmitConj(m.conj, depth + 1);
@@ -1420,7 +1498,8 @@ std::vector<Symbol> Compiler::EmitObject(const Local& alt, int depth) {
     const Symbol rule = builder_.Rule(absl::StrCat(where, ".first", i));
     if (i == n) {
       builder_.Add(rule, {builder_.Literal("}")});
-      if (extra) builder_.Add(rule, {*extra_first_key, *extra_value, *rest[n]});
+      if (extra && open.empty()) builder_.Add(rule, {*extra_key, *extra_value, *rest[n]});
+      if (extra && !open.empty()) builder_.Add(rule, {builder_.Literal(open), *extra_key, *extra_value, *rest[n]});
     } else {
       const Member& m = members[i];
       const Symbol value = EmitConj(m.conj, depth + 1);

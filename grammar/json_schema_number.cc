@@ -216,6 +216,16 @@ Dec RoundSignificant(const Dec& d, size_t sig, bool up) {
 
 constexpr size_t kBoundDigits = 40;
 
+// Bounds past +-(10^20 - 1) move inward to it (when the range stays
+// nonempty): minimum -1.7976931348623157e308 would otherwise cost a 20 KB
+// regex and half a second of automaton building, for values no output needs.
+void ClampMagnitude(std::optional<Dec>& lo, std::optional<Dec>& hi) {
+  static const Dec big = *ParseDec("99999999999999999999");
+  static const Dec minus_big = Negate(big);
+  if (hi && Compare(*hi, big) > 0 && (!lo || Compare(*lo, big) <= 0)) hi = big;
+  if (lo && Compare(*lo, minus_big) < 0 && (!hi || Compare(*hi, minus_big) >= 0)) lo = minus_big;
+}
+
 }  // namespace
 
 std::string Dec::Text() const {
@@ -373,6 +383,7 @@ IntRange IntegersWithin(const std::optional<NumBound>& lower, const std::optiona
     }
     r.hi = RoundSignificant(i, kBoundDigits, /*up=*/false);
   }
+  ClampMagnitude(r.lo, r.hi);
   return r;
 }
 
@@ -414,6 +425,7 @@ FracRange FractionsWithin(const std::optional<NumBound>& lower, const std::optio
   if (r.hi && !r.hi->IsZero() && Compare(Negate(tiny), *r.hi) < 0 && Compare(*r.hi, tiny) < 0) {
     r.hi = r.hi->neg ? Negate(tiny) : Dec{};
   }
+  if (!r.empty) ClampMagnitude(r.lo, r.hi);
   if (r.lo && r.hi && Compare(*r.lo, *r.hi) > 0) r.empty = true;
   return r;
 }

@@ -9,7 +9,10 @@
 // rounded to doubles (JavaScript, ajv; python-jsonschema for instances with a
 // fraction): integer spellings are bounded by the bound's exact value, and
 // spellings with a fraction by the nearest double that satisfies the bound in
-// both readings. Bounded numbers have no exponent spelling.
+// both readings. Bounded numbers have no exponent spelling. Where it keeps
+// the range nonempty, a bound past +-(10^20 - 1) moves inward to it, and a
+// bound's digits past the 40th are rounded inward (a fraction bound nearer
+// zero than 1e-30 moves to +-1e-30 or 0): the regexes stay small.
 #pragma once
 
 #include <cstdint>

@@ -643,15 +643,17 @@ struct TrieNode {
   std::map<uint32_t, std::unique_ptr<TrieNode>> kids;
 };
 
-Re TrieComplement(const TrieNode& node) {
+// The strings over `alphabet` that are not in the trie below `node`.
+Re TrieComplement(const TrieNode& node, const CodepointRanges& alphabet) {
   std::vector<Re> alternatives;
   if (!node.terminal) alternatives.push_back(Re::Empty());
   CodepointRanges taken;
   for (const auto& [cp, kid] : node.kids) {
-    alternatives.push_back(Re::Concat({Re::Char(cp), TrieComplement(*kid)}));
+    alternatives.push_back(Re::Concat({Re::Char(cp), TrieComplement(*kid, alphabet)}));
     taken.emplace_back(cp, cp);
   }
-  alternatives.push_back(Re::Concat({Re::Set(Subtract(AllScalars(), Normalize(taken))), Re::Repeat(Re::Any(), 0, -1)}));
+  alternatives.push_back(
+      Re::Concat({Re::Set(Subtract(alphabet, Normalize(taken))), Re::Repeat(Re::Set(alphabet), 0, -1)}));
   return Re::Alt(std::move(alternatives));
 }
 
@@ -872,6 +874,14 @@ std::optional<Re> WithLength(const Re& re, int64_t min, int64_t max) {
       return nothing;  // fixed lengths, outside the bounds
     case Re::Kind::kRepeat: {
       const Re& kid = re.kids[0];
+      if (re.min == 0 && re.max == 1) {  // X? is "" | X
+        std::vector<Re> kids;
+        if (min == 0) kids.push_back(Re::Empty());
+        auto k = WithLength(kid, min, max);
+        if (!k) return std::nullopt;
+        kids.push_back(*std::move(k));
+        return Re::Alt(std::move(kids));
+      }
       const LengthRange k = Lengths(kid);
       if (k.min != k.max || k.min == 0) return std::nullopt;  // only fixed-width units
       const int64_t w = k.min;
@@ -922,6 +932,12 @@ bool Matches(const Re& re, std::u32string_view value) {
 }
 
 Re AnyStringExcept(const std::vector<std::u32string>& excluded) {
+  // When no excluded string holds a character JSON escapes, the strings that
+  // hold one are all in; the trie is then over the other characters only, so
+  // its spelling does not repeat the escapes at every node.
+  const bool plain = std::all_of(excluded.begin(), excluded.end(), [](const std::u32string& s) {
+    return std::all_of(s.begin(), s.end(), [](char32_t c) { return Contains(RawSet(), c); });
+  });
   TrieNode root;
   for (const std::u32string& s : excluded) {
     TrieNode* node = &root;
@@ -932,7 +948,10 @@ Re AnyStringExcept(const std::vector<std::u32string>& excluded) {
     }
     node->terminal = true;
   }
-  return TrieComplement(root);
+  if (!plain) return TrieComplement(root, AllScalars());
+  const Re escaped = Re::Concat({Re::Repeat(Re::Set(RawSet()), 0, -1), Re::Set(Complement(RawSet())),
+                                 Re::Repeat(Re::Any(), 0, -1)});
+  return Re::Alt({TrieComplement(root, RawSet()), escaped});
 }
 
 std::string SpellJsonContent(const Re& re) {

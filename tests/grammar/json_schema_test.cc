@@ -103,7 +103,7 @@ TEST(JsonSchemaTest, DecimalRangesAreExact) {
   ExpectLanguage(R"({"type":"number","minimum":-1.7976931348623157e308,"maximum":1e308})", {"0", "1.5", "-12345"},
                  {"1e5"});
   ExpectLanguage(R"({"type":"integer","minimum":-1e300,"exclusiveMaximum":1e300})", {"0", "-99999999999999999999"},
-                 {"1e5"});
+                 {"1e5", "-100000000000000000000"});  // bounds past 10^20 move inward
   ExpectLanguage(R"({"type":"number","exclusiveMaximum":0})", {"-0.5", "-1"}, {"0", "0.0", "-0.0"});
   // A bound that is not a double exactly: the fraction spellings obey the double.
   ExpectLanguage(R"({"type":"number","exclusiveMinimum":0.1})", {"0.2", "0.10000000000000002"},
@@ -124,6 +124,29 @@ TEST(JsonSchemaTest, StringLengthsCountCodePoints) {
                  {R"("ab")", R"("abc")", "\"\xE6\x97\xA5\xE6\x9C\xAC\"", "\"\xF0\x9F\x98\x80\xF0\x9F\x98\x80\"",
                   R"("a\n")", R"("\"\\")"},
                  {R"("a")", R"("abcd")", R"("\n")", "\"\xF0\x9F\x98\x80\""});
+}
+
+TEST(JsonSchemaTest, LongStringsAreCountedByRules) {
+  const std::string quoted4000 = "\"" + std::string(4000, 'x') + "\"";
+  const std::string quoted4001 = "\"" + std::string(4001, 'x') + "\"";
+  ExpectLanguage(R"({"type":"string","maxLength":4000})", {R"("")", quoted4000, "\"" + std::string(3999, 'y') + "\\n\""},
+                 {quoted4001});
+  ExpectLanguage(R"({"type":"string","minLength":100,"maxLength":130})",
+                 {"\"" + std::string(100, 'a') + "\"", "\"" + std::string(130, 'a') + "\"",
+                  "\"" + std::string(95, 'a') + "\\n\\t\\\"\\\\\\u0001\""},
+                 {"\"" + std::string(99, 'a') + "\"", "\"" + std::string(131, 'a') + "\""});
+  ExpectLanguage(R"({"type":"string","minLength":200})", {"\"" + std::string(200, 'a') + "\"",
+                                                        "\"" + std::string(999, 'a') + "\""},
+                 {"\"" + std::string(199, 'a') + "\""});
+  ExpectLanguage(R"({"type":"string","pattern":"^id-[a-z]{1,500}!$"})", {R"("id-a!")", "\"id-" + std::string(500, 'q') + "!\""},
+                 {R"("id-!")", "\"id-" + std::string(501, 'q') + "!\"", R"("id-A!")"});
+  for (int n : {64, 65, 96, 127, 128, 129}) {
+    CompiledSchema c = Compile(absl::StrCat(R"({"type":"string","maxLength":)", n, "}"));
+    ASSERT_TRUE(c.grammar);
+    for (int len : {0, 1, 31, 32, 33, 63, 64, 65, 95, 96, 97, 127, 128, 129, 130}) {
+      EXPECT_EQ(c.Accepts("\"" + std::string(static_cast<size_t>(len), 'z') + "\""), len <= n) << n << " " << len;
+    }
+  }
 }
 
 TEST(JsonSchemaTest, Patterns) {
