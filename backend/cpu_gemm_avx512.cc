@@ -63,7 +63,7 @@ struct V {
   static Reg Broadcast(float v) { return _mm512_set1_ps(v); }
   static Reg Fma(Reg a, Reg b, Reg acc) { return _mm512_fmadd_ps(a, b, acc); }
   static Reg Add(Reg a, Reg b) { return _mm512_add_ps(a, b); }
-  static void Transpose(Reg r[16]) { Transpose16(r); }
+  __attribute__((always_inline)) static void Transpose(Reg r[16]) { Transpose16(r); }
   static void PackPanel(const float* w, int64_t ldw, int rows, int64_t kc, float* out);
 };
 
