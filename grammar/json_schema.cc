@@ -63,6 +63,7 @@ constexpr int kTrue = 0;               // the conj of no schemas: any value
 constexpr size_t kMaxAlternatives = 64;  // anyOf / oneOf combinations of one conj
 constexpr int kMaxFlattenDepth = 256;    // anyOf / $ref chains at one instance level
 constexpr int64_t kMaxMultiples = 256;   // values a multipleOf range may enumerate
+constexpr int64_t kMaxCountStates = 4096;  // (member, count) states of minProperties / maxProperties
 // A run of more than kLongRun characters of one class (maxLength 4000, or a
 // pattern's [a-z]{1,500}) is not one terminal, whose automaton would need a
 // state per count: it becomes chunks of kChunk characters repeated by rules
@@ -140,12 +141,14 @@ struct Local {
   std::vector<std::pair<std::string, int>> props;  // in `properties` order
   std::vector<std::string> required;
   int additional = kTrue;
+  int64_t min_props = 0, max_props = -1;  // members counted (max < 0: any number)
   std::string where;  // the schema path these constraints came from (first)
 
   bool Unconstrained() const {
     return types == kAllTypes && !has_enum && !lower && !upper && multiple_of == 0 && min_len == 0 &&
            max_len < 0 && patterns.empty() && prefix.empty() && items == kTrue && min_items == 0 &&
-           max_items < 0 && props.empty() && required.empty() && additional == kTrue;
+           max_items < 0 && props.empty() && required.empty() && additional == kTrue && min_props == 0 &&
+           max_props < 0;
   }
 };
 
@@ -185,8 +188,15 @@ struct AltInfo {
   std::vector<const json*> enum_ok;
   IntRange ints;
   FracRange fracs;
-  std::vector<Dec> multiples;  // multipleOf: the integers allowed
+  std::vector<std::string> multiples;  // multipleOf: regexes of the integers allowed (a list or a pattern)
   Re string_re;                // the string's value language
+};
+
+// One member of an object's chain.
+struct Member {
+  std::string name;
+  int conj;
+  bool required;
 };
 
 struct OneOfCheck {
@@ -317,6 +327,8 @@ class Compiler {
   absl::Status FillConj(int conj, int depth, Symbol rule);
   std::vector<std::vector<Symbol>> EmitAlt(const Local& alt, const AltInfo& info, int depth);
   std::vector<Symbol> EmitObject(const Local& alt, int depth);
+  std::vector<Symbol> EmitCountedObject(const Local& alt, const std::vector<Member>& members,
+                                        const std::vector<std::u32string>& names, bool extra, int depth);
   std::vector<Symbol> EmitArray(const Local& alt, int depth);
   std::vector<Symbol> EmitString(const Re& value);
   Symbol CountedUnits(const CodepointRanges& set, int64_t min, int64_t max);
@@ -562,12 +574,14 @@ absl::Status Compiler::Parse(int id) {
         const bool trivial = max_items != j.end() && max_items->is_number() && max_items->get<double>() <= 1;
         if (!trivial) return Refuse(where, "not supported");
       }
-    } else if (key == "minProperties") {
+    } else if (key == "minProperties" || key == "maxProperties") {
       auto n = Count(value, where);
       if (!n.ok()) return n.status();
-      if (*n > 0) return Refuse(where, "not supported");
-    } else if (key == "maxProperties") {
-      return Refuse(where, "not supported");
+      if (key == "minProperties") {
+        local.min_props = std::max(local.min_props, *n);
+      } else {
+        local.max_props = local.max_props < 0 ? *n : std::min(local.max_props, *n);
+      }
     } else if (key == "type") {
       uint8_t mask = 0;
       std::vector<const json*> names;
@@ -837,6 +851,8 @@ absl::StatusOr<Local> Compiler::Merge(const Local& a, const Local& b) {
     if (std::find(m.required.begin(), m.required.end(), r) == m.required.end()) m.required.push_back(r);
   }
   m.additional = Union(a.additional, b.additional);
+  m.min_props = std::max(a.min_props, b.min_props);
+  if (b.max_props >= 0) m.max_props = m.max_props < 0 ? b.max_props : std::min(m.max_props, b.max_props);
   return m;
 }
 
@@ -1045,6 +1061,8 @@ absl::StatusOr<bool> Compiler::ValidateLocal(const json& v, const Local& alt, in
     return true;
   }
   if ((alt.types & kObj) == 0) return false;
+  const auto members = static_cast<int64_t>(v.size());
+  if (members < alt.min_props || (alt.max_props >= 0 && members > alt.max_props)) return false;
   for (const std::string& r : alt.required) {
     if (!v.contains(r)) return false;
   }
@@ -1070,24 +1088,29 @@ absl::StatusOr<AltInfo> Compiler::AnalyzeAlt(const Local& alt) {
   if ((alt.types & (kInt | kFrac)) != 0) {
     info.ints = IntegersWithin(alt.lower, alt.upper);
     if (alt.multiple_of != 0) {
-      if (!info.ints.lo || !info.ints.hi) {
-        return Refuse(alt.where, "multipleOf: supported only with a minimum and a maximum");
-      }
-      if (!info.ints.Empty()) {
-        if (info.ints.lo->ip.size() > 15 || info.ints.hi->ip.size() > 15) {
-          return Refuse(alt.where, "multipleOf: supported only within bounds below 10^15");
-        }
+      // A few multiples between the bounds are listed; otherwise a divisor of
+      // a power of ten is a digit pattern (MultiplesRegex); others are refused.
+      const int64_t k = alt.multiple_of;
+      bool listed = false;
+      if (info.ints.lo && info.ints.hi && info.ints.lo->ip.size() <= 15 && info.ints.hi->ip.size() <= 15) {
         const int64_t lo = std::stoll(info.ints.lo->Text());
         const int64_t hi = std::stoll(info.ints.hi->Text());
-        const int64_t k = alt.multiple_of;
         int64_t q = lo / k;  // rounds toward zero: up for negatives
         if (lo % k != 0 && lo > 0) ++q;
         const int64_t start = q * k;
-        if (start <= hi && (hi - start) / k + 1 > kMaxMultiples) {
-          return Refuse(alt.where, absl::StrCat("multipleOf: more than ", kMaxMultiples,
-                                                " multiples between minimum and maximum are not supported"));
+        if (start > hi || (hi - start) / k + 1 <= kMaxMultiples) {
+          for (int64_t x = start; x <= hi; x += k) info.multiples.push_back(RegexLiteral(DecFromInt(x).Text()));
+          listed = true;
         }
-        for (int64_t x = start; x <= hi; x += k) info.multiples.push_back(DecFromInt(x));
+      }
+      if (!listed && !info.ints.Empty()) {
+        auto re = MultiplesRegex(info.ints, k);
+        if (!re) {
+          return Refuse(alt.where, absl::StrCat("multipleOf: ", k, " is supported only with a minimum and a maximum "
+                                                "at most ", kMaxMultiples, " multiples apart (or as a divisor of a "
+                                                "power of ten, 2^a 5^b)"));
+        }
+        if (!re->empty()) info.multiples.push_back(*std::move(re));
       }
       if (!info.multiples.empty()) info.types |= kInt;
     } else {
@@ -1096,6 +1119,14 @@ absl::StatusOr<AltInfo> Compiler::AnalyzeAlt(const Local& alt) {
         info.fracs = FractionsWithin(alt.lower, alt.upper);
         if (!info.fracs.empty) info.types |= kFrac;
       }
+    }
+  }
+  if ((alt.types & kObj) != 0 && (alt.min_props > 0 || alt.max_props >= 0)) {
+    const int64_t cap = alt.max_props >= 0 ? alt.max_props : alt.min_props;
+    const auto members = static_cast<int64_t>(alt.props.size() + alt.required.size());
+    if ((members + 1) * (cap + 1) > kMaxCountStates) {
+      return Refuse(alt.where, absl::StrCat("minProperties / maxProperties: counting ", cap, " members over ", members,
+                                            " properties needs more than ", kMaxCountStates, " rules"));
     }
   }
   if ((alt.types & kStr) != 0) {
@@ -1157,6 +1188,16 @@ bool ObjectFeasible(const Local& alt, const std::function<bool(int)>& holds) {
       if (n == r) c = pc;
     }
     if (!holds(c)) return false;
+  }
+  if (alt.max_props >= 0 && static_cast<int64_t>(alt.required.size()) > alt.max_props) return false;
+  if (alt.max_props >= 0 && alt.min_props > alt.max_props) return false;
+  if (alt.min_props > 0 && !holds(alt.additional)) {
+    int64_t possible = 0;
+    for (const auto& [n, pc] : alt.props) possible += holds(pc) ? 1 : 0;
+    for (const std::string& r : alt.required) {
+      possible += std::none_of(alt.props.begin(), alt.props.end(), [&](const auto& p) { return p.first == r; });
+    }
+    if (possible < alt.min_props) return false;
   }
   return true;
 }
@@ -1231,7 +1272,7 @@ absl::StatusOr<bool> Compiler::Disjoint(const Local& a, const Local& b, int dept
     if (!apart) return false;
   }
   if ((common & kObj) != 0) {
-    bool apart = false;
+    bool apart = (a.max_props >= 0 && a.max_props < b.min_props) || (b.max_props >= 0 && b.max_props < a.min_props);
     for (const auto* p : {&a, &b}) {
       const Local& other = p == &a ? b : a;
       for (const std::string& name : p->required) {
@@ -1356,7 +1397,7 @@ std::vector<std::vector<Symbol>> Compiler::EmitAlt(const Local& alt, const AltIn
   if ((info.types & (kInt | kFrac)) != 0) {
     std::vector<std::string> parts;
     if (!info.multiples.empty()) {
-      for (const Dec& d : info.multiples) parts.push_back(RegexLiteral(d.Text()));
+      parts = info.multiples;
     } else if (!alt.lower && !alt.upper && (info.types & kFrac) != 0) {
       parts.push_back(kAnyNumberRegex);
     } else {
@@ -1439,11 +1480,6 @@ std::vector<Symbol> Compiler::EmitString(const Re& value) {
 }
 
 std::vector<Symbol> Compiler::EmitObject(const Local& alt, int depth) {
-  struct Member {
-    std::string name;
-    int conj;
-    bool required;
-  };
   std::vector<Member> members;
   std::vector<std::u32string> names;
   for (const auto& [name, c] : alt.props) {
@@ -1463,6 +1499,8 @@ std::vector<Symbol> Compiler::EmitObject(const Local& alt, int depth) {
   const std::string colon = Indented() ? ": " : ":";
   const std::string close = Indented() ? "\n" + Indent(depth) + "}" : "}";
   const std::string where = alt.where.empty() ? "root" : alt.where;
+
+  if (alt.min_props > 0 || alt.max_props >= 0) return EmitCountedObject(alt, members, names, extra, depth);
 
   // first[i] / rest[i]: the members from i on, before / after the first one written.
   const size_t n = members.size();
@@ -1510,6 +1548,72 @@ std::vector<Symbol> Compiler::EmitObject(const Local& alt, int depth) {
     first[i] = rule;
   }
   return {builder_.Literal("{"), *first[0]};
+}
+
+// An object with minProperties / maxProperties: the chain's states are
+// (member i next, c members written), c counted up to maxProperties (or up to
+// minProperties when there is no maximum: more is all the same), built from
+// the end so that each state knows whether it can still finish.
+std::vector<Symbol> Compiler::EmitCountedObject(const Local& alt, const std::vector<Member>& members,
+                                                const std::vector<std::u32string>& names, bool extra, int depth) {
+  const std::string open = Indented() ? "\n" + Indent(depth + 1) : "";
+  const std::string sep = Indented() ? ",\n" + Indent(depth + 1) : ",";
+  const std::string colon = Indented() ? ": " : ":";
+  const std::string close = Indented() ? "\n" + Indent(depth) + "}" : "}";
+  const std::string where = alt.where.empty() ? "root" : alt.where;
+  const int64_t cap = alt.max_props >= 0 ? alt.max_props : alt.min_props;
+  const size_t n = members.size();
+  auto norm = [&](int64_t c) { return std::min(c, cap); };
+  auto lead = [&](int64_t c) { return c == 0 ? open : sep; };
+  std::optional<Symbol> extra_key, extra_value;
+  if (extra) {
+    extra_value = EmitConj(alt.additional, depth + 1);
+    extra_key = Term(absl::StrCat("\"", SpellJsonContent(AnyStringExcept(names)), "\"", RegexLiteral(colon)),
+                     where + ".key");
+  }
+  auto seq = [&](const std::string& l, std::vector<Symbol> rest) {
+    std::vector<Symbol> out;
+    if (!l.empty()) out.push_back(builder_.Literal(l));
+    out.insert(out.end(), rest.begin(), rest.end());
+    return out;
+  };
+  // after[c]: the tail once every declared member is decided (others, close).
+  std::vector<std::optional<Symbol>> next(static_cast<size_t>(cap) + 1), here(static_cast<size_t>(cap) + 1);
+  for (int64_t c = cap; c >= 0; --c) {
+    std::vector<std::vector<Symbol>> alternatives;
+    if (c >= alt.min_props) alternatives.push_back({builder_.Literal(c == 0 ? "}" : close)});
+    const bool more = alt.max_props < 0 || c < alt.max_props;
+    const auto to = static_cast<size_t>(norm(c + 1));
+    if (extra && more && (to == static_cast<size_t>(c) || here[to])) {
+      const Symbol rule = builder_.Rule(absl::StrCat(where, ".more", c));
+      here[static_cast<size_t>(c)] = rule;  // a self-loop when c is the cap
+      std::vector<Symbol> tail = {*extra_key, *extra_value, *here[to]};
+      alternatives.push_back(seq(lead(c), tail));
+      for (auto& a : alternatives) builder_.Add(rule, std::move(a));
+      continue;
+    }
+    if (!alternatives.empty()) here[static_cast<size_t>(c)] = builder_.Choice(std::move(alternatives), absl::StrCat(where, ".end", c));
+  }
+  for (size_t i = n; i-- > 0;) {
+    next.swap(here);
+    std::fill(here.begin(), here.end(), std::nullopt);
+    const Member& m = members[i];
+    const Symbol value = EmitConj(m.conj, depth + 1);
+    for (int64_t c = cap; c >= 0; --c) {
+      std::vector<std::vector<Symbol>> alternatives;
+      const bool more = alt.max_props < 0 || c < alt.max_props;
+      if (const auto to = static_cast<size_t>(norm(c + 1)); more && next[to]) {
+        alternatives.push_back({builder_.Literal(absl::StrCat(lead(c), Quote(m.name), colon)), value, *next[to]});
+      }
+      if (!m.required && next[static_cast<size_t>(c)]) alternatives.push_back({*next[static_cast<size_t>(c)]});
+      if (!alternatives.empty()) {
+        here[static_cast<size_t>(c)] = builder_.Choice(std::move(alternatives), absl::StrCat(where, ".", m.name, "#", c));
+      }
+    }
+  }
+  // ObjectFeasible guarantees the start state can finish; were it not so, a
+  // rule without alternatives makes Build fail rather than admit anything.
+  return {builder_.Literal("{"), here[0] ? *here[0] : builder_.Rule(where + ".impossible")};
 }
 
 std::vector<Symbol> Compiler::EmitArray(const Local& alt, int depth) {

@@ -39,15 +39,18 @@
 //   * minimum, maximum, exclusiveMinimum, exclusiveMaximum on integers and
 //     numbers: regexes over the digits, exact both in exact arithmetic and
 //     after rounding to doubles (json_schema_number.h); multipleOf: 1
-//     (integers only), or an integer divisor with both bounds set and at most
-//     256 multiples between them.
+//     (integers only), an integer divisor with at most 256 multiples between
+//     the bounds (listed), or an integer divisor of a power of ten (2, 4, 5,
+//     10, 25, 100, ...: the last digits, any bounds); others are refused.
 //   * minLength, maxLength, pattern (ECMA-262 with the u flag, search
 //     semantics: json_schema_regex.h lists what is supported), format:
 //     date-time, date, time, email, uuid, ipv4, ipv6, hostname, uri,
 //     uri-reference, json-pointer, byte (strings); int32, int64 (integers in
 //     range, as ajv-formats reads them); other formats are annotations.
-//   * properties, required, additionalProperties; items, prefixItems,
-//     minItems, maxItems; uniqueItems: false (and true with maxItems <= 1).
+//   * properties, required, additionalProperties, minProperties,
+//     maxProperties (counted along the members, at most 4096 count states);
+//     items, prefixItems, minItems, maxItems; uniqueItems: false (and true
+//     with maxItems <= 1).
 //   * allOf: merged (types, bounds and lengths intersected, enums
 //     intersected, properties merged name by name with the other side's
 //     additionalProperties, items position by position); two patterns or
@@ -70,8 +73,7 @@
 //   * Refused: not, if with then / else, patternProperties, propertyNames,
 //     dependencies, dependentRequired, dependentSchemas,
 //     unevaluatedProperties, unevaluatedItems, contains, minContains,
-//     maxContains, uniqueItems: true, minProperties > 0, maxProperties,
-//     $dynamicRef, $recursiveRef, draft 3's disallow / extends / divisibleBy,
+//     maxContains, uniqueItems: true, $dynamicRef, $recursiveRef, draft 3's disallow / extends / divisibleBy,
 //     a $ref outside the document, the formats duration, idn-email,
 //     idn-hostname, iri, iri-reference, uri-template, relative-json-pointer
 //     and regex; a pattern or format with minLength / maxLength unless their

@@ -448,6 +448,93 @@ std::string IntRangeRegex(const IntRange& r) {
   return absl::StrCat("(?:", absl::StrJoin(parts, "|"), ")");
 }
 
+namespace {
+
+// Multiples of k with magnitudes in [a, b] (b nullopt: unbounded), a >= 10^m:
+// the digits before the last m (p) and the last m (an ending in `endings`).
+void LargeMultiples(const Dec& a, const std::optional<Dec>& b, size_t m, const std::vector<std::string>& endings,
+                    std::vector<std::string>& parts) {
+  auto split = [&](const Dec& d) {
+    return std::make_pair(Canonical(false, d.ip.substr(0, d.ip.size() - m), ""), d.ip.substr(d.ip.size() - m));
+  };
+  auto ends = [&](const std::string& from, const std::string& to) {  // endings in [from, to]
+    std::vector<std::string> out;
+    for (const std::string& e : endings) {
+      if (e >= from && e <= to) out.push_back(e);
+    }
+    return out;
+  };
+  auto add = [&](const std::string& prefix, const std::vector<std::string>& list) {
+    if (!list.empty()) parts.push_back(prefix + Alternatives(list));
+  };
+  const std::string low(m, '0'), high(m, '9');
+  const auto [pa, ra] = split(a);
+  if (b) {
+    const auto [pb, rb] = split(*b);
+    if (Compare(pa, pb) == 0) {
+      add(pa.ip, ends(ra, rb));
+      return;
+    }
+    add(pa.ip, ends(ra, high));
+    if (const Dec first = AddOne(pa), last = SubOne(pb); Compare(first, last) <= 0) {
+      add(IntRangeRegex({first, last}), endings);
+    }
+    add(pb.ip, ends(low, rb));
+    return;
+  }
+  add(pa.ip, ends(ra, high));
+  add(IntRangeRegex({AddOne(pa), std::nullopt}), endings);
+}
+
+}  // namespace
+
+std::optional<std::string> MultiplesRegex(const IntRange& r, int64_t k) {
+  if (k < 1) return std::nullopt;
+  int64_t rest = k;
+  int twos = 0, fives = 0;
+  while (rest % 2 == 0) rest /= 2, ++twos;
+  while (rest % 5 == 0) rest /= 5, ++fives;
+  const size_t m = static_cast<size_t>(std::max(twos, fives));
+  if (rest != 1 || m > 17) return std::nullopt;
+  int64_t modulus = 1;
+  for (size_t i = 0; i < m; ++i) modulus *= 10;
+  if (modulus / k > kMaxResidues) return std::nullopt;
+  std::vector<std::string> endings;
+  for (int64_t v = 0; v < modulus; v += k) {
+    std::string digits = std::to_string(v);
+    endings.push_back(std::string(m - digits.size(), '0') + digits);
+  }
+  std::vector<std::string> parts;
+  // Magnitudes below 10^m: the multiples themselves.
+  const Dec top = DecFromInt(modulus - 1), bottom = DecFromInt(-(modulus - 1));
+  const Dec lo = r.lo && Compare(*r.lo, bottom) > 0 ? *r.lo : bottom;
+  const Dec hi = r.hi && Compare(*r.hi, top) < 0 ? *r.hi : top;
+  if (Compare(lo, hi) <= 0) {
+    const int64_t a = std::stoll(lo.Text()), b = std::stoll(hi.Text());
+    int64_t q = a / k;
+    if (a % k != 0 && a > 0) ++q;
+    for (int64_t v = q * k; v <= b; v += k) parts.push_back(std::to_string(v));
+  }
+  // Magnitudes from 10^m: positive ones in [max(lo, 10^m), hi], negative ones by magnitude.
+  const Dec power = AddOne(top);
+  if (!r.hi || Compare(*r.hi, power) >= 0) {
+    const Dec a = r.lo && Compare(*r.lo, power) > 0 ? *r.lo : power;
+    if (!r.hi || Compare(a, *r.hi) <= 0) LargeMultiples(a, r.hi, m, endings, parts);
+  }
+  if (!r.lo || Compare(*r.lo, Negate(power)) <= 0) {
+    const Dec a = r.hi && Compare(*r.hi, Negate(power)) < 0 ? Negate(*r.hi) : power;
+    std::optional<Dec> b;
+    if (r.lo) b = Negate(*r.lo);
+    if (!b || Compare(a, *b) <= 0) {
+      std::vector<std::string> negative;
+      LargeMultiples(a, b, m, endings, negative);
+      for (std::string& n : negative) parts.push_back("-" + n);
+    }
+  }
+  if (parts.empty()) return std::string();
+  return absl::StrCat("(?:", absl::StrJoin(parts, "|"), ")");
+}
+
 std::string FracRangeRegex(const FracRange& r) {
   std::vector<std::string> parts;
   const Dec zero;

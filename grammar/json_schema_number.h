@@ -83,6 +83,14 @@ FracRange FractionsWithin(const std::optional<NumBound>& lower, const std::optio
 std::string IntRangeRegex(const IntRange& r);
 std::string FracRangeRegex(const FracRange& r);
 
+// The multiples of k within `r` (nonempty), for k = 2^a 5^b (a divisor of a
+// power of ten, 10^m, with at most kMaxResidues multiples below it): a
+// multiple's last m digits are one of those, so the regex is a range over the
+// digits before them times a list of endings. nullopt for other divisors, and
+// "" when no multiple lies within `r`.
+inline constexpr int64_t kMaxResidues = 200;
+std::optional<std::string> MultiplesRegex(const IntRange& r, int64_t k);
+
 // Any integer / any JSON number (with exponents), as regexes.
 inline constexpr char kAnyIntegerRegex[] = "0|-?[1-9][0-9]*";
 inline constexpr char kAnyNumberRegex[] = "-?(?:0|[1-9][0-9]*)(?:\\.[0-9]+)?(?:[eE][+\\-]?[0-9]+)?";

@@ -1,6 +1,7 @@
 // The JSON Schema front end (grammar/json_schema.h), keyword by keyword: the
 // grammar's sentences checked through the test oracle, the terminals through
 // the engine's regex parser, and the refusals by their messages.
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -110,13 +111,37 @@ TEST(JsonSchemaTest, DecimalRangesAreExact) {
                  {"0.1", "0.10000000000000000001"});
 }
 
-TEST(JsonSchemaTest, MultipleOfWithinBoundsIsEnumerated) {
+TEST(JsonSchemaTest, MultipleOf) {
   ExpectLanguage(R"({"type":"integer","minimum":-7,"maximum":20,"multipleOf":5})", {"-5", "0", "5", "20"},
                  {"-7", "1", "25", "-10"});
   ExpectLanguage(R"({"type":"number","multipleOf":1})", {"3", "-4"}, {"3.5", "3.0"});
   EXPECT_THAT(Refusal(R"({"properties":{"age":{"type":"number","multipleOf":2.5}}})"),
               HasSubstr("properties.age.multipleOf"));
   EXPECT_THAT(Refusal(R"({"type":"integer","multipleOf":3})"), HasSubstr("multipleOf"));
+  // A divisor of a power of ten: exact with open bounds, by the last digits.
+  struct Case {
+    int k;
+    std::optional<int> lo, hi;
+  };
+  for (const Case& c : std::vector<Case>{{2, {}, {}}, {5, -1234, {}}, {25, {}, 777}, {4, -2500, 2600}, {8, 37, {}},
+                                         {100, {}, {}}, {125, -999, {}}, {20, 1000, 1900}, {10, 5, 5}}) {
+    std::string schema = absl::StrCat(R"({"type":"integer","multipleOf":)", c.k);
+    if (c.lo) absl::StrAppend(&schema, R"(,"minimum":)", *c.lo);
+    if (c.hi) absl::StrAppend(&schema, R"(,"maximum":)", *c.hi);
+    schema += "}";
+    if (c.lo && c.hi && *c.lo == 5) {
+      EXPECT_THAT(Refusal(schema), HasSubstr("unsatisfiable"));
+      continue;
+    }
+    CompiledSchema cs = Compile(schema);
+    ASSERT_TRUE(cs.grammar);
+    for (int v = -3000; v <= 3000; ++v) {
+      const bool in = v % c.k == 0 && (!c.lo || v >= *c.lo) && (!c.hi || v <= *c.hi);
+      EXPECT_EQ(cs.Accepts(std::to_string(v)), in) << schema << " " << v;
+    }
+    EXPECT_EQ(cs.Accepts("1000000000000000000000"), !c.hi) << schema;
+    EXPECT_EQ(cs.Accepts("-1000000000000000000000"), !c.lo) << schema;
+  }
 }
 
 TEST(JsonSchemaTest, StringLengthsCountCodePoints) {
@@ -239,6 +264,27 @@ TEST(JsonSchemaTest, AdditionalProperties) {
                  {R"({"a\"b":1})", "{\"\xC3\xBC\":2}", "{\"a\\\"b\":1,\"\xC3\xBC\":2}"}, {R"({"\u00fc":2})"});
 }
 
+TEST(JsonSchemaTest, PropertyCounts) {
+  const std::string abc = R"("properties":{"a":{"type":"integer"},"b":{"type":"integer"},"c":{"type":"integer"}})";
+  ExpectLanguage("{" + abc + R"(,"additionalProperties":false,"minProperties":2})",
+                 {R"({"a":1,"b":2})", R"({"a":1,"c":3})", R"({"b":2,"c":3})", R"({"a":1,"b":2,"c":3})"},
+                 {"{}", R"({"a":1})", R"({"c":3})"});
+  ExpectLanguage("{" + abc + R"(,"additionalProperties":false,"maxProperties":1})", {"{}", R"({"a":1})", R"({"c":3})"},
+                 {R"({"a":1,"b":2})"});
+  ExpectLanguage("{" + abc + R"(,"required":["b"],"minProperties":2,"maxProperties":3})",
+                 {R"({"a":1,"b":2})", R"({"b":2,"x":null})", R"({"b":2,"c":3,"y":[]})", R"({"a":1,"b":2,"c":3})"},
+                 {R"({"b":2})", R"({"a":1,"b":2,"c":3,"z":1})", R"({"b":2,"x":1,"y":2,"z":3})"});
+  ExpectLanguage(R"({"type":"object","minProperties":2})", {R"({"x":1,"y":2})", R"({"x":1,"y":2,"z":3})"},
+                 {"{}", R"({"x":1})"});
+  ExpectLanguage(R"({"type":"object","minProperties":1,"maxProperties":1})", {R"({"x":1})"}, {"{}", R"({"x":1,"y":2})"},
+                 JsonLayout::kCompact);
+  ExpectLanguage(R"({"type":"object","maxProperties":2,"properties":{"a":{}}})", {"{\n  \"a\": 1,\n  \"q\": 2\n}", "{}"},
+                 {"{\n  \"a\": 1,\n  \"q\": 2,\n  \"r\": 3\n}"}, JsonLayout::kIndented);
+  EXPECT_THAT(Refusal(R"({"type":"object","properties":{"a":{}},"required":["a"],"maxProperties":0})"),
+              HasSubstr("unsatisfiable"));
+  EXPECT_THAT(Refusal(R"({"type":"object","additionalProperties":false,"minProperties":1})"), HasSubstr("unsatisfiable"));
+}
+
 TEST(JsonSchemaTest, Arrays) {
   ExpectLanguage(R"({"type":"array","items":{"type":"integer"},"minItems":2,"maxItems":3})", {"[1,2]", "[1,2,3]"},
                  {"[]", "[1]", "[1,2,3,4]", "[1,\"a\"]", "[1, 2]"});
@@ -322,7 +368,6 @@ TEST(JsonSchemaTest, RefusedKeywordsNameTheirPath) {
             "properties.a.patternProperties: not supported");
   EXPECT_EQ(Refusal(R"({"items":{"contains":{}}})"), "items.contains: not supported");
   EXPECT_EQ(Refusal(R"({"if":{"type":"string"},"then":{"minLength":1}})"), "if: not supported");
-  EXPECT_THAT(Refusal(R"({"minProperties":1})"), HasSubstr("minProperties"));
   EXPECT_THAT(Refusal(R"({"type":"any"})"), HasSubstr("unknown type"));
   EXPECT_THAT(Refusal(R"({"$schema":"http://json-schema.org/draft-03/schema#"})"), HasSubstr("draft 3"));
   // Annotations and unknown keywords constrain nothing.

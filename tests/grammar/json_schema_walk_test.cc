@@ -59,6 +59,9 @@ std::vector<Named> BuiltinSchemas() {
       {"recursion", R"({"$defs":{"t":{"type":"object","properties":{"v":{"type":"integer"},"kids":{"type":"array",
         "items":{"$ref":"#/$defs/t"},"maxItems":3}},"required":["v"],"additionalProperties":false}},"$ref":"#/$defs/t"})"},
       {"enum objects", R"({"enum":[{"x":[1,{"y":null}]},[],{},"s",1.5,-0.25,true]})"},
+      {"counts", R"({"type":"object","properties":{"a":{"type":"integer","multipleOf":5},
+        "b":{"type":"integer","multipleOf":4,"minimum":-100},"c":{"type":"integer","multipleOf":25,"maximum":-50}},
+        "minProperties":1,"maxProperties":3,"additionalProperties":{"type":"integer","multipleOf":100,"minimum":150}})"},
   };
   std::vector<Named> out;
   for (const auto& [name, text] : texts) out.push_back({name, json::parse(text)});
