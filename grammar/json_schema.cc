@@ -1,4 +1,6 @@
-// JSON Schema to the grammar IR (json_schema.h). Four passes:
+// JSON Schema to the grammar IR (json_schema.h). Four passes, the first two
+// and the driver here, pass 3 in json_schema_analysis.cc, pass 4 in
+// json_schema_emit.cc (their types: json_schema_compiler.h):
 //
 //   1. Nodes: each schema object reached (from the root, through keywords and
 //      $ref) is read once into its own constraints (`Local`), its allOf / $ref
@@ -19,189 +21,78 @@
 
 #include <algorithm>
 #include <cctype>
-#include <deque>
-#include <functional>
-#include <map>
 #include <memory>
 #include <numeric>
-#include <set>
 #include <utility>
 
-#include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_join.h"
 #include "absl/strings/str_replace.h"
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
-#include "grammar/json_schema_number.h"
-#include "grammar/json_schema_regex.h"
+#include "grammar/json_schema_compiler.h"
 #include "json/strict_json.h"
-#include "nlohmann/json.hpp"
 
 namespace tpserve::grammar {
+namespace json_internal {
 namespace {
-
-using json = nlohmann::ordered_json;
-using namespace json_internal;  // NOLINT
-
-// Instance types. A JSON "number" is kInt | kFrac: integers spelled as
-// integers, and numbers spelled with a fraction or an exponent.
-enum : uint8_t {
-  kNull = 1,
-  kBool = 2,
-  kInt = 4,
-  kFrac = 8,
-  kStr = 16,
-  kArr = 32,
-  kObj = 64,
-  kAllTypes = 127,
-};
-
-constexpr int kTrue = 0;               // the conj of no schemas: any value
-constexpr size_t kMaxAlternatives = 64;  // anyOf / oneOf combinations of one conj
-constexpr int kMaxFlattenDepth = 256;    // anyOf / $ref chains at one instance level
-constexpr int64_t kMaxMultiples = 256;   // values a multipleOf range may enumerate
-constexpr int64_t kMaxCountStates = 4096;  // (member, count) states of minProperties / maxProperties
-// A run of more than kLongRun characters of one class (maxLength 4000, or a
-// pattern's [a-z]{1,500}) is not one terminal, whose automaton would need a
-// state per count: it becomes chunks of kChunk characters repeated by rules
-// (GrammarBuilder::Repeat: O(log n) rules), and a shorter tail.
-constexpr int64_t kLongRun = 48;
-constexpr int64_t kChunk = 16;
-
-std::string Join(const std::string& path, absl::string_view key) {
-  return path.empty() ? std::string(key) : absl::StrCat(path, ".", key);
-}
-
-absl::Status Refuse(const std::string& path, absl::string_view what) {
-  return absl::InvalidArgumentError(path.empty() ? std::string(what) : absl::StrCat(path, ": ", what));
-}
 
 // ---- JSON values ----
 
-Dec NumberDec(const json& v) {
-  if (v.is_number_unsigned()) return DecFromUint(v.get<uint64_t>());
-  if (v.is_number_integer()) return DecFromInt(v.get<int64_t>());
-  return ExactDec(v.get<double>());
-}
-
-// A string equal for values JSON Schema calls equal (numbers by value,
-// object members in any order), for enum sets.
-std::string EqualityKey(const json& v) {
-  if (v.is_number()) return "n" + NumberDec(v).Text();
-  if (v.is_array()) {
-    std::string key = "[";
-    for (const json& x : v) absl::StrAppend(&key, EqualityKey(x), ",");
-    return key + "]";
+// The schema's DOM, members in their order. nlohmann's ordered_json inserts
+// each member after a linear search for its key (an object of 100k members
+// takes seconds, uninterruptibly); CheckJson has already refused repeated
+// keys, so this SAX handler appends members as they come.
+class OrderedBuilder final : public nlohmann::json_sax<json> {
+ public:
+  explicit OrderedBuilder(json& root) : root_(root) {}
+  bool null() override { return Insert(nullptr) != nullptr; }
+  bool boolean(bool v) override { return Insert(v) != nullptr; }
+  bool number_integer(number_integer_t v) override { return Insert(v) != nullptr; }
+  bool number_unsigned(number_unsigned_t v) override { return Insert(v) != nullptr; }
+  bool number_float(number_float_t v, const string_t&) override { return Insert(v) != nullptr; }
+  bool string(string_t& v) override { return Insert(std::move(v)) != nullptr; }
+  bool binary(binary_t&) override { return false; }
+  bool start_object(std::size_t) override { return Open(json::object()); }
+  bool key(string_t& k) override {
+    key_ = std::move(k);
+    return true;
   }
-  if (v.is_object()) {
-    std::vector<std::pair<std::string, std::string>> members;
-    for (const auto& [k, x] : v.items()) members.emplace_back(json(k).dump(), EqualityKey(x));
-    std::sort(members.begin(), members.end());
-    std::string key = "{";
-    for (const auto& [k, x] : members) absl::StrAppend(&key, k, ":", x, ",");
-    return key + "}";
+  bool end_object() override { return Close(); }
+  bool start_array(std::size_t) override { return Open(json::array()); }
+  bool end_array() override { return Close(); }
+  bool parse_error(std::size_t, const std::string&, const nlohmann::detail::exception&) override { return false; }
+
+ private:
+  json* Insert(json v) {
+    if (open_.empty()) {
+      root_ = std::move(v);
+      return &root_;
+    }
+    json& top = *open_.back();
+    if (top.is_array()) {
+      auto& items = top.get_ref<json::array_t&>();
+      items.push_back(std::move(v));
+      return &items.back();
+    }
+    auto& members = static_cast<json::object_t::Container&>(top.get_ref<json::object_t&>());
+    members.emplace_back(std::move(key_), std::move(v));
+    return &members.back().second;
   }
-  return v.dump();
-}
-
-// The value as the layout writes it, nested `depth` levels deep.
-std::string Serialize(const json& v, JsonLayout layout, int depth) {
-  if (layout == JsonLayout::kCompact) return v.dump();
-  std::string text = v.dump(2);
-  if (depth == 0) return text;
-  const std::string indent = "\n" + std::string(static_cast<size_t>(2 * depth), ' ');
-  return absl::StrReplaceAll(text, {{"\n", indent}});
-}
-
-std::string Quote(absl::string_view s) { return json(std::string(s)).dump(); }
-
-// ---- the constraints of one schema (or of several merged) ----
-
-struct Pattern {
-  Re re;
-  std::string source;  // "pattern ^a+$" or "format date"
-  std::string where;
-};
-
-struct Local {
-  uint8_t types = kAllTypes;
-  bool has_enum = false;
-  std::vector<const json*> enum_values;  // distinct values, in the schema's order
-  std::shared_ptr<const absl::flat_hash_set<std::string>> enum_keys;  // EqualityKey of each
-  std::optional<NumBound> lower, upper;
-  int64_t multiple_of = 0;  // an integer >= 2; 0: none
-  int64_t min_len = 0, max_len = -1;
-  std::vector<Pattern> patterns;  // pattern and format: all must hold
-  std::vector<int> prefix;        // conjs of the first items
-  int items = kTrue;              // conj of the items after `prefix`
-  int64_t min_items = 0, max_items = -1;
-  std::vector<std::pair<std::string, int>> props;  // in `properties` order
-  std::vector<std::string> required;
-  int additional = kTrue;
-  int64_t min_props = 0, max_props = -1;  // members counted (max < 0: any number)
-  std::string where;  // the schema path these constraints came from (first)
-
-  bool Unconstrained() const {
-    return types == kAllTypes && !has_enum && !lower && !upper && multiple_of == 0 && min_len == 0 &&
-           max_len < 0 && patterns.empty() && prefix.empty() && items == kTrue && min_items == 0 &&
-           max_items < 0 && props.empty() && required.empty() && additional == kTrue && min_props == 0 &&
-           max_props < 0;
+  bool Open(json container) {
+    json* j = Insert(std::move(container));
+    open_.push_back(j);  // only the innermost open container grows, so this stays valid
+    return true;
   }
-};
-
-// Restricts `local` to `values` (intersected with its enum, if it has one).
-void SetEnum(Local& local, const std::vector<const json*>& values) {
-  auto keys = std::make_shared<absl::flat_hash_set<std::string>>();
-  std::vector<const json*> kept;
-  for (const json* v : values) {
-    std::string key = EqualityKey(*v);
-    if (local.has_enum && !local.enum_keys->contains(key)) continue;
-    if (keys->insert(std::move(key)).second) kept.push_back(v);
+  bool Close() {
+    open_.pop_back();
+    return true;
   }
-  local.has_enum = true;
-  local.enum_values = std::move(kept);
-  local.enum_keys = std::move(keys);
-}
 
-struct Group {
-  bool one_of = false;
-  std::vector<int> branches;  // node ids
-  std::string where;
-};
-
-struct Node {
-  const json* j = nullptr;
-  std::string path;
-  std::string base;  // base URI for $ref
-  bool parsed = false;
-  Local local;
-  std::vector<int> conjuncts;  // allOf members and $ref targets (node ids)
-  std::vector<Group> groups;
-};
-
-// What the analysis knows of one alternative.
-struct AltInfo {
-  uint8_t types = 0;  // the types whose own constraints can be met
-  std::vector<const json*> enum_ok;
-  IntRange ints;
-  FracRange fracs;
-  std::vector<std::string> multiples;  // multipleOf: regexes of the integers allowed (a list or a pattern)
-  Re string_re;                // the string's value language
-};
-
-// One member of an object's chain.
-struct Member {
-  std::string name;
-  int conj;
-  bool required;
-};
-
-struct OneOfCheck {
-  std::string where;
-  std::vector<std::vector<Local>> branches;  // merged alternatives of each branch
+  json& root_;
+  std::vector<json*> open_;
+  std::string key_;
 };
 
 // ---- URIs, just enough for $ref and $id ----
@@ -279,99 +170,61 @@ const absl::flat_hash_set<absl::string_view>& RefusedFormats() {
   return *set;
 }
 
-class Compiler {
- public:
-  Compiler(const json& root, JsonLayout layout, const CompileLimits& limits)
-      : root_(root), layout_(layout), limits_(limits), deadline_(absl::Now() + limits.max_time) {
-    conj_ids_.emplace(std::vector<int>{}, kTrue);
-    conjs_.push_back({});
+}  // namespace
+
+Dec NumberDec(const json& v) {
+  if (v.is_number_unsigned()) return DecFromUint(v.get<uint64_t>());
+  if (v.is_number_integer()) return DecFromInt(v.get<int64_t>());
+  return ExactDec(v.get<double>());
+}
+
+// A string equal for values JSON Schema calls equal (numbers by value,
+// object members in any order), for enum sets.
+std::string EqualityKey(const json& v) {
+  if (v.is_number()) return "n" + NumberDec(v).Text();
+  if (v.is_array()) {
+    std::string key = "[";
+    for (const json& x : v) absl::StrAppend(&key, EqualityKey(x), ",");
+    return key + "]";
   }
+  if (v.is_object()) {
+    std::vector<std::pair<std::string, std::string>> members;
+    for (const auto& [k, x] : v.items()) members.emplace_back(json(k).dump(), EqualityKey(x));
+    std::sort(members.begin(), members.end());
+    std::string key = "{";
+    for (const auto& [k, x] : members) absl::StrAppend(&key, k, ":", x, ",");
+    return key + "}";
+  }
+  return v.dump();
+}
 
-  absl::StatusOr<Grammar> Run();
-  // Any JSON object, for JsonObjectGrammar.
-  absl::StatusOr<Grammar> RunAnyObject();
+// The value as the layout writes it, nested `depth` levels deep.
+std::string Serialize(const json& v, JsonLayout layout, int depth) {
+  if (layout == JsonLayout::kCompact) return v.dump();
+  std::string text = v.dump(2);
+  if (depth == 0) return text;
+  const std::string indent = "\n" + std::string(static_cast<size_t>(2 * depth), ' ');
+  return absl::StrReplaceAll(text, {{"\n", indent}});
+}
 
- private:
-  // ---- pass 1: nodes ----
-  absl::Status IndexIds();
-  int NodeAt(const json* j, std::string path, std::string base);
-  absl::StatusOr<int> Resolve(const std::string& base, const std::string& ref, const std::string& where);
-  absl::Status Parse(int id);
-  absl::StatusOr<int> ChildConj(const json& j, const std::string& path, const std::string& base);
-  absl::Status Tick();
+std::string Quote(absl::string_view s) { return json(std::string(s)).dump(); }
 
-  // ---- pass 2: conjs ----
-  int Intern(std::vector<int> members);
-  int Union(int a, int b);
-  absl::StatusOr<const std::vector<Local>*> Flatten(int conj);
-  absl::StatusOr<Local> Merge(const Local& a, const Local& b);
-
-  // ---- pass 3: analysis ----
-  absl::Status Discover(int root);
-  absl::Status Analyze(int conj);
-  absl::StatusOr<AltInfo> AnalyzeAlt(const Local& alt);
-  absl::StatusOr<bool> Validate(const json& v, int conj, int depth);
-  // in_enum: `v` is known to be one of alt's enum values.
-  absl::StatusOr<bool> ValidateLocal(const json& v, const Local& alt, int depth, bool in_enum = false);
-  bool AltNonempty(const Local& alt, const AltInfo& info) const;
-  int MemberConj(const Local& alt, const std::string& name) const;
-  int ItemConj(const Local& alt, int64_t i) const;
-  absl::StatusOr<bool> Disjoint(const Local& a, const Local& b, int depth);
-  absl::StatusOr<bool> ConjDisjoint(int a, int b, int depth);
-  absl::Status CheckOneOfs();
-
-  // ---- pass 4: emission ----
-  bool NonemptyAt(int conj, int depth);
-  bool AltNonemptyAt(const Local& alt, const AltInfo& info, int depth);
-  Symbol EmitConj(int conj, int depth);
-  absl::Status FillConj(int conj, int depth, Symbol rule);
-  std::vector<std::vector<Symbol>> EmitAlt(const Local& alt, const AltInfo& info, int depth);
-  std::vector<Symbol> EmitObject(const Local& alt, int depth);
-  std::vector<Symbol> EmitCountedObject(const Local& alt, const std::vector<Member>& members,
-                                        const std::vector<std::u32string>& names, bool extra, int depth);
-  std::vector<Symbol> EmitArray(const Local& alt, int depth);
-  std::vector<Symbol> EmitString(const Re& value);
-  Symbol CountedUnits(const CodepointRanges& set, int64_t min, int64_t max);
-  Symbol AnyValue(int depth);
-  Symbol AnyObject(int depth);
-  Symbol Term(std::string regex, std::string name = "");
-  absl::Status Drain();
-  std::string Indent(int depth) const { return std::string(static_cast<size_t>(2 * depth), ' '); }
-  bool Indented() const { return layout_ == JsonLayout::kIndented; }
-  int DepthKey(int depth) const { return Indented() ? depth : 0; }
-
-  const json& root_;
-  JsonLayout layout_;
-  CompileLimits limits_;
-  absl::Time deadline_;
-  int ticks_ = 0;
-  bool legacy_refs_ = false;  // draft 4 to 7: $ref ignores its siblings
-
-  std::vector<Node> nodes_;
-  absl::flat_hash_map<const json*, int> node_ids_;
-  std::map<std::string, std::pair<const json*, std::string>> ids_;  // absolute $id / anchor URI -> schema, path
-
-  std::vector<std::vector<int>> conjs_;
-  std::map<std::vector<int>, int> conj_ids_;
-  absl::flat_hash_map<int, std::vector<Local>> flat_;
-  absl::flat_hash_set<int> flattening_;
-  int flatten_depth_ = 0;
-  std::vector<OneOfCheck> one_ofs_;
-
-  std::vector<int> discovered_;
-  absl::flat_hash_map<int, std::vector<AltInfo>> infos_;
-  absl::flat_hash_map<int, bool> nonempty_;
-
-  GrammarBuilder builder_;
-  std::map<std::pair<int, int>, Symbol> rules_;  // (conj, depth)
-  std::map<std::pair<int, int>, bool> nonempty_at_;
-  std::deque<std::tuple<int, int, Symbol>> pending_;
-  std::map<int, Symbol> any_values_, any_objects_;
-  size_t regex_bytes_ = 0;
-};
+// Restricts `local` to `values` (intersected with its enum, if it has one).
+void SetEnum(Local& local, const std::vector<const json*>& values) {
+  auto keys = std::make_shared<absl::flat_hash_set<std::string>>();
+  std::vector<const json*> kept;
+  for (const json* v : values) {
+    std::string key = EqualityKey(*v);
+    if (local.has_enum && !local.enum_keys->contains(key)) continue;
+    if (keys->insert(std::move(key)).second) kept.push_back(v);
+  }
+  local.has_enum = true;
+  local.enum_values = std::move(kept);
+  local.enum_keys = std::move(keys);
+}
 
 absl::Status Compiler::Tick() {
-  if ((++ticks_ & 63) == 0 && absl::Now() > deadline_) {
+  if ((++ticks_ & 15) == 0 && absl::Now() > deadline_) {
     return absl::InvalidArgumentError(absl::StrCat("compiling the schema took longer than ",
                                                    absl::FormatDuration(limits_.max_time),
                                                    " (CompileLimits::max_time)"));
@@ -720,6 +573,7 @@ absl::Status Compiler::Parse(int id) {
     } else if (key == "properties") {
       if (!value.is_object()) return Refuse(where, "must be an object");
       for (const auto& [name, sub] : value.items()) {
+        if (auto s = Tick(); !s.ok()) return s;
         auto c = ChildConj(sub, Join(where, name), base);
         if (!c.ok()) return c.status();
         local.props.emplace_back(name, *c);
@@ -954,803 +808,6 @@ absl::StatusOr<const std::vector<Local>*> Compiler::Flatten(int conj) {
   return &flat_.emplace(conj, std::move(alts)).first->second;
 }
 
-// ---- pass 3 ----
-
-absl::Status Compiler::Discover(int root) {
-  std::deque<int> queue = {root};
-  absl::flat_hash_set<int> seen = {root};
-  while (!queue.empty()) {
-    const int c = queue.front();
-    queue.pop_front();
-    discovered_.push_back(c);
-    if (discovered_.size() > limits_.max_rules) {
-      return absl::InvalidArgumentError(absl::StrCat("the schema needs more than ", limits_.max_rules,
-                                                     " rules (CompileLimits::max_rules)"));
-    }
-    auto alts = Flatten(c);
-    if (!alts.ok()) return alts.status();
-    std::vector<int> children;
-    for (const Local& alt : **alts) {
-      if (alt.has_enum) continue;
-      if ((alt.types & kArr) != 0) {
-        children.insert(children.end(), alt.prefix.begin(), alt.prefix.end());
-        children.push_back(alt.items);
-      }
-      if ((alt.types & kObj) != 0) {
-        for (const auto& [name, pc] : alt.props) children.push_back(pc);
-        children.push_back(alt.additional);
-      }
-    }
-    for (int child : children) {
-      if (seen.insert(child).second) queue.push_back(child);
-    }
-  }
-  return absl::OkStatus();
-}
-
-int Compiler::MemberConj(const Local& alt, const std::string& name) const {
-  for (const auto& [n, c] : alt.props) {
-    if (n == name) return c;
-  }
-  return alt.additional;
-}
-
-int Compiler::ItemConj(const Local& alt, int64_t i) const {
-  return i < static_cast<int64_t>(alt.prefix.size()) ? alt.prefix[static_cast<size_t>(i)] : alt.items;
-}
-
-absl::StatusOr<bool> Compiler::Validate(const json& v, int conj, int depth) {
-  if (conj == kTrue) return true;
-  if (depth > limits_.max_nesting * 2 + 8) return false;
-  auto alts = Flatten(conj);
-  if (!alts.ok()) return alts.status();
-  for (const Local& alt : **alts) {
-    auto ok = ValidateLocal(v, alt, depth);
-    if (!ok.ok() || *ok) return ok;
-  }
-  return false;
-}
-
-absl::StatusOr<bool> Compiler::ValidateLocal(const json& v, const Local& alt, int depth, bool in_enum) {
-  if (alt.has_enum && !in_enum && !alt.enum_keys->contains(EqualityKey(v))) return false;
-  if (v.is_null()) return (alt.types & kNull) != 0;
-  if (v.is_boolean()) return (alt.types & kBool) != 0;
-  if (v.is_number()) {
-    const Dec d = NumberDec(v);
-    const bool integral = v.is_number_integer() || d.IsInteger();
-    if (!((integral && (alt.types & kInt) != 0) || (v.is_number_float() && (alt.types & kFrac) != 0))) return false;
-    const double as_double = v.get<double>();
-    if (alt.lower) {
-      const int c = Compare(d, alt.lower->exact);
-      if (alt.lower->exclusive ? (c <= 0 || as_double <= alt.lower->as_double)
-                               : (c < 0 || as_double < alt.lower->as_double)) {
-        return false;
-      }
-    }
-    if (alt.upper) {
-      const int c = Compare(d, alt.upper->exact);
-      if (alt.upper->exclusive ? (c >= 0 || as_double >= alt.upper->as_double)
-                               : (c > 0 || as_double > alt.upper->as_double)) {
-        return false;
-      }
-    }
-    if (alt.multiple_of != 0) {
-      if (!d.IsInteger() || d.ip.size() > 18) return false;
-      if (std::stoll(d.ip) % alt.multiple_of != 0) return false;
-    }
-    return true;
-  }
-  if (v.is_string()) {
-    if ((alt.types & kStr) == 0) return false;
-    const std::u32string s = DecodeUtf8(v.get_ref<const std::string&>());
-    const auto len = static_cast<int64_t>(s.size());
-    if (len < alt.min_len || (alt.max_len >= 0 && len > alt.max_len)) return false;
-    for (const Pattern& p : alt.patterns) {
-      if (!Matches(p.re, s)) return false;
-    }
-    return true;
-  }
-  if (v.is_array()) {
-    if ((alt.types & kArr) == 0) return false;
-    const auto n = static_cast<int64_t>(v.size());
-    if (n < alt.min_items || (alt.max_items >= 0 && n > alt.max_items)) return false;
-    for (int64_t i = 0; i < n; ++i) {
-      auto ok = Validate(v[static_cast<size_t>(i)], ItemConj(alt, i), depth + 1);
-      if (!ok.ok() || !*ok) return ok;
-    }
-    return true;
-  }
-  if ((alt.types & kObj) == 0) return false;
-  const auto members = static_cast<int64_t>(v.size());
-  if (members < alt.min_props || (alt.max_props >= 0 && members > alt.max_props)) return false;
-  for (const std::string& r : alt.required) {
-    if (!v.contains(r)) return false;
-  }
-  for (const auto& [k, member] : v.items()) {
-    auto ok = Validate(member, MemberConj(alt, k), depth + 1);
-    if (!ok.ok() || !*ok) return ok;
-  }
-  return true;
-}
-
-absl::StatusOr<AltInfo> Compiler::AnalyzeAlt(const Local& alt) {
-  AltInfo info;
-  if (alt.has_enum) {
-    for (const json* v : alt.enum_values) {
-      if (auto s = Tick(); !s.ok()) return s;
-      auto ok = ValidateLocal(*v, alt, 0, /*in_enum=*/true);
-      if (!ok.ok()) return ok.status();
-      if (*ok) info.enum_ok.push_back(v);
-    }
-    return info;
-  }
-  info.types = alt.types & (kNull | kBool | kArr | kObj);
-  if ((alt.types & (kInt | kFrac)) != 0) {
-    info.ints = IntegersWithin(alt.lower, alt.upper);
-    if (alt.multiple_of != 0) {
-      // A few multiples between the bounds are listed; otherwise a divisor of
-      // a power of ten is a digit pattern (MultiplesRegex); others are refused.
-      const int64_t k = alt.multiple_of;
-      bool listed = false;
-      if (info.ints.lo && info.ints.hi && info.ints.lo->ip.size() <= 15 && info.ints.hi->ip.size() <= 15) {
-        const int64_t lo = std::stoll(info.ints.lo->Text());
-        const int64_t hi = std::stoll(info.ints.hi->Text());
-        int64_t q = lo / k;  // rounds toward zero: up for negatives
-        if (lo % k != 0 && lo > 0) ++q;
-        const int64_t start = q * k;
-        if (start > hi || (hi - start) / k + 1 <= kMaxMultiples) {
-          for (int64_t x = start; x <= hi; x += k) info.multiples.push_back(RegexLiteral(DecFromInt(x).Text()));
-          listed = true;
-        }
-      }
-      if (!listed && !info.ints.Empty()) {
-        auto re = MultiplesRegex(info.ints, k);
-        if (!re) {
-          return Refuse(alt.where, absl::StrCat("multipleOf: ", k, " is supported only with a minimum and a maximum "
-                                                "at most ", kMaxMultiples, " multiples apart (or as a divisor of a "
-                                                "power of ten, 2^a 5^b)"));
-        }
-        if (!re->empty()) info.multiples.push_back(*std::move(re));
-      }
-      if (!info.multiples.empty()) info.types |= kInt;
-    } else {
-      if (!info.ints.Empty() && (alt.types & kInt) != 0) info.types |= kInt;
-      if ((alt.types & kFrac) != 0) {
-        info.fracs = FractionsWithin(alt.lower, alt.upper);
-        if (!info.fracs.empty) info.types |= kFrac;
-      }
-    }
-  }
-  if ((alt.types & kObj) != 0 && (alt.min_props > 0 || alt.max_props >= 0)) {
-    const int64_t cap = alt.max_props >= 0 ? alt.max_props : alt.min_props;
-    const auto members = static_cast<int64_t>(alt.props.size() + alt.required.size());
-    if ((members + 1) * (cap + 1) > kMaxCountStates) {
-      return Refuse(alt.where, absl::StrCat("minProperties / maxProperties: counting ", cap, " members over ", members,
-                                            " properties needs more than ", kMaxCountStates, " rules"));
-    }
-  }
-  if ((alt.types & kStr) != 0) {
-    if (alt.patterns.size() > 1) {
-      return Refuse(alt.patterns[1].where, absl::StrCat(alt.patterns[1].source, " together with ",
-                                                        alt.patterns[0].source, " (at ", alt.patterns[0].where,
-                                                        ") cannot be enforced exactly"));
-    }
-    std::optional<Re> re;
-    if (alt.patterns.empty()) {
-      re = Re::Repeat(Re::Any(), alt.min_len, alt.max_len);
-      if (alt.max_len >= 0 && alt.min_len > alt.max_len) re = Re::Set({});
-    } else {
-      re = WithLength(alt.patterns[0].re, alt.min_len, alt.max_len);
-      if (!re) {
-        return Refuse(alt.patterns[0].where, absl::StrCat(alt.patterns[0].source,
-                                                          " with minLength / maxLength cannot be enforced exactly"));
-      }
-    }
-    if (!IsEmptyLanguage(*re)) {
-      info.types |= kStr;
-      info.string_re = *std::move(re);
-    }
-  }
-  return info;
-}
-
-absl::Status Compiler::Analyze(int conj) {
-  if (infos_.contains(conj)) return absl::OkStatus();
-  auto alts = Flatten(conj);
-  if (!alts.ok()) return alts.status();
-  std::vector<AltInfo> infos;
-  for (const Local& alt : **alts) {
-    auto info = AnalyzeAlt(alt);
-    if (!info.ok()) return info.status();
-    infos.push_back(*std::move(info));
-  }
-  infos_.emplace(conj, std::move(infos));
-  return absl::OkStatus();
-}
-
-// The array / object part of an alternative can be met when the items and
-// members it requires can (`holds` says which conjs can).
-bool ArrayFeasible(const Local& alt, const std::function<bool(int)>& holds) {
-  if (alt.max_items >= 0 && alt.min_items > alt.max_items) return false;
-  const int64_t need = std::min<int64_t>(alt.min_items, static_cast<int64_t>(alt.prefix.size()) + 1);
-  for (int64_t i = 0; i < need; ++i) {
-    if (!holds(i < static_cast<int64_t>(alt.prefix.size()) ? alt.prefix[static_cast<size_t>(i)] : alt.items)) {
-      return false;
-    }
-  }
-  return true;
-}
-
-bool ObjectFeasible(const Local& alt, const std::function<bool(int)>& holds) {
-  for (const std::string& r : alt.required) {
-    int c = alt.additional;
-    for (const auto& [n, pc] : alt.props) {
-      if (n == r) c = pc;
-    }
-    if (!holds(c)) return false;
-  }
-  if (alt.max_props >= 0 && static_cast<int64_t>(alt.required.size()) > alt.max_props) return false;
-  if (alt.max_props >= 0 && alt.min_props > alt.max_props) return false;
-  if (alt.min_props > 0 && !holds(alt.additional)) {
-    int64_t possible = 0;
-    for (const auto& [n, pc] : alt.props) possible += holds(pc) ? 1 : 0;
-    for (const std::string& r : alt.required) {
-      possible += std::none_of(alt.props.begin(), alt.props.end(), [&](const auto& p) { return p.first == r; });
-    }
-    if (possible < alt.min_props) return false;
-  }
-  return true;
-}
-
-bool Compiler::AltNonempty(const Local& alt, const AltInfo& info) const {
-  if (alt.has_enum) return !info.enum_ok.empty();
-  if ((info.types & (kNull | kBool | kInt | kFrac | kStr)) != 0) return true;
-  auto holds = [&](int c) {
-    auto it = nonempty_.find(c);
-    return c == kTrue || (it != nonempty_.end() && it->second);
-  };
-  return ((info.types & kArr) != 0 && ArrayFeasible(alt, holds)) ||
-         ((info.types & kObj) != 0 && ObjectFeasible(alt, holds));
-}
-
-absl::StatusOr<bool> Compiler::ConjDisjoint(int a, int b, int depth) {
-  if (a == kTrue || b == kTrue) return false;
-  auto fa = Flatten(a);
-  if (!fa.ok()) return fa.status();
-  auto fb = Flatten(b);
-  if (!fb.ok()) return fb.status();
-  for (const Local& x : **fa) {
-    for (const Local& y : **fb) {
-      auto d = Disjoint(x, y, depth + 1);
-      if (!d.ok() || !*d) return d;
-    }
-  }
-  return true;
-}
-
-// True only when no value can satisfy both alternatives (false: unknown).
-absl::StatusOr<bool> Compiler::Disjoint(const Local& a, const Local& b, int depth) {
-  if (depth > 12) return false;
-  for (const auto* p : {&a, &b}) {
-    if (!p->has_enum) continue;
-    const Local& other = p == &a ? b : a;
-    for (const json* v : p->enum_values) {
-      if (auto s = Tick(); !s.ok()) return s;
-      auto in_self = ValidateLocal(*v, *p, 0, /*in_enum=*/true);
-      if (!in_self.ok()) return in_self.status();
-      if (!*in_self) continue;
-      auto in_other = ValidateLocal(*v, other, 0);
-      if (!in_other.ok()) return in_other.status();
-      if (*in_other) return false;
-    }
-    return true;
-  }
-  const uint8_t common = a.types & b.types;
-  if ((common & (kNull | kBool)) != 0) return false;
-  const bool a_num = (a.types & (kInt | kFrac)) != 0, b_num = (b.types & (kInt | kFrac)) != 0;
-  if (a_num && b_num) {
-    // Disjoint when one range ends below where the other starts.
-    auto below = [](const Local& x, const Local& y) {
-      if (!x.upper || !y.lower) return false;
-      const int c = Compare(x.upper->exact, y.lower->exact);
-      return c < 0 || (c == 0 && (x.upper->exclusive || y.lower->exclusive));
-    };
-    if (!below(a, b) && !below(b, a)) return false;
-  }
-  if ((common & kStr) != 0) {
-    const bool apart = (a.max_len >= 0 && a.max_len < b.min_len) || (b.max_len >= 0 && b.max_len < a.min_len);
-    if (!apart) return false;
-  }
-  if ((common & kArr) != 0) {
-    bool apart = (a.max_items >= 0 && a.max_items < b.min_items) || (b.max_items >= 0 && b.max_items < a.min_items);
-    const int64_t both = std::min<int64_t>({a.min_items, b.min_items, 8});
-    for (int64_t i = 0; i < both && !apart; ++i) {
-      auto d = ConjDisjoint(ItemConj(a, i), ItemConj(b, i), depth);
-      if (!d.ok()) return d.status();
-      apart = *d;
-    }
-    if (!apart) return false;
-  }
-  if ((common & kObj) != 0) {
-    bool apart = (a.max_props >= 0 && a.max_props < b.min_props) || (b.max_props >= 0 && b.max_props < a.min_props);
-    for (const auto* p : {&a, &b}) {
-      const Local& other = p == &a ? b : a;
-      for (const std::string& name : p->required) {
-        if (apart) break;
-        const int mine = MemberConj(*p, name), theirs = MemberConj(other, name);
-        if (theirs != kTrue && nonempty_.contains(theirs) && !nonempty_[theirs]) {
-          apart = true;  // required here, impossible there
-        } else if (std::find(other.required.begin(), other.required.end(), name) != other.required.end()) {
-          auto d = ConjDisjoint(mine, theirs, depth);
-          if (!d.ok()) return d.status();
-          apart = *d;
-        }
-      }
-    }
-    if (!apart) return false;
-  }
-  return true;
-}
-
-absl::Status Compiler::CheckOneOfs() {
-  for (const OneOfCheck& check : one_ofs_) {
-    for (size_t i = 0; i < check.branches.size(); ++i) {
-      for (size_t k = i + 1; k < check.branches.size(); ++k) {
-        for (const Local& x : check.branches[i]) {
-          for (const Local& y : check.branches[k]) {
-            auto d = Disjoint(x, y, 0);
-            if (!d.ok()) return d.status();
-            if (!*d) {
-              return Refuse(check.where, absl::StrCat("branches ", i, " and ", k,
-                                                      " may both match one value; oneOf is supported only when "
-                                                      "no value can match two branches (use anyOf)"));
-            }
-          }
-        }
-      }
-    }
-  }
-  return absl::OkStatus();
-}
-
-// ---- pass 4 ----
-
-Symbol Compiler::Term(std::string regex, std::string name) {
-  regex_bytes_ += regex.size();
-  return builder_.Terminal(std::move(regex), std::move(name));
-}
-
-bool Compiler::AltNonemptyAt(const Local& alt, const AltInfo& info, int depth) {
-  if (!Indented()) return AltNonempty(alt, info);
-  if (alt.has_enum) return !info.enum_ok.empty();
-  if ((info.types & (kNull | kBool | kInt | kFrac | kStr)) != 0) return true;
-  auto holds = [&](int c) { return NonemptyAt(c, depth + 1); };
-  return ((info.types & kArr) != 0 && ArrayFeasible(alt, holds)) ||
-         ((info.types & kObj) != 0 && ObjectFeasible(alt, holds));
-}
-
-// Whether the conj holds a value nested `depth` deep (the indented layout
-// stops at max_nesting; the compact one has no depth).
-bool Compiler::NonemptyAt(int conj, int depth) {
-  if (conj == kTrue) return true;
-  if (!Indented()) return nonempty_[conj];
-  if (depth > limits_.max_nesting || !nonempty_[conj]) return false;
-  auto key = std::make_pair(conj, depth);
-  if (auto it = nonempty_at_.find(key); it != nonempty_at_.end()) return it->second;
-  const std::vector<Local>& alts = flat_.at(conj);
-  const std::vector<AltInfo>& infos = infos_.at(conj);
-  bool any = false;
-  for (size_t i = 0; i < alts.size() && !any; ++i) any = AltNonemptyAt(alts[i], infos[i], depth);
-  nonempty_at_[key] = any;
-  return any;
-}
-
-Symbol Compiler::EmitConj(int conj, int depth) {
-  if (conj == kTrue) return AnyValue(Indented() ? depth : 0);
-  const auto key = std::make_pair(conj, DepthKey(depth));
-  if (auto it = rules_.find(key); it != rules_.end()) return it->second;
-  const std::vector<Local>& alts = flat_.at(conj);
-  if (alts.size() == 1 && alts[0].Unconstrained()) return AnyValue(Indented() ? depth : 0);
-  std::string name = alts.empty() || alts[0].where.empty() ? "root" : alts[0].where;
-  if (Indented()) absl::StrAppend(&name, "@", depth);
-  const Symbol rule = builder_.Rule(std::move(name));
-  rules_[key] = rule;
-  pending_.emplace_back(conj, depth, rule);
-  return rule;
-}
-
-absl::Status Compiler::FillConj(int conj, int depth, Symbol rule) {
-  const std::vector<Local>& alts = flat_.at(conj);
-  const std::vector<AltInfo>& infos = infos_.at(conj);
-  bool any = false;
-  for (size_t i = 0; i < alts.size(); ++i) {
-    if (!AltNonemptyAt(alts[i], infos[i], depth)) continue;
-    for (auto& seq : EmitAlt(alts[i], infos[i], depth)) {
-      builder_.Add(rule, std::move(seq));
-      any = true;
-    }
-  }
-  if (!any) return absl::InternalError("an empty rule was emitted");
-  return absl::OkStatus();
-}
-
-std::vector<std::vector<Symbol>> Compiler::EmitAlt(const Local& alt, const AltInfo& info, int depth) {
-  std::vector<std::vector<Symbol>> out;
-  if (alt.has_enum) {
-    std::vector<std::string> literals;
-    absl::flat_hash_set<std::string> seen;
-    for (const json* v : info.enum_ok) {
-      std::string text = Serialize(*v, layout_, depth);
-      if (seen.insert(text).second) literals.push_back(std::move(text));
-    }
-    if (literals.size() == 1) {
-      out.push_back({builder_.Literal(literals[0])});
-    } else {
-      std::string regex = "(?:";
-      for (size_t i = 0; i < literals.size(); ++i) absl::StrAppend(&regex, i ? "|" : "", RegexLiteral(literals[i]));
-      out.push_back({Term(regex + ")", absl::StrCat(alt.where.empty() ? "root" : alt.where, ".enum"))});
-    }
-    return out;
-  }
-  if ((info.types & kNull) != 0) out.push_back({builder_.Literal("null")});
-  if ((info.types & kBool) != 0) out.push_back({Term("true|false", "boolean")});
-  if ((info.types & (kInt | kFrac)) != 0) {
-    std::vector<std::string> parts;
-    if (!info.multiples.empty()) {
-      parts = info.multiples;
-    } else if (!alt.lower && !alt.upper && (info.types & kFrac) != 0) {
-      parts.push_back(kAnyNumberRegex);
-    } else {
-      if ((info.types & kInt) != 0) {
-        parts.push_back(!alt.lower && !alt.upper ? std::string("(?:") + kAnyIntegerRegex + ")"
-                                                 : IntRangeRegex(info.ints));
-      }
-      if ((info.types & kFrac) != 0) parts.push_back(FracRangeRegex(info.fracs));
-    }
-    out.push_back({Term(absl::StrJoin(parts, "|"), (info.types & kFrac) != 0 ? "number" : "integer")});
-  }
-  if ((info.types & kStr) != 0) out.push_back(EmitString(info.string_re));
-  auto holds = [&](int c) { return NonemptyAt(c, depth + 1); };
-  if ((info.types & kArr) != 0 && ArrayFeasible(alt, holds)) out.push_back(EmitArray(alt, depth));
-  if ((info.types & kObj) != 0 && ObjectFeasible(alt, holds)) out.push_back(EmitObject(alt, depth));
-  return out;
-}
-
-// `set`{min,max} (max < 0: unbounded) as rules over chunk terminals:
-// exactly `min` (whole chunks and a remainder), then up to max - min more
-// (fewer than q2 whole chunks and a short tail, or q2 chunks and a tail of at
-// most r2: one reading per length).
-Symbol Compiler::CountedUnits(const CodepointRanges& set, int64_t min, int64_t max) {
-  const std::string unit = absl::StrCat("(?:", SpellJsonContent(Re::Set(set)), ")");
-  auto units = [&](int64_t lo, int64_t hi) {
-    const std::string count = hi < 0 ? absl::StrCat("{", lo, ",}") : lo == hi ? absl::StrCat("{", lo, "}")
-                                                                              : absl::StrCat("{", lo, ",", hi, "}");
-    return Term(unit + count, absl::StrCat("chars{", lo, ",", hi < 0 ? "" : absl::StrCat(hi), "}"));
-  };
-  const Symbol chunk = units(kChunk, kChunk);
-  std::vector<Symbol> seq;
-  if (min / kChunk > 0) {
-    seq.push_back(builder_.Repeat(chunk, static_cast<int>(min / kChunk), static_cast<int>(min / kChunk)));
-  }
-  if (min % kChunk > 0) seq.push_back(units(min % kChunk, min % kChunk));
-  if (max < 0) {
-    seq.push_back(units(0, -1));
-  } else if (const int64_t n = max - min; n > 0 && n <= kLongRun) {
-    seq.push_back(units(0, n));
-  } else if (n > 0) {
-    const int64_t q = n / kChunk, r = n % kChunk;
-    std::vector<std::vector<Symbol>> alternatives;
-    alternatives.push_back({builder_.Repeat(chunk, 0, static_cast<int>(q - 1)), units(0, kChunk - 1)});
-    std::vector<Symbol> full = {builder_.Repeat(chunk, static_cast<int>(q), static_cast<int>(q))};
-    if (r > 0) full.push_back(units(0, r));
-    alternatives.push_back(std::move(full));
-    seq.push_back(builder_.Choice(std::move(alternatives), absl::StrCat("chars{0,", n, "}")));
-  }
-  return builder_.Choice({std::move(seq)}, absl::StrCat("chars{", min, ",", max < 0 ? "" : absl::StrCat(max), "}"));
-}
-
-// A string with value language `value`: one terminal with its quotes, unless
-// a long run of one class is better counted by rules (kLongRun).
-std::vector<Symbol> Compiler::EmitString(const Re& value) {
-  auto long_run = [](const Re& re) {
-    return re.kind == Re::Kind::kRepeat && re.kids[0].kind == Re::Kind::kSet &&
-           (re.max < 0 ? re.min > kLongRun : re.max > kLongRun);
-  };
-  std::vector<const Re*> parts;
-  if (value.kind == Re::Kind::kConcat) {
-    for (const Re& kid : value.kids) parts.push_back(&kid);
-  } else {
-    parts.push_back(&value);
-  }
-  if (std::none_of(parts.begin(), parts.end(), [&](const Re* p) { return long_run(*p); })) {
-    return {Term(absl::StrCat("\"", SpellJsonContent(value), "\""), "string")};
-  }
-  std::vector<Symbol> seq;
-  std::string text = "\"";  // regex text not yet made a terminal
-  for (const Re* p : parts) {
-    if (!long_run(*p)) {
-      text += p->kind == Re::Kind::kAlt ? absl::StrCat("(?:", SpellJsonContent(*p), ")") : SpellJsonContent(*p);
-      continue;
-    }
-    if (!text.empty()) seq.push_back(Term(std::exchange(text, ""), "string part"));
-    seq.push_back(CountedUnits(p->kids[0].set, p->min, p->max));
-  }
-  seq.push_back(Term(text + "\"", "string end"));
-  return seq;
-}
-
-std::vector<Symbol> Compiler::EmitObject(const Local& alt, int depth) {
-  std::vector<Member> members;
-  std::vector<std::u32string> names;
-  for (const auto& [name, c] : alt.props) {
-    const bool req = std::find(alt.required.begin(), alt.required.end(), name) != alt.required.end();
-    names.push_back(DecodeUtf8(name));
-    if (NonemptyAt(c, depth + 1)) members.push_back({name, c, req});
-  }
-  for (const std::string& r : alt.required) {
-    if (std::none_of(alt.props.begin(), alt.props.end(), [&](const auto& p) { return p.first == r; })) {
-      names.push_back(DecodeUtf8(r));
-      members.push_back({r, alt.additional, true});  // checked nonempty by AltNonemptyAt
-    }
-  }
-  const bool extra = NonemptyAt(alt.additional, depth + 1);
-  const std::string open = Indented() ? "\n" + Indent(depth + 1) : "";
-  const std::string sep = Indented() ? ",\n" + Indent(depth + 1) : ",";
-  const std::string colon = Indented() ? ": " : ":";
-  const std::string close = Indented() ? "\n" + Indent(depth) + "}" : "}";
-  const std::string where = alt.where.empty() ? "root" : alt.where;
-
-  if (alt.min_props > 0 || alt.max_props >= 0) return EmitCountedObject(alt, members, names, extra, depth);
-
-  // first[i] / rest[i]: the members from i on, before / after the first one written.
-  const size_t n = members.size();
-  std::vector<std::optional<Symbol>> first(n + 1), rest(n + 1);
-  // Another member: its name (any but the declared ones) and colon are one
-  // terminal, shared by the first and the later positions (its automaton is
-  // the costliest of the object's).
-  std::optional<Symbol> extra_value, extra_key;
-  if (extra) {
-    extra_value = EmitConj(alt.additional, depth + 1);
-    const std::string key = SpellJsonContent(AnyStringExcept(names));
-    extra_key = Term(absl::StrCat("\"", key, "\"", RegexLiteral(colon)), where + ".key");
-  }
-  // rest[n]: close, or more additional properties.
-  rest[n] = builder_.Rule(where + ".tail");
-  builder_.Add(*rest[n], {builder_.Literal(close)});
-  if (extra) builder_.Add(*rest[n], {builder_.Literal(sep), *extra_key, *extra_value, *rest[n]});
-  for (size_t i = n; i-- > 1;) {
-    const Member& m = members[i];
-    const Symbol value = EmitConj(m.conj, depth + 1);
-    const Symbol key = builder_.Literal(absl::StrCat(sep, Quote(m.name), colon));
-    if (m.required) {
-      rest[i] = builder_.Choice({{key, value, *rest[i + 1]}}, absl::StrCat(where, ".", m.name));
-    } else {
-      rest[i] = builder_.Choice({{key, value, *rest[i + 1]}, {*rest[i + 1]}}, absl::StrCat(where, ".", m.name, "?"));
-    }
-  }
-  // first[i] exists while every member before i is optional.
-  size_t last_first = 0;
-  while (last_first < n && !members[last_first].required) ++last_first;
-  // first[k] for k in [0, last_first]; first[n] only when all are optional.
-  for (size_t i = std::min(last_first, n) + 1; i-- > 0;) {
-    const Symbol rule = builder_.Rule(absl::StrCat(where, ".first", i));
-    if (i == n) {
-      builder_.Add(rule, {builder_.Literal("}")});
-      if (extra && open.empty()) builder_.Add(rule, {*extra_key, *extra_value, *rest[n]});
-      if (extra && !open.empty()) builder_.Add(rule, {builder_.Literal(open), *extra_key, *extra_value, *rest[n]});
-    } else {
-      const Member& m = members[i];
-      const Symbol value = EmitConj(m.conj, depth + 1);
-      const Symbol key = builder_.Literal(absl::StrCat(open, Quote(m.name), colon));
-      builder_.Add(rule, {key, value, *rest[i + 1]});
-      if (!m.required) builder_.Add(rule, {*first[i + 1]});
-    }
-    first[i] = rule;
-  }
-  return {builder_.Literal("{"), *first[0]};
-}
-
-// An object with minProperties / maxProperties: the chain's states are
-// (member i next, c members written), c counted up to maxProperties (or up to
-// minProperties when there is no maximum: more is all the same), built from
-// the end so that each state knows whether it can still finish.
-std::vector<Symbol> Compiler::EmitCountedObject(const Local& alt, const std::vector<Member>& members,
-                                                const std::vector<std::u32string>& names, bool extra, int depth) {
-  const std::string open = Indented() ? "\n" + Indent(depth + 1) : "";
-  const std::string sep = Indented() ? ",\n" + Indent(depth + 1) : ",";
-  const std::string colon = Indented() ? ": " : ":";
-  const std::string close = Indented() ? "\n" + Indent(depth) + "}" : "}";
-  const std::string where = alt.where.empty() ? "root" : alt.where;
-  const int64_t cap = alt.max_props >= 0 ? alt.max_props : alt.min_props;
-  const size_t n = members.size();
-  auto norm = [&](int64_t c) { return std::min(c, cap); };
-  auto lead = [&](int64_t c) { return c == 0 ? open : sep; };
-  std::optional<Symbol> extra_key, extra_value;
-  if (extra) {
-    extra_value = EmitConj(alt.additional, depth + 1);
-    extra_key = Term(absl::StrCat("\"", SpellJsonContent(AnyStringExcept(names)), "\"", RegexLiteral(colon)),
-                     where + ".key");
-  }
-  auto seq = [&](const std::string& l, std::vector<Symbol> rest) {
-    std::vector<Symbol> out;
-    if (!l.empty()) out.push_back(builder_.Literal(l));
-    out.insert(out.end(), rest.begin(), rest.end());
-    return out;
-  };
-  // after[c]: the tail once every declared member is decided (others, close).
-  std::vector<std::optional<Symbol>> next(static_cast<size_t>(cap) + 1), here(static_cast<size_t>(cap) + 1);
-  for (int64_t c = cap; c >= 0; --c) {
-    std::vector<std::vector<Symbol>> alternatives;
-    if (c >= alt.min_props) alternatives.push_back({builder_.Literal(c == 0 ? "}" : close)});
-    const bool more = alt.max_props < 0 || c < alt.max_props;
-    const auto to = static_cast<size_t>(norm(c + 1));
-    if (extra && more && (to == static_cast<size_t>(c) || here[to])) {
-      const Symbol rule = builder_.Rule(absl::StrCat(where, ".more", c));
-      here[static_cast<size_t>(c)] = rule;  // a self-loop when c is the cap
-      std::vector<Symbol> tail = {*extra_key, *extra_value, *here[to]};
-      alternatives.push_back(seq(lead(c), tail));
-      for (auto& a : alternatives) builder_.Add(rule, std::move(a));
-      continue;
-    }
-    if (!alternatives.empty()) here[static_cast<size_t>(c)] = builder_.Choice(std::move(alternatives), absl::StrCat(where, ".end", c));
-  }
-  for (size_t i = n; i-- > 0;) {
-    next.swap(here);
-    std::fill(here.begin(), here.end(), std::nullopt);
-    const Member& m = members[i];
-    const Symbol value = EmitConj(m.conj, depth + 1);
-    for (int64_t c = cap; c >= 0; --c) {
-      std::vector<std::vector<Symbol>> alternatives;
-      const bool more = alt.max_props < 0 || c < alt.max_props;
-      if (const auto to = static_cast<size_t>(norm(c + 1)); more && next[to]) {
-        alternatives.push_back({builder_.Literal(absl::StrCat(lead(c), Quote(m.name), colon)), value, *next[to]});
-      }
-      if (!m.required && next[static_cast<size_t>(c)]) alternatives.push_back({*next[static_cast<size_t>(c)]});
-      if (!alternatives.empty()) {
-        here[static_cast<size_t>(c)] = builder_.Choice(std::move(alternatives), absl::StrCat(where, ".", m.name, "#", c));
-      }
-    }
-  }
-  // ObjectFeasible guarantees the start state can finish; were it not so, a
-  // rule without alternatives makes Build fail rather than admit anything.
-  return {builder_.Literal("{"), here[0] ? *here[0] : builder_.Rule(where + ".impossible")};
-}
-
-std::vector<Symbol> Compiler::EmitArray(const Local& alt, int depth) {
-  const std::string open = Indented() ? "\n" + Indent(depth + 1) : "";
-  const std::string sep = Indented() ? ",\n" + Indent(depth + 1) : ",";
-  const std::string close = Indented() ? "\n" + Indent(depth) + "]" : "]";
-  const std::string where = alt.where.empty() ? "root" : alt.where;
-  const auto k = static_cast<int64_t>(alt.prefix.size());
-  int64_t max = alt.max_items;
-  for (int64_t i = 0; i < k; ++i) {
-    if (!NonemptyAt(alt.prefix[static_cast<size_t>(i)], depth + 1)) {
-      max = max < 0 ? i : std::min(max, i);
-      break;
-    }
-  }
-  if (!NonemptyAt(alt.items, depth + 1)) max = max < 0 ? k : std::min(max, k);
-  const int64_t min = alt.min_items;
-  // after[i]: the rest once i items are written (i <= prefix length).
-  const int64_t last = std::min(k, max < 0 ? k : max);
-  std::vector<Symbol> after(static_cast<size_t>(last) + 1);
-  {
-    // after[last]: items of `items` up to max, then the close.
-    const int64_t i = last;
-    const Symbol rule = builder_.Rule(absl::StrCat(where, ".items", i));
-    const int64_t lo = std::max<int64_t>(0, min - i);
-    const int64_t hi = max < 0 ? -1 : max - i;
-    const std::string close_here = i == 0 ? "]" : close;
-    if (hi == 0 || i < k) {
-      builder_.Add(rule, {builder_.Literal(close_here)});
-    } else {
-      const Symbol item = EmitConj(alt.items, depth + 1);
-      if (i == 0) {
-        if (lo == 0) builder_.Add(rule, {builder_.Literal("]")});
-        std::vector<Symbol> seq;
-        if (!open.empty()) seq.push_back(builder_.Literal(open));
-        seq.push_back(item);
-        const Symbol next = builder_.Choice({{builder_.Literal(sep), item}}, absl::StrCat(where, ".next"));
-        seq.push_back(builder_.Repeat(next, static_cast<int>(std::max<int64_t>(0, lo - 1)),
-                                      hi < 0 ? -1 : static_cast<int>(hi - 1)));
-        seq.push_back(builder_.Literal(close));
-        builder_.Add(rule, std::move(seq));
-      } else {
-        const Symbol next = builder_.Choice({{builder_.Literal(sep), item}}, absl::StrCat(where, ".next"));
-        builder_.Add(rule, {builder_.Repeat(next, static_cast<int>(lo), hi < 0 ? -1 : static_cast<int>(hi)),
-                            builder_.Literal(close)});
-      }
-    }
-    after[static_cast<size_t>(i)] = rule;
-  }
-  for (int64_t i = last; i-- > 0;) {
-    const Symbol rule = builder_.Rule(absl::StrCat(where, ".items", i));
-    if (i >= min) builder_.Add(rule, {builder_.Literal(i == 0 ? "]" : close)});
-    std::vector<Symbol> seq;
-    const std::string& lead = i == 0 ? open : sep;
-    if (!lead.empty()) seq.push_back(builder_.Literal(lead));
-    seq.push_back(EmitConj(alt.prefix[static_cast<size_t>(i)], depth + 1));
-    seq.push_back(after[static_cast<size_t>(i) + 1]);
-    builder_.Add(rule, std::move(seq));
-    after[static_cast<size_t>(i)] = rule;
-  }
-  return {builder_.Literal("["), after[0]};
-}
-
-// Any JSON value at `level`: containers open only while level < max_nesting.
-// The indented layout counts levels from the document's top (its whitespace
-// depends on them); the compact one from where the unconstrained value starts.
-Symbol Compiler::AnyValue(int level) {
-  if (auto it = any_values_.find(level); it != any_values_.end()) return it->second;
-  const std::string at = Indented() ? absl::StrCat("@", level) : absl::StrCat("#", level);
-  const Symbol rule = builder_.Rule("any" + at);
-  any_values_[level] = rule;
-  builder_.Add(rule, {builder_.Literal("null")});
-  builder_.Add(rule, {Term("true|false", "boolean")});
-  builder_.Add(rule, {Term(kAnyNumberRegex, "number")});
-  builder_.Add(rule, {Term(absl::StrCat("\"", SpellJsonContent(Re::Repeat(Re::Any(), 0, -1)), "\""), "string")});
-  builder_.Add(rule, {AnyObject(level)});
-  const Symbol array = builder_.Rule("any_array" + at);
-  builder_.Add(array, {builder_.Literal("[]")});
-  builder_.Add(rule, {array});
-  pending_.emplace_back(-1, level, array);  // Drain adds the nonempty form
-  return rule;
-}
-
-Symbol Compiler::AnyObject(int level) {
-  if (auto it = any_objects_.find(level); it != any_objects_.end()) return it->second;
-  const Symbol rule = builder_.Rule(absl::StrCat("any_object", Indented() ? "@" : "#", level));
-  any_objects_[level] = rule;
-  builder_.Add(rule, {builder_.Literal("{}")});
-  pending_.emplace_back(-2, level, rule);  // Drain adds the nonempty form
-  return rule;
-}
-
-absl::Status Compiler::Drain() {
-  while (!pending_.empty()) {
-    if (auto s = Tick(); !s.ok()) return s;
-    if (builder_.size() > limits_.max_rules) {
-      return absl::InvalidArgumentError(absl::StrCat("the schema needs more than ", limits_.max_rules,
-                                                     " rules and terminals (CompileLimits::max_rules)"));
-    }
-    if (regex_bytes_ > limits_.max_memory_bytes / 8) {
-      return absl::InvalidArgumentError(absl::StrCat("the schema's terminals exceed ", limits_.max_memory_bytes / 8,
-                                                     " bytes of regex (CompileLimits::max_memory_bytes / 8)"));
-    }
-    auto [conj, depth, rule] = pending_.front();
-    pending_.pop_front();
-    if (conj >= 0) {
-      if (auto s = FillConj(conj, depth, rule); !s.ok()) return s;
-      continue;
-    }
-    // Any array (-1) / any object (-2): members one level deeper, within the bound.
-    const int level = depth + 1;
-    if (level > limits_.max_nesting) continue;
-    const Symbol value = AnyValue(level);
-    const std::string open = Indented() ? "\n" + Indent(level) : "";
-    const std::string sep = Indented() ? ",\n" + Indent(level) : ",";
-    const std::string close_char = conj == -1 ? "]" : "}";
-    const std::string close = Indented() ? "\n" + Indent(depth) + close_char : close_char;
-    if (conj == -1) {
-      const Symbol next = builder_.Choice({{builder_.Literal(sep), value}}, "any_array.next");
-      std::vector<Symbol> seq = {builder_.Literal("[")};
-      if (!open.empty()) seq.push_back(builder_.Literal(open));
-      seq.push_back(value);
-      seq.push_back(builder_.Star(next));
-      seq.push_back(builder_.Literal(close));
-      builder_.Add(rule, std::move(seq));
-    } else {
-      const std::string colon = Indented() ? ": " : ":";
-      const std::string key = absl::StrCat("\"", SpellJsonContent(Re::Repeat(Re::Any(), 0, -1)), "\"");
-      const Symbol first_key = Term(absl::StrCat("\\{", RegexLiteral(open), key, RegexLiteral(colon)), "any_object.key");
-      const Symbol next_key = Term(absl::StrCat(RegexLiteral(sep), key, RegexLiteral(colon)), "any_object.key");
-      const Symbol next = builder_.Choice({{next_key, value}}, "any_object.next");
-      builder_.Add(rule, {first_key, value, builder_.Star(next), builder_.Literal(close)});
-    }
-  }
-  return absl::OkStatus();
-}
-
 absl::StatusOr<Grammar> Compiler::Run() {
   if (root_.is_object()) {
     if (auto it = root_.find("$schema"); it != root_.end() && it->is_string()) {
@@ -1810,7 +867,8 @@ absl::StatusOr<Grammar> Compiler::RunAnyObject() {
   return std::move(builder_).Build(start, limits_);
 }
 
-}  // namespace
+}  // namespace json_internal
+
 
 absl::StatusOr<Grammar> JsonSchemaGrammar(absl::string_view schema_json, JsonLayout layout,
                                           const CompileLimits& limits) {
@@ -1818,18 +876,26 @@ absl::StatusOr<Grammar> JsonSchemaGrammar(absl::string_view schema_json, JsonLay
     return absl::InvalidArgumentError(absl::StrCat("the schema is ", schema_json.size(), " bytes, more than the limit of ",
                                                    limits.max_spec_bytes, " (CompileLimits::max_spec_bytes)"));
   }
+  const absl::Time deadline = absl::Now() + limits.max_time;  // the text's parsing counts too
   JsonLimits json_limits;
   json_limits.max_depth = 2 * limits.max_nesting + 2;  // a schema level is an object and its keyword's map or list
-  auto schema = ParseJson<json>(schema_json, json_limits);
-  if (!schema.ok()) return absl::InvalidArgumentError(absl::StrCat("the schema ", schema.status().message()));
-  Compiler compiler(*schema, layout, limits);
+  if (absl::Status s = CheckJson(schema_json, json_limits); !s.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("the schema ", s.message()));
+  }
+  json_internal::json schema;
+  json_internal::OrderedBuilder builder(schema);
+  if (!json_internal::json::sax_parse(schema_json.begin(), schema_json.end(), &builder)) {
+    return absl::InvalidArgumentError("the schema is not valid JSON");
+  }
+  json_internal::Compiler compiler(schema, layout, limits, deadline);
   return compiler.Run();
 }
 
 absl::StatusOr<Grammar> JsonObjectGrammar(JsonLayout layout, const CompileLimits& limits) {
-  const json empty = json::object();
-  Compiler compiler(empty, layout, limits);
+  const json_internal::json empty = json_internal::json::object();
+  json_internal::Compiler compiler(empty, layout, limits, absl::Now() + limits.max_time);
   return compiler.RunAnyObject();
 }
 
 }  // namespace tpserve::grammar
+

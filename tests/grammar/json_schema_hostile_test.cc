@@ -7,6 +7,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "grammar/json_schema.h"
 
@@ -33,11 +34,15 @@ void ExpectRefused(const std::string& what, const std::string& schema, const std
                    const CompileLimits& limits = {}) {
   const Outcome o = CompileTimed(schema, limits);
   EXPECT_EQ(o.status.code(), absl::StatusCode::kInvalidArgument) << what << ": " << o.status;
-  EXPECT_THAT(std::string(o.status.message()), HasSubstr(reason)) << what;
-  // The deadline is checked between steps of bounded work; the margin covers
-  // parsing the text (before the clock starts) and a loaded machine.
-  EXPECT_LT(o.seconds, absl::ToDoubleSeconds(limits.max_time) + 2.0) << what;
+  // The deadline (parsing the text included) is checked between steps of
+  // bounded work; the margin is for a loaded machine.
+  EXPECT_LT(o.seconds, absl::ToDoubleSeconds(limits.max_time) + 1.0) << what;
   std::cout << what << ": " << o.status.message().substr(0, 160) << " (" << o.seconds << " s)\n";
+#if defined(__SANITIZE_ADDRESS__)
+  // Ten times slower: the time limit may come first.
+  if (absl::StrContains(o.status.message(), "max_time")) return;
+#endif
+  EXPECT_THAT(std::string(o.status.message()), HasSubstr(reason)) << what;
 }
 
 std::string Nested(int levels, const std::string& open, const std::string& leaf, const std::string& close) {
@@ -69,6 +74,13 @@ TEST(JsonSchemaHostileTest, HugeEnumsAndSchemas) {
   EXPECT_LT(o.seconds, 4.0);
   std::cout << "25000 object enum values: " << (o.status.ok() ? "compiled" : o.status.ToString()) << " (" << o.seconds
             << " s)\n";
+  // 80000 members in one object (unknown keywords): parsed in linear time.
+  std::string members;
+  for (int i = 0; i < 80000; ++i) absl::StrAppend(&members, i ? "," : "", "\"x", i, "\":0");
+  const Outcome wide = CompileTimed(absl::StrCat(R"({"type":"integer",)", members, "}"));
+  EXPECT_TRUE(wide.status.ok()) << wide.status;
+  EXPECT_LT(wide.seconds, 3.0);
+  std::cout << "80000 unknown keywords: " << wide.seconds << " s\n";
   std::string props;
   for (int i = 0; i < 30000; ++i) absl::StrAppend(&props, i ? "," : "", "\"p", i, R"(":{"type":"integer"})");
   ExpectRefused("30000 properties", absl::StrCat(R"({"type":"object","properties":{)", props, "}}"), "max_rules");
