@@ -29,10 +29,8 @@ OutputProcessor::OutputProcessor(const Tokenizer& tokenizer, StopParams params,
                                  int64_t max_total_tokens)
     : tokenizer_(tokenizer),
       params_(std::move(params)),
-      eos_(std::move(eos_token_ids)),
-      detok_(tokenizer, params_.skip_special_tokens),
-      num_prompt_(num_prompt_tokens),
-      max_total_(max_total_tokens) {
+      stops_(params_, eos_token_ids, num_prompt_tokens, max_total_tokens),
+      detok_(tokenizer, params_.skip_special_tokens) {
   if (ChatOutputParser::Needed(params_.chat_output)) parser_.emplace(params_.chat_output);
 }
 
@@ -51,16 +49,14 @@ size_t OutputProcessor::HoldBack() const {
   return keep;
 }
 
-OutputDelta OutputProcessor::Finish(OutputDelta delta, StopReason reason) {
+void OutputProcessor::Finish(OutputDelta& delta, StopReason reason) {
   delta.finish = reason;
   finished_ = true;
-  return delta;
 }
 
-OutputDelta OutputProcessor::Release(std::string text, bool final) {
-  OutputDelta delta;
+void OutputProcessor::Release(std::string_view text, bool final, OutputDelta& delta) {
   held_ += text;
-  const bool check_stops = num_output_ > params_.min_tokens;
+  const bool check_stops = stops_.MayStop(num_output_);
   if (check_stops && !params_.stop.empty()) {
     // The earliest match wins (ties: the longer stop string).
     size_t best = std::string::npos;
@@ -74,54 +70,53 @@ OutputDelta OutputProcessor::Release(std::string text, bool final) {
       }
     }
     if (matched) {
-      delta.text = held_.substr(0, best);
+      delta.text.append(held_, 0, best);
       if (params_.include_stop_str_in_output) delta.text += *matched;
       delta.matched_stop = *matched;
       held_.clear();
-      return Finish(std::move(delta), StopReason::kStop);
+      return Finish(delta, StopReason::kStop);
     }
   }
   const size_t keep = (final || !check_stops) ? 0 : HoldBack();
-  delta.text = held_.substr(0, held_.size() - keep);
+  delta.text.append(held_, 0, held_.size() - keep);
   held_.erase(0, held_.size() - keep);
-  return delta;
 }
 
 OutputDelta OutputProcessor::Append(int32_t token) {
-  OutputDelta delta = AppendRaw(token);
-  if (!parser_) return delta;
+  OutputDelta delta;
+  Append(token, delta);
+  return delta;
+}
+
+void OutputProcessor::Append(int32_t token, OutputDelta& delta) {
+  delta.Clear();
+  AppendRaw(token, delta);
+  if (!parser_) return;
   ChatOutputParts parts = parser_->Append(delta.text);
   if (delta.finish != StopReason::kNone) parts.Add(parser_->Finish());
   delta.text = std::move(parts.content);
   delta.reasoning = std::move(parts.reasoning);
   delta.tool_calls = std::move(parts.tool_calls);
-  return delta;
 }
 
-OutputDelta OutputProcessor::AppendRaw(int32_t token) {
+void OutputProcessor::AppendRaw(int32_t token, OutputDelta& delta) {
   ++num_output_;
-  const bool may_stop = num_output_ > params_.min_tokens;
-  const bool is_eos = !params_.ignore_eos && std::find(eos_.begin(), eos_.end(), token) != eos_.end();
-  const bool is_stop_id = std::find(params_.stop_token_ids.begin(), params_.stop_token_ids.end(),
-                                    token) != params_.stop_token_ids.end();
-  if (may_stop && (is_eos || is_stop_id)) {
-    OutputDelta delta = Release(detok_.Finish(), /*final=*/true);
-    if (delta.finish != StopReason::kNone) return delta;
-    if (is_stop_id && !is_eos) {
+  const StopReason stop = stops_.Check(token, num_output_);
+  if (stop == StopReason::kEos || stop == StopReason::kStop) {
+    Release(detok_.Finish(), /*final=*/true, delta);
+    if (delta.finish != StopReason::kNone) return;
+    if (stop == StopReason::kStop) {
       auto text = tokenizer_.Decode(std::span<const int32_t>(&token, 1), false);
       delta.matched_stop = text.ok() ? *text : "";
-      return Finish(std::move(delta), StopReason::kStop);
     }
-    return Finish(std::move(delta), StopReason::kEos);
+    return Finish(delta, stop);
   }
-  const bool at_length =
-      num_output_ >= params_.max_tokens || num_prompt_ + num_output_ >= max_total_;
+  const bool at_length = stop == StopReason::kLength;
   std::string text = detok_.Add(token);
   if (at_length) text += detok_.Finish();
-  OutputDelta delta = Release(std::move(text), at_length);
-  if (delta.finish != StopReason::kNone) return delta;
-  if (at_length) return Finish(std::move(delta), StopReason::kLength);
-  return delta;
+  Release(text, at_length, delta);
+  if (delta.finish != StopReason::kNone) return;
+  if (at_length) Finish(delta, StopReason::kLength);
 }
 
 }  // namespace tpserve

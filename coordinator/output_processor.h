@@ -3,6 +3,8 @@
 // Per token, in order:
 //   1. EOS ids (unless ignore_eos) and stop_token_ids end the request; the token
 //      id is reported but its text is not streamed. Both wait for min_tokens.
+//      (Steps 1 and 3 are TokenStops, coordinator/token_stops.h, which the
+//      engine thread runs on the same tokens to free the blocks at once.)
 //   2. Otherwise the token goes through the incremental detokenizer. Stop
 //      strings are matched across token boundaries: text that could still be
 //      the start of a stop string is withheld until it can no longer match; a
@@ -19,27 +21,16 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "absl/status/status.h"
 #include "chat_output/chat_output.h"
+#include "coordinator/token_stops.h"
 #include "tokenizer/detokenizer.h"
 #include "tokenizer/tokenizer.h"
 
 namespace tpserve {
-
-enum class StopReason { kNone, kLength, kEos, kStop, kAborted };
-
-struct StopParams {
-  int64_t max_tokens = 0;  // > 0, already capped by the model's maximum length
-  int64_t min_tokens = 0;
-  std::vector<std::string> stop;
-  std::vector<int32_t> stop_token_ids;
-  bool ignore_eos = false;
-  bool include_stop_str_in_output = false;
-  bool skip_special_tokens = true;
-  ChatOutputOptions chat_output;  // reasoning and tool calls apart (none by default)
-};
 
 // Limits a request's stop strings must respect (checked before admission).
 inline constexpr int kMaxStopStrings = 16;
@@ -52,6 +43,14 @@ struct OutputDelta {
   std::vector<ParsedToolCall> tool_calls;  // calls completed now (chat_output only)
   StopReason finish = StopReason::kNone;
   std::string matched_stop;            // the stop string, or the stop token's text
+  // Empties it, keeping its strings' capacity (a delta reused token after token).
+  void Clear() {
+    text.clear();
+    reasoning.clear();
+    tool_calls.clear();
+    finish = StopReason::kNone;
+    matched_stop.clear();
+  }
 };
 
 class OutputProcessor {
@@ -66,23 +65,25 @@ class OutputProcessor {
   // Feeds the next sampled token. After a delta with finish != kNone the
   // request is over and Append must not be called again.
   OutputDelta Append(int32_t token);
+  // The same into `delta` (cleared first): a caller that keeps one delta for
+  // every token reuses its strings instead of allocating new ones.
+  void Append(int32_t token, OutputDelta& delta);
   int64_t num_output_tokens() const { return num_output_; }
   bool finished() const { return finished_; }
 
  private:
-  OutputDelta AppendRaw(int32_t token);  // steps 1-3
-  // Emits text that can no longer start a stop string; returns a finishing
-  // delta when `held_` now contains a complete stop string.
-  OutputDelta Release(std::string text, bool final);
+  void AppendRaw(int32_t token, OutputDelta& delta);  // steps 1-3
+  // Appends `text` to held_ and moves into delta.text what can no longer
+  // start a stop string; finishes the delta when held_ now contains a
+  // complete stop string.
+  void Release(std::string_view text, bool final, OutputDelta& delta);
   size_t HoldBack() const;  // bytes at the end of held_ that may begin a stop string
-  OutputDelta Finish(OutputDelta delta, StopReason reason);
+  void Finish(OutputDelta& delta, StopReason reason);
 
   const Tokenizer& tokenizer_;
   StopParams params_;
-  std::vector<int32_t> eos_;
+  TokenStops stops_;
   IncrementalDetokenizer detok_;
-  int64_t num_prompt_;
-  int64_t max_total_;
   int64_t num_output_ = 0;
   std::string held_;  // detokenized text not yet streamed (a possible stop-string start)
   bool finished_ = false;

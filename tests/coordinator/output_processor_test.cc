@@ -3,7 +3,10 @@
 #include <gtest/gtest.h>
 
 #include <memory>
+#include <random>
 
+#include "coordinator/token_stops.h"
+#include "tests/testing/seed.h"
 #include "tests/tokenizer/toy_tokenizer.h"
 
 namespace tpserve {
@@ -150,6 +153,71 @@ TEST_F(OutputProcessorTest, StopTokenIdsEndWithTheirText) {
   EXPECT_EQ(run.text, "hi");
   EXPECT_EQ(run.finish, StopReason::kStop);
   EXPECT_EQ(run.matched, "!");
+}
+
+// The engine thread decides the token-level stops with TokenStops alone; the
+// processor must end at the same token for them (it may end earlier, only by
+// a stop string, which the engine learns of from the output thread).
+TEST_F(OutputProcessorTest, TheEngineTokenStopsEndWhereTheProcessorDoes) {
+  const uint64_t seed = testing_util::TestSeed();
+  SCOPED_TRACE(::testing::Message() << "seed " << seed);
+  std::mt19937_64 rng(seed);
+  auto uniform = [&rng](int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(rng); };
+  const std::vector<int32_t> eos = {kEnd};
+  for (int round = 0; round < 2000; ++round) {
+    StopParams params;
+    params.max_tokens = uniform(1, 40);
+    params.min_tokens = uniform(0, 3) == 0 ? uniform(1, 6) : 0;
+    params.ignore_eos = uniform(0, 1) == 1;
+    if (uniform(0, 1) == 1) params.stop_token_ids = {'!', static_cast<int32_t>(uniform('a', 'f'))};
+    if (uniform(0, 2) == 0) params.stop = {"cab", "ee"};
+    const int64_t prompt = uniform(1, 20), max_total = prompt + uniform(1, 50);
+    const TokenStops engine(params, eos, prompt, max_total);
+    OutputProcessor proc(*tokenizer_, params, eos, prompt, max_total);
+    int engine_end = -1, proc_end = -1;
+    StopReason engine_reason = StopReason::kNone, proc_reason = StopReason::kNone;
+    std::string matched;
+    for (int n = 1; n <= 60 && (engine_end < 0 || proc_end < 0); ++n) {
+      const int pick = uniform(0, 9);
+      const int32_t token = pick == 0 ? kEnd : pick == 1 ? '!' : static_cast<int32_t>(uniform('a', 'f'));
+      if (engine_end < 0 && (engine_reason = engine.Check(token, n)) != StopReason::kNone) engine_end = n;
+      if (proc_end < 0) {
+        const OutputDelta d = proc.Append(token);
+        if (d.finish != StopReason::kNone) {
+          proc_end = n;
+          proc_reason = d.finish;
+          matched = d.matched_stop;
+        }
+      }
+    }
+    ASSERT_GT(engine_end, 0) << "max_tokens or the model's length always ends it";
+    ASSERT_GT(proc_end, 0);
+    const bool by_stop_string = proc_reason == StopReason::kStop && (matched == "cab" || matched == "ee");
+    if (by_stop_string) {
+      EXPECT_LE(proc_end, engine_end) << "round " << round;
+    } else {
+      EXPECT_EQ(proc_end, engine_end) << "round " << round;
+      EXPECT_EQ(proc_reason, engine_reason) << "round " << round;
+    }
+  }
+}
+
+// The delta handed back for reuse: the same text as fresh ones.
+TEST_F(OutputProcessorTest, AReusedDeltaGivesWhatFreshOnesGive) {
+  const std::vector<int32_t> ids = Bytes("he said hi there and left");
+  StopParams params{.max_tokens = 100, .stop = {"there"}};
+  OutputProcessor fresh(*tokenizer_, params, {kEnd}, 3, 1000);
+  OutputProcessor reused(*tokenizer_, params, {kEnd}, 3, 1000);
+  OutputDelta delta;
+  for (int32_t id : ids) {
+    const OutputDelta want = fresh.Append(id);
+    reused.Append(id, delta);
+    EXPECT_EQ(delta.text, want.text);
+    EXPECT_EQ(delta.finish, want.finish);
+    EXPECT_EQ(delta.matched_stop, want.matched_stop);
+    if (want.finish != StopReason::kNone) break;
+  }
+  EXPECT_EQ(delta.finish, StopReason::kStop);
 }
 
 TEST(StopStrings, ValidationNamesTheField) {
