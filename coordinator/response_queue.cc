@@ -14,23 +14,54 @@ ResponseQueue::ResponseQueue(int64_t max_buffered, std::function<void()> on_read
   TPSERVE_CHECK(max_buffered_ >= 1);
 }
 
+void ResponseQueue::OverflowLocked() {
+  items_.clear();
+  merged_count_ = 0;
+  ended_ = true;
+  end_ = absl::ResourceExhaustedError(absl::StrCat(
+      "the client stopped reading: more than ", max_buffered_,
+      " responses were waiting to be sent (--max-buffered-chunks), so the request was "
+      "aborted; read the stream as it arrives, or raise --max-buffered-chunks"));
+  cv_.SignalAll();
+  // The consumer is busy with a write (responses were waiting), so no wake is owed.
+}
+
 bool ResponseQueue::Push(v1::GenerateResponse response) {
   bool wake;
   {
     absl::MutexLock lock(&mu_);
     if (ended_) return false;
-    if (static_cast<int64_t>(items_.size()) >= max_buffered_) {
-      items_.clear();
-      ended_ = true;
-      end_ = absl::ResourceExhaustedError(absl::StrCat(
-          "the client stopped reading: more than ", max_buffered_,
-          " responses were waiting to be sent (--max-buffered-chunks), so the request was "
-          "aborted; read the stream as it arrives, or raise --max-buffered-chunks"));
-      cv_.SignalAll();
-      // The consumer is busy with a write (items were waiting), so no wake is owed.
+    if (BufferedLocked() >= max_buffered_) {
+      OverflowLocked();
       return false;
     }
     items_.push_back(std::move(response));
+    cv_.SignalAll();
+    wake = WakeLocked();
+  }
+  if (wake) on_ready_();
+  return true;
+}
+
+bool ResponseQueue::PushChunk(absl::FunctionRef<void(v1::GenerateResponse&)> append) {
+  bool wake;
+  {
+    absl::MutexLock lock(&mu_);
+    if (ended_) return false;
+    if (BufferedLocked() >= max_buffered_) {
+      OverflowLocked();
+      return false;
+    }
+    if (!items_.empty()) {
+      // Behind a response of Push: a response of its own, so the order holds.
+      v1::GenerateResponse& r = items_.emplace_back();
+      r.mutable_chunk();
+      append(r);
+    } else {
+      if (merged_count_ == 0) merged_.mutable_chunk()->Clear();  // keeps its buffers
+      append(merged_);
+      ++merged_count_;
+    }
     cv_.SignalAll();
     wake = WakeLocked();
   }
@@ -63,7 +94,7 @@ ResponseQueue::Next ResponseQueue::Pop(absl::Duration wait, v1::GenerateResponse
                                        absl::Status* end) {
   absl::MutexLock lock(&mu_);
   const absl::Time deadline = absl::Now() + wait;
-  while (items_.empty() && !ended_) {
+  while (BufferedLocked() == 0 && !ended_) {
     if (cv_.WaitWithDeadline(&mu_, deadline)) break;
   }
   return TakeLocked(out, end);
@@ -77,6 +108,7 @@ ResponseQueue::CancelResult ResponseQueue::Cancel(absl::Status why) {
   result.producer_open = !ended_;
   result.consumer_waiting = WakeLocked();
   items_.clear();  // nobody will read them
+  merged_count_ = 0;
   ended_ = true;
   end_ = std::move(why);  // also after End: what was left unsent is gone
   cv_.SignalAll();
@@ -89,6 +121,11 @@ bool ResponseQueue::cancelled() const {
 }
 
 ResponseQueue::Next ResponseQueue::TakeLocked(v1::GenerateResponse* out, absl::Status* end) {
+  if (merged_count_ > 0) {
+    out->Swap(&merged_);  // merged_ keeps *out's old buffers for the next PushChunk
+    merged_count_ = 0;
+    return Next::kMessage;
+  }
   if (!items_.empty()) {
     *out = std::move(items_.front());
     items_.pop_front();
@@ -106,7 +143,9 @@ void ResponseQueue::MergeWaitingChunksLocked(v1::Chunk& into) {
     v1::Chunk& next = *items_.front().mutable_chunk();
     into.mutable_token_ids()->MergeFrom(next.token_ids());
     into.mutable_text()->append(next.text());
+    into.mutable_reasoning_text()->append(next.reasoning_text());
     for (v1::TokenLogprob& lp : *next.mutable_logprobs()) *into.add_logprobs() = std::move(lp);
+    for (v1::ToolCall& call : *next.mutable_tool_calls()) *into.add_tool_calls() = std::move(call);
     items_.pop_front();
   }
 }

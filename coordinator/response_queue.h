@@ -1,5 +1,5 @@
-// The stream of one Generate call between the engine loop (the producer) and
-// the call's consumer: responses in order, then one end status (OK after the
+// The stream of one Generate call between its output thread (the producer,
+// coordinator/output_pool.h) and the call's consumer: responses in order, then one end status (OK after the
 // Complete response, or the error that ends the call)
 // (docs/architecture.md, "Threads and locks").
 //
@@ -11,6 +11,14 @@
 //    the consumer holds one "turn" at a time: it is either taking a response,
 //    writing one (at most one write outstanding), or parked in the queue.
 //  * blocking (tests): Pop with a wait.
+//
+// Chunks from PushChunk are merged as they come into the one Chunk waiting to
+// be taken (token ids, text, reasoning, log-probs and tool calls appended in
+// order): a consumer that fell behind sends one message for all of them, and
+// the merged message is reused from take to take, so a stream costs its
+// producer a lock and a few appends per token and no allocation once its
+// buffers have grown (the consumer hands its last message back by taking the
+// next one into the same object).
 //
 // Buffering is bounded: when `max_buffered` responses wait untaken and another
 // arrives, the client has stopped reading; the queue drops what it holds and
@@ -27,6 +35,7 @@
 #include <deque>
 #include <functional>
 
+#include "absl/functional/function_ref.h"
 #include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
@@ -58,12 +67,22 @@ class ResponseQueue {
   // After false the producer should stop generating for this stream and may
   // call End (ignored).
   bool Push(tpserve::v1::GenerateResponse response);
+  // Producer. Appends one chunk's parts to the chunk waiting to be taken (a
+  // fresh one when none waits): `append` runs under the queue's lock on a
+  // response whose chunk holds what is waiting already; it adds to it
+  // (add_token_ids, mutable_text()->append, ...) and sets the request id
+  // when it is empty. Counts as one response against the bound; the same
+  // false as Push. Responses pushed with Push before it stay before it.
+  bool PushChunk(absl::FunctionRef<void(tpserve::v1::GenerateResponse&)> append);
   // Producer. The last word: the consumer gets `status` after the responses
   // queued before it. Only the first End (or overflow, or Cancel) counts.
   void End(absl::Status status);
 
   // Consumer. Takes the next response or the end without waiting; kTimeout
   // when there is neither, and then `on_ready` (if any) will be called once.
+  // A merged chunk (PushChunk) is swapped into *out: *out's old content goes
+  // back to the queue to be reused, so a consumer that takes into the same
+  // message every time allocates nothing for it.
   // With `merge_chunks`, the Chunks waiting right behind a Chunk come merged
   // into it (token ids, text and log-probs appended in order): a consumer
   // that fell behind sends one message instead of many, which is what keeps
@@ -89,6 +108,11 @@ class ResponseQueue {
  private:
   // Takes the next response or the end into *out / *end, or kTimeout.
   void MergeWaitingChunksLocked(tpserve::v1::Chunk& into) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The bound is reached: drops everything and ends RESOURCE_EXHAUSTED.
+  void OverflowLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  int64_t BufferedLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return static_cast<int64_t>(items_.size()) + merged_count_;
+  }
   Next TakeLocked(tpserve::v1::GenerateResponse* out, absl::Status* end)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Clears `waiting_`; true when it was set (the caller then calls on_ready_).
@@ -99,7 +123,10 @@ class ResponseQueue {
 
   mutable absl::Mutex mu_;
   absl::CondVar cv_;  // for Pop: items_ or ended_ changed
-  std::deque<tpserve::v1::GenerateResponse> items_ ABSL_GUARDED_BY(mu_);  // [<= max_buffered_]
+  // Waiting responses: the merged chunk first (when merged_count_ > 0), then items_.
+  tpserve::v1::GenerateResponse merged_ ABSL_GUARDED_BY(mu_);  // PushChunk's; reused
+  int64_t merged_count_ ABSL_GUARDED_BY(mu_) = 0;              // pushes merged into it
+  std::deque<tpserve::v1::GenerateResponse> items_ ABSL_GUARDED_BY(mu_);  // [<= max_buffered_ - merged_count_]
   bool ended_ ABSL_GUARDED_BY(mu_) = false;    // End, overflow or Cancel happened
   absl::Status end_ ABSL_GUARDED_BY(mu_);      // the status the consumer gets
   bool cancelled_ ABSL_GUARDED_BY(mu_) = false;  // Cancel happened

@@ -5,6 +5,7 @@
 
 #include <grpcpp/support/proto_buffer_reader.h>
 #include <grpcpp/support/proto_buffer_writer.h>
+#include <grpcpp/support/slice.h>
 
 #include "absl/strings/str_cat.h"
 #include "google/protobuf/stubs/logging.h"
@@ -81,9 +82,21 @@ absl::Status ParseRequest(const grpc::ByteBuffer& wire, google::protobuf::Messag
 }
 
 absl::Status SerializeResponse(const google::protobuf::Message& response, grpc::ByteBuffer* wire) {
+  const size_t size = response.ByteSizeLong();
+  if (size <= static_cast<size_t>(grpc::kProtoBufferWriterMaxBufferLength)) {
+    // One slice, written once with the sizes just computed (a streamed chunk
+    // is tens of bytes: the writer's stream would cost more than the copy).
+    grpc::Slice slice(size);
+    uint8_t* end = response.SerializeWithCachedSizesToArray(const_cast<uint8_t*>(slice.begin()));
+    if (static_cast<size_t>(end - slice.begin()) != size) {
+      return absl::InternalError(absl::StrCat("cannot serialize a ", response.GetDescriptor()->full_name()));
+    }
+    grpc::ByteBuffer fresh(&slice, 1);
+    wire->Swap(&fresh);
+    return absl::OkStatus();
+  }
   wire->Clear();
-  grpc::ProtoBufferWriter writer(wire, grpc::kProtoBufferWriterMaxBufferLength,
-                                 static_cast<int>(response.ByteSizeLong()));
+  grpc::ProtoBufferWriter writer(wire, grpc::kProtoBufferWriterMaxBufferLength, static_cast<int>(size));
   if (!response.SerializeToZeroCopyStream(&writer)) {
     return absl::InternalError(absl::StrCat("cannot serialize a ", response.GetDescriptor()->full_name()));
   }

@@ -142,6 +142,85 @@ TEST(ResponseQueueTest, MergingTakesTheChunksWaitingInARowAsOne) {
   EXPECT_EQ(r.chunk().token_ids_size(), 1);
 }
 
+// The chunk parts of one token, as an output thread appends them.
+void AppendToken(v1::GenerateResponse& r, uint32_t token) {
+  if (r.request_id() != "r") r.set_request_id("r");
+  v1::Chunk* c = r.mutable_chunk();
+  c->add_token_ids(token);
+  c->mutable_text()->append(std::string(1, static_cast<char>('a' + token)));
+  c->mutable_reasoning_text()->append(std::string(1, static_cast<char>('A' + token)));
+  c->add_logprobs()->set_token_id(token);
+  if (token % 2 == 0) c->add_tool_calls()->set_name(std::string(1, static_cast<char>('0' + token)));
+}
+
+// PushChunk merges as it goes: a consumer that takes late gets one message
+// with every part of every chunk in order, and each push counts against the bound.
+TEST(ResponseQueueTest, PushChunkMergesEveryPartInOrderUntilTaken) {
+  ResponseQueue q(/*max_buffered=*/4);
+  for (uint32_t t : {4u, 5u, 6u}) ASSERT_TRUE(q.PushChunk([t](v1::GenerateResponse& r) { AppendToken(r, t); }));
+  v1::GenerateResponse r;
+  absl::Status end;
+  ASSERT_EQ(q.TryPop(&r, &end, /*merge_chunks=*/true), Next::kMessage);
+  EXPECT_EQ(r.request_id(), "r");
+  EXPECT_EQ(std::vector<uint32_t>(r.chunk().token_ids().begin(), r.chunk().token_ids().end()),
+            (std::vector<uint32_t>{4, 5, 6}));
+  EXPECT_EQ(r.chunk().text(), "efg");
+  EXPECT_EQ(r.chunk().reasoning_text(), "EFG");
+  ASSERT_EQ(r.chunk().logprobs_size(), 3);
+  EXPECT_EQ(r.chunk().logprobs(2).token_id(), 6u);
+  ASSERT_EQ(r.chunk().tool_calls_size(), 2);
+  EXPECT_EQ(r.chunk().tool_calls(1).name(), "6");
+  EXPECT_EQ(q.TryPop(&r, &end), Next::kTimeout);
+  // Taken: room again for max_buffered pushes, merged anew (nothing of the
+  // last take is left in the reused message).
+  for (uint32_t t = 0; t < 4; ++t) ASSERT_TRUE(q.PushChunk([t](v1::GenerateResponse& x) { AppendToken(x, t); }));
+  EXPECT_FALSE(q.PushChunk([](v1::GenerateResponse& x) { AppendToken(x, 9); })) << "the fifth push overflows";
+  ASSERT_EQ(q.TryPop(&r, &end), Next::kEnd);
+  EXPECT_EQ(end.code(), absl::StatusCode::kResourceExhausted);
+}
+
+TEST(ResponseQueueTest, PushChunkKeepsItsPlaceAmongPushes) {
+  ResponseQueue q;
+  ASSERT_TRUE(q.PushChunk([](v1::GenerateResponse& r) { AppendToken(r, 1); }));
+  ASSERT_TRUE(q.PushChunk([](v1::GenerateResponse& r) { AppendToken(r, 2); }));
+  v1::GenerateResponse complete;
+  complete.mutable_complete()->set_finish_reason(v1::LENGTH);
+  ASSERT_TRUE(q.Push(complete));
+  // Behind a Push: its own message, after it (cannot happen after a Complete;
+  // shows the order holds).
+  ASSERT_TRUE(q.PushChunk([](v1::GenerateResponse& r) { AppendToken(r, 3); }));
+  q.End(absl::OkStatus());
+  v1::GenerateResponse r;
+  absl::Status end;
+  ASSERT_EQ(q.TryPop(&r, &end), Next::kMessage);
+  EXPECT_EQ(r.chunk().token_ids_size(), 2);
+  ASSERT_EQ(q.TryPop(&r, &end), Next::kMessage);
+  EXPECT_TRUE(r.has_complete());
+  ASSERT_EQ(q.TryPop(&r, &end), Next::kMessage);
+  ASSERT_EQ(r.chunk().token_ids_size(), 1);
+  EXPECT_EQ(r.chunk().token_ids(0), 3u);
+  EXPECT_EQ(r.chunk().text(), "d");
+  ASSERT_EQ(q.TryPop(&r, &end), Next::kEnd);
+  EXPECT_TRUE(end.ok());
+}
+
+// The chunks Push queued separately merge with all their parts too.
+TEST(ResponseQueueTest, MergingKeepsReasoningAndToolCalls) {
+  ResponseQueue q;
+  for (uint32_t t : {2u, 3u, 4u}) {
+    v1::GenerateResponse r;
+    AppendToken(r, t);
+    ASSERT_TRUE(q.Push(std::move(r)));
+  }
+  v1::GenerateResponse r;
+  absl::Status end;
+  ASSERT_EQ(q.TryPop(&r, &end, /*merge_chunks=*/true), Next::kMessage);
+  EXPECT_EQ(r.chunk().reasoning_text(), "CDE");
+  ASSERT_EQ(r.chunk().tool_calls_size(), 2);
+  EXPECT_EQ(r.chunk().tool_calls(0).name(), "2");
+  EXPECT_EQ(r.chunk().tool_calls(1).name(), "4");
+}
+
 TEST(ResponseQueueTest, APushAfterTheEndIsDropped) {
   ResponseQueue q;
   EXPECT_TRUE(q.Push(Chunk(1)));
