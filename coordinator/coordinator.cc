@@ -68,6 +68,9 @@ absl::Status CheckOptions(const CoordinatorOptions& o) {
     return absl::InvalidArgumentError(
         absl::StrCat("--max-buffered-chunks must be at least 1, got ", o.max_buffered_chunks));
   }
+  if (o.output_threads < 1 || o.output_threads > 64) {
+    return absl::InvalidArgumentError(absl::StrCat("--output-threads must be in 1..64, got ", o.output_threads));
+  }
   return absl::OkStatus();
 }
 
@@ -452,6 +455,7 @@ void Coordinator::StartEngine(int64_t num_blocks) {
     engine_options.eos_token_ids.push_back(static_cast<int32_t>(id));
   engine_options.overlap = options_.overlap;
   engine_options.metrics = metrics_.get();
+  engine_options.output_threads = options_.output_threads;
   SetWorkersUp(true);
   WorkerPool* pool = pool_.get();
   StepTransport workers{

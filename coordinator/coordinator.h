@@ -75,6 +75,9 @@ struct CoordinatorOptions {
   // Responses held for a stream whose client is not reading; one more aborts
   // its request with RESOURCE_EXHAUSTED (coordinator/response_queue.h).
   int64_t max_buffered_chunks = 1024;
+  // Output threads, each owning a shard of the requests: detokenization, stop
+  // strings, the responses and the writes they start (coordinator/output_pool.h).
+  int output_threads = 2;
   // Messages one chat may hold; more is INVALID_ARGUMENT naming chat.messages
   // before it is rendered (coordinator/request.h).
   int max_chat_messages = kDefaultMaxChatMessages;

@@ -1,9 +1,10 @@
 // The coordinator's live figures, named as vLLM names its own with the
 // `tpserve:` prefix and vLLM's histogram buckets, so dashboards and alerts
-// written for vLLM read them (README, "Operations"). The engine loop records
-// them at a few points (engine_loop.cc: each request's end, each streamed
-// token, each step), the metrics endpoint renders them (metrics_server.h) and
-// GetServerInfo reads them back.
+// written for vLLM read them (README, "Operations"). The engine thread records
+// each step and its state (engine_loop.cc), the output threads each streamed
+// token and each request's end (output_pool.cc); the metrics endpoint renders
+// them (metrics_server.h) and GetServerInfo reads them back. Every method may
+// be called from any thread (the registry's metrics are atomics or locked).
 //
 //   gauges      tpserve:num_requests_running, tpserve:num_requests_waiting,
 //               tpserve:kv_cache_usage_perc (0..1), tpserve:worker_up{rank}

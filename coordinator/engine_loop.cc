@@ -1,12 +1,13 @@
 #include "coordinator/engine_loop.h"
 
+#include <pthread.h>
+
 #include <algorithm>
 #include <functional>
 #include <optional>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
-#include "auth/secret_file.h"
 #include "coordinator/log.h"
 #include "proto/step_convert.h"
 
@@ -16,39 +17,19 @@ namespace v1 = tpserve::v1;
 namespace iv1 = tpserve::internal::v1;
 
 struct EngineLoop::Live {
-  Live(const Tokenizer& tokenizer, const EngineLoopOptions& options, std::string owner,
-       std::string id, PreparedRequest req, std::shared_ptr<ResponseQueue> queue)
+  Live(const EngineLoopOptions& options, std::string owner, PreparedRequest req)
       : client(std::move(owner)),
-        request_id(std::move(id)),
         request(std::move(req)),
-        out(std::move(queue)),
-        processor(tokenizer, request.stop, options.eos_token_ids,
-                  static_cast<int64_t>(request.prompt.size()), options.max_model_len) {}
+        stops(request.stop, options.eos_token_ids, static_cast<int64_t>(request.prompt.size()),
+              options.max_model_len) {}
 
-  std::string client;      // whose request it is (ids_ key with request_id)
-  std::string request_id;  // as the client named it, or server-assigned
-  PreparedRequest request;
-  std::shared_ptr<ResponseQueue> out;
-  OutputProcessor processor;
-  absl::Time arrival = absl::Now();
+  std::string client;  // whose request it is (its admission group)
+  PreparedRequest request;  // prompt and sampling (its stop parameters went to the output side)
+  TokenStops stops;         // the stops the engine decides itself
+  int64_t num_output = 0;   // tokens handed on
   std::optional<absl::Time> first_scheduled;
-  std::optional<absl::Time> first_token;
-  absl::Time last_token;  // when first_token is set
-  std::vector<v1::ToolCall> tool_calls;  // every call the output made so far (for Complete)
+  std::unique_ptr<OutputRequest> output;  // until Adopt hands it to its shard
 };
-
-namespace {
-
-// OpenAI's shape of a call id: "call_" and 24 random letters and digits.
-std::string ToolCallId() {
-  static constexpr char kAlphabet[] = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789";
-  const std::string bytes = RandomBytes(24);
-  std::string id = "call_";
-  for (unsigned char b : bytes) id += kAlphabet[b % 62];
-  return id;
-}
-
-}  // namespace
 
 EngineLoop::EngineLoop(const Tokenizer& tokenizer, EngineLoopOptions options, StepTransport workers)
     : tokenizer_(tokenizer),
@@ -57,6 +38,11 @@ EngineLoop::EngineLoop(const Tokenizer& tokenizer, EngineLoopOptions options, St
       blocks_(std::make_unique<BlockManager>(options_.num_blocks, options_.block_size,
                                              options_.enable_prefix_caching)),
       scheduler_(std::make_unique<Scheduler>(*blocks_, options_.scheduler)),
+      output_(std::make_unique<OutputPool>(
+          std::max(1, options_.output_threads), options_.metrics,
+          OutputPool::Hooks{.finish = [this](uint64_t seq_id) { FinishFromOutput(seq_id); },
+                            .retired = [this](const std::string& client,
+                                              const std::string& request_id) { Retired(client, request_id); }})),
       num_blocks_(options_.num_blocks) {
   Publish();
 }
@@ -66,17 +52,19 @@ namespace {
 // Admission is fair between clients (scheduler.h): a request's group is its client.
 uint64_t GroupOf(const std::string& client) { return std::hash<std::string>{}(client); }
 
-// An Abort's status that says the client ended the request (it cancelled, or
-// its deadline passed): counted as an abort, not as a failure.
-bool ClientWentAway(const absl::Status& why) {
-  return absl::IsCancelled(why) || absl::IsDeadlineExceeded(why);
-}
+// Token batches the output threads may have flushed and not yet handled
+// when the engine schedules the next step: the one it has just handed on.
+constexpr int64_t kMaxOutputLag = 2;
 
 }  // namespace
 
 EngineLoop::~EngineLoop() { Stop(); }
 
-void EngineLoop::Start() { thread_ = std::thread([this] { Run(); }); }
+void EngineLoop::Start() {
+  output_->Start();
+  thread_ = std::thread([this] { Run(); });
+  pthread_setname_np(thread_.native_handle(), "tpserve-engine");
+}
 
 void EngineLoop::Stop() {
   {
@@ -85,6 +73,7 @@ void EngineLoop::Stop() {
     cv_.SignalAll();
   }
   if (thread_.joinable()) thread_.join();
+  output_->Stop();  // after the engine's last events: every live request's end
 }
 
 absl::Status EngineLoop::Submit(const std::string& client, const std::string& request_id,
@@ -114,8 +103,15 @@ absl::Status EngineLoop::Submit(const std::string& client, const std::string& re
   }
   const uint64_t seq_id = next_seq_id_++;
   ids_[std::pair(client, request_id)] = seq_id;
-  inbox_.push_back({seq_id, std::make_unique<Live>(tokenizer_, options_, client, request_id,
-                                                   std::move(request), std::move(out))});
+  const int64_t num_prompt = std::ssize(request.prompt);
+  const bool logprobs = request.sampling.logprobs >= 0;
+  auto live = std::make_unique<Live>(options_, client, std::move(request));
+  live->output = std::make_unique<OutputRequest>(
+      client, request_id, std::move(out),
+      OutputProcessor(tokenizer_, std::move(live->request.stop), options_.eos_token_ids, num_prompt,
+                      options_.max_model_len),
+      num_prompt, logprobs);
+  inbox_.push_back({seq_id, std::move(live)});
   cv_.SignalAll();
   return absl::OkStatus();
 }
@@ -128,6 +124,22 @@ bool EngineLoop::Abort(const std::string& client, const std::string& request_id,
   aborts_.emplace_back(it->second, std::move(why));
   cv_.SignalAll();
   return true;
+}
+
+void EngineLoop::FinishFromOutput(uint64_t seq_id) {
+  absl::MutexLock lock(&mu_);
+  finishes_.push_back(seq_id);
+  cv_.SignalAll();
+}
+
+void EngineLoop::Retired(const std::string& client, const std::string& request_id) {
+  absl::MutexLock lock(&mu_);
+  ids_.erase(std::pair(client, request_id));
+  if (ending_ > 0) {
+    --ending_;
+    --stats_.running;  // the engine's next publish counts the same
+  }
+  cv_.SignalAll();  // WaitIdle
 }
 
 void EngineLoop::AbortAll(absl::Status why) {
@@ -187,7 +199,7 @@ void EngineLoop::PublishLocked() {
   stats_.num_blocks = b.num_blocks;
   stats_.free_blocks = b.free_blocks;
   stats_.prefix_cache_hit_rate = b.prefix_hit_rate();
-  stats_.running = scheduler_->num_running();
+  stats_.running = scheduler_->num_running() + static_cast<int32_t>(ending_);
   stats_.waiting = scheduler_->num_waiting();
   admitting_ = 0;  // counted by the scheduler from now on
   stats_.steps = static_cast<int64_t>(next_step_id_ - 1);
@@ -202,9 +214,7 @@ void EngineLoop::PublishLocked() {
 void EngineLoop::Run() {
   bool stalled = false;
   while (true) {
-    std::vector<Inbound> adds;
-    std::vector<std::pair<uint64_t, absl::Status>> aborts;
-    absl::Status suspended;
+    Taken taken;
     {
       absl::MutexLock lock(&mu_);
       // Idle: nothing scheduled and nothing new. Block until the inbox changes.
@@ -212,7 +222,7 @@ void EngineLoop::Run() {
       // queued) wait a little rather than spin.
       const absl::Time until = stalled ? absl::Now() + absl::Milliseconds(5) : absl::InfiniteFuture();
       // Suspended, it waits for Resume (or aborts) once it has parked.
-      while (!stop_ && inbox_.empty() && aborts_.empty() && resume_blocks_ == 0) {
+      while (!stop_ && inbox_.empty() && aborts_.empty() && finishes_.empty() && resume_blocks_ == 0) {
         const bool work = suspended_.ok() ? !scheduler_->idle() || !in_flight_.empty() : !parked_;
         if (work && !stalled) break;
         if (cv_.WaitWithDeadline(&mu_, until)) break;
@@ -226,13 +236,15 @@ void EngineLoop::Run() {
         cv_.SignalAll();
         continue;
       }
-      adds.swap(inbox_);
-      admitting_ = static_cast<int64_t>(adds.size());  // until Admit's Publish counts them
-      aborts.swap(aborts_);
-      suspended = suspended_;
+      taken.adds.swap(inbox_);
+      admitting_ = static_cast<int64_t>(taken.adds.size());  // until Admit's Publish counts them
+      taken.aborts.swap(aborts_);
+      taken.finishes.swap(finishes_);
+      taken.suspended = suspended_;
     }
-    stalled = !Iterate(std::move(adds), std::move(aborts), suspended);
+    stalled = !Iterate(std::move(taken));
     Publish();
+    output_->Flush();  // this iteration's tokens and ends, to the output threads at once
   }
   // Stopping: nothing more runs; every request still live ends now.
   DrainInFlight();
@@ -241,96 +253,28 @@ void EngineLoop::Run() {
     absl::MutexLock lock(&mu_);
     adds.swap(inbox_);
   }
-  for (Inbound& in : adds) live_.emplace(in.seq_id, std::move(in.live));
+  for (Inbound& in : adds) Adopt(std::move(in));
   EndAll(absl::UnavailableError("the server is shutting down"));
   Publish();
+  output_->Flush();
 }
 
-std::unique_ptr<EngineLoop::Live> EngineLoop::Retire(uint64_t seq_id) {
+void EngineLoop::Finish(uint64_t seq_id, StopReason reason, absl::Status status) {
   auto it = live_.find(seq_id);
-  if (it == live_.end()) return nullptr;
-  std::unique_ptr<Live> live = std::move(it->second);
+  if (it == live_.end()) return;
+  const Sequence* seq = scheduler_->Find(seq_id);
+  EngineEnd end{.reason = reason,
+                .status = std::move(status),
+                .first_scheduled = it->second->first_scheduled,
+                .cached_tokens = seq ? static_cast<uint32_t>(seq->num_cached_tokens) : 0};
   live_.erase(it);
   scheduler_->Finish(seq_id);
-  absl::MutexLock lock(&mu_);
-  ids_.erase(std::pair(live->client, live->request_id));
-  PublishLocked();  // a client that sees the end then asks GetServerInfo sees its blocks freed
-  cv_.SignalAll();
-  return live;
-}
-
-// The metrics are recorded before Retire, as Complete does: whoever sees the
-// request gone (WaitIdle, GetServerInfo) sees it counted.
-void EngineLoop::End(uint64_t seq_id, absl::Status status) {
-  if (!live_.contains(seq_id)) return;
-  if (!status.ok() && options_.metrics != nullptr) options_.metrics->OnRequestFailed();
-  Retire(seq_id)->out->End(std::move(status));
-}
-
-void EngineLoop::EndAborted(uint64_t seq_id, absl::Status why) {
-  auto it = live_.find(seq_id);
-  if (it == live_.end()) return;
-  const Live& live = *it->second;
-  if (options_.metrics != nullptr) {
-    options_.metrics->OnRequestFinished("abort", TimesOf(live, absl::Now()),
-                                        static_cast<int64_t>(live.request.prompt.size()),
-                                        live.processor.num_output_tokens());
+  {
+    absl::MutexLock lock(&mu_);
+    ++ending_;        // until Retired
+    PublishLocked();  // a client that sees the end then asks GetServerInfo sees its blocks freed
   }
-  Retire(seq_id)->out->End(std::move(why));
-}
-
-CoordinatorMetrics::RequestTimes EngineLoop::TimesOf(const Live& live, absl::Time now) {
-  const absl::Time scheduled = live.first_scheduled.value_or(now), first = live.first_token.value_or(now);
-  return {.first_scheduled = absl::ToDoubleSeconds(scheduled - live.arrival),
-          .first_token = absl::ToDoubleSeconds(first - live.arrival),
-          .end = absl::ToDoubleSeconds(now - live.arrival),
-          .has_token = live.first_token.has_value()};
-}
-
-void EngineLoop::Complete(uint64_t seq_id, StopReason reason, std::string matched_stop) {
-  auto it = live_.find(seq_id);
-  if (it == live_.end()) return;
-  Live& live = *it->second;
-  const absl::Time now = absl::Now();
-  v1::GenerateResponse response;
-  response.set_request_id(live.request_id);
-  v1::Complete* c = response.mutable_complete();
-  switch (reason) {
-    case StopReason::kLength: c->set_finish_reason(v1::LENGTH); break;
-    case StopReason::kEos: c->set_finish_reason(v1::EOS); break;
-    case StopReason::kStop: c->set_finish_reason(v1::STOP_SEQUENCE); break;
-    case StopReason::kAborted:
-    case StopReason::kNone: c->set_finish_reason(v1::ABORTED); break;
-  }
-  c->set_matched_stop(std::move(matched_stop));
-  // A turn that called tools and ended by itself ended to let them run.
-  if (!live.tool_calls.empty() && (reason == StopReason::kEos || reason == StopReason::kStop)) {
-    c->set_finish_reason(v1::TOOL_CALLS);
-  }
-  for (v1::ToolCall& call : live.tool_calls) *c->add_tool_calls() = std::move(call);
-  const Sequence* seq = scheduler_->Find(seq_id);
-  c->mutable_usage()->set_prompt_tokens(static_cast<uint32_t>(live.request.prompt.size()));
-  c->mutable_usage()->set_completion_tokens(static_cast<uint32_t>(live.processor.num_output_tokens()));
-  c->mutable_usage()->set_cached_tokens(seq ? static_cast<uint32_t>(seq->num_cached_tokens) : 0);
-  // Every figure once, from the request's own times (arrival, first step, first token, now).
-  const absl::Time scheduled = live.first_scheduled.value_or(now), first = live.first_token.value_or(now);
-  v1::Timing* t = c->mutable_timing();
-  t->set_queue_seconds(absl::ToDoubleSeconds(scheduled - live.arrival));
-  if (live.first_token) t->set_time_to_first_token_seconds(absl::ToDoubleSeconds(first - live.arrival));
-  t->set_total_seconds(absl::ToDoubleSeconds(now - live.arrival));
-  t->set_prefill_seconds(absl::ToDoubleSeconds(first - scheduled));
-  t->set_decode_seconds(absl::ToDoubleSeconds(now - first));
-  if (options_.metrics != nullptr) {
-    const char* reason = c->finish_reason() == v1::LENGTH ? "length" : c->finish_reason() == v1::ABORTED ? "abort" : "stop";
-    options_.metrics->OnRequestFinished(reason, TimesOf(live, now), c->usage().prompt_tokens(),
-                                        c->usage().completion_tokens());
-  }
-  // Retired before the Complete goes out: the stream's last write carries the
-  // OK status with it (generation_service.cc), so the client may see the end
-  // at once.
-  std::unique_ptr<Live> retired = Retire(seq_id);
-  retired->out->Push(std::move(response));
-  retired->out->End(absl::OkStatus());
+  output_->End(seq_id, std::move(end));
 }
 
 void EngineLoop::EndAll(const absl::Status& status) {
@@ -339,11 +283,17 @@ void EngineLoop::EndAll(const absl::Status& status) {
   for (uint64_t id : ids) End(id, status);
 }
 
+void EngineLoop::Adopt(Inbound in) {
+  output_->Begin(in.seq_id, std::move(in.live->output));
+  live_.emplace(in.seq_id, std::move(in.live));
+}
+
 void EngineLoop::Admit(std::vector<Inbound> adds) {
   for (Inbound& in : adds) {
-    absl::Status added = scheduler_->Add(in.seq_id, in.live->request.prompt, GroupOf(in.live->client));
-    live_.emplace(in.seq_id, std::move(in.live));
-    if (!added.ok()) End(in.seq_id, added);
+    const uint64_t seq_id = in.seq_id;
+    absl::Status added = scheduler_->Add(seq_id, in.live->request.prompt, GroupOf(in.live->client));
+    Adopt(std::move(in));
+    if (!added.ok()) End(seq_id, added);
   }
 }
 
@@ -381,15 +331,10 @@ void EngineLoop::Rebuild(int64_t num_blocks) {
 }
 
 void EngineLoop::ApplyAborts(std::vector<std::pair<uint64_t, absl::Status>> aborts) {
-  for (auto& [seq_id, why] : aborts) {
-    if (why.ok()) {
-      Complete(seq_id, StopReason::kAborted, "");
-    } else if (ClientWentAway(why)) {
-      EndAborted(seq_id, std::move(why));
-    } else {
-      End(seq_id, std::move(why));
-    }
-  }
+  // An OK status is an Abort call: Complete{ABORTED}. A cancelled stream or a
+  // passed deadline ends with its status and counts as an abort, any other
+  // status as a failure (the output thread tells them apart).
+  for (auto& [seq_id, why] : aborts) Finish(seq_id, why.ok() ? StopReason::kAborted : StopReason::kNone, why);
 }
 
 void EngineLoop::EndUnservable(std::span<const uint64_t> ids) {
@@ -403,22 +348,31 @@ void EngineLoop::EndUnservable(std::span<const uint64_t> ids) {
   }
 }
 
-bool EngineLoop::Iterate(std::vector<Inbound> adds,
-                         std::vector<std::pair<uint64_t, absl::Status>> aborts,
-                         const absl::Status& suspended) {
-  const bool had_requests = !adds.empty() || !aborts.empty();
-  Admit(std::move(adds));
+bool EngineLoop::Iterate(Taken taken) {
+  const bool had_requests = !taken.adds.empty() || !taken.aborts.empty() || !taken.finishes.empty();
+  Admit(std::move(taken.adds));
   Publish();  // Submit's --max-queue check counts the admitted from here on
-  ApplyAborts(std::move(aborts));
-  if (!suspended.ok()) {  // the workers were lost: nothing runs until Resume
-    Park(suspended);
+  ApplyAborts(std::move(taken.aborts));
+  // Ended by their output threads (a stop string, a stream that is over):
+  // they have their outcome; here they only give their blocks back.
+  for (uint64_t seq_id : taken.finishes) Finish(seq_id, StopReason::kNone, absl::OkStatus());
+  if (!taken.suspended.ok()) {  // the workers were lost: nothing runs until Resume
+    Park(taken.suspended);
     return true;
   }
   // With overlap the next step goes out before the oldest comes back, so the
   // workers never wait for this thread; lock-step receives each step first.
   const size_t depth = options_.overlap ? 2 : 1;
   bool sent = false;
-  if (in_flight_.size() < depth) sent = ScheduleAndSend();
+  if (in_flight_.size() < depth) {
+    // The output threads may lag the steps by one batch of tokens, not more:
+    // what they hold stays bounded, and so does how far past a stop string
+    // a sequence runs ("The step pipeline"). The ends this iteration made
+    // wait for the flush after the step: the step that tells the workers to
+    // drop those sequences is sent before any client sees its end.
+    output_->WaitBehind(kMaxOutputLag);
+    sent = ScheduleAndSend();
+  }
   if (!in_flight_.empty() && (in_flight_.size() == depth || !sent)) {
     ReceiveOldest();
     return true;
@@ -483,10 +437,10 @@ void EngineLoop::OnStepFailed(const ScheduledStep& step, uint64_t step_id, const
   for (const ScheduledSequence& s : step.sequences) End(s.id, internal);
 }
 
-void EngineLoop::OnStepDone(const ScheduledStep& step, uint64_t step_id, std::span<const StepToken> tokens) {
+void EngineLoop::OnStepDone(const ScheduledStep& step, uint64_t step_id, std::vector<StepToken> tokens) {
   const std::vector<const StepToken*> ordered = TokensInStepOrder(step, tokens);
-  std::vector<std::pair<uint64_t, int32_t>> sampled;
-  std::vector<const StepToken*> streamed;  // [sampled]
+  sampled_.clear();
+  sampled_index_.clear();
   std::vector<uint64_t> missing;
   size_t k = 0;
   for (const ScheduledSequence& s : step.sequences) {
@@ -495,71 +449,29 @@ void EngineLoop::OnStepDone(const ScheduledStep& step, uint64_t step_id, std::sp
     if (token == nullptr) {
       missing.push_back(s.id);
     } else {
-      sampled.emplace_back(s.id, token->sampled.token);
-      streamed.push_back(token);
+      sampled_.emplace_back(s.id, token->sampled.token);
+      sampled_index_.push_back(static_cast<size_t>(token - tokens.data()));
     }
   }
-  scheduler_->OnStepDone(step, sampled);
+  scheduler_->OnStepDone(step, sampled_);
   Publish();  // before any chunk goes out: a client reading one sees this step's blocks in use
   for (uint64_t id : missing) {
     End(id, absl::InternalError(absl::StrCat("step ", step_id,
                                              ": rank 0 returned no token for this sequence")));
   }
   const absl::Time now = absl::Now();
-  for (size_t i = 0; i < sampled.size(); ++i) Stream(sampled[i].first, *streamed[i], now);
+  for (size_t i = 0; i < sampled_.size(); ++i) {
+    HandOn(sampled_[i].first, std::move(tokens[sampled_index_[i]].sampled), now);
+  }
 }
 
-void EngineLoop::Stream(uint64_t seq_id, const StepToken& token, absl::Time now) {
+void EngineLoop::HandOn(uint64_t seq_id, SampledToken sampled, absl::Time now) {
   auto it = live_.find(seq_id);
-  if (it == live_.end()) return;
+  if (it == live_.end()) return;  // finished since it was scheduled: dropped unseen
   Live& live = *it->second;
-  if (options_.metrics != nullptr) {
-    if (!live.first_token) {
-      options_.metrics->OnFirstToken(static_cast<int64_t>(live.request.prompt.size()));
-    } else {
-      options_.metrics->OnNextToken(absl::ToDoubleSeconds(now - live.last_token));
-    }
-  }
-  if (!live.first_token) live.first_token = now;
-  live.last_token = now;
-  const int32_t id = token.sampled.token;
-  OutputDelta delta = live.processor.Append(id);
-  v1::GenerateResponse response;
-  response.set_request_id(live.request_id);
-  v1::Chunk* chunk = response.mutable_chunk();
-  chunk->add_token_ids(static_cast<uint32_t>(id));
-  chunk->set_text(std::move(delta.text));
-  chunk->set_reasoning_text(std::move(delta.reasoning));
-  for (ParsedToolCall& call : delta.tool_calls) {
-    v1::ToolCall* c = chunk->add_tool_calls();
-    c->set_id(ToolCallId());
-    c->set_type("function");
-    c->set_name(std::move(call.name));
-    c->set_arguments(std::move(call.arguments));
-    live.tool_calls.push_back(*c);
-  }
-  if (live.request.sampling.logprobs >= 0) {
-    v1::TokenLogprob* lp = chunk->add_logprobs();
-    lp->set_token_id(static_cast<uint32_t>(id));
-    lp->set_logprob(token.sampled.logprob);
-    for (const auto& [top_id, logprob] : token.sampled.top) {
-      v1::TopLogprob* top = lp->add_top();
-      top->set_token_id(static_cast<uint32_t>(top_id));
-      top->set_logprob(logprob);
-    }
-  }
-  if (!live.out->Push(std::move(response))) {
-    // The stream is over: its client went away (an abort, as when its
-    // cancellation arrives first through Abort) or fell --max-buffered-chunks
-    // behind (a failure). Stop generating for it and free its blocks now.
-    if (live.out->cancelled()) {
-      EndAborted(seq_id, absl::CancelledError("the client went away"));
-    } else {
-      End(seq_id, absl::ResourceExhaustedError("the client stopped reading its stream"));
-    }
-    return;
-  }
-  if (delta.finish != StopReason::kNone) Complete(seq_id, delta.finish, std::move(delta.matched_stop));
+  const StopReason stop = live.stops.Check(sampled.token, ++live.num_output);
+  output_->Token(seq_id, std::move(sampled), now, /*last=*/stop != StopReason::kNone);
+  if (stop != StopReason::kNone) Finish(seq_id, stop, absl::OkStatus());
 }
 
 }  // namespace tpserve

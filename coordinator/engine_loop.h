@@ -1,12 +1,19 @@
-// The engine loop: one thread that owns the Scheduler, the BlockManager and
-// every live request's OutputProcessor (docs/architecture.md, "Threads and locks").
+// The engine loop: one thread that owns the Scheduler and the BlockManager,
+// and a small pool of output threads that own the requests' outputs
+// (docs/architecture.md, "Threads and locks").
 //
 // gRPC threads talk to it only through its inbox (new requests, aborts) and
-// read results from each request's ResponseQueue. Each iteration:
+// read results from each request's ResponseQueue. Each iteration of the
+// engine thread:
 //   drain the inbox → Schedule → BuildStepPlan → send the step to the workers →
 //   receive the oldest step's result → OnStepDone → each sampled token through
-//   its request's OutputProcessor → Chunk to the stream; Complete and Finish
-//   for requests that stopped.
+//   TokenStops (EOS, stop ids, max_tokens, the model's length: a stop frees
+//   the sequence's blocks at once) → handed to its request's output thread
+//   (coordinator/output_pool.h), which detokenizes, matches stop strings,
+//   streams the Chunk and, at the end, the Complete.
+// The engine thread schedules, sends steps and hands results on; nothing
+// else. A stop string, or a stream that is over, comes back from the output
+// thread as a finish through the inbox, like an abort.
 // With nothing to do it blocks on the inbox (no spinning).
 //
 // Overlap (the default; docs/architecture.md, "The step pipeline"): step N+1
@@ -42,6 +49,7 @@
 #include "absl/time/time.h"
 #include "scheduler/block_manager.h"
 #include "coordinator/coordinator_metrics.h"
+#include "coordinator/output_pool.h"
 #include "coordinator/output_processor.h"
 #include "coordinator/request.h"
 #include "coordinator/response_queue.h"
@@ -62,6 +70,8 @@ struct EngineLoopOptions {
   bool overlap = true;                  // one step in flight ahead (false: lock-step)
   // Records the live figures (coordinator_metrics.h) when set; must outlive the loop.
   CoordinatorMetrics* metrics = nullptr;
+  // Output threads (OutputPool), each owning a shard of the requests (>= 1).
+  int output_threads = 2;
 };
 
 // How the loop reaches the workers: the Coordinator wires the worker pool,
@@ -78,7 +88,7 @@ struct StepTransport {
 struct EngineStats {
   int64_t num_blocks = 0;
   int64_t free_blocks = 0;
-  int32_t running = 0;
+  int32_t running = 0;       // scheduled, or retired with their end not yet sent (ending_)
   int32_t waiting = 0;      // in the scheduler's queue or the inbox
   double prefix_cache_hit_rate = 0;
   int64_t steps = 0;
@@ -91,7 +101,8 @@ class EngineLoop {
   ~EngineLoop();  // Stop()
 
   void Start();
-  // Ends the loop thread; requests still live end with UNAVAILABLE.
+  // Ends the loop thread and the output threads; requests still live end
+  // with UNAVAILABLE.
   void Stop();
 
   // A live request is named by its client (the caller's identity: see
@@ -127,7 +138,8 @@ class EngineLoop {
   // the waiting requests in arrival order and admits again. Blocks until the
   // loop thread has done so. Only after WaitSuspended.
   void Resume(int64_t num_blocks);
-  // Blocks until no request is live, or `deadline`; true when none is.
+  // Blocks until no request is live (each has had its terminal outcome sent
+  // to its stream), or `deadline`; true when none is.
   bool WaitIdle(absl::Time deadline);
 
   EngineStats stats() const;
@@ -135,7 +147,7 @@ class EngineLoop {
   const CoordinatorMetrics* metrics() const { return options_.metrics; }
 
  private:
-  struct Live;  // one admitted request (engine thread only)
+  struct Live;  // one admitted request, as the engine thread sees it
   struct Inbound {
     uint64_t seq_id;
     std::unique_ptr<Live> live;
@@ -146,13 +158,21 @@ class EngineLoop {
     uint64_t ticket = 0;
     absl::Time sent;  // for the step-duration metric
   };
+  // What the engine thread takes from the inbox in one go.
+  struct Taken {
+    std::vector<Inbound> adds;
+    std::vector<std::pair<uint64_t, absl::Status>> aborts;
+    std::vector<uint64_t> finishes;  // sequences their output threads ended
+    absl::Status suspended;
+  };
 
   void Run();
   // One iteration; false when it found nothing to run.
-  bool Iterate(std::vector<Inbound> adds, std::vector<std::pair<uint64_t, absl::Status>> aborts,
-               const absl::Status& suspended);
+  bool Iterate(Taken taken);
   // The parts of an iteration, in order.
   void Admit(std::vector<Inbound> adds);  // to the scheduler
+  // Makes an inbound request live and hands its output side to its shard.
+  void Adopt(Inbound in);
   // Suspended: ends the requests that ran, drops the steps in flight.
   void Park(const absl::Status& why);
   // Resume on the loop thread: a fresh cache of `num_blocks`, the parked requests re-queued.
@@ -167,21 +187,22 @@ class EngineLoop {
   void DrainInFlight();
   // UNAVAILABLE suspends the loop; anything else ends the step's requests with INTERNAL.
   void OnStepFailed(const ScheduledStep& step, uint64_t step_id, const absl::Status& status);
-  // Advances the scheduler and streams every sampled token.
-  void OnStepDone(const ScheduledStep& step, uint64_t step_id, std::span<const StepToken> tokens);
-  // One token through its request's OutputProcessor to its stream; Complete when it stops.
-  void Stream(uint64_t seq_id, const StepToken& token, absl::Time now);
+  // Advances the scheduler and hands every sampled token on.
+  void OnStepDone(const ScheduledStep& step, uint64_t step_id, std::vector<StepToken> tokens);
+  // One token: its TokenStops verdict (a stop finishes the sequence), then
+  // to its request's output thread.
+  void HandOn(uint64_t seq_id, SampledToken sampled, absl::Time now);
   void EndAll(const absl::Status& status);
-  // Forgets a live request (its sequence finished, its blocks freed, stats
-  // published); null when it is not live.
-  std::unique_ptr<Live> Retire(uint64_t seq_id);
-  void End(uint64_t seq_id, absl::Status status);                 // error end (a failure)
-  // The client ended it (cancelled, deadline): its stream ends with `why`, the
-  // metrics count a request finished with reason "abort".
-  void EndAborted(uint64_t seq_id, absl::Status why);
-  // A request's phases as the metrics record them, ending `now`.
-  static CoordinatorMetrics::RequestTimes TimesOf(const Live& live, absl::Time now);
-  void Complete(uint64_t seq_id, StopReason reason, std::string matched_stop);
+  // Retires a live request: its sequence finished and its blocks freed,
+  // stats published; then its output thread gets End (`reason`, `status`:
+  // see EngineEnd), which sends the terminal outcome and records the
+  // finished request's metrics. Nothing when it is not live.
+  void Finish(uint64_t seq_id, StopReason reason, absl::Status status);
+  void End(uint64_t seq_id, absl::Status status) { Finish(seq_id, StopReason::kNone, std::move(status)); }
+  // An output thread ended a request (a stop string, a stream that is over): any thread.
+  void FinishFromOutput(uint64_t seq_id);
+  // The request's terminal outcome is out: its id is free (any thread).
+  void Retired(const std::string& client, const std::string& request_id);
   void Publish();  // stats snapshot
   void PublishLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
@@ -195,6 +216,10 @@ class EngineLoop {
   absl::flat_hash_map<uint64_t, std::unique_ptr<Live>> live_;
   std::deque<InFlight> in_flight_;  // oldest first; at most 2 with overlap, else 1
   uint64_t next_step_id_ = 1;
+  // OnStepDone's, reused from step to step.
+  std::vector<std::pair<uint64_t, int32_t>> sampled_;
+  std::vector<size_t> sampled_index_;  // [sampled_] index into the step's tokens
+  std::unique_ptr<OutputPool> output_;  // its own threads; Begin/Token/End/Flush on the engine thread
 
   mutable absl::Mutex mu_;
   absl::CondVar cv_;  // inbox changed / stop / live set changed
@@ -203,7 +228,13 @@ class EngineLoop {
   // counts them, so it holds while an iteration runs a step.
   int64_t admitting_ ABSL_GUARDED_BY(mu_) = 0;
   std::vector<std::pair<uint64_t, absl::Status>> aborts_ ABSL_GUARDED_BY(mu_);
-  // (client, request_id) -> sequence id of every live request
+  std::vector<uint64_t> finishes_ ABSL_GUARDED_BY(mu_);  // from the output threads (FinishFromOutput)
+  // Retired by the engine thread, their outcome not yet sent by their output
+  // thread: still counted as running, so that whoever sees a request gone
+  // (nothing running, its blocks free) sees its end sent and counted.
+  int64_t ending_ ABSL_GUARDED_BY(mu_) = 0;
+  // (client, request_id) -> sequence id of every live request: from Submit
+  // until its output thread sends the terminal outcome (Retired)
   absl::flat_hash_map<std::pair<std::string, std::string>, uint64_t> ids_ ABSL_GUARDED_BY(mu_);
   uint64_t next_seq_id_ ABSL_GUARDED_BY(mu_) = 1;
   absl::Status admission_ ABSL_GUARDED_BY(mu_);  // not OK: refuse with it

@@ -91,9 +91,10 @@ std::string NewRequestId() {
 // One Generate call. The call has one "turn" (the right to take from the queue
 // and to write), held by exactly one of: the constructor, the write in flight
 // (until OnWriteDone), the queue while parked (until it calls on_ready, on the
-// engine thread), or OnCancel when it takes a parked turn back (Cancel). Pump
-// runs only with the turn, so there is never more than one write outstanding
-// and wire_ is never written to while a write reads it. Pump's last action
+// output thread that pushed), or OnCancel when it takes a parked turn back
+// (Cancel). Pump runs only with the turn, so there is never more than one
+// write outstanding and response_ and wire_ are never written to while a
+// write reads them. Pump's last action
 // is StartWrite or Finish: after either, OnDone may delete this at once on
 // another thread. gRPC runs OnWriteDone, OnCancel and OnDone holding a
 // reference to the call, so OnDone never runs while one of them does.
@@ -156,9 +157,13 @@ class GenerationService::GenerateReactor final
   }
 
   // With the turn: writes the next response, finishes the call, or parks.
+  // Whoever holds the turn runs it: the constructor, OnWriteDone, OnCancel,
+  // or an output thread's push that found the queue parked (on_ready).
   void Pump() {
     absl::Status end;
-    v1::GenerateResponse response;
+    // response_ is taken into again and again: the queue's merged chunk
+    // trades buffers with it, so a chunk allocates nothing here.
+    v1::GenerateResponse& response = response_;
     switch (queue_->TryPop(&response, &end, /*merge_chunks=*/true)) {
       case ResponseQueue::Next::kMessage:
         if (absl::Status serialized = SerializeResponse(response, &wire_); !serialized.ok()) {
@@ -191,7 +196,8 @@ class GenerationService::GenerateReactor final
   // gRPC can call OnWriteDone or OnCancel.
   EngineLoop* engine_ = nullptr;
   std::string request_id_;
-  grpc::ByteBuffer wire_;  // the write in flight, serialized
+  v1::GenerateResponse response_;  // the last response taken (Pump)
+  grpc::ByteBuffer wire_;          // the write in flight, serialized
 };
 
 GenerationService::GenerationService(const Tokenizer& tokenizer,

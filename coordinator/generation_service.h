@@ -4,8 +4,10 @@
 // Generate validates and tokenizes on the gRPC thread that delivers the call
 // (INVALID_ARGUMENT naming the field) and submits to the engine loop; from then
 // on the call is a reactor (GenerateReactor in generation_service.cc) fed by
-// its ResponseQueue: the engine thread's Push wakes it when it is idle, it has
-// at most one write outstanding and starts the next from OnWriteDone. A client
+// its ResponseQueue: its output thread's push wakes it when it is idle (the
+// write then starts on that thread), it has at most one write outstanding and
+// starts the next from OnWriteDone, with the chunks that came meanwhile
+// merged into one message. No write starts on the engine thread. A client
 // that cancels or whose deadline passes (OnCancel), or whose write fails, has
 // its request aborted at the next step (blocks freed). A client that stops
 // reading gets at most `max_buffered_chunks` responses buffered, then its

@@ -448,6 +448,36 @@ TEST_P(EngineLoopTest, ASequenceThatStopsNeverStreamsTheTokenComputedAhead) {
   EXPECT_EQ(workers_.max_outstanding_, GetParam() ? 2 : 1);
 }
 
+// A stop string is found by the output thread, which has the engine finish
+// the sequence: the stream ends exactly at the match, the blocks come back,
+// and the workers computed at most two tokens past it (the output threads may
+// lag the engine by one batch; docs/architecture.md, "The step pipeline").
+TEST_P(EngineLoopTest, AStopStringEndsTheStreamAndItsSequence) {
+  workers_.delay_ = absl::Milliseconds(2);
+  Start(64);
+  const std::vector<int32_t> prompt = {'s', 't', 'o', 'p'};
+  const std::vector<int32_t> free_run = FakeContinuation(prompt, 40);
+  const std::string text(free_run.begin(), free_run.end());
+  const std::string stop = text.substr(12, 2);
+  const size_t at = text.find(stop);  // the first match: its last byte's token ends the stream
+  PreparedRequest r = Request(prompt, 40);
+  r.stop.stop = {stop};
+  Outcome o = Drain(*Submit("s", std::move(r)));
+  ASSERT_TRUE(o.end.ok()) << o.end;
+  ASSERT_TRUE(o.completed);
+  EXPECT_EQ(o.complete.finish_reason(), v1::STOP_SEQUENCE);
+  EXPECT_EQ(o.complete.matched_stop(), stop);
+  EXPECT_EQ(o.tokens, std::vector<int32_t>(free_run.begin(), free_run.begin() + static_cast<long>(at + 2)));
+  EXPECT_EQ(o.text, text.substr(0, at));
+  EXPECT_EQ(o.complete.usage().completion_tokens(), at + 2);
+  ASSERT_TRUE(engine_->WaitIdle(absl::Now() + absl::Seconds(5)));
+  EXPECT_EQ(engine_->stats().free_blocks, 64);
+  EXPECT_EQ(engine_->stats().running, 0);
+  EXPECT_EQ(metrics_.totals().requests_finished.at("stop"), 1u);
+  absl::MutexLock lock(&workers_.mu_);
+  EXPECT_LE(workers_.sampled_[1], static_cast<int>(at) + 2 + 2);
+}
+
 INSTANTIATE_TEST_SUITE_P(Pipeline, EngineLoopTest, ::testing::Bool(),
                          [](const ::testing::TestParamInfo<bool>& info) {
                            return info.param ? "Overlap" : "LockStep";

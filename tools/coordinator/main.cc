@@ -98,6 +98,10 @@ ABSL_FLAG(int64_t, max_buffered_chunks, 1024,
           "responses held for a stream whose client is not reading; one more aborts its request "
           "with RESOURCE_EXHAUSTED");
 
+ABSL_FLAG(int, output_threads, 2,
+          "threads that turn sampled tokens into streamed responses (detokenizing, stop strings, "
+          "writes), each owning a share of the requests; the engine thread only schedules");
+
 namespace tpserve {
 namespace {
 
@@ -115,6 +119,7 @@ CoordinatorOptions OptionsFromFlags() {
   o.max_num_batched_tokens = absl::GetFlag(FLAGS_max_num_batched_tokens);
   o.max_queue = absl::GetFlag(FLAGS_max_queue);
   o.max_buffered_chunks = absl::GetFlag(FLAGS_max_buffered_chunks);
+  o.output_threads = absl::GetFlag(FLAGS_output_threads);
   o.max_chat_messages = absl::GetFlag(FLAGS_max_chat_messages);
   o.enforce_eager = absl::GetFlag(FLAGS_enforce_eager);
   o.num_gpu_blocks_override = absl::GetFlag(FLAGS_num_gpu_blocks_override);
