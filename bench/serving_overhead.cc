@@ -1,8 +1,14 @@
 // serving_overhead: what the process split costs, next to baselines measured
 // in the same run (issue 9, "Benchmarks").
 //
-//   serving_overhead [--quick] [--json FILE]
+//   serving_overhead [--quick] [--json FILE] [--only batch-1|full-batch] [--coordinator FILE]
+//                    [--coordinator-flag FLAG]... [--compare FILE]
 //
+// (--coordinator: another build's tpserve-coordinator, to compare builds
+// under the same conditions; the workers are always this build's.
+// --coordinator-flag: one more flag for every coordinator, e.g. --output-threads=1.
+// --compare: the full-batch section runs this tpserve-coordinator too, its runs
+// alternating with this build's.)
 // 1. Time per output token at batch 1: the service (tpserve-coordinator
 //    --spawn-workers, timed at a gRPC client in this process: (last - first
 //    chunk) / (n - 1)) against the in-process engine (tpserve-generate
@@ -16,6 +22,10 @@
 //    1e6 / (300 + round trip) uses the empty-step round trip p50 that
 //    bench/step_roundtrip_bench measures (run here as a child; its own baseline
 //    is in its output).
+// 3. The full-batch rows and the gRPC floor (serving_full_batch.h): the
+//    coordinator's CPU per output token at batch 64, 256 and 1024 with a 2 ms
+//    stand-in step, next to what gRPC alone costs to stream the same messages.
+// --only batch-1 runs 1 and 2, --only full-batch runs 3.
 // Each figure is the median of 3 repetitions (--quick: 1, and shorter runs).
 // Both modes' coordinators are up at once and the repetitions alternate
 // (engine, overlap, no-overlap, ...), so that load from elsewhere on a shared
@@ -23,10 +33,6 @@
 // shows how much it moved. The model is a 2-layer hidden-128 Qwen3 made with
 // tpserve-make-model.
 // Not run in CI.
-#include <fcntl.h>
-#include <signal.h>
-#include <sys/prctl.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -50,6 +56,9 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "bench/grpc_floor.h"
+#include "bench/serving_bench_util.h"
+#include "bench/serving_full_batch.h"
 #include "nlohmann/json.hpp"
 #include "tpserve/v1/generation.grpc.pb.h"
 
@@ -57,229 +66,14 @@ namespace {
 
 namespace v1 = tpserve::v1;
 namespace fs = std::filesystem;
-using Clock = std::chrono::steady_clock;
 using nlohmann::json;
+using namespace tpserve::bench;  // NOLINT: the bench's own helpers (serving_bench_util.h)
 
 constexpr int kTpotTokens = 1000;     // batch-1 time per output token: tokens per request
-constexpr int kPromptTokens = 16;
 constexpr int kSimulatedStepUs = 300;
 constexpr int kBigBatch = 256;
 constexpr int kBigBatchMaxTokens = 1024;  // sizes the KV pool of the simulated servers
 constexpr int kSimulatedMaxModelLen = 12288;
-
-std::string Tool(const std::string& rel) { return absl::StrCat(TPSERVE_BINARY_DIR, "/", rel); }
-
-[[noreturn]] void Die(const std::string& what) {
-  std::fprintf(stderr, "serving_overhead: %s\n", what.c_str());
-  std::exit(1);
-}
-
-std::string ReadFile(const fs::path& path) {
-  std::ifstream in(path);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
-// /proc/loadavg's 1-minute figure: on a shared machine, how busy the rest was.
-double LoadAverage() {
-  double one_minute = NAN;
-  std::ifstream("/proc/loadavg") >> one_minute;
-  return one_minute;
-}
-
-// What it measures now, on stderr (stdout keeps the table).
-void Progress(const std::string& what) {
-  static const auto start = Clock::now();
-  std::fprintf(stderr, "[%5.1f s] %s\n", std::chrono::duration<double>(Clock::now() - start).count(), what.c_str());
-}
-
-double Median(std::vector<double> v) {
-  if (v.empty()) return NAN;
-  std::sort(v.begin(), v.end());
-  const size_t n = v.size();
-  return n % 2 == 1 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
-
-// A child in its own process group (killed with it), output to `log`.
-class Child {
- public:
-  Child(const std::vector<std::string>& argv, const fs::path& log) {
-    const pid_t parent = getpid();
-    pid_ = fork();
-    if (pid_ < 0) Die("fork failed");
-    if (pid_ == 0) {
-      setpgid(0, 0);
-      prctl(PR_SET_PDEATHSIG, SIGKILL);
-      if (getppid() != parent) _exit(127);
-      const int fd = open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-      if (fd >= 0) {
-        dup2(fd, 1);
-        dup2(fd, 2);
-        close(fd);
-      }
-      std::vector<char*> args;
-      for (const std::string& a : argv) args.push_back(const_cast<char*>(a.c_str()));
-      args.push_back(nullptr);
-      execv(args[0], args.data());
-      _exit(127);
-    }
-  }
-  Child(const Child&) = delete;
-  Child& operator=(const Child&) = delete;
-  ~Child() { Stop(); }
-
-  // The exit status when it has exited (128 + n for signal n), else nullopt.
-  std::optional<int> Poll() {
-    if (exited_) return status_;
-    int raw = 0;
-    if (waitpid(pid_, &raw, WNOHANG) != pid_) return std::nullopt;
-    exited_ = true;
-    status_ = WIFEXITED(raw) ? WEXITSTATUS(raw) : 128 + WTERMSIG(raw);
-    kill(-pid_, SIGKILL);  // whatever is left in its group
-    return status_;
-  }
-  int Wait() {
-    while (!Poll()) std::this_thread::sleep_for(std::chrono::milliseconds(5));
-    return status_;
-  }
-  // SIGTERM (a coordinator drains and stops its workers), SIGKILL after 10 s.
-  void Stop() {
-    if (exited_) return;
-    kill(pid_, SIGTERM);
-    const auto deadline = Clock::now() + std::chrono::seconds(10);
-    while (!Poll() && Clock::now() < deadline) std::this_thread::sleep_for(std::chrono::milliseconds(10));
-    if (!exited_) {
-      kill(-pid_, SIGKILL);
-      Wait();
-    }
-  }
-
- private:
-  pid_t pid_ = -1;
-  bool exited_ = false;
-  int status_ = 0;
-};
-
-int RunToEnd(const std::vector<std::string>& argv, const fs::path& log) { return Child(argv, log).Wait(); }
-
-// tpserve-coordinator --spawn-workers, ready to serve (coordinator/coordinator.h
-// names the stderr lines parsed here).
-class Server {
- public:
-  // `log` must be a new file: the marker lines are looked for in it.
-  Server(const fs::path& model, int tp, const std::vector<std::string>& extra, const fs::path& log) : log_(log) {
-    if (fs::exists(log)) Die(absl::StrCat(log.string(), " exists already"));
-    std::vector<std::string> argv = {Tool("tools/coordinator/tpserve-coordinator"), "--model", model.string(),
-                                     "--tp", std::to_string(tp), "--listen", "127.0.0.1:0", "--spawn-workers",
-                                     "--worker-binary", Tool("tools/worker/tpserve-worker")};
-    argv.insert(argv.end(), extra.begin(), extra.end());
-    child_ = std::make_unique<Child>(argv, log);
-    const std::string address = WaitReady(absl::StrJoin(argv, " "));
-    stub_ = v1::Generation::NewStub(grpc::CreateChannel(address, grpc::InsecureChannelCredentials()));
-  }
-  ~Server() { child_->Stop(); }
-  v1::Generation::Stub& stub() { return *stub_; }
-
- private:
-  std::string WaitReady(const std::string& command) {
-    const std::string marker = "tpserve-coordinator: serving tpserve.v1.Generation on ";
-    const auto deadline = Clock::now() + std::chrono::seconds(120);
-    while (Clock::now() < deadline) {
-      const std::string text = ReadFile(log_);
-      const size_t at = text.find(marker);
-      if (at != std::string::npos && text.find("tpserve-coordinator: ready") != std::string::npos) {
-        const size_t begin = at + marker.size();
-        return text.substr(begin, text.find('\n', begin) - begin);
-      }
-      if (child_->Poll()) break;
-      std::this_thread::sleep_for(std::chrono::milliseconds(20));
-    }
-    Die(absl::StrCat("the coordinator did not get ready: ", command, "\n", ReadFile(log_)));
-  }
-
-  fs::path log_;
-  std::unique_ptr<Child> child_;
-  std::unique_ptr<v1::Generation::Stub> stub_;
-};
-
-// Greedy, EOS ignored, `max_tokens` tokens after a 16-token prompt whose first
-// two ids are `salt` (distinct salts share no prefix-cache block).
-v1::GenerateRequest Request(int max_tokens, int salt) {
-  v1::GenerateRequest r;
-  r.mutable_prompt_token_ids()->add_ids(static_cast<uint32_t>(5 + salt % 480));
-  r.mutable_prompt_token_ids()->add_ids(static_cast<uint32_t>(5 + (salt / 480) % 480));
-  for (int i = 2; i < kPromptTokens; ++i) r.mutable_prompt_token_ids()->add_ids(static_cast<uint32_t>(5 + i * 13));
-  r.mutable_sampling()->set_temperature(0);
-  r.mutable_stopping()->set_max_tokens(static_cast<uint32_t>(max_tokens));
-  r.mutable_stopping()->set_ignore_eos(true);
-  return r;
-}
-
-// One streamed request as the client saw it.
-struct Stream {
-  std::vector<Clock::time_point> chunks;  // arrival of every chunk
-  int64_t tokens = 0;
-  grpc::Status status;
-};
-
-// Steps per second of one request: (n - 1) / (last - first chunk).
-double StepsPerSecond(const Stream& s) {
-  if (s.chunks.size() < 2) return NAN;
-  const double seconds = std::chrono::duration<double>(s.chunks.back() - s.chunks.front()).count();
-  return static_cast<double>(s.chunks.size() - 1) / seconds;
-}
-
-// Runs every request at once on one completion queue (one client thread, so
-// the client takes as little CPU from the server as it can).
-std::vector<Stream> RunConcurrently(v1::Generation::Stub& stub, const std::vector<v1::GenerateRequest>& requests) {
-  struct Call {
-    grpc::ClientContext context;
-    std::unique_ptr<grpc::ClientAsyncReader<v1::GenerateResponse>> reader;
-    v1::GenerateResponse response;
-    bool finishing = false;
-  };
-  grpc::CompletionQueue cq;
-  std::vector<Call> calls(requests.size());
-  std::vector<Stream> streams(requests.size());
-  for (size_t i = 0; i < requests.size(); ++i) {
-    calls[i].context.set_deadline(std::chrono::system_clock::now() + std::chrono::minutes(5));
-    calls[i].reader = stub.PrepareAsyncGenerate(&calls[i].context, requests[i], &cq);
-    calls[i].reader->StartCall(reinterpret_cast<void*>(i));
-  }
-  size_t open = requests.size();
-  void* tag = nullptr;
-  bool ok = false;
-  // After StartCall, each call has exactly one operation pending: a Read until
-  // one fails, then its Finish.
-  while (open > 0 && cq.Next(&tag, &ok)) {
-    const auto now = Clock::now();
-    const size_t i = reinterpret_cast<size_t>(tag);
-    Call& call = calls[i];
-    if (call.finishing) {
-      --open;
-      continue;
-    }
-    if (ok && call.response.has_chunk()) {
-      streams[i].chunks.push_back(now);
-      streams[i].tokens += call.response.chunk().token_ids_size();
-    }
-    call.response.Clear();
-    if (ok) {
-      call.reader->Read(&call.response, tag);
-    } else {
-      call.finishing = true;
-      call.reader->Finish(&streams[i].status, tag);
-    }
-  }
-  cq.Shutdown();
-  while (cq.Next(&tag, &ok)) {
-  }
-  for (const Stream& s : streams) {
-    if (!s.status.ok()) Die(absl::StrCat("Generate failed: ", s.status.error_message()));
-  }
-  return streams;
-}
 
 struct Settings {
   int repetitions = 3;
@@ -421,7 +215,7 @@ ServerPair StartBoth(const Settings& st, const fs::path& model, int tp, const st
     std::vector<std::string> extra = flags;
     extra.push_back(ModeFlag(overlap));
     const fs::path log = st.scratch / absl::StrCat("coordinator-", name, "-tp", tp, ModeFlag(overlap), ".log");
-    (overlap ? pair.overlap : pair.lockstep) = std::make_unique<Server>(model, tp, extra, log);
+    (overlap ? pair.overlap : pair.lockstep) = StartCoordinator(model, tp, extra, log);
   }
   return pair;
 }
@@ -461,20 +255,6 @@ void MeasureSimulated(const Settings& st, const fs::path& model, TpResult& r) {
       run->steps_per_second.push_back(BatchStepsPerSecond(servers.get(overlap), batch, run->max_tokens, &salt));
     }
   }
-}
-
-// "median [min-max]" of a few repetitions.
-std::string Spread(const std::vector<double>& v, const char* format) {
-  if (v.empty()) return "n/a";
-  const auto [lo, hi] = std::minmax_element(v.begin(), v.end());
-  char buf[96];
-  std::snprintf(buf, sizeof buf, format, Median(v));
-  std::string s = buf;
-  if (v.size() > 1) {
-    std::snprintf(buf, sizeof buf, " [%.0f-%.0f]", *lo, *hi);
-    s += buf;
-  }
-  return s;
 }
 
 std::string Ratio(double a, double b) {
@@ -563,9 +343,19 @@ json ToJson(const Settings& st, const std::vector<TpResult>& results, const Roun
 }  // namespace
 
 int main(int argc, char** argv) {
+  if (argc == 3 && std::string(argv[1]) == "--grpc-floor-server") {  // a child of the full-batch section
+    int step_us = 0;
+    if (!absl::SimpleAtoi(argv[2], &step_us) || step_us <= 0) Die("--grpc-floor-server STEP_US");
+    return RunGrpcFloorServer(step_us);
+  }
   const auto start = Clock::now();
   Settings st;
   std::string json_path;
+  std::string only;     // one section, or all
+  std::string compare;  // full batch: another build's tpserve-coordinator, alongside
+  const std::string usage =
+      "usage: serving_overhead [--quick] [--json FILE] [--only batch-1|full-batch] [--coordinator FILE] "
+      "[--coordinator-flag FLAG]... [--compare FILE]";
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     if (a == "--quick") {
@@ -573,8 +363,17 @@ int main(int argc, char** argv) {
       st.simulated_seconds = 1.0;
     } else if (a == "--json" && i + 1 < argc) {
       json_path = argv[++i];
+    } else if (a == "--coordinator" && i + 1 < argc) {
+      SetCoordinatorBinary(argv[++i]);
+    } else if (a == "--compare" && i + 1 < argc) {
+      compare = argv[++i];
+    } else if (a == "--coordinator-flag" && i + 1 < argc) {
+      AddCoordinatorFlag(argv[++i]);
+    } else if (a == "--only" && i + 1 < argc) {
+      only = argv[++i];
+      if (only != "batch-1" && only != "full-batch") Die(usage);
     } else {
-      Die(absl::StrCat("unknown argument ", a, "; usage: serving_overhead [--quick] [--json FILE]"));
+      Die(absl::StrCat("unknown argument ", a, "; ", usage));
     }
   }
   std::signal(SIGPIPE, SIG_IGN);
@@ -590,21 +389,31 @@ int main(int argc, char** argv) {
               "Qwen3 2 layers hidden 128 (tpserve-make-model defaults otherwise)", st.cores, st.load_start,
               st.repetitions, TPSERVE_BINARY_DIR);
   std::fflush(stdout);
-  std::vector<TpResult> results;
-  for (int tp : {1, 2}) {
-    TpResult r;
-    r.tp = tp;
-    MeasureTpot(st, model, r);
-    MeasureSimulated(st, model, r);
-    results.push_back(std::move(r));
+  json j;
+  if (only.empty() || only == "batch-1") {
+    std::vector<TpResult> results;
+    for (int tp : {1, 2}) {
+      TpResult r;
+      r.tp = tp;
+      MeasureTpot(st, model, r);
+      MeasureSimulated(st, model, r);
+      results.push_back(std::move(r));
+    }
+    Progress("step_roundtrip_bench");
+    const RoundTrip rt = MeasureRoundTrip(st);
+    PrintTpot(results);
+    PrintSimulated(results, rt);
+    j = ToJson(st, results, rt, 0);
   }
-  Progress("step_roundtrip_bench");
-  const RoundTrip rt = MeasureRoundTrip(st);
-  PrintTpot(results);
-  PrintSimulated(results, rt);
+  if (only.empty() || only == "full-batch") {
+    const FullBatchSettings fb{
+        .repetitions = st.repetitions, .scratch = st.scratch, .model = model, .self = argv[0], .compare_binary = compare};
+    j["full_batch"] = RunFullBatch(fb);
+  }
   const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
+  j["wall_seconds"] = seconds;
   std::printf("\n(%.0f s in all; load average now %.2f)\n", seconds, LoadAverage());
-  if (!json_path.empty()) std::ofstream(json_path) << ToJson(st, results, rt, seconds).dump(2) << "\n";
+  if (!json_path.empty()) std::ofstream(json_path) << j.dump(2) << "\n";
   fs::remove_all(st.scratch);
   return 0;
 }
