@@ -808,7 +808,7 @@ absl::StatusOr<const std::vector<Local>*> Compiler::Flatten(int conj) {
   return &flat_.emplace(conj, std::move(alts)).first->second;
 }
 
-absl::StatusOr<Grammar> Compiler::Run() {
+absl::StatusOr<Symbol> Compiler::Run() {
   if (root_.is_object()) {
     if (auto it = root_.find("$schema"); it != root_.end() && it->is_string()) {
       const std::string& s = it->get_ref<const std::string&>();
@@ -849,29 +849,26 @@ absl::StatusOr<Grammar> Compiler::Run() {
         "$ref cycle with no way out)");
   }
   if (auto s = CheckOneOfs(); !s.ok()) return s;
-  if (!NonemptyAt(*root, 0)) {
+  if (!NonemptyAt(*root, base_depth_)) {
     return absl::InvalidArgumentError(absl::StrCat("every valid value nests deeper than ", limits_.max_nesting,
                                                    " levels (CompileLimits::max_nesting)"));
   }
-  const Symbol start = EmitConj(*root, 0);
+  const Symbol start = EmitConj(*root, base_depth_);
   if (auto s = Drain(); !s.ok()) return s;
-  // The start must be a rule.
-  Symbol top = start;
-  if (start.kind != Symbol::Kind::kRule) top = builder_.Choice({{start}}, "root");
-  return std::move(builder_).Build(top, limits_);
+  return start;  // a rule: EmitConj's own, or AnyValue's
 }
 
-absl::StatusOr<Grammar> Compiler::RunAnyObject() {
-  const Symbol start = AnyObject(0);
+absl::StatusOr<Symbol> Compiler::RunAnyObject() {
+  const Symbol start = AnyObject(Indented() ? base_depth_ : 0);
   if (auto s = Drain(); !s.ok()) return s;
-  return std::move(builder_).Build(start, limits_);
+  return start;
 }
 
 }  // namespace json_internal
 
 
-absl::StatusOr<Grammar> JsonSchemaGrammar(absl::string_view schema_json, JsonLayout layout,
-                                          const CompileLimits& limits) {
+absl::StatusOr<Symbol> AddJsonSchema(GrammarBuilder& builder, absl::string_view schema_json, JsonLayout layout,
+                                     int depth, const CompileLimits& limits) {
   if (schema_json.size() > limits.max_spec_bytes) {
     return absl::InvalidArgumentError(absl::StrCat("the schema is ", schema_json.size(), " bytes, more than the limit of ",
                                                    limits.max_spec_bytes, " (CompileLimits::max_spec_bytes)"));
@@ -883,19 +880,34 @@ absl::StatusOr<Grammar> JsonSchemaGrammar(absl::string_view schema_json, JsonLay
     return absl::InvalidArgumentError(absl::StrCat("the schema ", s.message()));
   }
   json_internal::json schema;
-  json_internal::OrderedBuilder builder(schema);
-  if (!json_internal::json::sax_parse(schema_json.begin(), schema_json.end(), &builder)) {
+  json_internal::OrderedBuilder dom(schema);
+  if (!json_internal::json::sax_parse(schema_json.begin(), schema_json.end(), &dom)) {
     return absl::InvalidArgumentError("the schema is not valid JSON");
   }
-  json_internal::Compiler compiler(schema, layout, limits, deadline);
+  json_internal::Compiler compiler(schema, layout, limits, deadline, builder, std::max(depth, 0));
   return compiler.Run();
 }
 
-absl::StatusOr<Grammar> JsonObjectGrammar(JsonLayout layout, const CompileLimits& limits) {
+absl::StatusOr<Symbol> AddJsonObject(GrammarBuilder& builder, JsonLayout layout, int depth,
+                                     const CompileLimits& limits) {
   const json_internal::json empty = json_internal::json::object();
-  json_internal::Compiler compiler(empty, layout, limits, absl::Now() + limits.max_time);
+  json_internal::Compiler compiler(empty, layout, limits, absl::Now() + limits.max_time, builder, std::max(depth, 0));
   return compiler.RunAnyObject();
 }
 
-}  // namespace tpserve::grammar
+absl::StatusOr<Grammar> JsonSchemaGrammar(absl::string_view schema_json, JsonLayout layout,
+                                          const CompileLimits& limits) {
+  GrammarBuilder builder;
+  auto start = AddJsonSchema(builder, schema_json, layout, 0, limits);
+  if (!start.ok()) return start.status();
+  return std::move(builder).Build(*start, limits);
+}
 
+absl::StatusOr<Grammar> JsonObjectGrammar(JsonLayout layout, const CompileLimits& limits) {
+  GrammarBuilder builder;
+  auto start = AddJsonObject(builder, layout, 0, limits);
+  if (!start.ok()) return start.status();
+  return std::move(builder).Build(*start, limits);
+}
+
+}  // namespace tpserve::grammar

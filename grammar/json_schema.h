@@ -113,4 +113,16 @@ absl::StatusOr<Grammar> JsonSchemaGrammar(absl::string_view schema_json, JsonLay
 // Any JSON object (the body of any JSON value nested within limits.max_nesting).
 absl::StatusOr<Grammar> JsonObjectGrammar(JsonLayout layout, const CompileLimits& limits);
 
+// The same as rules of a larger grammar (a tool call's "arguments", a value
+// between tags): the rule matching the schema's values, added to `builder`.
+// `depth` is how many objects and arrays the value sits in, which the
+// indented layout's whitespace follows (a call's arguments in
+// {"name": ..., "arguments": VALUE} are at depth 1); the compact layout
+// ignores it. Terminals are shared with the builder's other rules.
+// limits.max_rules counts the whole builder.
+absl::StatusOr<Symbol> AddJsonSchema(GrammarBuilder& builder, absl::string_view schema_json, JsonLayout layout,
+                                     int depth, const CompileLimits& limits);
+absl::StatusOr<Symbol> AddJsonObject(GrammarBuilder& builder, JsonLayout layout, int depth,
+                                     const CompileLimits& limits);
+
 }  // namespace tpserve::grammar

@@ -157,15 +157,19 @@ bool ObjectFeasible(const Local& alt, const std::function<bool(int)>& holds);
 
 class Compiler {
  public:
-  Compiler(const json& root, JsonLayout layout, const CompileLimits& limits, absl::Time deadline)
-      : root_(root), layout_(layout), limits_(limits), deadline_(deadline) {
+  // Rules go into `builder` (the caller's: the grammar may be part of a larger
+  // one); the value sits `depth` levels deep (the indented layout's indent).
+  Compiler(const json& root, JsonLayout layout, const CompileLimits& limits, absl::Time deadline,
+           GrammarBuilder& builder, int depth)
+      : root_(root), layout_(layout), limits_(limits), deadline_(deadline), base_depth_(depth), builder_(builder) {
     conj_ids_.emplace(std::vector<int>{}, kTrue);
     conjs_.push_back({});
   }
 
-  absl::StatusOr<Grammar> Run();
+  // The rule of the schema's values.
+  absl::StatusOr<Symbol> Run();
   // Any JSON object, for JsonObjectGrammar.
-  absl::StatusOr<Grammar> RunAnyObject();
+  absl::StatusOr<Symbol> RunAnyObject();
 
  private:
   // ---- pass 1: nodes ----
@@ -238,7 +242,8 @@ class Compiler {
   std::unordered_map<int, std::vector<AltInfo>> infos_;  // node-based, as flat_
   absl::flat_hash_map<int, bool> nonempty_;
 
-  GrammarBuilder builder_;
+  int base_depth_ = 0;
+  GrammarBuilder& builder_;
   std::map<std::pair<int, int>, Symbol> rules_;  // (conj, depth)
   std::map<std::pair<int, int>, bool> nonempty_at_;
   std::deque<std::tuple<int, int, Symbol>> pending_;

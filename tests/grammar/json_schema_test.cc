@@ -394,6 +394,42 @@ TEST(JsonSchemaTest, IndentedLayoutIsJsonDumpsIndent2) {
                  JsonLayout::kIndented);
 }
 
+// A schema's rule inside a larger grammar: a tool call {"name": ..., "arguments": VALUE}.
+TEST(JsonSchemaTest, AddJsonSchemaEmbedsTheValue) {
+  const std::string schema = R"({"type":"object","properties":{"city":{"type":"string"},"days":{"type":"integer",
+      "minimum":1,"maximum":7}},"required":["city"],"additionalProperties":false})";
+  for (JsonLayout layout : {JsonLayout::kCompact, JsonLayout::kIndented}) {
+    const bool indented = layout == JsonLayout::kIndented;
+    GrammarBuilder builder;
+    auto args = AddJsonSchema(builder, schema, layout, 1, {});
+    ASSERT_TRUE(args.ok()) << args.status();
+    auto object = AddJsonObject(builder, layout, 1, {});
+    ASSERT_TRUE(object.ok()) << object.status();
+    const Symbol root = builder.Rule("call");
+    builder.Add(root, {builder.Literal(indented ? "{\n  \"name\": \"get_weather\",\n  \"arguments\": "
+                                                : R"({"name":"get_weather","arguments":)"),
+                       *args, builder.Literal(indented ? "\n}" : "}")});
+    builder.Add(root, {builder.Literal(indented ? "{\n  \"name\": \"other\",\n  \"arguments\": "
+                                                : R"({"name":"other","arguments":)"),
+                       *object, builder.Literal(indented ? "\n}" : "}")});
+    auto g = std::move(builder).Build(root, {});
+    ASSERT_TRUE(g.ok()) << g.status();
+    auto r = testing::Recognizer::Create(*g);
+    ASSERT_TRUE(r.ok()) << r.status();
+    auto text = [&](const std::string& v) {
+      const auto j = nlohmann::ordered_json::parse(v);
+      return indented ? j.dump(2) : j.dump();
+    };
+    EXPECT_TRUE(r->Accepts(text(R"({"name":"get_weather","arguments":{"city":"Oslo","days":3}})")));
+    EXPECT_TRUE(r->Accepts(text(R"({"name":"get_weather","arguments":{"city":"Oslo"}})")));
+    EXPECT_TRUE(r->Accepts(text(R"({"name":"other","arguments":{"x":[1,{"y":null}]}})")));
+    EXPECT_TRUE(r->Accepts(text(R"({"name":"other","arguments":{}})")));
+    EXPECT_FALSE(r->Accepts(text(R"({"name":"get_weather","arguments":{"city":"Oslo","days":9}})")));
+    EXPECT_FALSE(r->Accepts(text(R"({"name":"get_weather","arguments":{}})")));
+    for (const auto& t : g->terminals) EXPECT_TRUE(CheckRegex(t.regex, {}).ok()) << t.regex;
+  }
+}
+
 TEST(JsonSchemaTest, JsonObjectGrammar) {
   CompileLimits limits;
   limits.max_nesting = 3;
