@@ -153,7 +153,12 @@ inline void TransposedTile(const float* x, int64_t ldx, const float* w, int64_t 
     for (; k + L <= kc; k += L) {
       Reg t[L];
 #pragma GCC unroll 16
-      for (int i = 0; i < L; ++i) t[i] = V::Load(w + i * ldw + k);
+      for (int i = 0; i < L; ++i) {
+        // Four lines ahead in each row: kLanes rows are kLanes streams, more
+        // than the hardware prefetchers keep ahead of alone (~5% at one row).
+        __builtin_prefetch(w + i * ldw + k + 64);
+        t[i] = V::Load(w + i * ldw + k);
+      }
       V::Transpose(t);
 #pragma GCC unroll 16
       for (int j = 0; j < L; ++j) {
