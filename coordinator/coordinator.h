@@ -77,7 +77,7 @@ struct CoordinatorOptions {
   int64_t max_buffered_chunks = 1024;
   // Output threads, each owning a shard of the requests: detokenization, stop
   // strings, the responses and the writes they start (coordinator/output_pool.h).
-  int output_threads = 2;
+  int output_threads = 4;
   // Messages one chat may hold; more is INVALID_ARGUMENT naming chat.messages
   // before it is rendered (coordinator/request.h).
   int max_chat_messages = kDefaultMaxChatMessages;

@@ -71,7 +71,7 @@ struct EngineLoopOptions {
   // Records the live figures (coordinator_metrics.h) when set; must outlive the loop.
   CoordinatorMetrics* metrics = nullptr;
   // Output threads (OutputPool), each owning a shard of the requests (>= 1).
-  int output_threads = 2;
+  int output_threads = 4;
 };
 
 // How the loop reaches the workers: the Coordinator wires the worker pool,

@@ -98,7 +98,7 @@ ABSL_FLAG(int64_t, max_buffered_chunks, 1024,
           "responses held for a stream whose client is not reading; one more aborts its request "
           "with RESOURCE_EXHAUSTED");
 
-ABSL_FLAG(int, output_threads, 2,
+ABSL_FLAG(int, output_threads, 4,
           "threads that turn sampled tokens into streamed responses (detokenizing, stop strings, "
           "writes), each owning a share of the requests; the engine thread only schedules");
 
