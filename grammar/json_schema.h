@@ -45,8 +45,9 @@
 //   * minLength, maxLength, pattern (ECMA-262 with the u flag, search
 //     semantics: json_schema_regex.h lists what is supported), format:
 //     date-time, date, time, email, uuid, ipv4, ipv6, hostname, uri,
-//     uri-reference, json-pointer, byte (strings); int32, int64 (integers in
-//     range, as ajv-formats reads them); other formats are annotations.
+//     uri-reference, json-pointer, byte (strings); int32 (integers in range,
+//     as ajv-formats reads it), int64 (integers within +-(2^53 - 1), where
+//     JavaScript's are exact); other formats are annotations.
 //   * properties, required, additionalProperties, minProperties,
 //     maxProperties (counted along the members, at most 4096 count states);
 //     items, prefixItems, minItems, maxItems; uniqueItems: false (and true
