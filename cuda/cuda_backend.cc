@@ -18,6 +18,8 @@
 #include "cuda/cuda_graph.h"
 #include "cuda/decode_attention.cuh"
 #include "cuda/decode_plan.h"
+#include "cuda/det_attention.cuh"
+#include "cuda/det_gemm.cuh"
 #include "cuda/device_info.h"
 #include "cuda/embedding.cuh"
 #include "cuda/gather_rows.cuh"
@@ -58,8 +60,15 @@ constexpr size_t kCublasWorkspaceBytes = size_t{32} << 20;
 
 class CudaBackend final : public Backend {
  public:
-  CudaBackend(int device, cuda::KernelSet kernels, bool programmatic_launch, bool fuse_layer_ops)
-      : device_(device), kernels_(kernels), fuse_layers_(fuse_layer_ops && kernels == cuda::KernelSet::kFast) {
+  CudaBackend(int device, const CudaBackendOptions& options)
+      : device_(device),
+        kernels_(options.kernels),
+        deterministic_(options.deterministic),
+        det_partition_keys_(options.deterministic_partition_keys > 0 ? options.deterministic_partition_keys
+                                                                     : cuda::kDetPartitionKeys),
+        fuse_layers_(options.fuse_layer_ops && options.kernels == cuda::KernelSet::kFast && !options.deterministic) {
+    TPSERVE_CHECK(det_partition_keys_ % cuda::kDetKeyTile == 0, "CudaBackend: deterministic_partition_keys ",
+                  det_partition_keys_, " must be a multiple of ", cuda::kDetKeyTile);
     CUDA_CHECK(cudaSetDevice(device_));
     CUDA_CHECK(cudaStreamCreate(&stream_));
     CUDA_CHECK(cudaEventCreateWithFlags(&upload_done_, cudaEventDisableTiming));
@@ -68,7 +77,7 @@ class CudaBackend final : public Backend {
     const absl::StatusOr<cuda::DeviceInfo> info = cuda::QueryDevice(device_);
     TPSERVE_CHECK(info.ok(), "CudaBackend: ", info.status().ToString());
     multiprocessors_ = info->multiprocessors;
-    programmatic_ = programmatic_launch && kernels_ == cuda::KernelSet::kFast && info->compute_major >= 9;
+    programmatic_ = options.programmatic_launch && kernels_ == cuda::KernelSet::kFast && info->compute_major >= 9;
   }
   ~CudaBackend() override {
     cudaStreamSynchronize(stream_);
@@ -84,8 +93,8 @@ class CudaBackend final : public Backend {
   }
 
   std::string name() const override {
-    return kernels_ == cuda::KernelSet::kFast ? absl::StrCat("cuda:", device_)
-                                              : absl::StrCat("cuda:", device_, " (reference kernels)");
+    return absl::StrCat("cuda:", device_, kernels_ == cuda::KernelSet::kFast ? "" : " (reference kernels)",
+                        deterministic_ ? " (deterministic)" : "");
   }
   Device device() const override { return Device::kCuda; }
   DType compute_dtype() const override { return DType::kBF16; }
@@ -201,6 +210,10 @@ class CudaBackend final : public Backend {
     CheckLinear(kCudaBf16, x, w, bias, y);
     Expect(M <= 0x7fffffff && N <= 0x7fffffff && K <= 0x7fffffff, "Linear", "dimensions beyond int32");
     if (M == 0 || N == 0) return;
+    if (deterministic_) {  // one path for every M (cuda/det_gemm.cuh)
+      Launched("Linear", cuda::LaunchDetGemm(Bf(x), Bf(w), bias ? Bf(*bias) : nullptr, M, N, K, Bf(y), stream_));
+      return;
+    }
     if (kernels_ == cuda::KernelSet::kFast && cuda::GemvSupports(x.data, w.data, M, N, K)) {
       Launched("Linear", cuda::LaunchGemv(Bf(x), Bf(w), bias ? Bf(*bias) : nullptr, M, N, K, Bf(y),
                                           cuda::PlanGemv(N, K, multiprocessors_), stream_, programmatic_));
@@ -261,8 +274,8 @@ class CudaBackend final : public Backend {
     ExpectRows("LinearSiluMul", "out", out, M, F);
     Expect(w.dim(0) == 2 * F, "LinearSiluMul", "w_gate_up ", w.ShapeString(), " must have 2F = ", 2 * F,
            " rows for out ", out.ShapeString());
-    if (kernels_ != cuda::KernelSet::kFast || !cuda::GemvSupports(x.data, w.data, M, 2 * F, K)) {
-      Backend::LinearSiluMul(x, w, gate_up, out);
+    if (deterministic_ || kernels_ != cuda::KernelSet::kFast || !cuda::GemvSupports(x.data, w.data, M, 2 * F, K)) {
+      Backend::LinearSiluMul(x, w, gate_up, out);  // Linear (the deterministic GEMM there), then SiluMul
       return;
     }
     Launched("LinearSiluMul", cuda::LaunchGemvSiluMul(Bf(x), Bf(w), M, F, K, Bf(out),
@@ -324,6 +337,10 @@ class CudaBackend final : public Backend {
     a.v_cache = Bf(cache.v);
     a.out = Bf(out);
     const int64_t first_decode = s.num_tokens - s.num_decode_tokens;
+    if (deterministic_) {
+      AttendDeterministic(a, first_decode);
+      return;
+    }
     if (AttendDecodeRows(a, first_decode)) {  // the fast decode kernel took the decode rows
       // The prefill rows of a mixed step (most prefill steps under continuous
       // batching): the tensor-core prefill kernel where it covers them, else
@@ -472,6 +489,10 @@ class CudaBackend final : public Backend {
     ExpectRows("LinearAddResidual", "residual", residual, M, N);
     Expect(M <= 0x7fffffff && N <= 0x7fffffff && K <= 0x7fffffff, "LinearAddResidual", "dimensions beyond int32");
     if (M == 0 || N == 0) return;
+    if (deterministic_) {  // FusesLayerOps is false: the model never calls this
+      Backend::LinearAddResidual(x, w, bias, y, residual);
+      return;
+    }
     if (kernels_ == cuda::KernelSet::kFast && cuda::GemvSupports(x.data, w.data, M, N, K)) {
       Launched("LinearAddResidual",
                cuda::LaunchGemvAddResidual(Bf(x), Bf(w), bias ? Bf(*bias) : nullptr, M, N, K, Bf(residual),
@@ -574,6 +595,9 @@ class CudaBackend final : public Backend {
   // kernels take them: the reference set, no decode rows, or a shape the fast
   // kernel does not cover.
   bool AttendDecodeRows(const cuda::PagedAttentionArgs& a, int64_t first_decode);
+  // Deterministic mode: every row through cuda/det_attention.cuh (the
+  // reference kernel for shapes it does not cover).
+  void AttendDeterministic(const cuda::PagedAttentionArgs& a, int64_t first_decode);
 
   // y = x · wᵀ + beta · y through cuBLAS (fp32 accumulation, one rounding to bf16).
   void CublasLinear(const Tensor& x, const Tensor& w, float beta, Tensor y) {
@@ -601,7 +625,9 @@ class CudaBackend final : public Backend {
 
   int device_;
   cuda::KernelSet kernels_;  // which kernels the ops launch (cuda/kernel_set.h)
-  bool fuse_layers_;         // FusesLayerOps may say yes (fast set only)
+  bool deterministic_;       // batch-invariant Linear and Attention (cuda_backend.h)
+  int det_partition_keys_;   // keys per deterministic attention partition
+  bool fuse_layers_;         // FusesLayerOps may say yes (fast set only, not deterministic)
   int multiprocessors_ = 0;  // the device's SMs, for grid planning (cuda/gemv_plan.h, cuda/decode_plan.h)
   bool programmatic_ = false;  // PDL launches of the fast decode-path kernels (fast set, sm_90+)
   StepCapacity capacity_;  // from Reserve; zeros until then
@@ -631,6 +657,7 @@ class CudaBackend final : public Backend {
   uint32_t* qk_arrivals_ = nullptr;
   int32_t qk_arrival_heads_ = 0;
   int attention_partitions_ = 0;  // partitions of the longest reserved context
+  int det_partitions_ = 0;        // deterministic mode's partitions of the longest reserved context
 };
 
 // The split decode attention's partials (cuda/attention.cuh) for the most
@@ -660,6 +687,16 @@ absl::Status CudaBackend::ReserveAttentionWorkspace() {
       ? cuda::SplitDecodeWorkspaceFloats(rows, capacity_.max_query_heads, capacity_.max_head_dim,
                                          static_cast<int>(partitions))
       : 0;
+  const int64_t det_partitions = (context + det_partition_keys_ - 1) / det_partition_keys_;
+  if (deterministic_ && det_partitions > 65535) {
+    return absl::InvalidArgumentError(absl::StrCat("CudaBackend::Reserve: max_context ", capacity_.max_context,
+                                                   " is beyond the deterministic attention's ",
+                                                   65535 * int64_t{det_partition_keys_}, " tokens"));
+  }
+  if (floats > 0 && deterministic_) {  // one unnormalised partial row per (token, head, partition)
+    floats = std::max(floats, cuda::SplitDecodeWorkspaceFloats(rows, capacity_.max_query_heads, capacity_.max_head_dim,
+                                                                static_cast<int>(det_partitions)));
+  }
   if (floats > 0 && kernels_ == cuda::KernelSet::kFast) {  // one partial row per (token, head, split)
     const int64_t partials = cuda::DecodeWorkspacePartials(rows, context, multiprocessors_);
     floats = std::max(floats, cuda::SplitDecodeWorkspaceFloats(partials, capacity_.max_query_heads,
@@ -674,6 +711,7 @@ absl::Status CudaBackend::ReserveAttentionWorkspace() {
   decode_arrivals_ = nullptr;
   attention_workspace_floats_ = 0;
   attention_partitions_ = 0;
+  det_partitions_ = 0;
   if (floats == 0) return absl::OkStatus();
   void* ws = nullptr;
   if (cudaError_t err = cudaMalloc(&ws, floats * sizeof(float)); err != cudaSuccess) {
@@ -700,7 +738,44 @@ absl::Status CudaBackend::ReserveAttentionWorkspace() {
   attention_workspace_ = static_cast<float*>(ws);
   attention_workspace_floats_ = floats;
   attention_partitions_ = static_cast<int>(partitions);
+  det_partitions_ = static_cast<int>(det_partitions);
   return absl::OkStatus();
+}
+
+// Prefill rows through the uploaded 64-row tiles, in order; decode rows split
+// across blocks when the workspace holds their partials (the grid from the
+// reserved context while a graph is captured, so that it serves every replay;
+// from the step's longest context otherwise), in order when not. Both ways
+// give the same bits (cuda/det_attention.cuh), so the choice may follow the
+// step.
+void CudaBackend::AttendDeterministic(const cuda::PagedAttentionArgs& a, int64_t first_decode) {
+  if (!cuda::DetAttentionCovers(a.head_dim, a.num_heads, a.num_kv_heads)) {
+    Launched("Attention", cuda::LaunchPagedAttention(a, stream_));  // a function of each row alone too
+    return;
+  }
+  cuda::DetAttentionRows rows;
+  rows.partition_keys = det_partition_keys_;
+  if (first_decode > 0) {
+    rows.tiles = step_.prefill_tiles;
+    rows.num_tiles = step_.num_prefill_tiles;
+    rows.first_decode = a.num_tokens;  // no decode rows in this launch
+    Launched("Attention", cuda::LaunchDetAttention(a, rows, stream_));
+  }
+  const int64_t decodes = a.num_tokens - first_decode;
+  if (decodes == 0) return;
+  rows = cuda::DetAttentionRows();
+  rows.partition_keys = det_partition_keys_;
+  rows.first_decode = first_decode;
+  const int64_t partitions = capturing_ ? det_partitions_
+                                        : (int64_t{step_.max_token_position} + det_partition_keys_) / det_partition_keys_;
+  if (partitions > 1 && partitions <= det_partitions_ && attention_workspace_ != nullptr &&
+      cuda::SplitDecodeWorkspaceFloats(decodes, a.num_heads, a.head_dim, static_cast<int>(partitions)) <=
+          attention_workspace_floats_) {
+    rows.max_partitions = static_cast<int>(partitions);
+    rows.workspace = attention_workspace_;
+    rows.workspace_floats = attention_workspace_floats_;
+  }
+  Launched("Attention", cuda::LaunchDetAttention(a, rows, stream_));
 }
 
 // One arrival counter per q and k head of any layer (Hq + Hkv <= 2 Hq), for
@@ -926,7 +1001,15 @@ absl::Status CudaBackend::BeginStep(const StepMetadata& step, int64_t num_blocks
 
 std::unique_ptr<Backend> MakeCudaBackend(int device, cuda::KernelSet kernels, bool programmatic_launch,
                                          bool fuse_layer_ops) {
-  return std::make_unique<CudaBackend>(device, kernels, programmatic_launch, fuse_layer_ops);
+  CudaBackendOptions options;
+  options.kernels = kernels;
+  options.programmatic_launch = programmatic_launch;
+  options.fuse_layer_ops = fuse_layer_ops;
+  return MakeCudaBackend(device, options);
+}
+
+std::unique_ptr<Backend> MakeCudaBackend(int device, const CudaBackendOptions& options) {
+  return std::make_unique<CudaBackend>(device, options);
 }
 
 }  // namespace tpserve

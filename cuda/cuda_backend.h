@@ -40,6 +40,21 @@
 // the bits of the unfused fast ops. `fuse_layer_ops` false keeps them apart
 // (tests and gpu_bench compare the two).
 //
+// Deterministic mode (CudaBackendOptions::deterministic; --deterministic,
+// off by default): every op computes a row from that row alone, in one order
+// of operations, so a sequence's logits are the same bits whatever else is in
+// its steps, however its prompt was chunked, whether its prefix came from the
+// prefix cache or a recompute, and whether a CUDA graph ran the step
+// (docs/architecture.md, "The CUDA backend's deterministic mode"). Linear is
+// the tensor-core GEMM of cuda/det_gemm.cuh for every M (no GEMV, no cuBLAS,
+// no split-K); LinearSiluMul is that Linear then SiluMul; the decoder layers
+// are not fused; Attention runs every row, prefill and decode, through
+// cuda/det_attention.cuh (512-key partitions merged in order, split across
+// blocks for decode rows after Reserve); the norms, RoPE, the K/V store, the
+// embedding and the gather are per-row kernels in either set. The all-reduce
+// and the sampler are the rank's (rank/rank_start.h:
+// cuda/rank_order_all_reduce.h, and the one-block-per-row sampler).
+//
 // CUDA graphs (Backend::BeginCapture / EndCapture, cuda/cuda_graph.h): the
 // stream is captured in thread-local mode; Allocate, the host copies,
 // Synchronize, Reserve and BeginStep abort while a capture is open.
@@ -66,5 +81,20 @@ namespace tpserve {
 // be true (fast set only; above).
 std::unique_ptr<Backend> MakeCudaBackend(int device = 0, cuda::KernelSet kernels = cuda::KernelSet::kFast,
                                          bool programmatic_launch = true, bool fuse_layer_ops = true);
+
+struct CudaBackendOptions {
+  cuda::KernelSet kernels = cuda::KernelSet::kFast;
+  bool programmatic_launch = true;
+  bool fuse_layer_ops = true;  // ignored (off) in deterministic mode
+  // Batch-invariant kernels (above); with either kernel set, which then
+  // supplies only the per-row ops.
+  bool deterministic = false;
+  // Keys per attention partition in deterministic mode; 0: 512
+  // (cuda::kDetPartitionKeys). A fixed constant of the backend: tests shrink
+  // it (a positive multiple of 16) to reach several partitions at small
+  // contexts.
+  int deterministic_partition_keys = 0;
+};
+std::unique_ptr<Backend> MakeCudaBackend(int device, const CudaBackendOptions& options);
 
 }  // namespace tpserve

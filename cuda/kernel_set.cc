@@ -32,4 +32,13 @@ absl::StatusOr<bool> ProgrammaticLaunchFromEnvironment() {
                                                  "kernels' programmatic dependent launch on sm_90+) or \"off\""));
 }
 
+absl::StatusOr<bool> DeterministicFromEnvironment() {
+  const char* value = std::getenv(kDeterministicEnv);
+  if (value == nullptr || *value == '\0' || absl::string_view(value) == "0") return false;
+  if (absl::string_view(value) == "1") return true;
+  return absl::InvalidArgumentError(absl::StrCat(kDeterministicEnv, "=\"", value,
+                                                 "\" is not a setting: use \"1\" (batch-invariant kernels, "
+                                                 "cuda/cuda_backend.h) or \"0\" (the default)"));
+}
+
 }  // namespace tpserve::cuda

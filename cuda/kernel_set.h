@@ -41,4 +41,14 @@ inline constexpr char kPdlEnv[] = "TPSERVE_PDL";
 // INVALID_ARGUMENT naming TPSERVE_PDL otherwise.
 absl::StatusOr<bool> ProgrammaticLaunchFromEnvironment();
 
+// The CUDA backend's deterministic mode (cuda/cuda_backend.h): the flag
+// --deterministic of tpserve-worker and tpserve-generate, or this variable,
+// which `tpserve-coordinator --deterministic` sets for the workers it spawns
+// (they inherit its environment, as they do TPSERVE_KERNELS).
+inline constexpr char kDeterministicEnv[] = "TPSERVE_DETERMINISTIC";
+
+// TPSERVE_DETERMINISTIC: true for "1", false for "0", unset or empty;
+// INVALID_ARGUMENT naming the variable otherwise.
+absl::StatusOr<bool> DeterministicFromEnvironment();
+
 }  // namespace tpserve::cuda

@@ -261,11 +261,13 @@ std::vector<double> HostAttentionRow(const float* q, const std::vector<float>& k
 //   softmax: exp within (8 + 6·R) fp32 ulp (CUDA's __expf/exp2f grow with the
 //     argument, R = the scores' range; its argument's own rounding), twice
 //     (term and sum), once more per online-softmax rescale or split merge
-//     (at most 2 + ctx/16 of them); then Σ p·v in fp32 (γ_{ctx+1}·Σ p·|v|);
+//     (at most 2 + ctx/16 of them, plus `merges` more for a kernel that also
+//     merges partitions of a 16-key-tiled softmax); then Σ p·v in fp32
+//     (γ_{ctx+1}·Σ p·|v|);
 //   a GPU kernel may round P to bf16 for the tensor cores (u per term) and
 //   rounds its output to bf16 (u); the CPU keeps fp32.
 // So with W = Σ_j p_j·|v_j| per element:
-//   eta = e^{2E} − 1 + 2·(8 + 6R)·2^-23·(2 + ctx/16)
+//   eta = e^{2E} − 1 + 2·(8 + 6R)·2^-23·(2 + ctx/16 + merges)
 //   cpu = (eta + γ_{ctx+1}·(1 + eta))·W
 //   gpu = b + u·(|out| + b),  b = (etaP + γ_{ctx+1}·(1 + etaP))·W,  etaP = (1 + eta)(1 + u) − 1
 struct AttentionBounded {
@@ -273,7 +275,8 @@ struct AttentionBounded {
 };
 template <typename SlotFn>
 AttentionBounded HostAttentionRowBounded(const float* q, const std::vector<float>& k, const std::vector<float>& v,
-                                         int hkv, int hd, int kvh, int ctx, float scale, SlotFn&& slot) {
+                                         int hkv, int hd, int kvh, int ctx, float scale, SlotFn&& slot,
+                                         int merges = 0) {
   std::vector<double> s(static_cast<size_t>(ctx));
   double hi = -INFINITY, lo = INFINITY, e_max = 0;
   for (int j = 0; j < ctx; ++j) {
@@ -300,7 +303,7 @@ AttentionBounded HostAttentionRowBounded(const float* q, const std::vector<float
       mag[static_cast<size_t>(d)] += e * std::abs(v[static_cast<size_t>(at + d)]);
     }
   }
-  const double eta = std::expm1(2 * e_max) + 2 * (8 + 6 * (hi - lo)) * kF32Unit * (2 + ctx / 16.0);
+  const double eta = std::expm1(2 * e_max) + 2 * (8 + 6 * (hi - lo)) * kF32Unit * (2 + ctx / 16.0 + merges);
   const double eta_p = (1 + eta) * (1 + kBf16Unit) - 1, g = Gamma(ctx + 1);
   AttentionBounded b;
   for (int d = 0; d < hd; ++d) {

@@ -54,5 +54,24 @@ TEST(KernelSetTest, PdlSwitchDefaultsToOnAndRefusesOtherValues) {
   ::unsetenv(kPdlEnv);
 }
 
+// TPSERVE_DETERMINISTIC: off unless "1"; "0" and empty are off; anything else
+// is refused naming the variable.
+TEST(KernelSetTest, DeterministicSwitchDefaultsToOffAndRefusesOtherValues) {
+  ::unsetenv(kDeterministicEnv);
+  EXPECT_EQ(*DeterministicFromEnvironment(), false);
+  ::setenv(kDeterministicEnv, "", 1);
+  EXPECT_EQ(*DeterministicFromEnvironment(), false);
+  ::setenv(kDeterministicEnv, "0", 1);
+  EXPECT_EQ(*DeterministicFromEnvironment(), false);
+  ::setenv(kDeterministicEnv, "1", 1);
+  EXPECT_EQ(*DeterministicFromEnvironment(), true);
+  ::setenv(kDeterministicEnv, "yes", 1);
+  const absl::StatusOr<bool> bad = DeterministicFromEnvironment();
+  ASSERT_FALSE(bad.ok());
+  EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(bad.status().message(), HasSubstr("TPSERVE_DETERMINISTIC=\"yes\""));
+  ::unsetenv(kDeterministicEnv);
+}
+
 }  // namespace
 }  // namespace tpserve::cuda
