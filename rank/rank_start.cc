@@ -19,6 +19,7 @@
 #ifdef TPSERVE_WITH_CUDA
 #include "cuda/cuda_backend.h"
 #include "cuda/cuda_sampler.h"
+#include "cuda/rank_order_all_reduce.h"
 #endif
 
 namespace tpserve {
@@ -39,10 +40,14 @@ absl::Status MakeBackend(const RankEnv& env, const RankStartOptions& options, Ra
   }
   TPSERVE_ASSIGN_OR_RETURN(const GpuPlacement place, PlaceRankOnGpu(env));  // fails without CUDA
 #ifdef TPSERVE_WITH_CUDA
-  TPSERVE_ASSIGN_OR_RETURN(const cuda::KernelSet kernels, cuda::KernelSetFromEnvironment());
-  TPSERVE_ASSIGN_OR_RETURN(const bool programmatic, cuda::ProgrammaticLaunchFromEnvironment());
-  rank.backend = MakeCudaBackend(place.device, kernels, programmatic);
+  CudaBackendOptions cuda_options;
+  TPSERVE_ASSIGN_OR_RETURN(cuda_options.kernels, cuda::KernelSetFromEnvironment());
+  TPSERVE_ASSIGN_OR_RETURN(cuda_options.programmatic_launch, cuda::ProgrammaticLaunchFromEnvironment());
+  TPSERVE_ASSIGN_OR_RETURN(const bool deterministic_env, cuda::DeterministicFromEnvironment());
+  cuda_options.deterministic = options.deterministic || deterministic_env;
+  rank.backend = MakeCudaBackend(place.device, cuda_options);
   rank.gpu = place;
+  rank.deterministic = cuda_options.deterministic;
   return absl::OkStatus();
 #else
   (void)place;
@@ -59,7 +64,13 @@ absl::StatusOr<std::unique_ptr<Communicator>> MakeNccl(const RankEnv& env, const
   if (options.timeout.count() > 0) nccl.timeout = options.timeout;
   absl::StatusOr<std::unique_ptr<NcclCommunicator>> comm = NcclCommunicator::Create(store, env.rank, env.world_size, nccl);
   if (!comm.ok()) return MarkOutOfStep(comm.status());  // the other ranks cannot go on without this one
-  return std::unique_ptr<Communicator>(*std::move(comm));
+  if (!rank.deterministic) return std::unique_ptr<Communicator>(*std::move(comm));
+  // NCCL's own all-reduce orders each element's sum by the buffer's length
+  // (cuda/rank_order_all_reduce.h): all-gather, then add in rank order.
+  absl::StatusOr<std::unique_ptr<Communicator>> ordered =
+      cuda::MakeRankOrderAllReduce(*std::move(comm), nccl.stream, options.max_all_reduce_elements);
+  if (!ordered.ok()) return MarkOutOfStep(ordered.status());  // the peers have their communicators
+  return ordered;
 #else
   (void)env, (void)options, (void)store, (void)rank;
   return absl::InternalError("NCCL was chosen in a build without NCCL");
@@ -103,6 +114,11 @@ absl::Status MakeCommunicator(const RankEnv& env, const RankStartOptions& option
     rank.prefix_store = std::make_unique<PrefixStore>(options.store_prefix, *options.store);
     store = rank.prefix_store.get();
   }
+  if (kind == CommKind::kNccl && rank.deterministic && options.max_all_reduce_elements <= 0) {
+    return absl::InvalidArgumentError(
+        "deterministic NCCL ranks need RankStartOptions::max_all_reduce_elements (the step's most tokens × the "
+        "hidden size) for the all-reduce's workspace");
+  }
   TPSERVE_ASSIGN_OR_RETURN(rank.comm, kind == CommKind::kNccl ? MakeNccl(env, options, *store, rank)
                                                               : MakeGloo(env, options, *store));
   return absl::OkStatus();
@@ -122,6 +138,10 @@ absl::Status MakeSampler(const RankEnv& env, const RankStartOptions& options, Ra
   sampling.max_logprobs = kMaxLogprobs;
   // The same kernel set as the backend's (TPSERVE_KERNELS; validated when the backend was made).
   TPSERVE_ASSIGN_OR_RETURN(sampling.kernels, cuda::KernelSetFromEnvironment());
+  // Deterministic: always the one-block-per-row kernel. The sliced path
+  // serves only some steps (few rows, no penalties or log-probs) and may
+  // round a CDF boundary otherwise, so a row's token would depend on the rest.
+  if (rank.deterministic) sampling.kernels = cuda::KernelSet::kReference;
   TPSERVE_ASSIGN_OR_RETURN(rank.sampler,
                            cuda::CudaSampler::Create(sampling, static_cast<cudaStream_t>(rank.backend->stream())));
 #else
@@ -143,6 +163,7 @@ RankResources& RankResources::operator=(RankResources&& other) noexcept {
   comm = std::move(other.comm);
   sampler = std::move(other.sampler);
   gpu = std::exchange(other.gpu, std::nullopt);
+  deterministic = other.deterministic;
   return *this;
 }
 

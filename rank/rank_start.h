@@ -10,6 +10,13 @@
 //                    sharing a GPU). Rank 0 also gets the device sampler
 //                    (cuda::CudaSampler for max_seqs rows of vocab_size logits
 //                    and sampling/limits.h's kMaxLogprobs).
+//                    Deterministic (options.deterministic, or
+//                    TPSERVE_DETERMINISTIC=1 in the environment): the
+//                    backend's batch-invariant kernels (cuda/cuda_backend.h),
+//                    the one-block-per-row sampler, and NCCL's all-reduce
+//                    replaced by an all-gather summed in rank order
+//                    (cuda/rank_order_all_reduce.h; gloo already sums so).
+//                    The CPU backend is batch-invariant always.
 //
 // Errors, each naming the option and the fix: INVALID_ARGUMENT for an unknown
 // backend name, a missing store when world_size > 1, or a missing vocab_size
@@ -53,6 +60,12 @@ struct RankStartOptions {
   // when a sampler is made) and the most sequences in one step.
   int64_t vocab_size = 0;
   int32_t max_seqs = 256;
+  // CUDA ranks: batch-invariant kernels, sampler and all-reduce (above).
+  bool deterministic = false;
+  // The most elements one all-reduce carries (the step's most tokens × the
+  // hidden size): the deterministic all-reduce's workspace over NCCL; needed
+  // (> 0) there, unused elsewhere.
+  int64_t max_all_reduce_elements = 0;
 };
 
 // What StartRank made. Members are destroyed in reverse order: the sampler and
@@ -69,10 +82,13 @@ struct RankResources {
   std::unique_ptr<Communicator> comm;
   std::unique_ptr<DeviceSampler> sampler;  // rank 0 on the CUDA backend; else null
   std::optional<GpuPlacement> gpu;         // the CUDA backend's device and communicator kind
+  bool deterministic = false;              // a CUDA rank in deterministic mode (flag or environment)
 };
 
 // Makes rank env.rank's backend, communicator and (rank 0, CUDA) device
-// sampler. Blocks in the rendezvous until every rank has arrived (or the
+// sampler. INVALID_ARGUMENT also for a malformed TPSERVE_KERNELS, TPSERVE_PDL
+// or TPSERVE_DETERMINISTIC, and for deterministic NCCL ranks without
+// max_all_reduce_elements. Blocks in the rendezvous until every rank has arrived (or the
 // timeout passed) when world_size > 1.
 absl::StatusOr<RankResources> StartRank(const RankEnv& env, const RankStartOptions& options);
 

@@ -119,6 +119,8 @@ absl::Status CommandHandler::Load(const iv1::Load& load, iv1::Loaded& out) {
   start.timeout = std::chrono::milliseconds(load.collective_timeout_ms());
   start.vocab_size = config.vocab_size;
   start.max_seqs = static_cast<int32_t>(options.max_num_seqs);
+  start.deterministic = options_.deterministic || load.deterministic();
+  start.max_all_reduce_elements = options.max_num_tokens * config.hidden_size;  // [T, D]: embedding, o_proj, down
   rank_ = RankResources();  // what a failed Load made goes (in order) before the new rank is made
   TPSERVE_ASSIGN_OR_RETURN(rank_, StartRank(options_.rank, start));  // a failed rendezvous is out of step
   block_size_ = load.block_size() > 0 ? static_cast<int32_t>(load.block_size()) : 16;

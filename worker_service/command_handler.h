@@ -33,6 +33,7 @@ struct WorkerOptions {
   RankEnv rank;                        // rank, world size, local rank / world size
   std::string comm_host = "127.0.0.1"; // address gloo listens on (peers connect to it)
   int cpu_threads = 0;                 // GEMM threads; 0 = cores / local ranks
+  bool deterministic = false;          // CUDA: batch-invariant kernels (rank/rank_start.h); or Load's
 };
 
 class CommandHandler {

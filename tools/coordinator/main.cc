@@ -83,6 +83,10 @@ ABSL_FLAG(std::string, worker_transport, "auto",
           "how steps reach the workers: auto (shared memory when every worker is on this host, "
           "else the gRPC streams), grpc, or shm");
 ABSL_FLAG(bool, enforce_eager, false, "run every step eagerly: no CUDA graphs for decode steps (CUDA workers)");
+ABSL_FLAG(bool, deterministic, false,
+          "CUDA workers: batch-invariant kernels, sampler and all-reduce, so a request gets the same tokens and "
+          "log-probs whatever else is in its steps (slower; CPU workers always are). Reaches the workers this "
+          "coordinator spawns; start others with tpserve-worker --deterministic");
 
 // Requests and steps.
 ABSL_FLAG(std::string, chat_template, "auto",
@@ -180,6 +184,8 @@ int main(int argc, char** argv) {
       "  tpserve-coordinator --model M --tp 4 --worker-listen 0.0.0.0:50052 --tls-cert s.pem --tls-key s.key\n",
       {__FILE__});
   tpserve::ParseFlagsWithDashes(argc, argv);  // --max-model-len as well as --max_model_len
+  // --spawn-workers' workers inherit the environment (cuda/kernel_set.h, kDeterministicEnv).
+  if (absl::GetFlag(FLAGS_deterministic)) setenv("TPSERVE_DETERMINISTIC", "1", 1);
   sigset_t set;
   sigemptyset(&set);
   sigaddset(&set, SIGTERM);

@@ -60,6 +60,9 @@ ABSL_FLAG(bool, enable_prefix_caching, true,
           "reuse the KV blocks of identical prompt prefixes (--noenable-prefix-caching or "
           "--enable-prefix-caching=false: off)");
 ABSL_FLAG(bool, enforce_eager, false, "run every step eagerly: no CUDA graphs for decode steps");
+ABSL_FLAG(bool, deterministic, false,
+          "--backend cuda: batch-invariant kernels, sampler and all-reduce, so a sequence's tokens and logits "
+          "do not depend on the rest of the batch (also TPSERVE_DETERMINISTIC=1; the CPU backend always is)");
 ABSL_FLAG(std::string, backend, "cpu",
           "cpu, or cuda (the GPU of each rank's local rank; NCCL between ranks with a GPU each, "
           "gloo through host memory when ranks share one)");
@@ -129,6 +132,8 @@ absl::StatusOr<RankResources> StartThisRank(const RankEnv& env, const std::strin
   start.store = store;
   start.vocab_size = config.vocab_size;
   start.max_seqs = static_cast<int32_t>(absl::GetFlag(FLAGS_max_num_seqs));
+  start.deterministic = absl::GetFlag(FLAGS_deterministic);
+  start.max_all_reduce_elements = absl::GetFlag(FLAGS_max_num_tokens) * config.hidden_size;
   return StartRank(env, start);
 }
 

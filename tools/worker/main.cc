@@ -46,6 +46,9 @@ ABSL_FLAG(std::string, tls_key, "", "PEM private key of --tls-cert (chmod 600)")
 ABSL_FLAG(std::string, tls_server_name, "",
           "the name the coordinator's certificate carries, if not the host of --coordinator");
 ABSL_FLAG(int, threads, 0, "CPU backend GEMM threads (0 = cores / ranks on this host)");
+ABSL_FLAG(bool, deterministic, false,
+          "CUDA backend: batch-invariant kernels, sampler and all-reduce (also TPSERVE_DETERMINISTIC=1; the "
+          "CPU backend always is)");
 
 namespace {
 
@@ -95,6 +98,7 @@ absl::StatusOr<tpserve::SessionOptions> OptionsFromFlags() {
   options.connect_timeout = absl::GetFlag(FLAGS_connect_timeout);
   options.worker.comm_host = absl::GetFlag(FLAGS_comm_host);
   options.worker.cpu_threads = absl::GetFlag(FLAGS_threads);
+  options.worker.deterministic = absl::GetFlag(FLAGS_deterministic);
   std::string secret_file = absl::GetFlag(FLAGS_cluster_secret_file);
   const char* secret_env = std::getenv(tpserve::kClusterSecretFileEnv);
   const bool from_env = secret_file.empty() && secret_env != nullptr && *secret_env != '\0';
