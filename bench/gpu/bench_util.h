@@ -83,9 +83,17 @@ struct Sizes {
     z.gemv_rotate_bytes = 1, z.gemv_iters = 1;
     z.sampler_vocab = 2053, z.sampler_batches = {1, 3}, z.sampler_iters = 1;
     z.max_num_seqs = 4;
+    z.det_rows = {1, 3}, z.det_attention_batch = 2, z.det_contexts = {600}, z.det_prefill = 70;
+    z.det_decode_batches = {1, 3};
     z.target_model = "tiny", z.target_attention_batch = 2, z.target_min_context = 600;  // the paths run, unjudged
     return z;
   }
+  // The deterministic section (deterministic_section.cc) and served rows.
+  std::vector<int64_t> det_rows{1, 8, 64, 256};   // Linear's M
+  int det_attention_batch = 64;
+  std::vector<int32_t> det_contexts{1024, 4096};
+  int32_t det_prefill = 2048;
+  std::vector<int> det_decode_batches{1, 64};     // served decode rows (the target is at batch 64)
   int max_attention_context() const { return *std::max_element(attention_contexts.begin(), attention_contexts.end()); }
   int max_attention_batch() const { return *std::max_element(attention_batches.begin(), attention_batches.end()); }
   int max_decode_batch() const { return *std::max_element(decode_batches.begin(), decode_batches.end()); }
@@ -130,6 +138,9 @@ bool SamplerSection(const Sizes& z, std::ostream& table);
 // A decoder layer's fused ops (Backend::FusesLayerOps) against the unfused ops
 // they stand for, at the GEMV's rows, on Qwen3-0.6B's shapes.
 bool FusionSection(const Sizes& z, std::ostream& table);
+// The deterministic mode's GEMM and attention beside the fast set's kernels
+// (deterministic_section.cc).
+bool DeterministicSection(const Sizes& z, double bw, std::ostream& table);
 // One eager batch-1 decode step of the model in `dir` op by op with CUDA
 // events, next to its graph replay (profile_section.cc).
 bool ProfileSection(const Sizes& z, const std::filesystem::path& dir, const std::string& name, std::ostream& table);

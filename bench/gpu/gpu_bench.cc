@@ -49,6 +49,12 @@
 //     Qwen3-0.6B's layer, eagerly and as graphs (kernel_sections.cc,
 //     FusionSection); and the served decode rows at batch 1 and 8 with the
 //     fused layers off;
+//   * deterministic mode (cuda/cuda_backend.h; issue 28's target: at most 15%
+//     slower than the fast set at batch 64): the batch-invariant GEMM beside
+//     the GEMV / cuBLAS at M = 1, 8, 64, 256 and its attention beside the fast
+//     kernels (deterministic_section.cc), and the served decode rows at batch
+//     1 and 64 in deterministic mode (its one-block-per-row sampler
+//     included), with the batch-64 cost against the fast rows;
 //   * one eager batch-1 decode step of the first model op by op, each op
 //     between two CUDA events, next to the same step replayed as a graph
 //     (profile_section.cc): the per-kernel profile without a profiler;
@@ -63,7 +69,7 @@
 // time limit still leaves what it measured.
 //
 //   gpu_bench [--models qwen3-0.6b,llama-3.2-1b] [--out FILE] [--workdir DIR]
-//             [--sections gemv,fusion,attention,prefill-attention,sampler,models,profile,throughput]
+//             [--sections gemv,fusion,deterministic,attention,prefill-attention,sampler,models,profile,throughput]
 //             [--throughput-seqs 256] [--smoke]
 // (sections run in that order; the throughput run is the longest, so last).
 #include <cublas_v2.h>
@@ -77,6 +83,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <memory>
 #include <optional>
 #include <random>
@@ -199,7 +206,8 @@ struct ServingEngine {
 absl::StatusOr<ServingEngine> MakeServingEngine(const Sizes& z, const std::filesystem::path& model_dir,
                                                 Backend& backend, Communicator& solo, int64_t max_position,
                                                 int64_t num_blocks, int64_t max_num_tokens = 8192,
-                                                bool sampler_graphs = true) {
+                                                bool sampler_graphs = true,
+                                                cuda::KernelSet sampler_kernels = cuda::KernelSet::kFast) {
   EngineOptions options;
   options.model.max_num_tokens = max_num_tokens;
   options.model.max_num_seqs = z.max_num_seqs;
@@ -212,6 +220,7 @@ absl::StatusOr<ServingEngine> MakeServingEngine(const Sizes& z, const std::files
   sampling.max_seqs = static_cast<int32_t>(options.model.max_num_seqs);
   sampling.vocab_size = config->vocab_size;
   sampling.batch_graphs = sampler_graphs;
+  sampling.kernels = sampler_kernels;
   ServingEngine out;
   absl::StatusOr<std::unique_ptr<cuda::CudaSampler>> sampler =
       cuda::CudaSampler::Create(sampling, static_cast<cudaStream_t>(backend.stream()));
@@ -321,19 +330,28 @@ bool ThroughputSection(const Sizes& z, const std::filesystem::path& model_dir, i
 // two batches only, so a GPU run says whether PDL pays. `sampler_graphs`
 // false: the sampler runs eagerly after the forward's graph (no decode-batch
 // graphs, cuda/cuda_sampler.h), the first two batches only, against the rows
-// where it is a graph of its own.
+// where it is a graph of its own. `deterministic`: the backend's
+// batch-invariant mode with the one-block-per-row sampler, as rank/ starts it
+// (Sizes::det_decode_batches).
+// Each row's ms/step is kept in g_decode_ms ("model|set|batch").
+std::map<std::string, double> g_decode_ms;
 absl::Status ServedDecodeRows(const Sizes& z, const std::filesystem::path& dir, const std::string& name, double bw,
                               int64_t weight_bytes, cuda::KernelSet kernels, bool programmatic, std::ostream& table,
-                              bool sampler_graphs = true, bool fuse_layers = true) {
+                              bool sampler_graphs = true, bool fuse_layers = true, bool deterministic = false) {
   absl::StatusOr<ModelConfig> c = LoadModelConfig(dir);
   if (!c.ok()) return c.status();
   const int prompt = z.decode_prompt, outputs = z.decode_steps + 1, max_batch = z.max_decode_batch();
   const int64_t blocks_per_seq = (prompt + outputs + kBlockSize - 1) / kBlockSize;
-  std::unique_ptr<Backend> backend = MakeCudaBackend(0, kernels, programmatic, fuse_layers);
+  CudaBackendOptions backend_options;
+  backend_options.kernels = kernels;
+  backend_options.programmatic_launch = programmatic;
+  backend_options.fuse_layer_ops = fuse_layers;
+  backend_options.deterministic = deterministic;
+  std::unique_ptr<Backend> backend = MakeCudaBackend(0, backend_options);
   std::unique_ptr<Communicator> solo = MakeSoloCommunicator();
   absl::StatusOr<ServingEngine> serving =
       MakeServingEngine(z, dir, *backend, *solo, 2048, max_batch * blocks_per_seq + 16, std::max(8192, max_batch * prompt),
-                        sampler_graphs);
+                        sampler_graphs, deterministic ? cuda::KernelSet::kReference : kernels);
   if (!serving.ok()) return serving.status();
   const int64_t kv_bytes_per_token = 2 * c->num_layers * c->num_kv_heads * c->head_dim * 2;
   // Warm-up: the cache, the graphs, cuBLAS and the sampler's first calls stay out of the numbers.
@@ -343,8 +361,10 @@ absl::Status ServedDecodeRows(const Sizes& z, const std::filesystem::path& dir, 
   std::vector<int> batches = z.decode_batches;
   if (kernels == cuda::KernelSet::kReference && batches.size() > 2) batches = {batches.front(), batches[batches.size() / 2]};
   if ((!programmatic || !sampler_graphs || !fuse_layers) && batches.size() > 2) batches = {batches[0], batches[1]};
+  if (deterministic) batches = z.det_decode_batches;
   const std::string set = absl::StrCat(cuda::KernelSetName(kernels), " kernels", programmatic ? "" : ", PDL off",
-                                       sampler_graphs ? "" : ", sampler eager", fuse_layers ? "" : ", layers unfused");
+                                       sampler_graphs ? "" : ", sampler eager", fuse_layers ? "" : ", layers unfused",
+                                       deterministic ? ", deterministic" : "");
   for (int batch : batches) {
     const std::vector<GenerationRequest> requests = FixedRequests(batch, prompt, outputs, static_cast<int>(c->vocab_size));
     absl::StatusOr<std::vector<GenerationResult>> results = serving->engine->Generate(requests);
@@ -353,6 +373,7 @@ absl::Status ServedDecodeRows(const Sizes& z, const std::filesystem::path& dir, 
     const double steps = double(st.decode_tokens) / batch;
     if (steps < 1) return absl::InternalError(absl::StrCat("batch ", batch, ": no decode-only step was timed"));
     const double s = st.decode_seconds / steps;
+    g_decode_ms[absl::StrCat(name, "|", set, "|", batch)] = s * 1e3;
     if (name == z.target_model && kernels == cuda::KernelSet::kFast && programmatic && sampler_graphs && fuse_layers &&
         batch == 1) {
       RecordTarget(Target::kBatch1Decode, s * 1e3);
@@ -379,6 +400,23 @@ absl::Status ModelSection(const Sizes& z, const std::filesystem::path& dir, cons
   TPSERVE_RETURN_IF_ERROR(ServedDecodeRows(z, dir, name, bw, weight_bytes, cuda::KernelSet::kFast, true, table,
                                            /*sampler_graphs=*/true, /*fuse_layers=*/false));
   TPSERVE_RETURN_IF_ERROR(ServedDecodeRows(z, dir, name, bw, weight_bytes, cuda::KernelSet::kReference, true, table));
+  TPSERVE_RETURN_IF_ERROR(ServedDecodeRows(z, dir, name, bw, weight_bytes, cuda::KernelSet::kFast, true, table,
+                                           /*sampler_graphs=*/true, /*fuse_layers=*/true, /*deterministic=*/true));
+  {  // issue 28's target: deterministic decode at most 15% slower than the fast set at batch 64
+    const int batch = z.det_decode_batches.back();
+    const auto fast = g_decode_ms.find(absl::StrCat(name, "|fast kernels|", batch));
+    const auto det = g_decode_ms.find(absl::StrCat(name, "|fast kernels, deterministic|", batch));
+    if (fast != g_decode_ms.end() && det != g_decode_ms.end()) {
+      const double ratio = det->second / fast->second;
+      char line[320];
+      std::snprintf(line, sizeof line,
+                    "| %s | deterministic vs fast decode, batch %d (issue 28: <= 1.15x) | %.2fx ms/step (%+.0f%%) |"
+                    " 1.15x | %s |\n",
+                    name.c_str(), batch, ratio, 100 * (ratio - 1),
+                    z.smoke ? "not judged (smoke)" : ratio <= 1.15 ? "met" : "not met");
+      table << line;
+    }
+  }
   std::unique_ptr<Backend> backend = MakeCudaBackend(0);
   std::unique_ptr<Communicator> solo = MakeSoloCommunicator();
   ModelOptions options;
@@ -431,7 +469,7 @@ absl::Status ModelSection(const Sizes& z, const std::filesystem::path& dir, cons
 
 struct Options {
   std::string models, out_path = "bench/results/gpu_bench.md";
-  std::string sections = "gemv,fusion,attention,prefill-attention,sampler,models,profile,throughput";
+  std::string sections = "gemv,fusion,deterministic,attention,prefill-attention,sampler,models,profile,throughput";
   int throughput_seqs = 256;
   Sizes z;
   std::filesystem::path workdir = std::filesystem::temp_directory_path();
@@ -517,6 +555,11 @@ bool RunKernelSections(const Options& o, double bw, Report& report) {
   if (o.Wants("fusion")) {
     std::fprintf(stderr, "gpu_bench: a decoder layer's fused ops vs the unfused ops\n");
     ok &= gpu_bench::FusionSection(o.z, table);
+    report.Flush();
+  }
+  if (o.Wants("deterministic")) {
+    std::fprintf(stderr, "gpu_bench: deterministic mode's GEMM and attention vs the fast set\n");
+    ok &= gpu_bench::DeterministicSection(o.z, bw, table);
     report.Flush();
   }
   if (o.Wants("attention")) {
