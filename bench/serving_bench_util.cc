@@ -289,6 +289,10 @@ CpuSpent CpuBetween(const CpuSample& before, const CpuSample& after) {
     const auto it = start.find(t.tid);
     const double d = t.seconds - (it == start.end() ? 0.0 : it->second);
     threads_sum += d;
+    std::string group = t.name;
+    while (!group.empty() && group.back() >= '0' && group.back() <= '9') group.pop_back();
+    if (group.size() < t.name.size()) group += "*";
+    spent.by_name[group] += d;
     if (d > spent.busiest_seconds) {
       spent.busiest_seconds = d;
       spent.busiest_name = t.name;

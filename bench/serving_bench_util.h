@@ -9,6 +9,7 @@
 #include <chrono>
 #include <cstdint>
 #include <filesystem>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -129,6 +130,9 @@ struct CpuSpent {
   double all_seconds = 0;
   double busiest_seconds = 0;
   std::string busiest_name;
+  // By thread name, the threads of a pool together ("tpserve-out-0" and
+  // "tpserve-out-1" as "tpserve-out-*").
+  std::map<std::string, double> by_name;
 };
 CpuSpent CpuBetween(const CpuSample& before, const CpuSample& after);
 

@@ -1,5 +1,6 @@
 #include "bench/serving_full_batch.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <map>
 #include <memory>
@@ -23,7 +24,7 @@ constexpr int kStepUs = 2000;
 constexpr int kBatches[] = {64, 256, 1024};
 constexpr int kMaxBatch = 1024;
 constexpr int kBatchOneStepUs = 300;
-constexpr int kBatchOneTokens = 2000;
+constexpr int kBatchOneTokens = 3000;
 
 // One batch run as the server and the client saw it.
 struct Run {
@@ -33,6 +34,7 @@ struct Run {
   double cpu_per_message_us = 0;
   double tokens_per_message = 0;
   double tpot_p50_ms = 0, tpot_p99_ms = 0;
+  std::map<std::string, double> by_thread_us;  // CPU per output token by thread (pools together)
 };
 
 Run Measure(Server& server, int batch, int tokens, int* salt) {
@@ -50,13 +52,16 @@ Run Measure(Server& server, int batch, int tokens, int* salt) {
     messages += static_cast<double>(s.chunks.size());
     tpot.push_back(TimePerOutputToken(s));
   }
+  std::map<std::string, double> by_thread;
+  for (const auto& [name, seconds] : spent.by_name) by_thread[name] = 1e6 * seconds / n;
   return {.cpu_all_us = 1e6 * spent.all_seconds / n,
           .cpu_busiest_us = 1e6 * spent.busiest_seconds / n,
           .busiest = spent.busiest_name,
           .cpu_per_message_us = 1e6 * spent.all_seconds / messages,
           .tokens_per_message = n / messages,
           .tpot_p50_ms = 1e3 * Percentile(tpot, 50),
-          .tpot_p99_ms = 1e3 * Percentile(tpot, 99)};
+          .tpot_p99_ms = 1e3 * Percentile(tpot, 99),
+          .by_thread_us = std::move(by_thread)};
 }
 
 // The repetitions of one (server, batch).
@@ -78,13 +83,31 @@ struct Runs {
     }
     return best;
   }
+  // "name median, ..." of the CPU per token by thread, most first (those above 0.05 us).
+  std::string ByThread() const {
+    std::map<std::string, std::vector<double>> all;
+    for (const Run& r : runs) {
+      for (const auto& [name, us] : r.by_thread_us) all[name].push_back(us);
+    }
+    std::vector<std::pair<double, std::string>> sorted;
+    for (const auto& [name, v] : all) sorted.emplace_back(Median(v), name);
+    std::sort(sorted.rbegin(), sorted.rend());
+    std::string out;
+    for (const auto& [us, name] : sorted) {
+      if (us < 0.05) continue;
+      char buf[64];
+      std::snprintf(buf, sizeof buf, "%s%s %.2f", out.empty() ? "" : ", ", name.c_str(), us);
+      out += buf;
+    }
+    return out;
+  }
   json ToJson() const {
     json j = json::array();
     for (const Run& r : runs) {
       j.push_back({{"cpu_all_us_per_token", r.cpu_all_us}, {"cpu_busiest_us_per_token", r.cpu_busiest_us},
                    {"busiest_thread", r.busiest}, {"cpu_us_per_message", r.cpu_per_message_us},
                    {"tokens_per_message", r.tokens_per_message}, {"tpot_p50_ms", r.tpot_p50_ms},
-                   {"tpot_p99_ms", r.tpot_p99_ms}});
+                   {"tpot_p99_ms", r.tpot_p99_ms}, {"cpu_us_per_token_by_thread", r.by_thread_us}});
     }
     return j;
   }
@@ -137,6 +160,7 @@ json RunFullBatch(const FullBatchSettings& st) {
         }
         if (floor_server) floor[batch].runs.push_back(Measure(*floor_server, batch, st.tokens, &salt));
       }
+      Progress(absl::StrCat("tp ", tp, " batch 1, ", kBatchOneStepUs, " us step, repetition ", rep + 1));
       for (size_t b = 0; b < builds.size(); ++b) {
         batch_one[{builds[b].first, tp}].runs.push_back(Measure(*ones[b], 1, kBatchOneTokens, &salt));
       }
@@ -157,6 +181,11 @@ json RunFullBatch(const FullBatchSettings& st) {
                 absl::StrCat(Spread(r.Get(&Run::cpu_busiest_us), "%.2f"), " (", r.Busiest(), ")").c_str(),
                 Spread(r.Get(&Run::tpot_p50_ms), "%.2f").c_str(), Spread(r.Get(&Run::tpot_p99_ms), "%.2f").c_str(),
                 Spread(r.Get(&Run::tokens_per_message), "%.2f").c_str());
+  }
+  std::printf("\nthe coordinator's CPU per output token by thread (us, median; a pool's threads together)\n");
+  for (const auto& [key, r] : coordinator) {
+    const auto& [label, tp, batch] = key;
+    std::printf("%-8s %3d %6d  %s\n", label.c_str(), tp, batch, r.ByThread().c_str());
   }
   std::printf("\nthe gRPC floor (bench/grpc_floor.h): ready-made messages at the same cadence to the same clients\n");
   std::printf("%6s  %-20s %-20s %-32s %-22s %-22s %-9s\n", "batch", "us/message, all", "us/token, all",
