@@ -371,6 +371,14 @@ bool EngineLoop::Iterate(Taken taken) {
     // wait for the flush after the step: the step that tells the workers to
     // drop those sequences is sent before any client sees its end.
     output_->WaitBehind(kMaxOutputLag);
+    // What the output threads ended while handling the batches before the
+    // last one is in finishes_ by now: those sequences are not scheduled again.
+    std::vector<uint64_t> finished;
+    {
+      absl::MutexLock lock(&mu_);
+      finished.swap(finishes_);
+    }
+    for (uint64_t seq_id : finished) Finish(seq_id, StopReason::kNone, absl::OkStatus());
     sent = ScheduleAndSend();
   }
   if (!in_flight_.empty() && (in_flight_.size() == depth || !sent)) {
