@@ -8,6 +8,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "base/status_macros.h"
+#include "grammar/collapse.h"
 
 namespace tpserve::grammar::internal {
 namespace {
@@ -222,13 +223,15 @@ ParserTables BuildTables(const Grammar& g, const std::vector<std::shared_ptr<con
 
 }  // namespace
 
-absl::StatusOr<std::shared_ptr<const CompiledGrammar>> Normalize(const Grammar& grammar,
+absl::StatusOr<std::shared_ptr<const CompiledGrammar>> Normalize(const Grammar& grammar_in,
                                                                  std::shared_ptr<const VocabularyImpl> vocabulary,
                                                                  const CompileLimits& limits, absl::Time deadline) {
-  if (grammar.rules.size() + grammar.terminals.size() > limits.max_rules) {
+  if (grammar_in.rules.size() + grammar_in.terminals.size() > limits.max_rules) {
     return absl::InvalidArgumentError(absl::StrCat("the grammar has more than ", limits.max_rules,
                                                    " rules and terminals (CompileLimits::max_rules)"));
   }
+  const Grammar collapsed = CollapseContent(grammar_in, vocabulary->cache(), limits, deadline);
+  const Grammar& grammar = collapsed;
   auto compiled = std::make_shared<CompiledGrammar>();
   TPSERVE_ASSIGN_OR_RETURN(compiled->automata, BuildAutomata(grammar, vocabulary->cache(), limits, deadline));
   if (absl::Now() > deadline) return TimeError();

@@ -9,6 +9,7 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
+#include "base/random.h"
 
 namespace tpserve::grammar::internal {
 namespace {
@@ -175,6 +176,57 @@ class SubsetBuilder {
 
 absl::StatusOr<Dfa> BuildDfa(const Nfa& nfa, int64_t max_states, absl::Time deadline) {
   return SubsetBuilder(nfa, max_states, deadline).Run();
+}
+
+// One round of Moore's refinement: a state's new class is its class and its
+// successors' classes, numbered through a hash of that signature (collisions
+// told apart by comparing with the first state of each class).
+std::vector<int32_t> DepthClasses(const Dfa& dfa, int depth, int64_t budget) {
+  const auto n = static_cast<size_t>(dfa.num_states()), nc = static_cast<size_t>(dfa.num_classes);
+  std::vector<int32_t> cls(n), next(n), first;  // first[c]: a state of new class c
+  for (size_t s = 0; s < n; ++s) cls[s] = dfa.accepting[s];
+  auto successor = [&](size_t s, size_t c) {
+    const int32_t t = dfa.next[s * nc + c];
+    return t < 0 ? -1 : cls[static_cast<size_t>(t)];
+  };
+  auto same = [&](size_t a, size_t b) {
+    if (cls[a] != cls[b]) return false;
+    for (size_t c = 0; c < nc; ++c) {
+      if (successor(a, c) != successor(b, c)) return false;
+    }
+    return true;
+  };
+  absl::flat_hash_map<uint64_t, std::vector<int32_t>> by_hash;  // signature hash -> classes
+  size_t count = 0;
+  for (int round = 0; round < depth; ++round) {
+    budget -= static_cast<int64_t>(n * (nc + 2));
+    if (budget < 0) {  // too costly: no two states share a class
+      for (size_t s = 0; s < n; ++s) cls[s] = static_cast<int32_t>(s);
+      return cls;
+    }
+    by_hash.clear();
+    first.clear();
+    for (size_t s = 0; s < n; ++s) {
+      uint64_t h = SplitMix64(static_cast<uint64_t>(cls[s]));
+      for (size_t c = 0; c < nc; ++c) h = SplitMix64(h ^ static_cast<uint64_t>(static_cast<uint32_t>(successor(s, c))));
+      std::vector<int32_t>& classes = by_hash[h];
+      int32_t id = -1;
+      for (int32_t k : classes) {
+        if (same(static_cast<size_t>(first[static_cast<size_t>(k)]), s)) id = k;
+      }
+      if (id < 0) {
+        id = static_cast<int32_t>(first.size());
+        first.push_back(static_cast<int32_t>(s));
+        classes.push_back(id);
+      }
+      next[s] = id;
+    }
+    const bool stable = first.size() == count;
+    count = first.size();
+    cls.swap(next);
+    if (stable) break;
+  }
+  return cls;
 }
 
 Dfa WithoutEmpty(const Dfa& dfa) {

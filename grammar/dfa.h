@@ -41,6 +41,14 @@ absl::StatusOr<Dfa> BuildDfa(const Nfa& nfa, int64_t max_states, absl::Time dead
 // NFA states), then BuildDfa. Errors name the construct or the limit.
 absl::StatusOr<Dfa> CompileRegex(absl::string_view regex, int64_t max_states, absl::Time deadline);
 
+// Classes of states no string of at most `depth` bytes tells apart (Moore's
+// refinement, `depth` rounds or until stable): from two states of one class
+// every string of <= depth bytes is live, and accepting, from both or from
+// neither. A token mask depends only on this when depth >= the longest token.
+// Each state its own class when the refinement would cost more than `budget`
+// steps.
+std::vector<int32_t> DepthClasses(const Dfa& dfa, int depth, int64_t budget);
+
 // The same language without the empty string (a new start state that is not
 // accepting); start -1 when nothing is left.
 Dfa WithoutEmpty(const Dfa& dfa);

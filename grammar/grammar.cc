@@ -104,7 +104,10 @@ void GrammarBuilder::AppendExactly(Symbol s, int64_t n, std::vector<Symbol>& seq
   }
 }
 
-// Appends symbols matching 0..n copies of s (n >= 1).
+// Appends symbols matching 0..n copies of s (n >= 1), with one reading per
+// count. Large n: Q_k = s{0,2^k-1} = (s^(2^(k-1)))? Q_(k-1) reads the count's
+// binary digits; s{0,n} = Q_k | s^(2^k) s{0,n-2^k} for 2^k-1 <= n < 2^(k+1)-1
+// splits on whether the count reaches 2^k. O(log n) rules.
 void GrammarBuilder::AppendUpTo(Symbol s, int64_t n, std::vector<Symbol>& seq) {
   const std::string base = NameOf(s);
   if (n <= kLinearRepeat) {  // (s (s (s)?)?)?: one reading per string
@@ -113,11 +116,41 @@ void GrammarBuilder::AppendUpTo(Symbol s, int64_t n, std::vector<Symbol>& seq) {
     seq.push_back(tail);
     return;
   }
-  Symbol power = Optional(s);  // s{0,2^k}
-  for (int64_t bit = 1; bit <= n; bit <<= 1) {
-    if ((n & bit) != 0) seq.push_back(power);
-    if ((bit << 1) <= n) power = Choice({{power, power}}, absl::StrCat("(", base, "){0,", bit << 1, "}"));
+  std::vector<Symbol> power = {s};             // power[j]: s{2^j}
+  std::vector<Symbol> below = {Choice({{}})};  // below[k]: s{0,2^k-1}
+  auto grow = [&](size_t k) {
+    while (below.size() <= k) {
+      const size_t j = below.size();  // below[j] = (power[j-1])? below[j-1]
+      while (power.size() < j) {
+        power.push_back(Choice({{power.back(), power.back()}}, absl::StrCat("(", base, "){", int64_t{1} << power.size(), "}")));
+      }
+      below.push_back(Choice({{Optional(power[j - 1]), below[j - 1]}},
+                             absl::StrCat("(", base, "){0,", (int64_t{1} << j) - 1, "}")));
+    }
+  };
+  std::vector<Symbol> prefix;  // s{2^k} for each level taken
+  std::vector<Symbol> levels;
+  std::vector<int64_t> bounds;  // the count bound at each level
+  for (int64_t m = n; m > 0;) {
+    bounds.push_back(m);
+    size_t k = 0;
+    while ((int64_t{2} << k) - 1 <= m) ++k;  // 2^k - 1 <= m < 2^(k+1) - 1
+    grow(k + 1);
+    if (m == (int64_t{1} << k) - 1) {
+      levels.push_back(below[k]);
+      break;
+    }
+    levels.push_back(below[k]);        // the count stays below 2^k ...
+    prefix.push_back(power[k]);        // ... or takes 2^k and goes on with the rest
+    m -= int64_t{1} << k;
+    if (m == 0) levels.push_back(Choice({{}}));
   }
+  // s{0,n} = levels[0] | prefix[0] (levels[1] | prefix[1] (...)).
+  Symbol tail = levels.back();
+  for (size_t i = levels.size() - 1; i-- > 0;) {
+    tail = Choice({{levels[i]}, {prefix[i], tail}}, absl::StrCat("(", base, "){0,", bounds[i], "}"));
+  }
+  seq.push_back(tail);
 }
 
 Symbol GrammarBuilder::Repeat(Symbol s, int min, int max) {

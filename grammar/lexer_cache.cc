@@ -26,7 +26,8 @@ absl::StatusOr<std::shared_ptr<const TerminalAutomaton>> LexerCache::Automaton(c
   automaton->matches_empty = dfa->MatchesEmpty();
   automaton->matches_nothing = dfa->start < 0;
   automaton->dfa = WithoutEmpty(*dfa);
-  const size_t bytes = automaton->dfa.MemoryBytes() + regex.size();
+  automaton->mask_class = DepthClasses(automaton->dfa, mask_depth_, /*budget=*/int64_t{1} << 26);
+  const size_t bytes = automaton->dfa.MemoryBytes() + automaton->mask_class.size() * 4 + regex.size();
   absl::MutexLock lock(&mu_);
   automaton->id = next_id_++;
   if (automaton_bytes_ + bytes > kMaxAutomatonBytes) {
@@ -42,20 +43,23 @@ absl::StatusOr<std::shared_ptr<const TerminalAutomaton>> LexerCache::Automaton(c
   return it->second;
 }
 
-std::shared_ptr<const LexerMask> LexerCache::FindMask(const LexerKey& key) const {
+std::shared_ptr<const LexerMask> LexerCache::FindMask(TrieKind trie, const LexerKey& key) const {
   absl::MutexLock lock(&mu_);
-  auto it = masks_.find(key);
-  return it == masks_.end() ? nullptr : it->second;
+  const auto& masks = masks_[static_cast<int>(trie)];
+  auto it = masks.find(key);
+  return it == masks.end() ? nullptr : it->second;
 }
 
-std::shared_ptr<const LexerMask> LexerCache::InsertMask(LexerKey key, std::shared_ptr<const LexerMask> mask) {
+std::shared_ptr<const LexerMask> LexerCache::InsertMask(TrieKind trie, LexerKey key,
+                                                        std::shared_ptr<const LexerMask> mask) {
   const size_t bytes = mask->MemoryBytes() + key.size() * sizeof(key[0]);
   absl::MutexLock lock(&mu_);
   if (mask_bytes_ + bytes > kMaxMaskBytes) {
-    masks_.clear();
+    masks_[0].clear();
+    masks_[1].clear();
     mask_bytes_ = 0;
   }
-  auto [it, inserted] = masks_.try_emplace(std::move(key), std::move(mask));
+  auto [it, inserted] = masks_[static_cast<int>(trie)].try_emplace(std::move(key), std::move(mask));
   if (inserted) mask_bytes_ += bytes;
   return it->second;
 }

@@ -35,19 +35,29 @@ struct TerminalAutomaton {
   Dfa dfa;                    // the regex's language without ""
   bool matches_empty = false; // the regex matched ""
   bool matches_nothing = false;  // the regex matched no string at all
+  // [states] DepthClasses to the short trie's depth: states of one class have
+  // one lexer mask over the short trie (the states of x{0,200} far from the bound).
+  std::vector<int32_t> mask_class;
 };
 
-// A lexer state: (terminal id, automaton state) pairs, sorted, unique.
+// Which trie a lexer mask covers (vocabulary_impl.h).
+enum class TrieKind : uint8_t { kShort, kLong };
+
+// A lexer state: (terminal id, state) pairs, sorted, unique; the state is the
+// mask class for the short trie and the automaton state for the long one.
 using LexerKey = std::vector<std::pair<uint64_t, int32_t>>;
 
 class LexerCache {
  public:
+  // mask_depth: the short trie's depth (its longest token), in bytes.
+  explicit LexerCache(int mask_depth) : mask_depth_(mask_depth) {}
+
   // max_states: the compile's limit for this one automaton.
   absl::StatusOr<std::shared_ptr<const TerminalAutomaton>> Automaton(const std::string& regex, int64_t max_states,
                                                                      absl::Time deadline);
-  std::shared_ptr<const LexerMask> FindMask(const LexerKey& key) const;
+  std::shared_ptr<const LexerMask> FindMask(TrieKind trie, const LexerKey& key) const;
   // Returns the mask now cached for `key` (`mask`, or one another thread put first).
-  std::shared_ptr<const LexerMask> InsertMask(LexerKey key, std::shared_ptr<const LexerMask> mask);
+  std::shared_ptr<const LexerMask> InsertMask(TrieKind trie, LexerKey key, std::shared_ptr<const LexerMask> mask);
 
   static constexpr size_t kMaxAutomatonBytes = 256u << 20;
   static constexpr size_t kMaxMaskBytes = 512u << 20;
@@ -56,10 +66,11 @@ class LexerCache {
   struct KeyHash {
     size_t operator()(const LexerKey& key) const;
   };
+  const int mask_depth_;
   mutable absl::Mutex mu_;
   absl::flat_hash_map<std::string, std::shared_ptr<const TerminalAutomaton>> automata_ ABSL_GUARDED_BY(mu_);
   size_t automaton_bytes_ ABSL_GUARDED_BY(mu_) = 0;
-  absl::flat_hash_map<LexerKey, std::shared_ptr<const LexerMask>, KeyHash> masks_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<LexerKey, std::shared_ptr<const LexerMask>, KeyHash> masks_[2] ABSL_GUARDED_BY(mu_);
   size_t mask_bytes_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t next_id_ ABSL_GUARDED_BY(mu_) = 1;
 };

@@ -10,12 +10,14 @@ namespace {
 
 using EndPoints = std::vector<std::pair<int32_t, int32_t>>;  // (trie node, entry)
 
-void AddTokens(const TrieNode& node, const TokenTrie& trie, std::vector<int32_t>& out) {
+// Sets the bits of the node's tokens in `words`; returns how many.
+inline int64_t AddTokens(const TrieNode& node, const TokenTrie& trie, uint32_t* words) {
   const int32_t* ids = trie.token_ids() + node.token_begin;
-  out.insert(out.end(), ids, ids + node.num_tokens);
+  for (int k = 0; k < node.num_tokens; ++k) words[ids[k] / 32] |= 1u << (ids[k] % 32);
+  return node.num_tokens;
 }
 
-void WalkOne(const LexerEntry& entry, const TokenTrie& trie, std::vector<int32_t>& tokens, EndPoints& ends) {
+int64_t WalkOne(const LexerEntry& entry, const TokenTrie& trie, uint32_t* words, EndPoints& ends) {
   const std::vector<TrieNode>& nodes = trie.nodes();
   const Dfa& dfa = *entry.dfa;
   const int32_t* next = dfa.next.data();
@@ -24,6 +26,7 @@ void WalkOne(const LexerEntry& entry, const TokenTrie& trie, std::vector<int32_t
   std::vector<int32_t> state(static_cast<size_t>(trie.max_depth()) + 1);  // [depth]
   state[0] = entry.state;
   const auto n = static_cast<int32_t>(nodes.size());
+  int64_t count = 0;
   for (int32_t i = 1; i < n;) {
     const TrieNode& node = nodes[static_cast<size_t>(i)];
     const int32_t s = state[node.depth - 1u];
@@ -33,19 +36,20 @@ void WalkOne(const LexerEntry& entry, const TokenTrie& trie, std::vector<int32_t
       continue;
     }
     state[node.depth] = to;
-    if (node.num_tokens != 0) AddTokens(node, trie, tokens);
+    if (node.num_tokens != 0) count += AddTokens(node, trie, words);
     if (accepting[to] && node.skip > i + 1) ends.emplace_back(i, 0);
     ++i;
   }
+  return count;
 }
 
-void WalkMany(std::span<const LexerEntry> entries, const TokenTrie& trie, std::vector<int32_t>& tokens,
-              EndPoints& ends) {
+int64_t WalkMany(std::span<const LexerEntry> entries, const TokenTrie& trie, uint32_t* words, EndPoints& ends) {
   const std::vector<TrieNode>& nodes = trie.nodes();
   const size_t k = entries.size();
   std::vector<int32_t> state((static_cast<size_t>(trie.max_depth()) + 1) * k);  // [depth][entry], -1 dead
   for (size_t e = 0; e < k; ++e) state[e] = entries[e].state;
   const auto n = static_cast<int32_t>(nodes.size());
+  int64_t count = 0;
   for (int32_t i = 1; i < n;) {
     const TrieNode& node = nodes[static_cast<size_t>(i)];
     const int32_t* parent = &state[(node.depth - 1u) * k];
@@ -59,7 +63,7 @@ void WalkMany(std::span<const LexerEntry> entries, const TokenTrie& trie, std::v
       i = node.skip;
       continue;
     }
-    if (node.num_tokens != 0) AddTokens(node, trie, tokens);
+    if (node.num_tokens != 0) count += AddTokens(node, trie, words);
     if (node.skip > i + 1) {
       for (size_t e = 0; e < k; ++e) {
         if (here[e] >= 0 && entries[e].dfa->accepting[static_cast<size_t>(here[e])]) {
@@ -69,6 +73,7 @@ void WalkMany(std::span<const LexerEntry> entries, const TokenTrie& trie, std::v
     }
     ++i;
   }
+  return count;
 }
 
 // The children of each end point, bucketed by entry and then by byte.
@@ -105,20 +110,22 @@ void GroupEnds(const EndPoints& ends, size_t num_entries, const TokenTrie& trie,
 std::shared_ptr<const LexerMask> ComputeLexerMask(std::span<const LexerEntry> entries, const TokenTrie& trie,
                                                   int32_t vocab_size) {
   auto mask = std::make_shared<LexerMask>();
-  std::vector<int32_t> tokens;
+  std::vector<uint32_t> words(MaskWords(vocab_size), 0);
   EndPoints ends;
   if (entries.size() == 1) {
-    WalkOne(entries[0], trie, tokens, ends);
+    mask->count = WalkOne(entries[0], trie, words.data(), ends);
   } else if (!entries.empty()) {
-    WalkMany(entries, trie, tokens, ends);
+    mask->count = WalkMany(entries, trie, words.data(), ends);
   }
   GroupEnds(ends, entries.size(), trie, *mask);
-  mask->count = static_cast<int64_t>(tokens.size());
-  if (tokens.size() * 32 > static_cast<size_t>(vocab_size)) {  // ids would take more than the bits / 8
-    mask->words.assign(MaskWords(vocab_size), 0);
-    for (int32_t t : tokens) mask->words[static_cast<size_t>(t) / 32] |= 1u << (t % 32);
+  if (mask->count * 32 > vocab_size) {  // ids would take more than the bits / 8
+    mask->words = std::move(words);
   } else {
-    mask->tokens = std::move(tokens);
+    for (size_t w = 0; w < words.size(); ++w) {
+      for (uint32_t bits = words[w]; bits != 0; bits &= bits - 1) {
+        mask->tokens.push_back(static_cast<int32_t>(w * 32 + static_cast<size_t>(__builtin_ctz(bits))));
+      }
+    }
   }
   return mask;
 }

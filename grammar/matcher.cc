@@ -16,8 +16,8 @@ Matcher::State::State(std::shared_ptr<const CompiledGrammar> c)
       vocabulary(*compiled->vocabulary),
       tables(compiled->tables),
       deriver(compiled->tables),
-      walk_entries(static_cast<size_t>(vocabulary.trie().max_depth()) + 1),
-      walk_done(static_cast<size_t>(vocabulary.trie().max_depth()) + 1) {
+      walk_entries(static_cast<size_t>(vocabulary.max_token_bytes()) + 1),
+      walk_done(static_cast<size_t>(vocabulary.max_token_bytes()) + 1) {
   chart.push_back({compiled->initial, {}});
   for (int32_t t : compiled->initial->terminals) {
     active.push_back({0, t, compiled->automata[static_cast<size_t>(t)]->dfa.start});

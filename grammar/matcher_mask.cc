@@ -25,12 +25,16 @@ void SetBits(const TrieNode& node, const int32_t* token_ids, uint32_t* words) {
 
 }  // namespace
 
-std::shared_ptr<const LexerMask> Matcher::State::LexerMaskOf(std::vector<int32_t>& key_of_entry) {
-  std::vector<std::pair<std::pair<uint64_t, int32_t>, int32_t>> order;  // ((terminal id, state), entry)
+std::shared_ptr<const LexerMask> Matcher::State::LexerMaskOf(internal::TrieKind kind,
+                                                             std::vector<int32_t>& key_of_entry) {
+  std::vector<std::pair<std::pair<uint64_t, int32_t>, int32_t>> order;  // ((terminal id, state or class), entry)
   order.reserve(active.size());
   for (size_t i = 0; i < active.size(); ++i) {
     const LexEntry& e = active[i];
-    order.push_back({{compiled->automata[static_cast<size_t>(e.terminal)]->id, e.state}, static_cast<int32_t>(i)});
+    const internal::TerminalAutomaton& a = *compiled->automata[static_cast<size_t>(e.terminal)];
+    const int32_t state =
+        kind == internal::TrieKind::kShort ? a.mask_class[static_cast<size_t>(e.state)] : e.state;
+    order.push_back({{a.id, state}, static_cast<int32_t>(i)});
   }
   std::sort(order.begin(), order.end());
   internal::LexerKey key;
@@ -45,12 +49,14 @@ std::shared_ptr<const LexerMask> Matcher::State::LexerMaskOf(std::vector<int32_t
     key_of_entry[static_cast<size_t>(i)] = static_cast<int32_t>(key.size() - 1);
   }
   internal::LexerCache& cache = vocabulary.cache();
-  if (auto mask = cache.FindMask(key)) return mask;
-  return cache.InsertMask(std::move(key), internal::ComputeLexerMask(entries, vocabulary.trie(), vocabulary.size()));
+  if (auto mask = cache.FindMask(kind, key)) return mask;
+  const internal::TokenTrie& trie = kind == internal::TrieKind::kShort ? vocabulary.short_trie() : vocabulary.long_trie();
+  return cache.InsertMask(kind, std::move(key), internal::ComputeLexerMask(entries, trie, vocabulary.size()));
 }
 
-void Matcher::State::Walk(int32_t node, std::span<const LexEntry> entries, uint32_t* words) {
-  const std::vector<TrieNode>& nodes = vocabulary.trie().nodes();
+void Matcher::State::Walk(const internal::TokenTrie& trie, int32_t node, std::span<const LexEntry> entries,
+                          uint32_t* words) {
+  const std::vector<TrieNode>& nodes = trie.nodes();
   const TrieNode& n = nodes[static_cast<size_t>(node)];
   std::vector<LexEntry>& next = walk_entries[n.depth];
   std::vector<Completion>& done = walk_done[n.depth];
@@ -58,15 +64,16 @@ void Matcher::State::Walk(int32_t node, std::span<const LexEntry> entries, uint3
   done.clear();
   Advance(entries, n.byte, next, done);
   if (next.empty() && done.empty()) return;
-  SetBits(n, vocabulary.trie().token_ids(), words);
+  SetBits(n, trie.token_ids(), words);
   if (n.skip == node + 1) return;  // no children
   const size_t mark = chart.size();
   if (!done.empty()) Boundary(done, next);
-  for (int32_t c = node + 1; c < n.skip; c = nodes[static_cast<size_t>(c)].skip) Walk(c, next, words);
+  for (int32_t c = node + 1; c < n.skip; c = nodes[static_cast<size_t>(c)].skip) Walk(trie, c, next, words);
   chart.resize(mark);
 }
 
-void Matcher::State::WalkEnds(size_t index, const LexerMask::Ends& ends, uint32_t* words) {
+void Matcher::State::WalkEnds(const internal::TokenTrie& trie, size_t index, const LexerMask::Ends& ends,
+                              uint32_t* words) {
   const LexEntry e = active[index];
   const Completion completion{e.set, e.terminal};
   std::shared_ptr<const internal::EarleySet> set = deriver.Derive(chart, {&completion, 1});
@@ -81,30 +88,35 @@ void Matcher::State::WalkEnds(size_t index, const LexerMask::Ends& ends, uint32_
   for (int b = 0; b < 256; ++b) {
     if ((first[static_cast<size_t>(b / 64)] >> (b % 64) & 1) == 0) continue;
     for (int32_t k = ends.begin[static_cast<size_t>(b)]; k < ends.begin[static_cast<size_t>(b) + 1]; ++k) {
-      Walk(ends.children[static_cast<size_t>(k)], starts, words);
+      Walk(trie, ends.children[static_cast<size_t>(k)], starts, words);
     }
   }
   chart.resize(mark);
 }
 
+void Matcher::State::ApplyLexerMask(internal::TrieKind kind, uint32_t* words) {
+  std::vector<int32_t> key_of_entry;
+  const std::shared_ptr<const LexerMask> mask = LexerMaskOf(kind, key_of_entry);
+  if (!mask->words.empty()) {
+    for (size_t w = 0; w < mask->words.size(); ++w) words[w] |= mask->words[w];
+  } else {
+    for (int32_t t : mask->tokens) words[t / 32] |= 1u << (t % 32);
+  }
+  const internal::TokenTrie& trie = kind == internal::TrieKind::kShort ? vocabulary.short_trie() : vocabulary.long_trie();
+  for (const LexerMask::Ends& ends : mask->ends) {
+    for (size_t i = 0; i < active.size(); ++i) {
+      if (key_of_entry[i] == ends.entry) WalkEnds(trie, i, ends, words);
+    }
+  }
+}
+
 void Matcher::State::FillMask(std::span<uint32_t> words) {
-  const size_t n = MaskWords(vocabulary.size());
-  TPSERVE_CHECK(words.size() >= n);
+  TPSERVE_CHECK(words.size() >= MaskWords(vocabulary.size()));
   uint32_t* w = words.data();
   std::memset(w, 0, words.size() * sizeof(uint32_t));
   if (!stopped) {
-    std::vector<int32_t> key_of_entry;
-    const std::shared_ptr<const LexerMask> mask = LexerMaskOf(key_of_entry);
-    if (!mask->words.empty()) {
-      std::memcpy(w, mask->words.data(), n * sizeof(uint32_t));
-    } else {
-      for (int32_t t : mask->tokens) w[t / 32] |= 1u << (t % 32);
-    }
-    for (const LexerMask::Ends& ends : mask->ends) {
-      for (size_t i = 0; i < active.size(); ++i) {
-        if (key_of_entry[i] == ends.entry) WalkEnds(i, ends, w);
-      }
-    }
+    ApplyLexerMask(internal::TrieKind::kShort, w);
+    ApplyLexerMask(internal::TrieKind::kLong, w);
   }
   if (Complete()) {
     for (int32_t t : vocabulary.stop_ids()) w[t / 32] |= 1u << (t % 32);

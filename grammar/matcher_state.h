@@ -38,12 +38,16 @@ struct Matcher::State {
 
   // ---- the mask (matcher_mask.cc) ----
   void FillMask(std::span<uint32_t> words);
+  // The lexer mask of the active lexemes over one trie; key_of_entry: [active]
+  // the index of each lexeme's entry in the mask's lexer state.
+  std::shared_ptr<const internal::LexerMask> LexerMaskOf(internal::TrieKind kind, std::vector<int32_t>& key_of_entry);
+  // The lexer mask, then the tokens that end a lexeme inside them.
+  void ApplyLexerMask(internal::TrieKind kind, uint32_t* words);
   // Continues the lexemes in `entries` over trie node `node` and its subtree,
   // setting the bits of the tokens that stay viable.
-  void Walk(int32_t node, std::span<const LexEntry> entries, uint32_t* words);
-  // Tokens whose bytes end the lexeme of active_[index] inside them.
-  void WalkEnds(size_t index, const internal::LexerMask::Ends& ends, uint32_t* words);
-  std::shared_ptr<const internal::LexerMask> LexerMaskOf(std::vector<int32_t>& key_of_entry);
+  void Walk(const internal::TokenTrie& trie, int32_t node, std::span<const LexEntry> entries, uint32_t* words);
+  // Tokens whose bytes end the lexeme of active[index] inside them.
+  void WalkEnds(const internal::TokenTrie& trie, size_t index, const internal::LexerMask::Ends& ends, uint32_t* words);
 
   std::shared_ptr<const CompiledGrammar> compiled;
   const internal::VocabularyImpl& vocabulary;

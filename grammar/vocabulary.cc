@@ -13,15 +13,19 @@ VocabularyImpl::VocabularyImpl(std::vector<std::string> token_bytes, std::vector
     : bytes_(std::move(token_bytes)),
       stop_ids_(std::move(stop_ids)),
       special_(std::move(special)),
-      is_stop_(bytes_.size(), false),
-      cache_(std::make_unique<LexerCache>()) {
+      is_stop_(bytes_.size(), false) {
   for (int32_t id : stop_ids_) is_stop_[static_cast<size_t>(id)] = true;
-  std::vector<bool> include(bytes_.size());
+  std::vector<bool> short_tokens(bytes_.size()), long_tokens(bytes_.size());
   for (size_t t = 0; t < bytes_.size(); ++t) {
-    include[t] = !special_[t] && !is_stop_[t] && !bytes_[t].empty() && bytes_[t].size() <= kMaxTokenBytes;
+    const bool include = !special_[t] && !is_stop_[t] && !bytes_[t].empty() && bytes_[t].size() <= kMaxTokenBytes;
+    short_tokens[t] = include && bytes_[t].size() <= static_cast<size_t>(kShortTokenBytes);
+    long_tokens[t] = include && bytes_[t].size() > static_cast<size_t>(kShortTokenBytes);
   }
-  trie_ = std::make_unique<TokenTrie>(bytes_, include);
-  in_trie_ = trie_->contains();
+  short_trie_ = std::make_unique<TokenTrie>(bytes_, short_tokens);
+  long_trie_ = std::make_unique<TokenTrie>(bytes_, long_tokens);
+  in_trie_.resize(bytes_.size());
+  for (size_t t = 0; t < bytes_.size(); ++t) in_trie_[t] = short_trie_->contains()[t] || long_trie_->contains()[t];
+  cache_ = std::make_unique<LexerCache>(kShortTokenBytes);
 }
 
 std::shared_ptr<const VocabularyImpl> AsImpl(std::shared_ptr<const Vocabulary> vocabulary) {

@@ -3,6 +3,7 @@
 // grammars of this vocabulary share (lexer_cache.h).
 #pragma once
 
+#include <algorithm>
 #include <memory>
 #include <string>
 #include <vector>
@@ -13,9 +14,15 @@
 
 namespace tpserve::grammar::internal {
 
-// Tokens longer than this are left out of the trie (never allowed): no real
+// Tokens longer than this are left out of the tries (never allowed): no real
 // vocabulary has one, and it bounds the depth of every trie walk.
 inline constexpr size_t kMaxTokenBytes = 1024;
+// Tokens up to this many bytes are in the short trie, longer ones in the long
+// trie (about 1% of a 128k vocabulary). A lexer mask over the short trie
+// depends only on the automaton's state up to strings of this length
+// (DepthClasses), so the states of a counted run far from its bound share it;
+// the long trie is small enough to walk per exact state.
+inline constexpr int kShortTokenBytes = 16;
 
 class VocabularyImpl final : public Vocabulary {
  public:
@@ -27,9 +34,11 @@ class VocabularyImpl final : public Vocabulary {
   bool special(int32_t id) const override { return special_[static_cast<size_t>(id)]; }
 
   bool is_stop(int32_t id) const { return is_stop_[static_cast<size_t>(id)]; }
-  // The id may appear in constrained output (it is in the trie).
+  // The id may appear in constrained output (it is in a trie).
   bool in_trie(int32_t id) const { return in_trie_[static_cast<size_t>(id)]; }
-  const TokenTrie& trie() const { return *trie_; }
+  const TokenTrie& short_trie() const { return *short_trie_; }  // tokens of <= kShortTokenBytes bytes
+  const TokenTrie& long_trie() const { return *long_trie_; }    // the longer ones
+  int max_token_bytes() const { return std::max(short_trie_->max_depth(), long_trie_->max_depth()); }
   LexerCache& cache() const { return *cache_; }
 
  private:
@@ -38,7 +47,8 @@ class VocabularyImpl final : public Vocabulary {
   std::vector<bool> special_;       // [V]
   std::vector<bool> is_stop_;       // [V]
   std::vector<bool> in_trie_;       // [V]
-  std::unique_ptr<TokenTrie> trie_;
+  std::unique_ptr<TokenTrie> short_trie_;
+  std::unique_ptr<TokenTrie> long_trie_;
   std::unique_ptr<LexerCache> cache_;
 };
 

@@ -9,10 +9,12 @@
 #   fuzz_openai_request      tpserve-http's OpenAI request parsers      tests/http/
 #   fuzz_jinja_template      the Jinja2 engine: template sources, and    tests/jinja/
 #                            message contents under the real templates
+#   fuzz_grammar             the grammar engine: GBNF and regexes        tests/grammar/
+#                            compiled, the matcher walked and rolled back
 #
 #   scripts/fuzz.sh [BUILD_DIR]   fuzz build in BUILD_DIR-fuzz (default build-fuzz): clang,
 #                                 -DTPSERVE_FUZZ=ON, no CUDA/tests/bench; builds only the fuzzers
-#   TPSERVE_FUZZ_SECONDS=N        how long to fuzz each target (default 30; 7 targets = 3.5 min)
+#   TPSERVE_FUZZ_SECONDS=N        how long to fuzz each target (default 30; 8 targets = 4 min)
 #   TPSERVE_FUZZ_TARGETS="a b"    run only these targets
 #
 # Each target's corpus lives in BUILD_DIR-fuzz/fuzz/<target>/corpus and grows across runs;
@@ -25,7 +27,7 @@ build="${1:-build}"
 build="${build%/}-fuzz"
 seconds="${TPSERVE_FUZZ_SECONDS:-30}"
 targets=(${TPSERVE_FUZZ_TARGETS:-fuzz_safetensors_header fuzz_model_config fuzz_tokenizer fuzz_chat_template
-  fuzz_generate_request fuzz_openai_request fuzz_jinja_template})
+  fuzz_generate_request fuzz_openai_request fuzz_jinja_template fuzz_grammar})
 work="$build/fuzz"
 
 launcher=()

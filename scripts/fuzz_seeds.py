@@ -240,10 +240,38 @@ def openai_request(work):
     write(work, "fuzz_openai_request", seeds, tokens)
 
 
+def grammar(work):
+    """tests/grammar/fuzz_grammar.cc: [0 GBNF | 1 regex][text]\0[walk steering bytes]."""
+    json_gbnf = (
+        'root ::= object\n'
+        'value ::= object | array | string | number | ("true" | "false" | "null") ws\n'
+        'object ::= "{" ws ( string ":" ws value ("," ws string ":" ws value)* )? "}" ws\n'
+        'array ::= "[" ws ( value ("," ws value)* )? "]" ws\n'
+        'string ::= "\\"" ( [^"\\\\\\x7F\\x00-\\x1F] | "\\\\" (["\\\\bfnrt] | "u" [0-9a-fA-F]{4}) )* "\\"" ws\n'
+        'number ::= ("-"? ([0-9] | [1-9] [0-9]{0,15})) ("." [0-9]+)? ([eE] [-+]? [0-9] [0-9]{0,15})? ws\n'
+        'ws ::= | " " | "\\n" [ \\t]{0,20}\n')
+    steer = bytes(range(1, 60))
+    seeds = {
+        "json_gbnf": b"\x00" + json_gbnf.encode() + b"\x00" + steer,
+        "left_recursive": b"\x00root ::= root \"a\" | \"b\" list\nlist ::= list \",\" \"x\"{2,3} | \"(\" root \")\"\n\x00" + steer,
+        "ambiguous_lexemes": b"\x00root ::= (w \" \"?)+\nw ::= [a-z]+ | \"(\" root \")\"\n\x00" + steer,
+        "counted": b"\x00root ::= \"\\\"\" [a-z]{1,40} \"\\\"\" (\",\" root)?\n\x00" + steer,
+        "regex_json_string": b"\x01\"(?:[^\"\\\\\\x00-\\x1F]|\\\\.){0,30}\"\x00" + steer,
+        "regex_catastrophic": b"\x01(a|aa)*c|(a*)*b\x00" + steer,
+        "regex_nested_counts": b"\x01((ab){3,5}){2,4}\x00" + steer,
+        "regex_unicode": b"\x01[\\u00e0-\\u00ff\\d]+\\.?\x00" + steer,
+        "bad_gbnf": b"\x00root ::= (\"x\" \n",
+        "bad_regex": b"\x01a(?=b)",
+    }
+    tokens = ["::=", "root", "|", "(", ")", "*", "+", "?", "{2,3}", "{0,}", "[a-z]", "[^a]", ".", "\\x41",
+              "\\u00e9", "\"", "#", "\n", "(?:", "\\d", "\\w", "\\s", "{1000}", "^", "$", "\\"]
+    write(work, "fuzz_grammar", seeds, tokens)
+
+
 def main():
     work = sys.argv[1]
     for make in (safetensors, model_config, tokenizer, chat_template, generate_request, openai_request,
-                 jinja_template):
+                 jinja_template, grammar):
         make(work)
 
 

@@ -44,6 +44,12 @@ TestVocab MakeVocab(std::mt19937_64& rng) {
     for (int k = 0; k < n; ++k) s += kAlphabet[rng() % 4];
     v.bytes.push_back(s);
   }
+  for (int i = 0; i < 6; ++i) {  // longer than the short trie's tokens (vocabulary_impl.h): the long trie
+    std::string s;
+    const int n = 17 + static_cast<int>(rng() % 6);
+    for (int k = 0; k < n; ++k) s += kAlphabet[rng() % (i < 3 ? 2 : 4)];
+    v.bytes.push_back(s);
+  }
   v.bytes.push_back(v.bytes[5]);  // two ids with the same bytes
   v.bytes.push_back("");          // an id with no token
   v.stop = static_cast<int32_t>(v.bytes.size());
@@ -58,7 +64,7 @@ TestVocab MakeVocab(std::mt19937_64& rng) {
 
 Tree RandomTree(std::mt19937_64& rng, int depth) {
   Tree t;
-  const int kind = depth >= 2 ? static_cast<int>(rng() % 2) : static_cast<int>(rng() % 6);
+  const int kind = depth >= 2 ? static_cast<int>(rng() % 2) : static_cast<int>(rng() % 7);
   if (kind == 0) {
     t.kind = Tree::Kind::kLiteral;
     const int n = 1 + static_cast<int>(rng() % 3);
@@ -69,6 +75,11 @@ Tree RandomTree(std::mt19937_64& rng, int depth) {
       if (rng() % 2 == 0) t.text += *c;
     }
     if (t.text.empty()) t.text = "a";
+  } else if (kind == 6) {  // counted: mask classes merge states far from the bound
+    t.kind = Tree::Kind::kCount;
+    t.kids.push_back(RandomTree(rng, depth + 1));
+    t.min = static_cast<int>(rng() % 3);
+    t.max = t.min + 1 + static_cast<int>(rng() % 24);
   } else {
     t.kind = std::vector<Tree::Kind>{Tree::Kind::kConcat, Tree::Kind::kAlt, Tree::Kind::kStar,
                                      Tree::Kind::kOptional}[static_cast<size_t>(kind - 2)];
@@ -137,8 +148,37 @@ absl::StatusOr<std::shared_ptr<const CompiledGrammar>> CompileIr(const Grammar& 
 
 bool Bit(const std::vector<uint32_t>& words, int32_t t) { return (words[static_cast<size_t>(t) / 32] >> (t % 32)) & 1; }
 
+// Checks one mask against the reference; returns the allowed tokens but the stop id.
+std::vector<int32_t> CheckMask(const RefGrammar& ref, Matcher& m, const std::vector<uint32_t>& words, const TestVocab& v,
+                               const std::string& output) {
+  const Reference here(ref, output);
+  EXPECT_EQ(m.IsComplete(), here.Complete()) << "output '" << output << "'";
+  std::vector<int32_t> allowed;
+  for (int32_t t = 0; t < v.vocab->size(); ++t) {
+    bool expected = false;
+    if (t == v.stop) {
+      expected = here.Complete();
+    } else if (t != v.special && !v.bytes[static_cast<size_t>(t)].empty()) {
+      expected = Reference(ref, output + v.bytes[static_cast<size_t>(t)]).Viable();
+    }
+    EXPECT_EQ(Bit(words, t), expected) << "output '" << output << "' token " << t << " '" << v.bytes[static_cast<size_t>(t)] << "'";
+    if (expected && t != v.stop) allowed.push_back(t);
+  }
+  bool extendable = false;
+  for (const char* c = kAlphabet; *c != '\0'; ++c) extendable = extendable || Reference(ref, output + *c).Viable();
+  EXPECT_EQ(m.IsTerminated(), here.Complete() && !extendable) << "output '" << output << "'";
+  for (int32_t t = 0; t < v.vocab->size(); ++t) {  // a refused token changes nothing
+    if (!Bit(words, t)) {
+      EXPECT_FALSE(m.Accept(t)) << "token " << t;
+      break;
+    }
+  }
+  return allowed;
+}
+
 // Checks every mask of a random walk; returns the accepted tokens.
-std::vector<int32_t> CheckWalk(const RefGrammar& ref, std::shared_ptr<const CompiledGrammar> compiled,
+// Without `ref`, only walks (a random allowed token each step) and records the masks.
+std::vector<int32_t> CheckWalk(const RefGrammar* ref, std::shared_ptr<const CompiledGrammar> compiled,
                                const TestVocab& v, std::mt19937_64& rng, std::vector<std::vector<uint32_t>>* masks) {
   Matcher m(compiled);
   std::string output;
@@ -147,27 +187,13 @@ std::vector<int32_t> CheckWalk(const RefGrammar& ref, std::shared_ptr<const Comp
   for (int step = 0; step < 14; ++step) {
     m.FillMask(words);
     if (masks != nullptr) masks->push_back(words);
-    const Reference here(ref, output);
-    EXPECT_EQ(m.IsComplete(), here.Complete()) << "output '" << output << "'";
     std::vector<int32_t> allowed;
-    for (int32_t t = 0; t < v.vocab->size(); ++t) {
-      bool expected = false;
-      if (t == v.stop) {
-        expected = here.Complete();
-      } else if (t != v.special && !v.bytes[static_cast<size_t>(t)].empty()) {
-        expected = Reference(ref, output + v.bytes[static_cast<size_t>(t)]).Viable();
+    if (ref == nullptr) {
+      for (int32_t t = 0; t < v.vocab->size(); ++t) {
+        if (Bit(words, t) && t != v.stop) allowed.push_back(t);
       }
-      EXPECT_EQ(Bit(words, t), expected) << "output '" << output << "' token " << t << " '" << v.bytes[static_cast<size_t>(t)] << "'";
-      if (expected && t != v.stop) allowed.push_back(t);
-    }
-    bool extendable = false;
-    for (const char* c = kAlphabet; *c != '\0'; ++c) extendable = extendable || Reference(ref, output + *c).Viable();
-    EXPECT_EQ(m.IsTerminated(), here.Complete() && !extendable) << "output '" << output << "'";
-    for (int32_t t = 0; t < v.vocab->size(); ++t) {  // a refused token changes nothing
-      if (!Bit(words, t)) {
-        EXPECT_FALSE(m.Accept(t)) << "token " << t;
-        break;
-      }
+    } else {
+      allowed = CheckMask(*ref, m, words, v, output);
     }
     if (allowed.empty() || ::testing::Test::HasFailure()) break;
     const int32_t t = allowed[rng() % allowed.size()];
@@ -192,7 +218,7 @@ TEST(MatcherTest, MasksEqualTheReferenceOnRandomGrammars) {
       EXPECT_FALSE(Reference(ref, "").Viable()) << compiled.status();
       continue;
     }
-    CheckWalk(ref, *compiled, v, rng, nullptr);
+    CheckWalk(&ref, *compiled, v, rng, nullptr);
   }
 }
 
@@ -216,7 +242,7 @@ TEST(MatcherTest, GbnfTextGivesTheSameMasks) {
       continue;
     }
     SCOPED_TRACE((*compiled)->grammar.Dump());
-    CheckWalk(ref, *compiled, v, rng, nullptr);
+    CheckWalk(&ref, *compiled, v, rng, nullptr);
   }
 }
 
@@ -231,7 +257,7 @@ TEST(MatcherTest, RollbackAndReplayGiveTheSameMasks) {
     auto compiled = CompileIr(ToGrammar(ref), v.vocab);
     if (!compiled.ok()) continue;
     std::vector<std::vector<uint32_t>> masks;
-    const std::vector<int32_t> tokens = CheckWalk(ref, *compiled, v, rng, &masks);
+    const std::vector<int32_t> tokens = CheckWalk(nullptr, *compiled, v, rng, &masks);
     Matcher m(*compiled), replay(*compiled);
     std::vector<uint32_t> words(MaskWords(v.vocab->size()));
     for (size_t i = 0; i < tokens.size(); ++i) {

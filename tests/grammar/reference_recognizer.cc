@@ -33,6 +33,7 @@ std::string Tree::Regex() const {
     case Kind::kAlt: return "(?:" + kids[0].Regex() + "|" + kids[1].Regex() + ")";
     case Kind::kStar: return "(?:" + kids[0].Regex() + ")*";
     case Kind::kOptional: return "(?:" + kids[0].Regex() + ")?";
+    case Kind::kCount: return "(?:" + kids[0].Regex() + "){" + std::to_string(min) + "," + std::to_string(max) + "}";
   }
   return "";
 }
@@ -53,6 +54,7 @@ std::string Tree::Gbnf() const {
     case Kind::kAlt: return "(" + kids[0].Gbnf() + " | " + kids[1].Gbnf() + ")";
     case Kind::kStar: return "(" + kids[0].Gbnf() + ")*";
     case Kind::kOptional: return "(" + kids[0].Gbnf() + ")?";
+    case Kind::kCount: return "(" + kids[0].Gbnf() + "){" + std::to_string(min) + "," + std::to_string(max) + "}";
   }
   return "";
 }
@@ -61,7 +63,21 @@ Reference::Reference(const RefGrammar& g, std::string w) : g_(g), w_(std::move(w
   Solve();
 }
 
-std::set<int> Reference::TreeEnds(const Tree& t, int i) const {
+const std::set<int>& Reference::TreeEnds(const Tree& t, int i) const {
+  const auto key = std::make_pair(&t, i);
+  if (auto it = tree_ends_.find(key); it != tree_ends_.end()) return it->second;
+  std::set<int> ends = ComputeTreeEnds(t, i);
+  return tree_ends_[key] = std::move(ends);
+}
+
+bool Reference::TreePrefix(const Tree& t, int i) const {
+  const auto key = std::make_pair(&t, i);
+  if (auto it = tree_prefix_.find(key); it != tree_prefix_.end()) return it->second;
+  const bool prefix = ComputeTreePrefix(t, i);
+  return tree_prefix_[key] = prefix;
+}
+
+std::set<int> Reference::ComputeTreeEnds(const Tree& t, int i) const {
   std::set<int> out;
   switch (t.kind) {
     case Tree::Kind::kLiteral:
@@ -85,6 +101,18 @@ std::set<int> Reference::TreeEnds(const Tree& t, int i) const {
       out = TreeEnds(t.kids[0], i);
       out.insert(i);
       break;
+    case Tree::Kind::kCount: {
+      std::set<int> at = {i};
+      for (int k = 0; k <= t.max; ++k) {
+        if (k >= t.min) out.insert(at.begin(), at.end());
+        std::set<int> next;
+        for (int p : at) {
+          for (int q : TreeEnds(t.kids[0], p)) next.insert(q);
+        }
+        at = std::move(next);
+      }
+      break;
+    }
     case Tree::Kind::kStar: {
       out.insert(i);
       std::vector<int> work = {i};
@@ -102,7 +130,7 @@ std::set<int> Reference::TreeEnds(const Tree& t, int i) const {
 }
 
 // w[i:] is a prefix of some string of t (every tree's language is non-empty).
-bool Reference::TreePrefix(const Tree& t, int i) const {
+bool Reference::ComputeTreePrefix(const Tree& t, int i) const {
   if (i == n_) return true;
   switch (t.kind) {
     case Tree::Kind::kLiteral: {
@@ -125,6 +153,21 @@ bool Reference::TreePrefix(const Tree& t, int i) const {
         if (TreePrefix(t.kids[0], p)) return true;
       }
       return false;
+    case Tree::Kind::kCount: {  // k < max whole copies, then a prefix of one more; or max copies to the end
+      std::set<int> at = {i};
+      for (int k = 0; k <= t.max; ++k) {
+        for (int p : at) {
+          if (k < t.max && TreePrefix(t.kids[0], p)) return true;
+          if (p == n_) return true;
+        }
+        std::set<int> next;
+        for (int p : at) {
+          for (int q : TreeEnds(t.kids[0], p)) next.insert(q);
+        }
+        at = std::move(next);
+      }
+      return false;
+    }
   }
   return false;
 }

@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <set>
 #include <string>
 #include <vector>
@@ -14,10 +15,11 @@
 namespace tpserve::grammar::testing {
 
 struct Tree {
-  enum class Kind { kLiteral, kSet, kConcat, kAlt, kStar, kOptional };
+  enum class Kind { kLiteral, kSet, kConcat, kAlt, kStar, kOptional, kCount };
   Kind kind = Kind::kLiteral;
   std::string text;  // kLiteral: the bytes; kSet: the member bytes (non-empty)
   std::vector<Tree> kids;
+  int min = 0, max = 0;  // kCount: kids[0]{min,max}
 
   // In regex.h's dialect.
   std::string Regex() const;
@@ -43,8 +45,10 @@ class Reference {
   bool Complete() const { return complete_; }
 
  private:
-  std::set<int> TreeEnds(const Tree& t, int i) const;
+  const std::set<int>& TreeEnds(const Tree& t, int i) const;
   bool TreePrefix(const Tree& t, int i) const;
+  std::set<int> ComputeTreeEnds(const Tree& t, int i) const;
+  bool ComputeTreePrefix(const Tree& t, int i) const;
   std::set<int> SymbolEnds(const RefSymbol& s, int i) const;
   bool SymbolPrefix(const RefSymbol& s, int i) const;
   void Solve();
@@ -56,6 +60,8 @@ class Reference {
   std::vector<std::vector<std::set<int>>> ends_;  // [rule][i] positions j with rule =>* w[i:j]
   std::vector<std::vector<bool>> prefix_;         // [rule][i] w[i:] is a prefix of something rule derives
   bool viable_ = false, complete_ = false;
+  mutable std::map<std::pair<const Tree*, int>, std::set<int>> tree_ends_;  // memo of TreeEnds
+  mutable std::map<std::pair<const Tree*, int>, bool> tree_prefix_;         // memo of TreePrefix
 };
 
 }  // namespace tpserve::grammar::testing
