@@ -56,6 +56,7 @@ INSTANTIATE_TEST_SUITE_P(
         Tool{TPSERVE_LAUNCH, {"--nproc-per-node", "--log-dir"}},
         Tool{TPSERVE_HTTP, {"--server", "--listen", "--api-key-file", "--max-body-bytes"}},
         Tool{TPSERVE_LOGITS, {"--prompt-ids", "--steps", "--out", "--backend"}},
+        Tool{TPSERVE_GRAMMAR, {"--model", "--json-schema", "--regex", "--ebnf", "--choice", "--check", "--json"}},
         Tool{TPSERVE_BENCH, {"--server", "--num-prompts", "--request-rate", "--percentiles", "--slo", "--json",
                              "--plot", "throughput", "serve"}}),
     [](const ::testing::TestParamInfo<Tool>& info) {
