@@ -72,6 +72,47 @@ TEST(MetricsRegistry, ConcurrentUpdatesAreAllCounted) {
   EXPECT_EQ(s.cumulative[0], 26668u);  // values 0 and 1: i % 3 != 2, 6667 + 6667 of 10000, times 4
 }
 
+// As the coordinator calls it: the engine thread publishes its state while
+// four output threads record tokens and finished requests, and /metrics
+// renders meanwhile. Every figure is counted exactly once.
+TEST(CoordinatorMetrics, TheEngineAndTheOutputThreadsRecordAtOnce) {
+  CoordinatorMetrics m(/*max_model_len=*/4096, /*tp=*/1);
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 4; ++t) {
+    threads.emplace_back([&m] {
+      for (int i = 0; i < 5000; ++i) {
+        if (i % 100 == 0) {
+          m.OnFirstToken(7);
+        } else {
+          m.OnNextToken(0.002);
+        }
+        if (i % 100 == 99) {
+          m.OnRequestFinished(i % 200 == 99 ? "stop" : "abort",
+                              {.first_scheduled = 0.01, .first_token = 0.02, .end = 0.5, .has_token = true}, 7, 100);
+        }
+      }
+    });
+  }
+  threads.emplace_back([&m] {
+    for (int i = 1; i <= 5000; ++i) m.OnEngineState(3, 1, 0.5, /*preemptions=*/i, 16 * i, 8 * i);
+  });
+  threads.emplace_back([&m] {
+    for (int i = 0; i < 50; ++i) EXPECT_FALSE(m.registry().Render().empty());
+  });
+  for (std::thread& t : threads) t.join();
+  const CoordinatorMetrics::Totals t = m.totals();
+  EXPECT_EQ(t.generation_tokens, 20000u);
+  EXPECT_EQ(t.prompt_tokens, 4u * 50 * 7);
+  EXPECT_EQ(t.requests_finished.at("stop"), 100u);
+  EXPECT_EQ(t.requests_finished.at("abort"), 100u);
+  EXPECT_EQ(t.preemptions, 5000u);
+  EXPECT_EQ(t.prefix_cache_queries, 80000u);
+  std::map<std::string, uint64_t> count;
+  for (const auto& x : t.histograms) count[x.name] = x.count;
+  EXPECT_EQ(count.at("inter_token_latency_seconds"), 4u * 4950);
+  EXPECT_EQ(count.at("e2e_request_latency_seconds"), 200u);
+}
+
 TEST(Buckets125, AsVllmBuildsThem) {
   EXPECT_EQ(Buckets125(100), (std::vector<double>{1, 2, 5, 10, 20, 50, 100}));
   EXPECT_EQ(Buckets125(2048), (std::vector<double>{1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000}));
