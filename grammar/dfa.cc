@@ -32,7 +32,21 @@ class SubsetBuilder {
                                                        " automaton states (CompileLimits::max_automaton_states)"));
       }
     }
-    return KeepLive(start);
+    return KeepLive(start, FindLoop());
+  }
+
+  // The one DFA state holding nfa.marked, when it is exactly its closure
+  // (between two iterations and nowhere else); -1 otherwise.
+  int32_t FindLoop() {
+    if (nfa_.marked < 0) return -1;
+    int32_t found = -1;
+    for (size_t d = 0; d < sets_.size(); ++d) {
+      if (!std::binary_search(sets_[d].begin(), sets_[d].end(), nfa_.marked)) continue;
+      if (found >= 0) return -1;
+      found = static_cast<int32_t>(d);
+    }
+    if (found < 0 || Closure({nfa_.marked}) != sets_[static_cast<size_t>(found)]) return -1;
+    return found;
   }
 
  private:
@@ -52,7 +66,7 @@ class SubsetBuilder {
   }
 
   bool Important(int32_t s) const {
-    if (s == nfa_.accept) return true;
+    if (s == nfa_.accept || s == nfa_.marked) return true;
     for (int32_t a = nfa_.first_arc[static_cast<size_t>(s)]; a >= 0; a = nfa_.arcs[static_cast<size_t>(a)].next) {
       if (!nfa_.arcs[static_cast<size_t>(a)].epsilon) return true;
     }
@@ -110,7 +124,7 @@ class SubsetBuilder {
   }
 
   // Renumbers the states that reach an accepting one; the rest become -1.
-  Dfa KeepLive(int32_t start) {
+  Dfa KeepLive(int32_t start, int32_t loop) {
     const size_t n = sets_.size(), nc = static_cast<size_t>(dfa_.num_classes);
     std::vector<std::vector<int32_t>> reverse(n);
     for (size_t s = 0; s < n; ++s) {
@@ -136,6 +150,7 @@ class SubsetBuilder {
       if (live[s]) renumber[s] = count++;
     }
     dfa_.start = start >= 0 ? renumber[static_cast<size_t>(start)] : -1;
+    dfa_.loop = loop >= 0 ? renumber[static_cast<size_t>(loop)] : -1;
     dfa_.next.assign(static_cast<size_t>(count) * nc, -1);
     dfa_.accepting.assign(static_cast<size_t>(count), 0);
     dfa_.extendable.assign(static_cast<size_t>(count), 0);
@@ -181,10 +196,10 @@ absl::StatusOr<Dfa> BuildDfa(const Nfa& nfa, int64_t max_states, absl::Time dead
 // One round of Moore's refinement: a state's new class is its class and its
 // successors' classes, numbered through a hash of that signature (collisions
 // told apart by comparing with the first state of each class).
-std::vector<int32_t> DepthClasses(const Dfa& dfa, int depth, int64_t budget) {
+std::vector<int32_t> DepthClasses(const Dfa& dfa, int depth, int64_t budget, int32_t distinguished) {
   const auto n = static_cast<size_t>(dfa.num_states()), nc = static_cast<size_t>(dfa.num_classes);
   std::vector<int32_t> cls(n), next(n), first;  // first[c]: a state of new class c
-  for (size_t s = 0; s < n; ++s) cls[s] = dfa.accepting[s];
+  for (size_t s = 0; s < n; ++s) cls[s] = dfa.accepting[s] + (static_cast<int32_t>(s) == distinguished ? 2 : 0);
   auto successor = [&](size_t s, size_t c) {
     const int32_t t = dfa.next[s * nc + c];
     return t < 0 ? -1 : cls[static_cast<size_t>(t)];
@@ -232,6 +247,12 @@ std::vector<int32_t> DepthClasses(const Dfa& dfa, int depth, int64_t budget) {
 Dfa WithoutEmpty(const Dfa& dfa) {
   Dfa out = dfa;
   if (!dfa.MatchesEmpty()) return out;
+  if (dfa.counted) {  // the start is the loop with count 0 (counted_dfa.cc)
+    out.counter.fresh = static_cast<int32_t>(dfa.num_states() * (dfa.counter.hi + 1));
+    out.start = out.CountedExtendable(out.counter.fresh) ? out.counter.fresh : -1;
+    if (out.start < 0) out.first_bytes = {};
+    return out;
+  }
   const auto nc = static_cast<size_t>(dfa.num_classes);
   const auto old_start = static_cast<size_t>(dfa.start);
   const int32_t fresh = dfa.num_states();

@@ -16,6 +16,19 @@
 
 namespace tpserve::grammar::internal {
 
+// A counted automaton (counted_dfa.h) runs the table of P C* S and counts the
+// iterations of C, bounding them to [lo, hi]: its states are virtual, base
+// state q in C (or the loop state) with count k being q + base * k.
+struct Counter {
+  enum Region : uint8_t { kP, kC, kS, kLoop };
+  int32_t loop = -1;            // the base state between two iterations of C
+  int64_t lo = 0, hi = 0;       // the iterations allowed
+  std::vector<uint8_t> region;  // [base states] before the loop, inside C, after it, or the loop
+  bool has_c = false;           // the loop state has bytes into C ...
+  bool has_s = false;           // ... and into S
+  int32_t fresh = -1;           // a virtual start: the loop with count 0, not accepting (WithoutEmpty)
+};
+
 struct Dfa {
   std::array<uint8_t, 256> byte_class{};  // [256] byte -> its class (bytes no regex tells apart share one)
   int32_t num_classes = 1;
@@ -24,13 +37,29 @@ struct Dfa {
   std::vector<uint8_t> accepting;          // [num_states] the bytes so far are a match
   std::vector<uint8_t> extendable;         // [num_states] some byte leads to a live state
   std::array<uint64_t, 4> first_bytes{};   // bits of the bytes with a live transition from start
+  int32_t loop = -1;  // BuildDfa: the state that is exactly the closure of nfa.marked, -1 when none is
+  bool counted = false;
+  Counter counter;    // when counted
 
+  // Base states (a counted automaton's virtual states are more).
   int32_t num_states() const { return static_cast<int32_t>(accepting.size()); }
   int32_t Next(int32_t state, uint8_t byte) const {
+    if (counted) return CountedNext(state, byte);
     return next[static_cast<size_t>(state) * static_cast<size_t>(num_classes) + byte_class[byte]];
   }
-  bool MatchesEmpty() const { return start >= 0 && accepting[static_cast<size_t>(start)] != 0; }
-  size_t MemoryBytes() const { return next.size() * sizeof(int32_t) + accepting.size() * 2 + sizeof(Dfa); }
+  bool Accepting(int32_t state) const {
+    return counted ? CountedAccepting(state) : accepting[static_cast<size_t>(state)] != 0;
+  }
+  bool Extendable(int32_t state) const {
+    return counted ? CountedExtendable(state) : extendable[static_cast<size_t>(state)] != 0;
+  }
+  bool MatchesEmpty() const { return start >= 0 && Accepting(start); }
+  size_t MemoryBytes() const { return next.size() * sizeof(int32_t) + accepting.size() * 3 + sizeof(Dfa); }
+
+  // counted_dfa.cc
+  int32_t CountedNext(int32_t state, uint8_t byte) const;
+  bool CountedAccepting(int32_t state) const;
+  bool CountedExtendable(int32_t state) const;
 };
 
 // Subset construction of `nfa`, keeping live states only. INVALID_ARGUMENT past
@@ -40,17 +69,20 @@ absl::StatusOr<Dfa> BuildDfa(const Nfa& nfa, int64_t max_states, absl::Time dead
 // `regex` (regex.h's dialect) parsed, then BuildNfa (at most 4 * max_states
 // NFA states), then BuildDfa. Errors name the construct or the limit.
 absl::StatusOr<Dfa> CompileRegex(absl::string_view regex, int64_t max_states, absl::Time deadline);
+absl::StatusOr<Dfa> CompileRegexAst(const RegexAst& ast, int64_t max_states, absl::Time deadline);
 
-// Classes of states no string of at most `depth` bytes tells apart (Moore's
-// refinement, `depth` rounds or until stable): from two states of one class
-// every string of <= depth bytes is live, and accepting, from both or from
-// neither. A token mask depends only on this when depth >= the longest token.
-// Each state its own class when the refinement would cost more than `budget`
-// steps.
-std::vector<int32_t> DepthClasses(const Dfa& dfa, int depth, int64_t budget);
+// Classes of (base) states no string of at most `depth` bytes tells apart
+// (Moore's refinement, `depth` rounds or until stable): from two states of
+// one class every string of <= depth bytes is live, and accepting, from both
+// or from neither (and, when `distinguished` >= 0, passes through that state
+// at the same places). A token mask depends only on this when depth >= the
+// longest token. Each state its own class when the refinement would cost more
+// than `budget` steps.
+std::vector<int32_t> DepthClasses(const Dfa& dfa, int depth, int64_t budget, int32_t distinguished = -1);
 
 // The same language without the empty string (a new start state that is not
-// accepting); start -1 when nothing is left.
+// accepting; for a counted automaton, its fresh virtual start); start -1 when
+// nothing is left.
 Dfa WithoutEmpty(const Dfa& dfa);
 
 }  // namespace tpserve::grammar::internal

@@ -3,31 +3,78 @@
 // regex at once, the first to insert wins and both use it.
 #include "grammar/lexer_cache.h"
 
+#include <algorithm>
+#include <optional>
+
 #include "absl/hash/hash.h"
+#include "grammar/counted_dfa.h"
 #include "grammar/lexer_mask.h"
+#include "grammar/regex_ast.h"
 
 namespace tpserve::grammar::internal {
 
 size_t LexerCache::KeyHash::operator()(const LexerKey& key) const { return absl::HashOf(key); }
 
+namespace {
+
+int32_t Encode(const Dfa& dfa, const std::vector<int32_t>& base_class, int depth, int32_t state) {
+  const Counter& c = dfa.counter;
+  if (state == c.fresh) return -2;  // no class of a base state
+  const int32_t base = dfa.num_states();
+  const int32_t q = state % base;
+  const int64_t k = state / base;
+  const uint8_t region = c.region[static_cast<size_t>(q)];
+  int64_t lo = 0, hi = 0;
+  if (region == Counter::kC || region == Counter::kLoop) {
+    lo = std::min<int64_t>(std::max<int64_t>(c.lo - k, 0), depth + 1);
+    hi = std::min<int64_t>(c.hi - k, depth + 1);
+  }
+  const int64_t width = depth + 2;
+  return static_cast<int32_t>((base_class[static_cast<size_t>(q)] * 4 + region) * width * width + lo * width + hi);
+}
+
+constexpr int64_t kClassBudget = int64_t{1} << 26;
+
+}  // namespace
+
+int32_t TerminalAutomaton::ShortClass(int32_t state) const {
+  if (!dfa.counted) return short_class[static_cast<size_t>(state)];
+  return Encode(dfa, short_class, short_depth, state);
+}
+
+int32_t TerminalAutomaton::LongClass(int32_t state) const {
+  if (!dfa.counted) return state;
+  return Encode(dfa, long_class, long_depth, state);
+}
+
 absl::StatusOr<std::shared_ptr<const TerminalAutomaton>> LexerCache::Automaton(const std::string& regex,
                                                                                int64_t max_states,
-                                                                               absl::Time deadline) {
+                                                                               absl::Time deadline,
+                                                                               bool counted_only) {
   {
     absl::MutexLock lock(&mu_);
     if (auto it = automata_.find(regex); it != automata_.end()) {
       // A cached automaton larger than this compile allows is still refused.
-      if (it->second->dfa.num_states() <= max_states) return it->second;
+      if (it->second->dfa.num_states() <= max_states && (it->second->dfa.counted || !counted_only)) return it->second;
     }
   }
-  absl::StatusOr<Dfa> dfa = CompileRegex(regex, max_states, deadline);
+  absl::StatusOr<RegexAst> ast = ParseRegex(regex);
+  if (!ast.ok()) return ast.status();
+  std::optional<Dfa> counted = BuildCountedDfa(*ast, max_states, deadline);
+  if (!counted && counted_only) return absl::FailedPreconditionError("not a counted automaton");
+  absl::StatusOr<Dfa> dfa = counted ? *std::move(counted) : CompileRegexAst(*ast, max_states, deadline);
   if (!dfa.ok()) return dfa.status();
   auto automaton = std::make_shared<TerminalAutomaton>();
   automaton->matches_empty = dfa->MatchesEmpty();
   automaton->matches_nothing = dfa->start < 0;
   automaton->dfa = WithoutEmpty(*dfa);
-  automaton->mask_class = DepthClasses(automaton->dfa, mask_depth_, /*budget=*/int64_t{1} << 26);
-  const size_t bytes = automaton->dfa.MemoryBytes() + automaton->mask_class.size() * 4 + regex.size();
+  automaton->short_depth = short_depth_;
+  automaton->long_depth = long_depth_;
+  const int32_t loop = automaton->dfa.counted ? automaton->dfa.counter.loop : -1;
+  automaton->short_class = DepthClasses(automaton->dfa, short_depth_, kClassBudget, loop);
+  if (automaton->dfa.counted) automaton->long_class = DepthClasses(automaton->dfa, long_depth_, kClassBudget, loop);
+  const size_t bytes = automaton->dfa.MemoryBytes() + (automaton->short_class.size() + automaton->long_class.size()) * 4 +
+                       regex.size();
   absl::MutexLock lock(&mu_);
   automaton->id = next_id_++;
   if (automaton_bytes_ + bytes > kMaxAutomatonBytes) {
@@ -37,7 +84,7 @@ absl::StatusOr<std::shared_ptr<const TerminalAutomaton>> LexerCache::Automaton(c
   auto [it, inserted] = automata_.try_emplace(regex, automaton);
   if (inserted) {
     automaton_bytes_ += bytes;
-  } else if (it->second->dfa.num_states() > max_states) {
+  } else if (it->second->dfa.num_states() > max_states || (counted_only && !it->second->dfa.counted)) {
     return std::shared_ptr<const TerminalAutomaton>(std::move(automaton));
   }
   return it->second;

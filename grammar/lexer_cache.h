@@ -35,9 +35,17 @@ struct TerminalAutomaton {
   Dfa dfa;                    // the regex's language without ""
   bool matches_empty = false; // the regex matched ""
   bool matches_nothing = false;  // the regex matched no string at all
-  // [states] DepthClasses to the short trie's depth: states of one class have
-  // one lexer mask over the short trie (the states of x{0,200} far from the bound).
-  std::vector<int32_t> mask_class;
+  // [base states] DepthClasses to short_depth (and to long_depth when
+  // counted; the loop state distinguished).
+  std::vector<int32_t> short_class, long_class;
+  int short_depth = 0, long_depth = 0;
+
+  // The lexer-mask key of `state` over the short trie: states of one class
+  // have one mask (the count enters only as min(count to lo, depth) and
+  // min(count to hi, depth)). Over the long trie: the state itself, or for a
+  // counted automaton its class to long_depth.
+  int32_t ShortClass(int32_t state) const;
+  int32_t LongClass(int32_t state) const;
 };
 
 // Which trie a lexer mask covers (vocabulary_impl.h).
@@ -49,12 +57,14 @@ using LexerKey = std::vector<std::pair<uint64_t, int32_t>>;
 
 class LexerCache {
  public:
-  // mask_depth: the short trie's depth (its longest token), in bytes.
-  explicit LexerCache(int mask_depth) : mask_depth_(mask_depth) {}
+  // short_depth, long_depth: the depths of the short and long tries (their
+  // longest tokens), in bytes.
+  LexerCache(int short_depth, int long_depth) : short_depth_(short_depth), long_depth_(long_depth) {}
 
-  // max_states: the compile's limit for this one automaton.
+  // max_states: the compile's limit for this one automaton's base states.
+  // counted_only: fail unless it compiles to a counted automaton (counted_dfa.h).
   absl::StatusOr<std::shared_ptr<const TerminalAutomaton>> Automaton(const std::string& regex, int64_t max_states,
-                                                                     absl::Time deadline);
+                                                                     absl::Time deadline, bool counted_only = false);
   std::shared_ptr<const LexerMask> FindMask(TrieKind trie, const LexerKey& key) const;
   // Returns the mask now cached for `key` (`mask`, or one another thread put first).
   std::shared_ptr<const LexerMask> InsertMask(TrieKind trie, LexerKey key, std::shared_ptr<const LexerMask> mask);
@@ -66,7 +76,7 @@ class LexerCache {
   struct KeyHash {
     size_t operator()(const LexerKey& key) const;
   };
-  const int mask_depth_;
+  const int short_depth_, long_depth_;
   mutable absl::Mutex mu_;
   absl::flat_hash_map<std::string, std::shared_ptr<const TerminalAutomaton>> automata_ ABSL_GUARDED_BY(mu_);
   size_t automaton_bytes_ ABSL_GUARDED_BY(mu_) = 0;

@@ -66,7 +66,7 @@ int64_t WalkMany(std::span<const LexerEntry> entries, const TokenTrie& trie, uin
     if (node.num_tokens != 0) count += AddTokens(node, trie, words);
     if (node.skip > i + 1) {
       for (size_t e = 0; e < k; ++e) {
-        if (here[e] >= 0 && entries[e].dfa->accepting[static_cast<size_t>(here[e])]) {
+        if (here[e] >= 0 && entries[e].dfa->Accepting(here[e])) {
           ends.emplace_back(i, static_cast<int32_t>(e));
         }
       }
@@ -112,7 +112,7 @@ std::shared_ptr<const LexerMask> ComputeLexerMask(std::span<const LexerEntry> en
   auto mask = std::make_shared<LexerMask>();
   std::vector<uint32_t> words(MaskWords(vocab_size), 0);
   EndPoints ends;
-  if (entries.size() == 1) {
+  if (entries.size() == 1 && !entries[0].dfa->counted) {  // the table alone
     mask->count = WalkOne(entries[0], trie, words.data(), ends);
   } else if (!entries.empty()) {
     mask->count = WalkMany(entries, trie, words.data(), ends);

@@ -30,8 +30,8 @@ void Matcher::State::Advance(std::span<const LexEntry> from, uint8_t byte, std::
     const internal::Dfa& dfa = compiled->automata[static_cast<size_t>(e.terminal)]->dfa;
     const int32_t s = dfa.Next(e.state, byte);
     if (s < 0) continue;
-    if (dfa.accepting[static_cast<size_t>(s)]) done.push_back({e.set, e.terminal});
-    if (dfa.extendable[static_cast<size_t>(s)]) to.push_back({e.set, e.terminal, s});
+    if (dfa.Accepting(s)) done.push_back({e.set, e.terminal});
+    if (dfa.Extendable(s)) to.push_back({e.set, e.terminal, s});
   }
 }
 

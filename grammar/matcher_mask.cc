@@ -32,8 +32,7 @@ std::shared_ptr<const LexerMask> Matcher::State::LexerMaskOf(internal::TrieKind 
   for (size_t i = 0; i < active.size(); ++i) {
     const LexEntry& e = active[i];
     const internal::TerminalAutomaton& a = *compiled->automata[static_cast<size_t>(e.terminal)];
-    const int32_t state =
-        kind == internal::TrieKind::kShort ? a.mask_class[static_cast<size_t>(e.state)] : e.state;
+    const int32_t state = kind == internal::TrieKind::kShort ? a.ShortClass(e.state) : a.LongClass(e.state);
     order.push_back({{a.id, state}, static_cast<int32_t>(i)});
   }
   std::sort(order.begin(), order.end());

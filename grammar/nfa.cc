@@ -12,8 +12,8 @@ namespace {
 
 class Builder {
  public:
-  Builder(const RegexAst& ast, int64_t max_states, absl::Time deadline)
-      : ast_(ast), max_states_(max_states), deadline_(deadline) {}
+  Builder(const RegexAst& ast, int64_t max_states, absl::Time deadline, int32_t star_node)
+      : ast_(ast), max_states_(max_states), deadline_(deadline), star_node_(star_node) {}
 
   absl::StatusOr<Nfa> Run() {
     nfa_.start = NewState();
@@ -74,6 +74,7 @@ class Builder {
         return to;
       }
       case RegexNode::Kind::kRepeat:
+        if (id == star_node_) return BuildStar(node.children[0], from, /*mark=*/true);
         return BuildRepeat(node, from);
     }
     return from;
@@ -93,19 +94,23 @@ class Builder {
     return to;
   }
 
+  // x*: a loop through a fresh state.
+  absl::StatusOr<int32_t> BuildStar(int32_t child, int32_t at, bool mark) {
+    const int32_t loop = NewState();
+    if (mark) nfa_.marked = loop;
+    Epsilon(at, loop);
+    TPSERVE_ASSIGN_OR_RETURN(const int32_t end, Build(child, loop));
+    Epsilon(end, loop);
+    return loop;
+  }
+
   absl::StatusOr<int32_t> BuildRepeat(const RegexNode& node, int32_t from) {
     const int32_t child = node.children[0];
     int32_t at = from;
     for (int64_t i = 0; i < node.min; ++i) {
       TPSERVE_ASSIGN_OR_RETURN(at, Build(child, at));
     }
-    if (node.max < 0) {  // x*: a loop through a fresh state
-      const int32_t loop = NewState();
-      Epsilon(at, loop);
-      TPSERVE_ASSIGN_OR_RETURN(const int32_t end, Build(child, loop));
-      Epsilon(end, loop);
-      return loop;
-    }
+    if (node.max < 0) return BuildStar(child, at, /*mark=*/false);
     const int32_t to = NewState();
     Epsilon(at, to);
     for (int64_t i = node.min; i < node.max; ++i) {  // each further copy may be skipped to the end
@@ -118,14 +123,15 @@ class Builder {
   const RegexAst& ast_;
   const int64_t max_states_;
   const absl::Time deadline_;
+  const int32_t star_node_;
   Nfa nfa_;
   absl::Status status_;
 };
 
 }  // namespace
 
-absl::StatusOr<Nfa> BuildNfa(const RegexAst& ast, int64_t max_states, absl::Time deadline) {
-  return Builder(ast, max_states, deadline).Run();
+absl::StatusOr<Nfa> BuildNfa(const RegexAst& ast, int64_t max_states, absl::Time deadline, int32_t star_node) {
+  return Builder(ast, max_states, deadline, star_node).Run();
 }
 
 }  // namespace tpserve::grammar::internal

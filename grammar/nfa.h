@@ -23,12 +23,15 @@ struct Nfa {
   std::vector<Arc> arcs;           // [arcs]
   int32_t start = 0;
   int32_t accept = 0;
+  int32_t marked = -1;  // the loop state of the star built for BuildNfa's star_node, -1 none
 
   int32_t num_states() const { return static_cast<int32_t>(first_arc.size()); }
 };
 
 // INVALID_ARGUMENT when the NFA would need more than `max_states` states (a
 // counted repetition of a counted repetition, ...) or past `deadline`.
-absl::StatusOr<Nfa> BuildNfa(const RegexAst& ast, int64_t max_states, absl::Time deadline);
+// star_node: a kRepeat node built as its child's star, its loop state marked
+// (counted_dfa.h counts the iterations instead).
+absl::StatusOr<Nfa> BuildNfa(const RegexAst& ast, int64_t max_states, absl::Time deadline, int32_t star_node = -1);
 
 }  // namespace tpserve::grammar::internal

@@ -13,6 +13,10 @@ namespace internal {
 
 absl::StatusOr<Dfa> CompileRegex(absl::string_view regex, int64_t max_states, absl::Time deadline) {
   TPSERVE_ASSIGN_OR_RETURN(const RegexAst ast, ParseRegex(regex));
+  return CompileRegexAst(ast, max_states, deadline);
+}
+
+absl::StatusOr<Dfa> CompileRegexAst(const RegexAst& ast, int64_t max_states, absl::Time deadline) {
   TPSERVE_ASSIGN_OR_RETURN(const Nfa nfa, BuildNfa(ast, 4 * max_states, deadline));
   return BuildDfa(nfa, max_states, deadline);
 }

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -39,5 +40,9 @@ inline constexpr int kMaxRegexDepth = 400;
 
 // Parses `regex`; INVALID_ARGUMENT naming the construct and its byte offset.
 absl::StatusOr<RegexAst> ParseRegex(absl::string_view regex);
+
+// The subtree at `node` written back as a regex in one spelling: two subtrees
+// with the same language structure get the same text.
+std::string CanonicalRegex(const RegexAst& ast, int32_t node);
 
 }  // namespace tpserve::grammar::internal

@@ -25,7 +25,7 @@ VocabularyImpl::VocabularyImpl(std::vector<std::string> token_bytes, std::vector
   long_trie_ = std::make_unique<TokenTrie>(bytes_, long_tokens);
   in_trie_.resize(bytes_.size());
   for (size_t t = 0; t < bytes_.size(); ++t) in_trie_[t] = short_trie_->contains()[t] || long_trie_->contains()[t];
-  cache_ = std::make_unique<LexerCache>(kShortTokenBytes);
+  cache_ = std::make_unique<LexerCache>(kShortTokenBytes, std::max(long_trie_->max_depth(), kShortTokenBytes + 1));
 }
 
 std::shared_ptr<const VocabularyImpl> AsImpl(std::shared_ptr<const Vocabulary> vocabulary) {

@@ -175,11 +175,15 @@ TEST(GbnfTest, HostileGrammarsAreRefusedOrCompileQuickly) {
   EXPECT_TRUE(absl::StrContains(Error("root ::= " + std::string(100, '(') + "\"x\"" + std::string(100, ')') + "\n"),
                                 "max_nesting"));
   EXPECT_TRUE(absl::StrContains(Error("root ::= \"x\"" + std::string(1000, '*') + "\n"), "max_nesting"));
-  // Huge counts on a non-regular part: O(log n) rules; on a regular part: past the states limit.
+  // Huge counts on a non-regular part: O(log n) rules; on a regular part, a
+  // counter (counted_dfa.h), not a million states.
   EXPECT_NE(MustCompile("root ::= (\"(\" root \")\" | \"x\"){1000000000}\n"), nullptr);
+  EXPECT_NE(MustCompile("root ::= (\"x\"{1000}){1000}\n"), nullptr);
+  // A language whose DFA needs 2^18 states (the 17th byte from the end is
+  // 'a'), with no count a counter could take: past the states limit.
   GrammarSpec spec;
   spec.kind = GrammarSpec::Kind::kEbnf;
-  spec.text = "root ::= (\"x\"{1000}){1000}\n";
+  spec.text = "root ::= [ab]* \"a\" [ab]{16}\n";
   auto refused = Compile(spec, Bytes());
   ASSERT_FALSE(refused.ok());
   EXPECT_TRUE(absl::StrContains(refused.status().message(), "max_automaton_states")) << refused.status();
