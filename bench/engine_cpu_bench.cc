@@ -10,7 +10,7 @@
 // runner, worker/engine.h), which times its steps: "prefill" is the step that
 // computes the prompts (batch x prompt-len tokens), "decode" the following
 // steps of one token per sequence.
-// Each rank gets cores / tp BLAS threads. Not run in CI.
+// Each rank gets cores / tp GEMM threads. Not run in CI.
 #include <sys/statvfs.h>
 
 #include <cstdio>

@@ -14,7 +14,7 @@ foreach(program IN LISTS _tpserve_programs)
   endif()
 endforeach()
 # Libraries from outside the system's folders (CUDA, NCCL from python3's
-# nvidia-nccl, OpenBLAS's alternative) stay found: their folders go into the
+# nvidia-nccl) stay found: their folders go into the
 # installed programs' RUNPATH, as the build's own.
 set_target_properties(${_tpserve_installed} PROPERTIES INSTALL_RPATH_USE_LINK_PATH TRUE)
 install(TARGETS ${_tpserve_installed} RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})

@@ -35,7 +35,7 @@ fi
 # ibverbs, ...) would be looked for in the system folders alone and missed there.
 packed_libs="$deps/lib:$deps/lib/$arch"
 cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DTPSERVE_ENGINE_ONLY=ON -DTPSERVE_CUDA_EMU=OFF \
-  -DTPSERVE_BLAS=OFF -DCMAKE_PREFIX_PATH="$deps;$gtest_prefix" -DCMAKE_INCLUDE_PATH="$deps/include" \
+  -DCMAKE_PREFIX_PATH="$deps;$gtest_prefix" -DCMAKE_INCLUDE_PATH="$deps/include" \
   -DCMAKE_LIBRARY_PATH="$deps/lib;$deps/lib/$arch" \
   -DCMAKE_EXE_LINKER_FLAGS="-Wl,--no-undefined -Wl,--disable-new-dtags -Wl,-rpath-link,$packed_libs" \
   -DCMAKE_SHARED_LINKER_FLAGS="-Wl,--no-undefined -Wl,-rpath-link,$packed_libs" \

@@ -17,7 +17,7 @@ build_packages=(
   cmake ninja-build g++ pkg-config
   libabsl-dev nlohmann-json3-dev libpcre2-dev libutf8proc-dev libcpp-httplib-dev libboost-dev
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev libssl-dev openssl
-  libgloo-dev openmpi-bin libopenmpi-dev libopenblas-dev
+  libgloo-dev openmpi-bin libopenmpi-dev
 )
 # What the tests, benchmarks, fuzzers and scripts/test.sh add.
 test_packages=(

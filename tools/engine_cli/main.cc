@@ -55,7 +55,7 @@ ABSL_FLAG(int64_t, num_blocks, 0, "KV cache blocks; 0 = enough for every prompt 
 ABSL_FLAG(int64_t, max_num_tokens, 2048, "token budget of one step (longer prompts are chunked)");
 ABSL_FLAG(int64_t, max_num_seqs, 256, "most sequences running at once (and so in one step)");
 ABSL_FLAG(int64_t, max_position, 0, "RoPE table rows; 0 = config.json's max_position_embeddings");
-ABSL_FLAG(int, threads, 1, "BLAS threads per rank");
+ABSL_FLAG(int, threads, 1, "CPU backend GEMM threads per rank");
 ABSL_FLAG(bool, enable_prefix_caching, true,
           "reuse the KV blocks of identical prompt prefixes (--noenable-prefix-caching or "
           "--enable-prefix-caching=false: off)");

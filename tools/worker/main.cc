@@ -120,9 +120,9 @@ absl::StatusOr<tpserve::SessionOptions> OptionsFromFlags() {
 }
 
 // Runs the session; SIGTERM / SIGINT stop it. The handler only writes a byte
-// to a pipe (libraries such as OpenBLAS start threads before main, so masking
-// the signals and sigwait-ing in one thread would not catch them all); a
-// thread reads it and stops the session.
+// to a pipe (a library may start threads before main, as OpenBLAS did when
+// the CPU backend used it, so masking the signals and sigwait-ing in one
+// thread would not catch them all); a thread reads it and stops the session.
 int RunUntilSignalled(const tpserve::SessionOptions& options) {
   if (pipe(g_signal_pipe) != 0) {
     std::perror("tpserve-worker: pipe");
