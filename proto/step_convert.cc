@@ -5,6 +5,49 @@
 namespace tpserve {
 namespace iv1 = tpserve::internal::v1;
 
+namespace {
+
+iv1::OutputConstraint ConstraintToProto(const OutputConstraint& c) {
+  iv1::OutputConstraint p;
+  p.set_kind(static_cast<iv1::OutputConstraint::Kind>(c.kind));
+  p.set_text(c.text);
+  p.mutable_choices()->Add(c.choices.begin(), c.choices.end());
+  p.set_indented(c.indented);
+  p.set_tool_format(static_cast<iv1::OutputConstraint::ToolFormat>(c.tool_format));
+  for (const ToolFunction& f : c.functions) {
+    iv1::ToolFunction* pf = p.add_functions();
+    pf->set_name(f.name);
+    pf->set_parameters_json(f.parameters_json);
+  }
+  p.set_parallel_tool_calls(c.parallel_tool_calls);
+  p.set_think_start(c.think_start);
+  p.set_think_end(c.think_end);
+  p.set_starts_in_reasoning(c.starts_in_reasoning);
+  return p;
+}
+
+OutputConstraint ConstraintFromProto(const iv1::OutputConstraint& p) {
+  OutputConstraint c;
+  c.kind = static_cast<OutputConstraint::Kind>(p.kind());
+  c.text = p.text();
+  c.choices.assign(p.choices().begin(), p.choices().end());
+  c.indented = p.indented();
+  c.tool_format = static_cast<OutputConstraint::ToolFormat>(p.tool_format());
+  for (const iv1::ToolFunction& f : p.functions()) c.functions.push_back({f.name(), f.parameters_json()});
+  c.parallel_tool_calls = p.parallel_tool_calls();
+  c.think_start = p.think_start();
+  c.think_end = p.think_end();
+  c.starts_in_reasoning = p.starts_in_reasoning();
+  return c;
+}
+
+// The enums travel as their numbers: the two lists must stay in step.
+static_assert(static_cast<int>(OutputConstraint::Kind::kToolCalls) == iv1::OutputConstraint::TOOL_CALLS);
+static_assert(static_cast<int>(OutputConstraint::Kind::kChoice) == iv1::OutputConstraint::CHOICE);
+static_assert(static_cast<int>(OutputConstraint::ToolFormat::kLlama3Json) == iv1::OutputConstraint::LLAMA3_JSON);
+
+}  // namespace
+
 iv1::SamplingParams SamplingToProto(const SamplingParams& s) {
   iv1::SamplingParams p;
   p.set_temperature(s.temperature);
@@ -17,6 +60,7 @@ iv1::SamplingParams SamplingToProto(const SamplingParams& s) {
   p.set_has_seed(s.seed.has_value());
   p.set_seed(s.seed.value_or(0));
   p.set_logprobs(s.logprobs);
+  if (s.constraint != nullptr) *p.mutable_constraint() = ConstraintToProto(*s.constraint);
   return p;
 }
 
@@ -31,6 +75,7 @@ SamplingParams SamplingFromProto(const iv1::SamplingParams& p) {
   s.frequency_penalty = p.frequency_penalty();
   if (p.has_seed()) s.seed = p.seed();
   s.logprobs = p.logprobs();
+  if (p.has_constraint()) s.constraint = std::make_shared<const OutputConstraint>(ConstraintFromProto(p.constraint()));
   return s;
 }
 

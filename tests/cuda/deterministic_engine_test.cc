@@ -25,7 +25,6 @@
 // docs/architecture.md, "The CUDA backend's deterministic mode".
 #include <gtest/gtest.h>
 
-#include <cstring>
 #include <filesystem>
 #include <memory>
 #include <random>
@@ -40,6 +39,7 @@
 #include "tests/cuda/gpu_test_util.h"
 #include "tests/cuda/test_model.h"
 #include "tests/cuda/test_sizes.h"
+#include "tests/testing/rank_engines.h"
 #include "tests/testing/seed.h"
 #include "worker/engine.h"
 #if defined(TPSERVE_WITH_GLOO)
@@ -49,6 +49,9 @@
 
 namespace tpserve {
 namespace {
+
+using testing_util::RankEngines;
+using testing_util::RankParts;
 
 constexpr int32_t kVocab = 397;
 constexpr int64_t kHidden = 136;
@@ -117,53 +120,19 @@ class Group {
 
   int size() const { return static_cast<int>(ranks_.size()); }
 
-  struct Engines {
-    std::vector<std::unique_ptr<Engine>> ranks;
-  };
   // Engines over the same options on every rank (reused across Generate
   // calls, so the prefix cache carries over); rank 0 samples on the GPU
   // unless the options return logits.
-  Engines Create(const std::filesystem::path& model, EngineOptions options) {
-    Engines e;
-    for (int r = 0; r < size(); ++r) {
-      options.sampler = ranks_[r].sampler.get();
-      absl::StatusOr<std::unique_ptr<Engine>> engine =
-          Engine::Create(model, *ranks_[r].backend, *ranks_[r].comm, options);
-      EXPECT_TRUE(engine.ok()) << engine.status();
-      e.ranks.push_back(engine.ok() ? *std::move(engine) : nullptr);
-    }
-    return e;
-  }
-
-  // Rank 0's results (every rank generated the same tokens, checked here).
-  std::vector<GenerationResult> Generate(Engines& e, const std::vector<GenerationRequest>& requests,
-                                         GenerationStats* stats = nullptr) {
-    std::vector<absl::StatusOr<std::vector<GenerationResult>>> out(static_cast<size_t>(size()),
-                                                                   absl::UnknownError("not run"));
-    std::vector<std::thread> threads;
-    for (int r = 0; r < size(); ++r) {
-      if (e.ranks[r] == nullptr) return {};
-      threads.emplace_back([&, r] { out[r] = e.ranks[r]->Generate(requests); });
-    }
-    for (std::thread& t : threads) t.join();
-    for (int r = 0; r < size(); ++r) {
-      EXPECT_TRUE(out[r].ok()) << "rank " << r << ": " << out[r].status();
-      if (!out[r].ok()) return {};
-    }
-    for (int r = 1; r < size(); ++r) {
-      for (size_t i = 0; i < requests.size(); ++i) {
-        EXPECT_EQ((*out[r])[i].tokens, (*out[0])[i].tokens) << "rank " << r << ", request " << i;
-      }
-    }
-    if (stats != nullptr) *stats = e.ranks[0]->last_stats();
-    return *std::move(out[0]);
+  RankEngines Create(const std::filesystem::path& model, const EngineOptions& options) {
+    std::vector<RankParts> parts;
+    for (int r = 0; r < size(); ++r) parts.push_back({ranks_[r].backend.get(), ranks_[r].comm.get(), ranks_[r].sampler.get()});
+    return RankEngines::Create(model, parts, options);
   }
 
   std::vector<GenerationResult> GenerateOnce(const std::filesystem::path& model, const EngineOptions& options,
                                              const std::vector<GenerationRequest>& requests,
                                              GenerationStats* stats = nullptr) {
-    Engines e = Create(model, options);
-    return Generate(e, requests, stats);
+    return Create(model, options).Generate(requests, stats);
   }
 
  private:
@@ -176,24 +145,6 @@ class Group {
   std::vector<Rank> ranks_;
 };
 
-// Whether two results are the same, bit for bit ("" when they are).
-std::string Difference(const GenerationResult& got, const GenerationResult& want) {
-  if (got.tokens != want.tokens) return "the token ids differ";
-  if (got.logprobs.size() != want.logprobs.size()) return "the log-probs differ in number";
-  for (size_t i = 0; i < got.logprobs.size(); ++i) {
-    if (std::memcmp(&got.logprobs[i], &want.logprobs[i], sizeof(float)) != 0) {
-      return absl::StrCat("token ", i, "'s log-prob: ", got.logprobs[i], " vs ", want.logprobs[i], " alone");
-    }
-  }
-  if (got.logits.size() != want.logits.size()) return "the logits differ in rows";
-  for (size_t i = 0; i < got.logits.size(); ++i) {
-    if (got.logits[i].size() != want.logits[i].size() ||
-        std::memcmp(got.logits[i].data(), want.logits[i].data(), got.logits[i].size() * sizeof(float)) != 0) {
-      return absl::StrCat("token ", i, "'s logits row differs in its bits");
-    }
-  }
-  return "";
-}
 
 // The two ways a run reads its results: logits back to the host (and the host
 // sampler), or the served path's GPU sampler.
@@ -277,7 +228,7 @@ class DeterministicEngineTest : public ::testing::TestWithParam<int> {
     return r;
   }
   void ExpectSameAsAlone(const GenerationResult& got, Reading reading, const std::string& what) {
-    const std::string d = Difference(got, alone_[GetParam()][static_cast<int>(reading)]);
+    const std::string d = testing_util::BitDifference(got, alone_[GetParam()][static_cast<int>(reading)]);
     EXPECT_TRUE(d.empty()) << what << (reading == Reading::kLogits ? " (logits read)" : " (GPU sampler)") << ": "
                            << d;
   }
@@ -342,13 +293,13 @@ TEST_P(DeterministicEngineTest, APrefixFromTheCacheGivesTheSameBits) {
   for (Reading reading : {Reading::kLogits, Reading::kGpuSampler}) {
     EngineOptions o = Options(reading);
     o.num_blocks = 64;  // fixed: the cache (and its prefix index) outlives each Generate
-    Group::Engines engines = group_->Create(model(), o);
+    RankEngines engines = group_->Create(model(), o);
     GenerationRequest sharer = RandomRequest();
     sharer.prompt.assign(target_.prompt.begin(), target_.prompt.begin() + 33);
     sharer.prompt.push_back(5);
-    ASSERT_EQ(group_->Generate(engines, {sharer}).size(), 1u);
+    ASSERT_EQ(engines.Generate({sharer}).size(), 1u);
     for (const char* what : {"after a request sharing 33 prompt tokens", "the same prompt once more"}) {
-      const std::vector<GenerationResult> got = group_->Generate(engines, {target_});
+      const std::vector<GenerationResult> got = engines.Generate({target_});
       ASSERT_EQ(got.size(), 1u);
       EXPECT_GE(got[0].cached_tokens, 32) << what << ": the prefix was not found";
       ExpectSameAsAlone(got[0], reading, what);

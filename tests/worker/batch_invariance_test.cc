@@ -13,7 +13,6 @@
 // to the same in tests/e2e/overlap_test.cc.
 #include <gtest/gtest.h>
 
-#include <cstring>
 #include <functional>
 #include <memory>
 #include <random>
@@ -22,6 +21,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "backend/cpu_backend.h"
+#include "tests/testing/rank_engines.h"
 #include "tests/testing/seed.h"
 #include "tests/worker/worker_test_util.h"
 #include "worker/engine.h"
@@ -33,6 +33,9 @@
 namespace tpserve {
 namespace {
 
+using testing_util::BitDifference;
+using testing_util::RankEngines;
+using testing_util::RankParts;
 using testing_util::TempDir;
 
 constexpr int32_t kVocab = 397;
@@ -84,49 +87,16 @@ class Group {
 
   // Engines over the same options on every rank (reused across Generate calls,
   // so the prefix cache carries over).
-  struct Engines {
-    std::vector<std::unique_ptr<Engine>> ranks;
-  };
-  Engines Create(const std::filesystem::path& model, const EngineOptions& options) {
-    Engines e;
-    for (int r = 0; r < size(); ++r) {
-      absl::StatusOr<std::unique_ptr<Engine>> engine = Engine::Create(model, *backends_[r], *comms_[r], options);
-      EXPECT_TRUE(engine.ok()) << engine.status();
-      e.ranks.push_back(engine.ok() ? *std::move(engine) : nullptr);
-    }
-    return e;
-  }
-
-  // Rank 0's results (every rank generated the same tokens, checked here), and
-  // rank 0's stats through *stats.
-  std::vector<GenerationResult> Generate(Engines& e, const std::vector<GenerationRequest>& requests,
-                                         GenerationStats* stats = nullptr) {
-    std::vector<absl::StatusOr<std::vector<GenerationResult>>> out(static_cast<size_t>(size()),
-                                                                   absl::UnknownError("not run"));
-    std::vector<std::thread> threads;
-    for (int r = 0; r < size(); ++r) {
-      if (e.ranks[r] == nullptr) return {};
-      threads.emplace_back([&, r] { out[r] = e.ranks[r]->Generate(requests); });
-    }
-    for (std::thread& t : threads) t.join();
-    for (int r = 0; r < size(); ++r) {
-      EXPECT_TRUE(out[r].ok()) << "rank " << r << ": " << out[r].status();
-      if (!out[r].ok()) return {};
-    }
-    for (int r = 1; r < size(); ++r) {
-      for (size_t i = 0; i < requests.size(); ++i) {
-        EXPECT_EQ((*out[r])[i].tokens, (*out[0])[i].tokens) << "rank " << r << ", request " << i;
-      }
-    }
-    if (stats != nullptr) *stats = e.ranks[0]->last_stats();
-    return *std::move(out[0]);
+  RankEngines Create(const std::filesystem::path& model, const EngineOptions& options) {
+    std::vector<RankParts> parts;
+    for (int r = 0; r < size(); ++r) parts.push_back({backends_[r].get(), comms_[r].get()});
+    return RankEngines::Create(model, parts, options);
   }
 
   std::vector<GenerationResult> GenerateOnce(const std::filesystem::path& model, const EngineOptions& options,
                                              const std::vector<GenerationRequest>& requests,
                                              GenerationStats* stats = nullptr) {
-    Engines e = Create(model, options);
-    return Generate(e, requests, stats);
+    return Create(model, options).Generate(requests, stats);
   }
 
  private:
@@ -134,28 +104,6 @@ class Group {
   std::vector<std::unique_ptr<Backend>> backends_;
   std::vector<std::unique_ptr<Communicator>> comms_;
 };
-
-// Whether two results are the same, bit for bit ("" when they are).
-std::string Difference(const GenerationResult& got, const GenerationResult& want) {
-  if (got.tokens != want.tokens) return "the token ids differ";
-  if (got.logprobs.size() != want.logprobs.size() ||
-      std::memcmp(got.logprobs.data(), want.logprobs.data(), got.logprobs.size() * sizeof(float)) != 0) {
-    for (size_t i = 0; i < std::min(got.logprobs.size(), want.logprobs.size()); ++i) {
-      if (std::memcmp(&got.logprobs[i], &want.logprobs[i], sizeof(float)) != 0) {
-        return absl::StrCat("token ", i, "'s log-prob: ", got.logprobs[i], " vs ", want.logprobs[i], " alone");
-      }
-    }
-    return "the log-probs differ in number";
-  }
-  if (got.logits.size() != want.logits.size()) return "the logits differ in rows";
-  for (size_t i = 0; i < got.logits.size(); ++i) {
-    if (got.logits[i].size() != want.logits[i].size() ||
-        std::memcmp(got.logits[i].data(), want.logits[i].data(), got.logits[i].size() * sizeof(float)) != 0) {
-      return absl::StrCat("token ", i, "'s logits row differs in its bits");
-    }
-  }
-  return "";
-}
 
 class BatchInvarianceTest : public ::testing::TestWithParam<int> {
  protected:
@@ -217,7 +165,7 @@ class BatchInvarianceTest : public ::testing::TestWithParam<int> {
     return r;
   }
   void ExpectSameAsAlone(const GenerationResult& got, const std::string& what) {
-    const std::string d = Difference(got, alone_[0]);
+    const std::string d = BitDifference(got, alone_[0]);
     EXPECT_TRUE(d.empty()) << what << ": " << d;
   }
 
@@ -272,14 +220,14 @@ TEST_P(BatchInvarianceTest, AnyBatchMakeupGivesTheSameBits) {
 TEST_P(BatchInvarianceTest, APrefixFromTheCacheGivesTheSameBits) {
   EngineOptions o = Options();
   o.num_blocks = 64;  // fixed: the cache (and its prefix index) outlives each Generate
-  Group::Engines engines = group_->Create(model(), o);
+  RankEngines engines = group_->Create(model(), o);
   GenerationRequest sharer = RandomRequest();
   sharer.prompt.assign(target_.prompt.begin(), target_.prompt.begin() + 33);
   sharer.prompt.push_back(5);
-  ASSERT_EQ(group_->Generate(engines, {sharer}).size(), 1u);
+  ASSERT_EQ(engines.Generate({sharer}).size(), 1u);
   for (const char* what : {"after a request sharing 33 prompt tokens", "the same prompt once more"}) {
     GenerationStats stats;
-    const std::vector<GenerationResult> got = group_->Generate(engines, {target_}, &stats);
+    const std::vector<GenerationResult> got = engines.Generate({target_}, &stats);
     ASSERT_EQ(got.size(), 1u);
     EXPECT_GE(got[0].cached_tokens, 32) << what << ": the prefix was not found";
     ExpectSameAsAlone(got[0], what);
