@@ -1,7 +1,5 @@
 #include <math_constants.h>
 
-#include <cstring>
-
 #include "cuda/attention_merge.h"
 #include "cuda/det_attention.cuh"
 #include "cuda/mma.cuh"
@@ -43,25 +41,6 @@ __device__ inline float DetFinish(float o, float sum) { return __fmul_rn(o, 1.f 
 
 // ---- the tile kernel ----
 
-template <typename T>
-__device__ inline T LoadBits(const void* p) {
-#if defined(__CUDACC__)
-  return *static_cast<const T*>(p);
-#else
-  T v;
-  std::memcpy(&v, p, sizeof(T));
-  return v;
-#endif
-}
-template <typename T>
-__device__ inline void StoreBits(void* p, const T& v) {
-#if defined(__CUDACC__)
-  *static_cast<T*>(p) = v;
-#else
-  std::memcpy(p, &v, sizeof(T));
-#endif
-}
-__device__ inline uint32_t Load32(const void* p) { return LoadBits<uint32_t>(p); }
 
 // One K/V tile of kKT keys in shared memory as bf16 bits, [key][d] as in the
 // cache (prefill_attention.cu's KvTile at 16 keys), and, for the in-order

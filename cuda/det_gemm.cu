@@ -1,5 +1,3 @@
-#include <cstring>
-
 #include "cuda/det_gemm.cuh"
 #include "cuda/mma.cuh"
 #include "cuda/reduce.cuh"
@@ -44,28 +42,6 @@ struct GemmArgs {
   bool vec;          // K % 8 == 0 and x, w 16-byte aligned: whole pieces are one 16-byte load
 };
 
-// Bits moved between differently typed views of memory (the addresses are
-// aligned to sizeof(T)): one access under nvcc, memcpy in the emulation's host
-// build (no strict-aliasing assumptions), as cuda/prefill_attention.cu does.
-template <typename T>
-__device__ inline T LoadBits(const void* p) {
-#if defined(__CUDACC__)
-  return *static_cast<const T*>(p);
-#else
-  T v;
-  std::memcpy(&v, p, sizeof(T));
-  return v;
-#endif
-}
-template <typename T>
-__device__ inline void StoreBits(void* p, const T& v) {
-#if defined(__CUDACC__)
-  *static_cast<T*>(p) = v;
-#else
-  std::memcpy(p, &v, sizeof(T));
-#endif
-}
-__device__ inline uint32_t Load32(const void* p) { return LoadBits<uint32_t>(p); }
 
 // Elements k .. k + 7 of `row` (K long) as one piece; zeros past K.
 __device__ inline uint4 LoadPiece(const bf16* row, int64_t k, int64_t K, bool vec) {

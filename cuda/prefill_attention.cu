@@ -1,12 +1,11 @@
 #include <math_constants.h>
 
-#include <cstring>
-
 #include "cuda/mma.cuh"
 #include "cuda/prefill_attention.cuh"
 #include "cuda/prefill_tiles.h"
 #include "cuda/reduce.cuh"
 #include "cuda/simt.cuh"
+#include "cuda/vec.cuh"
 
 namespace tpserve::cuda {
 namespace {
@@ -31,28 +30,6 @@ struct KvTile {
   alignas(16) uint16_t v[kBN][HD + kPad];
 };
 
-// Bits moved between differently typed views of memory (the addresses are
-// aligned to sizeof(T)): one vector access under nvcc, memcpy in the host
-// build of the emulator (no strict-aliasing assumptions).
-template <typename T>
-__device__ inline T LoadBits(const void* p) {
-#if defined(__CUDACC__)
-  return *static_cast<const T*>(p);
-#else
-  T v;
-  std::memcpy(&v, p, sizeof(T));
-  return v;
-#endif
-}
-template <typename T>
-__device__ inline void StoreBits(void* p, const T& v) {
-#if defined(__CUDACC__)
-  *static_cast<T*>(p) = v;
-#else
-  std::memcpy(p, &v, sizeof(T));
-#endif
-}
-__device__ inline uint32_t Load32(const void* p) { return LoadBits<uint32_t>(p); }
 
 // One thread's share of a K or V tile in flight from global memory to shared:
 // 16-byte pieces c = threadIdx.x + i · kThreads of the tile's kBN rows

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <cstring>
 
 #include "cuda/simt.cuh"
 
@@ -12,6 +13,29 @@ namespace tpserve::cuda {
 inline constexpr int kBf16PerVec = 8;  // bf16 elements in one 16-byte vector
 
 inline bool Aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
+
+// Bits moved between differently typed views of memory (the addresses are
+// aligned to sizeof(T)): one access under nvcc, memcpy in the emulation's host
+// build (no strict-aliasing assumptions).
+template <typename T>
+__device__ inline T LoadBits(const void* p) {
+#if defined(__CUDACC__)
+  return *static_cast<const T*>(p);
+#else
+  T v;
+  std::memcpy(&v, p, sizeof(T));
+  return v;
+#endif
+}
+template <typename T>
+__device__ inline void StoreBits(void* p, const T& v) {
+#if defined(__CUDACC__)
+  *static_cast<T*>(p) = v;
+#else
+  std::memcpy(p, &v, sizeof(T));
+#endif
+}
+__device__ inline uint32_t Load32(const void* p) { return LoadBits<uint32_t>(p); }
 
 // The 8 bf16 of v (element 0 in the low half of v.x) as floats; exact.
 __device__ __forceinline__ void UnpackBf16x8(const uint4& v, float (&f)[kBf16PerVec]) {
