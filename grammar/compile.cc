@@ -71,4 +71,11 @@ absl::StatusOr<std::shared_ptr<const CompiledGrammar>> Compile(const GrammarSpec
   return internal::Normalize(grammar, internal::AsImpl(std::move(vocabulary)), limits, deadline);
 }
 
+absl::StatusOr<std::shared_ptr<const CompiledGrammar>> CompileGrammar(const Grammar& grammar,
+                                                                      std::shared_ptr<const Vocabulary> vocabulary,
+                                                                      const CompileLimits& limits) {
+  const absl::Time deadline = absl::Now() + limits.max_time;
+  return internal::Normalize(grammar, internal::AsImpl(std::move(vocabulary)), limits, deadline);
+}
+
 }  // namespace tpserve::grammar

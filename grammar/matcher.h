@@ -38,6 +38,7 @@
 namespace tpserve::grammar {
 
 class CompiledGrammar;
+struct Grammar;
 
 // `spec` against `vocabulary`. INVALID_ARGUMENT saying what is wrong (the
 // schema keyword, the regex construct, the grammar rule) or which limit was
@@ -45,6 +46,12 @@ class CompiledGrammar;
 absl::StatusOr<std::shared_ptr<const CompiledGrammar>> Compile(const GrammarSpec& spec,
                                                                std::shared_ptr<const Vocabulary> vocabulary,
                                                                const CompileLimits& limits = {});
+
+// A grammar built with GrammarBuilder (grammar.h), e.g. a tool call's frame
+// around AddJsonSchema's rules: the same contract and limits as Compile.
+absl::StatusOr<std::shared_ptr<const CompiledGrammar>> CompileGrammar(const Grammar& grammar,
+                                                                      std::shared_ptr<const Vocabulary> vocabulary,
+                                                                      const CompileLimits& limits = {});
 
 // Words of a mask over `vocab_size` tokens: bit t % 32 of word t / 32.
 inline size_t MaskWords(int32_t vocab_size) { return (static_cast<size_t>(vocab_size) + 31) / 32; }

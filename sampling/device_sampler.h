@@ -34,6 +34,19 @@ class DeviceSampler {
   virtual std::vector<SampledToken> Sample(const Tensor& gathered, int64_t vocab_size,
                                            std::span<SequenceSamplingState* const> seqs) = 0;
 
+  // Constrained output (grammar masks, sampling/token_mask.h): sets to -inf,
+  // in place, every token of row rows[k] of `gathered` (the layout Sample
+  // reads) whose bit is clear in mask k, as ApplyTokenMask does on the host
+  // (bit for bit the same logits). Called between the forward and Sample.
+  //   rows:  [m] gathered row indices, ascending
+  //   words: [m, TokenMaskWords(vocab_size)] host memory, mask k at k * words_per_row
+  // Default: UNIMPLEMENTED (a sampler without it cannot serve constrained output).
+  virtual absl::Status MaskRows(const Tensor& gathered, int64_t vocab_size, std::span<const int32_t> rows,
+                                std::span<const uint32_t> words) {
+    (void)gathered, (void)vocab_size, (void)rows, (void)words;
+    return absl::UnimplementedError("this device sampler cannot apply grammar masks (constrained output)");
+  }
+
   // Optional, for CUDA graphs (worker/decode_graphs.h): prepares cheaper
   // Sample calls on logits laid out exactly as `gathered` (same address,
   // dtype and shape [tp, B, Vs]: a decode bucket's device logits, which a

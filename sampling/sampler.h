@@ -25,6 +25,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <random>
 #include <span>
@@ -34,6 +35,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
 #include "absl/status/status.h"
+#include "sampling/output_constraint.h"
 
 namespace tpserve {
 
@@ -50,6 +52,9 @@ struct SamplingParams {
   float frequency_penalty = 0.0f;   // [-2, 2]; output tokens only
   std::optional<uint64_t> seed;     // none = a fresh seed from the process-wide source
   int32_t logprobs = -1;            // -1 = none; n >= 0: the chosen token's and the top n
+  // Constrained output: rank 0 masks the tokens the grammar forbids before
+  // sampling (constrained/sequence_constraint.h); nullptr = free text.
+  std::shared_ptr<const OutputConstraint> constraint;
 };
 
 // OK, or INVALID_ARGUMENT naming the field, its value and the accepted range.

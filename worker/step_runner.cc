@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "base/status_macros.h"
+#include "sampling/token_mask.h"
 
 namespace tpserve {
 namespace {
@@ -101,7 +102,8 @@ absl::Status StepRunner::CheckPlan(const StepPlan& plan) {
     if (e.input >= 0) e.tokens = std::span<const int32_t>(&e.input, 1);
     TPSERVE_RETURN_IF_ERROR(CheckEntry(e));
   }
-  return CheckLimits();
+  TPSERVE_RETURN_IF_ERROR(CheckLimits());
+  return PrepareConstraints(plan);  // rank 0's grammars (step_runner_masks.cc)
 }
 
 absl::Status StepRunner::FillEntries(const StepPlan& plan) {
@@ -226,6 +228,7 @@ void StepRunner::Commit(const StepPlan& plan) {
       // The RNG draws once per sampled token: after a preemption it resumes
       // where the first run stopped, so a seeded request gives the same tokens.
       for (size_t i = 0; i < s.output.size(); ++i) seq.sampling->NextUniform();
+      if (auto it = pending_.find(e.id); it != pending_.end()) seq.constraint = std::move(it->second);
     }
     seqs_[e.id] = std::move(seq);
   }
@@ -253,7 +256,14 @@ std::vector<StepToken> StepRunner::SampleOnHost(const std::vector<Entry>& entrie
     if (!e.sample) continue;
     SequenceSamplingState* state = seqs_.at(e.id).sampling.get();
     const std::span<const float> row = logits.row(static_cast<int64_t>(s));
-    std::vector<SampledToken> got = tpserve::Sample(row, vocab, vocab, std::span<SequenceSamplingState* const>(&state, 1));
+    std::span<const float> to_sample = row;
+    if (const std::span<const uint32_t> mask = MaskOf(e); !mask.empty()) {
+      masked_row_.assign(row.begin(), row.end());
+      ApplyTokenMask(mask, masked_row_);
+      to_sample = masked_row_;
+    }
+    std::vector<SampledToken> got =
+        tpserve::Sample(to_sample, vocab, vocab, std::span<SequenceSamplingState* const>(&state, 1));
     StepToken token{.seq_id = e.id, .sampled = std::move(got[0])};
     if (options_.keep_logits) token.logits.assign(row.begin(), row.end());
     tokens.push_back(std::move(token));
@@ -263,9 +273,19 @@ std::vector<StepToken> StepRunner::SampleOnHost(const std::vector<Entry>& entrie
 
 std::vector<StepToken> StepRunner::SampleSimulated(const std::vector<Entry>& entries) const {
   std::vector<StepToken> tokens;
+  const int32_t vocab = model_.config().vocab_size;
   for (const Entry& e : entries) {
     if (!e.sample) continue;
-    const int32_t id = SimulatedToken(e.id, e.num_computed + std::ssize(e.tokens), model_.config().vocab_size);
+    int32_t id = SimulatedToken(e.id, e.num_computed + std::ssize(e.tokens), vocab);
+    if (const std::span<const uint32_t> mask = MaskOf(e); !mask.empty()) {  // the next allowed id, cyclically
+      for (int32_t k = 0; k < vocab; ++k) {
+        const int32_t t = (id + k) % vocab;
+        if ((mask[static_cast<size_t>(t / 32)] >> (t % 32)) & 1u) {
+          id = t;
+          break;
+        }
+      }
+    }
     tokens.push_back(StepToken{.seq_id = e.id, .sampled = {.token = id, .logprob = 0.0f, .top = {}}});
   }
   return tokens;
@@ -331,7 +351,10 @@ absl::StatusOr<std::vector<StepToken>> StepRunner::Run(const StepPlan& plan) {
   std::optional<Logits> logits;
   if (!entries_.empty()) {
     StageBlocks();
-    if (absl::Status computed = Compute(logits); !computed.ok()) {
+    StartMasks();  // rank 0's grammar masks, while the forward runs
+    absl::Status computed = Compute(logits);
+    WaitMasks();
+    if (!computed.ok()) {
       UnstageBlocks();  // a failed forward leaves the state as it was
       return computed;
     }
@@ -339,8 +362,12 @@ absl::StatusOr<std::vector<StepToken>> StepRunner::Run(const StepPlan& plan) {
   Commit(plan);
   std::vector<StepToken> tokens;
   if (entries_.empty()) return tokens;
-  if (rank_ == 0) tokens = Sample(entries_, logits);
+  absl::Status masked = absl::OkStatus();
+  if (rank_ == 0 && !logits && options_.simulated_step <= absl::ZeroDuration()) masked = MaskOnDevice();
+  if (rank_ == 0 && masked.ok()) tokens = Sample(entries_, logits);
   TPSERVE_RETURN_IF_ERROR(ShareTokens(entries_, tokens));
+  TPSERVE_RETURN_IF_ERROR(masked);
+  if (rank_ == 0) TPSERVE_RETURN_IF_ERROR(AcceptTokens(tokens));  // into the matchers
   return tokens;
 }
 

@@ -9,7 +9,10 @@
 //      prompt + output so far, of which num_computed_tokens are already cached,
 //      e.g. a prefix-cache hit), and append `new_block_ids` of `continuing` ones;
 //   3. run one forward over the tokens to compute of every sequence in `order`;
-//   4. on rank 0, sample one token for every sequence with sample = true;
+//   4. on rank 0, sample one token for every sequence with sample = true
+//      (a constrained one, SamplingParams::constraint, among the tokens its
+//      grammar allows: the masks are computed on a thread of their own while
+//      the forward runs, see "Constrained output" below);
 //      rank 0 broadcasts the sampled ids (Communicator::Broadcast) and every
 //      rank keeps each one as its sequence's next input: a later
 //      `decode_sampled` step computes it without the plan carrying it, so the
@@ -23,6 +26,20 @@
 // The LM head produces one logits row per sequence (StepMetadata wants one
 // logits index per sequence), so a non-final prefill chunk (sample = false)
 // still gets a row: it is computed and ignored.
+//
+// Constrained output (rank 0, with StepRunnerOptions::constraints): a new
+// sequence with a constraint gets its SequenceConstraint when the plan is
+// checked (compiled, or from the cache; after a preemption replayed over the
+// output so far, so a recompute continues where the first run stopped; a
+// constraint that does not compile, or output it refuses, is INVALID_ARGUMENT
+// like any bad plan). Each step then fills the masks of its sampled
+// constrained sequences on a BackgroundTask while this thread runs the
+// forward, applies them to the logits (host: ApplyTokenMask on a copy of the
+// row; device: DeviceSampler::MaskRows), samples, and Accepts each token into
+// its matcher. The coordinator needs nothing of this: a grammar that is
+// complete allows its stop ids and, terminated, only them, so the output ends
+// with EOS like any other, and the overlapped pipeline (decode_sampled) stays
+// as it is.
 //
 // A plan is checked completely before anything changes: a bad plan is
 // INVALID_ARGUMENT naming the sequence and field, and leaves the state as it
@@ -40,6 +57,9 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "backend/step_batch.h"
+#include "constrained/constraint_compiler.h"
+#include "constrained/sequence_constraint.h"
+#include "worker/background_task.h"
 #include "worker/decode_graphs.h"
 #include "sampling/device_sampler.h"
 #include "worker/kv_cache.h"
@@ -65,6 +85,10 @@ struct StepRunnerOptions {
   // rank 0 "samples" SimulatedToken instead of running the sampler. Sampled
   // ids are still broadcast, so everything but the model runs.
   absl::Duration simulated_step = absl::ZeroDuration();
+  // Rank 0: compiles the constraints of constrained sequences (against this
+  // model's vocabulary). Not owned; must outlive the runner. nullptr: a
+  // constrained sequence is INVALID_ARGUMENT.
+  ConstraintCompiler* constraints = nullptr;
 };
 
 // The token a simulated step (StepRunnerOptions::simulated_step) gives the
@@ -106,6 +130,7 @@ class StepRunner {
     int64_t num_computed = 0;          // tokens whose K/V are in the cache
     int32_t next_input = -1;           // sampled by its last step: the input of a decode_sampled step
     std::unique_ptr<SequenceSamplingState> sampling;  // rank 0 only
+    std::unique_ptr<SequenceConstraint> constraint;   // rank 0, constrained sequences only
   };
 
   // One scheduled sequence of a plan, checked.
@@ -119,6 +144,8 @@ class StepRunner {
     int64_t num_computed = 0;                      // before this step
     bool sample = false;
     int32_t input = -1;                            // decode_sampled: the token its last step sampled
+    SequenceConstraint* constraint = nullptr;      // rank 0: its constraint (held, or new in pending_)
+    int32_t mask = -1;                             // its row of mask_words_ this step, -1 = none
   };
 
   absl::Status Reserve();
@@ -132,6 +159,20 @@ class StepRunner {
   absl::Status FillEntries(const StepPlan& plan);
   absl::Status CheckEntry(const Entry& e) const;
   absl::Status CheckLimits() const;
+  // Rank 0: each new constrained sequence's SequenceConstraint into
+  // pending_ (INVALID_ARGUMENT naming the sequence), and every sampled
+  // constrained entry's `constraint`.
+  absl::Status PrepareConstraints(const StepPlan& plan);
+  // Starts filling the masks of the sampled constrained entries (on
+  // mask_task_); WaitMasks waits for them.
+  void StartMasks();
+  void WaitMasks();
+  // Entry `e`'s mask, when it has one this step.
+  std::span<const uint32_t> MaskOf(const Entry& e) const;
+  // Device sampling: the step's masks onto the device logits (DeviceSampler::MaskRows).
+  absl::Status MaskOnDevice();
+  // After sampling: each constrained entry's token into its matcher.
+  absl::Status AcceptTokens(const std::vector<StepToken>& tokens);
   // Appends each continuing entry's new blocks to its table (and points the
   // entry at it); UnstageBlocks takes them off again after a failed forward.
   void StageBlocks();
@@ -172,6 +213,17 @@ class StepRunner {
   // it (NCCL broadcasts device buffers; ids as floats, exact below 2^24).
   Buffer shared_tokens_;
   std::vector<float> shared_host_;        // its host side, reused
+  // Rank 0, constrained output: the constraints of this plan's new sequences
+  // (moved into seqs_ by Commit), the masks of this step ([masks, words])
+  // and whether each constrains ([masks]: 0 while its sequence reasons), the
+  // thread that fills them, and a logits row to mask (host sampling).
+  absl::flat_hash_map<uint64_t, std::unique_ptr<SequenceConstraint>> pending_;
+  std::vector<uint32_t> mask_words_;
+  std::vector<uint8_t> mask_on_;
+  std::vector<SequenceConstraint*> mask_jobs_;  // [masks] whose mask each row is
+  int64_t words_per_mask_ = 0;
+  std::unique_ptr<BackgroundTask> mask_task_;
+  std::vector<float> masked_row_;
 };
 
 }  // namespace tpserve

@@ -1,0 +1,75 @@
+#include "constrained/sequence_constraint.h"
+
+#include <algorithm>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+
+namespace tpserve {
+
+SequenceConstraint::SequenceConstraint(std::shared_ptr<const grammar::CompiledGrammar> grammar,
+                                       std::shared_ptr<const grammar::Vocabulary> vocabulary,
+                                       const OutputConstraint& c)
+    : matcher_(std::move(grammar)), vocabulary_(std::move(vocabulary)) {
+  const auto in_vocab = [&](int32_t id) { return id >= 0 && id < vocabulary_->size(); };
+  if (in_vocab(c.think_start) && in_vocab(c.think_end)) {
+    think_start_ = c.think_start;
+    think_end_ = c.think_end;
+    phase_ = c.starts_in_reasoning ? Phase::kReasoning : Phase::kFirst;
+  }
+}
+
+absl::StatusOr<std::unique_ptr<SequenceConstraint>> SequenceConstraint::Create(
+    std::shared_ptr<const grammar::CompiledGrammar> grammar, std::shared_ptr<const grammar::Vocabulary> vocabulary,
+    const OutputConstraint& c, std::span<const int32_t> output) {
+  std::unique_ptr<SequenceConstraint> s(new SequenceConstraint(std::move(grammar), std::move(vocabulary), c));
+  for (size_t i = 0; i < output.size(); ++i) {
+    if (!s->Accept(output[i])) {
+      return absl::InvalidArgumentError(absl::StrCat("output token ", i, " (id ", output[i],
+                                                     ") is not one the constraint allows there"));
+    }
+  }
+  return s;
+}
+
+bool SequenceConstraint::IsStop(int32_t token) const {
+  const std::vector<int32_t>& stops = vocabulary_->stop_ids();
+  return std::find(stops.begin(), stops.end(), token) != stops.end();
+}
+
+bool SequenceConstraint::FillMask(std::span<uint32_t> words) {
+  if (phase_ == Phase::kReasoning) return false;
+  matcher_.FillMask(words);
+  if (phase_ == Phase::kFirst) words[static_cast<size_t>(think_start_ / 32)] |= 1u << (think_start_ % 32);
+  return true;
+}
+
+bool SequenceConstraint::Accept(int32_t token) {
+  switch (phase_) {
+    case Phase::kReasoning:
+      if (token == think_end_) phase_ = Phase::kAnswer;
+      return true;
+    case Phase::kFirst:
+      if (token == think_start_) {
+        phase_ = Phase::kReasoning;
+        return true;
+      }
+      break;
+    case Phase::kAnswer:
+      break;
+  }
+  // A stop id ends the output; when the coordinator goes on past it
+  // (min_tokens), the grammar's state stays where the answer was complete.
+  if (IsStop(token)) {
+    if (!matcher_.IsComplete()) return false;
+    phase_ = Phase::kAnswer;
+    return true;
+  }
+  if (!matcher_.Accept(token)) return false;
+  phase_ = Phase::kAnswer;
+  return true;
+}
+
+bool SequenceConstraint::terminated() const { return phase_ == Phase::kAnswer && matcher_.IsTerminated(); }
+
+}  // namespace tpserve

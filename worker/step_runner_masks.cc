@@ -1,0 +1,114 @@
+// StepRunner's constrained output on rank 0 (step_runner.h, "Constrained
+// output"): each new constrained sequence's matcher, the step's masks filled
+// on a thread of their own while the forward runs, the device masks, and the
+// sampled tokens accepted into the matchers.
+#include <span>
+
+#include "absl/strings/str_cat.h"
+#include "base/status_macros.h"
+#include "sampling/token_mask.h"
+#include "worker/step_runner.h"
+
+namespace tpserve {
+namespace {
+
+template <typename... Parts>
+absl::Status Invalid(uint64_t seq_id, const Parts&... parts) {
+  return absl::InvalidArgumentError(absl::StrCat("step: sequence ", seq_id, ": ", parts...));
+}
+
+}  // namespace
+
+absl::Status StepRunner::PrepareConstraints(const StepPlan& plan) {
+  pending_.clear();
+  if (rank_ != 0) return absl::OkStatus();
+  const int32_t vocab = model_.config().vocab_size;
+  for (const NewSequencePlan& s : plan.new_sequences) {
+    if (s.sampling.constraint == nullptr) continue;
+    if (options_.constraints == nullptr) {
+      return Invalid(s.seq_id, "is constrained (structured output or a required tool call) but this rank 0 has "
+                               "no grammar engine (StepRunnerOptions::constraints); send it unconstrained");
+    }
+    absl::StatusOr<std::shared_ptr<const grammar::CompiledGrammar>> compiled =
+        options_.constraints->Compile(*s.sampling.constraint);
+    if (!compiled.ok()) return Invalid(s.seq_id, "its constraint: ", compiled.status().message());
+    absl::StatusOr<std::shared_ptr<const grammar::Vocabulary>> words = options_.constraints->vocabulary();
+    if (!words.ok()) return Invalid(s.seq_id, "its constraint: ", words.status().message());
+    if ((*words)->size() != vocab) {
+      return Invalid(s.seq_id, "its constraint's vocabulary has ", (*words)->size(), " ids but the model's logits ",
+                     vocab, "; give the grammar engine the model's vocabulary (config.json vocab_size)");
+    }
+    absl::StatusOr<std::unique_ptr<SequenceConstraint>> made =
+        SequenceConstraint::Create(*std::move(compiled), *std::move(words), *s.sampling.constraint, s.output);
+    if (!made.ok()) return Invalid(s.seq_id, "its constraint: ", made.status().message());
+    pending_[s.seq_id] = *std::move(made);
+  }
+  for (Entry& e : entries_) {
+    if (e.added != nullptr) {
+      const auto it = pending_.find(e.id);
+      e.constraint = it == pending_.end() ? nullptr : it->second.get();
+    } else {
+      e.constraint = seqs_.at(e.id).constraint.get();
+    }
+  }
+  return absl::OkStatus();
+}
+
+void StepRunner::StartMasks() {
+  int32_t n = 0;
+  for (Entry& e : entries_) e.mask = e.sample && e.constraint != nullptr ? n++ : -1;
+  if (n == 0) return;
+  words_per_mask_ = TokenMaskWords(model_.config().vocab_size);
+  mask_words_.resize(static_cast<size_t>(n * words_per_mask_));
+  mask_on_.assign(static_cast<size_t>(n), 0);
+  mask_jobs_.clear();
+  for (const Entry& e : entries_) {
+    if (e.mask >= 0) mask_jobs_.push_back(e.constraint);
+  }
+  if (mask_task_ == nullptr) mask_task_ = std::make_unique<BackgroundTask>();
+  mask_task_->Start([this] {  // reads mask_jobs_, writes the masks; this thread touches neither meanwhile
+    for (size_t k = 0; k < mask_jobs_.size(); ++k) {
+      const std::span<uint32_t> words(mask_words_.data() + k * static_cast<size_t>(words_per_mask_),
+                                      static_cast<size_t>(words_per_mask_));
+      mask_on_[k] = mask_jobs_[k]->FillMask(words) ? 1 : 0;
+    }
+  });
+}
+
+void StepRunner::WaitMasks() {
+  if (mask_task_ != nullptr) mask_task_->Wait();
+}
+
+std::span<const uint32_t> StepRunner::MaskOf(const Entry& e) const {
+  if (e.mask < 0 || mask_on_[static_cast<size_t>(e.mask)] == 0) return {};
+  return std::span<const uint32_t>(mask_words_.data() + static_cast<size_t>(e.mask * words_per_mask_),
+                                   static_cast<size_t>(words_per_mask_));
+}
+
+absl::Status StepRunner::MaskOnDevice() {
+  std::vector<int32_t> rows;
+  std::vector<uint32_t> words;
+  for (size_t s = 0; s < entries_.size(); ++s) {
+    const std::span<const uint32_t> mask = MaskOf(entries_[s]);
+    if (mask.empty()) continue;
+    rows.push_back(static_cast<int32_t>(s));
+    words.insert(words.end(), mask.begin(), mask.end());
+  }
+  if (rows.empty()) return absl::OkStatus();
+  return options_.sampler->MaskRows(model_.device_logits(), model_.config().vocab_size, rows, words);
+}
+
+absl::Status StepRunner::AcceptTokens(const std::vector<StepToken>& tokens) {
+  size_t k = 0;
+  for (const Entry& e : entries_) {
+    if (!e.sample || k >= tokens.size()) continue;
+    const int32_t token = tokens[k++].sampled.token;
+    if (e.constraint != nullptr && !e.constraint->Accept(token)) {
+      return absl::InternalError(absl::StrCat("step: sequence ", e.id, ": sampled token ", token,
+                                              " is one its grammar's mask did not allow (a sampler bug)"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace tpserve
