@@ -83,6 +83,11 @@ iv1::Step StepPlanToProto(const StepPlan& plan, uint64_t step_id) {
   iv1::Step out;
   out.set_step_id(step_id);
   out.mutable_finished()->Add(plan.finished.begin(), plan.finished.end());
+  for (const BlockCopyPlan& c : plan.block_copies) {
+    iv1::BlockCopy* copy = out.add_block_copies();
+    copy->set_src(c.src);
+    copy->set_dst(c.dst);
+  }
   for (const NewSequencePlan& s : plan.new_sequences) {
     iv1::NewSequence* n = out.add_new_sequences();
     n->set_seq_id(s.seq_id);
@@ -101,6 +106,11 @@ iv1::Step StepPlanToProto(const StepPlan& plan, uint64_t step_id) {
     c->mutable_token_ids()->Add(s.token_ids.begin(), s.token_ids.end());
     c->set_sample(s.sample);
     c->set_decode_sampled(s.decode_sampled);
+    for (const BlockReplacement& r : s.replaced_blocks) {
+      iv1::BlockReplacement* out_r = c->add_replaced_blocks();
+      out_r->set_index(static_cast<uint32_t>(r.index));
+      out_r->set_block_id(r.block_id);
+    }
   }
   out.mutable_order()->Add(plan.order.begin(), plan.order.end());
   return out;
@@ -110,6 +120,9 @@ absl::StatusOr<StepPlan> StepPlanFromProto(const iv1::Step& step) {
   StepPlan plan;
   plan.finished.assign(step.finished().begin(), step.finished().end());
   plan.order.assign(step.order().begin(), step.order().end());
+  for (const iv1::BlockCopy& c : step.block_copies()) {
+    plan.block_copies.push_back(BlockCopyPlan{.src = c.src(), .dst = c.dst()});
+  }
   plan.new_sequences.reserve(static_cast<size_t>(step.new_sequences_size()));
   for (const iv1::NewSequence& s : step.new_sequences()) {
     if (!s.has_sampling()) {
@@ -129,9 +142,14 @@ absl::StatusOr<StepPlan> StepPlanFromProto(const iv1::Step& step) {
   }
   plan.continuing.reserve(static_cast<size_t>(step.continuing_size()));
   for (const iv1::ContinuingSequence& s : step.continuing()) {
+    std::vector<BlockReplacement> replaced;
+    for (const iv1::BlockReplacement& r : s.replaced_blocks()) {
+      replaced.push_back(BlockReplacement{.index = r.index(), .block_id = r.block_id()});
+    }
     plan.continuing.push_back(ContinuingSequencePlan{
         .seq_id = s.seq_id(),
         .new_block_ids = {s.new_block_ids().begin(), s.new_block_ids().end()},
+        .replaced_blocks = std::move(replaced),
         .token_ids = {s.token_ids().begin(), s.token_ids().end()},
         .sample = s.sample(),
         .decode_sampled = s.decode_sampled(),

@@ -127,6 +127,34 @@ bool BlockManager::Grow(std::vector<BlockId>& table, int64_t num_tokens) {
   return true;
 }
 
+void BlockManager::Share(std::span<const BlockId> blocks, std::vector<BlockId>& table) {
+  for (BlockId id : blocks) {
+    TPSERVE_CHECK(blocks_[id].ref_count > 0, "BlockManager::Share: block ", id, " is free; share only held blocks");
+    Acquire(id);
+    table.push_back(id);
+  }
+}
+
+bool BlockManager::PrepareWrite(std::vector<BlockId>& table, int64_t from, int64_t to,
+                                std::vector<BlockCopy>& copies) {
+  const int64_t held = static_cast<int64_t>(table.size());
+  const int64_t first = from / block_size_, end = std::min(BlocksFor(to), held);
+  int64_t shared = 0;
+  for (int64_t i = first; i < end; ++i) shared += blocks_[table[i]].ref_count > 1 ? 1 : 0;
+  const int64_t grow = std::max<int64_t>(0, BlocksFor(to) - held);
+  if (grow + shared > num_free_blocks()) return false;
+  for (int64_t i = first; i < end; ++i) {
+    const BlockId src = table[i];
+    if (blocks_[src].ref_count <= 1) continue;
+    const BlockId dst = TakeFree();
+    Release(src);  // still held by the others
+    table[i] = dst;
+    copies.push_back(BlockCopy{.index = i, .src = src, .dst = dst});
+  }
+  for (int64_t i = 0; i < grow; ++i) table.push_back(TakeFree());
+  return true;
+}
+
 void BlockManager::CommitFullBlocks(std::span<const int32_t> tokens, int64_t num_computed,
                                     std::span<const BlockId> table, BlockHashChain& chain) {
   if (!prefix_caching_) return;

@@ -33,6 +33,15 @@ struct BlockHashChain {
   uint64_t last_hash = 0;  // hash of block blocks - 1 (0 before the first)
 };
 
+// A copy-on-write (PrepareWrite): entry `index` of a sequence's block table
+// was `src`, which other sequences share; it is now `dst`, a copy the
+// workers make (every layer's K and V of the block) before the step's forward.
+struct BlockCopy {
+  int64_t index = 0;
+  BlockId src = -1;
+  BlockId dst = -1;
+};
+
 struct BlockManagerStats {
   int64_t num_blocks = 0;
   int64_t free_blocks = 0;        // allocatable now (includes cached blocks with no users)
@@ -74,6 +83,23 @@ class BlockManager {
   // Grows `table` so it holds `num_tokens` tokens; false (nothing changed) when
   // there are not enough free blocks.
   bool Grow(std::vector<BlockId>& table, int64_t num_tokens);
+
+  // Appends `blocks` (held by another sequence) to `table`, shared: each
+  // block's reference count goes up, and a write to one of them copies it
+  // first (PrepareWrite). Parallel sampling: a request's other choices start
+  // from its first choice's prompt blocks.
+  void Share(std::span<const BlockId> blocks, std::vector<BlockId>& table);
+
+  // Makes `table` ready for its sequence to write positions [from, to): grows
+  // it to hold `to` tokens (as Grow) and replaces each block in that range
+  // that other sequences share (reference count > 1) by a fresh block, whose
+  // copy it appends to `copies` (copy-on-write). The last holder of a shared
+  // block writes it in place. False (nothing changed) when there are not
+  // enough free blocks for both.
+  bool PrepareWrite(std::vector<BlockId>& table, int64_t from, int64_t to, std::vector<BlockCopy>& copies);
+
+  // Sequences holding `id` (0: free). For tests and checks.
+  int32_t ref_count(BlockId id) const { return blocks_[static_cast<size_t>(id)].ref_count; }
 
   // Registers the full blocks of a sequence whose first `num_computed` tokens
   // (`tokens[0, num_computed)`) now have their K/V computed, so later sequences

@@ -10,23 +10,42 @@ namespace tpserve {
 Scheduler::Scheduler(BlockManager& blocks, SchedulerConfig config)
     : blocks_(blocks), config_(config) {}
 
-absl::Status Scheduler::Add(uint64_t id, std::vector<int32_t> prompt, uint64_t group) {
+absl::Status Scheduler::Add(uint64_t id, std::vector<int32_t> prompt, uint64_t group,
+                            std::span<const uint64_t> forks) {
   if (static_cast<int32_t>(waiting_.size()) >= config_.max_queue) {
     return absl::ResourceExhaustedError(absl::StrCat(
         "the admission queue is full (", config_.max_queue,
         " requests waiting; --max-queue); retry later"));
   }
   if (prompt.empty()) return absl::InvalidArgumentError("the prompt has no tokens");
-  if (sequences_.contains(id)) {
-    return absl::AlreadyExistsError(absl::StrCat("sequence ", id, " is already scheduled"));
+  if (1 + std::ssize(forks) > config_.max_num_seqs) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "n: ", 1 + forks.size(), " choices run together but the server runs at most ", config_.max_num_seqs,
+        " sequences at once (--max-num-seqs); ask for fewer"));
   }
-  auto seq = std::make_unique<Sequence>();
-  seq->id = id;
-  seq->num_prompt_tokens = static_cast<int64_t>(prompt.size());
-  seq->tokens = std::move(prompt);
-  seq->group = group;
-  waiting_.push_back(seq.get());
-  sequences_.emplace(id, std::move(seq));
+  for (size_t i = 0; i <= forks.size(); ++i) {
+    const uint64_t each = i == 0 ? id : forks[i - 1];
+    if (sequences_.contains(each) || (i > 0 && (each == id || std::count(forks.begin(), forks.end(), each) > 1))) {
+      return absl::AlreadyExistsError(absl::StrCat("sequence ", each, " is already scheduled"));
+    }
+  }
+  auto make = [&](uint64_t each, std::vector<int32_t> tokens) {
+    auto seq = std::make_unique<Sequence>();
+    seq->id = each;
+    seq->num_prompt_tokens = static_cast<int64_t>(tokens.size());
+    seq->tokens = std::move(tokens);
+    seq->group = group;
+    Sequence* raw = seq.get();
+    sequences_.emplace(each, std::move(seq));
+    return raw;
+  };
+  Sequence* first = make(id, std::move(prompt));
+  for (uint64_t fork : forks) {
+    Sequence* seq = make(fork, first->tokens);
+    seq->fork_of = first;
+    first->forks.push_back(seq);
+  }
+  waiting_.push_back(first);
   return absl::OkStatus();
 }
 
@@ -46,6 +65,14 @@ void Scheduler::ReleaseBlocks(Sequence* seq) {
 }
 
 void Scheduler::Preempt(Sequence* seq) {
+  if (!seq->forks.empty()) {
+    // Its prompt is scheduled: the forks take their share of it first.
+    if (seq->num_computed_tokens >= seq->num_prompt_tokens) {
+      Fork(seq);
+    } else {
+      reserved_forks_ -= static_cast<int32_t>(seq->forks.size());  // reserved again at readmission
+    }
+  }
   ReleaseBlocks(seq);
   seq->status = SequenceStatus::kWaiting;
   ++seq->num_preemptions;
@@ -53,8 +80,42 @@ void Scheduler::Preempt(Sequence* seq) {
   waiting_.push_front(seq);
 }
 
-ScheduledSequence Scheduler::Plan(Sequence* seq, int64_t num_tokens) {
+void Scheduler::Fork(Sequence* parent) {
+  const auto prompt_blocks = static_cast<size_t>(blocks_.BlocksFor(parent->num_prompt_tokens));
+  const std::span<const BlockId> shared(parent->block_table.data(), prompt_blocks);
+  for (Sequence* child : parent->forks) {
+    blocks_.Share(shared, child->block_table);
+    // Its own last prompt token gives its first logits (a decode-sized row),
+    // written to its copy of the shared block that holds it.
+    child->num_computed_tokens = parent->num_prompt_tokens - 1;
+    child->num_cached_tokens = parent->num_cached_tokens;
+    child->admitted_before = true;
+    child->fork_of = nullptr;
+    child->status = SequenceStatus::kRunning;
+    running_.push_back(child);
+  }
+  reserved_forks_ -= static_cast<int32_t>(parent->forks.size());
+  parent->forks.clear();
+}
+
+void Scheduler::PromoteFork(Sequence* parent, bool was_running) {
+  if (was_running) reserved_forks_ -= static_cast<int32_t>(parent->forks.size());
+  Sequence* next = parent->forks.front();
+  next->fork_of = nullptr;
+  next->forks.assign(parent->forks.begin() + 1, parent->forks.end());
+  for (Sequence* f : next->forks) f->fork_of = next;
+  parent->forks.clear();
+  if (was_running) {
+    waiting_.push_front(next);
+  } else {
+    *std::find(waiting_.begin(), waiting_.end(), parent) = next;
+    waiting_.push_back(parent);  // Finish erases it from the queue next
+  }
+}
+
+ScheduledSequence Scheduler::Plan(Sequence* seq, int64_t num_tokens, std::vector<BlockCopy> copies) {
   ScheduledSequence s;
+  s.copies = std::move(copies);
   s.seq = seq;
   s.id = seq->id;
   s.start = seq->num_computed_tokens;
@@ -96,7 +157,7 @@ std::deque<Sequence*>::iterator Scheduler::NextToAdmit(const absl::flat_hash_map
 
 bool Scheduler::MayAdmit(bool preempted, int64_t budget) const {
   return !preempted && !waiting_.empty() && budget > 0 &&
-         static_cast<int32_t>(running_.size()) < config_.max_num_seqs;
+         static_cast<int32_t>(running_.size()) + reserved_forks_ < config_.max_num_seqs;
 }
 
 ScheduledStep Scheduler::Schedule() {
@@ -109,6 +170,13 @@ ScheduledStep Scheduler::Schedule() {
   int64_t budget = config_.max_num_batched_tokens;
   bool preempted = false;
 
+  // 0. Forks whose first choice scheduled its whole prompt in an earlier step
+  //    (the workers run steps in order: its K/V is there before they copy).
+  for (size_t i = 0, n = running_.size(); i < n; ++i) {
+    Sequence* seq = running_[i];
+    if (!seq->forks.empty() && seq->num_computed_tokens >= seq->num_prompt_tokens) Fork(seq);
+  }
+
   // 1. Running sequences: decodes and the next chunks of partial prefills.
   for (size_t i = 0; i < running_.size() && budget > 0;) {
     Sequence* seq = running_[i];
@@ -119,7 +187,9 @@ ScheduledStep Scheduler::Schedule() {
     }
     const int64_t n = std::min(remaining, budget);
     bool scheduled = true;
-    while (!blocks_.Grow(seq->block_table, seq->num_computed_tokens + n)) {
+    std::vector<BlockCopy> copies;
+    while (!blocks_.PrepareWrite(seq->block_table, seq->num_computed_tokens, seq->num_computed_tokens + n,
+                                 copies)) {
       Sequence* victim = running_.back();  // the most recently admitted
       running_.pop_back();
       Preempt(victim);
@@ -130,7 +200,7 @@ ScheduledStep Scheduler::Schedule() {
       }
     }
     if (!scheduled) break;
-    add(Plan(seq, n));
+    add(Plan(seq, n, std::move(copies)));
     budget -= n;
     ++i;
   }
@@ -147,10 +217,13 @@ ScheduledStep Scheduler::Schedule() {
     // Preempted while a step that samples it was in flight: its recompute
     // needs that token. Its result comes before the next Schedule.
     if (seq->num_pending_tokens > 0) break;
+    // A request's choices are admitted together (its forks' slots reserved).
+    if (static_cast<int32_t>(running_.size()) + reserved_forks_ + SlotsOf(seq) > config_.max_num_seqs) break;
     const int64_t total = static_cast<int64_t>(seq->tokens.size());
     if (blocks_.BlocksFor(total) > blocks_.num_blocks()) {
       waiting_.erase(next);  // can never fit, even alone
       step.unservable.push_back(seq->id);
+      for (const Sequence* f : seq->forks) step.unservable.push_back(f->id);
       continue;
     }
     const int64_t cached = blocks_.CachedPrefixTokens(seq->tokens);
@@ -165,8 +238,9 @@ ScheduledStep Scheduler::Schedule() {
     seq->status = SequenceStatus::kRunning;
     waiting_.erase(next);
     running_.push_back(seq);
-    ++running_by_group[seq->group];
-    add(Plan(seq, n));
+    reserved_forks_ += static_cast<int32_t>(seq->forks.size());
+    running_by_group[seq->group] += SlotsOf(seq);
+    add(Plan(seq, n, {}));
     budget -= n;
   }
   for (uint64_t id : step.unservable) sequences_.erase(id);
@@ -204,11 +278,23 @@ bool Scheduler::Finish(uint64_t id) {
   auto it = sequences_.find(id);
   if (it == sequences_.end()) return false;
   Sequence* seq = it->second.get();
-  if (seq->status == SequenceStatus::kRunning) {
-    running_.erase(std::find(running_.begin(), running_.end(), seq));
-  } else {
-    waiting_.erase(std::find(waiting_.begin(), waiting_.end(), seq));
+  if (seq->fork_of != nullptr) {  // a fork still waiting: it holds nothing yet
+    Sequence* parent = seq->fork_of;
+    parent->forks.erase(std::find(parent->forks.begin(), parent->forks.end(), seq));
+    if (parent->status == SequenceStatus::kRunning) --reserved_forks_;
+    sequences_.erase(it);
+    return true;
   }
+  const bool was_running = seq->status == SequenceStatus::kRunning;
+  if (was_running) running_.erase(std::find(running_.begin(), running_.end(), seq));
+  if (!seq->forks.empty()) {
+    if (was_running && seq->num_computed_tokens >= seq->num_prompt_tokens) {
+      Fork(seq);
+    } else {
+      PromoteFork(seq, was_running);
+    }
+  }
+  if (!was_running) waiting_.erase(std::find(waiting_.begin(), waiting_.end(), seq));
   ReleaseBlocks(seq);
   sequences_.erase(it);
   return true;

@@ -14,6 +14,16 @@
 //      with the fewest running sequences, so that one client's backlog
 //      cannot keep the others waiting (with a single group: arrival order);
 //      a sequence that cannot be admitted blocks those behind it.
+// Parallel sampling (n > 1): a request's choices share one prefill. The
+// first choice is admitted like any sequence (with sequence slots for all of
+// them); once it has scheduled its whole prompt, the others fork from it at
+// the start of the next Schedule (or when it finishes or is preempted): each
+// shares its prompt blocks (reference counts) and computes only the last
+// prompt token itself, whose logits give it its first token. A write to a
+// shared block copies it first (copy-on-write, BlockManager::PrepareWrite):
+// the step carries the copies, which the workers make before its forward.
+// After the fork every choice is a sequence like any other (preempted,
+// finished and aborted alone).
 // Sequences are listed with prefills (including chunks) before decodes, the
 // order the workers' step metadata wants.
 #pragma once
@@ -50,6 +60,9 @@ struct ScheduledSequence {
   std::vector<BlockId> new_blocks;  // block ids the workers do not know yet (all when is_new)
   bool sample = false;              // the step reaches its last token: a new token is sampled
   bool decode_sampled = false;      // computes the token its previous step sampled (workers hold it)
+  // Copy-on-write before this step: entry `index` of its block table becomes
+  // `dst`, a copy of the shared `src` (BlockManager::PrepareWrite).
+  std::vector<BlockCopy> copies;
   int32_t preemptions = 0;          // seq->num_preemptions when scheduled
 };
 
@@ -69,7 +82,11 @@ class Scheduler {
   // Queues a new sequence (prompt in `tokens`) of `group` (its client; see
   // the order above). RESOURCE_EXHAUSTED when the queue holds max_queue
   // sequences already.
-  absl::Status Add(uint64_t id, std::vector<int32_t> prompt, uint64_t group = 0);
+  // `forks`: ids of the request's other choices (parallel sampling, see
+  // above), queued with it and counted as one waiting request; INVALID_ARGUMENT
+  // when 1 + forks.size() exceeds max_num_seqs (they could never run together).
+  absl::Status Add(uint64_t id, std::vector<int32_t> prompt, uint64_t group = 0,
+                   std::span<const uint64_t> forks = {});
 
   // Builds the next step and counts its tokens as computed. It may be called
   // again before the previous step's result arrives (one step in flight
@@ -86,7 +103,9 @@ class Scheduler {
   void OnStepDone(const ScheduledStep& step, std::span<const std::pair<uint64_t, int32_t>> sampled);
 
   // Ends a sequence (finished, aborted, cancelled): frees its blocks now; the
-  // workers drop it with the next step. False when the id is unknown.
+  // workers drop it with the next step. A first choice whose others have not
+  // forked yet hands them on: they fork now when its prompt is scheduled,
+  // else the next of them takes its place. False when the id is unknown.
   bool Finish(uint64_t id);
 
   const Sequence* Find(uint64_t id) const;
@@ -99,7 +118,14 @@ class Scheduler {
  private:
   void Preempt(Sequence* seq);
   void ReleaseBlocks(Sequence* seq);
-  ScheduledSequence Plan(Sequence* seq, int64_t num_tokens);
+  ScheduledSequence Plan(Sequence* seq, int64_t num_tokens, std::vector<BlockCopy> copies);
+  // Starts `parent`'s forks from its prompt blocks (see above); it must hold them.
+  void Fork(Sequence* parent);
+  // `parent` (waiting, or running and removed from running_) leaves: the first
+  // of its forks takes its place in the queue with the rest as its own forks.
+  void PromoteFork(Sequence* parent, bool was_running);
+  // Sequence slots `seq` takes when admitted: itself and its forks.
+  static int32_t SlotsOf(const Sequence* seq) { return 1 + static_cast<int32_t>(seq->forks.size()); }
   // Whether step 2 (above) may admit another waiting sequence: none after a
   // preemption, and only with queue, budget and a sequence slot left.
   bool MayAdmit(bool preempted, int64_t budget) const;
@@ -113,6 +139,7 @@ class Scheduler {
   std::vector<Sequence*> running_;  // arrival order
   std::deque<Sequence*> waiting_;   // arrival order; preempted sequences go to the front
   std::vector<uint64_t> dropped_;
+  int32_t reserved_forks_ = 0;  // forks of running sequences: slots taken before they run
   int64_t num_preemptions_ = 0;
 };
 

@@ -30,6 +30,11 @@ struct Sequence {
   int32_t num_preemptions = 0;
   bool admitted_before = false;     // num_cached_tokens is set at the first admission only
   uint64_t group = 0;               // who asked for it (a client): admission is fair between groups
+  // Parallel sampling (a request's n > 1 choices; Scheduler::Add's forks):
+  // the sequences waiting to start from this one's prompt blocks once it has
+  // scheduled its whole prompt, and, on such a sequence, the one it waits for.
+  std::vector<Sequence*> forks;
+  Sequence* fork_of = nullptr;
 
   // What the workers hold: nothing until the sequence is first scheduled (and
   // again after a preemption); then the first `blocks_on_workers` entries of

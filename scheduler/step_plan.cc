@@ -4,6 +4,11 @@
 
 namespace tpserve {
 
+SamplingParams ChoiceSampling(SamplingParams sampling, int32_t index) {
+  if (sampling.seed) *sampling.seed += static_cast<uint64_t>(index);
+  return sampling;
+}
+
 StepPlan BuildStepPlan(const ScheduledStep& step, const SamplingLookup& sampling) {
   StepPlan plan;
   plan.finished = step.dropped;
@@ -17,6 +22,13 @@ StepPlan BuildStepPlan(const ScheduledStep& step, const SamplingLookup& sampling
       compute.assign(begin, begin + s.num_tokens);
     }
     const auto prompt_end = seq.tokens.begin() + seq.num_prompt_tokens;
+    // Blocks the workers knew before the step; a copy beyond them is a new block.
+    const int64_t known = std::ssize(seq.block_table) - std::ssize(s.new_blocks);
+    std::vector<BlockReplacement> replaced;
+    for (const BlockCopy& c : s.copies) {
+      plan.block_copies.push_back(BlockCopyPlan{.src = c.src, .dst = c.dst});
+      if (!s.is_new && c.index < known) replaced.push_back(BlockReplacement{.index = c.index, .block_id = c.dst});
+    }
     if (s.is_new) {
       plan.new_sequences.push_back(NewSequencePlan{
           .seq_id = seq.id,
@@ -32,6 +44,7 @@ StepPlan BuildStepPlan(const ScheduledStep& step, const SamplingLookup& sampling
       plan.continuing.push_back(ContinuingSequencePlan{
           .seq_id = seq.id,
           .new_block_ids = s.new_blocks,
+          .replaced_blocks = std::move(replaced),
           .token_ids = std::move(compute),
           .sample = s.sample,
           .decode_sampled = s.decode_sampled,

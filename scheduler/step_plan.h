@@ -29,10 +29,25 @@ struct NewSequencePlan {
   bool sample = false;             // false for a non-final prefill chunk
 };
 
+// Copy-on-write (BlockManager::PrepareWrite): every layer's K and V of block
+// `src` copied to block `dst`, on the workers' devices, before the forward.
+struct BlockCopyPlan {
+  int32_t src = -1;
+  int32_t dst = -1;
+};
+
+// Entry `index` of a known sequence's block table becomes `block_id` (the
+// copy it writes instead of a shared block).
+struct BlockReplacement {
+  int64_t index = 0;
+  int32_t block_id = -1;
+};
+
 // A sequence the workers know: what changed since its last step.
 struct ContinuingSequencePlan {
   uint64_t seq_id = 0;
   std::vector<int32_t> new_block_ids;  // appended to its block table
+  std::vector<BlockReplacement> replaced_blocks;  // entries of its table that are now copies
   std::vector<int32_t> token_ids;      // the next prefill chunk (empty with decode_sampled)
   bool sample = false;
   // Compute the one token sampled for it in its previous step: every rank
@@ -43,6 +58,7 @@ struct ContinuingSequencePlan {
 
 struct StepPlan {
   std::vector<uint64_t> finished;  // dropped first; unknown ids are ignored
+  std::vector<BlockCopyPlan> block_copies;  // then these copies, in order, before the forward
   std::vector<NewSequencePlan> new_sequences;
   std::vector<ContinuingSequencePlan> continuing;
   std::vector<uint64_t> order;  // every scheduled id once, multi-token sequences first
@@ -54,6 +70,12 @@ struct StepToken {
   std::vector<float> logits;  // [V] the row it was sampled from, with StepRunnerOptions::keep_logits
 };
 
+// The sampling parameters of choice `index` of a request (parallel sampling,
+// n > 1): the request's, with seed + index (mod 2^64) when it has a seed, so
+// choice i of a seeded request gives the tokens a request of its own with
+// seed + i gives. Unseeded choices each get a fresh seed on the worker.
+SamplingParams ChoiceSampling(SamplingParams sampling, int32_t index);
+
 // The sampling parameters of a sequence, by id (asked only for new sequences;
 // must exist for each of them).
 using SamplingLookup = std::function<const SamplingParams&(uint64_t seq_id)>;
@@ -63,7 +85,9 @@ using SamplingLookup = std::function<const SamplingParams&(uint64_t seq_id)>;
 // sampling), known ones as diffs (new blocks, and the tokens to compute: the
 // next prefill chunk, or decode_sampled for the token sampled in its previous
 // step, which the plan does not carry). `finished` lists the sequences
-// dropped since the last step; `order` lists every scheduled sequence as
+// dropped since the last step; `block_copies` the copy-on-writes of the
+// step's sequences (a new sequence's block table has its copies already, a
+// known one gets them as replaced_blocks); `order` lists every scheduled sequence as
 // scheduled (prefills first). Call right after Scheduler::Schedule, while
 // the step's Sequence pointers are valid.
 StepPlan BuildStepPlan(const ScheduledStep& step, const SamplingLookup& sampling);

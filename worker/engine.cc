@@ -52,6 +52,10 @@ absl::Status Engine::Validate(std::span<const GenerationRequest> requests) const
           where, "needs ", blocks, " KV blocks of ", options_.block_size,
           " tokens but the engine has ", options_.num_blocks, "; raise num_blocks"));
     }
+    if (r.n < 1 || r.n > model_->options().max_num_seqs) {
+      return absl::InvalidArgumentError(absl::StrCat(where, "n is ", r.n, "; ask for 1 to ",
+                                                     model_->options().max_num_seqs, " (max_num_seqs) choices"));
+    }
     if (absl::Status s = ValidateSamplingParams(r.sampling); !s.ok()) {
       return absl::InvalidArgumentError(absl::StrCat(where, s.message()));
     }
@@ -63,7 +67,7 @@ absl::Status Engine::EnsureCache(std::span<const GenerationRequest> requests) {
   int64_t want = options_.num_blocks;
   if (want == 0) {
     for (const GenerationRequest& r : requests) {
-      want += BlockManager::BlocksFor(std::ssize(r.prompt) + r.max_tokens, options_.block_size);
+      want += r.n * BlockManager::BlocksFor(std::ssize(r.prompt) + r.max_tokens, options_.block_size);
     }
   }
   if (cache_ && cache_->num_blocks() >= want) return absl::OkStatus();
@@ -105,10 +109,17 @@ absl::StatusOr<std::vector<GenerationResult>> Engine::RunAll(std::span<const Gen
                                     .max_num_seqs = static_cast<int32_t>(limits.max_num_seqs),
                                     .max_queue = std::numeric_limits<int32_t>::max(),
                                 });
-  for (size_t i = 0; i < requests.size(); ++i) {
-    TPSERVE_RETURN_IF_ERROR(scheduler.Add(i, requests[i].prompt));  // sequence id = request index
+  choices_.clear();
+  for (size_t i = 0; i < requests.size(); ++i) {  // sequence id = result index
+    const uint64_t first = choices_.size();
+    std::vector<uint64_t> forks;
+    for (int32_t c = 0; c < requests[i].n; ++c) {
+      if (c > 0) forks.push_back(choices_.size());
+      choices_.push_back(Choice{.request = i, .sampling = ChoiceSampling(requests[i].sampling, c)});
+    }
+    TPSERVE_RETURN_IF_ERROR(scheduler.Add(first, requests[i].prompt, 0, forks));
   }
-  std::vector<GenerationResult> results(requests.size());
+  std::vector<GenerationResult> results(choices_.size());
   while (!scheduler.idle()) {
     const ScheduledStep step = scheduler.Schedule();
     if (!step.unservable.empty() || step.empty()) {  // Validate rules both out
@@ -125,7 +136,7 @@ absl::StatusOr<std::vector<GenerationResult>> Engine::RunAll(std::span<const Gen
 absl::Status Engine::RunStep(const ScheduledStep& step, std::span<const GenerationRequest> requests,
                              Scheduler& scheduler, std::vector<GenerationResult>& results) {
   const StepPlan plan = BuildStepPlan(step, [&](uint64_t id) -> const SamplingParams& {
-    return requests[id].sampling;
+    return choices_[id].sampling;
   });
   const auto start = std::chrono::steady_clock::now();
   // Every rank gets the sampled ids (rank 0 broadcasts them); rank 0's carry log-probs.
@@ -150,7 +161,7 @@ absl::Status Engine::RunStep(const ScheduledStep& step, std::span<const Generati
     const Sequence& seq = *scheduler.Find(id);
     GenerationResult& result = results[id];
     const StepToken* with_logprobs = comm_.rank() == 0 ? ordered[k] : nullptr;
-    if (!Append(requests[id], seq.num_output_tokens(), token, with_logprobs, result)) continue;
+    if (!Append(requests[choices_[id].request], seq.num_output_tokens(), token, with_logprobs, result)) continue;
     result.cached_tokens = seq.num_cached_tokens;
     stats_.cached_tokens += seq.num_cached_tokens;
     stats_.preemptions += seq.num_preemptions;
@@ -173,6 +184,11 @@ bool Engine::Append(const GenerationRequest& request, int64_t num_output, int32_
 
 void Engine::Account(const ScheduledStep& step, double seconds) {
   ++stats_.steps;
+  for (const ScheduledSequence& s : step.sequences) {
+    const int64_t end = std::min(s.start + s.num_tokens, s.seq->num_prompt_tokens);
+    stats_.prompt_tokens_computed += std::max<int64_t>(0, end - s.start);
+  }
+  stats_.peak_blocks_used = std::max(stats_.peak_blocks_used, blocks_->num_blocks() - blocks_->num_free_blocks());
   // A decode step: every sequence computes the token its previous step sampled.
   if (std::all_of(step.sequences.begin(), step.sequences.end(),
                   [](const ScheduledSequence& s) { return s.decode_sampled; })) {

@@ -61,6 +61,10 @@ struct GenerationRequest {
   SamplingParams sampling;
   int64_t max_tokens = 16;      // tokens to generate, at least one
   bool ignore_eos = false;      // keep going past config's eos_token_ids
+  // Choices (parallel sampling, n >= 1, at most model.max_num_seqs): one
+  // prefill whose blocks they share (scheduler/scheduler.h); choice i samples
+  // with ChoiceSampling(sampling, i) (seed + i when seeded).
+  int32_t n = 1;
 };
 
 enum class FinishReason { kLength, kEos };
@@ -81,6 +85,8 @@ struct GenerationStats {
   double decode_seconds = 0;
   int64_t preemptions = 0;
   int64_t cached_tokens = 0;     // prompt tokens served by the prefix cache, all requests
+  int64_t prompt_tokens_computed = 0;  // tokens computed at positions inside their prompt
+  int64_t peak_blocks_used = 0;        // most KV blocks held at once (after a step was scheduled)
 };
 
 class Engine {
@@ -89,7 +95,8 @@ class Engine {
                                                         Backend& backend, Communicator& comm,
                                                         const EngineOptions& options = {});
 
-  // Generates for every request (results in request order). INVALID_ARGUMENT
+  // Generates for every request: one result per choice, a request's n
+  // choices in a row, in request order. INVALID_ARGUMENT
   // naming the request and field for a bad request (empty prompt, id outside the
   // vocab, too long for the RoPE table or the KV cache, bad sampling params);
   // a failed step or collective as it came.
@@ -118,6 +125,13 @@ class Engine {
   bool Append(const GenerationRequest& request, int64_t num_output, int32_t token,
               const StepToken* sampled, GenerationResult& result) const;
   void Account(const ScheduledStep& step, double seconds);
+
+  // The running call's choices by sequence id (= result index): its request and sampling.
+  struct Choice {
+    size_t request = 0;
+    SamplingParams sampling;
+  };
+  std::vector<Choice> choices_;
 
   Backend& backend_;
   Communicator& comm_;

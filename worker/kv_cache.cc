@@ -51,6 +51,15 @@ KvCacheLayer KvCache::layer(int64_t layer) const {
                       v_[static_cast<size_t>(layer)].tensor()};
 }
 
+void KvCache::CopyBlock(Backend& backend, int64_t src, int64_t dst) const {
+  TPSERVE_CHECK(src >= 0 && src < shape_.num_blocks && dst >= 0 && dst < shape_.num_blocks,
+                "KvCache::CopyBlock(", src, ", ", dst, "): block ids must lie in [0, ", shape_.num_blocks, ")");
+  for (size_t l = 0; l < k_.size(); ++l) {
+    backend.Copy(k_[l].tensor().Rows(src, 1), k_[l].tensor().Rows(dst, 1));
+    backend.Copy(v_[l].tensor().Rows(src, 1), v_[l].tensor().Rows(dst, 1));
+  }
+}
+
 int64_t KvCache::bytes() const {
   return shape_.num_blocks * KvCacheBytesPerBlock(shape_, k_.empty() ? DType::kF32
                                                                      : k_.front().tensor().dtype);

@@ -45,6 +45,11 @@ class KvCache {
   int64_t num_layers() const { return shape_.num_layers; }
   // The views the backend's StoreKv / Attention take for `layer`.
   KvCacheLayer layer(int64_t layer) const;
+  // Copies block `src` to block `dst` (every layer's K and V) on `backend`,
+  // the one that allocated the cache: device copies on its stream, ordered
+  // with the step's ops, no host round trip (copy-on-write, step_plan.h's
+  // BlockCopyPlan). Both ids must lie in [0, num_blocks) (checked, aborting).
+  void CopyBlock(Backend& backend, int64_t src, int64_t dst) const;
   // Total bytes held (num_blocks * KvCacheBytesPerBlock).
   int64_t bytes() const;
 

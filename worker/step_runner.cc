@@ -102,8 +102,30 @@ absl::Status StepRunner::CheckPlan(const StepPlan& plan) {
     if (e.input >= 0) e.tokens = std::span<const int32_t>(&e.input, 1);
     TPSERVE_RETURN_IF_ERROR(CheckEntry(e));
   }
+  TPSERVE_RETURN_IF_ERROR(CheckCopies(plan));
   TPSERVE_RETURN_IF_ERROR(CheckLimits());
   return PrepareConstraints(plan);  // rank 0's grammars (step_runner_masks.cc)
+}
+
+absl::Status StepRunner::CheckCopies(const StepPlan& plan) const {
+  const int64_t num_blocks = cache_.num_blocks();
+  auto in_cache = [&](int32_t b) { return b >= 0 && b < num_blocks; };
+  for (const BlockCopyPlan& c : plan.block_copies) {
+    if (!in_cache(c.src) || !in_cache(c.dst) || c.src == c.dst) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "step: block copy ", c.src, " -> ", c.dst, " must name two different blocks in [0, ", num_blocks, ")"));
+    }
+  }
+  for (const ContinuingSequencePlan& s : plan.continuing) {
+    const int64_t held = std::ssize(seqs_.at(s.seq_id).block_table);
+    for (const BlockReplacement& r : s.replaced_blocks) {
+      if (r.index < 0 || r.index >= held || !in_cache(r.block_id)) {
+        return Invalid(s.seq_id, "replaced block entry ", r.index, " -> ", r.block_id, " must name one of its ", held,
+                       " table entries and a block in [0, ", num_blocks, ")");
+      }
+    }
+  }
+  return absl::OkStatus();
 }
 
 absl::Status StepRunner::FillEntries(const StepPlan& plan) {
@@ -169,6 +191,11 @@ void StepRunner::StageBlocks() {
   for (Entry& e : entries_) {
     if (e.cont == nullptr) continue;
     std::vector<int32_t>& table = seqs_.at(e.id).block_table;
+    for (const BlockReplacement& r : e.cont->replaced_blocks) {
+      int32_t& entry = table[static_cast<size_t>(r.index)];
+      e.replaced_before.push_back(entry);
+      entry = r.block_id;
+    }
     table.insert(table.end(), e.cont->new_block_ids.begin(), e.cont->new_block_ids.end());
     e.table = table;
   }
@@ -176,7 +203,12 @@ void StepRunner::StageBlocks() {
 
 void StepRunner::UnstageBlocks() {
   for (const Entry& e : entries_) {
-    if (e.cont != nullptr) seqs_.at(e.id).block_table.resize(static_cast<size_t>(e.table_before));
+    if (e.cont == nullptr) continue;
+    std::vector<int32_t>& table = seqs_.at(e.id).block_table;
+    table.resize(static_cast<size_t>(e.table_before));
+    for (size_t i = e.replaced_before.size(); i-- > 0;) {
+      table[static_cast<size_t>(e.cont->replaced_blocks[i].index)] = e.replaced_before[i];
+    }
   }
 }
 
@@ -349,6 +381,8 @@ absl::StatusOr<std::vector<StepToken>> StepRunner::Run(const StepPlan& plan) {
   TPSERVE_RETURN_IF_ERROR(Reserve());
   TPSERVE_RETURN_IF_ERROR(CheckPlan(plan));
   std::optional<Logits> logits;
+  // Copy-on-write before the forward writes any of the copies.
+  for (const BlockCopyPlan& c : plan.block_copies) cache_.CopyBlock(model_.backend(), c.src, c.dst);
   if (!entries_.empty()) {
     StageBlocks();
     StartMasks();  // rank 0's grammar masks, while the forward runs

@@ -4,10 +4,13 @@
 // per-sequence state a step needs (block table, tokens already in the KV cache,
 // and on rank 0 the sampling state) and applies each step as a diff:
 //
-//   1. drop `finished` (finished, aborted or preempted sequences);
+//   1. drop `finished` (finished, aborted or preempted sequences), then make
+//      `block_copies` (copy-on-write of blocks sequences shared: device
+//      copies before the forward, KvCache::CopyBlock);
 //   2. add `new_sequences` (first scheduled, or recomputed after a preemption:
 //      prompt + output so far, of which num_computed_tokens are already cached,
-//      e.g. a prefix-cache hit), and append `new_block_ids` of `continuing` ones;
+//      e.g. a prefix-cache hit), and append `new_block_ids` of `continuing` ones
+//      (and point the entries in their `replaced_blocks` at the copies);
 //   3. run one forward over the tokens to compute of every sequence in `order`;
 //   4. on rank 0, sample one token for every sequence with sample = true
 //      (a constrained one, SamplingParams::constraint, among the tokens its
@@ -144,6 +147,7 @@ class StepRunner {
     int64_t num_computed = 0;                      // before this step
     bool sample = false;
     int32_t input = -1;                            // decode_sampled: the token its last step sampled
+    std::vector<int32_t> replaced_before;          // [cont->replaced_blocks] the entries they replace (UnstageBlocks)
     SequenceConstraint* constraint = nullptr;      // rank 0: its constraint (held, or new in pending_)
     int32_t mask = -1;                             // its row of mask_words_ this step, -1 = none
   };
@@ -159,6 +163,9 @@ class StepRunner {
   absl::Status FillEntries(const StepPlan& plan);
   absl::Status CheckEntry(const Entry& e) const;
   absl::Status CheckLimits() const;
+  // The plan's block copies and every continuing sequence's replacements
+  // name blocks in the cache and entries of its table.
+  absl::Status CheckCopies(const StepPlan& plan) const;
   // Rank 0: each new constrained sequence's SequenceConstraint into
   // pending_ (INVALID_ARGUMENT naming the sequence), and every sampled
   // constrained entry's `constraint`.

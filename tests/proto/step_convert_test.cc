@@ -49,8 +49,10 @@ TEST(StepConvertTest, APlanSurvivesTheWireFieldForField) {
   plan.new_sequences.push_back(NewSequencePlan{.seq_id = 9, .prompt = {1}, .output = {}, .token_ids = {1},
                                                .num_computed_tokens = 0, .block_ids = {4},
                                                .sampling = SamplingParams{}, .sample = true});
-  plan.continuing.push_back(ContinuingSequencePlan{.seq_id = 1, .new_block_ids = {5}, .token_ids = {4, 5},
-                                                   .sample = false});
+  plan.continuing.push_back(ContinuingSequencePlan{.seq_id = 1, .new_block_ids = {5},
+                                                   .replaced_blocks = {{.index = 1, .block_id = 31}},
+                                                   .token_ids = {4, 5}, .sample = false});
+  plan.block_copies = {{.src = 12, .dst = 31}, {.src = 12, .dst = 33}};
   plan.continuing.push_back(ContinuingSequencePlan{.seq_id = 2, .new_block_ids = {}, .token_ids = {40},
                                                    .sample = true});
   plan.order = {7, 1, 9, 2};
@@ -81,6 +83,16 @@ TEST(StepConvertTest, APlanSurvivesTheWireFieldForField) {
     EXPECT_EQ(back->continuing[i].new_block_ids, plan.continuing[i].new_block_ids);
     EXPECT_EQ(back->continuing[i].token_ids, plan.continuing[i].token_ids);
     EXPECT_EQ(back->continuing[i].sample, plan.continuing[i].sample);
+    ASSERT_EQ(back->continuing[i].replaced_blocks.size(), plan.continuing[i].replaced_blocks.size());
+    for (size_t r = 0; r < plan.continuing[i].replaced_blocks.size(); ++r) {
+      EXPECT_EQ(back->continuing[i].replaced_blocks[r].index, plan.continuing[i].replaced_blocks[r].index);
+      EXPECT_EQ(back->continuing[i].replaced_blocks[r].block_id, plan.continuing[i].replaced_blocks[r].block_id);
+    }
+  }
+  ASSERT_EQ(back->block_copies.size(), 2u);
+  for (size_t i = 0; i < 2; ++i) {
+    EXPECT_EQ(back->block_copies[i].src, plan.block_copies[i].src);
+    EXPECT_EQ(back->block_copies[i].dst, plan.block_copies[i].dst);
   }
 }
 

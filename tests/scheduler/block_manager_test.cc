@@ -185,5 +185,68 @@ TEST(BlockManager, RandomWorkloadNeverLeaksOrDoubleAssigns) {
   EXPECT_EQ(bm.num_free_blocks(), 64);
 }
 
+// Parallel sampling: shared blocks are reference counted; a write to a shared
+// block copies it (the last holder writes in place), and every block is
+// freed exactly once (a second Release aborts).
+TEST(BlockManager, SharedBlocksCopyOnWriteAndFreeOnce) {
+  BlockManager bm(12, 4);
+  std::vector<BlockId> first;
+  ASSERT_TRUE(bm.AllocatePrompt(Iota(10, 1), 10, first).has_value());  // blocks 0..2, the last partial
+  std::vector<BlockId> a, b;
+  bm.Share(first, a);
+  bm.Share(first, b);
+  for (BlockId id : first) EXPECT_EQ(bm.ref_count(id), 3);
+  EXPECT_EQ(bm.num_free_blocks(), 9);
+
+  // `a` writes position 10 (block 2, shared): it gets a copy.
+  std::vector<BlockCopy> copies;
+  ASSERT_TRUE(bm.PrepareWrite(a, 10, 11, copies));
+  ASSERT_EQ(copies.size(), 1u);
+  EXPECT_EQ(copies[0].index, 2);
+  EXPECT_EQ(copies[0].src, first[2]);
+  EXPECT_EQ(copies[0].dst, a[2]);
+  EXPECT_NE(a[2], first[2]);
+  EXPECT_EQ(bm.ref_count(first[2]), 2);
+  EXPECT_EQ(bm.ref_count(a[2]), 1);
+  // Writing it again copies nothing: it is a's alone.
+  copies.clear();
+  ASSERT_TRUE(bm.PrepareWrite(a, 11, 13, copies));  // and grows into a new block
+  EXPECT_TRUE(copies.empty());
+  EXPECT_EQ(a.size(), 4u);
+  // `b` copies too; then `first`, the last holder, writes in place.
+  ASSERT_TRUE(bm.PrepareWrite(b, 10, 11, copies));
+  EXPECT_EQ(copies.size(), 1u);
+  copies.clear();
+  ASSERT_TRUE(bm.PrepareWrite(first, 10, 11, copies));
+  EXPECT_TRUE(copies.empty());
+  EXPECT_EQ(bm.ref_count(first[2]), 1);
+  // The full blocks stay shared until each holder frees them.
+  EXPECT_EQ(bm.ref_count(first[0]), 3);
+  bm.Free(a);
+  bm.Free(first);
+  EXPECT_EQ(bm.ref_count(b[0]), 1);
+  bm.Free(b);
+  EXPECT_EQ(bm.num_free_blocks(), 12);
+}
+
+TEST(BlockManager, PrepareWriteChangesNothingWithoutBlocksForTheCopyAndTheGrowth) {
+  BlockManager bm(4, 4);
+  std::vector<BlockId> first, other;
+  ASSERT_TRUE(bm.AllocatePrompt(Iota(6, 1), 6, first).has_value());  // 2 blocks
+  bm.Share(first, other);
+  std::vector<BlockId> filler;
+  ASSERT_TRUE(bm.Grow(filler, 4));  // 1 free block left
+  std::vector<BlockCopy> copies;
+  const std::vector<BlockId> before = other;
+  // Position 7 needs a copy of block 1 and, for position 8, a new block: 2 > 1.
+  EXPECT_FALSE(bm.PrepareWrite(other, 6, 9, copies));
+  EXPECT_EQ(other, before);
+  EXPECT_TRUE(copies.empty());
+  EXPECT_EQ(bm.ref_count(first[1]), 2);
+  EXPECT_EQ(bm.num_free_blocks(), 1);
+  EXPECT_TRUE(bm.PrepareWrite(other, 6, 8, copies));  // the copy alone fits
+  EXPECT_EQ(copies.size(), 1u);
+}
+
 }  // namespace
 }  // namespace tpserve

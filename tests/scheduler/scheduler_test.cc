@@ -250,5 +250,100 @@ TEST(Scheduler, APromptLargerThanTheWholeCacheIsUnservable) {
   EXPECT_EQ(sched.Find(1), nullptr);
 }
 
+// Parallel sampling: one prefill, then the other choices fork from its
+// blocks in the next step, each computing only the last prompt token, with a
+// copy of the partial block it writes; all blocks come back once.
+TEST(Scheduler, ChoicesShareOnePrefillAndCopyThePartialBlock) {
+  BlockManager bm(32, 4);
+  Scheduler sched(bm, {.max_num_batched_tokens = 64});
+  const std::vector<uint64_t> forks = {11, 12};
+  ASSERT_TRUE(sched.Add(10, Prompt(10, 1), 0, forks).ok());
+  EXPECT_EQ(sched.num_waiting(), 1);  // one request
+  ScheduledStep s1 = sched.Schedule();
+  ASSERT_EQ(s1.sequences.size(), 1u);
+  EXPECT_EQ(s1.sequences[0].num_tokens, 10);
+  EXPECT_EQ(bm.num_free_blocks(), 29);
+  auto t1 = RunStep(sched, s1);
+  // One step in flight ahead: the forks start before its token is back.
+  ScheduledStep s2 = sched.Schedule();
+  ASSERT_EQ(s2.sequences.size(), 3u);
+  int64_t copies = 0;
+  for (const ScheduledSequence& s : s2.sequences) {
+    EXPECT_EQ(s.num_tokens, 1);
+    if (s.id == 10) {
+      EXPECT_TRUE(s.decode_sampled);
+      EXPECT_FALSE(s.is_new);
+    } else {
+      EXPECT_TRUE(s.is_new);
+      EXPECT_EQ(s.start, 9);  // its own last prompt token
+      EXPECT_TRUE(s.sample);
+      EXPECT_EQ(s.seq->block_table[0], sched.Find(10)->block_table[0]);  // full blocks shared
+      EXPECT_EQ(s.seq->block_table[1], sched.Find(10)->block_table[1]);
+    }
+    copies += std::ssize(s.copies);
+  }
+  // Three holders of the partial block, three writers: two copies, the last writes in place.
+  EXPECT_EQ(copies, 2);
+  EXPECT_EQ(bm.ref_count(sched.Find(10)->block_table[0]), 3);
+  EXPECT_EQ(bm.num_free_blocks(), 27);
+  sched.OnStepDone(s1, t1);
+  sched.OnStepDone(s2, RunStep(sched, s2));
+  for (uint64_t id : {10, 11, 12}) EXPECT_EQ(sched.Find(id)->num_output_tokens(), id == 10 ? 2 : 1);
+  for (uint64_t id : {11, 10, 12}) EXPECT_TRUE(sched.Finish(id));
+  EXPECT_TRUE(sched.idle() || !sched.Schedule().dropped.empty());
+  EXPECT_EQ(bm.num_free_blocks(), 32);
+}
+
+// Greedy choices (the stand-in model) are identical to each other and to a
+// request of one choice, through a preemption of one of them under a tiny pool.
+TEST(Scheduler, ChoicesMatchASingleRequestThroughPreemption) {
+  BlockManager bm(14, 4);
+  Scheduler sched(bm, {.max_num_batched_tokens = 16});
+  const std::vector<uint64_t> forks = {1, 2, 3};
+  ASSERT_TRUE(sched.Add(0, Prompt(13, 5), 0, forks).ok());
+  std::map<uint64_t, std::vector<int32_t>> out;
+  int preemptions = 0;
+  for (int iter = 0; iter < 10000 && !sched.idle(); ++iter) {
+    ScheduledStep step = sched.Schedule();
+    auto sampled = RunStep(sched, step);
+    sched.OnStepDone(step, sampled);
+    for (auto& s : step.sequences) preemptions = std::max(preemptions, s.seq->num_preemptions);
+    for (auto& [id, token] : sampled) {
+      const Sequence* seq = sched.Find(id);
+      if (seq->num_output_tokens() >= 12) {
+        out[id].assign(seq->output_tokens().begin(), seq->output_tokens().end());
+        sched.Finish(id);
+      }
+    }
+  }
+  EXPECT_GT(preemptions, 0);
+  EXPECT_EQ(bm.num_free_blocks(), 14);
+  BlockManager bm1(14, 4);
+  Scheduler one(bm1, {.max_num_batched_tokens = 16});
+  const auto single = Generate(one, {Prompt(13, 5)}, 12);
+  ASSERT_EQ(out.size(), 4u);
+  for (auto& [id, tokens] : out) EXPECT_EQ(tokens, single.at(0)) << "choice " << id;
+}
+
+TEST(Scheduler, FinishingTheFirstChoiceBeforeItsPrefillHandsTheOthersOn) {
+  BlockManager bm(32, 4);
+  Scheduler sched(bm, {.max_num_batched_tokens = 4, .max_num_seqs = 3});
+  const std::vector<uint64_t> forks = {21, 22};
+  EXPECT_FALSE(sched.Add(1, Prompt(3, 1), 0, std::vector<uint64_t>{2, 3, 4}).ok());  // 4 > max_num_seqs
+  ASSERT_TRUE(sched.Add(20, Prompt(10, 1), 0, forks).ok());
+  ScheduledStep s1 = sched.Schedule();  // a first chunk of 4
+  ASSERT_EQ(s1.sequences.size(), 1u);
+  EXPECT_FALSE(s1.sequences[0].sample);
+  sched.OnStepDone(s1, {});
+  EXPECT_TRUE(sched.Finish(20));  // aborted mid-prefill
+  EXPECT_TRUE(sched.Finish(22));  // a fork that never ran
+  ScheduledStep s2 = sched.Schedule();
+  ASSERT_EQ(s2.sequences.size(), 1u);
+  EXPECT_EQ(s2.sequences[0].id, 21u);  // now the first choice: it prefills
+  EXPECT_EQ(s2.dropped, (std::vector<uint64_t>{20}));
+  EXPECT_TRUE(sched.Finish(21));
+  EXPECT_EQ(bm.num_free_blocks(), 32);
+}
+
 }  // namespace
 }  // namespace tpserve
