@@ -11,10 +11,13 @@
 #                            message contents under the real templates
 #   fuzz_grammar             the grammar engine: GBNF and regexes        tests/grammar/
 #                            compiled, the matcher walked and rolled back
+#   fuzz_proposers           the speculative proposers on token          tests/speculative/
+#                            sequences: n-gram against brute force, the
+#                            suffix tries' strings, bounds and eviction
 #
 #   scripts/fuzz.sh [BUILD_DIR]   fuzz build in BUILD_DIR-fuzz (default build-fuzz): clang,
 #                                 -DTPSERVE_FUZZ=ON, no CUDA/tests/bench; builds only the fuzzers
-#   TPSERVE_FUZZ_SECONDS=N        how long to fuzz each target (default 30; 8 targets = 4 min)
+#   TPSERVE_FUZZ_SECONDS=N        how long to fuzz each target (default 30; 9 targets = 4.5 min)
 #   TPSERVE_FUZZ_TARGETS="a b"    run only these targets
 #
 # Each target's corpus lives in BUILD_DIR-fuzz/fuzz/<target>/corpus and grows across runs;
@@ -27,7 +30,7 @@ build="${1:-build}"
 build="${build%/}-fuzz"
 seconds="${TPSERVE_FUZZ_SECONDS:-30}"
 targets=(${TPSERVE_FUZZ_TARGETS:-fuzz_safetensors_header fuzz_model_config fuzz_tokenizer fuzz_chat_template
-  fuzz_generate_request fuzz_openai_request fuzz_jinja_template fuzz_grammar})
+  fuzz_generate_request fuzz_openai_request fuzz_jinja_template fuzz_grammar fuzz_proposers})
 work="$build/fuzz"
 
 launcher=()

@@ -268,10 +268,22 @@ def grammar(work):
     write(work, "fuzz_grammar", seeds, tokens)
 
 
+def proposers(work):
+    """tests/speculative/fuzz_proposers.cc: 8 option bytes, then tokens (< 0xF0) and sequence ends."""
+    options = bytes([0x21, 0x53, 0x05, 0x47, 0x35, 0x20, 0x35, 0x7F])
+    seeds = {
+        "repeats": options + bytes([1, 2, 3, 4, 1, 2, 3, 4, 1, 2, 3, 5, 1, 2, 3, 4, 1, 2] * 4),
+        "two_sequences": options + bytes([9, 8, 7, 6, 5, 4, 0xF0, 1, 9, 8, 7, 6, 5, 2, 9, 8, 7]),
+        "one_token": options + bytes([3] * 80),
+        "small_window": bytes([0x01, 0x00, 0x00, 0x07, 0x07, 0x00, 0x00, 0x00]) + bytes(range(7)) * 12,
+    }
+    write(work, "fuzz_proposers", seeds, [bytes([0xF0]), bytes([1, 2, 3]), bytes([0, 0, 0, 0])])
+
+
 def main():
     work = sys.argv[1]
     for make in (safetensors, model_config, tokenizer, chat_template, generate_request, openai_request,
-                 jinja_template, grammar):
+                 jinja_template, grammar, proposers):
         make(work)
 
 
