@@ -21,6 +21,7 @@
 #include "base/status_macros.h"
 #include "coordinator/log.h"
 #include "coordinator/startup.h"
+#include "tools/grammar/model_vocabulary.h"
 
 namespace tpserve {
 
@@ -242,6 +243,12 @@ absl::Status Coordinator::ListenPublic() {
   limits.max_model_len = max_model_len_;
   limits.defaults = config_->generation;
   limits.max_chat_messages = options_.max_chat_messages;
+  constraints_ = std::make_unique<ConstraintCompiler>(
+      [this]() -> absl::StatusOr<std::shared_ptr<const grammar::Vocabulary>> {
+        std::vector<int32_t> stops(config_->eos_token_ids.begin(), config_->eos_token_ids.end());
+        return GrammarVocabulary(*tokenizer_, static_cast<int32_t>(config_->vocab_size), std::move(stops));
+      });
+  limits.constraints = constraints_.get();
   service_ = std::make_unique<GenerationService>(*tokenizer_, chat_format_, limits, info,
                                                  options_.max_buffered_chunks);
   AccessOptions access;

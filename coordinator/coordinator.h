@@ -45,6 +45,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "auth/cluster_secret.h"
+#include "constrained/constraint_compiler.h"
 #include "coordinator/coordinator_metrics.h"
 #include "coordinator/engine_loop.h"
 #include "coordinator/generation_service.h"
@@ -200,6 +201,9 @@ class Coordinator {
   std::string model_dir_;  // absolute: the workers may run elsewhere
   std::optional<ModelConfig> config_;
   std::unique_ptr<Tokenizer> tokenizer_;
+  // Validates constrained output against the model's vocabulary (built at
+  // the first constrained request; RequestLimits::constraints).
+  std::unique_ptr<ConstraintCompiler> constraints_;
   absl::StatusOr<ChatTemplate> chat_format_ = absl::UnknownError("not loaded");
   int64_t max_model_len_ = 0;
   std::unique_ptr<WorkerPool> pool_;

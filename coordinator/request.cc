@@ -10,6 +10,7 @@
 #include "absl/strings/escaping.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "nlohmann/json.hpp"
 #include "base/status_macros.h"
 #include "jinja/value.h"
@@ -59,8 +60,7 @@ absl::Status CheckToolChoice(const v1::Chat& chat) {
       if (tc.mode() == v1::ToolChoice::FUNCTION && tc.function_name().empty()) {
         return Invalid("chat.tool_choice.function_name", "is empty; name the function the model must call");
       }
-      return Invalid("chat.tool_choice.mode", "REQUIRED and FUNCTION are not served yet (the grammar engine is not "
-                                              "wired to the sampler); use AUTO");
+      return absl::OkStatus();  // the tools themselves: ToolCallConstraint
     default:
       return Invalid("chat.tool_choice.mode", absl::StrCat(tc.mode(), " is not a ToolChoice.Mode"));
   }
@@ -223,13 +223,26 @@ absl::Status CheckInput(const v1::GenerateRequest& request, const RequestLimits&
   return Invalid("prompt", "no input; set one of prompt, prompt_token_ids or chat");
 }
 
-// Constrained output (structured_output, tool_choice REQUIRED or FUNCTION)
-// needs the grammar engine beside the sampler (grammar/matcher.h), which is
-// not wired to the workers yet: refused, never ignored.
+// Constrained output: structured_output names one format, and is not combined
+// with a tool_choice that constrains the output itself. What the engine
+// thinks of its text is ConstraintOf's.
 absl::Status CheckConstraints(const v1::GenerateRequest& request) {
-  if (request.has_structured_output()) {
-    return Invalid("structured_output", "is not served yet (the grammar engine is not wired to the sampler); "
-                                        "leave it unset");
+  if (!request.has_structured_output()) return absl::OkStatus();
+  const v1::StructuredOutput& so = request.structured_output();
+  if (so.format_case() == v1::StructuredOutput::FORMAT_NOT_SET) {
+    return Invalid("structured_output", "no format; set one of json_schema, json_object, regex, ebnf, choice");
+  }
+  if (so.has_choice() && so.choice().choices().empty()) {
+    return Invalid("structured_output.choice.choices", "is empty; list at least one choice");
+  }
+  const v1::ToolChoice::Mode mode = request.chat().tool_choice().mode();
+  if (request.has_chat() && (mode == v1::ToolChoice::REQUIRED || mode == v1::ToolChoice::FUNCTION)) {
+    return Invalid("structured_output", "cannot be combined with chat.tool_choice REQUIRED or FUNCTION (which "
+                                        "constrain the output to tool calls); give one or the other");
+  }
+  if (request.stopping().ignore_eos()) {
+    return Invalid("stopping.ignore_eos", "cannot be combined with structured_output: a complete output ends "
+                                          "with EOS; leave ignore_eos off");
   }
   return absl::OkStatus();
 }
@@ -298,6 +311,109 @@ ChatOutputOptions ChatOutputOf(const v1::GenerateRequest& request, const Tokeniz
     }
   }
   return o;
+}
+
+// The functions tool_choice REQUIRED (all of tools_json) or FUNCTION (the
+// named one) lets the model call, with their parameters' schemas.
+absl::StatusOr<std::vector<ToolFunction>> CallableFunctions(const v1::Chat& chat) {
+  const OJson tools = OJson::parse(chat.tools_json(), nullptr, /*allow_exceptions=*/false);  // checked by EncodeChat
+  std::vector<ToolFunction> out;
+  std::vector<std::string> names;
+  for (size_t i = 0; tools.is_array() && i < tools.size(); ++i) {
+    const OJson& f = tools[i].is_object() ? tools[i].value("function", OJson()) : OJson();
+    if (!f.is_object() || !f.contains("name") || !f["name"].is_string()) {
+      return Invalid(absl::StrCat("chat.tools_json[", i, "]"),
+                     "is not {\"type\": \"function\", \"function\": {\"name\": ..., \"parameters\": {...}}}");
+    }
+    const std::string name = f["name"].get<std::string>();
+    names.push_back(name);
+    if (chat.tool_choice().mode() == v1::ToolChoice::FUNCTION && name != chat.tool_choice().function_name()) continue;
+    const OJson params = f.value("parameters", OJson());
+    if (!params.is_null() && !params.is_object()) {
+      return Invalid(absl::StrCat("chat.tools_json[", i, "].function.parameters"), "is not a JSON Schema object");
+    }
+    out.push_back(ToolFunction{.name = name, .parameters_json = params.is_null() ? "" : params.dump()});
+  }
+  if (out.empty() && chat.tool_choice().mode() != v1::ToolChoice::FUNCTION) {
+    return Invalid("chat.tools_json", "lists no function to call");
+  }
+  if (out.empty()) {
+    return Invalid("chat.tool_choice.function_name",
+                   absl::StrCat("\"", chat.tool_choice().function_name(), "\" is not one of the tools (",
+                                absl::StrJoin(names, ", "), ")"));
+  }
+  return out;
+}
+
+// What the output is constrained to (structured_output, or a tool call for
+// tool_choice REQUIRED / FUNCTION), and in which field the request said so;
+// nullopt for free text.
+absl::StatusOr<std::optional<std::pair<OutputConstraint, std::string>>> ConstraintOf(
+    const v1::GenerateRequest& request, const ChatOutputOptions& chat_output) {
+  OutputConstraint c;
+  std::string field = "structured_output";
+  using K = OutputConstraint::Kind;
+  const v1::StructuredOutput& so = request.structured_output();
+  const v1::ToolChoice::Mode mode = request.chat().tool_choice().mode();
+  if (request.has_structured_output()) {
+    switch (so.format_case()) {
+      case v1::StructuredOutput::kJsonSchema: c.kind = K::kJsonSchema, c.text = so.json_schema(), field += ".json_schema"; break;
+      case v1::StructuredOutput::kJsonObject: c.kind = K::kJsonObject, field += ".json_object"; break;
+      case v1::StructuredOutput::kRegex: c.kind = K::kRegex, c.text = so.regex(), field += ".regex"; break;
+      case v1::StructuredOutput::kEbnf: c.kind = K::kEbnf, c.text = so.ebnf(), field += ".ebnf"; break;
+      case v1::StructuredOutput::kChoice:
+        c.kind = K::kChoice, c.choices.assign(so.choice().choices().begin(), so.choice().choices().end());
+        field += ".choice";
+        break;
+      case v1::StructuredOutput::FORMAT_NOT_SET: break;  // refused by CheckConstraints
+    }
+    c.indented = so.indented();
+  } else if (request.has_chat() && (mode == v1::ToolChoice::REQUIRED || mode == v1::ToolChoice::FUNCTION)) {
+    field = mode == v1::ToolChoice::FUNCTION ? "chat.tool_choice.function_name" : "chat.tool_choice.mode";
+    if (chat_output.tool_calls == ToolCallFormat::kNone) {
+      return Invalid(field, "this model's chat template shows no tool-call format (Hermes <tool_call> or Llama 3 "
+                            "JSON calls), so a call cannot be required; use AUTO");
+    }
+    if (request.stopping().ignore_eos()) {
+      return Invalid("stopping.ignore_eos", "cannot be combined with a required tool call; leave it off");
+    }
+    TPSERVE_ASSIGN_OR_RETURN(c.functions, CallableFunctions(request.chat()));
+    c.kind = K::kToolCalls;
+    c.tool_format = chat_output.tool_calls == ToolCallFormat::kHermes ? OutputConstraint::ToolFormat::kHermes
+                                                                     : OutputConstraint::ToolFormat::kLlama3Json;
+    const v1::ToolChoice& tc = request.chat().tool_choice();
+    c.parallel_tool_calls = !tc.has_parallel_tool_calls() || tc.parallel_tool_calls();
+  } else {
+    return std::nullopt;
+  }
+  return std::make_pair(std::move(c), std::move(field));
+}
+
+// The request's constraint, compiled by `limits.constraints` (the engine's
+// refusal is INVALID_ARGUMENT naming the field), with the model's reasoning
+// tokens: only the answer after </think> is constrained
+// (constrained/sequence_constraint.h). nullptr for free text.
+absl::StatusOr<std::shared_ptr<const OutputConstraint>> CompiledConstraint(
+    const v1::GenerateRequest& request, const Tokenizer& tokenizer, const ChatTemplate& format,
+    const std::vector<int32_t>& prompt, const RequestLimits& limits) {
+  const ChatOutputOptions chat_output =
+      request.has_chat() ? ChatOutputOf(request, tokenizer, format, prompt) : ChatOutputOptions{};
+  TPSERVE_ASSIGN_OR_RETURN(auto constraint, ConstraintOf(request, chat_output));
+  if (!constraint) return std::shared_ptr<const OutputConstraint>();
+  auto& [c, field] = *constraint;
+  if (limits.constraints == nullptr) return Invalid(field, "constrained output is not served by this server");
+  if (absl::StatusOr<std::shared_ptr<const grammar::CompiledGrammar>> compiled = limits.constraints->Compile(c);
+      !compiled.ok()) {
+    return Invalid(field, compiled.status().message());
+  }
+  const std::optional<int32_t> open = tokenizer.TokenToId("<think>"), close = tokenizer.TokenToId("</think>");
+  if (open && close) {
+    c.think_start = *open;
+    c.think_end = *close;
+    c.starts_in_reasoning = std::find(prompt.rbegin(), prompt.rend(), *open) <
+                            std::find(prompt.rbegin(), prompt.rend(), *close);
+  }
+  return std::make_shared<const OutputConstraint>(std::move(c));
 }
 
 }  // namespace
@@ -417,6 +533,7 @@ absl::StatusOr<PreparedRequest> PrepareRequest(const v1::GenerateRequest& reques
   out.stop.include_stop_str_in_output = st.include_stop_str_in_output();
   out.stop.skip_special_tokens = request.skip_special_tokens();
   if (request.has_chat()) out.stop.chat_output = ChatOutputOf(request, tokenizer, format, out.prompt);
+  TPSERVE_ASSIGN_OR_RETURN(out.sampling.constraint, CompiledConstraint(request, tokenizer, format, out.prompt, limits));
   return out;
 }
 

@@ -15,6 +15,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "constrained/constraint_compiler.h"
 #include "coordinator/output_processor.h"
 #include "model/config.h"
 #include "sampling/limits.h"
@@ -46,11 +47,16 @@ struct RequestLimits {
   int32_t max_logprobs = kMaxLogprobs;  // alternatives per token (at most kMaxLogprobs)
   GenerationDefaults defaults;    // generation_config.json, for unset sampling fields
   int32_t max_chat_messages = kDefaultMaxChatMessages;  // --max-chat-messages (>= 1)
+  // Compiles constrained output (structured_output, tool_choice REQUIRED /
+  // FUNCTION) against the model's vocabulary to validate it: a constraint
+  // the grammar engine refuses, or one past its limits, is INVALID_ARGUMENT
+  // naming the field. Not owned. nullptr: constrained output is refused.
+  ConstraintCompiler* constraints = nullptr;
 };
 
 struct PreparedRequest {
   std::vector<int32_t> prompt;  // [num_prompt_tokens] token ids
-  SamplingParams sampling;      // defaults resolved; logprobs -1 = none
+  SamplingParams sampling;      // defaults resolved; logprobs -1 = none; the constraint, compiled once
   StopParams stop;              // max_tokens resolved (> 0)
 };
 

@@ -11,6 +11,7 @@
 #include "model/config.h"
 #include "rank/gpu_query.h"
 #include "rank/out_of_step.h"
+#include "tools/grammar/model_vocabulary.h"
 #include "worker/decode_graphs.h"
 #include "worker_service/memory_budget.h"
 #include "worker_service/profile_step.h"
@@ -130,6 +131,13 @@ absl::Status CommandHandler::Load(const iv1::Load& load, iv1::Loaded& out) {
   const uint64_t before = UsedBytes();
   TPSERVE_ASSIGN_OR_RETURN(model_, Model::Load(load.model_dir(), *rank_.backend, *rank_.comm, options));
   const uint64_t after = UsedBytes();
+  if (options_.rank.rank == 0) {  // the sampler's rank compiles constrained sequences' grammars
+    constraints_ = std::make_unique<ConstraintCompiler>(
+        [dir = load.model_dir()]() -> absl::StatusOr<std::shared_ptr<const grammar::Vocabulary>> {
+          TPSERVE_ASSIGN_OR_RETURN(ModelVocabulary v, LoadModelVocabulary(dir));
+          return v.vocabulary;
+        });
+  }
   out.set_weight_bytes(after > before ? after - before : 0);  // weights + activation buffers
   return absl::OkStatus();
 }
@@ -201,7 +209,8 @@ absl::Status CommandHandler::AllocateKv(const iv1::AllocateKv& allocate) {
   runner_ = std::make_unique<StepRunner>(*model_, *cache_, options_.rank.rank,
                                          StepRunnerOptions{.enforce_eager = enforce_eager_,
                                                            .sampler = rank_.sampler.get(),
-                                                           .simulated_step = simulated_step_});
+                                                           .simulated_step = simulated_step_,
+                                                           .constraints = constraints_.get()});
   return absl::OkStatus();
 }
 

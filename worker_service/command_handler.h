@@ -20,6 +20,7 @@
 
 #include "comm/rank_env.h"
 #include "comm/store.h"
+#include "constrained/constraint_compiler.h"
 #include "proto/protocol_version.h"
 #include "rank/rank_start.h"
 #include "tpserve/internal/v1/worker.pb.h"
@@ -77,6 +78,9 @@ class CommandHandler {
   // Destroyed in reverse order: the runner and cache before the model, the
   // model before the rank's sampler, communicator and backend.
   RankResources rank_;
+  // Rank 0: the grammars of constrained sequences, compiled against the
+  // model's vocabulary (its tokenizer, loaded at the first one) and cached.
+  std::unique_ptr<ConstraintCompiler> constraints_;
   std::unique_ptr<Model> model_;
   std::unique_ptr<KvCache> cache_;
   std::unique_ptr<StepRunner> runner_;

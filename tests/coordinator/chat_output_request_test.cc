@@ -12,6 +12,7 @@
 #include "coordinator/output_processor.h"
 #include "coordinator/request.h"
 #include "tests/tokenizer/reference_env.h"
+#include "tools/grammar/model_vocabulary.h"
 #include "tokenizer/chat_template.h"
 #include "tokenizer/tokenizer.h"
 
@@ -131,16 +132,59 @@ TEST_F(ChatOutputRequestTest, AnAnswerWithoutCallsIsText) {
   EXPECT_TRUE(out.tool_calls.empty());
 }
 
-// Constrained output is refused until the grammar engine serves it, never ignored.
-TEST_F(ChatOutputRequestTest, ConstrainedOutputIsRefusedNotIgnored) {
+// Constrained output: without a grammar engine (RequestLimits::constraints)
+// refused, never ignored; with one, compiled against the model's vocabulary
+// and carried in the sampling parameters, with Qwen3's reasoning tokens (only
+// the answer after </think> is constrained); a refused schema or an unknown
+// function is INVALID_ARGUMENT naming the field.
+TEST_F(ChatOutputRequestTest, ConstrainedOutputIsCompiledOrRefused) {
   v1::GenerateRequest r = Chat(true);
   r.mutable_structured_output()->set_json_object(true);
-  EXPECT_FALSE(PrepareRequest(r, *tokenizer_, *template_, limits_).ok());
-  r = Chat(true);
-  r.mutable_chat()->mutable_tool_choice()->set_mode(v1::ToolChoice::REQUIRED);
+  EXPECT_FALSE(PrepareRequest(r, *tokenizer_, *template_, limits_).ok());  // no engine: refused
+
+  ConstraintCompiler compiler([]() -> absl::StatusOr<std::shared_ptr<const grammar::Vocabulary>> {
+    return GrammarVocabulary(*tokenizer_, tokenizer_->vocab_size(), {*tokenizer_->TokenToId("<|im_end|>")});
+  });
+  limits_.constraints = &compiler;
+  r = Chat(false);
+  r.mutable_structured_output()->set_json_schema(R"({"type":"object","properties":{"ok":{"type":"boolean"}}})");
+  PreparedRequest p = Prepare(r);
+  ASSERT_NE(p.sampling.constraint, nullptr);
+  EXPECT_EQ(p.sampling.constraint->kind, OutputConstraint::Kind::kJsonSchema);
+  EXPECT_EQ(p.sampling.constraint->think_start, *tokenizer_->TokenToId("<think>"));
+  EXPECT_EQ(p.sampling.constraint->think_end, *tokenizer_->TokenToId("</think>"));
+  EXPECT_FALSE(p.sampling.constraint->starts_in_reasoning);
+
+  r.mutable_structured_output()->set_json_schema(R"({"type":"string","not":{"const":"a"}})");
   absl::StatusOr<PreparedRequest> got = PrepareRequest(r, *tokenizer_, *template_, limits_);
   ASSERT_FALSE(got.ok());
-  EXPECT_EQ(std::string(got.status().message()).rfind("chat.tool_choice.mode: ", 0), 0u) << got.status();
+  EXPECT_TRUE(absl::IsInvalidArgument(got.status()));
+  EXPECT_EQ(std::string(got.status().message()).rfind("structured_output.json_schema: ", 0), 0u) << got.status();
+
+  r = Chat(true);
+  r.mutable_chat()->mutable_tool_choice()->set_mode(v1::ToolChoice::REQUIRED);
+  p = Prepare(r);
+  ASSERT_NE(p.sampling.constraint, nullptr);
+  EXPECT_EQ(p.sampling.constraint->kind, OutputConstraint::Kind::kToolCalls);
+  EXPECT_EQ(p.sampling.constraint->tool_format, OutputConstraint::ToolFormat::kHermes);
+  ASSERT_EQ(p.sampling.constraint->functions.size(), 1u);
+  EXPECT_EQ(p.sampling.constraint->functions[0].name, "get_weather");
+  EXPECT_TRUE(p.sampling.constraint->parallel_tool_calls);
+
+  r.mutable_chat()->mutable_tool_choice()->set_mode(v1::ToolChoice::FUNCTION);
+  r.mutable_chat()->mutable_tool_choice()->set_function_name("get_time");
+  got = PrepareRequest(r, *tokenizer_, *template_, limits_);
+  ASSERT_FALSE(got.ok());
+  EXPECT_EQ(std::string(got.status().message()).rfind("chat.tool_choice.function_name: ", 0), 0u) << got.status();
+  r.mutable_chat()->mutable_tool_choice()->set_function_name("get_weather");
+  r.mutable_chat()->mutable_tool_choice()->set_parallel_tool_calls(false);
+  p = Prepare(r);
+  ASSERT_NE(p.sampling.constraint, nullptr);
+  EXPECT_FALSE(p.sampling.constraint->parallel_tool_calls);
+
+  // AUTO parses what the model writes: no constraint.
+  r.mutable_chat()->mutable_tool_choice()->set_mode(v1::ToolChoice::AUTO);
+  EXPECT_EQ(Prepare(r).sampling.constraint, nullptr);
 }
 
 }  // namespace

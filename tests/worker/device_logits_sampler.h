@@ -13,6 +13,7 @@
 #include "gtest/gtest.h"
 #include "sampling/device_sampler.h"
 #include "sampling/sampler.h"
+#include "sampling/token_mask.h"
 
 namespace tpserve::testing_util {
 
@@ -41,8 +42,26 @@ class DeviceLogitsSampler final : public DeviceSampler {
     }
     return out;
   }
+  // ApplyTokenMask on each masked row of the CPU tensor, in place.
+  absl::Status MaskRows(const Tensor& gathered, int64_t vocab_size, std::span<const int32_t> rows,
+                        std::span<const uint32_t> words) override {
+    const int64_t tp = gathered.dim(0), num_rows = gathered.dim(1), shard = gathered.dim(2);
+    const size_t per_row = static_cast<size_t>(TokenMaskWords(vocab_size));
+    std::vector<float> row(static_cast<size_t>(vocab_size));
+    for (size_t k = 0; k < rows.size(); ++k) {
+      auto at = [&](int64_t id) -> float& {
+        return gathered.ptr<float>()[((id / shard) * num_rows + rows[k]) * shard + id % shard];
+      };
+      for (int64_t id = 0; id < vocab_size; ++id) row[static_cast<size_t>(id)] = at(id);
+      ApplyTokenMask(words.subspan(k * per_row, per_row), row);
+      for (int64_t id = 0; id < vocab_size && id / shard < tp; ++id) at(id) = row[static_cast<size_t>(id)];
+      ++masked_rows;
+    }
+    return absl::OkStatus();
+  }
   int calls = 0;
   int skipped = 0;
+  int masked_rows = 0;
 };
 
 }  // namespace tpserve::testing_util

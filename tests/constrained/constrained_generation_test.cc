@@ -1,0 +1,360 @@
+// Constrained output through rank 0's StepRunner on a random-weight model:
+// generations under many regexes, JSON Schemas, choices, GBNF grammars and
+// tool-call grammars are valid (every output that ended, checked by Python's
+// `re` and python-jsonschema in validate_outputs.py; every output cut by
+// max_tokens a prefix the matcher still accepts), and the same tokens come
+// out with preemption and recompute mid-output, in lock-step as overlapped
+// (decode_sampled), and through the device-sampler path (MaskRows).
+#include <algorithm>
+#include <cstdlib>
+#include <fstream>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "backend/cpu_backend.h"
+#include "constrained/constraint_compiler.h"
+#include "constrained/sequence_constraint.h"
+#include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
+#include "sampling/token_mask.h"
+#include "tests/testing/seed.h"
+#include "tests/worker/device_logits_sampler.h"
+#include "tests/worker/worker_test_util.h"
+#include "tools/grammar/model_vocabulary.h"
+#include "worker/step_runner.h"
+
+namespace tpserve {
+namespace {
+
+using nlohmann::json;
+using testing_util::TempDir;
+using K = OutputConstraint::Kind;
+
+constexpr int32_t kBlockSize = 16;
+constexpr int32_t kMaxSeqs = 8;
+constexpr int32_t kMaxTokens = 40;
+
+// One constrained request, and what its output is checked against.
+struct Case {
+  OutputConstraint constraint;
+  std::string kind;  // validate_outputs.py's kind
+  json spec;         // validate_outputs.py's spec
+};
+
+Case Regex(std::string re) {
+  Case c{.constraint = {.kind = K::kRegex, .text = re}, .kind = "regex", .spec = re};
+  return c;
+}
+Case Schema(const json& schema) {
+  return Case{.constraint = {.kind = K::kJsonSchema, .text = schema.dump()}, .kind = "json_schema", .spec = schema};
+}
+// A GBNF grammar, checked against an equivalent Python regex.
+Case Gbnf(std::string grammar, std::string python_regex) {
+  return Case{.constraint = {.kind = K::kEbnf, .text = std::move(grammar)}, .kind = "regex", .spec = python_regex};
+}
+Case Tools(OutputConstraint::ToolFormat format, bool parallel) {
+  const json weather = {{"type", "object"},
+                        {"properties", {{"city", {{"type", "string"}, {"maxLength", 8}}},
+                                        {"unit", {{"enum", {"c", "f"}}}}}},
+                        {"required", {"city", "unit"}},
+                        {"additionalProperties", false}};
+  const json add = {{"type", "object"},
+                    {"properties", {{"a", {{"type", "integer"}, {"minimum", 0}, {"maximum", 99}}},
+                                    {"b", {{"type", "integer"}, {"minimum", 0}, {"maximum", 99}}}}},
+                    {"required", {"a", "b"}},
+                    {"additionalProperties", false}};
+  OutputConstraint c{.kind = K::kToolCalls, .tool_format = format,
+                     .functions = {{"get_weather", weather.dump()}, {"add", add.dump()}},
+                     .parallel_tool_calls = parallel};
+  const bool hermes = format == OutputConstraint::ToolFormat::kHermes;
+  json spec = {{"parallel", parallel},
+               {"functions", json::array({{{"name", "get_weather"}, {"parameters", weather}},
+                                          {{"name", "add"}, {"parameters", add}}})}};
+  return Case{.constraint = c, .kind = hermes ? "tool_calls_hermes" : "tool_calls_llama3", .spec = spec};
+}
+
+std::vector<Case> Cases() {
+  std::vector<Case> cases = {
+      Regex("[a-z]{1,8}"), Regex("(yes|no)"), Regex("\\d{3}-\\d{4}"), Regex("[A-Z][a-z]{1,6}( [A-Z][a-z]{1,6})?"),
+      Regex("(0|[1-9][0-9]{0,3})(\\.[0-9]{1,2})?"), Regex("[a-f0-9]{8}"), Regex("(ab|cd){0,4}x"),
+      Regex("[^\\n\"]{0,10}!"), Regex("\\w+@\\w+\\.(com|org)"), Regex("(true|false|null)"),
+      Schema({{"type", "boolean"}}),
+      Schema({{"type", "integer"}, {"minimum", -50}, {"maximum", 50}}),
+      Schema({{"type", "number"}, {"minimum", 0}, {"maximum", 1}}),
+      Schema({{"type", "string"}, {"maxLength", 6}}),
+      Schema({{"enum", {"red", "green", "blue", 3, nullptr}}}),
+      Schema({{"type", "string"}, {"pattern", "^[a-z]{2,5}$"}}),
+      Schema({{"type", "array"}, {"items", {{"type", "integer"}, {"minimum", 0}, {"maximum", 9}}}, {"maxItems", 4}}),
+      Schema({{"type", "object"},
+              {"properties", {{"name", {{"type", "string"}, {"maxLength", 6}}},
+                              {"age", {{"type", "integer"}, {"minimum", 0}, {"maximum", 120}}}}},
+              {"required", {"name", "age"}},
+              {"additionalProperties", false}}),
+      Schema({{"type", "object"},
+              {"properties", {{"ok", {{"type", "boolean"}}}, {"tags", {{"type", "array"}, {"items", {{"enum", {"a", "b"}}}},
+                                                                       {"maxItems", 3}}}}},
+              {"additionalProperties", false}}),
+      Schema({{"anyOf", {{{"type", "integer"}, {"minimum", 0}, {"maximum", 9}}, {{"const", "none"}}}}}),
+      Schema({{"type", "object"},
+              {"properties", {{"point", {{"type", "object"},
+                                         {"properties", {{"x", {{"type", "integer"}, {"minimum", 0}, {"maximum", 9}}},
+                                                         {"y", {{"type", "integer"}, {"minimum", 0}, {"maximum", 9}}}}},
+                                         {"required", {"x", "y"}},
+                                         {"additionalProperties", false}}}}},
+              {"required", {"point"}},
+              {"additionalProperties", false}}),
+      Schema({{"$defs", {{"leaf", {{"enum", {1, 2}}}}}},
+              {"type", "array"}, {"items", {{"$ref", "#/$defs/leaf"}}}, {"minItems", 1}, {"maxItems", 3}}),
+      Schema({{"type", "string"}, {"format", "date"}}),
+      Case{.constraint = {.kind = K::kJsonObject}, .kind = "json_object", .spec = nullptr},
+      Case{.constraint = {.kind = K::kChoice, .choices = {"red", "green", "blue"}}, .kind = "choice",
+           .spec = {"red", "green", "blue"}},
+      Case{.constraint = {.kind = K::kChoice, .choices = {"A", "B", "AB"}}, .kind = "choice", .spec = {"A", "B", "AB"}},
+      Gbnf("root ::= num (\"+\" num)*\nnum ::= [0-9]{1,3}\n", "[0-9]{1,3}(\\+[0-9]{1,3})*"),
+      Gbnf("root ::= \"(\" root \")\" | \"x\"\n", "\\(*x\\)*"),  // balance checked by the matcher replay
+      Gbnf("root ::= item (\", \" item){0,2}\nitem ::= \"cat\" | \"dog\" | [a-c]+\n",
+           "(cat|dog|[a-c]+)(, (cat|dog|[a-c]+)){0,2}"),
+      Tools(OutputConstraint::ToolFormat::kHermes, /*parallel=*/true),
+      Tools(OutputConstraint::ToolFormat::kHermes, /*parallel=*/false),
+      Tools(OutputConstraint::ToolFormat::kLlama3Json, /*parallel=*/true),
+  };
+  return cases;
+}
+
+struct Job {
+  const Case* c = nullptr;
+  uint64_t seed = 0;
+  float temperature = 1.0f;
+};
+
+struct Output {
+  std::vector<int32_t> tokens;  // the stop id included, when it ended with one
+  bool stopped = false;
+};
+
+enum class Mode { kOverlap, kLockStep };
+
+class ConstrainedGenerationTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    dir_ = new TempDir();
+    ASSERT_TRUE(testing_util::MakeModel(dir_->path() / "m",
+                                        "--arch qwen3 --hidden 64 --intermediate 96 --layers 2 --heads 4 "
+                                        "--kv-heads 2 --head-dim 32 --dtype f32 --seed 7"));
+    absl::StatusOr<ModelVocabulary> v = LoadModelVocabulary(dir_->path() / "m");
+    ASSERT_TRUE(v.ok()) << v.status();
+    vocab_ = new ModelVocabulary(*std::move(v));
+  }
+  static void TearDownTestSuite() {
+    delete vocab_;
+    delete dir_;
+  }
+
+  void SetUp() override {
+    backend_ = MakeCpuBackend();
+    comm_ = MakeSoloCommunicator();
+    ModelOptions options;
+    options.max_num_tokens = 512;
+    options.max_num_seqs = kMaxSeqs;
+    absl::StatusOr<std::unique_ptr<Model>> model = Model::Load(dir_->path() / "m", *backend_, *comm_, options);
+    ASSERT_TRUE(model.ok()) << model.status();
+    model_ = *std::move(model);
+    absl::StatusOr<KvCache> cache = KvCache::Allocate(*backend_, model_->kv_cache_shape(kMaxSeqs * 8, kBlockSize));
+    ASSERT_TRUE(cache.ok()) << cache.status();
+    cache_ = std::make_unique<KvCache>(*std::move(cache));
+    compiler_ = std::make_unique<ConstraintCompiler>(
+        []() -> absl::StatusOr<std::shared_ptr<const grammar::Vocabulary>> { return vocab_->vocabulary; });
+    prompt_ = vocab_->tokenizer->Encode("Answer with what is asked:", false);
+  }
+
+  bool IsStop(int32_t t) const {
+    return std::find(vocab_->stop_ids.begin(), vocab_->stop_ids.end(), t) != vocab_->stop_ids.end();
+  }
+
+  // Runs `jobs` (at most kMaxSeqs) to a stop id or kMaxTokens. preempt_at > 0:
+  // every sequence is preempted and recomputed from its output after that many
+  // steps and every preempt_at steps after.
+  std::vector<Output> Generate(std::span<const Job> jobs, Mode mode, int preempt_at = 0,
+                               DeviceSampler* sampler = nullptr) {
+    StepRunner runner(*model_, *cache_, /*rank=*/0, StepRunnerOptions{.sampler = sampler, .constraints = compiler_.get()});
+    const int64_t blocks_each = (std::ssize(prompt_) + kMaxTokens + kBlockSize - 1) / kBlockSize;
+    std::vector<Output> out(jobs.size());
+    std::vector<bool> known(jobs.size(), false), done(jobs.size(), false);
+    std::vector<uint64_t> finished;
+    for (int step = 1;; ++step) {
+      StepPlan plan;
+      plan.finished = std::exchange(finished, {});
+      std::vector<uint64_t> decodes;
+      for (size_t i = 0; i < jobs.size(); ++i) {
+        if (done[i]) continue;
+        const uint64_t id = i + 1;
+        const bool preempt = known[i] && preempt_at > 0 && step % preempt_at == 0;
+        if (known[i] && !preempt) {
+          ContinuingSequencePlan c{.seq_id = id, .sample = true, .decode_sampled = mode == Mode::kOverlap};
+          if (mode == Mode::kLockStep) c.token_ids = {out[i].tokens.back()};
+          plan.continuing.push_back(std::move(c));
+          decodes.push_back(id);
+          continue;
+        }
+        if (preempt) plan.finished.push_back(id);
+        NewSequencePlan n{.seq_id = id, .prompt = prompt_, .output = out[i].tokens};
+        n.token_ids = prompt_;
+        n.token_ids.insert(n.token_ids.end(), out[i].tokens.begin(), out[i].tokens.end());
+        for (int64_t b = 0; b < blocks_each; ++b) n.block_ids.push_back(static_cast<int32_t>(i * blocks_each + b));
+        n.sampling = SamplingParams{.temperature = jobs[i].temperature, .seed = jobs[i].seed,
+                                    .constraint = std::make_shared<const OutputConstraint>(jobs[i].c->constraint)};
+        n.sample = true;
+        plan.order.push_back(id);
+        plan.new_sequences.push_back(std::move(n));
+        known[i] = true;
+      }
+      if (plan.order.empty() && decodes.empty()) break;
+      plan.order.insert(plan.order.end(), decodes.begin(), decodes.end());
+      absl::StatusOr<std::vector<StepToken>> tokens = runner.Run(plan);
+      EXPECT_TRUE(tokens.ok()) << tokens.status();
+      if (!tokens.ok()) return out;
+      for (const StepToken& t : *tokens) {
+        const size_t i = t.seq_id - 1;
+        out[i].tokens.push_back(t.sampled.token);
+        out[i].stopped = IsStop(t.sampled.token);
+        if (out[i].stopped || std::ssize(out[i].tokens) >= kMaxTokens) {
+          done[i] = true;
+          finished.push_back(t.seq_id);
+        }
+      }
+    }
+    return out;
+  }
+
+  // Every output is a prefix the matcher accepts (complete where it stopped);
+  // the complete ones go to validate_outputs.py.
+  void CheckOutputs(std::span<const Job> jobs, std::span<const Output> outs, json& cases) {
+    for (size_t i = 0; i < jobs.size(); ++i) {
+      const Output& o = outs[i];
+      absl::StatusOr<std::shared_ptr<const grammar::CompiledGrammar>> g = compiler_->Compile(jobs[i].c->constraint);
+      ASSERT_TRUE(g.ok()) << g.status();
+      absl::StatusOr<std::unique_ptr<SequenceConstraint>> replay =
+          SequenceConstraint::Create(*g, vocab_->vocabulary, jobs[i].c->constraint, o.tokens);
+      EXPECT_TRUE(replay.ok()) << jobs[i].c->constraint.text << ": " << replay.status();
+      std::vector<int32_t> text_ids = o.tokens;
+      if (o.stopped) text_ids.pop_back();
+      absl::StatusOr<std::string> text = vocab_->tokenizer->Decode(text_ids, /*skip_special_tokens=*/false);
+      ASSERT_TRUE(text.ok()) << text.status();
+      cases.push_back({{"kind", jobs[i].c->kind}, {"spec", jobs[i].c->spec}, {"text", *text}, {"complete", o.stopped}});
+    }
+  }
+
+  static TempDir* dir_;
+  static ModelVocabulary* vocab_;
+  std::unique_ptr<Backend> backend_;
+  std::unique_ptr<Communicator> comm_;
+  std::unique_ptr<Model> model_;
+  std::unique_ptr<KvCache> cache_;
+  std::unique_ptr<ConstraintCompiler> compiler_;
+  std::vector<int32_t> prompt_;
+};
+
+TempDir* ConstrainedGenerationTest::dir_ = nullptr;
+ModelVocabulary* ConstrainedGenerationTest::vocab_ = nullptr;
+
+// Every case compiles, and a few seeds of each generate valid output.
+TEST_F(ConstrainedGenerationTest, OutputsAreValid) {
+  const uint64_t seed = testing_util::TestSeed();
+  const std::vector<Case> cases = Cases();
+  std::vector<Job> jobs;
+  for (const Case& c : cases) {
+    ASSERT_TRUE(compiler_->Compile(c.constraint).ok()) << c.constraint.text << ": " << compiler_->Compile(c.constraint).status();
+    for (uint64_t k = 0; k < 4; ++k) jobs.push_back(Job{.c = &c, .seed = seed * 1000 + k, .temperature = k == 3 ? 0.0f : 1.0f});
+  }
+  json checked = json::array();
+  int stopped = 0;
+  for (size_t first = 0; first < jobs.size(); first += kMaxSeqs) {
+    const std::span<const Job> batch(jobs.data() + first, std::min<size_t>(kMaxSeqs, jobs.size() - first));
+    const std::vector<Output> outs = Generate(batch, Mode::kOverlap);
+    CheckOutputs(batch, outs, checked);
+    for (const Output& o : outs) stopped += o.stopped ? 1 : 0;
+  }
+  // The model is random: many outputs end, some are cut; both kinds must be there.
+  EXPECT_GT(stopped, static_cast<int>(jobs.size()) / 3) << "seed " << seed;
+  TempDir tmp;
+  const auto file = tmp.path() / "cases.json";
+  std::ofstream(file) << checked.dump();
+  if (std::getenv("TPSERVE_DUMP_OUTPUTS") != nullptr) std::printf("%s\n", checked.dump(1).c_str());
+  std::string report;
+  const int rc = testing_util::RunCommand(
+      "python3 " + std::string(TPSERVE_SOURCE_DIR) + "/tests/constrained/validate_outputs.py " + file.string(), &report);
+  EXPECT_EQ(rc, 0) << report << "seed " << seed;
+  std::printf("%s", report.c_str());
+}
+
+std::vector<Job> MixedJobs(const std::vector<Case>& cases, uint64_t seed) {
+  std::vector<Job> jobs;
+  for (size_t k = 0; k < kMaxSeqs; ++k) {
+    jobs.push_back(Job{.c = &cases[(seed + k * 5) % cases.size()], .seed = seed + k, .temperature = 1.0f});
+  }
+  return jobs;
+}
+
+// Preemption and recompute (every 5th and 7th step) rebuild each matcher from
+// the output so far: the same tokens as an uninterrupted run.
+TEST_F(ConstrainedGenerationTest, PreemptionGivesTheSameOutput) {
+  const uint64_t seed = testing_util::TestSeed();
+  const std::vector<Case> cases = Cases();
+  const std::vector<Job> jobs = MixedJobs(cases, seed);
+  const std::vector<Output> whole = Generate(jobs, Mode::kOverlap);
+  for (int every : {5, 7}) {
+    const std::vector<Output> preempted = Generate(jobs, Mode::kOverlap, every);
+    for (size_t i = 0; i < jobs.size(); ++i) {
+      EXPECT_EQ(preempted[i].tokens, whole[i].tokens) << "sequence " << i << ", preempted every " << every
+                                                      << " steps, seed " << seed;
+    }
+  }
+}
+
+// The overlapped pipeline (decode_sampled: the plan goes before the token is
+// known) and lock-step (the plan carries the token) give the same tokens.
+TEST_F(ConstrainedGenerationTest, OverlapAndLockStepAgree) {
+  const uint64_t seed = testing_util::TestSeed();
+  const std::vector<Case> cases = Cases();
+  const std::vector<Job> jobs = MixedJobs(cases, seed + 1);
+  const std::vector<Output> overlap = Generate(jobs, Mode::kOverlap);
+  const std::vector<Output> lock_step = Generate(jobs, Mode::kLockStep);
+  for (size_t i = 0; i < jobs.size(); ++i) EXPECT_EQ(overlap[i].tokens, lock_step[i].tokens) << i << " seed " << seed;
+}
+
+// The device-sampler path (DeviceSampler::MaskRows on the logits in place,
+// then Sample) gives the host path's tokens.
+TEST_F(ConstrainedGenerationTest, DeviceSamplerPathAgreesWithHost) {
+  const uint64_t seed = testing_util::TestSeed();
+  const std::vector<Case> cases = Cases();
+  const std::vector<Job> jobs = MixedJobs(cases, seed + 2);
+  testing_util::DeviceLogitsSampler sampler;
+  const std::vector<Output> host = Generate(jobs, Mode::kOverlap);
+  const std::vector<Output> device = Generate(jobs, Mode::kOverlap, 0, &sampler);
+  EXPECT_GT(sampler.masked_rows, 0);
+  for (size_t i = 0; i < jobs.size(); ++i) EXPECT_EQ(device[i].tokens, host[i].tokens) << i << " seed " << seed;
+}
+
+// A constraint the engine refuses is INVALID_ARGUMENT for the plan, naming
+// the sequence, and leaves the runner serving.
+TEST_F(ConstrainedGenerationTest, RefusedConstraintIsInvalidArgument) {
+  StepRunner runner(*model_, *cache_, 0, StepRunnerOptions{.constraints = compiler_.get()});
+  StepPlan plan;
+  NewSequencePlan n{.seq_id = 9, .prompt = prompt_, .token_ids = prompt_, .block_ids = {0, 1}};
+  n.sampling.constraint = std::make_shared<const OutputConstraint>(OutputConstraint{.kind = K::kRegex, .text = "(a"});
+  n.sample = true;
+  plan.new_sequences.push_back(n);
+  plan.order = {9};
+  absl::StatusOr<std::vector<StepToken>> got = runner.Run(plan);
+  ASSERT_FALSE(got.ok());
+  EXPECT_TRUE(absl::IsInvalidArgument(got.status())) << got.status();
+  EXPECT_NE(got.status().message().find("sequence 9"), std::string::npos) << got.status();
+  EXPECT_EQ(runner.num_sequences(), 0);
+  plan.new_sequences[0].sampling.constraint.reset();
+  EXPECT_TRUE(runner.Run(plan).ok());
+}
+
+}  // namespace
+}  // namespace tpserve

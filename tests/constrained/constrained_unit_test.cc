@@ -1,0 +1,181 @@
+// constrained/: tool-call grammars accept exactly valid calls in each model
+// format; a sequence's constraint lets the reasoning through free and
+// constrains the answer after it; replay reaches the same state; the
+// compiler caches by key and refuses what the engine refuses.
+#include <string>
+#include <vector>
+
+#include "constrained/constraint_compiler.h"
+#include "constrained/sequence_constraint.h"
+#include "constrained/tool_call_grammar.h"
+#include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
+
+namespace tpserve {
+namespace {
+
+using K = OutputConstraint::Kind;
+
+// Ids 0..255 are the bytes; then <think>, </think> (special: the grammar never
+// allows them itself) and the stop id.
+constexpr int32_t kThink = 256, kEndThink = 257, kStop = 258;
+
+std::shared_ptr<const grammar::Vocabulary> ByteVocabulary() {
+  std::vector<std::string> bytes;
+  for (int b = 0; b < 256; ++b) bytes.push_back(std::string(1, static_cast<char>(b)));
+  bytes.push_back("<think>");
+  bytes.push_back("</think>");
+  bytes.push_back("");
+  std::vector<bool> special(bytes.size(), false);
+  special[kThink] = special[kEndThink] = special[kStop] = true;
+  return *grammar::Vocabulary::Create(bytes, {kStop}, special);
+}
+
+class ConstrainedTest : public ::testing::Test {
+ protected:
+  ConstrainedTest() : vocab_(ByteVocabulary()), compiler_([this] { return vocab_; }) {}
+
+  std::unique_ptr<SequenceConstraint> Make(const OutputConstraint& c) {
+    auto g = compiler_.Compile(c);
+    EXPECT_TRUE(g.ok()) << g.status();
+    auto s = SequenceConstraint::Create(*g, vocab_, c);
+    EXPECT_TRUE(s.ok()) << s.status();
+    return *std::move(s);
+  }
+  // Whether `s` allows each token of `ids` in turn (its mask, then Accept).
+  static bool Feed(SequenceConstraint& s, const std::vector<int32_t>& ids) {
+    std::vector<uint32_t> words(grammar::MaskWords(kStop + 1));
+    for (int32_t t : ids) {
+      if (s.FillMask(words) && !((words[static_cast<size_t>(t / 32)] >> (t % 32)) & 1u)) return false;
+      if (!s.Accept(t)) return false;
+    }
+    return true;
+  }
+  static std::vector<int32_t> Bytes(const std::string& text) {
+    std::vector<int32_t> ids;
+    for (unsigned char c : text) ids.push_back(c);
+    return ids;
+  }
+  bool Accepts(const OutputConstraint& c, const std::string& text, bool then_stop = true) {
+    std::unique_ptr<SequenceConstraint> s = Make(c);
+    std::vector<int32_t> ids = Bytes(text);
+    if (then_stop) ids.push_back(kStop);
+    return Feed(*s, ids);
+  }
+
+  std::shared_ptr<const grammar::Vocabulary> vocab_;
+  ConstraintCompiler compiler_;
+};
+
+OutputConstraint WeatherTools(OutputConstraint::ToolFormat format, bool parallel) {
+  const nlohmann::json params = {{"type", "object"},
+                                 {"properties", {{"city", {{"type", "string"}}}, {"days", {{"type", "integer"}}}}},
+                                 {"required", {"city"}},
+                                 {"additionalProperties", false}};
+  return OutputConstraint{.kind = K::kToolCalls, .tool_format = format,
+                          .functions = {{"get_weather", params.dump()}, {"ping", ""}}, .parallel_tool_calls = parallel};
+}
+
+TEST_F(ConstrainedTest, HermesCallsAreExactlyValidCalls) {
+  const OutputConstraint one = WeatherTools(OutputConstraint::ToolFormat::kHermes, false);
+  const std::string call = "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\":\"Oslo\",\"days\":3}}\n</tool_call>";
+  EXPECT_TRUE(Accepts(one, call));
+  EXPECT_TRUE(Accepts(one, "<tool_call>\n{\"name\": \"ping\", \"arguments\": {\"any\":[1]}}\n</tool_call>"));
+  EXPECT_FALSE(Accepts(one, call + "\n" + call));  // one call only
+  EXPECT_FALSE(Accepts(one, "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"days\":3}}\n</tool_call>"));
+  EXPECT_FALSE(Accepts(one, "<tool_call>\n{\"name\": \"nope\", \"arguments\": {}}\n</tool_call>"));
+  EXPECT_FALSE(Accepts(one, "Sure! " + call));
+  const OutputConstraint many = WeatherTools(OutputConstraint::ToolFormat::kHermes, true);
+  EXPECT_TRUE(Accepts(many, call + "\n" + call));
+  EXPECT_FALSE(Accepts(many, call + "\n", /*then_stop=*/true));
+}
+
+TEST_F(ConstrainedTest, Llama3CallsAreExactlyValidCalls) {
+  const OutputConstraint c = WeatherTools(OutputConstraint::ToolFormat::kLlama3Json, true);
+  const std::string call = "{\"name\": \"get_weather\", \"parameters\": {\"city\":\"Rome\"}}";
+  EXPECT_TRUE(Accepts(c, call));
+  EXPECT_TRUE(Accepts(c, call + "; " + call));
+  EXPECT_FALSE(Accepts(c, "{\"name\": \"get_weather\", \"arguments\": {\"city\":\"Rome\"}}"));
+}
+
+TEST_F(ConstrainedTest, ABadParametersSchemaNamesTheTool) {
+  OutputConstraint c = WeatherTools(OutputConstraint::ToolFormat::kHermes, true);
+  c.functions[0].parameters_json = R"({"type": "string", "not": {}})";
+  absl::StatusOr<std::shared_ptr<const grammar::CompiledGrammar>> g = compiler_.Compile(c);
+  ASSERT_FALSE(g.ok());
+  EXPECT_TRUE(absl::IsInvalidArgument(g.status()));
+  EXPECT_NE(g.status().message().find("tools[get_weather].parameters"), std::string::npos) << g.status();
+}
+
+TEST_F(ConstrainedTest, ReasoningIsFreeAndTheAnswerConstrained) {
+  OutputConstraint c{.kind = K::kRegex, .text = "(yes|no)", .think_start = kThink, .think_end = kEndThink};
+  // No reasoning: the answer from the first token.
+  EXPECT_TRUE(Accepts(c, "yes"));
+  EXPECT_FALSE(Accepts(c, "maybe"));
+  // Reasoning opened by the model: anything until </think>, then the answer.
+  std::unique_ptr<SequenceConstraint> s = Make(c);
+  std::vector<int32_t> ids = {kThink};
+  for (int32_t t : Bytes("hmm, maybe? {[")) ids.push_back(t);
+  ids.push_back(kEndThink);
+  for (int32_t t : Bytes("no")) ids.push_back(t);
+  ids.push_back(kStop);
+  EXPECT_TRUE(Feed(*s, ids));
+  // The answer after the reasoning is held to the grammar.
+  s = Make(c);
+  EXPECT_FALSE(Feed(*s, {kThink, 'x', kEndThink, 'x'}));
+  // A prompt that opened the reasoning: free from the start.
+  c.starts_in_reasoning = true;
+  s = Make(c);
+  EXPECT_TRUE(Feed(*s, {'<', 'x', kEndThink, 'y', 'e', 's', kStop}));
+  // <think> only as the first token.
+  c.starts_in_reasoning = false;
+  s = Make(c);
+  EXPECT_FALSE(Feed(*s, {'y', kThink}));
+}
+
+TEST_F(ConstrainedTest, TerminatedAllowsOnlyStop) {
+  std::unique_ptr<SequenceConstraint> s = Make(OutputConstraint{.kind = K::kChoice, .choices = {"ab"}});
+  EXPECT_TRUE(Feed(*s, Bytes("ab")));
+  EXPECT_TRUE(s->terminated());
+  std::vector<uint32_t> words(grammar::MaskWords(kStop + 1));
+  ASSERT_TRUE(s->FillMask(words));
+  for (int32_t t = 0; t <= kStop; ++t) {
+    EXPECT_EQ((words[static_cast<size_t>(t / 32)] >> (t % 32)) & 1u, t == kStop ? 1u : 0u) << t;
+  }
+}
+
+TEST_F(ConstrainedTest, ReplayReachesTheSameState) {
+  const OutputConstraint c{.kind = K::kJsonSchema, .text = R"({"type":"array","items":{"type":"integer"}})"};
+  const std::vector<int32_t> prefix = Bytes("[12,3");
+  auto g = compiler_.Compile(c);
+  ASSERT_TRUE(g.ok());
+  auto replayed = SequenceConstraint::Create(*g, vocab_, c, prefix);
+  ASSERT_TRUE(replayed.ok());
+  std::unique_ptr<SequenceConstraint> fed = Make(c);
+  ASSERT_TRUE(Feed(*fed, prefix));
+  std::vector<uint32_t> a(grammar::MaskWords(kStop + 1)), b(a.size());
+  (*replayed)->FillMask(a);
+  fed->FillMask(b);
+  EXPECT_EQ(a, b);
+  // Output the grammar refuses cannot be replayed.
+  auto bad = SequenceConstraint::Create(*g, vocab_, c, Bytes("[x"));
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("output token 1"), std::string::npos) << bad.status();
+}
+
+TEST_F(ConstrainedTest, CompilerCachesByKey) {
+  const OutputConstraint a{.kind = K::kRegex, .text = "a+"};
+  OutputConstraint b = a;
+  b.think_start = kThink, b.think_end = kEndThink;  // the same grammar
+  ASSERT_TRUE(compiler_.Compile(a).ok());
+  ASSERT_TRUE(compiler_.Compile(b).ok());
+  EXPECT_EQ(compiler_.misses(), 1);
+  EXPECT_EQ(compiler_.hits(), 1);
+  EXPECT_NE(ConstraintKey(a), ConstraintKey(OutputConstraint{.kind = K::kEbnf, .text = "a+"}));
+  EXPECT_NE(ConstraintKey(WeatherTools(OutputConstraint::ToolFormat::kHermes, true)),
+            ConstraintKey(WeatherTools(OutputConstraint::ToolFormat::kHermes, false)));
+  EXPECT_FALSE(compiler_.Compile(OutputConstraint{.kind = K::kRegex, .text = "(a"}).ok());
+}
+
+}  // namespace
+}  // namespace tpserve
