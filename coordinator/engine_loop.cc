@@ -25,6 +25,7 @@ struct EngineLoop::Live {
 
   std::string client;  // whose request it is (its admission group)
   PreparedRequest request;  // prompt and sampling (its stop parameters went to the output side)
+  int32_t index = 0;        // its choice: sequence FirstChoiceOf(id) + index of request.n
   TokenStops stops;         // the stops the engine decides itself
   int64_t num_output = 0;   // tokens handed on
   std::optional<absl::Time> first_scheduled;
@@ -41,8 +42,8 @@ EngineLoop::EngineLoop(const Tokenizer& tokenizer, EngineLoopOptions options, St
       output_(std::make_unique<OutputPool>(
           std::max(1, options_.output_threads), options_.metrics,
           OutputPool::Hooks{.finish = [this](uint64_t seq_id) { FinishFromOutput(seq_id); },
-                            .retired = [this](const std::string& client,
-                                              const std::string& request_id) { Retired(client, request_id); }})),
+                            .retired = [this](const std::string& client, const std::string& request_id,
+                                              bool last) { Retired(client, request_id, last); }})),
       num_blocks_(options_.num_blocks) {
   Publish();
 }
@@ -51,6 +52,8 @@ namespace {
 
 // Admission is fair between clients (scheduler.h): a request's group is its client.
 uint64_t GroupOf(const std::string& client) { return std::hash<std::string>{}(client); }
+
+static_assert(kChoiceStride > static_cast<uint64_t>(kMaxChoices), "a request's choices need their own ids");
 
 // Token batches the output threads may have flushed and not yet handled
 // when the engine schedules the next step: the one it has just handed on.
@@ -101,17 +104,29 @@ absl::Status EngineLoop::Submit(const std::string& client, const std::string& re
         "the admission queue is full (", options_.scheduler.max_queue,
         " requests waiting, --max-queue); retry later"));
   }
-  const uint64_t seq_id = next_seq_id_++;
-  ids_[std::pair(client, request_id)] = seq_id;
+  if (request.n > options_.scheduler.max_num_seqs) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "n: ", request.n, " choices run together but the server runs at most ", options_.scheduler.max_num_seqs,
+        " sequences at once (--max-num-seqs); ask for fewer"));
+  }
+  // Sequence ids: the request's first choice's is a multiple of kChoiceStride (output_pool.h).
+  const uint64_t first = next_seq_id_++ * kChoiceStride;
+  ids_[std::pair(client, request_id)] = first;
   const int64_t num_prompt = std::ssize(request.prompt);
   const bool logprobs = request.sampling.logprobs >= 0;
-  auto live = std::make_unique<Live>(options_, client, std::move(request));
-  live->output = std::make_unique<OutputRequest>(
-      client, request_id, std::move(out),
-      OutputProcessor(tokenizer_, std::move(live->request.stop), options_.eos_token_ids, num_prompt,
-                      options_.max_model_len),
-      num_prompt, logprobs);
-  inbox_.push_back({seq_id, std::move(live)});
+  const int32_t n = request.n;
+  auto group = std::make_shared<ChoiceGroup>(n);
+  for (int32_t i = 0; i < n; ++i) {
+    auto live = std::make_unique<Live>(options_, client, i + 1 < n ? request : std::move(request));
+    live->index = i;
+    live->request.sampling = ChoiceSampling(std::move(live->request.sampling), i);
+    live->output = std::make_unique<OutputRequest>(
+        client, request_id, out,
+        OutputProcessor(tokenizer_, std::move(live->request.stop), options_.eos_token_ids, num_prompt,
+                        options_.max_model_len),
+        num_prompt, logprobs, i, group);
+    inbox_.push_back({first + static_cast<uint64_t>(i), std::move(live)});
+  }
   cv_.SignalAll();
   return absl::OkStatus();
 }
@@ -132,9 +147,9 @@ void EngineLoop::FinishFromOutput(uint64_t seq_id) {
   cv_.SignalAll();
 }
 
-void EngineLoop::Retired(const std::string& client, const std::string& request_id) {
+void EngineLoop::Retired(const std::string& client, const std::string& request_id, bool last) {
   absl::MutexLock lock(&mu_);
-  ids_.erase(std::pair(client, request_id));
+  if (last) ids_.erase(std::pair(client, request_id));
   if (ending_ > 0) {
     --ending_;
     --stats_.running;  // the engine's next publish counts the same
@@ -289,11 +304,22 @@ void EngineLoop::Adopt(Inbound in) {
 }
 
 void EngineLoop::Admit(std::vector<Inbound> adds) {
-  for (Inbound& in : adds) {
-    const uint64_t seq_id = in.seq_id;
-    absl::Status added = scheduler_->Add(seq_id, in.live->request.prompt, GroupOf(in.live->client));
-    Adopt(std::move(in));
-    if (!added.ok()) End(seq_id, added);
+  // A request's choices arrive together, first choice first (Submit).
+  for (size_t k = 0; k < adds.size();) {
+    const uint64_t first = adds[k].seq_id;
+    const int32_t n = adds[k].live->request.n;
+    std::vector<int32_t> prompt = adds[k].live->request.prompt;
+    const uint64_t group = GroupOf(adds[k].live->client);
+    std::vector<uint64_t> forks;
+    for (int32_t i = 0; i < n; ++i, ++k) {
+      if (i > 0) forks.push_back(adds[k].seq_id);
+      Adopt(std::move(adds[k]));
+    }
+    absl::Status added = scheduler_->Add(first, std::move(prompt), group, forks);
+    if (!added.ok()) {
+      End(first, added);
+      for (uint64_t fork : forks) End(fork, added);
+    }
   }
 }
 
@@ -320,10 +346,16 @@ void EngineLoop::Rebuild(int64_t num_blocks) {
   scheduler_ = std::make_unique<Scheduler>(*blocks_, options_.scheduler);
   num_blocks_ = num_blocks;
   std::vector<std::pair<uint64_t, absl::Status>> refused;
-  for (uint64_t id : waiting) {
-    const Live& live = *live_.at(id);
-    absl::Status added = scheduler_->Add(id, live.request.prompt, GroupOf(live.client));
-    if (!added.ok()) refused.emplace_back(id, std::move(added));
+  for (size_t k = 0; k < waiting.size();) {  // a request's waiting choices again share one prefill
+    const uint64_t first = waiting[k];
+    const Live& live = *live_.at(first);
+    std::vector<uint64_t> forks;
+    for (++k; k < waiting.size() && FirstChoiceOf(waiting[k]) == FirstChoiceOf(first); ++k) forks.push_back(waiting[k]);
+    absl::Status added = scheduler_->Add(first, live.request.prompt, GroupOf(live.client), forks);
+    if (!added.ok()) {
+      refused.emplace_back(first, added);
+      for (uint64_t fork : forks) refused.emplace_back(fork, added);
+    }
   }
   PublishLocked();
   // Ended by the loop's next iteration, as aborts: End takes mu_, held here.
@@ -334,7 +366,14 @@ void EngineLoop::ApplyAborts(std::vector<std::pair<uint64_t, absl::Status>> abor
   // An OK status is an Abort call: Complete{ABORTED}. A cancelled stream or a
   // passed deadline ends with its status and counts as an abort, any other
   // status as a failure (the output thread tells them apart).
-  for (auto& [seq_id, why] : aborts) Finish(seq_id, why.ok() ? StopReason::kAborted : StopReason::kNone, why);
+  // An abort names a request by its first choice: every choice of it ends.
+  for (auto& [seq_id, why] : aborts) {
+    const auto it = live_.find(seq_id);
+    const int32_t n = it == live_.end() ? kMaxChoices : it->second->request.n;
+    for (int32_t i = 0; i < n; ++i) {
+      Finish(seq_id + static_cast<uint64_t>(i), why.ok() ? StopReason::kAborted : StopReason::kNone, why);
+    }
+  }
 }
 
 void EngineLoop::EndUnservable(std::span<const uint64_t> ids) {

@@ -202,7 +202,8 @@ class EngineLoop {
   // An output thread ended a request (a stop string, a stream that is over): any thread.
   void FinishFromOutput(uint64_t seq_id);
   // The request's terminal outcome is out: its id is free (any thread).
-  void Retired(const std::string& client, const std::string& request_id);
+  // `last`: the request's last choice; its id is free (any thread).
+  void Retired(const std::string& client, const std::string& request_id, bool last);
   void Publish();  // stats snapshot
   void PublishLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 

@@ -2,6 +2,7 @@
 
 #include <sys/random.h>
 
+#include <algorithm>
 #include <climits>
 #include <random>
 #include <span>
@@ -125,6 +126,7 @@ class GenerationService::GenerateReactor final
     }
     engine_ = submitted->engine;
     request_id_ = std::move(submitted->request_id);
+    completes_left_ = std::max<uint32_t>(1, request.n());
     Pump();  // the constructor's turn: write what is there already, else park
   }
 
@@ -171,10 +173,10 @@ class GenerationService::GenerateReactor final
           Finish(ToGrpc(serialized));
           return;
         }
-        // The Complete is the last message and the call then ends OK: both go
-        // in one batch, so a client whose deadline is near never sees the
-        // Complete followed by DEADLINE_EXCEEDED.
-        if (response.has_complete()) {
+        // The last choice's Complete is the last message and the call then
+        // ends OK: both go in one batch, so a client whose deadline is near
+        // never sees the Complete followed by DEADLINE_EXCEEDED.
+        if (response.has_complete() && --completes_left_ == 0) {
           StartWriteAndFinish(&wire_, grpc::WriteOptions(), grpc::Status::OK);
           return;
         }
@@ -196,6 +198,7 @@ class GenerationService::GenerateReactor final
   // gRPC can call OnWriteDone or OnCancel.
   EngineLoop* engine_ = nullptr;
   std::string request_id_;
+  uint32_t completes_left_ = 1;    // choices (GenerateRequest.n) whose Complete is still to come
   v1::GenerateResponse response_;  // the last response taken (Pump)
   grpc::ByteBuffer wire_;          // the write in flight, serialized
 };

@@ -111,8 +111,10 @@ class OutputPool::Shard {
     // Nothing ended these (the engine ends every request it admitted; this
     // is the guard that no stream is left open).
     for (auto& [seq_id, r] : requests_) {
-      if (metrics_ != nullptr) metrics_->OnRequestFailed();
-      if (hooks_.retired) hooks_.retired(r->client, r->request_id);
+      ChoiceGroup& g = *r->group;
+      if (!g.ended && metrics_ != nullptr) metrics_->OnRequestFailed();
+      g.ended = true;
+      if (hooks_.retired) hooks_.retired(r->client, r->request_id, --g.open == 0);
       r->out->End(absl::UnavailableError("the server is shutting down"));
     }
     requests_.clear();
@@ -136,13 +138,14 @@ class OutputPool::Shard {
     OutputRequest& r = *it->second;
     if (r.verdict != OutputRequest::Verdict::kNone) return;  // computed past its end: dropped
     if (metrics_ != nullptr) {
-      if (!r.first_token) {
+      if (!r.group->has_token) {  // a request's first token, whichever choice
         metrics_->OnFirstToken(r.num_prompt_tokens);
-      } else {
+      } else if (r.first_token) {
         metrics_->OnNextToken(absl::ToDoubleSeconds(e.at - r.last_token));
       }
     }
     if (!r.first_token) r.first_token = e.at;
+    r.group->has_token = true;
     r.last_token = e.at;
     const int32_t id = e.sampled.token;
     r.processor.Append(id, delta_);
@@ -155,7 +158,7 @@ class OutputPool::Shard {
       c.set_arguments(std::move(call.arguments));
       r.tool_calls.push_back(c);
     }
-    const bool pushed = r.out->PushChunk([&](v1::GenerateResponse& response) {
+    const bool pushed = r.out->PushChunk(static_cast<uint32_t>(r.index), [&](v1::GenerateResponse& response) {
       if (response.request_id() != r.request_id) response.set_request_id(r.request_id);
       v1::Chunk* chunk = response.mutable_chunk();
       chunk->add_token_ids(static_cast<uint32_t>(id));
@@ -203,41 +206,58 @@ class OutputPool::Shard {
     if (it == requests_.end()) return;
     std::unique_ptr<OutputRequest> r = std::move(it->second);
     requests_.erase(it);
+    ChoiceGroup& g = *r->group;
+    g.output_tokens += r->processor.num_output_tokens();
+    const bool last = --g.open == 0;
+    if (g.ended) {  // another choice ended the stream with an error: nothing more is sent
+      hooks_.retired(r->client, r->request_id, last);
+      return;
+    }
     const absl::Time now = absl::Now();
     using Verdict = OutputRequest::Verdict;
     switch (r->verdict) {
       case Verdict::kFinished:
-        return Complete(*r, r->finish, std::move(r->matched_stop), end, now);
+        return Complete(*r, r->finish, std::move(r->matched_stop), end, now, last);
       case Verdict::kCancelled:
-        return EndWith(*r, absl::CancelledError("the client went away"), /*abort=*/true, end, now);
+        return EndWith(seq_id, *r, absl::CancelledError("the client went away"), /*abort=*/true, end, now, last);
       case Verdict::kOverflow:
-        return EndWith(*r, absl::ResourceExhaustedError("the client stopped reading its stream"), false, end, now);
+        return EndWith(seq_id, *r, absl::ResourceExhaustedError("the client stopped reading its stream"), false, end,
+                       now, last);
       case Verdict::kNone:
         break;
     }
-    if (end.status.ok()) return Complete(*r, end.reason, "", end, now);
-    EndWith(*r, end.status, ClientWentAway(end.status), end, now);
+    if (end.status.ok()) return Complete(*r, end.reason, "", end, now, last);
+    EndWith(seq_id, *r, end.status, ClientWentAway(end.status), end, now, last);
   }
 
   // The end without a Complete: `status`, counted as an abort (the client
-  // ended it) or a failure.
-  void EndWith(OutputRequest& r, const absl::Status& status, bool abort, const EngineEnd& end, absl::Time now) {
+  // ended it) or a failure. The request's other choices are finished unseen.
+  void EndWith(uint64_t seq_id, OutputRequest& r, const absl::Status& status, bool abort, const EngineEnd& end,
+               absl::Time now, bool last) {
+    ChoiceGroup& g = *r.group;
+    g.ended = true;
     if (metrics_ != nullptr) {
       if (abort) {
-        metrics_->OnRequestFinished("abort", TimesOf(r, end, now), r.num_prompt_tokens,
-                                    r.processor.num_output_tokens());
+        metrics_->OnRequestFinished("abort", TimesOf(r, end, now), r.num_prompt_tokens, g.output_tokens);
       } else {
         metrics_->OnRequestFailed();
       }
     }
-    hooks_.retired(r.client, r.request_id);
+    const uint64_t first = FirstChoiceOf(seq_id);
+    for (int32_t i = 0; i < g.n && !last; ++i) {
+      if (first + static_cast<uint64_t>(i) != seq_id && requests_.contains(first + static_cast<uint64_t>(i))) {
+        hooks_.finish(first + static_cast<uint64_t>(i));
+      }
+    }
+    hooks_.retired(r.client, r.request_id, last);
     r.out->End(status);
   }
 
   void Complete(OutputRequest& r, StopReason reason, std::string matched_stop, const EngineEnd& end,
-                absl::Time now) {
+                absl::Time now, bool last) {
     v1::GenerateResponse response;
     response.set_request_id(r.request_id);
+    response.set_index(static_cast<uint32_t>(r.index));
     v1::Complete* c = response.mutable_complete();
     c->set_finish_reason(FinishReasonOf(reason));
     c->set_matched_stop(std::move(matched_stop));
@@ -257,19 +277,18 @@ class OutputPool::Shard {
     t->set_total_seconds(absl::ToDoubleSeconds(now - r.arrival));
     t->set_prefill_seconds(absl::ToDoubleSeconds(first - scheduled));
     t->set_decode_seconds(absl::ToDoubleSeconds(now - first));
-    if (metrics_ != nullptr) {
+    if (metrics_ != nullptr && last) {  // once per request, with every choice's tokens
       const char* why = c->finish_reason() == v1::LENGTH    ? "length"
                         : c->finish_reason() == v1::ABORTED ? "abort"
                                                             : "stop";
-      metrics_->OnRequestFinished(why, TimesOf(r, end, now), c->usage().prompt_tokens(),
-                                  c->usage().completion_tokens());
+      metrics_->OnRequestFinished(why, TimesOf(r, end, now), c->usage().prompt_tokens(), r.group->output_tokens);
     }
-    // The id is free before the Complete goes out: the stream's last write
-    // carries the OK status with it (generation_service.cc), so the client
-    // may see the end at once.
-    hooks_.retired(r.client, r.request_id);
+    // The id is free before the last Complete goes out: the stream's last
+    // write carries the OK status with it (generation_service.cc), so the
+    // client may see the end at once.
+    hooks_.retired(r.client, r.request_id, last);
     r.out->Push(std::move(response));
-    r.out->End(absl::OkStatus());
+    if (last) r.out->End(absl::OkStatus());
   }
 
   const int index_;

@@ -22,6 +22,10 @@
 // a token-level stop made the engine finish the sequence at it) and End (the
 // engine retired the sequence: its blocks are free). Every admitted request
 // gets exactly one End, after which the shard emits its one terminal outcome.
+// A request of n choices is n sequences (kChoiceStride) sharing one stream:
+// each streams its chunks and its Complete with its index, and the stream
+// ends after the last Complete, or with the first choice that fails (the
+// shard then finishes the others, whose ends are not sent).
 // A shard that ends a request itself (a stop string; a stream whose client
 // went away or stopped reading) asks the engine to finish it (Hooks::finish,
 // like an abort through the engine's inbox) and drops the tokens that still
@@ -46,17 +50,36 @@
 
 namespace tpserve {
 
+// A request's choices (n > 1, parallel sampling) are the sequences first + i
+// for i < n, with first a multiple of kChoiceStride: the pool keeps them on
+// one shard, so their shared stream has one producer.
+inline constexpr uint64_t kChoiceStride = 256;
+inline uint64_t FirstChoiceOf(uint64_t seq_id) { return seq_id - seq_id % kChoiceStride; }
+
+// What a request's choices share on their shard's thread (no lock).
+struct ChoiceGroup {
+  explicit ChoiceGroup(int32_t choices) : n(choices), open(choices) {}
+  const int32_t n;
+  int32_t open;                 // choices whose End has not come
+  bool ended = false;           // the stream ended with an error (the others are finished unseen)
+  int64_t output_tokens = 0;    // of the choices ended so far
+  bool has_token = false;       // a first token was counted (metrics)
+};
+
 // One request's output side: made by EngineLoop::Submit, owned by its shard
 // from Begin on.
 struct OutputRequest {
   OutputRequest(std::string owner, std::string id, std::shared_ptr<ResponseQueue> queue, OutputProcessor proc,
-                int64_t prompt_tokens, bool with_logprobs)
+                int64_t prompt_tokens, bool with_logprobs, int32_t choice = 0,
+                std::shared_ptr<ChoiceGroup> choices = nullptr)
       : client(std::move(owner)),
         request_id(std::move(id)),
         out(std::move(queue)),
         processor(std::move(proc)),
         num_prompt_tokens(prompt_tokens),
-        logprobs(with_logprobs) {}
+        logprobs(with_logprobs),
+        index(choice),
+        group(choices ? std::move(choices) : std::make_shared<ChoiceGroup>(1)) {}
 
   const std::string client;      // whose request it is (with request_id, the engine's ids_ key)
   const std::string request_id;  // as the client named it, or server-assigned
@@ -64,6 +87,8 @@ struct OutputRequest {
   OutputProcessor processor;
   const int64_t num_prompt_tokens;
   const bool logprobs;  // sampling.logprobs >= 0
+  const int32_t index;  // its choice (GenerateResponse.index)
+  const std::shared_ptr<ChoiceGroup> group;  // the request's choices, this one among them
   const absl::Time arrival = absl::Now();
 
   // The shard's own, from Begin on.
@@ -98,8 +123,9 @@ class OutputPool {
     // A shard ended a request itself: the engine is to finish its sequence
     // (any thread; must not block on the pool).
     std::function<void(uint64_t seq_id)> finish;
-    // A request's terminal outcome is being sent: its id is free again.
-    std::function<void(const std::string& client, const std::string& request_id)> retired;
+    // A choice's end is being sent (once per sequence); `last`: the request's
+    // terminal outcome, its id is free again.
+    std::function<void(const std::string& client, const std::string& request_id, bool last)> retired;
   };
 
   // `threads` >= 1 (each named tpserve-out-N). `metrics` (may be null) must
@@ -139,7 +165,7 @@ class OutputPool {
     EngineEnd end;                           // kEnd
   };
   class Shard;
-  Shard& ShardOf(uint64_t seq_id) { return *shards_[seq_id % shards_.size()]; }
+  Shard& ShardOf(uint64_t seq_id) { return *shards_[(seq_id / kChoiceStride) % shards_.size()]; }
 
   const Hooks hooks_;  // the shards call them
   std::vector<std::unique_ptr<Shard>> shards_;

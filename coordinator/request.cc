@@ -423,6 +423,9 @@ absl::Status ValidateRequestFields(const v1::GenerateRequest& request, const Req
   if (auto s = CheckConstraints(request); !s.ok()) return s;
   if (auto s = CheckSampling(request.sampling()); !s.ok()) return s;
   if (auto s = CheckStopping(request.stopping(), limits); !s.ok()) return s;
+  if (request.n() > static_cast<uint32_t>(kMaxChoices)) {
+    return Invalid("n", absl::StrCat(request.n(), " is outside [1, ", kMaxChoices, "]; ask for fewer choices"));
+  }
   if (request.has_logprobs() && request.logprobs() > static_cast<uint32_t>(limits.max_logprobs)) {
     return Invalid("logprobs", absl::StrCat(request.logprobs(), " is outside [0, ", limits.max_logprobs,
                                             "] (alternatives per token); leave it unset for none"));
@@ -524,6 +527,7 @@ absl::StatusOr<PreparedRequest> PrepareRequest(const v1::GenerateRequest& reques
   w.frequency_penalty = s.frequency_penalty();
   if (s.has_seed()) w.seed = s.seed();
   w.logprobs = request.has_logprobs() ? static_cast<int32_t>(request.logprobs()) : -1;
+  out.n = std::max<int32_t>(1, static_cast<int32_t>(request.n()));
 
   out.stop.max_tokens = st.has_max_tokens() ? st.max_tokens() : room;
   out.stop.min_tokens = st.min_tokens();

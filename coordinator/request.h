@@ -54,8 +54,12 @@ struct RequestLimits {
   ConstraintCompiler* constraints = nullptr;
 };
 
+// Choices one request may ask for (GenerateRequest.n), as OpenAI's n.
+inline constexpr int32_t kMaxChoices = 128;
+
 struct PreparedRequest {
   std::vector<int32_t> prompt;  // [num_prompt_tokens] token ids
+  int32_t n = 1;                // choices (parallel sampling), 1..kMaxChoices
   SamplingParams sampling;      // defaults resolved; logprobs -1 = none; the constraint, compiled once
   StopParams stop;              // max_tokens resolved (> 0)
 };

@@ -43,7 +43,7 @@ bool ResponseQueue::Push(v1::GenerateResponse response) {
   return true;
 }
 
-bool ResponseQueue::PushChunk(absl::FunctionRef<void(v1::GenerateResponse&)> append) {
+bool ResponseQueue::PushChunk(uint32_t index, absl::FunctionRef<void(v1::GenerateResponse&)> append) {
   bool wake;
   {
     absl::MutexLock lock(&mu_);
@@ -52,13 +52,16 @@ bool ResponseQueue::PushChunk(absl::FunctionRef<void(v1::GenerateResponse&)> app
       OverflowLocked();
       return false;
     }
-    if (!items_.empty()) {
-      // Behind a response of Push: a response of its own, so the order holds.
+    if (!items_.empty() || (merged_count_ > 0 && merged_.index() != index)) {
+      // Behind a response of Push, or another choice's chunk: a response of
+      // its own, so the order holds.
       v1::GenerateResponse& r = items_.emplace_back();
       r.mutable_chunk();
+      r.set_index(index);
       append(r);
     } else {
       if (merged_count_ == 0) merged_.mutable_chunk()->Clear();  // keeps its buffers
+      merged_.set_index(index);
       append(merged_);
       ++merged_count_;
     }
@@ -85,7 +88,7 @@ void ResponseQueue::End(absl::Status status) {
 ResponseQueue::Next ResponseQueue::TryPop(v1::GenerateResponse* out, absl::Status* end, bool merge_chunks) {
   absl::MutexLock lock(&mu_);
   const Next next = TakeLocked(out, end);
-  if (merge_chunks && next == Next::kMessage && out->has_chunk()) MergeWaitingChunksLocked(*out->mutable_chunk());
+  if (merge_chunks && next == Next::kMessage && out->has_chunk()) MergeWaitingChunksLocked(*out);
   if (next == Next::kTimeout && on_ready_) waiting_ = true;
   return next;
 }
@@ -138,8 +141,9 @@ ResponseQueue::Next ResponseQueue::TakeLocked(v1::GenerateResponse* out, absl::S
   return Next::kTimeout;
 }
 
-void ResponseQueue::MergeWaitingChunksLocked(v1::Chunk& into) {
-  while (!items_.empty() && items_.front().has_chunk()) {
+void ResponseQueue::MergeWaitingChunksLocked(v1::GenerateResponse& response) {
+  v1::Chunk& into = *response.mutable_chunk();
+  while (!items_.empty() && items_.front().has_chunk() && items_.front().index() == response.index()) {
     v1::Chunk& next = *items_.front().mutable_chunk();
     into.mutable_token_ids()->MergeFrom(next.token_ids());
     into.mutable_text()->append(next.text());

@@ -73,7 +73,10 @@ class ResponseQueue {
   // (add_token_ids, mutable_text()->append, ...) and sets the request id
   // when it is empty. Counts as one response against the bound; the same
   // false as Push. Responses pushed with Push before it stay before it.
-  bool PushChunk(absl::FunctionRef<void(tpserve::v1::GenerateResponse&)> append);
+  // `index`: the choice it belongs to (GenerateResponse.index, n > 1): a chunk
+  // merges only into a waiting chunk of the same choice.
+  bool PushChunk(uint32_t index, absl::FunctionRef<void(tpserve::v1::GenerateResponse&)> append);
+  bool PushChunk(absl::FunctionRef<void(tpserve::v1::GenerateResponse&)> append) { return PushChunk(0, append); }
   // Producer. The last word: the consumer gets `status` after the responses
   // queued before it. Only the first End (or overflow, or Cancel) counts.
   void End(absl::Status status);
@@ -83,8 +86,8 @@ class ResponseQueue {
   // A merged chunk (PushChunk) is swapped into *out: *out's old content goes
   // back to the queue to be reused, so a consumer that takes into the same
   // message every time allocates nothing for it.
-  // With `merge_chunks`, the Chunks waiting right behind a Chunk come merged
-  // into it (token ids, text and log-probs appended in order): a consumer
+  // With `merge_chunks`, the Chunks of the same choice waiting right behind a
+  // Chunk come merged into it (token ids, text and log-probs appended in order): a consumer
   // that fell behind sends one message instead of many, which is what keeps
   // a busy server's write count near one per stream per step.
   Next TryPop(tpserve::v1::GenerateResponse* out, absl::Status* end, bool merge_chunks = false);
@@ -107,7 +110,7 @@ class ResponseQueue {
 
  private:
   // Takes the next response or the end into *out / *end, or kTimeout.
-  void MergeWaitingChunksLocked(tpserve::v1::Chunk& into) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void MergeWaitingChunksLocked(tpserve::v1::GenerateResponse& into) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The bound is reached: drops everything and ends RESOURCE_EXHAUSTED.
   void OverflowLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   int64_t BufferedLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {

@@ -8,6 +8,7 @@
 
 #include <gtest/gtest.h>
 
+#include <map>
 #include <memory>
 #include <random>
 #include <string>
@@ -100,6 +101,33 @@ Outcome Drain(ResponseQueue& q) {
       case ResponseQueue::Next::kTimeout:
         o.end = absl::DeadlineExceededError("test: no end within 30 s");
         return o;
+    }
+  }
+}
+
+// A stream of n choices, by GenerateResponse.index.
+std::map<uint32_t, Outcome> DrainChoices(ResponseQueue& q, absl::Status* end) {
+  std::map<uint32_t, Outcome> by_index;
+  v1::GenerateResponse r;
+  while (true) {
+    switch (q.Pop(absl::Seconds(30), &r, end)) {
+      case ResponseQueue::Next::kMessage: {
+        Outcome& o = by_index[r.index()];
+        EXPECT_FALSE(o.completed) << "choice " << r.index() << " got a response after its Complete";
+        if (r.has_chunk()) {
+          for (uint32_t t : r.chunk().token_ids()) o.tokens.push_back(static_cast<int32_t>(t));
+          o.text += r.chunk().text();
+        } else {
+          o.completed = true;
+          o.complete = r.complete();
+        }
+        break;
+      }
+      case ResponseQueue::Next::kEnd:
+        return by_index;
+      case ResponseQueue::Next::kTimeout:
+        *end = absl::DeadlineExceededError("test: no end within 30 s");
+        return by_index;
     }
   }
 }
@@ -443,8 +471,8 @@ TEST_P(EngineLoopTest, ASequenceThatStopsNeverStreamsTheTokenComputedAhead) {
   // With overlap the workers sampled one token more for each (the step sent
   // before the stop was seen); it never reached the stream.
   const int extra = GetParam() ? 1 : 0;
-  EXPECT_EQ(workers_.sampled_[1], 3 + extra);
-  EXPECT_EQ(workers_.sampled_[2], 7 + extra);
+  EXPECT_EQ(workers_.sampled_[1 * kChoiceStride], 3 + extra);  // the first request's sequence
+  EXPECT_EQ(workers_.sampled_[2 * kChoiceStride], 7 + extra);
   EXPECT_EQ(workers_.max_outstanding_, GetParam() ? 2 : 1);
 }
 
@@ -475,7 +503,83 @@ TEST_P(EngineLoopTest, AStopStringEndsTheStreamAndItsSequence) {
   EXPECT_EQ(engine_->stats().running, 0);
   EXPECT_EQ(metrics_.totals().requests_finished.at("stop"), 1u);
   absl::MutexLock lock(&workers_.mu_);
-  EXPECT_LE(workers_.sampled_[1], static_cast<int>(at) + 2 + 2);
+  EXPECT_LE(workers_.sampled_[kChoiceStride], static_cast<int>(at) + 2 + 2);
+}
+
+// n > 1: each choice streams with its index and its own Complete; the
+// stream ends after the last; greedy choices equal a request of one choice,
+// also when a tiny pool preempts some of them; every block comes back.
+TEST_P(EngineLoopTest, ChoicesStreamWithTheirIndexAndEndAfterTheLast) {
+  Start(/*num_blocks=*/16, /*block_size=*/4, /*budget=*/13, /*max_seqs=*/8);
+  const std::vector<int32_t> prompt = {'a', 'b', 'c', 'a', 'b', 'c', 'a', 'b', 'c', 'd'};
+  PreparedRequest r = Request(prompt, 14);
+  r.n = 5;
+  auto q = Submit("n5", std::move(r));
+  auto other = Submit("one", Request({'z', 'y'}, 20));
+  absl::Status end;
+  const std::map<uint32_t, Outcome> choices = DrainChoices(*q, &end);
+  ASSERT_TRUE(end.ok()) << end;
+  ASSERT_EQ(choices.size(), 5u);
+  for (const auto& [index, o] : choices) {
+    ASSERT_TRUE(o.completed) << "choice " << index;
+    EXPECT_EQ(o.tokens, FakeContinuation(prompt, 14)) << "choice " << index;
+    EXPECT_EQ(o.complete.usage().completion_tokens(), 14u);
+    EXPECT_EQ(o.complete.finish_reason(), v1::LENGTH);
+  }
+  EXPECT_TRUE(Drain(*other).end.ok());
+  ASSERT_TRUE(engine_->WaitIdle(absl::Now() + absl::Seconds(5)));
+  EXPECT_EQ(engine_->stats().free_blocks, 16);
+  EXPECT_EQ(engine_->stats().running, 0);
+  EXPECT_EQ(metrics_.totals().requests_finished.at("length"), 2u);  // requests, not choices
+  PreparedRequest too_many = Request(prompt, 2);
+  too_many.n = 9;
+  EXPECT_TRUE(absl::IsInvalidArgument(engine_->Submit("client", "many", std::move(too_many),
+                                                      std::make_shared<ResponseQueue>())));
+}
+
+TEST_P(EngineLoopTest, AbortEndsEveryChoiceAndFreesTheirBlocks) {
+  workers_.delay_ = absl::Milliseconds(5);
+  Start(64);
+  PreparedRequest r = Request({'a', 'b', 'c', 'd', 'e', 'f'}, 3000);
+  r.n = 3;
+  auto q = Submit("long", std::move(r));
+  v1::GenerateResponse first;
+  absl::Status end;
+  ASSERT_EQ(q->Pop(absl::Seconds(10), &first, &end), ResponseQueue::Next::kMessage);  // it runs
+  EXPECT_TRUE(engine_->Abort("client", "long", absl::OkStatus()));
+  const std::map<uint32_t, Outcome> choices = DrainChoices(*q, &end);
+  ASSERT_TRUE(end.ok()) << end;
+  ASSERT_EQ(choices.size(), 3u);
+  for (const auto& [index, o] : choices) {
+    ASSERT_TRUE(o.completed) << "choice " << index;
+    EXPECT_EQ(o.complete.finish_reason(), v1::ABORTED);
+  }
+  ASSERT_TRUE(engine_->WaitIdle(absl::Now() + absl::Seconds(5)));
+  EXPECT_EQ(engine_->stats().free_blocks, 64);
+  for (int i = 0; i < 500; ++i) {
+    {
+      absl::MutexLock lock(&workers_.mu_);
+      if (workers_.model_.num_sequences() == 0) break;
+    }
+    absl::SleepFor(absl::Milliseconds(10));
+  }
+  absl::MutexLock lock(&workers_.mu_);
+  EXPECT_EQ(workers_.model_.num_sequences(), 0u);
+}
+
+// One choice that fails (its client fell behind: one stream for all) ends the
+// stream; the others are finished unseen and the request's id comes free.
+TEST_P(EngineLoopTest, AFailedChoiceEndsTheStreamAndTheOthers) {
+  Start(64);
+  PreparedRequest r = Request({'a', 'b', 'c'}, 3000);
+  r.n = 4;
+  auto q = std::make_shared<ResponseQueue>(/*max_buffered=*/8);
+  ASSERT_TRUE(engine_->Submit("client", "slow", std::move(r), q).ok());
+  ASSERT_TRUE(engine_->WaitIdle(absl::Now() + absl::Seconds(10)));
+  EXPECT_EQ(engine_->stats().free_blocks, 64);
+  absl::Status end;
+  DrainChoices(*q, &end);
+  EXPECT_TRUE(absl::IsResourceExhausted(end)) << end;
 }
 
 INSTANTIATE_TEST_SUITE_P(Pipeline, EngineLoopTest, ::testing::Bool(),

@@ -380,5 +380,23 @@ TEST(ResponseQueueTest, ConcurrentConsumerThatStopsTakingOverflowsAtTheBound) {
   ProduceAndConsume(/*n=*/5003, /*bound=*/7, /*stall_after=*/733, testing_util::TestSeed());
 }
 
+// n > 1: chunks merge only with chunks of their own choice, in order.
+TEST(ResponseQueueTest, ChunksOfDifferentChoicesStayApartInOrder) {
+  ResponseQueue q;
+  ASSERT_TRUE(q.PushChunk(0, [](v1::GenerateResponse& r) { AppendToken(r, 1); }));
+  ASSERT_TRUE(q.PushChunk(0, [](v1::GenerateResponse& r) { AppendToken(r, 2); }));
+  ASSERT_TRUE(q.PushChunk(1, [](v1::GenerateResponse& r) { AppendToken(r, 7); }));
+  ASSERT_TRUE(q.PushChunk(1, [](v1::GenerateResponse& r) { AppendToken(r, 8); }));
+  ASSERT_TRUE(q.PushChunk(0, [](v1::GenerateResponse& r) { AppendToken(r, 3); }));
+  v1::GenerateResponse r;
+  absl::Status end;
+  std::vector<std::pair<uint32_t, std::vector<uint32_t>>> got;
+  while (q.TryPop(&r, &end, /*merge_chunks=*/true) == ResponseQueue::Next::kMessage) {
+    got.emplace_back(r.index(), std::vector<uint32_t>(r.chunk().token_ids().begin(), r.chunk().token_ids().end()));
+  }
+  using Got = std::vector<std::pair<uint32_t, std::vector<uint32_t>>>;
+  EXPECT_EQ(got, (Got{{0, {1, 2}}, {1, {7, 8}}, {0, {3}}}));
+}
+
 }  // namespace
 }  // namespace tpserve
