@@ -25,6 +25,9 @@
 # input in BUILD_DIR-fuzz/fuzz/<target>/crash-*; reproduce with: BUILD_DIR-fuzz/<target> FILE
 set -euo pipefail
 cd "$(dirname "$0")/.."
+source scripts/lib/stage-times.sh
+source scripts/lib/ccache.sh
+stage_table_on_exit
 
 build="${1:-build}"
 build="${build%/}-fuzz"
@@ -33,30 +36,58 @@ targets=(${TPSERVE_FUZZ_TARGETS:-fuzz_safetensors_header fuzz_model_config fuzz_
   fuzz_generate_request fuzz_openai_request fuzz_jinja_template fuzz_grammar fuzz_proposers})
 work="$build/fuzz"
 
-launcher=()
-command -v ccache >/dev/null && launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache)
-cmake -S . -B "$build" -G Ninja -DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++ "${launcher[@]}" \
-  -DTPSERVE_FUZZ=ON -DTPSERVE_CUDA=OFF -DTPSERVE_BUILD_TESTS=OFF -DTPSERVE_BUILD_BENCH=OFF >/dev/null
-cmake --build "$build" --target "${targets[@]}"
+# The compiler launcher (ccache) comes from scripts/lib/ccache.sh.
+stage_run "fuzz build: configure" cmake -S . -B "$build" -G Ninja -DCMAKE_C_COMPILER=clang \
+  -DCMAKE_CXX_COMPILER=clang++ -DTPSERVE_FUZZ=ON -DTPSERVE_CUDA=OFF -DTPSERVE_BUILD_TESTS=OFF \
+  -DTPSERVE_BUILD_BENCH=OFF >/dev/null
+stage_run "fuzz build" cmake --build "$build" --target "${targets[@]}"
 
 mkdir -p "$work"
 python3 scripts/fuzz_seeds.py "$work"
 
+# TPSERVE_FUZZ_JOBS targets fuzz at once (default nproc): each libFuzzer process
+# is one thread, so on 2 cores the targets take half their summed seconds.
+jobs=${TPSERVE_FUZZ_JOBS:-$(nproc)}
+
+# One target: its log in $dir/log, its exit status in $dir/status.
+fuzz_one() {
+  local target=$1 dir="$work/$1" status=0
+  # detect_leaks is on by default with ASan; say so, since a leak must fail the run.
+  ASAN_OPTIONS=detect_leaks=1 "$build/$target" "$dir/corpus" "$dir/seeds" -dict="$dir/dict" \
+    -max_total_time="$seconds" -max_len=4096 -timeout=10 -rss_limit_mb=2048 \
+    -artifact_prefix="$dir/crash-" -print_final_stats=1 >"$dir/log" 2>&1 || status=$?
+  echo "$status" >"$dir/status"
+}
+
+# $jobs targets at a time, each for $seconds; their results after, in order.
+fuzz_all() {
+  local running=0 target
+  for target in "${targets[@]}"; do
+    mkdir -p "$work/$target/corpus"
+    rm -f "$work/$target/status"
+    if [[ $running -ge $jobs ]]; then
+      wait -n || true
+      running=$((running - 1))
+    fi
+    echo "fuzz.sh: fuzzing $target for ${seconds}s (corpus $work/$target/corpus)"
+    fuzz_one "$target" &
+    running=$((running + 1))
+  done
+  wait
+}
+stage_run "fuzzing (${#targets[@]} x ${seconds}s, $jobs at once)" fuzz_all
+
 failed=()
 for target in "${targets[@]}"; do
   dir="$work/$target"
-  mkdir -p "$dir/corpus"
-  echo "fuzz.sh: fuzzing $target for ${seconds}s (corpus $dir/corpus)"
-  # detect_leaks is on by default with ASan; say so, since a leak must fail the run.
-  if ! ASAN_OPTIONS=detect_leaks=1 "$build/$target" "$dir/corpus" "$dir/seeds" -dict="$dir/dict" \
-      -max_total_time="$seconds" -max_len=4096 -timeout=10 -rss_limit_mb=2048 \
-      -artifact_prefix="$dir/crash-" -print_final_stats=1 >"$dir/log" 2>&1; then
+  if [[ "$(cat "$dir/status" 2>/dev/null)" != 0 ]]; then
     tail -n 60 "$dir/log"
     echo "fuzz.sh: FAILED: $target found a crash; input saved as $dir/crash-*;" \
       "reproduce with $build/$target <that file>" >&2
     failed+=("$target")
     continue
   fi
+  echo "fuzz.sh: $target:"
   grep -E "^(Done|stat::number_of_executed_units|stat::peak_rss_mb)" "$dir/log" || tail -n 5 "$dir/log"
 done
 if [[ ${#failed[@]} -gt 0 ]]; then

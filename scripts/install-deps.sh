@@ -21,7 +21,7 @@ build_packages=(
 )
 # What the tests, benchmarks, fuzzers and scripts/test.sh add.
 test_packages=(
-  clang libclang-rt-14-dev libgtest-dev libgmock-dev googletest libbenchmark-dev curl
+  clang libclang-rt-14-dev libgtest-dev libgmock-dev googletest libbenchmark-dev curl ccache
   python3 python3-numpy python3-jinja2 python3-prometheus-client gnuplot-nox nodejs npm
 )
 # With --build, a release without these still builds (CMake leaves the gloo CPU

@@ -13,17 +13,19 @@
 # test that spawned it passed (a worker killed on purpose, a report in a child's log).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+source scripts/lib/stage-times.sh
+source scripts/lib/ccache.sh
+stage_table_on_exit
 
 build=${TPSERVE_ASAN_BUILD_DIR:-build-asan}
 jobs=$(nproc)
 ctest_args=("$@")
 [[ ${#ctest_args[@]} -eq 0 ]] && ctest_args=(-L 'unit|tp|e2e')
 
-launcher=()
-command -v ccache >/dev/null && launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache -DCMAKE_C_COMPILER_LAUNCHER=ccache)
-cmake -S . -B "$build" -G Ninja -DTPSERVE_WERROR=ON -DTPSERVE_SANITIZE=ON -DTPSERVE_CUDA=OFF \
-  -DTPSERVE_BUILD_BENCH=OFF -DCMAKE_BUILD_TYPE=Debug "${launcher[@]}" >/dev/null
-cmake --build "$build" -j "$jobs"
+# The compiler launcher (ccache) comes from scripts/lib/ccache.sh.
+stage_run "ASan build: configure" cmake -S . -B "$build" -G Ninja -DTPSERVE_WERROR=ON -DTPSERVE_SANITIZE=ON \
+  -DTPSERVE_CUDA=OFF -DTPSERVE_BUILD_BENCH=OFF -DCMAKE_BUILD_TYPE=Debug >/dev/null
+stage_run "ASan build" cmake --build "$build" -j "$jobs"
 
 logs="$PWD/$build/sanitizer-logs"
 rm -rf "$logs"
@@ -37,7 +39,7 @@ export UBSAN_OPTIONS="halt_on_error=1:abort_on_error=1:print_stacktrace=1:log_pa
 # Leaks inside third-party libraries, each with its reason in the file.
 export LSAN_OPTIONS="suppressions=$PWD/scripts/lsan-suppressions.txt:print_suppressions=0"
 status=0
-ctest --test-dir "$build" --output-on-failure -j "$jobs" "${ctest_args[@]}" || status=$?
+stage_ctest "ASan tests" "$build" --output-on-failure -j "$jobs" "${ctest_args[@]}" || status=$?
 
 reports=("$logs"/*)
 if [[ -e "${reports[0]}" ]]; then
