@@ -17,7 +17,8 @@
 #
 #   scripts/fuzz.sh [BUILD_DIR]   fuzz build in BUILD_DIR-fuzz (default build-fuzz): clang,
 #                                 -DTPSERVE_FUZZ=ON, no CUDA/tests/bench; builds only the fuzzers
-#   TPSERVE_FUZZ_SECONDS=N        how long to fuzz each target (default 30; 9 targets = 4.5 min)
+#   TPSERVE_FUZZ_SECONDS=N        how long to fuzz each target (default 30; 9 targets, 2 at a time
+#                                 on 2 cores: 2.5 min; TPSERVE_FUZZ_JOBS=N sets how many at once)
 #   TPSERVE_FUZZ_TARGETS="a b"    run only these targets
 #
 # Each target's corpus lives in BUILD_DIR-fuzz/fuzz/<target>/corpus and grows across runs;
