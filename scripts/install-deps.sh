@@ -22,7 +22,8 @@ build_packages=(
 # What the tests, benchmarks, fuzzers and scripts/test.sh add.
 test_packages=(
   clang libclang-rt-14-dev libgtest-dev libgmock-dev googletest libbenchmark-dev curl ccache
-  python3 python3-numpy python3-jinja2 python3-prometheus-client gnuplot-nox nodejs npm
+  python3 python3-numpy python3-jinja2 python3-prometheus-client python3-yaml gnuplot-nox nodejs npm
+  systemd  # systemd-analyze, for tests/docs/deploy_recipes_test.py
 )
 # With --build, a release without these still builds (CMake leaves the gloo CPU
 # communicator out; GPUs use NCCL): they are installed when the release has them.

@@ -1,0 +1,119 @@
+#!/usr/bin/env python3
+"""Slurm's and Open MPI's launchers as a batch script sees them, on one machine without Slurm.
+
+  slurm_standins.py LOG NAME [ARGS...]      NAME: mpirun, srun or scontrol
+
+Each call is appended to LOG as a JSON line ({"name", "args"}). An option the
+stand-in does not model exits 2 naming it, so a script that drifts from what
+these tools take fails instead of passing unchecked.
+
+  mpirun    the real mpirun (TPSERVE_REAL_MPIRUN), with Slurm's variables taken
+            out of its environment so that it starts every rank here rather than
+            through srun, and root and oversubscription allowed (a container).
+  scontrol  `show hostnames [LIST]`: LIST (default $SLURM_JOB_NODELIST) one name a
+            line; node[1-3,5] ranges expand.
+  srun      -n/--ntasks, -N/--nodes, --ntasks-per-node, -w/--nodelist,
+            --kill-on-bad-exit, --export, -l/--label, --overlap, --mpi: starts the
+            tasks here with SLURM_PROCID / SLURM_LOCALID / SLURM_NODEID /
+            SLURM_NTASKS, forwards SIGTERM/SIGINT, exits with the first failure.
+"""
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+
+
+def record(log, name, args):
+    with open(log, "a") as f:
+        f.write(json.dumps({"name": name, "args": args}) + "\n")
+
+
+def refuse(name, what):
+    print(f"stand-in {name}: {what} is not modelled (tests/docs/slurm_standins.py); teach it or change the script",
+          file=sys.stderr)
+    return 2
+
+
+def expand_hostlist(text):
+    """node[1-3,5],login -> node1 node2 node3 node5 login."""
+    names = []
+    for m in re.finditer(r"([^,\[]+)(?:\[([^\]]+)\])?", text):
+        prefix, ranges = m.group(1), m.group(2)
+        if not ranges:
+            names.append(prefix)
+            continue
+        for part in ranges.split(","):
+            lo, _, hi = part.partition("-")
+            width = len(lo)
+            for i in range(int(lo), int(hi or lo) + 1):
+                names.append(f"{prefix}{i:0{width}d}")
+    return names
+
+
+def scontrol(args):
+    if args[:2] != ["show", "hostnames"]:
+        return refuse("scontrol", " ".join(args[:2]))
+    listing = args[2] if len(args) > 2 else os.environ.get("SLURM_JOB_NODELIST", "")
+    print("\n".join(expand_hostlist(listing)))
+    return 0
+
+
+SRUN_VALUE = {"-n": "ntasks", "--ntasks": "ntasks", "-N": "nodes", "--nodes": "nodes",
+              "--ntasks-per-node": "ntasks-per-node", "-w": "nodelist", "--nodelist": "nodelist",
+              "--export": "export", "--mpi": "mpi"}
+SRUN_BOOL = {"--kill-on-bad-exit", "-l", "--label", "--overlap"}
+
+
+def srun(args):
+    opts, i = {}, 0
+    while i < len(args) and args[i].startswith("-"):
+        key, eq, value = args[i].partition("=")
+        if key in SRUN_VALUE:
+            if not eq:
+                i += 1
+                value = args[i]
+            opts[SRUN_VALUE[key]] = value
+        elif key not in SRUN_BOOL:
+            return refuse("srun", f"option {key}")
+        i += 1
+    program = args[i:]
+    if not program:
+        return refuse("srun", "a call without a program")
+    nodes = int(opts.get("nodes", 1))
+    ntasks = int(opts.get("ntasks", nodes * int(opts.get("ntasks-per-node", 1))))
+    per_node = -(-ntasks // nodes)
+    children = []
+    for rank in range(ntasks):
+        env = dict(os.environ, SLURM_PROCID=str(rank), SLURM_LOCALID=str(rank % per_node),
+                   SLURM_NODEID=str(rank // per_node), SLURM_NTASKS=str(ntasks), SLURM_STEP_NUM_TASKS=str(ntasks))
+        children.append(subprocess.Popen(program, env=env))
+    for s in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(s, lambda signum, _f: [c.send_signal(signum) for c in children if c.poll() is None])
+    status = 0
+    for c in children:
+        rc = c.wait()
+        status = status or rc
+    return status
+
+
+def mpirun(args):
+    real = os.environ.get("TPSERVE_REAL_MPIRUN")
+    if not real:
+        return refuse("mpirun", "a run without Open MPI installed")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SLURM_")}
+    env.update(OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
+               OMPI_MCA_rmaps_base_oversubscribe="1")
+    os.execve(real, [real] + args, env)
+    return 1
+
+
+def main():
+    log, name, args = sys.argv[1], sys.argv[2], sys.argv[3:]
+    record(log, name, args)
+    return {"mpirun": mpirun, "srun": srun, "scontrol": scontrol}[name](args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
