@@ -1,6 +1,8 @@
 #include "http/generate_call.h"
 
+#include <algorithm>
 #include <optional>
+#include <vector>
 #include <string>
 #include <utility>
 
@@ -20,7 +22,11 @@ class GenerateCall final : public grpc::ClientReadReactor<v1::GenerateResponse>,
  public:
   GenerateCall(CoordinatorClient& client, std::shared_ptr<httpd::Exchange> exchange, OpenAiRequest request,
                ResponseHead head)
-      : client_(client), exchange_(std::move(exchange)), request_(std::move(request)), head_(std::move(head)) {}
+      : client_(client),
+        exchange_(std::move(exchange)),
+        request_(std::move(request)),
+        head_(std::move(head)),
+        choices_(std::max<size_t>(1, request_.grpc.n())) {}
 
   void Start() {
     self_ = shared_from_this();
@@ -45,30 +51,52 @@ class GenerateCall final : public grpc::ClientReadReactor<v1::GenerateResponse>,
       head_.id = ResponseId(head_.endpoint, response_.request_id());
       if (request_.stream) {
         exchange_->BeginStream(200, "text/event-stream", {{"Cache-Control", "no-cache"}});
-        if (chat()) pending_ = SseEvent(StreamChunk(head_, std::string(), /*role=*/true, nullptr, std::nullopt));
+        for (int i = 0; chat() && i < std::ssize(choices_); ++i) {
+          pending_ += SseEvent(StreamChunk(head_, std::string(), /*role=*/true, nullptr, std::nullopt, {}, i));
+        }
       }
+    }
+    if (response_.index() >= choices_.size()) {  // the coordinator's answer to n: never more choices
+      context_.TryCancel();
+      return;
     }
     if (!request_.stream) return Gather();
     if (response_.has_chunk()) return StreamChunkEvents();
     if (response_.has_complete()) {
       const v1::Complete& c = response_.complete();
-      complete_ = c;
+      Choice& choice = choices_[response_.index()];
+      choice.complete = c;
+      ++completes_;
       pending_ += SseEvent(StreamChunk(head_, chat() ? std::nullopt : std::optional<std::string>(""), false,
-                                       nullptr, FinishReason(c.finish_reason())));
-      if (head_.include_usage) pending_ += SseEvent(UsageChunk(head_, c.usage()));
-      pending_ += kSseDone;
+                                       nullptr, FinishReason(c.finish_reason()), {},
+                                       static_cast<int>(response_.index())));
+      if (done()) {
+        if (head_.include_usage) pending_ += SseEvent(UsageChunk(head_, Usage()));
+        pending_ += kSseDone;
+      }
     }
     Send();
   }
 
-  // Not streaming: keep the text, the log-probs and the Complete; read on.
+  bool done() const { return completes_ == std::ssize(choices_); }
+
+  // Every choice's usage, the prompt once.
+  v1::Usage Usage() const {
+    std::vector<const v1::Complete*> completes;
+    for (const Choice& c : choices_) completes.push_back(&*c.complete);
+    return SummedUsage(completes, static_cast<int>(choices_.size()));
+  }
+
+  // Not streaming: keep each choice's text, log-probs and Complete; read on.
   void Gather() {
+    Choice& choice = choices_[response_.index()];
     if (response_.has_chunk()) {
-      text_ += response_.chunk().text();
-      reasoning_ += response_.chunk().reasoning_text();
-      logprobs_.MergeFrom(response_.chunk().logprobs());
+      choice.text += response_.chunk().text();
+      choice.reasoning += response_.chunk().reasoning_text();
+      choice.logprobs.MergeFrom(response_.chunk().logprobs());
     } else if (response_.has_complete()) {
-      complete_ = response_.complete();
+      choice.complete = response_.complete();
+      ++completes_;
     }
     StartRead(&response_);
   }
@@ -85,8 +113,9 @@ class GenerateCall final : public grpc::ClientReadReactor<v1::GenerateResponse>,
     AddHold();
     client_.TokenTexts(chunk.logprobs(), request_.tokens_as_ids, [this](absl::StatusOr<TokenText> texts) {
       const v1::Chunk& c = response_.chunk();
-      const json lp = texts.ok() ? LogprobsJson(head_.endpoint, c.logprobs(), *texts, text_bytes_) : json(nullptr);
-      text_bytes_ += static_cast<int64_t>(c.text().size());
+      int64_t& text_bytes = choices_[response_.index()].text_bytes;
+      const json lp = texts.ok() ? LogprobsJson(head_.endpoint, c.logprobs(), *texts, text_bytes) : json(nullptr);
+      text_bytes += static_cast<int64_t>(c.text().size());
       pending_ += ChunkEvent(c, lp);
       Send();
       RemoveHold();
@@ -96,19 +125,20 @@ class GenerateCall final : public grpc::ClientReadReactor<v1::GenerateResponse>,
   // The event of one chunk: its text (none when it has only reasoning or
   // calls), its reasoning, the calls it completed.
   std::string ChunkEvent(const v1::Chunk& chunk, const json& logprobs) {
+    int& tool_calls_sent = choices_[response_.index()].tool_calls_sent;
     const ChatExtras extras{.reasoning = chunk.reasoning_text(), .tool_calls = &chunk.tool_calls(),
-                            .first_tool_index = tool_calls_sent_};
-    tool_calls_sent_ += chunk.tool_calls_size();
+                            .first_tool_index = tool_calls_sent};
+    tool_calls_sent += chunk.tool_calls_size();
     std::optional<std::string> text;
     const bool only_extras = chunk.text().empty() && (!extras.reasoning.empty() || chunk.tool_calls_size() > 0);
     if (!chat() || !only_extras) text = chunk.text();
-    return SseEvent(StreamChunk(head_, text, false, logprobs, std::nullopt, extras));
+    return SseEvent(StreamChunk(head_, text, false, logprobs, std::nullopt, extras, static_cast<int>(response_.index())));
   }
 
   // Writes what is pending, then reads on once the client has taken it.
   void Send() {
     if (pending_.empty()) return StartRead(&response_);
-    const bool last = complete_.has_value();
+    const bool last = done();
     AddHold();
     exchange_->Write(std::exchange(pending_, std::string()), [this, last](bool ok) {
       if (!ok) {
@@ -138,7 +168,7 @@ class GenerateCall final : public grpc::ClientReadReactor<v1::GenerateResponse>,
 
   // A stream that ended without Complete: its status as an error event.
   void EndStreamWithError(const grpc::Status& status) {
-    if (complete_) return;
+    if (done()) return;
     grpc::Status s = status.ok() ? grpc::Status(grpc::StatusCode::INTERNAL, "the stream ended without Complete")
                                  : status;
     exchange_->Write(SseEvent(ErrorBody(ErrorOf(s, head_.endpoint))) + kSseDone, nullptr);
@@ -151,25 +181,49 @@ class GenerateCall final : public grpc::ClientReadReactor<v1::GenerateResponse>,
       AnswerError(*exchange_, ErrorOf(status, head_.endpoint));
       return client_.End();
     }
-    if (!complete_) {
+    if (!done()) {
       AnswerError(*exchange_, {.status = 500, .message = "the stream ended without Complete", .type = "server_error"});
       return client_.End();
     }
     if (!request_.logprobs) {
-      AnswerJson(*exchange_, 200, FullResponse(head_, text_, nullptr, *complete_, reasoning_));
+      AnswerJson(*exchange_, 200, FullResponse(head_, Bodies(nullptr), static_cast<int>(choices_.size())));
       return client_.End();
     }
-    client_.TokenTexts(logprobs_, request_.tokens_as_ids, [self](absl::StatusOr<TokenText> texts) {
+    // One look-up for every choice's tokens.
+    google::protobuf::RepeatedPtrField<v1::TokenLogprob> all;
+    for (const Choice& c : choices_) all.MergeFrom(c.logprobs);
+    client_.TokenTexts(all, request_.tokens_as_ids, [self](absl::StatusOr<TokenText> texts) {
       if (!texts.ok()) {
         AnswerError(*self->exchange_, ErrorOf(texts.status(), self->head_.endpoint));
       } else {
-        const json lp = LogprobsJson(self->head_.endpoint, self->logprobs_, *texts, 0);
         AnswerJson(*self->exchange_, 200,
-                   FullResponse(self->head_, self->text_, lp, *self->complete_, self->reasoning_));
+                   FullResponse(self->head_, self->Bodies(&*texts), static_cast<int>(self->choices_.size())));
       }
       self->client_.End();
     });
   }
+
+  // The choices as FullResponse takes them, with log-probs when `texts` names their tokens.
+  std::vector<ChoiceBody> Bodies(const TokenText* texts) const {
+    std::vector<ChoiceBody> bodies;
+    for (const Choice& c : choices_) {
+      bodies.push_back(ChoiceBody{.text = c.text,
+                                  .logprobs = texts ? LogprobsJson(head_.endpoint, c.logprobs, *texts, 0) : json(nullptr),
+                                  .complete = *c.complete,
+                                  .reasoning = c.reasoning});
+    }
+    return bodies;
+  }
+
+  // One choice's side of the response (GenerateResponse.index).
+  struct Choice {
+    std::optional<v1::Complete> complete;
+    int64_t text_bytes = 0;   // streamed completions' log-prob text offsets
+    std::string text;         // not streaming: the whole text
+    std::string reasoning;    // not streaming: the whole reasoning
+    int tool_calls_sent = 0;  // streaming: calls sent so far (their deltas' index)
+    google::protobuf::RepeatedPtrField<v1::TokenLogprob> logprobs;  // not streaming
+  };
 
   CoordinatorClient& client_;
   const std::shared_ptr<httpd::Exchange> exchange_;
@@ -180,13 +234,9 @@ class GenerateCall final : public grpc::ClientReadReactor<v1::GenerateResponse>,
   std::shared_ptr<GenerateCall> self_;
 
   bool got_first_ = false;
-  std::optional<v1::Complete> complete_;
-  std::string pending_;      // SSE events not yet handed to the socket
-  int64_t text_bytes_ = 0;   // streamed completions' log-prob text offsets
-  std::string text_;         // not streaming: the whole text
-  std::string reasoning_;    // not streaming: the whole reasoning
-  int tool_calls_sent_ = 0;  // streaming: calls sent so far (their deltas' index)
-  google::protobuf::RepeatedPtrField<v1::TokenLogprob> logprobs_;
+  std::vector<Choice> choices_;  // [n] by index
+  int64_t completes_ = 0;        // choices whose Complete came
+  std::string pending_;          // SSE events not yet handed to the socket
 };
 
 }  // namespace

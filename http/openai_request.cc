@@ -60,7 +60,9 @@ absl::StatusOr<float> Float(const json& v, absl::string_view field) {
 absl::StatusOr<int64_t> Integer(const json& v, absl::string_view field, int64_t lo, int64_t hi) {
   if (v.is_number_unsigned()) {
     const uint64_t u = v.get<uint64_t>();
-    if (u > static_cast<uint64_t>(hi)) return InvalidField(field, absl::StrCat(u, " is above the maximum ", hi));
+    if (u > static_cast<uint64_t>(hi) || static_cast<int64_t>(u) < lo) {
+      return InvalidField(field, absl::StrCat(u, " is outside [", lo, ", ", hi, "]"));
+    }
     return static_cast<int64_t>(u);
   }
   if (!v.is_number_integer()) return WrongType(field, v, "an integer");
@@ -241,10 +243,10 @@ std::map<std::string, FieldSetter> CommonFields() {
                                               [](OpenAiRequest& r, bool b) { r.tokens_as_ids = b; });
   AddSamplingFields(f);
   f["structured_outputs"] = SetStructuredOutputs;
-  f["n"] = [](const json& v, OpenAiRequest&) -> absl::Status {
-    absl::StatusOr<int64_t> n = Integer(v, "n", 1, std::numeric_limits<int32_t>::max());
+  f["n"] = [](const json& v, OpenAiRequest& r) -> absl::Status {
+    absl::StatusOr<int64_t> n = Integer(v, "n", 1, 128);  // OpenAI's bound (coordinator/request.h kMaxChoices)
     if (!n.ok()) return n.status();
-    if (*n != 1) return InvalidField("n", absl::StrCat(*n, " choices asked; only n = 1 is supported"));
+    r.grpc.set_n(static_cast<uint32_t>(*n));
     return absl::OkStatus();
   };
   f["user"] = [](const json& v, OpenAiRequest&) -> absl::Status {
@@ -443,6 +445,17 @@ std::map<std::string, FieldSetter> CompletionFields() {
     r.grpc.set_logprobs(n);
     return absl::OkStatus();
   }, "logprobs");
+  // Dropped by vLLM too: the server would sample best_of and return the n most
+  // likely. 1 (the same as absent) is accepted.
+  f["best_of"] = [](const json& v, OpenAiRequest&) -> absl::Status {
+    absl::StatusOr<int64_t> best_of = Integer(v, "best_of", 1, std::numeric_limits<int32_t>::max());
+    if (!best_of.ok()) return best_of.status();
+    if (*best_of != 1) {
+      return InvalidField("best_of", absl::StrCat("best_of = ", *best_of, " is not supported (vLLM dropped it too); ask "
+                                                 "for n choices with logprobs and pick the best yourself"));
+    }
+    return absl::OkStatus();
+  };
   f["echo"] = Setter<bool>(Bool, [](OpenAiRequest&, bool echo) {
     return echo ? InvalidField("echo", "echo is not supported; leave it false") : absl::OkStatus();
   }, "echo");

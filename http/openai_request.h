@@ -4,7 +4,7 @@
 // Every field is checked for its JSON type here; ranges are the coordinator's
 // (its INVALID_ARGUMENT names the proto field, which OpenAiParam maps back).
 // A field this API does not know is an error naming it, as is a known field
-// with an unsupported value (n > 1, echo). JSON null
+// with an unsupported value (best_of > 1, echo). JSON null
 // is the same as an absent field.
 //
 //   body field                           GenerateRequest field
@@ -35,8 +35,10 @@
 //   logprobs + top_logprobs (chat),      logprobs (the number of alternatives)
 //     logprobs: N (completions)
 //   skip_special_tokens (default true)   skip_special_tokens
+//   n (1 to 128)                         n (choices: each "index" of the response)
+//   best_of (completions; 1 only, as vLLM which dropped it)
 //   model, stream, stream_options.include_usage, return_tokens_as_token_ids,
-//   n (1 only), user (ignored), echo (false only)   the response (OpenAiRequest)
+//   user (ignored), echo (false only)    the response (OpenAiRequest)
 #pragma once
 
 #include <optional>

@@ -1,5 +1,7 @@
 #include "http/openai_response.h"
 
+#include <algorithm>
+
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -101,25 +103,50 @@ json ToolCallsJson(const google::protobuf::RepeatedPtrField<v1::ToolCall>& calls
 
 json FullResponse(const ResponseHead& head, const std::string& text, const json& logprobs,
                   const v1::Complete& complete, const std::string& reasoning) {
-  json choice = {{"index", 0}, {"logprobs", logprobs}, {"finish_reason", FinishReason(complete.finish_reason())}};
-  if (IsChat(head)) {
-    const bool calls = complete.tool_calls_size() > 0;
-    json message = {{"role", "assistant"}, {"content", calls && text.empty() ? json(nullptr) : json(text)}};
-    if (!reasoning.empty()) message["reasoning_content"] = message["reasoning"] = reasoning;
-    if (calls) message["tool_calls"] = ToolCallsJson(complete.tool_calls(), 0, /*streamed=*/false);
-    choice["message"] = std::move(message);
-  } else {
-    choice["text"] = text;
+  return FullResponse(head, {ChoiceBody{.text = text, .logprobs = logprobs, .complete = complete, .reasoning = reasoning}},
+                      1);
+}
+
+v1::Usage SummedUsage(const std::vector<const v1::Complete*>& completes, int choices_per_prompt) {
+  v1::Usage usage;
+  for (size_t i = 0; i < completes.size(); ++i) {
+    const v1::Usage& u = completes[i]->usage();
+    if (i % static_cast<size_t>(std::max(1, choices_per_prompt)) == 0) {  // each prompt once
+      usage.set_prompt_tokens(usage.prompt_tokens() + u.prompt_tokens());
+      usage.set_cached_tokens(usage.cached_tokens() + u.cached_tokens());
+    }
+    usage.set_completion_tokens(usage.completion_tokens() + u.completion_tokens());
   }
+  return usage;
+}
+
+json FullResponse(const ResponseHead& head, const std::vector<ChoiceBody>& choices, int choices_per_prompt) {
   json out = Envelope(head, "chat.completion", "text_completion");
-  out["choices"] = json::array({choice});
-  out["usage"] = UsageJson(complete.usage());
+  out["choices"] = json::array();
+  std::vector<const v1::Complete*> completes;
+  for (size_t i = 0; i < choices.size(); ++i) {
+    const ChoiceBody& b = choices[i];
+    const v1::Complete& complete = b.complete;
+    json choice = {{"index", i}, {"logprobs", b.logprobs}, {"finish_reason", FinishReason(complete.finish_reason())}};
+    if (IsChat(head)) {
+      const bool calls = complete.tool_calls_size() > 0;
+      json message = {{"role", "assistant"}, {"content", calls && b.text.empty() ? json(nullptr) : json(b.text)}};
+      if (!b.reasoning.empty()) message["reasoning_content"] = message["reasoning"] = b.reasoning;
+      if (calls) message["tool_calls"] = ToolCallsJson(complete.tool_calls(), 0, /*streamed=*/false);
+      choice["message"] = std::move(message);
+    } else {
+      choice["text"] = b.text;
+    }
+    out["choices"].push_back(std::move(choice));
+    completes.push_back(&complete);
+  }
+  out["usage"] = UsageJson(SummedUsage(completes, choices_per_prompt));
   return out;
 }
 
 json StreamChunk(const ResponseHead& head, const std::optional<std::string>& text, bool role, const json& logprobs,
-                 const std::optional<std::string>& finish_reason, const ChatExtras& extras) {
-  json choice = {{"index", 0}, {"logprobs", logprobs},
+                 const std::optional<std::string>& finish_reason, const ChatExtras& extras, int index) {
+  json choice = {{"index", index}, {"logprobs", logprobs},
                  {"finish_reason", finish_reason ? json(*finish_reason) : json(nullptr)}};
   if (IsChat(head)) {
     json delta = json::object();

@@ -4,7 +4,8 @@
 //
 // Non-streaming:  {"id", "object": "chat.completion" | "text_completion", "created",
 //                  "model", "choices": [{"index": 0, "message": {"role": "assistant",
-//                  "content"} | "text", "logprobs", "finish_reason"}], "usage"}
+//                  "content"} | "text", "logprobs", "finish_reason"}, ...], "usage"}
+//                  (n > 1: choice i of prompt p has "index" p * n + i, as vLLM's)
 // Streaming: one SSE event per chunk, "data: {...}\n\n", then "data: [DONE]\n\n":
 //   chat: first {"delta": {"role": "assistant", "content": ""}}, then
 //   {"delta": {"content": TEXT}} per gRPC chunk (with "reasoning_content" and
@@ -69,6 +70,20 @@ nlohmann::json LogprobsJson(Endpoint endpoint,
 nlohmann::json FullResponse(const ResponseHead& head, const std::string& text, const nlohmann::json& logprobs,
                             const tpserve::v1::Complete& complete, const std::string& reasoning = "");
 
+// One choice of a response of several (n > 1, or a list of prompts).
+struct ChoiceBody {
+  std::string text;
+  nlohmann::json logprobs;  // null, or LogprobsJson's
+  tpserve::v1::Complete complete;
+  std::string reasoning;
+};
+// The response of `choices` in order, "index" counting from 0; usage: the
+// prompt tokens of each distinct prompt once (`prompts`: choices per prompt,
+// consecutive), the completion tokens of every choice.
+nlohmann::json FullResponse(const ResponseHead& head, const std::vector<ChoiceBody>& choices, int choices_per_prompt);
+// The usage of `completes` as FullResponse counts it.
+tpserve::v1::Usage SummedUsage(const std::vector<const tpserve::v1::Complete*>& completes, int choices_per_prompt);
+
 // What a streamed chat chunk carries beside its text: reasoning, and the
 // calls completed by it (OpenAI's tool_calls deltas, each call whole, with
 // "index" counting the stream's calls from first_tool_index).
@@ -80,9 +95,10 @@ struct ChatExtras {
 
 // One streamed chunk: `text` (chat: the delta's content; `role` adds
 // "role": "assistant"), `logprobs` (null or LogprobsJson's), `finish_reason` on the last.
+// `index`: the choice (n > 1: each choice's chunks come interleaved).
 nlohmann::json StreamChunk(const ResponseHead& head, const std::optional<std::string>& text, bool role,
                            const nlohmann::json& logprobs, const std::optional<std::string>& finish_reason,
-                           const ChatExtras& extras = {});
+                           const ChatExtras& extras = {}, int index = 0);
 // The chunk after the last, with include_usage: "choices": [] and the usage.
 nlohmann::json UsageChunk(const ResponseHead& head, const tpserve::v1::Usage& usage);
 

@@ -11,6 +11,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <memory>
 #include <regex>
 #include <sstream>
@@ -171,6 +172,86 @@ TEST_F(HttpTest, CurlSseFramingByteForByte) {
   }
   EXPECT_GE(count, 1);
   EXPECT_EQ(texts, absl::StrJoin(expected.texts, "")) << reply.body;
+}
+
+// n > 1 (issue 29): gRPC streams each choice with its index; seeded choice i
+// gives the tokens of a request of its own seeded seed + i; HTTP answers
+// choices[i] in order, and streams them interleaved with their index, for
+// completions and chat.
+TEST_F(HttpTest, ChoicesThroughGrpcAndHttp) {
+  v1::GenerateRequest request = Greedy(6);
+  for (uint32_t id : {5u, 6u, 7u, 8u, 9u, 10u, 11u}) request.mutable_prompt_token_ids()->add_ids(id);
+  request.mutable_sampling()->set_temperature(1.0f);
+  request.mutable_sampling()->set_seed(41);
+  request.set_n(3);
+  std::map<uint32_t, std::string> grpc_text;
+  std::map<uint32_t, std::vector<uint32_t>> grpc_ids;
+  int completes = 0;
+  {
+    grpc::ClientContext context;
+    auto reader = coordinator_->stub->Generate(&context, request);
+    v1::GenerateResponse r;
+    while (reader->Read(&r)) {
+      ASSERT_LT(r.index(), 3u);
+      if (r.has_chunk()) {
+        grpc_text[r.index()] += r.chunk().text();
+        grpc_ids[r.index()].insert(grpc_ids[r.index()].end(), r.chunk().token_ids().begin(), r.chunk().token_ids().end());
+      }
+      completes += r.has_complete() ? 1 : 0;
+    }
+    ASSERT_TRUE(reader->Finish().ok());
+  }
+  EXPECT_EQ(completes, 3);
+  for (uint32_t i = 0; i < 3; ++i) {
+    v1::GenerateRequest alone = request;
+    alone.set_n(1);
+    alone.mutable_sampling()->set_seed(41 + i);
+    EXPECT_EQ(ReadStream(*coordinator_->stub, alone).ids, grpc_ids[i]) << "choice " << i;
+  }
+
+  const HttpReply full = Post("/v1/completions", R"({"model": "qwen3", "prompt": [5, 6, 7, 8, 9, 10, 11],
+      "max_tokens": 6, "temperature": 1, "seed": 41, "n": 3, "ignore_eos": true})");
+  ASSERT_EQ(full.status, 200) << full.body;
+  const json body = json::parse(full.body);
+  ASSERT_EQ(body["choices"].size(), 3u) << full.body;
+  for (uint32_t i = 0; i < 3; ++i) {
+    EXPECT_EQ(body["choices"][i]["index"], i);
+    EXPECT_EQ(body["choices"][i]["text"], grpc_text[i]) << "choice " << i;
+  }
+  EXPECT_EQ(body["usage"]["prompt_tokens"], 7);
+  EXPECT_EQ(body["usage"]["completion_tokens"], 18);
+  EXPECT_EQ(Post("/v1/completions", R"({"prompt": "x", "best_of": 3})").status, 400);
+
+  // Streaming: every event's choice carries its index; the texts by index add up.
+  for (const std::string& path : {std::string("/v1/completions"), std::string("/v1/chat/completions")}) {
+    const bool chat = path == "/v1/chat/completions";
+    const std::string input = chat ? R"("messages": [{"role": "user", "content": "hi"}])" : R"("prompt": [5, 6, 7])";
+    const HttpReply streamed = Curl(path, {"-N", "-H", "Content-Type: application/json", "--data-binary",
+                                           absl::StrCat(R"({"model": "qwen3", )", input, R"(, "max_tokens": 5,
+                                               "temperature": 0, "n": 2, "ignore_eos": true, "stream": true})")});
+    ASSERT_EQ(streamed.status, 200) << streamed.body;
+    std::map<int, std::string> texts;
+    std::map<int, int> finishes;
+    std::istringstream lines(streamed.body);
+    std::string line, last;
+    while (std::getline(lines, line)) {
+      if (!absl::StartsWith(line, "data: ")) continue;
+      last = line;
+      if (line == "data: [DONE]") continue;
+      const json e = json::parse(line.substr(6));
+      for (const json& c : e["choices"]) {
+        const int index = c["index"];
+        const json& text = chat ? c["delta"].value("content", json("")) : c["text"];
+        if (text.is_string()) texts[index] += text.get<std::string>();
+        if (!c["finish_reason"].is_null()) ++finishes[index];
+      }
+    }
+    EXPECT_EQ(last, "data: [DONE]") << path;
+    ASSERT_EQ(texts.size(), 2u) << path << ": " << streamed.body;
+    EXPECT_EQ(texts[0], texts[1]) << path << ": greedy choices are the same";
+    EXPECT_FALSE(texts[0].empty()) << path;
+    EXPECT_EQ(finishes, (std::map<int, int>{{0, 1}, {1, 1}})) << path;
+  }
 }
 
 // Malformed JSON, wrong types, unknown fields, a body past --max-body-bytes, an

@@ -101,6 +101,8 @@ TEST(OpenAiRequest, CompletionPromptsAndDefaults) {
   EXPECT_EQ(r.grpc.logprobs(), 0u);
   EXPECT_EQ(r.grpc.stopping().stop(0), "x");
   EXPECT_EQ(r.grpc.sampling().seed(), ~uint64_t{0}) << "a negative seed keeps its bits";
+  EXPECT_EQ(Parse(kChat, R"({"messages": [{"role": "user", "content": "x"}], "n": 3})").grpc.n(), 3u);
+  EXPECT_EQ(Parse(kCompl, R"({"prompt": "x", "n": 2, "best_of": 1})").grpc.n(), 2u);
   r = Parse(kCompl, R"({"prompt": [[4, 5]], "temperature": null, "echo": false})");
   EXPECT_EQ(r.grpc.prompt_token_ids().ids_size(), 2);
   EXPECT_FALSE(r.grpc.sampling().has_temperature()) << "null is absent";
@@ -229,7 +231,9 @@ TEST(OpenAiRequest, BadBodiesNameTheField) {
   EXPECT_EQ(Refused(kChat, "{" + msgs + ", \"max_tokens\": 1.5}"), "max_tokens");
   EXPECT_EQ(Refused(kChat, "{" + msgs + ", \"max_tokens\": 2, \"max_completion_tokens\": 3}"),
             "max_tokens") << "the later key (JSON objects are read in key order)";
-  EXPECT_EQ(Refused(kChat, "{" + msgs + ", \"n\": 2}"), "n");
+  EXPECT_EQ(Refused(kChat, "{" + msgs + ", \"n\": 129}"), "n");
+  EXPECT_EQ(Refused(kChat, "{" + msgs + ", \"n\": 0}"), "n");
+  EXPECT_EQ(Refused(kCompl, "{\"prompt\": \"x\", \"best_of\": 2}"), "best_of");
   EXPECT_EQ(Refused(kChat, "{" + msgs + ", \"stop\": [1]}"), "stop[0]");
   EXPECT_EQ(Refused(kChat, "{" + msgs + ", \"stream\": 1}"), "stream");
   EXPECT_EQ(Refused(kChat, "{" + msgs + ", \"stream_options\": {\"include_usage\": true}}"), "stream_options");
@@ -256,7 +260,7 @@ TEST(OpenAiRequest, BadBodiesNameTheField) {
 }
 
 TEST(OpenAiRequest, UnknownFieldListsTheKnownOnes) {
-  absl::StatusOr<OpenAiRequest> r = ParseRequest(kCompl, R"({"prompt": "x", "best_of": 2})");
+  absl::StatusOr<OpenAiRequest> r = ParseRequest(kCompl, R"({"prompt": "x", "frobnicate": 2})");
   ASSERT_FALSE(r.ok());
   EXPECT_TRUE(absl::StrContains(r.status().message(), "max_tokens")) << r.status();
 }
