@@ -210,8 +210,9 @@ class Backend {
   virtual void Attention(const Tensor& qkv /*[T, (Hq + 2 Hkv) · hd]*/, const AttentionShape& shape,
                          KvCacheLayer cache, float scale, Tensor out /*[T, Hq · hd]*/) = 0;
 
-  // out[s] = x[logits_indices[s]]: the rows that reach the LM head.
-  virtual void GatherRows(const Tensor& x /*[T, D]*/, Tensor out /*[S, D]*/) = 0;
+  // out[r] = x[logits_indices[r]]: the rows that reach the LM head (R = S
+  // but for sequences verifying a speculative proposal, step.h).
+  virtual void GatherRows(const Tensor& x /*[T, D]*/, Tensor out /*[R, D]*/) = 0;
 
   // ---- a decoder layer in fewer launches (optional) ----
   // A backend that can run the ops around a layer's projections fused says so

@@ -205,10 +205,10 @@ void CpuBackend::Attention(const Tensor& qkv, const AttentionShape& shape, KvCac
 
 void CpuBackend::GatherRows(const Tensor& x, Tensor out) {
   const StepMetadata& step = CurrentStep("GatherRows");
-  const int64_t S = step.num_seqs(), D = x.row_width();
+  const int64_t R = step.num_logits_rows(), D = x.row_width();
   ExpectRows("GatherRows", "x", x, step.num_tokens(), D);
-  ExpectRows("GatherRows", "out", out, S, D);
-  CpuGatherRows(x.ptr<float>(), D, step.logits_indices.data(), S, out.ptr<float>());
+  ExpectRows("GatherRows", "out", out, R, D);
+  CpuGatherRows(x.ptr<float>(), D, step.logits_indices.data(), R, out.ptr<float>());
 }
 
 }  // namespace tpserve

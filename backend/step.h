@@ -15,6 +15,21 @@
 // at offset p % block_size; its slot is block * block_size + offset.
 // Block ids always come from the caller (scheduler/block_manager.h, in the
 // coordinator or the offline engine); the backend checks them against num_blocks.
+//
+// Logits rows: each sequence has at least one row whose hidden state reaches
+// the LM head, usually its last new token. A sequence verifying a speculative
+// proposal (issue 27) is a multi-token sequence in the prefill group whose new
+// tokens are its last sampled token and the k proposed ones at the following
+// positions; its logits rows are all k + 1 of them, so one forward gives the
+// target's logits after each proposed token:
+//
+//   seq:            0 (prefill)   1 (verify, k = 2)   2 (decode)
+//   new tokens:     [t t t t]     [s p p]             [t]
+//   logits_indices: 3             4 5 6               7      (R = 5 rows)
+//
+// The CPU backend computes every row alone ("The CPU backend's numerics"), so
+// row 5 holds the bits a one-token step at that position would. The CUDA
+// backend takes one row per sequence for now (R = S).
 #pragma once
 
 #include <cstdint>
@@ -32,11 +47,13 @@ struct StepMetadata {
   std::span<const int32_t> seq_lens;       // [S] context length after this step (cached + new)
   std::span<const int32_t> block_tables;   // [S, max_blocks_per_seq] block ids, row-major; unused entries -1
   int32_t max_blocks_per_seq = 0;
-  std::span<const int32_t> logits_indices; // [S] row in [0, T) whose hidden state reaches the LM head
-                                           //     (the last new token of each sequence)
+  std::span<const int32_t> logits_indices; // [R >= S] rows in [0, T) whose hidden states reach the LM
+                                           //     head, increasing, each sequence owning at least one
+                                           //     (usually its last new token; see above)
 
   int32_t num_seqs() const { return num_prefill_seqs + num_decode_seqs; }
   int32_t num_tokens() const { return static_cast<int32_t>(token_ids.size()); }
+  int32_t num_logits_rows() const { return static_cast<int32_t>(logits_indices.size()); }
 };
 
 }  // namespace tpserve

@@ -24,6 +24,10 @@ absl::Status CheckSequences(std::span<const StepSequence> seqs, int32_t block_si
     if (q.num_computed < 0) {
       return Invalid("sequence ", s, " has num_computed ", q.num_computed, "; it must be 0 or more");
     }
+    if (q.num_logits < 1 || q.num_logits > n) {
+      return Invalid("sequence ", s, " has num_logits ", q.num_logits, "; it must be in [1, ", n,
+                     "] (its new tokens)");
+    }
     const int64_t seq_len = q.num_computed + n;
     if (seq_len > std::numeric_limits<int32_t>::max()) {
       return Invalid("sequence ", s, " reaches ", seq_len, " tokens, beyond int32 positions");
@@ -47,10 +51,10 @@ absl::Status CheckPaddable(const StepMetadata& step, int32_t bucket, int32_t blo
                    " decode rows (only pure decodes of at most that many)");
   }
   const size_t n = static_cast<size_t>(S);
-  if (step.token_ids.size() != n || step.seq_lens.size() != n || step.slot_mapping.size() != n ||
+  if (step.token_ids.size() != n || step.logits_indices.size() != n || step.seq_lens.size() != n || step.slot_mapping.size() != n ||
       step.positions.size() != n ||
       step.block_tables.size() != n * static_cast<size_t>(std::max(step.max_blocks_per_seq, 0))) {
-    return Invalid("a decode step of ", S, " sequences needs one token, position, slot and seq_len each and ",
+    return Invalid("a decode step of ", S, " sequences needs one token, position, slot, seq_len and logits row each and ",
                    S, " block-table rows of max_blocks_per_seq = ", step.max_blocks_per_seq, " entries");
   }
   return absl::OkStatus();
@@ -106,7 +110,7 @@ absl::Status StepBatch::Assign(std::span<const StepSequence> seqs, int32_t block
     }
     a_.query_start.push_back(static_cast<int32_t>(a_.token_ids.size()));
     a_.seq_lens.push_back(static_cast<int32_t>(q.num_computed + std::ssize(q.tokens)));
-    a_.logits_indices.push_back(a_.query_start.back() - 1);
+    for (int32_t r = q.num_logits; r >= 1; --r) a_.logits_indices.push_back(a_.query_start.back() - r);
     std::copy(q.block_table.begin(), q.block_table.end(),
               a_.block_tables.begin() + static_cast<std::ptrdiff_t>(s * columns));
   }

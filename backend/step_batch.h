@@ -4,17 +4,21 @@
 // graphs' padding, the profile step, the CPU backend's copy of the current
 // step, tests and benchmarks) builds it here, from one entry per sequence:
 //
-//   StepSequence{tokens, num_computed, block_table}
+//   StepSequence{tokens, num_computed, block_table, num_logits}
 //     tokens:       [n >= 1] the new tokens to compute this step
 //     num_computed: tokens before them whose K/V are already in the cache
 //                   (a cached prefix, an earlier prefill chunk, the decoded
 //                   tokens so far)
 //     block_table:  block ids; position p lives in block_table[p / block_size]
+//     num_logits:   [1, n] logits rows: the last num_logits new tokens (1
+//                   but for a sequence verifying a speculative proposal,
+//                   backend/step.h)
 //
 // Build lays the sequences out in the given order. Token i of sequence s is at
 // position num_computed + i, in slot block * block_size + p % block_size with
 // block = block_table[p / block_size] (or -1 when the step does not store K/V);
-// seq_lens[s] = num_computed + n, and the logits row of s is its last token.
+// seq_lens[s] = num_computed + n, and the logits rows of s are its last
+// num_logits tokens (logits_indices has one entry per row, in order).
 // The prefill group is every sequence up to and including the last one with
 // more than one new token; the rest are one-token decodes. The block table is
 // [S, max_blocks_per_seq] with max_blocks_per_seq the longest block_table
@@ -54,6 +58,7 @@ struct StepSequence {
   std::span<const int32_t> tokens;       // [n >= 1] new tokens
   int64_t num_computed = 0;              // tokens already in the KV cache
   std::span<const int32_t> block_table;  // [>= ceil((num_computed + n) / block_size)] block ids
+  int32_t num_logits = 1;                // [1, n] logits rows: the last num_logits new tokens
 };
 
 class StepBatch {
@@ -73,7 +78,7 @@ class StepBatch {
     std::vector<int32_t> query_start{0};  // [S + 1]
     std::vector<int32_t> seq_lens;        // [S]
     std::vector<int32_t> block_tables;    // [S, M] row-major, unused entries -1
-    std::vector<int32_t> logits_indices;  // [S]
+    std::vector<int32_t> logits_indices;  // [R] R = sum of num_logits (S when every sequence has 1)
   };
 
   StepBatch() = default;  // the empty step: no sequences, query_start {0}
@@ -84,9 +89,9 @@ class StepBatch {
 
   // Replaces the contents with `seqs` laid out as above (the vectors keep
   // their capacity). INVALID_ARGUMENT, naming the sequence and the field, when
-  // block_size < 1, a sequence has no tokens or a negative num_computed, or
-  // its block_table is too short for num_computed + n tokens; the batch is
-  // then empty.
+  // block_size < 1, a sequence has no tokens or a negative num_computed, its
+  // num_logits is outside [1, n], or its block_table is too short for
+  // num_computed + n tokens; the batch is then empty.
   absl::Status Assign(std::span<const StepSequence> seqs, int32_t block_size, StoreKv store = StoreKv::kYes);
 
   // Replaces the contents with `step` (a pure decode of S <= bucket

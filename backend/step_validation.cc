@@ -24,9 +24,10 @@ absl::Status CheckSizes(const StepMetadata& step) {
     return s;
   }
   if (auto s = check("seq_lens", step.seq_lens.size(), S, "one per sequence"); !s.ok()) return s;
-  if (auto s = check("logits_indices", step.logits_indices.size(), S, "one per sequence");
-      !s.ok()) {
-    return s;
+  const int64_t R = std::ssize(step.logits_indices);
+  if (R < S || R > T) {
+    return Invalid("logits_indices has ", R, " entries; it needs ", S, " to ", T,
+                   " (at least one row per sequence, at most one per new token)");
   }
   return check("block_tables", step.block_tables.size(), S * int64_t{step.max_blocks_per_seq},
                "sequences x max_blocks_per_seq");
@@ -80,10 +81,30 @@ absl::Status CheckSequence(const StepMetadata& step, int32_t s, int64_t num_bloc
                      " tokens (use -1 for padding)");
     }
   }
-  const int32_t li = step.logits_indices[s];
-  if (li < begin || li >= end) {
-    return Invalid("sequence ", s, kind, ": logits_indices = ", li,
-                   " is not one of its rows [", begin, ", ", end, ")");
+  return absl::OkStatus();
+}
+
+// Every sequence owns a run of logits_indices, increasing, within its rows.
+absl::Status CheckLogitsRows(const StepMetadata& step) {
+  const std::span<const int32_t> li = step.logits_indices;
+  size_t j = 0;
+  for (int32_t s = 0; s < step.num_seqs(); ++s) {
+    const int32_t begin = step.query_start[s], end = step.query_start[s + 1];
+    const char* kind = s >= step.num_prefill_seqs ? " (decode)" : " (prefill)";
+    if (j >= li.size() || li[j] < begin || li[j] >= end) {
+      return Invalid("sequence ", s, kind, ": logits_indices = ", j < li.size() ? li[j] : -1, " (entry ", j,
+                     ") is not one of its rows [", begin, ", ", end,
+                     "); each sequence needs its logits rows, in sequence order");
+    }
+    for (++j; j < li.size() && li[j] < end; ++j) {
+      if (li[j] <= li[j - 1]) {
+        return Invalid("sequence ", s, kind, ": logits_indices entry ", j, " = ", li[j], " follows ", li[j - 1],
+                       "; a sequence's logits rows must increase");
+      }
+    }
+  }
+  if (j != li.size()) {
+    return Invalid("logits_indices entry ", j, " = ", li[j], " belongs to no sequence after the last one's rows");
   }
   return absl::OkStatus();
 }
@@ -123,7 +144,7 @@ absl::Status ValidateStep(const StepMetadata& step, int64_t num_blocks, int32_t 
       return st;
     }
   }
-  return absl::OkStatus();
+  return CheckLogitsRows(step);
 }
 
 }  // namespace tpserve

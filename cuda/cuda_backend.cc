@@ -924,6 +924,12 @@ absl::Status CudaBackend::BeginStep(const StepMetadata& step, int64_t num_blocks
   if (absl::Status status = ValidateStep(step, num_blocks, block_size, max_position); !status.ok()) {
     return status;
   }
+  if (step.num_logits_rows() != step.num_seqs()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "BeginStep: ", step.num_logits_rows(), " logits rows for ", step.num_seqs(),
+        " sequences; the CUDA backend computes one row per sequence (verifying a speculative proposal, several "
+        "rows per sequence, runs on the CPU backend only for now)"));
+  }
   const size_t T = step.token_ids.size(), S = static_cast<size_t>(step.num_seqs());
   const size_t columns = static_cast<size_t>(step.max_blocks_per_seq);
   if (step_reserved_ && (static_cast<int64_t>(T) > capacity_.max_tokens ||

@@ -18,7 +18,8 @@ Tensor Rows(const Tensor& t, int64_t n) { return t.Rows(0, n); }
 absl::StatusOr<std::unique_ptr<Model>> Model::Load(const std::filesystem::path& dir,
                                                    Backend& backend, Communicator& comm,
                                                    const ModelOptions& options) {
-  if (options.max_num_tokens <= 0 || options.max_num_seqs <= 0 || options.max_position < 0) {
+  if (options.max_num_tokens <= 0 || options.max_num_seqs <= 0 || options.max_position < 0 ||
+      options.max_num_logits_rows < 0) {
     return absl::InvalidArgumentError(absl::StrCat(
         "ModelOptions: max_num_tokens (", options.max_num_tokens, ") and max_num_seqs (",
         options.max_num_seqs, ") must be positive and max_position (", options.max_position,
@@ -120,7 +121,7 @@ void Model::AllocateActivations() {
       {&attn_, n, int64_t{attn_shape_.num_heads} * attn_shape_.head_dim},
       {&gate_up_, n, 2 * local_intermediate_},
       {&act_, n, local_intermediate_},
-      {&last_, options_.max_num_seqs, d},
+      {&last_, MaxLogitsRows(), d},
   };
   const int64_t align = std::max<int64_t>(1, 256 / static_cast<int64_t>(DTypeSize(dt)));  // elements
   auto aligned = [align](int64_t at) { return (at + align - 1) / align * align; };
@@ -134,7 +135,7 @@ void Model::AllocateActivations() {
     *p.view = Tensor(base + at * static_cast<int64_t>(DTypeSize(dt)), dt, arena_.tensor().device, {p.rows, p.cols});
     at += p.rows * p.cols;
   }
-  lm_ws_ = lm_head_->AllocateWorkspace(backend_, options_.max_num_seqs, comm_.rank(),
+  lm_ws_ = lm_head_->AllocateWorkspace(backend_, MaxLogitsRows(), comm_.rank(),
                                        comm_.world_size());
 }
 
@@ -145,7 +146,7 @@ KvCacheShape Model::kv_cache_shape(int64_t num_blocks, int32_t block_size) const
 
 absl::StatusOr<std::optional<Logits>> Model::Forward(const StepMetadata& step, KvCache& cache) {
   TPSERVE_RETURN_IF_ERROR(Compute(step, cache));
-  return ReadLogits(step_seqs_);
+  return ReadLogits(step_rows_);
 }
 
 absl::Status Model::Compute(const StepMetadata& step, KvCache& cache) {
@@ -154,7 +155,7 @@ absl::Status Model::Compute(const StepMetadata& step, KvCache& cache) {
 }
 
 absl::Status Model::BeginStep(const StepMetadata& step, KvCache& cache) {
-  step_tokens_ = step_seqs_ = 0;
+  step_tokens_ = step_rows_ = 0;
   step_cache_ = nullptr;
   device_logits_ = Tensor();
   const int64_t t = step.num_tokens();
@@ -164,6 +165,12 @@ absl::Status Model::BeginStep(const StepMetadata& step, KvCache& cache) {
         "Model::Forward: a step of ", t, " tokens and ", s, " sequences; the model was loaded for 1..",
         options_.max_num_tokens, " tokens (ModelOptions::max_num_tokens) and 1..",
         options_.max_num_seqs, " sequences (max_num_seqs)"));
+  }
+  const int64_t r = step.num_logits_rows();
+  if (r > MaxLogitsRows()) {
+    return absl::InvalidArgumentError(absl::StrCat("Model::Forward: a step of ", r,
+                                                   " logits rows; the model was loaded for at most ", MaxLogitsRows(),
+                                                   " (ModelOptions::max_num_logits_rows, else max_num_seqs)"));
   }
   const KvCacheShape& kv = cache.shape();
   if (kv.num_layers != config_.num_layers || kv.num_kv_heads != attn_shape_.num_kv_heads ||
@@ -176,9 +183,9 @@ absl::Status Model::BeginStep(const StepMetadata& step, KvCache& cache) {
   TPSERVE_RETURN_IF_ERROR(
       backend_.BeginStep(step, kv.num_blocks, kv.block_size, max_position_));
   step_tokens_ = t;
-  step_seqs_ = s;
+  step_rows_ = r;
   step_cache_ = &cache;
-  if (comm_.rank() == 0) device_logits_ = lm_head_->GatheredLogits(lm_ws_, s, comm_.world_size());
+  if (comm_.rank() == 0) device_logits_ = lm_head_->GatheredLogits(lm_ws_, r, comm_.world_size());
   return absl::OkStatus();
 }
 
@@ -187,7 +194,7 @@ absl::Status Model::Enqueue() {
     return absl::FailedPreconditionError("Model::Enqueue: no current step; call BeginStep first (and check its Status)");
   }
   const int64_t t = step_tokens_;
-  const int64_t s = step_seqs_;
+  const int64_t r = step_rows_;
   KvCache& cache = *step_cache_;
 
   const Tensor residual = Rows(residual_, t);  // [T, D]
@@ -221,7 +228,7 @@ absl::Status Model::Enqueue() {
     backend_.AddRmsNorm(x, residual, *final_norm_, eps_);
   }
   Dump("final_norm", -1, x);
-  const Tensor last = Rows(last_, s);  // [S, D]
+  const Tensor last = Rows(last_, r);  // [R, D]
   backend_.GatherRows(x, last);
   Dump("last_hidden", -1, last);
 
@@ -268,10 +275,10 @@ absl::Status Model::EnqueueLayers(const Tensor& residual, const Tensor& x, const
 }
 
 absl::StatusOr<std::optional<Logits>> Model::ReadLogits(int64_t rows) {
-  if (step_cache_ == nullptr || rows < 0 || rows > step_seqs_) {
+  if (step_cache_ == nullptr || rows < 0 || rows > step_rows_) {
     return absl::FailedPreconditionError(absl::StrCat(
-        "Model::ReadLogits: ", rows, " rows of a step of ", step_seqs_,
-        " sequences; call BeginStep and Enqueue first and ask for at most S rows"));
+        "Model::ReadLogits: ", rows, " rows of a step of ", step_rows_,
+        " logits rows; call BeginStep and Enqueue first and ask for at most R rows"));
   }
   std::optional<Logits> logits;
   if (comm_.rank() == 0) {
@@ -280,7 +287,7 @@ absl::StatusOr<std::optional<Logits>> Model::ReadLogits(int64_t rows) {
     logits->vocab_size = config_.vocab_size;
     logits->values.resize(static_cast<size_t>(rows * config_.vocab_size));
     TPSERVE_RETURN_IF_ERROR(
-        lm_head_->CopyToHost(backend_, lm_ws_, step_seqs_, rows, comm_.world_size(), logits->values));
+        lm_head_->CopyToHost(backend_, lm_ws_, step_rows_, rows, comm_.world_size(), logits->values));
   }
   backend_.Synchronize();
   return logits;

@@ -14,8 +14,9 @@
 //     gate_up = x · [Wg; Wu]ᵀ; act = silu(gate) * up    [T, 2F] → [T, F]  one op, LinearSiluMul
 //     x = act · Wdownᵀ                                  [T, D]  row-parallel, all-reduce
 //   x = AddRmsNorm(x, residual)                         model.norm
-//   last = x[logits_indices]                            [S, D]
-//   logits = last · Wlmᵀ                                [S, V]  gathered to rank 0
+//   last = x[logits_indices]                            [R, D]  R = S, or more with a
+//   logits = last · Wlmᵀ                                [R, V]  verifying sequence's rows
+//                                                               (backend/step.h); gathered to rank 0
 //
 // At tp 1 with no intermediate hook, on a backend that fuses a step's layer
 // ops (Backend::FusesLayerOps: the CUDA fast set at a few tokens), the same
@@ -60,11 +61,14 @@ struct ModelOptions {
   // Positions the RoPE table covers (and so the longest sequence);
   // 0 = config.max_position_embeddings.
   int64_t max_position = 0;
+  // Most logits rows in one step (R, backend/step.h: more than the sequences
+  // when some verify speculative proposals); 0 = max_num_seqs.
+  int64_t max_num_logits_rows = 0;
 };
 
 // Full-vocabulary logits of the last new token of each sequence, on rank 0.
 struct Logits {
-  int64_t num_seqs = 0;     // S
+  int64_t num_seqs = 0;     // S: rows, one per sequence (R with verifying sequences, backend/step.h)
   int64_t vocab_size = 0;   // V
   std::vector<float> values;  // [S, V] row-major
   std::span<const float> row(int64_t s) const {
@@ -118,15 +122,15 @@ class Model {
   //   device logits over `cache`, with no host synchronisation (capturable when
   //   the backend and communicator support it and no intermediate hook is set);
   //   FAILED_PRECONDITION without a successful BeginStep;
-  // * ReadLogits waits for the step and copies the first `rows` (<= S)
-  //   sequences' logits to the host on rank 0 ([rows, V]); nullopt elsewhere.
+  // * ReadLogits waits for the step and copies the first `rows` (<= R)
+  //   logits rows to the host on rank 0 ([rows, V]); nullopt elsewhere.
   absl::Status BeginStep(const StepMetadata& step, KvCache& cache);
   absl::Status Enqueue();
   // BeginStep then Enqueue: the step's logits stay in device_logits().
   absl::Status Compute(const StepMetadata& step, KvCache& cache);
   absl::StatusOr<std::optional<Logits>> ReadLogits(int64_t rows);
 
-  // Rank 0: the current step's gathered logits, [tp, S, Vs] in the backend's
+  // Rank 0: the current step's gathered logits, [tp, R, Vs] in the backend's
   // compute dtype (row [r, i, j]: vocab id r·Vs + j of sequence i; ids >= V are
   // padding), on the device. Set by BeginStep; holds the step's values once
   // Enqueue (or a graph captured from it) has run. Empty on other ranks.
@@ -151,6 +155,9 @@ class Model {
     return ShardContext{checkpoint, config_, comm_.rank(), comm_.world_size()};
   }
   void AllocateActivations();
+  int64_t MaxLogitsRows() const {
+    return options_.max_num_logits_rows > 0 ? options_.max_num_logits_rows : options_.max_num_seqs;
+  }
   // Enqueue's layers op by op, every intermediate named for the hook (any tp).
   absl::Status EnqueueLayers(const Tensor& residual, const Tensor& x, const Tensor& qkv, const Tensor& attn,
                              const Tensor& gate_up, const Tensor& act, float scale);
@@ -173,7 +180,8 @@ class Model {
   std::optional<ParallelLMHead> lm_head_;        // [Vs, D] (shares embed_ when tied)
   Buffer rope_;                                  // [max_position, hd] f32
 
-  // Activations, sized for max_num_tokens (N) and max_num_seqs (M) once: views
+  // Activations, sized for max_num_tokens (N) and the logits rows (M:
+  // max_num_logits_rows, else max_num_seqs) once: views
   // into one arena allocation (AllocateActivations).
   Buffer arena_;
   Tensor residual_;  // [N, D]
@@ -188,9 +196,9 @@ class Model {
 
   // The step of the last successful BeginStep (0 / nullptr when none).
   int64_t step_tokens_ = 0;   // T
-  int64_t step_seqs_ = 0;     // S
+  int64_t step_rows_ = 0;     // R: logits rows (S but for verifying sequences)
   KvCache* step_cache_ = nullptr;
-  Tensor device_logits_;      // rank 0: [tp, S, Vs] view of lm_ws_
+  Tensor device_logits_;      // rank 0: [tp, R, Vs] view of lm_ws_
 };
 
 }  // namespace tpserve

@@ -37,6 +37,13 @@ struct BadCase {
   std::vector<std::string> message_parts;  // each must appear in the error
 };
 
+TEST(CpuStepValidationTest, AcceptsSeveralLogitsRowsPerSequence) {
+  auto backend = MakeCpuBackend();
+  StepBatch h = ValidStep();
+  h.mutable_arrays().logits_indices = {0, 1, 2, 3, 4, 5, 6, 7};  // every row, as a verifying sequence has
+  EXPECT_TRUE(backend->BeginStep(h.view(), kNumBlocks, kBlockSize, kMaxPosition).ok());
+}
+
 TEST(CpuStepValidationTest, AcceptsAValidMixedStep) {
   auto backend = MakeCpuBackend();
   StepBatch h = ValidStep();
@@ -92,6 +99,12 @@ TEST(CpuStepValidationTest, RejectsBadStepsNamingSequenceAndValue) {
        {"block_tables has 11 entries", "12"}},
       {"logits_indices too short", [](auto& h) { h.logits_indices.pop_back(); },
        {"logits_indices has 3 entries"}},
+      {"logits rows not increasing", [](auto& h) { h.logits_indices = {3, 1, 2, 5, 6, 7}; },
+       {"sequence 0", "entry 1 = 1", "must increase"}},
+      {"logits row after the last sequence", [](auto& h) { h.logits_indices = {3, 5, 6, 7, 8}; },
+       {"entry 4 = 8", "belongs to no sequence"}},
+      {"a sequence without a logits row", [](auto& h) { h.logits_indices = {2, 3, 6, 7}; },
+       {"sequence 1", "logits_indices = 6", "[4, 6)"}},
   };
   auto backend = MakeCpuBackend();
   for (const BadCase& c : cases) {

@@ -54,6 +54,21 @@ TEST(StepBatchTest, LaysOutAMixedStep) {
   EXPECT_EQ(unstored->arrays().positions, x.positions);
 }
 
+// A sequence verifying k = 2 proposed tokens (backend/step.h) has its last
+// 3 new tokens as logits rows; the others keep one each.
+TEST(StepBatchTest, AVerifyingSequenceHasARowPerCheckedToken) {
+  const I32 a{11, 12}, v{21, 22, 23}, d{31}, ta{0}, tv{1, 2}, td{3};
+  absl::StatusOr<StepBatch> batch =
+      StepBatch::Build(std::vector<StepSequence>{{a, 0, ta}, {v, 5, tv, 3}, {d, 2, td}}, 4);
+  ASSERT_TRUE(batch.ok()) << batch.status();
+  EXPECT_EQ(batch->arrays().num_prefill_seqs, 2);
+  EXPECT_EQ(batch->arrays().logits_indices, (I32{1, 2, 3, 4, 5}));
+  EXPECT_EQ(batch->view().num_logits_rows(), 5);
+  EXPECT_TRUE(ValidateStep(batch->view(), /*num_blocks=*/4, /*block_size=*/4, /*max_position=*/16).ok());
+  StepBatch padded;  // no pure decode: no decode graph pads it
+  EXPECT_FALSE(padded.AssignPaddedDecode(batch->view(), 8, 4, 4).ok());
+}
+
 TEST(StepBatchTest, PrefillGroupEndsAtTheLastMultiTokenSequence) {
   const I32 one{1}, two{1, 2}, table{0, 1};
   auto prefill_of = [&](std::vector<StepSequence> seqs) {
@@ -133,6 +148,10 @@ TEST(StepBatchTest, BuildNamesTheSequenceAndField) {
                 "sequence 0 has num_computed -1");
   ExpectInvalid(StepBatch::Build(std::vector<StepSequence>{{three, 2, table}}, 4).status(),
                 "sequence 0 has num_computed 2 + 3 new tokens = 5 but its block_table of 1 blocks");
+  ExpectInvalid(StepBatch::Build(std::vector<StepSequence>{{three, 0, table, 4}}, 4).status(),
+                "sequence 0 has num_logits 4; it must be in [1, 3]");
+  ExpectInvalid(StepBatch::Build(std::vector<StepSequence>{{three, 0, table, 0}}, 4).status(),
+                "sequence 0 has num_logits 0");
   StepBatch batch = *StepBatch::Build(std::vector<StepSequence>{{three, 0, table}}, 4);
   EXPECT_FALSE(batch.Assign(std::vector<StepSequence>{{three, 2, table}}, 4).ok());
   EXPECT_EQ(batch.num_seqs(), 0);  // a failure leaves the empty step

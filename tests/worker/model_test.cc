@@ -29,21 +29,23 @@ namespace {
   }
   return ::testing::AssertionSuccess();
 }
+using testing_util::Argmax;
 using testing_util::TempDir;
 
 // One sequence's part of a step: `tokens` new tokens from position `start`,
-// stored through `blocks`.
+// stored through `blocks`; logits for its last `num_logits` tokens.
 struct SeqPart {
   std::vector<int32_t> tokens;
   int32_t start = 0;
   std::vector<int32_t> blocks;
+  int32_t num_logits = 1;
 };
 
 // The step of `parts` in order (backend/step_batch.h: a part with more than
 // one token, and every part before it, is in prefill).
 StepBatch MakeStep(const std::vector<SeqPart>& parts, int32_t block_size) {
   std::vector<StepSequence> seqs;
-  for (const SeqPart& p : parts) seqs.push_back({p.tokens, p.start, p.blocks});
+  for (const SeqPart& p : parts) seqs.push_back({p.tokens, p.start, p.blocks, p.num_logits});
   absl::StatusOr<StepBatch> step = StepBatch::Build(seqs, block_size);
   EXPECT_TRUE(step.ok()) << step.status();
   return step.ok() ? *std::move(step) : StepBatch();
@@ -158,6 +160,63 @@ TEST_F(ModelTest, SequenceSharingCachedBlocksInAMixedBatchMatchesFreshComputatio
   EXPECT_TRUE(SameBits(a_dec.row(0), a_ref2.row(0)));
 }
 
+// Speculative verification (backend/step.h, issue 27): one step carries a
+// decoding sequence's last token and k proposed ones at the following
+// positions, with a logits row for each. Every row holds the bits of the
+// one-token step that would have computed that token, with other sequences
+// in the step or not; a rejected token's K/V is never read again (the next
+// step's seq_len stops before it, or its slot is written anew).
+TEST_F(ModelTest, VerificationRowsEqualOneTokenStepsBitForBit) {
+  const uint32_t seed = testing_util::TestSeed();
+  SCOPED_TRACE(testing::Message() << "seed " << seed);
+  std::mt19937 rng(seed);
+  for (const std::string name : {"qwen3", "llama"}) {
+    SCOPED_TRACE(name);
+    std::unique_ptr<Model> m = Load(name, {.max_num_tokens = 64, .max_num_seqs = 8, .max_position = 0, .max_num_logits_rows = 16});
+    ASSERT_NE(m, nullptr);
+    const int32_t bs = 4, k = 6;
+    const std::vector<int32_t> prompt = RandomTokens(rng, 13, 250), blocks{6, 2, 9, 0, 4, 11};
+    // The reference: the prompt, then k + 1 greedy one-token steps.
+    KvCache ref_cache = Cache(*m, 12, bs);
+    std::vector<int32_t> out{static_cast<int32_t>(Argmax(Run(*m, ref_cache, {{prompt, 0, blocks}}).row(0)))};
+    std::vector<Logits> ref;  // ref[i]: the logits after out[i]
+    for (int i = 0; i <= k; ++i) {
+      ref.push_back(Run(*m, ref_cache, {{{out.back()}, 13 + i, blocks}}));
+      out.push_back(static_cast<int32_t>(Argmax(ref.back().row(0))));
+    }
+    const std::vector<int32_t> other = RandomTokens(rng, 9, 250);
+    for (bool alone : {true, false}) {
+      SCOPED_TRACE(alone ? "alone" : "beside a prefill and a decode");
+      KvCache cache = Cache(*m, 12, bs);
+      Run(*m, cache, {{prompt, 0, blocks}});
+      std::vector<SeqPart> parts{{Slice(out, 0, k + 1), 13, blocks, k + 1}};
+      if (!alone) {
+        parts.insert(parts.begin(), SeqPart{other, 0, {1, 3, 5}});
+        parts.push_back({{7}, 0, {10}});
+      }
+      const Logits v = Run(*m, cache, parts);
+      const int64_t first = alone ? 0 : 1;
+      ASSERT_EQ(v.num_seqs, static_cast<int64_t>(parts.size()) + k);
+      for (int i = 0; i <= k; ++i) EXPECT_TRUE(SameBits(v.row(first + i), ref[i].row(0))) << "row " << i;
+    }
+    // Proposals after out[0] that are wrong from the second on: the first
+    // row still holds ref[0]; then the step after the accepted token,
+    // whether it decodes (stale K/V beyond seq_len) or verifies again
+    // (slots written anew), matches the reference.
+    for (bool verify_again : {false, true}) {
+      SCOPED_TRACE(verify_again ? "verify again" : "decode after");
+      KvCache cache = Cache(*m, 12, bs);
+      Run(*m, cache, {{prompt, 0, blocks}});
+      const std::vector<int32_t> wrong{out[0], (out[1] + 1) % 250, (out[2] + 7) % 250, 3};
+      const Logits v = Run(*m, cache, {{wrong, 13, blocks, 4}});
+      EXPECT_TRUE(SameBits(v.row(0), ref[0].row(0)));
+      const std::vector<int32_t> next = verify_again ? Slice(out, 1, 5) : Slice(out, 1, 2);
+      const Logits w = Run(*m, cache, {{next, 14, blocks, static_cast<int32_t>(next.size())}});
+      for (size_t i = 0; i < next.size(); ++i) EXPECT_TRUE(SameBits(w.row(static_cast<int64_t>(i)), ref[i + 1].row(0)));
+    }
+  }
+}
+
 TEST_F(ModelTest, IntermediatesAreNamedPerLayer) {
   std::unique_ptr<Model> m = Load("qwen3");
   ASSERT_NE(m, nullptr);
@@ -187,6 +246,9 @@ TEST_F(ModelTest, BadStepsAreInvalidArgument) {
   EXPECT_EQ(forward({{std::vector<int32_t>(9, 1), 0, {0, 1, 2}}}).code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(forward({{{1}, 0, {0}}, {{1}, 0, {1}}, {{1}, 0, {2}}}).code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(forward({{{1, 2}, 0, {4}}}).code(), absl::StatusCode::kInvalidArgument);  // block 4 of 4
+  const absl::Status rows = forward({{{1, 2, 3}, 0, {0}, 3}});  // 3 logits rows, 2 allowed (max_num_seqs)
+  EXPECT_EQ(rows.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(rows.message().find("max_num_logits_rows"), std::string::npos) << rows;
   absl::StatusOr<KvCache> other = KvCache::Allocate(*backend_, KvCacheShape{3, 4, 4, 2, 32});
   ASSERT_TRUE(other.ok());
   const StepBatch step = MakeStep({{{1, 2}, 0, {0}}}, 4);
