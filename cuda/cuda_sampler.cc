@@ -13,6 +13,8 @@
 #include "cuda/sampling.cuh"
 #include "cuda/sampling_sliced.cuh"
 #include "cuda/sampling_inputs.h"
+#include "cuda/token_mask.cuh"
+#include "sampling/token_mask.h"
 
 namespace tpserve::cuda {
 namespace {
@@ -151,6 +153,8 @@ CudaSampler::~CudaSampler() {
   cudaFreeHost(h_entries_);
   cudaFreeHost(h_top_);
   cudaFreeHost(h_results_);
+  cudaFree(d_mask_rows_);
+  cudaFree(d_mask_words_);
 }
 
 void CudaSampler::ReservePenaltyEntries(int64_t count) {
@@ -401,6 +405,55 @@ std::vector<SampledToken> CudaSampler::Sample(const Tensor& gathered, int64_t vo
     seqs[i]->AppendOutput(out.token);
   }
   return result;
+}
+
+absl::Status CudaSampler::MaskRows(const Tensor& gathered, int64_t vocab_size, std::span<const int32_t> rows,
+                                   std::span<const uint32_t> words) {
+  if (rows.empty()) return absl::OkStatus();
+  const int64_t per_row = TokenMaskWords(vocab_size);
+  TPSERVE_CHECK(gathered.ndim == 3 && (gathered.dtype == DType::kBF16 || gathered.dtype == DType::kF32) &&
+                    vocab_size <= gathered.dim(0) * gathered.dim(2) &&
+                    std::ssize(words) == std::ssize(rows) * per_row,
+                "CudaSampler::MaskRows: ", std::ssize(rows), " rows and ", words.size(), " mask words for V = ",
+                vocab_size, " on logits of ", gathered.ndim, " dims");
+  for (int32_t r : rows) TPSERVE_CHECK(r >= 0 && r < gathered.dim(1), "CudaSampler::MaskRows: row ", r);
+  auto fail = [](cudaError_t e) {
+    return absl::InternalError(absl::StrCat("CudaSampler::MaskRows: ", cudaGetErrorString(e)));
+  };
+  if (std::ssize(rows) > mask_rows_capacity_ || std::ssize(words) > mask_words_capacity_) {
+    if (cudaError_t e = cudaStreamSynchronize(stream_); e != cudaSuccess) return fail(e);  // the old ones may be in use
+    cudaFree(d_mask_rows_);
+    cudaFree(d_mask_words_);
+    d_mask_rows_ = nullptr, d_mask_words_ = nullptr;
+    mask_rows_capacity_ = mask_words_capacity_ = 0;
+    const int64_t capacity = std::max<int64_t>(std::ssize(rows), options_.max_seqs);
+    if (cudaError_t e = cudaMalloc(reinterpret_cast<void**>(&d_mask_rows_), sizeof(int32_t) * capacity);
+        e != cudaSuccess) {
+      return fail(e);
+    }
+    if (cudaError_t e = cudaMalloc(reinterpret_cast<void**>(&d_mask_words_), sizeof(uint32_t) * capacity * per_row);
+        e != cudaSuccess) {
+      return fail(e);
+    }
+    mask_rows_capacity_ = capacity, mask_words_capacity_ = capacity * per_row;
+  }
+  // Pageable sources: the runtime has copied them when the call returns.
+  if (cudaError_t e = cudaMemcpyAsync(d_mask_rows_, rows.data(), rows.size_bytes(), cudaMemcpyHostToDevice, stream_);
+      e != cudaSuccess) {
+    return fail(e);
+  }
+  if (cudaError_t e = cudaMemcpyAsync(d_mask_words_, words.data(), words.size_bytes(), cudaMemcpyHostToDevice, stream_);
+      e != cudaSuccess) {
+    return fail(e);
+  }
+  const MaskRowsArgs args{.gathered = gathered.data, .bf16 = gathered.dtype == DType::kBF16,
+                          .layout_rows = static_cast<int32_t>(gathered.dim(1)),
+                          .shard_vocab = static_cast<int32_t>(gathered.dim(2)),
+                          .vocab = static_cast<int32_t>(vocab_size), .rows = static_cast<int32_t>(rows.size()),
+                          .row_index = d_mask_rows_, .words = d_mask_words_,
+                          .words_per_row = static_cast<int32_t>(per_row)};
+  if (cudaError_t e = LaunchMaskRows(args, stream_); e != cudaSuccess) return fail(e);
+  return absl::OkStatus();
 }
 
 }  // namespace tpserve::cuda

@@ -112,6 +112,13 @@ class CudaSampler final : public DeviceSampler {
   // Misuse (fatal) for a gathered/vocab_size that Sample would not take.
   absl::Status PrepareBatch(const Tensor& gathered, int64_t vocab_size) override;
 
+  // See DeviceSampler::MaskRows: the masks to the device (from host memory,
+  // on the stream) and one kernel (cuda/token_mask.cuh) over the masked rows
+  // of `gathered`, in place. Grows its buffers (synchronously) when a call
+  // has more rows than before. INTERNAL for a CUDA error.
+  absl::Status MaskRows(const Tensor& gathered, int64_t vocab_size, std::span<const int32_t> rows,
+                        std::span<const uint32_t> words) override;
+
   // The most rows a call may have to run the sliced path (0 under the reference set).
   int64_t SlicedRowsCap() const { return sliced_rows_cap_; }
   // Calls that ran the sliced path so far, eagerly or as a graph (for tests and benchmarks).
@@ -209,6 +216,12 @@ class CudaSampler final : public DeviceSampler {
   int64_t sliced_calls_ = 0;
   int64_t graph_calls_ = 0;
   std::vector<BatchGraphs> batch_graphs_;  // PrepareBatch's, one per layout
+
+  // MaskRows' device buffers: [mask_rows_capacity_] row indices and
+  // [mask_rows_capacity_, words per row] mask words, grown on demand.
+  int32_t* d_mask_rows_ = nullptr;
+  uint32_t* d_mask_words_ = nullptr;
+  int64_t mask_rows_capacity_ = 0, mask_words_capacity_ = 0;
 
   std::vector<sampling::PenaltyEntry> staging_;  // this step's entries before the pinned copy
 };
