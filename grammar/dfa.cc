@@ -8,6 +8,7 @@
 #include <deque>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "base/random.h"
 
@@ -242,6 +243,62 @@ std::vector<int32_t> DepthClasses(const Dfa& dfa, int depth, int64_t budget, int
     if (stable) break;
   }
   return cls;
+}
+
+namespace {
+
+// What a state's behaviour over the next `depth` bytes depends on: the state
+// itself, or for a counted automaton its base state and how far its count is
+// from lo and hi, up to depth + 1.
+int64_t BehaviourKey(const Dfa& dfa, int32_t state, int depth) {
+  if (!dfa.counted) return state;
+  const Counter& c = dfa.counter;
+  if (state == c.fresh) return -2;
+  const int32_t base = dfa.num_states();
+  const int32_t q = state % base;
+  const int64_t k = state / base;
+  const int64_t width = depth + 2;
+  const int64_t lo = std::min<int64_t>(std::max<int64_t>(c.lo - k, 0), depth + 1);
+  const int64_t hi = std::min<int64_t>(c.hi - k, depth + 1);
+  return (q * width + lo) * width + hi;
+}
+
+}  // namespace
+
+// Breadth first over pairs of states, layer by layer: a pair is first seen at
+// its least depth, so it is expanded once. Pairs are told apart by their
+// BehaviourKey at the full depth (counts farther than that from their bounds
+// all behave alike).
+bool EquivalentStates(const Dfa& dfa_a, int32_t a, const Dfa& dfa_b, int32_t b, int depth, int64_t budget) {
+  // One byte per pair of byte classes: no other byte leads either automaton elsewhere.
+  std::vector<uint8_t> bytes;
+  {
+    absl::flat_hash_set<std::pair<int32_t, int32_t>> classes;
+    for (int byte = 0; byte < 256; ++byte) {
+      if (classes.insert({dfa_a.byte_class[static_cast<size_t>(byte)], dfa_b.byte_class[static_cast<size_t>(byte)]}).second) {
+        bytes.push_back(static_cast<uint8_t>(byte));
+      }
+    }
+  }
+  auto key = [&](int32_t x, int32_t y) { return std::make_pair(BehaviourKey(dfa_a, x, depth), BehaviourKey(dfa_b, y, depth)); };
+  absl::flat_hash_set<std::pair<int64_t, int64_t>> seen = {key(a, b)};
+  std::vector<std::pair<int32_t, int32_t>> layer = {{a, b}}, next;
+  for (int d = 0; !layer.empty(); ++d) {
+    next.clear();
+    for (const auto& [x, y] : layer) {
+      if (dfa_a.Accepting(x) != dfa_b.Accepting(y)) return false;
+      if (d == depth) continue;
+      for (uint8_t byte : bytes) {
+        const int32_t nx = dfa_a.Next(x, byte), ny = dfa_b.Next(y, byte);
+        if ((nx < 0) != (ny < 0)) return false;
+        if (nx < 0 || !seen.insert(key(nx, ny)).second) continue;
+        if (static_cast<int64_t>(seen.size()) > budget) return false;
+        next.emplace_back(nx, ny);
+      }
+    }
+    layer.swap(next);
+  }
+  return true;
 }
 
 Dfa WithoutEmpty(const Dfa& dfa) {

@@ -80,6 +80,12 @@ absl::StatusOr<Dfa> CompileRegexAst(const RegexAst& ast, int64_t max_states, abs
 // than `budget` steps.
 std::vector<int32_t> DepthClasses(const Dfa& dfa, int depth, int64_t budget, int32_t distinguished = -1);
 
+// Whether no string of at most `depth` bytes tells state `a` of `dfa_a` from
+// state `b` of `dfa_b` apart (live, and accepting, after the same strings):
+// then a lexer mask over tokens of at most `depth` bytes is the same from
+// both. False too when deciding it would visit more than `budget` pairs.
+bool EquivalentStates(const Dfa& dfa_a, int32_t a, const Dfa& dfa_b, int32_t b, int depth, int64_t budget);
+
 // The same language without the empty string (a new start state that is not
 // accepting; for a counted automaton, its fresh virtual start); start -1 when
 // nothing is left.

@@ -53,8 +53,12 @@ constexpr int64_t kMaxCountStates = 4096;  // (member, count) states of minPrope
 // pattern's [a-z]{1,500}) is not one terminal, whose automaton would need a
 // state per count: it becomes chunks of kChunk characters repeated by rules
 // (GrammarBuilder::Repeat: O(log n) rules), and a shorter tail.
+// A string with one such run is first tried as one counted terminal
+// (counted_dfa.h: the run's table and a counter, at most kMaxCountedStates
+// states); the chunks are the fallback when counting would not be exact.
 constexpr int64_t kLongRun = 48;
 constexpr int64_t kChunk = 16;
+constexpr int64_t kMaxCountedStates = 4096;
 
 inline std::string Join(const std::string& path, absl::string_view key) {
   return path.empty() ? std::string(key) : absl::StrCat(path, ".", key);
@@ -212,6 +216,7 @@ class Compiler {
   std::vector<Symbol> EmitArray(const Local& alt, int depth);
   std::vector<Symbol> EmitString(const Re& value);
   Symbol CountedUnits(const CodepointRanges& set, int64_t min, int64_t max);
+  bool CountsExactly(const std::string& regex) const;  // BuildCountedDfa takes it
   Symbol AnyValue(int depth);
   Symbol AnyObject(int depth);
   Symbol Term(std::string regex, std::string name = "");

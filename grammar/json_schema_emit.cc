@@ -10,7 +10,9 @@
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "grammar/counted_dfa.h"
 #include "grammar/json_schema_compiler.h"
+#include "grammar/regex_ast.h"
 
 namespace tpserve::grammar::json_internal {
 
@@ -150,8 +152,14 @@ Symbol Compiler::CountedUnits(const CodepointRanges& set, int64_t min, int64_t m
   return builder_.Choice({std::move(seq)}, absl::StrCat("chars{", min, ",", max < 0 ? "" : absl::StrCat(max), "}"));
 }
 
+bool Compiler::CountsExactly(const std::string& regex) const {
+  absl::StatusOr<internal::RegexAst> ast = internal::ParseRegex(regex);
+  return ast.ok() && internal::BuildCountedDfa(*ast, kMaxCountedStates, deadline_).has_value();
+}
+
 // A string with value language `value`: one terminal with its quotes, unless
-// a long run of one class is better counted by rules (kLongRun).
+// a long run of one class is better counted by rules (kLongRun) because its
+// counting would not be exact.
 std::vector<Symbol> Compiler::EmitString(const Re& value) {
   auto long_run = [](const Re& re) {
     return re.kind == Re::Kind::kRepeat && re.kids[0].kind == Re::Kind::kSet &&
@@ -163,8 +171,12 @@ std::vector<Symbol> Compiler::EmitString(const Re& value) {
   } else {
     parts.push_back(&value);
   }
-  if (std::none_of(parts.begin(), parts.end(), [&](const Re* p) { return long_run(*p); })) {
-    return {Term(absl::StrCat("\"", SpellJsonContent(value), "\""), "string")};
+  const auto runs = std::count_if(parts.begin(), parts.end(), [&](const Re* p) { return long_run(*p); });
+  if (runs == 0) return {Term(absl::StrCat("\"", SpellJsonContent(value), "\""), "string")};
+  // One bounded run: the whole string is one counted terminal (counted_dfa.h),
+  // when its counting is exact; a few dozen states, masks shared along the run.
+  if (std::string whole = absl::StrCat("\"", SpellJsonContent(value), "\""); runs == 1 && CountsExactly(whole)) {
+    return {Term(std::move(whole), "string")};
   }
   std::vector<Symbol> seq;
   std::string text = "\"";  // regex text not yet made a terminal

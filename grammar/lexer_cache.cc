@@ -1,19 +1,17 @@
-// LexerCache: two maps under one mutex. An automaton is compiled outside the
-// lock (compiling may take milliseconds); if two threads compile the same
-// regex at once, the first to insert wins and both use it.
+// LexerCache: maps under one mutex. An automaton or a mask is computed
+// outside the lock (that may take milliseconds); if two threads compute the
+// same one at once, the first to insert wins and both use it.
 #include "grammar/lexer_cache.h"
 
 #include <algorithm>
+#include <array>
 #include <optional>
 
-#include "absl/hash/hash.h"
 #include "grammar/counted_dfa.h"
 #include "grammar/lexer_mask.h"
 #include "grammar/regex_ast.h"
 
 namespace tpserve::grammar::internal {
-
-size_t LexerCache::KeyHash::operator()(const LexerKey& key) const { return absl::HashOf(key); }
 
 namespace {
 
@@ -90,25 +88,112 @@ absl::StatusOr<std::shared_ptr<const TerminalAutomaton>> LexerCache::Automaton(c
   return it->second;
 }
 
-std::shared_ptr<const LexerMask> LexerCache::FindMask(TrieKind trie, const LexerKey& key) const {
-  absl::MutexLock lock(&mu_);
-  const auto& masks = masks_[static_cast<int>(trie)];
-  auto it = masks.find(key);
-  return it == masks.end() ? nullptr : it->second;
+std::shared_ptr<const LexerMask> LexerCache::Mask(TrieKind kind, const std::shared_ptr<const TerminalAutomaton>& automaton,
+                                                  int32_t state, const TokenTrie& trie, int32_t vocab_size) {
+  {
+    absl::MutexLock lock(&mu_);
+    const auto& masks = masks_[static_cast<int>(kind)];
+    if (auto it = masks.find(Key{automaton->id, automaton->Class(kind, state)}); it != masks.end()) return it->second;
+  }
+  return Compute(kind, automaton, state, trie, vocab_size);
 }
 
-std::shared_ptr<const LexerMask> LexerCache::InsertMask(TrieKind trie, LexerKey key,
-                                                        std::shared_ptr<const LexerMask> mask) {
-  const size_t bytes = mask->MemoryBytes() + key.size() * sizeof(key[0]);
+int64_t LexerCache::Differences(const TerminalAutomaton& automaton, int32_t state,
+                                const Reference& reference, const TokenTrie& trie, int64_t limit,
+                                std::array<bool, 256>& again) {
+  const std::vector<TrieNode>& nodes = trie.nodes();
+  const Dfa& dfa = automaton.dfa;
+  const Dfa& other = reference.automaton->dfa;
+  const bool same = reference.automaton->id == automaton.id;
+  std::vector<std::pair<std::pair<int32_t, int32_t>, bool>> known;  // (q, s) pairs decided
+  again = {};
+  int64_t cost = 0;
+  for (int pass = 0; pass < 2; ++pass) {  // liveness first: cheap, and often enough to give up
+    for (int32_t c = 1; c < static_cast<int32_t>(nodes.size()); c = nodes[static_cast<size_t>(c)].skip) {
+      const uint8_t b = nodes[static_cast<size_t>(c)].byte;
+      const int32_t q = dfa.Next(state, b), s = other.Next(reference.state, b);
+      bool differs = (q < 0) != (s < 0);  // pass 0: liveness
+      if (pass == 1) {                     // pass 1: the subtrees live from both
+        if (q < 0 || s < 0) continue;
+        if (same && automaton.ShortClass(q) == automaton.ShortClass(s)) continue;
+        auto it = std::find_if(known.begin(), known.end(), [&](const auto& k) { return k.first == std::make_pair(q, s); });
+        if (it == known.end()) {
+          known.push_back({{q, s}, EquivalentStates(dfa, q, other, s, trie.max_depth() - 1, kPairBudget)});
+          it = known.end() - 1;
+        }
+        differs = !it->second;
+      }
+      if (!differs) continue;
+      again[b] = true;
+      cost += nodes[static_cast<size_t>(c)].skip - c;
+      if (cost >= limit) return limit;
+    }
+  }
+  return cost;
+}
+
+std::shared_ptr<const LexerMask> LexerCache::Compute(TrieKind kind, const std::shared_ptr<const TerminalAutomaton>& automaton,
+                                                     int32_t state, const TokenTrie& trie, int32_t vocab_size) {
+  std::vector<Reference> references;
+  if (kind == TrieKind::kShort) {
+    absl::MutexLock lock(&mu_);
+    if (auto it = references_.find(automaton->id); it != references_.end()) references = it->second;
+    references.insert(references.end(), shared_references_.begin(), shared_references_.end());
+  }
+  // The reference that leaves the fewest nodes to walk again, when that is
+  // under half of what its own walk visited.
+  const Reference* best = nullptr;
+  std::array<bool, 256> best_again{}, again{};
+  int64_t best_cost = 0;
+  for (const Reference& r : references) {
+    const int64_t limit = best != nullptr ? best_cost : r.mask->scanned / 2;
+    const int64_t cost = Differences(*automaton, state, r, trie, limit, again);
+    if (cost < limit) best = &r, best_again = again, best_cost = cost;
+  }
+  const LexerEntry entry{&automaton->dfa, state};
+  std::shared_ptr<const LexerMask> mask = best != nullptr
+                                              ? ComputeLexerMaskFrom(entry, *best->mask, best_again, trie, vocab_size)
+                                              : ComputeLexerMask(entry, trie, vocab_size);
+  std::optional<Reference> reference;
+  if (kind == TrieKind::kShort && best == nullptr && mask->scanned >= kMinReferenceScan) {
+    reference = Reference{automaton, state, mask};
+  }
+  {
+    absl::MutexLock lock(&mu_);
+    ++(best == nullptr ? stats_.walks : best->automaton->id == automaton->id ? stats_.from_same : stats_.from_other);
+  }
+  Insert(kind, {automaton->id, automaton->Class(kind, state)}, mask, std::move(reference));
+  return mask;
+}
+
+LexerCache::Stats LexerCache::stats() const {
+  absl::MutexLock lock(&mu_);
+  return stats_;
+}
+
+void LexerCache::Insert(TrieKind kind, Key key, std::shared_ptr<const LexerMask>& mask, std::optional<Reference> reference) {
+  const size_t bytes = mask->MemoryBytes() + sizeof(key);
+  const int k = static_cast<int>(kind);
   absl::MutexLock lock(&mu_);
   if (mask_bytes_ + bytes > kMaxMaskBytes) {
-    masks_[0].clear();
-    masks_[1].clear();
+    masks_[0].clear(), masks_[1].clear();
+    references_.clear(), shared_references_.clear();
     mask_bytes_ = 0;
   }
-  auto [it, inserted] = masks_[static_cast<int>(trie)].try_emplace(std::move(key), std::move(mask));
-  if (inserted) mask_bytes_ += bytes;
-  return it->second;
+  auto [it, inserted] = masks_[k].try_emplace(key, mask);
+  if (!inserted) {
+    mask = it->second;  // another thread's, first
+    return;
+  }
+  mask_bytes_ += bytes;
+  if (!reference) return;
+  std::vector<Reference>& references = references_[key.first];
+  if (references.size() < kMaxReferences) references.push_back(*reference);
+  if (shared_references_.size() < kMaxSharedReferences) {
+    shared_references_.push_back(*std::move(reference));
+  } else {
+    shared_references_[next_shared_++ % kMaxSharedReferences] = *std::move(reference);
+  }
 }
 
 }  // namespace tpserve::grammar::internal

@@ -25,34 +25,6 @@ void SetBits(const TrieNode& node, const int32_t* token_ids, uint32_t* words) {
 
 }  // namespace
 
-std::shared_ptr<const LexerMask> Matcher::State::LexerMaskOf(internal::TrieKind kind,
-                                                             std::vector<int32_t>& key_of_entry) {
-  std::vector<std::pair<std::pair<uint64_t, int32_t>, int32_t>> order;  // ((terminal id, state or class), entry)
-  order.reserve(active.size());
-  for (size_t i = 0; i < active.size(); ++i) {
-    const LexEntry& e = active[i];
-    const internal::TerminalAutomaton& a = *compiled->automata[static_cast<size_t>(e.terminal)];
-    const int32_t state = kind == internal::TrieKind::kShort ? a.ShortClass(e.state) : a.LongClass(e.state);
-    order.push_back({{a.id, state}, static_cast<int32_t>(i)});
-  }
-  std::sort(order.begin(), order.end());
-  internal::LexerKey key;
-  std::vector<internal::LexerEntry> entries;
-  key_of_entry.assign(active.size(), -1);
-  for (const auto& [id_state, i] : order) {
-    if (key.empty() || key.back() != id_state) {
-      key.push_back(id_state);
-      const LexEntry& e = active[static_cast<size_t>(i)];
-      entries.push_back({&compiled->automata[static_cast<size_t>(e.terminal)]->dfa, e.state});
-    }
-    key_of_entry[static_cast<size_t>(i)] = static_cast<int32_t>(key.size() - 1);
-  }
-  internal::LexerCache& cache = vocabulary.cache();
-  if (auto mask = cache.FindMask(kind, key)) return mask;
-  const internal::TokenTrie& trie = kind == internal::TrieKind::kShort ? vocabulary.short_trie() : vocabulary.long_trie();
-  return cache.InsertMask(kind, std::move(key), internal::ComputeLexerMask(entries, trie, vocabulary.size()));
-}
-
 void Matcher::State::Walk(const internal::TokenTrie& trie, int32_t node, std::span<const LexEntry> entries,
                           uint32_t* words) {
   const std::vector<TrieNode>& nodes = trie.nodes();
@@ -93,19 +65,23 @@ void Matcher::State::WalkEnds(const internal::TokenTrie& trie, size_t index, con
   chart.resize(mark);
 }
 
+// Each distinct (automaton, class) of the active lexemes contributes its
+// cached mask once; each lexeme that may end inside a token walks on through
+// the parser from its end nodes.
 void Matcher::State::ApplyLexerMask(internal::TrieKind kind, uint32_t* words) {
-  std::vector<int32_t> key_of_entry;
-  const std::shared_ptr<const LexerMask> mask = LexerMaskOf(kind, key_of_entry);
-  if (!mask->words.empty()) {
-    for (size_t w = 0; w < mask->words.size(); ++w) words[w] |= mask->words[w];
-  } else {
-    for (int32_t t : mask->tokens) words[t / 32] |= 1u << (t % 32);
-  }
   const internal::TokenTrie& trie = kind == internal::TrieKind::kShort ? vocabulary.short_trie() : vocabulary.long_trie();
-  for (const LexerMask::Ends& ends : mask->ends) {
-    for (size_t i = 0; i < active.size(); ++i) {
-      if (key_of_entry[i] == ends.entry) WalkEnds(trie, i, ends, words);
+  std::vector<std::pair<uint64_t, int32_t>>& seen = mask_keys;  // (automaton id, class) already applied
+  seen.clear();
+  for (size_t i = 0; i < active.size(); ++i) {
+    const std::shared_ptr<const internal::TerminalAutomaton>& automaton = compiled->automata[static_cast<size_t>(active[i].terminal)];
+    const internal::TerminalAutomaton& a = *automaton;
+    const std::shared_ptr<const LexerMask> mask = vocabulary.cache().Mask(kind, automaton, active[i].state, trie, vocabulary.size());
+    const std::pair<uint64_t, int32_t> key{a.id, a.Class(kind, active[i].state)};
+    if (std::find(seen.begin(), seen.end(), key) == seen.end()) {
+      seen.push_back(key);
+      mask->OrInto(words);
     }
+    if (!mask->ends.children.empty()) WalkEnds(trie, i, mask->ends, words);
   }
 }
 

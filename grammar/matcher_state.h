@@ -38,10 +38,8 @@ struct Matcher::State {
 
   // ---- the mask (matcher_mask.cc) ----
   void FillMask(std::span<uint32_t> words);
-  // The lexer mask of the active lexemes over one trie; key_of_entry: [active]
-  // the index of each lexeme's entry in the mask's lexer state.
-  std::shared_ptr<const internal::LexerMask> LexerMaskOf(internal::TrieKind kind, std::vector<int32_t>& key_of_entry);
-  // The lexer mask, then the tokens that end a lexeme inside them.
+  // The active lexemes' lexer masks over one trie, then the tokens that end a
+  // lexeme inside them.
   void ApplyLexerMask(internal::TrieKind kind, uint32_t* words);
   // Continues the lexemes in `entries` over trie node `node` and its subtree,
   // setting the bits of the tokens that stay viable.
@@ -69,6 +67,7 @@ struct Matcher::State {
 
   std::optional<std::optional<int32_t>> forced;  // ForcedToken at this position, once computed
   std::vector<uint32_t> scratch_words;            // ForcedToken's mask
+  std::vector<std::pair<uint64_t, int32_t>> mask_keys;  // ApplyLexerMask's (automaton id, class) applied
   std::vector<std::vector<LexEntry>> walk_entries;             // [depth] Walk's lexemes
   std::vector<std::vector<internal::Completion>> walk_done;    // [depth] Walk's ended lexemes
 };

@@ -5,6 +5,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "base/status_macros.h"
+#include "grammar/counted_dfa.h"
 #include "grammar/dfa.h"
 #include "grammar/regex_ast.h"
 
@@ -28,8 +29,12 @@ absl::Status CheckRegex(absl::string_view regex, const CompileLimits& limits) {
     return absl::InvalidArgumentError(absl::StrCat("regex of ", regex.size(), " bytes is longer than the limit of ",
                                                    limits.max_spec_bytes, " (CompileLimits::max_spec_bytes)"));
   }
-  return internal::CompileRegex(regex, static_cast<int64_t>(limits.max_automaton_states), absl::Now() + limits.max_time)
-      .status();
+  // As the engine compiles a terminal (LexerCache::Automaton): counted when that is exact, else a plain automaton.
+  TPSERVE_ASSIGN_OR_RETURN(const internal::RegexAst ast, internal::ParseRegex(regex));
+  const auto max_states = static_cast<int64_t>(limits.max_automaton_states);
+  const absl::Time deadline = absl::Now() + limits.max_time;
+  if (internal::BuildCountedDfa(ast, max_states, deadline)) return absl::OkStatus();
+  return internal::CompileRegexAst(ast, max_states, deadline).status();
 }
 
 namespace {

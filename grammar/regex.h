@@ -20,7 +20,9 @@
 
 namespace tpserve::grammar {
 
-// OK when `regex` is in the dialect and compiles within `limits`.
+// OK when `regex` is in the dialect and compiles within `limits`, as the
+// engine compiles a terminal: one long repeat as a counted automaton (its
+// iteration's states and a counter) when the count is exact, else a DFA.
 absl::Status CheckRegex(absl::string_view regex, const CompileLimits& limits);
 
 // A regex matching exactly `bytes`: metacharacters escaped, control bytes as

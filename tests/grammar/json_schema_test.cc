@@ -151,7 +151,7 @@ TEST(JsonSchemaTest, StringLengthsCountCodePoints) {
                  {R"("a")", R"("abcd")", R"("\n")", "\"\xF0\x9F\x98\x80\""});
 }
 
-TEST(JsonSchemaTest, LongStringsAreCountedByRules) {
+TEST(JsonSchemaTest, LongStringsAreCounted) {
   const std::string quoted4000 = "\"" + std::string(4000, 'x') + "\"";
   const std::string quoted4001 = "\"" + std::string(4001, 'x') + "\"";
   ExpectLanguage(R"({"type":"string","maxLength":4000})", {R"("")", quoted4000, "\"" + std::string(3999, 'y') + "\\n\""},
@@ -165,6 +165,11 @@ TEST(JsonSchemaTest, LongStringsAreCountedByRules) {
                  {"\"" + std::string(199, 'a') + "\""});
   ExpectLanguage(R"({"type":"string","pattern":"^id-[a-z]{1,500}!$"})", {R"("id-a!")", "\"id-" + std::string(500, 'q') + "!\""},
                  {R"("id-!")", "\"id-" + std::string(501, 'q') + "!\"", R"("id-A!")"});
+  // Two long runs cannot share one counter: chunks of rules.
+  ExpectLanguage(R"({"type":"string","pattern":"^[a-z]{60}-[0-9]{1,70}$"})",
+                 {"\"" + std::string(60, 'k') + "-" + std::string(70, '7') + "\"", "\"" + std::string(60, 'k') + "-0\""},
+                 {"\"" + std::string(59, 'k') + "-0\"", "\"" + std::string(60, 'k') + "-" + std::string(71, '7') + "\"",
+                  "\"" + std::string(60, 'k') + "-\""});
   for (int n : {64, 65, 96, 127, 128, 129}) {
     CompiledSchema c = Compile(absl::StrCat(R"({"type":"string","maxLength":)", n, "}"));
     ASSERT_TRUE(c.grammar);

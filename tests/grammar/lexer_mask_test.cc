@@ -1,0 +1,159 @@
+// The lexer cache's fast paths against the plain walk: a mask computed from a
+// reference (another state of the same automaton, or a state of another
+// automaton proved alike by EquivalentStates) is exactly the mask a walk of
+// the whole trie gives, words, end nodes and grouped ends alike. The
+// vocabulary is large enough (random tokens, short and long) that walks pass
+// LexerCache's threshold for keeping references, so every path is taken.
+#include <algorithm>
+#include <iostream>
+#include <random>
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "absl/container/flat_hash_set.h"
+#include "absl/time/time.h"
+#include "grammar/compiled_grammar.h"
+#include "grammar/lexer_cache.h"
+#include "grammar/lexer_mask.h"
+#include "grammar/matcher.h"
+#include "grammar/vocabulary_impl.h"
+#include "tests/testing/seed.h"
+
+namespace tpserve::grammar::internal {
+namespace {
+
+constexpr char kAlphabet[] = "abcxyz019\"\\:,{} _-.\xC3\xA9";  // é as two bytes
+
+std::shared_ptr<const VocabularyImpl> RandomVocabulary(std::mt19937_64& rng) {
+  std::vector<std::string> bytes;
+  const size_t n = sizeof(kAlphabet) - 1;
+  for (size_t i = 0; i < n; ++i) bytes.emplace_back(1, kAlphabet[i]);
+  for (int i = 0; i < 30000; ++i) {
+    std::string s;
+    const int len = 2 + static_cast<int>(rng() % (i % 50 == 0 ? 30 : 9));  // a few longer than the short trie's
+    for (int k = 0; k < len; ++k) s += kAlphabet[rng() % n];
+    bytes.push_back(std::move(s));
+  }
+  std::vector<bool> special(bytes.size(), false);
+  return std::make_shared<const VocabularyImpl>(std::move(bytes), std::vector<int32_t>{}, std::move(special));
+}
+
+// Distinct states along random walks from the start, at most `limit`.
+std::vector<int32_t> SomeStates(const Dfa& dfa, size_t limit, std::mt19937_64& rng) {
+  std::vector<int32_t> states = {dfa.start};
+  absl::flat_hash_set<int32_t> seen = {dfa.start};
+  for (int walk = 0; walk < 40 && states.size() < limit; ++walk) {
+    int32_t s = dfa.start;
+    for (int step = 0; step < 60 && states.size() < limit; ++step) {
+      std::vector<int32_t> next;
+      for (int b = 0; b < 256; ++b) {
+        if (const int32_t t = dfa.Next(s, static_cast<uint8_t>(b)); t >= 0 && dfa.Extendable(t)) next.push_back(t);
+      }
+      if (next.empty()) break;
+      s = next[rng() % next.size()];
+      if (seen.insert(s).second) states.push_back(s);
+    }
+  }
+  std::shuffle(states.begin(), states.end(), rng);
+  return states;
+}
+
+void ExpectSameMask(const LexerMask& got, const LexerMask& want, size_t words, const std::string& what) {
+  std::vector<uint32_t> a(words, 0), b(words, 0);
+  got.OrInto(a.data());
+  want.OrInto(b.data());
+  EXPECT_EQ(a, b) << what;
+  EXPECT_EQ(got.count, want.count) << what;
+  EXPECT_EQ(got.end_nodes, want.end_nodes) << what;
+  EXPECT_EQ(got.ends.children, want.ends.children) << what;
+  EXPECT_EQ(got.ends.begin, want.ends.begin) << what;
+}
+
+TEST(LexerMaskTest, CachedMasksEqualWholeWalks) {
+  const uint64_t seed = tpserve::testing_util::TestSeed();
+  SCOPED_TRACE(testing::Message() << "seed " << seed);
+  std::mt19937_64 rng(seed);
+  const std::shared_ptr<const VocabularyImpl> vocab = RandomVocabulary(rng);
+  const size_t words = MaskWords(vocab->size());
+  // Strings as the JSON Schema compiler spells them: unbounded, counted
+  // (maxLength), excluding names (a key of additionalProperties), a pattern;
+  // and lexemes unlike a string.
+  const std::vector<std::string> regexes = {
+      R"re("(?:[^"\\\x00-\x1F]|\\["\\/bfnrt])*")re",
+      R"re("(?:[^"\\\x00-\x1F]|\\["\\/bfnrt]){0,100}")re",
+      R"re("(?:[^"\\\x00-\x1F]|\\["\\/bfnrt]){3,40}")re",
+      R"re("(?:(?:[^"\\\x00-\x1Fab]|\\["\\/bfnrt])(?:[^"\\\x00-\x1F]|\\["\\/bfnrt])*|a(?:[^"\\\x00-\x1Fb]|\\["\\/bfnrt])*|ab(?:[^"\\\x00-\x1F]|\\["\\/bfnrt])+)?":)re",
+      R"re("[a-z0-9]{22}")re",
+      R"re("(?:abc|xyz)[a-z]*")re",
+      R"re(-?(?:0|[1-9][0-9]*)(?:\.[0-9]+)?)re",
+      R"re((?:ab|a\{|c:)*,)re",
+  };
+  // And the terminals JSON Schemas compile to on this vocabulary: keys of
+  // additionalProperties beside declared names, strings with maxLength and
+  // patterns, numbers.
+  const std::vector<std::string> schemas = {
+      R"({"type":"object","properties":{"abc":{"type":"string"},"ax":{"type":"string","maxLength":100},"b":{"type":"integer"}}})",
+      R"({"type":"object","properties":{"xyz":{"type":"string","minLength":3,"maxLength":60},"x1":{"type":"string","pattern":"^[a-z0-9]{22}$"}},"additionalProperties":{"type":"string"}})",
+      R"({"type":"object","properties":{"zz":{"type":"number"},"z-a":{"type":"boolean"}},"required":["zz"]})",
+      R"({"type":"array","items":{"type":"string","maxLength":200}})",
+  };
+  std::vector<std::shared_ptr<const TerminalAutomaton>> automata;
+  LexerCache& cache = vocab->cache();
+  for (const std::string& regex : regexes) {
+    auto automaton = cache.Automaton(regex, 100000, absl::InfiniteFuture());
+    ASSERT_TRUE(automaton.ok()) << regex << ": " << automaton.status();
+    automata.push_back(*automaton);
+  }
+  for (const std::string& schema : schemas) {
+    GrammarSpec spec;
+    spec.kind = GrammarSpec::Kind::kJsonSchema;
+    spec.text = schema;
+    auto compiled = Compile(spec, vocab);
+    ASSERT_TRUE(compiled.ok()) << schema << ": " << compiled.status();
+    automata.insert(automata.end(), (*compiled)->automata.begin(), (*compiled)->automata.end());
+  }
+  int checked = 0;
+  for (int round = 0; round < 2; ++round) {  // round 1 finds most masks cached
+    for (const auto& automaton : automata) {
+      const Dfa& dfa = automaton->dfa;
+      if (dfa.start < 0) continue;
+      for (int32_t state : SomeStates(dfa, 40, rng)) {
+        for (TrieKind kind : {TrieKind::kShort, TrieKind::kLong}) {
+          const TokenTrie& trie = kind == TrieKind::kShort ? vocab->short_trie() : vocab->long_trie();
+          const auto got = cache.Mask(kind, automaton, state, trie, vocab->size());
+          const auto want = ComputeLexerMask({&dfa, state}, trie, vocab->size());
+          ExpectSameMask(*got, *want, words, dfa.counted ? "counted" : "plain");
+          ++checked;
+        }
+      }
+    }
+  }
+  EXPECT_GT(checked, 400);
+  const LexerCache::Stats stats = cache.stats();
+  EXPECT_GT(stats.walks, 0);
+  EXPECT_GT(stats.from_same, 0);
+  EXPECT_GT(stats.from_other, 0);
+  std::cerr << "masks: " << stats.walks << " walks, " << stats.from_same << " from the same automaton, "
+            << stats.from_other << " from another\n";
+}
+
+TEST(LexerMaskTest, EquivalentStatesAcrossAutomata) {
+  auto compile = [](const std::string& re) {
+    absl::StatusOr<Dfa> dfa = CompileRegex(re, 100000, absl::InfiniteFuture());
+    EXPECT_TRUE(dfa.ok()) << re;
+    return *std::move(dfa);
+  };
+  const Dfa any = compile("[a-z]*;"), long_run = compile("[a-z]{0,40};"), short_run = compile("[a-z]{0,3};");
+  // 40 letters and ';' are told apart from any number only past 41 bytes.
+  EXPECT_TRUE(EquivalentStates(any, any.start, long_run, long_run.start, 15, 1024));
+  EXPECT_FALSE(EquivalentStates(any, any.start, long_run, long_run.start, 45, 1024));
+  EXPECT_FALSE(EquivalentStates(any, any.start, short_run, short_run.start, 15, 1024));
+  EXPECT_TRUE(EquivalentStates(any, any.start, short_run, short_run.start, 3, 1024));
+  // Past the budget: false, never a guess.
+  EXPECT_FALSE(EquivalentStates(any, any.start, long_run, long_run.start, 15, 2));
+}
+
+}  // namespace
+}  // namespace tpserve::grammar::internal
