@@ -38,6 +38,9 @@ stage_run() {
   _stage_child_cpu
   cpu0=$_stage_cpu
   load=$(cut -d' ' -f1 /proc/loadavg 2>/dev/null || echo '?')
+  # A start record: a stage still running when the run ends (killed, a CI time
+  # limit) shows in the table with its time so far.
+  printf '%s\037\037\037%s\037started@%s\n' "$name" "$load" "$start" >>"$TPSERVE_STAGE_FILE"
   "$@" || status=$?
   local wall cpu
   wall=$(awk -v a="$start" -v b="$(_stage_now)" 'BEGIN { printf "%.0f", b - a }')
@@ -94,11 +97,26 @@ _stage_print_table() {
     echo "Stage times ($(nproc) cores; load average now: $(cut -d' ' -f1-3 /proc/loadavg 2>/dev/null)):"
     printf '| %-34s | %7s | %7s | %6s | %s\n' stage 'wall s' 'CPU s' load result
     printf '|%s|%s|%s|%s|%s\n' "$(printf -- '-%.0s' {1..36})" --------- --------- -------- --------
-    while IFS=$'\037' read -r name wall cpu load result; do
-      printf '| %-34s | %7s | %7s | %6s | %s\n' "$name" "$wall" "$cpu" "$load" "$result"
-    done <"$TPSERVE_STAGE_FILE"
-    printf '| %-34s | %7s | %7s | %6s | %s\n' total "$total" '' '' \
-      "$([[ $status -eq 0 ]] && echo ok || echo "FAILED ($status)")"
+    # Each finished stage takes its start record's place (stages in the order
+    # they began, a nested script's inside its caller's); a start never
+    # finished is a stage the run ended in.
+    awk -F '\037' -v now="$(_stage_now)" -v total="$total" -v status="$status" '
+      $5 ~ /^started@/ { n++; row[n] = $0; open[$1] = open[$1] " " n; next }
+      {
+        k = split(open[$1], idx, " ")
+        if (k > 0) { row[idx[k]] = $0; sub(/ [0-9]+$/, "", open[$1]) } else { n++; row[n] = $0 }
+      }
+      END {
+        for (i = 1; i <= n; i++) {
+          split(row[i], f, "\037")
+          if (f[5] ~ /^started@/) {
+            f[2] = sprintf("%.0f", now - substr(f[5], 9)); f[5] = "ended while running"; cut = 1
+          }
+          printf "| %-34s | %7s | %7s | %6s | %s\n", f[1], f[2], f[3], f[4], f[5]
+        }
+        result = status != 0 ? "FAILED (" status ")" : cut ? "ended early" : "ok"
+        printf "| %-34s | %7s | %7s | %6s | %s\n", "total", total, "", "", result
+      }' "$TPSERVE_STAGE_FILE"
   } >&2
   rm -f "$TPSERVE_STAGE_FILE" "$TPSERVE_STAGE_FILE.times"
   return "$status"
