@@ -567,6 +567,25 @@ TEST_P(EngineLoopTest, AbortEndsEveryChoiceAndFreesTheirBlocks) {
   EXPECT_EQ(workers_.model_.num_sequences(), 0u);
 }
 
+// A passed deadline (the service aborts with its status) ends every choice
+// with it, and counts once, as an abort.
+TEST_P(EngineLoopTest, ADeadlineEndsEveryChoice) {
+  workers_.delay_ = absl::Milliseconds(5);
+  Start(64);
+  PreparedRequest r = Request({'q', 'r', 's'}, 3000);
+  r.n = 3;
+  auto q = Submit("late", std::move(r));
+  v1::GenerateResponse first;
+  absl::Status end;
+  ASSERT_EQ(q->Pop(absl::Seconds(10), &first, &end), ResponseQueue::Next::kMessage);
+  EXPECT_TRUE(engine_->Abort("client", "late", absl::DeadlineExceededError("the deadline passed")));
+  DrainChoices(*q, &end);
+  EXPECT_TRUE(absl::IsDeadlineExceeded(end)) << end;
+  ASSERT_TRUE(engine_->WaitIdle(absl::Now() + absl::Seconds(5)));
+  EXPECT_EQ(engine_->stats().free_blocks, 64);
+  EXPECT_EQ(metrics_.totals().requests_finished.at("abort"), 1u);
+}
+
 // One choice that fails (its client fell behind: one stream for all) ends the
 // stream; the others are finished unseen and the request's id comes free.
 TEST_P(EngineLoopTest, AFailedChoiceEndsTheStreamAndTheOthers) {
