@@ -5,7 +5,7 @@
 // the one-token decode step (k = 0) of the same B sequences.
 //
 //   spec_decode_bench [--cache DIR] [--context 128] [--batches 1,8,64] [--ks 0,1,2,3,4,5,6,7,8]
-//                     [--reps 3] [--threads N]
+//                     [--reps 3] [--threads N] [--replay-tokens 33] [--replay-k 4] [--replay-p 0,0.2,0.5,1]
 //
 // The Qwen3-0.6B-shaped model (random bf16 weights computed in fp32) is the one
 // engine_cpu_bench generates into DIR (default $TPSERVE_BENCH_CACHE, else
@@ -14,9 +14,19 @@
 // to the host included; each sequence has `context` tokens in the cache
 // (zero-filled K/V: attention reads and computes over them as over real ones)
 // and blocks of its own. A step's time is the median of --reps runs after one
-// warm-up. With every proposal accepted a step yields k + 1 tokens, so
+// warm-up, the ks taking turns within each run (the load of a shared machine
+// reaches them alike). With every proposal accepted a step yields k + 1 tokens, so
 // (k + 1) / c(k) is the best speedup k proposals can give; with a mean
-// accepted length a, the speedup is (1 + a) / c(k). Not run in CI.
+// accepted length a, the speedup is (1 + a) / c(k).
+//
+// Then end to end at batch 1 (worker/speculative_greedy.h, the one-sequence
+// greedy loop over Model::Forward; not yet the engine): a prompt of `context`
+// tokens, --replay-tokens greedy tokens without speculation, then with a
+// ReplayProposer (speculative/replay_proposer.h) that proposes the known
+// continuation, each token corrupted with probability p, k = --replay-k. It
+// prints decode tokens/s against no speculation, the output's equality, and
+// the speedup c(k) predicts for the steps taken: (tokens - 1) t(0) / (steps
+// t(k)), from this run's batch-1 row (needs batch 1 and k in --ks). Not run in CI.
 #include <sys/statvfs.h>
 
 #include <algorithm>
@@ -34,16 +44,23 @@
 #include "comm/communicator.h"
 #include "worker/kv_cache.h"
 #include "worker/model.h"
+#include "worker/speculative_greedy.h"
+#include "speculative/replay_proposer.h"
 
 namespace {
 
 using namespace tpserve;
 
-std::vector<int> ParseList(const std::string& s) {
-  std::vector<int> out;
+std::vector<double> ParseList(const std::string& s) {
+  std::vector<double> out;
   std::stringstream ss(s);
   std::string item;
-  while (std::getline(ss, item, ',')) out.push_back(std::stoi(item));
+  while (std::getline(ss, item, ',')) out.push_back(std::stod(item));
+  return out;
+}
+std::vector<int> ParseInts(const std::string& s) {
+  std::vector<int> out;
+  for (double v : ParseList(s)) out.push_back(static_cast<int>(v));
   return out;
 }
 
@@ -64,11 +81,10 @@ bool EnsureModel(const std::filesystem::path& model) {
   return std::system(cmd.c_str()) == 0;
 }
 
-// Median seconds of Model::Forward on a step of `batch` sequences, each with
-// `context` cached tokens and k + 1 new ones, all of them logits rows.
-double TimeStep(Model& model, KvCache& cache, int batch, int k, int context, int reps) {
-  const int32_t bs = cache.block_size();
-  const int32_t blocks_per_seq = (context + k + 1 + bs - 1) / bs;
+// The step of `batch` sequences, each with `context` cached tokens and k + 1
+// new ones, all of them logits rows; blocks of its own per sequence.
+StepBatch MakeStep(int batch, int k, int context, int32_t block_size) {
+  const int32_t blocks_per_seq = (context + k + 1 + block_size - 1) / block_size;
   std::vector<std::vector<int32_t>> tokens(static_cast<size_t>(batch)), tables(static_cast<size_t>(batch));
   std::vector<StepSequence> seqs;
   for (int s = 0; s < batch; ++s) {
@@ -76,24 +92,80 @@ double TimeStep(Model& model, KvCache& cache, int batch, int k, int context, int
     for (int b = 0; b < blocks_per_seq; ++b) tables[s].push_back(s * blocks_per_seq + b);
     seqs.push_back({tokens[s], context, tables[s], k + 1});
   }
-  absl::StatusOr<StepBatch> step = StepBatch::Build(seqs, bs);
+  absl::StatusOr<StepBatch> step = StepBatch::Build(seqs, block_size);
   if (!step.ok()) {
     std::fprintf(stderr, "spec_decode_bench: %s\n", std::string(step.status().message()).c_str());
     std::exit(1);
   }
-  std::vector<double> times;
+  return *std::move(step);
+}
+
+double TimeForward(Model& model, KvCache& cache, const StepBatch& step) {
+  const auto t0 = std::chrono::steady_clock::now();
+  absl::StatusOr<std::optional<Logits>> out = model.Forward(step.view(), cache);
+  if (!out.ok()) {
+    std::fprintf(stderr, "spec_decode_bench: %s\n", std::string(out.status().message()).c_str());
+    std::exit(1);
+  }
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+// Median seconds per k of the steps of `batch` sequences. The ks run in turn
+// within each repetition, so a change in the machine's load reaches them
+// all alike; repetition 0 warms up.
+std::vector<double> TimeSteps(Model& model, KvCache& cache, int batch, const std::vector<int>& ks, int context,
+                              int reps) {
+  std::vector<StepBatch> steps;
+  for (int k : ks) steps.push_back(MakeStep(batch, k, context, cache.block_size()));
+  std::vector<std::vector<double>> times(ks.size());
   for (int r = 0; r <= reps; ++r) {
-    const auto t0 = std::chrono::steady_clock::now();
-    absl::StatusOr<std::optional<Logits>> out = model.Forward(step->view(), cache);
-    const double sec = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    if (!out.ok()) {
-      std::fprintf(stderr, "spec_decode_bench: %s\n", std::string(out.status().message()).c_str());
+    for (size_t i = 0; i < ks.size(); ++i) {
+      const double sec = TimeForward(model, cache, steps[i]);
+      if (r > 0) times[i].push_back(sec);
+    }
+  }
+  std::vector<double> median;
+  for (std::vector<double>& t : times) {
+    std::sort(t.begin(), t.end());
+    median.push_back(t[t.size() / 2]);
+  }
+  return median;
+}
+
+// The end-to-end rows (see the top of the file).
+void Replay(Model& model, KvCache& cache, int context, int tokens, int k, const std::vector<double>& ps, double t0,
+            double tk) {
+  std::vector<int32_t> prompt, table;
+  for (int i = 0; i < context; ++i) prompt.push_back(1000 + (i * 7919) % 100000);
+  for (int32_t b = 0; b < cache.num_blocks(); ++b) table.push_back(b);
+  const GreedyOptions options{.max_tokens = tokens, .num_speculative_tokens = k};
+  auto run = [&](speculative::Proposer* proposer) {
+    absl::StatusOr<GreedyResult> r = GenerateGreedy(model, cache, prompt, table, options, proposer);
+    if (!r.ok()) {
+      std::fprintf(stderr, "spec_decode_bench: %s\n", std::string(r.status().message()).c_str());
       std::exit(1);
     }
-    if (r > 0) times.push_back(sec);  // run 0 warms up
+    return *std::move(r);
+  };
+  const GreedyResult plain = run(nullptr);
+  const double plain_rate = (tokens - 1) / plain.decode_seconds;
+  std::printf("\nend to end, batch 1, %d tokens after a %d-token prompt, replay proposer, k = %d\n", tokens, context, k);
+  std::printf("%5s %7s %10s %12s %9s %10s %11s\n", "p", "steps", "acc/step", "decode tok/s", "speedup",
+              "predicted", "same output");
+  std::printf("%5s %7lld %10s %12.2f %9s %10s %11s\n", "off", static_cast<long long>(plain.steps), "-", plain_rate,
+              "1.00", "-", "-");
+  std::vector<int32_t> known = prompt;
+  known.insert(known.end(), plain.tokens.begin(), plain.tokens.end());
+  for (double p : ps) {
+    speculative::ReplayProposer proposer(known, k, p, static_cast<int32_t>(model.config().vocab_size), 1);
+    const GreedyResult r = run(&proposer);
+    const double rate = (tokens - 1) / r.decode_seconds;
+    const double predicted = tk > 0 ? (tokens - 1) * t0 / (static_cast<double>(r.steps) * tk) : 0;
+    std::printf("%5.2f %7lld %10.2f %12.2f %9.2f %10.2f %11s\n", p, static_cast<long long>(r.steps),
+                static_cast<double>(r.accepted) / static_cast<double>(r.steps), rate, rate / plain_rate, predicted,
+                r.tokens == plain.tokens ? "yes" : "NO");
+    std::fflush(stdout);
   }
-  std::sort(times.begin(), times.end());
-  return times[times.size() / 2];
 }
 
 }  // namespace
@@ -106,12 +178,17 @@ int main(int argc, char** argv) {
                                                                ".cache/tpserve/bench";
   int context = 128, reps = 3, threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   std::vector<int> batches{1, 8, 64}, ks{0, 1, 2, 3, 4, 5, 6, 7, 8};
+  int replay_tokens = 33, replay_k = 4;
+  std::vector<double> replay_ps{0, 0.2, 0.5, 1};
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string flag = argv[i], value = argv[i + 1];
     if (flag == "--cache") cache_dir = value;
     else if (flag == "--context") context = std::stoi(value);
-    else if (flag == "--batches") batches = ParseList(value);
-    else if (flag == "--ks") ks = ParseList(value);
+    else if (flag == "--batches") batches = ParseInts(value);
+    else if (flag == "--ks") ks = ParseInts(value);
+    else if (flag == "--replay-tokens") replay_tokens = std::stoi(value);
+    else if (flag == "--replay-k") replay_k = std::stoi(value);
+    else if (flag == "--replay-p") replay_ps = ParseList(value);
     else if (flag == "--reps") reps = std::max(1, std::stoi(value));
     else if (flag == "--threads") threads = std::max(1, std::stoi(value));
     else {
@@ -128,14 +205,18 @@ int main(int argc, char** argv) {
   std::unique_ptr<Backend> backend = MakeCpuBackend(threads);
   std::unique_ptr<Communicator> comm = MakeSoloCommunicator();
   ModelOptions options{.max_num_tokens = int64_t{max_batch} * (max_k + 1), .max_num_seqs = max_batch,
-                       .max_position = context + max_k + 16, .max_num_logits_rows = int64_t{max_batch} * (max_k + 1)};
+                       .max_position = context + std::max(max_k, replay_k) + replay_tokens + 16,
+                       .max_num_logits_rows = int64_t{max_batch} * (max_k + 1) + replay_k + 1};
+  options.max_num_tokens = std::max<int64_t>(options.max_num_tokens, context);
   absl::StatusOr<std::unique_ptr<Model>> model = Model::Load(model_dir, *backend, *comm, options);
   if (!model.ok()) {
     std::fprintf(stderr, "spec_decode_bench: %s\n", std::string(model.status().message()).c_str());
     return 1;
   }
   const int32_t block_size = 16;
-  const int64_t num_blocks = int64_t{max_batch} * ((context + max_k + 1 + block_size - 1) / block_size);
+  const int64_t num_blocks =
+      std::max<int64_t>(int64_t{max_batch} * ((context + max_k + 1 + block_size - 1) / block_size),
+                        (context + replay_tokens + replay_k + block_size - 1) / block_size);
   absl::StatusOr<KvCache> cache = KvCache::Allocate(*backend, (*model)->kv_cache_shape(num_blocks, block_size));
   if (!cache.ok()) {
     std::fprintf(stderr, "spec_decode_bench: %s\n", std::string(cache.status().message()).c_str());
@@ -144,15 +225,17 @@ int main(int argc, char** argv) {
   std::printf("spec_decode_bench: Qwen3-0.6B shape (random bf16 weights, computed in fp32), CPU backend, "
               "%d GEMM threads, context %d, median of %d\n", threads, context, reps);
   std::printf("%6s %3s %7s %10s %7s %14s\n", "batch", "k", "tokens", "ms/step", "c(k)", "(k+1)/c(k)");
+  double t0 = 0, tk = 0;  // batch 1: k = 0 and k = replay_k
   for (int batch : batches) {
-    double base = 0;
-    for (int k : ks) {
-      const double sec = TimeStep(**model, *cache, batch, k, context, reps);
-      if (k == 0) base = sec;
-      std::printf("%6d %3d %7d %10.1f %7.2f %14.2f\n", batch, k, batch * (k + 1), 1000 * sec, sec / base,
-                  (k + 1) * base / sec);
-      std::fflush(stdout);
+    const std::vector<double> sec = TimeSteps(**model, *cache, batch, ks, context, reps);
+    for (size_t i = 0; i < ks.size(); ++i) {
+      std::printf("%6d %3d %7d %10.1f %7.2f %14.2f\n", batch, ks[i], batch * (ks[i] + 1), 1000 * sec[i],
+                  sec[i] / sec[0], (ks[i] + 1) * sec[0] / sec[i]);
+      if (batch == 1 && ks[i] == 0) t0 = sec[i];
+      if (batch == 1 && ks[i] == replay_k) tk = sec[i];
     }
+    std::fflush(stdout);
   }
+  if (replay_tokens > 1 && !replay_ps.empty()) Replay(**model, *cache, context, replay_tokens, replay_k, replay_ps, t0, tk);
   return 0;
 }
