@@ -16,6 +16,7 @@
 #include <fstream>
 #include <iostream>
 #include <set>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -51,6 +52,10 @@ ABSL_FLAG(double, timeout, 600, "each request's deadline in seconds");
 ABSL_FLAG(double, max_seconds, 3600, "each run's deadline in seconds: requests still open then fail");
 ABSL_FLAG(bool, ignore_eos, true, "generate exactly the output length (past end-of-sequence tokens)");
 ABSL_FLAG(double, temperature, 0, "sampling temperature (0 = greedy)");
+ABSL_FLAG(std::string, regex, "",
+          "constrain every request's output to this regular expression (structured_output; EOS is then not "
+          "ignored: a request ends when its grammar does, or at the output length)");
+ABSL_FLAG(std::string, json_schema, "", "constrain every request's output to the JSON Schema in this FILE (as --regex)");
 
 namespace tpserve::bench {
 namespace {
@@ -62,12 +67,33 @@ int Usage(const std::string& message) {
   return 2;
 }
 
+// --regex / --json-schema into `options` (ignore_eos off: a constrained
+// output ends with EOS, and the coordinator refuses ignore_eos with it).
+absl::Status SetStructuredOutput(RunOptions& options) {
+  const std::string regex = absl::GetFlag(FLAGS_regex), schema_file = absl::GetFlag(FLAGS_json_schema);
+  if (regex.empty() && schema_file.empty()) return absl::OkStatus();
+  if (!regex.empty() && !schema_file.empty()) return absl::InvalidArgumentError("give --regex or --json-schema, not both");
+  tpserve::v1::StructuredOutput so;
+  if (!regex.empty()) {
+    so.set_regex(regex);
+  } else {
+    std::ifstream in(schema_file);
+    if (!in) return absl::InvalidArgumentError(absl::StrCat("--json-schema: cannot read ", schema_file));
+    std::stringstream text;
+    text << in.rdbuf();
+    so.set_json_schema(text.str());
+  }
+  options.structured_output = std::move(so);
+  options.ignore_eos = false;
+  return absl::OkStatus();
+}
+
 // The configuration for --json: every flag of this tool and of the connection, as given or defaulted.
 nlohmann::json Configuration(const std::string& mode) {
   nlohmann::json config = {{"mode", mode}};
   for (const char* name : {"server", "num_prompts", "input_len", "output_len", "dataset", "seed", "request_rate",
                            "max_concurrency", "burstiness", "percentiles", "slo", "timeout", "max_seconds",
-                           "ignore_eos", "temperature", "tls"}) {
+                           "ignore_eos", "temperature", "regex", "json_schema", "tls"}) {
     if (const absl::CommandLineFlag* flag = absl::FindCommandLineFlag(name)) config[name] = flag->CurrentValue();
   }
   return config;
@@ -182,6 +208,7 @@ int Main(int argc, char** argv) {
                        .ignore_eos = absl::GetFlag(FLAGS_ignore_eos),
                        .temperature = static_cast<float>(absl::GetFlag(FLAGS_temperature)),
                        .progress = isatty(STDERR_FILENO) == 1};
+    if (absl::Status s = SetStructuredOutput(options); !s.ok()) return Usage(std::string(s.message()));
     const RunResult result = RunBenchmark(*connection, w.prompts[run], options);
     RunReport report{.request_rate = rate,
                      .metrics = ComputeMetrics(result.records, result.duration_s, w.percentiles, w.slo),

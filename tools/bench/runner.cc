@@ -57,6 +57,7 @@ v1::GenerateRequest MakeRequest(const BenchPrompt& prompt, const RunOptions& opt
   request.mutable_sampling()->set_temperature(options.temperature);
   request.mutable_stopping()->set_max_tokens(static_cast<uint32_t>(prompt.output_len));
   request.mutable_stopping()->set_ignore_eos(options.ignore_eos);
+  if (options.structured_output) *request.mutable_structured_output() = *options.structured_output;
   return request;
 }
 

@@ -4,11 +4,13 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <vector>
 
 #include "tools/bench/serving_stats.h"
 #include "tools/bench/workload.h"
 #include "tools/connect/connect.h"
+#include "tpserve/v1/generation.pb.h"
 
 namespace tpserve::bench {
 
@@ -24,6 +26,9 @@ struct RunOptions {
   double max_seconds = 0;        // the whole run's: requests still open then are cancelled (failed)
   bool ignore_eos = true;
   float temperature = 0;
+  // Every request's structured_output (--regex, --json-schema), or unset:
+  // free text. A constrained request ends when its grammar does (EOS).
+  std::optional<tpserve::v1::StructuredOutput> structured_output;
   bool progress = false;         // a progress bar on stderr
 };
 

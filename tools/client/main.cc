@@ -22,10 +22,12 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <fstream>
 #include <iostream>
 #include <map>
 #include <memory>
 #include <set>
+#include <sstream>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -51,6 +53,16 @@ ABSL_FLAG(std::string, prompt_ids, "", "prompt token ids, comma separated");
 ABSL_FLAG(std::string, chat, "", "a user message (rendered with the model's chat format)");
 ABSL_FLAG(std::string, system, "", "a system message before --chat");
 ABSL_FLAG(std::string, tools_json, "", "with --chat: the tools, a JSON array of OpenAI tool schemas");
+ABSL_FLAG(std::string, tool_choice, "",
+          "with --tools-json: auto, none, required (the output is a valid call of a listed tool), or a "
+          "function's name (a call of that function)");
+ABSL_FLAG(bool, parallel_tool_calls, true, "with --tool-choice required or a name: one or more calls (false: one)");
+ABSL_FLAG(std::string, json_schema, "", "constrain the output to a JSON Schema: the schema's FILE");
+ABSL_FLAG(bool, json_object, false, "constrain the output to a JSON object");
+ABSL_FLAG(std::string, regex, "", "constrain the output to a regular expression (the whole output matches)");
+ABSL_FLAG(std::string, grammar, "", "constrain the output to a GBNF grammar (start rule root): the grammar's FILE");
+ABSL_FLAG(std::string, choice, "", "constrain the output to one of these strings, comma separated");
+ABSL_FLAG(bool, indented, false, "with --json-schema / --json-object: JSON as json.dumps(indent=2) lays it out");
 ABSL_FLAG(std::string, chat_template_kwargs, "",
           "with --chat: a JSON object of chat template variables, e.g. '{\"enable_thinking\": false}'");
 ABSL_FLAG(int64_t, max_tokens, 0, "tokens to generate (unset: up to the model's maximum length)");
@@ -151,6 +163,52 @@ std::string SetChatFromFlags(v1::Chat& chat) {
   return "";
 }
 
+// The text of FILE for `flag`; a usage error in *error when it cannot be read.
+std::string ReadFlagFile(absl::string_view flag, const std::string& path, std::string* error) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) {
+    *error = absl::StrCat(flag, ": cannot read ", path);
+    return "";
+  }
+  std::stringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+// structured_output from --json-schema, --json-object, --regex, --grammar,
+// --choice, and the chat's tool_choice from --tool-choice; a usage error, or
+// empty when they fit (the server checks the schema, regex and grammar).
+std::string SetConstraintFromFlags(v1::GenerateRequest& request) {
+  const int formats = Given("json_schema") + Given("json_object") + Given("regex") + Given("grammar") + Given("choice");
+  if (formats > 1) return "give at most one of --json-schema, --json-object, --regex, --grammar, --choice";
+  v1::StructuredOutput* so = formats == 1 ? request.mutable_structured_output() : nullptr;
+  std::string error;
+  if (Given("json_schema")) so->set_json_schema(ReadFlagFile("--json-schema", absl::GetFlag(FLAGS_json_schema), &error));
+  if (Given("json_object")) so->set_json_object(absl::GetFlag(FLAGS_json_object));
+  if (Given("regex")) so->set_regex(absl::GetFlag(FLAGS_regex));
+  if (Given("grammar")) so->set_ebnf(ReadFlagFile("--grammar", absl::GetFlag(FLAGS_grammar), &error));
+  if (Given("choice")) {
+    for (absl::string_view c : absl::StrSplit(absl::GetFlag(FLAGS_choice), ',')) so->mutable_choice()->add_choices(std::string(c));
+  }
+  if (so != nullptr) so->set_indented(absl::GetFlag(FLAGS_indented));
+  if (!error.empty() || !Given("tool_choice")) return error;
+  if (!request.has_chat()) return "--tool-choice needs --chat and --tools-json";
+  v1::ToolChoice* tc = request.mutable_chat()->mutable_tool_choice();
+  const std::string choice = absl::GetFlag(FLAGS_tool_choice);
+  if (choice == "auto") {
+    tc->set_mode(v1::ToolChoice::AUTO);
+  } else if (choice == "none") {
+    tc->set_mode(v1::ToolChoice::NONE);
+  } else if (choice == "required") {
+    tc->set_mode(v1::ToolChoice::REQUIRED);
+  } else {
+    tc->set_mode(v1::ToolChoice::FUNCTION);
+    tc->set_function_name(choice);
+  }
+  if (Given("parallel_tool_calls")) tc->set_parallel_tool_calls(absl::GetFlag(FLAGS_parallel_tool_calls));
+  return "";
+}
+
 // Comma-separated token ids of `flag`; a usage error, or empty when they parse.
 std::string ParseIds(absl::string_view flag, const std::string& text, google::protobuf::RepeatedField<uint32_t>& ids) {
   for (absl::string_view piece : absl::StrSplit(text, ',', absl::SkipWhitespace())) {
@@ -228,8 +286,13 @@ void PrintChunk(const v1::Chunk& chunk, bool json) {
 // The end of a request: a summary line on stderr, or with --json one JSON line.
 void PrintComplete(const v1::GenerateResponse& response, bool json) {
   const v1::Complete& c = response.complete();
+  nlohmann::json calls = nlohmann::json::array();  // the answer's tool calls, as OpenAI's message carries them
+  for (const v1::ToolCall& t : c.tool_calls()) {
+    calls.push_back({{"id", t.id()}, {"type", "function"}, {"function", {{"name", t.name()}, {"arguments", t.arguments()}}}});
+  }
   if (json) {
     PrintJsonLine({{"request_id", response.request_id()},
+                   {"tool_calls", calls},
                    {"finish_reason", FinishName(c.finish_reason())},
                    {"matched_stop", c.matched_stop()},
                    {"usage", {{"prompt_tokens", c.usage().prompt_tokens()},
@@ -242,7 +305,9 @@ void PrintComplete(const v1::GenerateResponse& response, bool json) {
                                {"total_seconds", c.timing().total_seconds()}}}});
     return;
   }
-  std::cout << "\n" << std::flush;
+  std::cout << "\n";
+  for (const nlohmann::json& call : calls) std::cout << "tool call: " << call.dump() << "\n";
+  std::cout << std::flush;
   std::fprintf(stderr,
                "[%s; prompt %u, completion %u, cached %u tokens; queue %.3f s, first token %.3f s, "
                "total %.3f s]\n",
@@ -256,6 +321,7 @@ int Generate(v1::Generation::Stub& stub, const std::vector<std::string>& stops) 
   request.set_request_id(absl::GetFlag(FLAGS_request_id));
   if (std::string error = SetInputFromFlags(request); !error.empty()) return Usage(error);
   if (std::string error = SetParamsFromFlags(stops, request); !error.empty()) return Usage(error);
+  if (std::string error = SetConstraintFromFlags(request); !error.empty()) return Usage(error);
 
   const bool json = absl::GetFlag(FLAGS_json);
   grpc::ClientContext context;
