@@ -31,11 +31,8 @@ void Follow(MetricCounter& counter, int64_t total, int64_t& last) {
 
 }  // namespace
 
-CoordinatorMetrics::CoordinatorMetrics(int64_t max_model_len, int tp)
+CoordinatorMetrics::CoordinatorMetrics(int64_t max_model_len, int tp, int dp)
     : tp_(tp),
-      running_(registry_.Gauge("tpserve:num_requests_running", "Number of requests in model execution batches.")),
-      waiting_(registry_.Gauge("tpserve:num_requests_waiting", "Number of requests waiting to be processed.")),
-      kv_usage_(registry_.Gauge("tpserve:kv_cache_usage_perc", "KV-cache usage. 1 means 100 percent usage.")),
       failure_(registry_.Counter("tpserve:request_failure_total", "Requests that ended with an error status.")),
       prompt_tokens_(registry_.Counter("tpserve:prompt_tokens_total", "Number of prefill tokens processed.")),
       generation_tokens_(registry_.Counter("tpserve:generation_tokens_total", "Number of generation tokens processed.")),
@@ -79,6 +76,7 @@ CoordinatorMetrics::CoordinatorMetrics(int64_t max_model_len, int tp)
                  {"request_inference_time_seconds", &inference_}, {"request_prompt_tokens", &prompt_len_},
                  {"request_generation_tokens", &generation_len_}, {"iteration_tokens_total", &iteration_tokens_},
                  {"step_duration_seconds", &step_duration_},   {"step_batch_size", &batch_size_}};
+  AddGroups(dp);
   for (int rank = 0; rank < tp; ++rank) {
     SetWorkerUp(rank, false);
     worker_step_.push_back(&registry_.Histogram("tpserve:worker_step_compute_seconds",
@@ -123,22 +121,53 @@ void CoordinatorMetrics::OnStep(double seconds, int64_t sequences, int64_t token
   iteration_tokens_.Observe(static_cast<double>(tokens));
 }
 
-void CoordinatorMetrics::OnEngineState(int64_t running, int64_t waiting, double kv_cache_usage,
-                                       int64_t preemptions_total, int64_t prefix_query_tokens_total,
-                                       int64_t prefix_hit_tokens_total) {
-  running_.Set(static_cast<double>(running));
-  waiting_.Set(static_cast<double>(waiting));
-  kv_usage_.Set(kv_cache_usage);
+void CoordinatorMetrics::AddGroups(int dp) {
   absl::MutexLock lock(&follow_mu_);
-  Follow(preemptions_, preemptions_total, last_preemptions_);
-  Follow(prefix_queries_, prefix_query_tokens_total, last_prefix_queries_);
-  Follow(prefix_hits_, prefix_hit_tokens_total, last_prefix_hits_);
+  for (int rank = 0; rank < dp; ++rank) {
+    const MetricLabels labels = {{"dp_rank", absl::StrCat(rank)}};
+    Group g;
+    g.running = &registry_.Gauge("tpserve:num_requests_running", "Number of requests in model execution batches.",
+                                 labels);
+    g.waiting = &registry_.Gauge("tpserve:num_requests_waiting", "Number of requests waiting to be processed.", labels);
+    g.kv_usage = &registry_.Gauge("tpserve:kv_cache_usage_perc", "KV-cache usage. 1 means 100 percent usage.", labels);
+    g.blocks_used = &registry_.Gauge("tpserve:kv_cache_blocks_used",
+                                     "KV-cache blocks held by sequences (cached blocks nobody holds are free).", labels);
+    g.blocks_total = &registry_.Gauge("tpserve:kv_cache_blocks_total", "KV-cache blocks of the group.", labels);
+    g.tokens_in_flight = &registry_.Gauge("tpserve:num_tokens_in_flight",
+                                          "Tokens (prompt + output so far) of the running and waiting requests.",
+                                          labels);
+    groups_.push_back(g);
+  }
+}
+
+void CoordinatorMetrics::OnEngineState(int dp_rank, const EngineState& s) {
+  absl::MutexLock lock(&follow_mu_);
+  if (dp_rank < 0 || dp_rank >= static_cast<int>(groups_.size())) return;
+  Group& g = groups_[static_cast<size_t>(dp_rank)];
+  g.running->Set(static_cast<double>(s.running));
+  g.waiting->Set(static_cast<double>(s.waiting));
+  g.kv_usage->Set(s.kv_blocks_total > 0 ? static_cast<double>(s.kv_blocks_used) / static_cast<double>(s.kv_blocks_total)
+                                        : 0.0);
+  g.blocks_used->Set(static_cast<double>(s.kv_blocks_used));
+  g.blocks_total->Set(static_cast<double>(s.kv_blocks_total));
+  g.tokens_in_flight->Set(static_cast<double>(s.tokens_in_flight));
+  Follow(preemptions_, s.preemptions_total, g.last_preemptions);
+  Follow(prefix_queries_, s.prefix_query_tokens_total, g.last_prefix_queries);
+  Follow(prefix_hits_, s.prefix_hit_tokens_total, g.last_prefix_hits);
 }
 
 CoordinatorMetrics::Totals CoordinatorMetrics::totals() const {
   Totals t;
   auto count = [](const MetricCounter& c) { return static_cast<uint64_t>(c.value()); };
-  t.kv_cache_usage = kv_usage_.value();
+  {
+    absl::MutexLock lock(&follow_mu_);
+    double used = 0, total = 0;
+    for (const Group& g : groups_) {
+      used += g.blocks_used->value();
+      total += g.blocks_total->value();
+    }
+    t.kv_cache_usage = total > 0 ? used / total : 0.0;
+  }
   for (const auto& [reason, counter] : success_) t.requests_finished[reason] = count(*counter);
   t.requests_failed = count(failure_);
   t.prompt_tokens = count(prompt_tokens_);

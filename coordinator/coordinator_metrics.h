@@ -6,8 +6,12 @@
 // them (metrics_server.h) and GetServerInfo reads them back. Every method may
 // be called from any thread (the registry's metrics are atomics or locked).
 //
-//   gauges      tpserve:num_requests_running, tpserve:num_requests_waiting,
-//               tpserve:kv_cache_usage_perc (0..1), tpserve:worker_up{rank}
+//   gauges      per data-parallel group, labelled {dp_rank="G"} (what routers read,
+//               as GetLoads answers it): tpserve:num_requests_running,
+//               tpserve:num_requests_waiting, tpserve:kv_cache_usage_perc (0..1),
+//               tpserve:kv_cache_blocks_used, tpserve:kv_cache_blocks_total,
+//               tpserve:num_tokens_in_flight (prompt + output so far of the running
+//               and waiting sequences); and tpserve:worker_up{rank}
 //   counters    tpserve:request_success_total{finished_reason=stop|length|abort}
 //               (abort: the client ended it: an Abort call, a cancelled stream, a
 //               passed deadline; or the drain timeout cut it),
@@ -42,8 +46,9 @@ namespace tpserve {
 
 class CoordinatorMetrics {
  public:
-  // `max_model_len` bounds the token-count buckets; `tp` workers get a worker_up gauge each.
-  CoordinatorMetrics(int64_t max_model_len, int tp);
+  // `max_model_len` bounds the token-count buckets; `tp` workers get a
+  // worker_up gauge each; `dp` groups their {dp_rank} gauges each.
+  CoordinatorMetrics(int64_t max_model_len, int tp, int dp = 1);
 
   // A request's times in seconds from its arrival (first_scheduled <= first_token <= end).
   struct RequestTimes {
@@ -58,10 +63,17 @@ class CoordinatorMetrics {
   void OnFirstToken(int64_t prompt_tokens);
   void OnNextToken(double gap_seconds);
   void OnStep(double seconds, int64_t sequences, int64_t tokens);
-  // The engine's state after an iteration. The totals grow, or start again
-  // from 0 when the engine is rebuilt for a new worker group.
-  void OnEngineState(int64_t running, int64_t waiting, double kv_cache_usage, int64_t preemptions_total,
-                     int64_t prefix_query_tokens_total, int64_t prefix_hit_tokens_total);
+  // A group's engine state after an iteration: its {dp_rank} gauges, and the
+  // totals the counters follow. The totals grow, or start again from 0 when
+  // the engine is rebuilt for a new worker group.
+  struct EngineState {
+    int64_t running = 0, waiting = 0;
+    int64_t kv_blocks_used = 0, kv_blocks_total = 0;
+    int64_t tokens_in_flight = 0;
+    int64_t preemptions_total = 0, prefix_query_tokens_total = 0, prefix_hit_tokens_total = 0;
+  };
+  // `dp_rank` in [0, dp); others are ignored.
+  void OnEngineState(int dp_rank, const EngineState& state);
   void OnWorkerStep(int rank, double compute_seconds);
   // 1 from warm-up on; 0 once the worker group is lost (all ranks: the group
   // is lost as a whole and only a restart brings it back).
@@ -69,7 +81,7 @@ class CoordinatorMetrics {
 
   // The figures GetServerInfo reports.
   struct Totals {
-    double kv_cache_usage = 0;
+    double kv_cache_usage = 0;  // over all groups: blocks used / blocks
     std::map<std::string, uint64_t> requests_finished;  // by finished_reason
     uint64_t requests_failed = 0, prompt_tokens = 0, generation_tokens = 0, preemptions = 0,
              prefix_cache_queries = 0, prefix_cache_hits = 0;
@@ -88,17 +100,20 @@ class CoordinatorMetrics {
  private:
   MetricsRegistry registry_;
   const int tp_;
-  MetricGauge &running_, &waiting_, &kv_usage_;
+  // One data-parallel group's gauges ({dp_rank}) and the totals its counters followed last.
+  struct Group {
+    MetricGauge *running, *waiting, *kv_usage, *blocks_used, *blocks_total, *tokens_in_flight;
+    int64_t last_preemptions = 0, last_prefix_queries = 0, last_prefix_hits = 0;  // under follow_mu_
+  };
   MetricCounter &failure_, &prompt_tokens_, &generation_tokens_, &preemptions_, &prefix_queries_, &prefix_hits_;
   MetricHistogram &ttft_, &itl_, &e2e_, &queue_, &prefill_, &decode_, &inference_, &prompt_len_, &generation_len_,
       &iteration_tokens_, &step_duration_, &batch_size_;
   std::vector<std::pair<std::string, const MetricHistogram*>> histograms_;  // (name without prefix, metric)
   std::map<std::string, MetricCounter*> success_;                           // by finished_reason
   std::vector<MetricHistogram*> worker_step_;                               // [tp]
-  absl::Mutex follow_mu_;  // the totals OnEngineState saw last
-  int64_t last_preemptions_ ABSL_GUARDED_BY(follow_mu_) = 0;
-  int64_t last_prefix_queries_ ABSL_GUARDED_BY(follow_mu_) = 0;
-  int64_t last_prefix_hits_ ABSL_GUARDED_BY(follow_mu_) = 0;
+  void AddGroups(int dp);  // the constructor's: dp groups' gauges
+  mutable absl::Mutex follow_mu_;                  // the totals OnEngineState saw last
+  std::vector<Group> groups_ ABSL_GUARDED_BY(follow_mu_);  // [dp]; the gauge pointers are fixed at construction
 };
 
 }  // namespace tpserve

@@ -218,11 +218,17 @@ void EngineLoop::PublishLocked() {
   stats_.waiting = scheduler_->num_waiting();
   admitting_ = 0;  // counted by the scheduler from now on
   stats_.steps = static_cast<int64_t>(next_step_id_ - 1);
+  stats_.tokens_in_flight = scheduler_->num_tokens_in_flight();
   if (options_.metrics != nullptr) {
-    options_.metrics->OnEngineState(
-        stats_.running, stats_.waiting + static_cast<int64_t>(inbox_.size()),
-        b.num_blocks > 0 ? static_cast<double>(b.num_blocks - b.free_blocks) / static_cast<double>(b.num_blocks) : 0,
-        scheduler_->num_preemptions(), b.prefix_queries * options_.block_size, b.prefix_hits * options_.block_size);
+    options_.metrics->OnEngineState(options_.dp_rank,
+                                    {.running = stats_.running,
+                                     .waiting = stats_.waiting + static_cast<int64_t>(inbox_.size()),
+                                     .kv_blocks_used = b.num_blocks - b.free_blocks,
+                                     .kv_blocks_total = b.num_blocks,
+                                     .tokens_in_flight = stats_.tokens_in_flight,
+                                     .preemptions_total = scheduler_->num_preemptions(),
+                                     .prefix_query_tokens_total = b.prefix_queries * options_.block_size,
+                                     .prefix_hit_tokens_total = b.prefix_hits * options_.block_size});
   }
 }
 

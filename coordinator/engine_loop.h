@@ -72,6 +72,8 @@ struct EngineLoopOptions {
   CoordinatorMetrics* metrics = nullptr;
   // Output threads (OutputPool), each owning a shard of the requests (>= 1).
   int output_threads = 4;
+  // The data-parallel group this loop serves: its metrics' dp_rank label.
+  int dp_rank = 0;
 };
 
 // How the loop reaches the workers: the Coordinator wires the worker pool,
@@ -92,6 +94,7 @@ struct EngineStats {
   int32_t waiting = 0;      // in the scheduler's queue or the inbox
   double prefix_cache_hit_rate = 0;
   int64_t steps = 0;
+  int64_t tokens_in_flight = 0;  // Scheduler::num_tokens_in_flight
 };
 
 class EngineLoop {

@@ -383,6 +383,36 @@ absl::Status GenerationService::ServerInfoInto(v1::ServerInfo* response) const {
   return absl::OkStatus();
 }
 
+grpc::ServerUnaryReactor* GenerationService::GetLoads(grpc::CallbackServerContext* context,
+                                                      const grpc::ByteBuffer* request, grpc::ByteBuffer* response) {
+  return Unary<v1::LoadsRequest, v1::Loads>(
+      context, *request, response, Caller(*context),
+      [this](const std::string&, const v1::LoadsRequest&, v1::Loads* out) { return LoadsInto(out); });
+}
+
+absl::Status GenerationService::LoadsInto(v1::Loads* response) const {
+  EngineLoop* engine;
+  bool serving;
+  {
+    absl::MutexLock lock(&mu_);
+    engine = engine_;
+    serving = availability_.ok() && engine_ != nullptr;
+  }
+  response->set_block_size(info_.block_size);
+  v1::GroupLoad* group = response->add_groups();
+  group->set_dp_rank(0);
+  group->set_serving(serving);
+  if (engine != nullptr) {
+    const EngineStats s = engine->stats();
+    group->set_running(static_cast<uint32_t>(s.running));
+    group->set_waiting(static_cast<uint32_t>(s.waiting));
+    group->set_kv_blocks_used(static_cast<uint64_t>(s.num_blocks - s.free_blocks));
+    group->set_kv_blocks_total(static_cast<uint64_t>(s.num_blocks));
+    group->set_tokens_in_flight(static_cast<uint64_t>(s.tokens_in_flight));
+  }
+  return absl::OkStatus();
+}
+
 grpc::ServerUnaryReactor* GenerationService::Tokenize(grpc::CallbackServerContext* context,
                                                       const grpc::ByteBuffer* request, grpc::ByteBuffer* response) {
   return Unary<v1::TokenizeRequest, v1::TokenizeResponse>(

@@ -14,7 +14,8 @@
 // stream ends with RESOURCE_EXHAUSTED naming --max-buffered-chunks.
 // The unary RPCs run inline on the gRPC thread. Every RPC but Tokenize and
 // GetModelInfo answers UNAVAILABLE unless the server is serving (starting,
-// draining, or a worker lost: the reason is the message).
+// draining, or a worker lost: the reason is the message). GetLoads answers in
+// every state, each group saying whether it is serving.
 #pragma once
 
 #include <functional>
@@ -75,7 +76,8 @@ using RawGenerationService = tpserve::v1::Generation::WithRawCallbackMethod_Gene
     tpserve::v1::Generation::WithRawCallbackMethod_Abort<tpserve::v1::Generation::WithRawCallbackMethod_GetModelInfo<
         tpserve::v1::Generation::WithRawCallbackMethod_GetServerInfo<
             tpserve::v1::Generation::WithRawCallbackMethod_Tokenize<
-                tpserve::v1::Generation::WithRawCallbackMethod_Detokenize<tpserve::v1::Generation::Service>>>>>>;
+                tpserve::v1::Generation::WithRawCallbackMethod_Detokenize<
+                    tpserve::v1::Generation::WithRawCallbackMethod_GetLoads<tpserve::v1::Generation::Service>>>>>>>;
 
 class GenerationService final : public RawGenerationService {
  public:
@@ -115,6 +117,8 @@ class GenerationService final : public RawGenerationService {
                                      grpc::ByteBuffer* response) override;
   grpc::ServerUnaryReactor* Detokenize(grpc::CallbackServerContext* context, const grpc::ByteBuffer* request,
                                        grpc::ByteBuffer* response) override;
+  grpc::ServerUnaryReactor* GetLoads(grpc::CallbackServerContext* context, const grpc::ByteBuffer* request,
+                                     grpc::ByteBuffer* response) override;
 
  private:
   class GenerateReactor;  // one Generate call (generation_service.cc)
@@ -131,6 +135,9 @@ class GenerationService final : public RawGenerationService {
   absl::Status AbortInto(const std::string& client, const tpserve::v1::AbortRequest& request,
                          tpserve::v1::AbortResponse* response);
   absl::Status ServerInfoInto(tpserve::v1::ServerInfo* response) const;
+  // Each group's load (one group, dp_rank 0, until data-parallel groups land);
+  // serving false and zeros before the engine starts.
+  absl::Status LoadsInto(tpserve::v1::Loads* response) const;
   absl::Status TokenizeInto(const tpserve::v1::TokenizeRequest& request,
                             tpserve::v1::TokenizeResponse* response) const;
   absl::Status DetokenizeInto(const tpserve::v1::DetokenizeRequest& request,

@@ -300,4 +300,11 @@ bool Scheduler::Finish(uint64_t id) {
   return true;
 }
 
+int64_t Scheduler::num_tokens_in_flight() const {
+  int64_t n = 0;
+  for (const Sequence* seq : running_) n += static_cast<int64_t>(seq->tokens.size());
+  for (const Sequence* seq : waiting_) n += static_cast<int64_t>(seq->tokens.size());
+  return n;
+}
+
 }  // namespace tpserve

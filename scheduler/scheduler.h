@@ -112,6 +112,9 @@ class Scheduler {
   int32_t num_running() const { return static_cast<int32_t>(running_.size()); }
   int32_t num_waiting() const { return static_cast<int32_t>(waiting_.size()); }
   int64_t num_preemptions() const { return num_preemptions_; }  // since construction
+  // Tokens (prompt + output so far) of the running and waiting sequences:
+  // the work a router weighs (GetLoads). O(sequences).
+  int64_t num_tokens_in_flight() const;
   bool idle() const { return running_.empty() && waiting_.empty() && dropped_.empty(); }
   const BlockManager& blocks() const { return blocks_; }
 

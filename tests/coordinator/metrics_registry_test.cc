@@ -94,7 +94,10 @@ TEST(CoordinatorMetrics, TheEngineAndTheOutputThreadsRecordAtOnce) {
     });
   }
   threads.emplace_back([&m] {
-    for (int i = 1; i <= 5000; ++i) m.OnEngineState(3, 1, 0.5, /*preemptions=*/i, 16 * i, 8 * i);
+    for (int i = 1; i <= 5000; ++i) {
+      m.OnEngineState(0, {.running = 3, .waiting = 1, .kv_blocks_used = 4, .kv_blocks_total = 8,
+                          .preemptions_total = i, .prefix_query_tokens_total = 16 * i, .prefix_hit_tokens_total = 8 * i});
+    }
   });
   threads.emplace_back([&m] {
     for (int i = 0; i < 50; ++i) EXPECT_FALSE(m.registry().Render().empty());
@@ -124,10 +127,15 @@ TEST(CoordinatorMetrics, RecordsARequestsPhasesAndTotals) {
   m.OnNextToken(0.02);
   m.OnRequestFinished("length", {.first_scheduled = 0.1, .first_token = 0.4, .end = 0.5, .has_token = true}, 10, 2);
   m.OnRequestFailed();
-  m.OnEngineState(0, 0, 0.5, /*preemptions=*/3, /*prefix queries=*/64, /*hits=*/32);
-  m.OnEngineState(0, 0, 0.0, 3, 64, 32);  // the totals again: counted once
-  m.OnEngineState(0, 0, 0.0, 1, 16, 0);   // a rebuilt engine starts again from 0
-  m.OnEngineState(0, 0, 0.0, 1, 16, 0);
+  using State = CoordinatorMetrics::EngineState;
+  m.OnEngineState(0, State{.kv_blocks_used = 4, .kv_blocks_total = 8, .preemptions_total = 3,
+                           .prefix_query_tokens_total = 64, .prefix_hit_tokens_total = 32});
+  const State again{.kv_blocks_total = 8, .preemptions_total = 3, .prefix_query_tokens_total = 64,
+                    .prefix_hit_tokens_total = 32};
+  m.OnEngineState(0, again);  // the totals again: counted once
+  const State rebuilt{.kv_blocks_total = 8, .preemptions_total = 1, .prefix_query_tokens_total = 16};
+  m.OnEngineState(0, rebuilt);  // a rebuilt engine starts again from 0
+  m.OnEngineState(0, rebuilt);
   const CoordinatorMetrics::Totals t = m.totals();
   EXPECT_EQ(t.requests_finished.at("length"), 1u);
   EXPECT_EQ(t.requests_finished.at("stop"), 0u);
@@ -156,6 +164,36 @@ TEST(CoordinatorMetrics, RecordsARequestsPhasesAndTotals) {
   EXPECT_NE(text.find("tpserve:request_success_total{finished_reason=\"length\"} 1\n"), std::string::npos);
   EXPECT_NE(text.find("tpserve:time_to_first_token_seconds_bucket{le=\"0.001\"} 0\n"), std::string::npos);
   EXPECT_NE(text.find("tpserve:request_prompt_tokens_bucket{le=\"100\"} 1\n"), std::string::npos);
+}
+
+// Each data-parallel group's gauges carry its dp_rank; the counters add every
+// group's totals, each followed on its own; kv_cache_usage is over all blocks.
+TEST(CoordinatorMetrics, GroupGaugesByDpRank) {
+  CoordinatorMetrics m(/*max_model_len=*/128, /*tp=*/1, /*dp=*/2);
+  m.OnEngineState(0, {.running = 3, .waiting = 2, .kv_blocks_used = 6, .kv_blocks_total = 8,
+                      .tokens_in_flight = 77, .preemptions_total = 2, .prefix_query_tokens_total = 48});
+  m.OnEngineState(1, {.running = 1, .kv_blocks_used = 1, .kv_blocks_total = 8, .tokens_in_flight = 5,
+                      .preemptions_total = 5, .prefix_query_tokens_total = 16});
+  m.OnEngineState(1, {.running = 1, .kv_blocks_used = 2, .kv_blocks_total = 8, .tokens_in_flight = 6,
+                      .preemptions_total = 5, .prefix_query_tokens_total = 16});  // group 1's totals again
+  m.OnEngineState(2, {.running = 100, .preemptions_total = 100});                 // no such group: ignored
+  const std::string text = m.registry().Render();
+  for (const char* line : {"tpserve:num_requests_running{dp_rank=\"0\"} 3\n",
+                           "tpserve:num_requests_running{dp_rank=\"1\"} 1\n",
+                           "tpserve:num_requests_waiting{dp_rank=\"0\"} 2\n",
+                           "tpserve:kv_cache_usage_perc{dp_rank=\"0\"} 0.75\n",
+                           "tpserve:kv_cache_usage_perc{dp_rank=\"1\"} 0.25\n",
+                           "tpserve:kv_cache_blocks_used{dp_rank=\"1\"} 2\n",
+                           "tpserve:kv_cache_blocks_total{dp_rank=\"1\"} 8\n",
+                           "tpserve:num_tokens_in_flight{dp_rank=\"0\"} 77\n",
+                           "tpserve:num_tokens_in_flight{dp_rank=\"1\"} 6\n"}) {
+    EXPECT_NE(text.find(line), std::string::npos) << line << " not in\n" << text;
+  }
+  EXPECT_EQ(text.find("dp_rank=\"2\""), std::string::npos);
+  const CoordinatorMetrics::Totals t = m.totals();
+  EXPECT_EQ(t.preemptions, 7u);
+  EXPECT_EQ(t.prefix_cache_queries, 64u);
+  EXPECT_EQ(t.kv_cache_usage, 0.5);  // (6 + 2) / (8 + 8), exact in binary
 }
 
 }  // namespace

@@ -3,6 +3,8 @@
 // scrapes parse with Prometheus's own text parser, with counters that only
 // grow, gauges back at idle and histograms that counted every request
 // (tests/e2e/check_metrics.py). Also the liveness and readiness health names.
+// And what routers read: GetLoads, `tpserve-client loads` and the {dp_rank}
+// gauges agree, idle and with requests running and queued.
 #include <fstream>
 #include <sstream>
 #include <string>
@@ -12,9 +14,13 @@
 
 #include <gtest/gtest.h>
 
+#include <thread>
+#include <tuple>
+
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "nlohmann/json.hpp"
+#include "absl/time/clock.h"
 #include "tests/e2e/harness.h"
 
 namespace tpserve::e2e {
@@ -129,6 +135,131 @@ TEST(BenchAndMetrics, ServeRunIsConsistentAndMetricsAddUp) {
     s << f.rdbuf();
     return s.str();
   }();
+}
+
+v1::Loads GetLoads(v1::Generation::Stub& stub) {
+  grpc::ClientContext context;
+  context.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(10)));
+  v1::Loads loads;
+  const grpc::Status status = stub.GetLoads(&context, v1::LoadsRequest(), &loads);
+  EXPECT_TRUE(status.ok()) << status.error_message();
+  return loads;
+}
+
+// The value of `name{dp_rank="0"}` in a scrape; -1 when absent.
+double GroupGauge(const std::string& text, const std::string& name) {
+  const std::string key = name + "{dp_rank=\"0\"} ";
+  const size_t at = text.find("\n" + key);
+  double v = -1;
+  if (at == std::string::npos) return v;
+  const size_t from = at + 1 + key.size();
+  return absl::SimpleAtod(text.substr(from, text.find('\n', from) - from), &v) ? v : -1;
+}
+
+// Whether /metrics has the group's figures as GetLoads does. The gauges follow
+// the engine's iterations; GetLoads also counts a request whose end was sent
+// since (running drops then), so right after the last request they may differ
+// until the engine's next iteration.
+bool MetricsMatch(const v1::GroupLoad& g, const std::string& scrape) {
+  return GroupGauge(scrape, "tpserve:num_requests_running") == g.running() &&
+         GroupGauge(scrape, "tpserve:num_requests_waiting") == g.waiting() &&
+         GroupGauge(scrape, "tpserve:kv_cache_blocks_used") == g.kv_blocks_used() &&
+         GroupGauge(scrape, "tpserve:kv_cache_blocks_total") == g.kv_blocks_total() &&
+         GroupGauge(scrape, "tpserve:num_tokens_in_flight") == g.tokens_in_flight();
+}
+
+// GetLoads twice around a scrape until the two agree (no engine iteration
+// between): the three then describe one state.
+std::pair<v1::GroupLoad, std::string> SteadyLoad(v1::Generation::Stub& stub, int port) {
+  for (int i = 0; i < 200; ++i) {
+    const v1::Loads before = GetLoads(stub);
+    std::string scrape = Scrape(port);
+    const v1::Loads after = GetLoads(stub);
+    if (before.groups_size() == 1 && after.SerializeAsString() == before.SerializeAsString()) {
+      return {before.groups(0), std::move(scrape)};
+    }
+  }
+  ADD_FAILURE() << "GetLoads never held still across a scrape";
+  return {};
+}
+
+// 4 requests of distinct 20-token prompts and 40 tokens each, at most 2 running:
+// 2 run and 2 wait, each step 20 ms (--simulate-step-us), so the state holds ~0.8 s.
+TEST(Loads, GetLoadsClientAndMetricsAgree) {
+  constexpr int kRequests = 4, kRunning = 2, kPromptLen = 20, kMaxTokens = 40, kBlockSize = 16;
+  TempDir dir;
+  const std::string model = MakeModel(dir.path(), "qwen3");
+  Coordinator c = StartCoordinator(model, 1, dir.path() + "/coordinator.log",
+                                   {"--metrics-listen", "127.0.0.1:0", "--max-num-seqs", std::to_string(kRunning),
+                                    "--simulate-step-us", "20000", "--block-size", std::to_string(kBlockSize)});
+  ASSERT_NE(c.stub, nullptr);
+  const int port = MetricsPort(c.process->Log());
+  ASSERT_GT(port, 0) << c.process->Log();
+
+  const v1::Loads idle = GetLoads(*c.stub);
+  EXPECT_EQ(idle.block_size(), static_cast<uint32_t>(kBlockSize));
+  ASSERT_EQ(idle.groups_size(), 1);
+  const v1::GroupLoad& g0 = idle.groups(0);
+  EXPECT_EQ(g0.dp_rank(), 0u);
+  EXPECT_TRUE(g0.serving());
+  EXPECT_EQ(g0.running() + g0.waiting() + g0.kv_blocks_used() + g0.tokens_in_flight(), 0u);
+  EXPECT_EQ(g0.kv_blocks_total(), ServerInfo(*c.stub).num_blocks());
+  ASSERT_GT(g0.kv_blocks_total(), 0u);
+  const std::string first = Scrape(port);
+  EXPECT_TRUE(MetricsMatch(g0, first)) << g0.DebugString() << first;
+
+  std::vector<GenerateOutcome> outcomes(kRequests);
+  std::vector<std::thread> clients;
+  for (int r = 0; r < kRequests; ++r) {
+    clients.emplace_back([&, r] {
+      v1::GenerateRequest request = Greedy(kMaxTokens);
+      for (int t = 0; t < kPromptLen; ++t) request.mutable_prompt_token_ids()->add_ids(static_cast<uint32_t>(100 * r + t + 1));
+      outcomes[static_cast<size_t>(r)] = Generate(*c.stub, request);
+    });
+  }
+  bool queued = false;
+  for (absl::Time deadline = absl::Now() + absl::Seconds(30); !queued && absl::Now() < deadline;) {
+    const auto [g, scrape] = SteadyLoad(*c.stub, port);
+    if (g.running() != kRunning || g.waiting() != kRequests - kRunning || !MetricsMatch(g, scrape)) continue;
+    queued = true;
+    // Every prompt is in flight, and the running two's output so far.
+    EXPECT_GE(g.tokens_in_flight(), static_cast<uint64_t>(kRequests * kPromptLen));
+    EXPECT_LE(g.tokens_in_flight(), static_cast<uint64_t>(kRequests * kPromptLen + kRunning * kMaxTokens));
+    // The running two hold their prompt and output's blocks (distinct prompts: nothing shared).
+    const uint64_t per_prompt = (kPromptLen + kBlockSize - 1) / kBlockSize;
+    const uint64_t per_full = (kPromptLen + kMaxTokens + kBlockSize - 1) / kBlockSize;
+    EXPECT_GE(g.kv_blocks_used(), kRunning * per_prompt);
+    EXPECT_LE(g.kv_blocks_used(), kRunning * per_full);
+    // tpserve-client loads prints the same group as JSON.
+    const std::string out = dir.path() + "/loads.json";
+    ASSERT_EQ(RunCommand({"/bin/sh", "-c", BinaryPath("tools/client/tpserve-client") + " loads --server " +
+                                               c.address + " > " + out},
+                         dir.path() + "/loads.log"),
+              0);
+    std::ifstream in(out);
+    const nlohmann::json j = nlohmann::json::parse(in, nullptr, false);
+    ASSERT_FALSE(j.is_discarded());
+    EXPECT_EQ(j["block_size"], kBlockSize);
+    EXPECT_EQ(j["groups"][0]["dp_rank"], 0);
+    EXPECT_EQ(j["groups"][0]["kv_blocks_total"], g.kv_blocks_total());
+    EXPECT_EQ(j["groups"][0]["running"].get<int>() + j["groups"][0]["waiting"].get<int>(), kRequests) << j.dump();
+  }
+  EXPECT_TRUE(queued) << "never saw " << kRunning << " running and " << kRequests - kRunning
+                      << " waiting in GetLoads and /metrics alike";
+  for (std::thread& t : clients) t.join();
+  for (const GenerateOutcome& o : outcomes) {
+    EXPECT_TRUE(o.completed) << o.status.error_message();
+    EXPECT_EQ(o.tokens.size(), static_cast<size_t>(kMaxTokens));
+  }
+  // Idle again: nothing running, queued, held or in flight, in both.
+  std::string scrape;
+  for (absl::Time deadline = absl::Now() + absl::Seconds(10); absl::Now() < deadline;) {
+    v1::GroupLoad g;
+    std::tie(g, scrape) = SteadyLoad(*c.stub, port);
+    if (g.running() + g.waiting() + g.kv_blocks_used() + g.tokens_in_flight() == 0 && MetricsMatch(g, scrape)) return;
+    absl::SleepFor(absl::Milliseconds(20));
+  }
+  ADD_FAILURE() << "the group never went back to idle: " << GetLoads(*c.stub).DebugString() << scrape;
 }
 
 }  // namespace

@@ -7,7 +7,7 @@ first before the run, the last after it)
 Every scrape must parse with prometheus_client's text parser; every counter,
 histogram count, sum and bucket must never fall from one scrape to the next;
 the last scrape's gauges must be back at idle (no request running or waiting,
-no KV block in use, every worker up); and between the first and the last
+no KV block in use, no token in flight, every worker up); and between the first and the last
 scrape the request histograms must have counted exactly the requests the
 benchmark completed, the token counters exactly its tokens. Exit 0 when all
 hold, else 1 with every failure named.
@@ -51,8 +51,11 @@ def main():
     def value(scrape, name, **labels):
         return scrape.get((name, tuple(sorted(labels.items()))), (None, None))[1]
 
-    for gauge in ("tpserve:num_requests_running", "tpserve:num_requests_waiting", "tpserve:kv_cache_usage_perc"):
-        check(value(last, gauge) == 0, f"after the run {gauge} = {value(last, gauge)}, want 0")
+    for gauge in ("tpserve:num_requests_running", "tpserve:num_requests_waiting", "tpserve:kv_cache_usage_perc",
+                  "tpserve:kv_cache_blocks_used", "tpserve:num_tokens_in_flight"):
+        check(value(last, gauge, dp_rank="0") == 0,
+              f"after the run {gauge}{{dp_rank=0}} = {value(last, gauge, dp_rank='0')}, want 0")
+    check((value(last, "tpserve:kv_cache_blocks_total", dp_rank="0") or 0) > 0, "kv_cache_blocks_total{dp_rank=0} is 0")
     check(value(last, "tpserve:worker_up", rank="0") == 1, "worker_up{rank=0} is not 1")
 
     def delta(name, **labels):

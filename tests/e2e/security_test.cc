@@ -219,6 +219,10 @@ TEST_F(SecurityTest, ApiKeysGuardEveryCallAndScopeTheStreamCap) {
     v1::DetokenizeResponse response;
     EXPECT_EQ(stub->Detokenize(context.get(), request, &response).error_code(),
               key.empty() ? grpc::StatusCode::UNAUTHENTICATED : grpc::StatusCode::OK);
+    std::unique_ptr<grpc::ClientContext> loads_context = KeyedContext(key);  // a router needs a key too
+    v1::Loads loads;
+    EXPECT_EQ(stub->GetLoads(loads_context.get(), v1::LoadsRequest(), &loads).error_code(),
+              key.empty() ? grpc::StatusCode::UNAUTHENTICATED : grpc::StatusCode::OK);
   }
   {
     std::unique_ptr<grpc::ClientContext> context = KeyedContext("");

@@ -392,6 +392,27 @@ int Info(v1::Generation::Stub& stub) {
   return 0;
 }
 
+// GetLoads as JSON: {"block_size", "groups": [{"dp_rank", "serving", "running", ...}]}.
+int Loads(v1::Generation::Stub& stub) {
+  v1::Loads loads;
+  grpc::ClientContext context;
+  SetDeadline(context);
+  grpc::Status s = stub.GetLoads(&context, v1::LoadsRequest(), &loads);
+  if (!s.ok()) return RpcError(s);
+  nlohmann::json out = {{"block_size", loads.block_size()}, {"groups", nlohmann::json::array()}};
+  for (const v1::GroupLoad& g : loads.groups()) {
+    out["groups"].push_back({{"dp_rank", g.dp_rank()},
+                             {"serving", g.serving()},
+                             {"running", g.running()},
+                             {"waiting", g.waiting()},
+                             {"kv_blocks_used", g.kv_blocks_used()},
+                             {"kv_blocks_total", g.kv_blocks_total()},
+                             {"tokens_in_flight", g.tokens_in_flight()}});
+  }
+  std::cout << out.dump(2) << "\n";
+  return 0;
+}
+
 int Health(const std::shared_ptr<grpc::Channel>& channel) {
   auto stub = grpc::health::v1::Health::NewStub(channel);
   grpc::ClientContext context;
@@ -490,6 +511,7 @@ int main(int argc, char** argv) {
       "Commands:\n"
       "  generate    stream a generation (give one of --prompt, --prompt-ids, --chat; --stop may repeat)\n"
       "  info        model and server info as one JSON object\n"
+      "  loads       each data-parallel group's running, waiting, KV blocks and tokens in flight (JSON)\n"
       "  health      SERVING / NOT_SERVING (exit 0 only when SERVING); --service tpserve.liveness or\n"
       "              tpserve.readiness (the default)\n"
       "  abort       end the request --request-id\n"
@@ -530,7 +552,7 @@ int main(int argc, char** argv) {
   for (std::string& a : args) pointers.push_back(a.data());
   std::vector<char*> positional = absl::ParseCommandLine(static_cast<int>(pointers.size()), pointers.data());
   if (positional.size() != 2) {
-    return Usage("give one command: generate, info, health, abort, tokenize or detokenize (see --help)");
+    return Usage("give one command: generate, info, loads, health, abort, tokenize or detokenize (see --help)");
   }
   const std::string command = positional[1];
   absl::StatusOr<tpserve::ClientConnection> connection = tpserve::ConnectFromFlags();
@@ -540,10 +562,11 @@ int main(int argc, char** argv) {
   auto stub = v1::Generation::NewStub(channel);
   if (command == "generate") return Generate(*stub, stops);
   if (command == "info") return Info(*stub);
+  if (command == "loads") return Loads(*stub);
   if (command == "health") return Health(channel);
   if (command == "abort") return Abort(*stub);
   if (command == "tokenize") return Tokenize(*stub);
   if (command == "detokenize") return Detokenize(*stub);
   return Usage(absl::StrCat("unknown command \"", command,
-                            "\"; use generate, info, health, abort, tokenize or detokenize"));
+                            "\"; use generate, info, loads, health, abort, tokenize or detokenize"));
 }
