@@ -356,6 +356,52 @@ TEST_P(CudaAttentionTest, StoreKvAndAttentionOnAMixedBatch) {
   ExpectClose(Download(*gpu_, og), Download(*cpu_, oc), kTol, "Attention");
 }
 
+// Speculative verification (backend/step.h, issue 27): decoding sequences
+// that carry their last token and k proposed ones, k + 1 queries at the
+// consecutive positions after a long cached context, beside plain decodes.
+// They are multi-token sequences of the prefill group, so they reach the
+// prefill kernels; each row matches the CPU. One logits row per sequence is
+// all the CUDA backend takes for now: a step with k + 1 rows for one is refused.
+TEST_P(CudaAttentionTest, VerificationQueriesOfDecodingSequences) {
+  SEED_TRACE();
+  const AttentionShape shape = GetParam().shape;
+  const int32_t bs = GetParam().block_size;
+  // (seq_len, new tokens): k + 1 = 2, 5 and 9 queries after contexts of odd lengths, then decodes.
+  const std::vector<std::pair<int32_t, int32_t>> seqs = {
+      {cuda_test::kLongContext + 4, 5}, {3, 2}, {118, 9}, {605, 5}, {7, 1}, {111, 1}};
+  std::vector<int32_t> lens;
+  for (auto [len, n] : seqs) lens.push_back(len);
+  int64_t num_blocks = 2;
+  for (int32_t len : lens) num_blocks += (len + bs - 1) / bs;
+  const auto blocks = cuda_test::DealBlocks(lens, bs, num_blocks, rng_);
+  std::vector<SeqPart> parts;
+  for (size_t i = 0; i < seqs.size(); ++i) parts.push_back({seqs[i].first, seqs[i].second, blocks[i]});
+  StepBatch step = RandomStep(parts, bs, rng_, 100);
+  Begin(step, num_blocks, bs, 5000);
+
+  const int64_t T = step.view().num_tokens(), hd = shape.head_dim, hkv = shape.num_kv_heads;
+  const std::vector<float> cache_k = RandomBf16(rng_, num_blocks * bs * hkv * hd);
+  const std::vector<float> cache_v = RandomBf16(rng_, num_blocks * bs * hkv * hd);
+  const std::vector<float> qkv = RandomBf16(rng_, T * shape.qkv_width());
+  Buffer kc = Upload(*cpu_, cache_k, {num_blocks, bs, hkv, hd}), kg = Upload(*gpu_, cache_k, {num_blocks, bs, hkv, hd});
+  Buffer vc = Upload(*cpu_, cache_v, {num_blocks, bs, hkv, hd}), vg = Upload(*gpu_, cache_v, {num_blocks, bs, hkv, hd});
+  Buffer qc = Upload(*cpu_, qkv, {T, shape.qkv_width()}), qg = Upload(*gpu_, qkv, {T, shape.qkv_width()});
+  const KvCacheLayer cpu_cache{kc.tensor(), vc.tensor()}, gpu_cache{kg.tensor(), vg.tensor()};
+  cpu_->StoreKv(qc, shape, cpu_cache);
+  gpu_->StoreKv(qg, shape, gpu_cache);
+  const float scale = 1.f / std::sqrt(static_cast<float>(hd));
+  Buffer oc = Output(*cpu_, {T, shape.num_heads * hd}), og = Output(*gpu_, {T, shape.num_heads * hd});
+  cpu_->Attention(qc, shape, cpu_cache, scale, oc.tensor());
+  gpu_->Attention(qg, shape, gpu_cache, scale, og.tensor());
+  ExpectClose(Download(*gpu_, og), Download(*cpu_, oc), kTol, "Attention");
+
+  std::vector<int32_t>& rows = step.mutable_arrays().logits_indices;
+  rows.insert(rows.begin(), rows[0] - 1);  // sequence 0's last two tokens
+  const absl::Status refused = gpu_->BeginStep(step.view(), num_blocks, bs, 5000);
+  EXPECT_EQ(refused.code(), absl::StatusCode::kInvalidArgument) << refused;
+  EXPECT_NE(refused.message().find("one row per sequence"), std::string::npos) << refused;
+}
+
 INSTANTIATE_TEST_SUITE_P(Shapes, CudaAttentionTest,
                          ::testing::Values(AttentionCase{{4, 2, 24}, 16},    // small hd, GQA 2
                                            AttentionCase{{8, 1, 64}, 7},     // MQA, odd block size
