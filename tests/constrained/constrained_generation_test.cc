@@ -19,6 +19,7 @@
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
 #include "sampling/token_mask.h"
+#include "tests/testing/constrained_steps.h"
 #include "tests/testing/seed.h"
 #include "tests/worker/device_logits_sampler.h"
 #include "tests/worker/worker_test_util.h"
@@ -123,18 +124,15 @@ std::vector<Case> Cases() {
   return cases;
 }
 
+using testing_util::ConstrainedJob;
+using testing_util::ConstrainedOutput;
+using testing_util::StepMode;
+
 struct Job {
   const Case* c = nullptr;
   uint64_t seed = 0;
   float temperature = 1.0f;
 };
-
-struct Output {
-  std::vector<int32_t> tokens;  // the stop id included, when it ended with one
-  bool stopped = false;
-};
-
-enum class Mode { kOverlap, kLockStep };
 
 class ConstrainedGenerationTest : public ::testing::Test {
  protected:
@@ -169,70 +167,27 @@ class ConstrainedGenerationTest : public ::testing::Test {
     prompt_ = vocab_->tokenizer->Encode("Answer with what is asked:", false);
   }
 
-  bool IsStop(int32_t t) const {
-    return std::find(vocab_->stop_ids.begin(), vocab_->stop_ids.end(), t) != vocab_->stop_ids.end();
-  }
 
-  // Runs `jobs` (at most kMaxSeqs) to a stop id or kMaxTokens. preempt_at > 0:
-  // every sequence is preempted and recomputed from its output after that many
-  // steps and every preempt_at steps after.
-  std::vector<Output> Generate(std::span<const Job> jobs, Mode mode, int preempt_at = 0,
-                               DeviceSampler* sampler = nullptr) {
-    StepRunner runner(*model_, *cache_, /*rank=*/0, StepRunnerOptions{.sampler = sampler, .constraints = compiler_.get()});
-    const int64_t blocks_each = (std::ssize(prompt_) + kMaxTokens + kBlockSize - 1) / kBlockSize;
-    std::vector<Output> out(jobs.size());
-    std::vector<bool> known(jobs.size(), false), done(jobs.size(), false);
-    std::vector<uint64_t> finished;
-    for (int step = 1;; ++step) {
-      StepPlan plan;
-      plan.finished = std::exchange(finished, {});
-      std::vector<uint64_t> decodes;
-      for (size_t i = 0; i < jobs.size(); ++i) {
-        if (done[i]) continue;
-        const uint64_t id = i + 1;
-        const bool preempt = known[i] && preempt_at > 0 && step % preempt_at == 0;
-        if (known[i] && !preempt) {
-          ContinuingSequencePlan c{.seq_id = id, .sample = true, .decode_sampled = mode == Mode::kOverlap};
-          if (mode == Mode::kLockStep) c.token_ids = {out[i].tokens.back()};
-          plan.continuing.push_back(std::move(c));
-          decodes.push_back(id);
-          continue;
-        }
-        if (preempt) plan.finished.push_back(id);
-        NewSequencePlan n{.seq_id = id, .prompt = prompt_, .output = out[i].tokens};
-        n.token_ids = prompt_;
-        n.token_ids.insert(n.token_ids.end(), out[i].tokens.begin(), out[i].tokens.end());
-        for (int64_t b = 0; b < blocks_each; ++b) n.block_ids.push_back(static_cast<int32_t>(i * blocks_each + b));
-        n.sampling = SamplingParams{.temperature = jobs[i].temperature, .seed = jobs[i].seed,
-                                    .constraint = std::make_shared<const OutputConstraint>(jobs[i].c->constraint)};
-        n.sample = true;
-        plan.order.push_back(id);
-        plan.new_sequences.push_back(std::move(n));
-        known[i] = true;
-      }
-      if (plan.order.empty() && decodes.empty()) break;
-      plan.order.insert(plan.order.end(), decodes.begin(), decodes.end());
-      absl::StatusOr<std::vector<StepToken>> tokens = runner.Run(plan);
-      EXPECT_TRUE(tokens.ok()) << tokens.status();
-      if (!tokens.ok()) return out;
-      for (const StepToken& t : *tokens) {
-        const size_t i = t.seq_id - 1;
-        out[i].tokens.push_back(t.sampled.token);
-        out[i].stopped = IsStop(t.sampled.token);
-        if (out[i].stopped || std::ssize(out[i].tokens) >= kMaxTokens) {
-          done[i] = true;
-          finished.push_back(t.seq_id);
-        }
-      }
+  // Runs `jobs` (at most kMaxSeqs) to a stop id or kMaxTokens
+  // (testing_util::RunConstrained).
+  std::vector<ConstrainedOutput> Generate(std::span<const Job> jobs, StepMode mode, int preempt_every = 0,
+                                          DeviceSampler* sampler = nullptr) {
+    std::vector<ConstrainedJob> constrained;
+    for (const Job& j : jobs) {
+      constrained.push_back({std::make_shared<const OutputConstraint>(j.c->constraint), j.seed, j.temperature});
     }
-    return out;
+    testing_util::ConstrainedRun run{.prompt = prompt_, .stop_ids = vocab_->stop_ids, .max_tokens = kMaxTokens,
+                                     .block_size = kBlockSize, .mode = mode, .preempt_every = preempt_every};
+    return testing_util::RunConstrained(*model_, *cache_,
+                                        StepRunnerOptions{.sampler = sampler, .constraints = compiler_.get()},
+                                        constrained, run);
   }
 
   // Every output is a prefix the matcher accepts (complete where it stopped);
   // the complete ones go to validate_outputs.py.
-  void CheckOutputs(std::span<const Job> jobs, std::span<const Output> outs, json& cases) {
+  void CheckOutputs(std::span<const Job> jobs, std::span<const ConstrainedOutput> outs, json& cases) {
     for (size_t i = 0; i < jobs.size(); ++i) {
-      const Output& o = outs[i];
+      const ConstrainedOutput& o = outs[i];
       absl::StatusOr<std::shared_ptr<const grammar::CompiledGrammar>> g = compiler_->Compile(jobs[i].c->constraint);
       ASSERT_TRUE(g.ok()) << g.status();
       absl::StatusOr<std::unique_ptr<SequenceConstraint>> replay =
@@ -272,9 +227,9 @@ TEST_F(ConstrainedGenerationTest, OutputsAreValid) {
   int stopped = 0;
   for (size_t first = 0; first < jobs.size(); first += kMaxSeqs) {
     const std::span<const Job> batch(jobs.data() + first, std::min<size_t>(kMaxSeqs, jobs.size() - first));
-    const std::vector<Output> outs = Generate(batch, Mode::kOverlap);
+    const std::vector<ConstrainedOutput> outs = Generate(batch, StepMode::kOverlap);
     CheckOutputs(batch, outs, checked);
-    for (const Output& o : outs) stopped += o.stopped ? 1 : 0;
+    for (const ConstrainedOutput& o : outs) stopped += o.stopped ? 1 : 0;
   }
   // The model is random: many outputs end, some are cut; both kinds must be there.
   EXPECT_GT(stopped, static_cast<int>(jobs.size()) / 3) << "seed " << seed;
@@ -303,9 +258,9 @@ TEST_F(ConstrainedGenerationTest, PreemptionGivesTheSameOutput) {
   const uint64_t seed = testing_util::TestSeed();
   const std::vector<Case> cases = Cases();
   const std::vector<Job> jobs = MixedJobs(cases, seed);
-  const std::vector<Output> whole = Generate(jobs, Mode::kOverlap);
+  const std::vector<ConstrainedOutput> whole = Generate(jobs, StepMode::kOverlap);
   for (int every : {5, 7}) {
-    const std::vector<Output> preempted = Generate(jobs, Mode::kOverlap, every);
+    const std::vector<ConstrainedOutput> preempted = Generate(jobs, StepMode::kOverlap, every);
     for (size_t i = 0; i < jobs.size(); ++i) {
       EXPECT_EQ(preempted[i].tokens, whole[i].tokens) << "sequence " << i << ", preempted every " << every
                                                       << " steps, seed " << seed;
@@ -319,8 +274,8 @@ TEST_F(ConstrainedGenerationTest, OverlapAndLockStepAgree) {
   const uint64_t seed = testing_util::TestSeed();
   const std::vector<Case> cases = Cases();
   const std::vector<Job> jobs = MixedJobs(cases, seed + 1);
-  const std::vector<Output> overlap = Generate(jobs, Mode::kOverlap);
-  const std::vector<Output> lock_step = Generate(jobs, Mode::kLockStep);
+  const std::vector<ConstrainedOutput> overlap = Generate(jobs, StepMode::kOverlap);
+  const std::vector<ConstrainedOutput> lock_step = Generate(jobs, StepMode::kLockStep);
   for (size_t i = 0; i < jobs.size(); ++i) EXPECT_EQ(overlap[i].tokens, lock_step[i].tokens) << i << " seed " << seed;
 }
 
@@ -331,8 +286,8 @@ TEST_F(ConstrainedGenerationTest, DeviceSamplerPathAgreesWithHost) {
   const std::vector<Case> cases = Cases();
   const std::vector<Job> jobs = MixedJobs(cases, seed + 2);
   testing_util::DeviceLogitsSampler sampler;
-  const std::vector<Output> host = Generate(jobs, Mode::kOverlap);
-  const std::vector<Output> device = Generate(jobs, Mode::kOverlap, 0, &sampler);
+  const std::vector<ConstrainedOutput> host = Generate(jobs, StepMode::kOverlap);
+  const std::vector<ConstrainedOutput> device = Generate(jobs, StepMode::kOverlap, 0, &sampler);
   EXPECT_GT(sampler.masked_rows, 0);
   for (size_t i = 0; i < jobs.size(); ++i) EXPECT_EQ(device[i].tokens, host[i].tokens) << i << " seed " << seed;
 }
