@@ -2,10 +2,12 @@
 
 #include <algorithm>
 #include <optional>
-#include <vector>
 #include <string>
 #include <utility>
+#include <vector>
 
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
 #include "http/http_answer.h"
 
 namespace tpserve::http {
@@ -14,137 +16,192 @@ namespace {
 namespace v1 = tpserve::v1;
 using nlohmann::json;
 
-// The reactor owns itself from StartCall to OnDone (self_). A step that
-// waits for something outside gRPC (a socket write, a Detokenize call) holds
-// the call (AddHold), so OnDone cannot come while `this` is still needed.
+class GenerateCall;
+
+// One choice of the response (its "index": its prompt's * n + its own).
+struct Choice {
+  std::optional<v1::Complete> complete;
+  int64_t text_bytes = 0;   // streamed completions' log-prob text offsets
+  std::string text;         // not streaming: the whole text
+  std::string reasoning;    // not streaming: the whole reasoning
+  int tool_calls_sent = 0;  // streaming: calls sent so far (their deltas' index)
+  google::protobuf::RepeatedPtrField<v1::TokenLogprob> logprobs;  // not streaming
+};
+
+// What the calls of one response share: one call per prompt of a
+// completions request with a list of prompts, else one. Their callbacks run
+// on gRPC's threads, concurrently for different calls, so everything here is
+// under `mu`. The exchange's methods only queue (httpd/server.h), so they are
+// called under it: the events go out in the order they were decided, and the
+// last ([DONE]) last.
+struct Batch {
+  Batch(CoordinatorClient& c, std::shared_ptr<httpd::Exchange> ex, const OpenAiRequest& request, ResponseHead h,
+        size_t num_choices, int num_calls, int per_prompt)
+      : client(c),
+        exchange(std::move(ex)),
+        stream(request.stream),
+        logprobs(request.logprobs),
+        tokens_as_ids(request.tokens_as_ids),
+        choices_per_prompt(per_prompt),
+        head(std::move(h)),
+        choices(num_choices),
+        open(num_calls) {}
+
+  bool chat() const { return head.endpoint == Endpoint::kChatCompletions; }
+  bool done() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) { return completes == std::ssize(choices); }
+  // Every choice's usage, each prompt once.
+  v1::Usage Usage() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
+    std::vector<const v1::Complete*> completes_of;
+    for (const Choice& c : choices) completes_of.push_back(&*c.complete);
+    return SummedUsage(completes_of, choices_per_prompt);
+  }
+  // The choices as FullResponse takes them, with log-probs when `texts` names their tokens.
+  std::vector<ChoiceBody> Bodies(const TokenText* texts) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
+    std::vector<ChoiceBody> bodies;
+    for (const Choice& c : choices) {
+      bodies.push_back(ChoiceBody{.text = c.text,
+                                  .logprobs = texts ? LogprobsJson(head.endpoint, c.logprobs, *texts, 0) : json(nullptr),
+                                  .complete = *c.complete,
+                                  .reasoning = c.reasoning});
+    }
+    return bodies;
+  }
+
+  CoordinatorClient& client;
+  const std::shared_ptr<httpd::Exchange> exchange;
+  const bool stream, logprobs, tokens_as_ids;
+  const int choices_per_prompt;
+
+  absl::Mutex mu;
+  ResponseHead head ABSL_GUARDED_BY(mu);  // its id from the first response
+  bool began ABSL_GUARDED_BY(mu) = false;  // a response came (streaming: the head is out)
+  std::vector<Choice> choices ABSL_GUARDED_BY(mu);
+  int64_t completes ABSL_GUARDED_BY(mu) = 0;  // choices whose Complete came
+  int open ABSL_GUARDED_BY(mu);               // calls not done
+  grpc::Status failure ABSL_GUARDED_BY(mu);   // the first call that failed
+  std::vector<std::weak_ptr<GenerateCall>> calls ABSL_GUARDED_BY(mu);
+};
+
+// One gRPC Generate call of a batch. The reactor owns itself from Start to
+// OnDone (self_). A step that waits for something outside gRPC (a socket
+// write, a Detokenize call) holds the call (AddHold), so OnDone cannot come
+// while `this` is still needed. Reads, holds and cancels happen outside the
+// batch's lock (gRPC may run a reaction, OnDone included, on the calling thread).
 class GenerateCall final : public grpc::ClientReadReactor<v1::GenerateResponse>,
                            public std::enable_shared_from_this<GenerateCall> {
  public:
-  GenerateCall(CoordinatorClient& client, std::shared_ptr<httpd::Exchange> exchange, OpenAiRequest request,
-               ResponseHead head)
-      : client_(client),
-        exchange_(std::move(exchange)),
-        request_(std::move(request)),
-        head_(std::move(head)),
-        choices_(std::max<size_t>(1, request_.grpc.n())) {}
+  GenerateCall(std::shared_ptr<Batch> batch, v1::GenerateRequest request, size_t offset)
+      : batch_(std::move(batch)), request_(std::move(request)), offset_(offset),
+        n_(std::max<uint32_t>(1, request_.n())) {}
 
   void Start() {
     self_ = shared_from_this();
-    client_.Begin();
-    client_.Prepare(context_);
-    std::weak_ptr<GenerateCall> weak = self_;
-    exchange_->OnClientGone([weak] {
-      if (std::shared_ptr<GenerateCall> call = weak.lock()) call->context_.TryCancel();
-    });
-    client_.stub().async()->Generate(&context_, &request_.grpc, this);
+    batch_->client.Begin();
+    batch_->client.Prepare(context_);
+    batch_->client.stub().async()->Generate(&context_, &request_, this);
     StartRead(&response_);
     StartCall();
   }
+  void Cancel() { context_.TryCancel(); }
 
  private:
-  bool chat() const { return head_.endpoint == Endpoint::kChatCompletions; }
+  Batch& b() { return *batch_; }
 
   void OnReadDone(bool ok) override {
     if (!ok) return;  // the stream ended: OnDone follows
-    if (!got_first_) {
-      got_first_ = true;
-      head_.id = ResponseId(head_.endpoint, response_.request_id());
-      if (request_.stream) {
-        exchange_->BeginStream(200, "text/event-stream", {{"Cache-Control", "no-cache"}});
-        for (int i = 0; chat() && i < std::ssize(choices_); ++i) {
-          pending_ += SseEvent(StreamChunk(head_, std::string(), /*role=*/true, nullptr, std::nullopt, {}, i));
+    if (response_.index() >= n_) return Cancel();  // the coordinator's answer to n: never more choices
+    const size_t index = offset_ + response_.index();
+    {
+      absl::MutexLock lock(&b().mu);
+      if (!b().began) {
+        b().began = true;
+        b().head.id = ResponseId(b().head.endpoint, response_.request_id());
+        if (b().stream) {
+          b().exchange->BeginStream(200, "text/event-stream", {{"Cache-Control", "no-cache"}});
+          std::string roles;
+          for (int i = 0; b().chat() && i < std::ssize(b().choices); ++i) {
+            roles += SseEvent(StreamChunk(b().head, std::string(), /*role=*/true, nullptr, std::nullopt, {}, i));
+          }
+          if (!roles.empty()) b().exchange->Write(std::move(roles), nullptr);
         }
       }
-    }
-    if (response_.index() >= choices_.size()) {  // the coordinator's answer to n: never more choices
-      context_.TryCancel();
-      return;
-    }
-    if (!request_.stream) return Gather();
-    if (response_.has_chunk()) return StreamChunkEvents();
-    if (response_.has_complete()) {
-      const v1::Complete& c = response_.complete();
-      Choice& choice = choices_[response_.index()];
-      choice.complete = c;
-      ++completes_;
-      pending_ += SseEvent(StreamChunk(head_, chat() ? std::nullopt : std::optional<std::string>(""), false,
-                                       nullptr, FinishReason(c.finish_reason()), {},
-                                       static_cast<int>(response_.index())));
-      if (done()) {
-        if (head_.include_usage) pending_ += SseEvent(UsageChunk(head_, Usage()));
-        pending_ += kSseDone;
+      if (!b().stream) {
+        Gather(b().choices[index]);
+      } else if (response_.has_chunk() && b().logprobs) {
+        AddHold();  // the chunk's event waits for its log-prob tokens' texts (below)
+      } else {
+        std::string events = response_.has_complete() ? StreamComplete(index) : ChunkEvent(index, nullptr);
+        if (!events.empty()) return Send(std::move(events));  // reads on once written
       }
     }
-    Send();
+    if (!b().stream || !response_.has_chunk() || !b().logprobs) return StartRead(&response_);
+    b().client.TokenTexts(response_.chunk().logprobs(), b().tokens_as_ids,
+                          [this, index](absl::StatusOr<TokenText> texts) {
+                            {
+                              absl::MutexLock lock(&b().mu);
+                              const v1::Chunk& c = response_.chunk();
+                              int64_t& bytes = b().choices[index].text_bytes;
+                              const json lp = texts.ok() ? LogprobsJson(b().head.endpoint, c.logprobs(), *texts, bytes)
+                                                         : json(nullptr);
+                              bytes += static_cast<int64_t>(c.text().size());
+                              Send(ChunkEvent(index, lp));
+                            }
+                            RemoveHold();
+                          });
   }
 
-  bool done() const { return completes_ == std::ssize(choices_); }
-
-  // Every choice's usage, the prompt once.
-  v1::Usage Usage() const {
-    std::vector<const v1::Complete*> completes;
-    for (const Choice& c : choices_) completes.push_back(&*c.complete);
-    return SummedUsage(completes, static_cast<int>(choices_.size()));
-  }
-
-  // Not streaming: keep each choice's text, log-probs and Complete; read on.
-  void Gather() {
-    Choice& choice = choices_[response_.index()];
+  // Not streaming: keep the choice's text, log-probs and Complete.
+  void Gather(Choice& choice) ABSL_EXCLUSIVE_LOCKS_REQUIRED(b().mu) {
     if (response_.has_chunk()) {
       choice.text += response_.chunk().text();
       choice.reasoning += response_.chunk().reasoning_text();
       choice.logprobs.MergeFrom(response_.chunk().logprobs());
     } else if (response_.has_complete()) {
       choice.complete = response_.complete();
-      ++completes_;
+      ++b().completes;
     }
-    StartRead(&response_);
   }
 
-  // A streamed chunk's event, its log-prob tokens named first when asked for.
-  void StreamChunkEvents() {
-    const v1::Chunk& chunk = response_.chunk();
-    const bool extras = !chunk.reasoning_text().empty() || chunk.tool_calls_size() > 0;
-    if (chunk.text().empty() && !extras && !request_.logprobs) return Send();
-    if (!request_.logprobs) {
-      pending_ += ChunkEvent(chunk, nullptr);
-      return Send();
+  // A choice's finish event; after the last choice's, the usage and [DONE].
+  std::string StreamComplete(size_t index) ABSL_EXCLUSIVE_LOCKS_REQUIRED(b().mu) {
+    const v1::Complete& c = response_.complete();
+    b().choices[index].complete = c;
+    ++b().completes;
+    std::string events = SseEvent(StreamChunk(b().head, b().chat() ? std::nullopt : std::optional<std::string>(""),
+                                              false, nullptr, FinishReason(c.finish_reason()), {},
+                                              static_cast<int>(index)));
+    if (b().done()) {
+      if (b().head.include_usage) events += SseEvent(UsageChunk(b().head, b().Usage()));
+      events += kSseDone;
     }
-    AddHold();
-    client_.TokenTexts(chunk.logprobs(), request_.tokens_as_ids, [this](absl::StatusOr<TokenText> texts) {
-      const v1::Chunk& c = response_.chunk();
-      int64_t& text_bytes = choices_[response_.index()].text_bytes;
-      const json lp = texts.ok() ? LogprobsJson(head_.endpoint, c.logprobs(), *texts, text_bytes) : json(nullptr);
-      text_bytes += static_cast<int64_t>(c.text().size());
-      pending_ += ChunkEvent(c, lp);
-      Send();
-      RemoveHold();
-    });
+    return events;
   }
 
   // The event of one chunk: its text (none when it has only reasoning or
-  // calls), its reasoning, the calls it completed.
-  std::string ChunkEvent(const v1::Chunk& chunk, const json& logprobs) {
-    int& tool_calls_sent = choices_[response_.index()].tool_calls_sent;
+  // calls), its reasoning, the calls it completed; nothing for an empty chunk.
+  std::string ChunkEvent(size_t index, const json& logprobs) ABSL_EXCLUSIVE_LOCKS_REQUIRED(b().mu) {
+    const v1::Chunk& chunk = response_.chunk();
+    const bool extras_only = chunk.text().empty() && (!chunk.reasoning_text().empty() || chunk.tool_calls_size() > 0);
+    if (chunk.text().empty() && !extras_only && !b().logprobs) return std::string();
+    int& tool_calls_sent = b().choices[index].tool_calls_sent;
     const ChatExtras extras{.reasoning = chunk.reasoning_text(), .tool_calls = &chunk.tool_calls(),
                             .first_tool_index = tool_calls_sent};
     tool_calls_sent += chunk.tool_calls_size();
     std::optional<std::string> text;
-    const bool only_extras = chunk.text().empty() && (!extras.reasoning.empty() || chunk.tool_calls_size() > 0);
-    if (!chat() || !only_extras) text = chunk.text();
-    return SseEvent(StreamChunk(head_, text, false, logprobs, std::nullopt, extras, static_cast<int>(response_.index())));
+    if (!b().chat() || !extras_only) text = chunk.text();
+    return SseEvent(StreamChunk(b().head, text, false, logprobs, std::nullopt, extras, static_cast<int>(index)));
   }
 
-  // Writes what is pending, then reads on once the client has taken it.
-  void Send() {
-    if (pending_.empty()) return StartRead(&response_);
-    const bool last = done();
+  // Writes `events` (under the lock: in order), then reads on once the
+  // client has taken them; nothing to write reads on at once.
+  void Send(std::string events) ABSL_EXCLUSIVE_LOCKS_REQUIRED(b().mu) {
+    const bool last = b().done();
     AddHold();
-    exchange_->Write(std::exchange(pending_, std::string()), [this, last](bool ok) {
+    b().exchange->Write(std::move(events), [this, last](bool ok) {
       if (!ok) {
-        context_.TryCancel();
+        Cancel();
       } else {
-        if (last) exchange_->EndStream();
+        if (last) b().exchange->EndStream();
         StartRead(&response_);  // to the end of the stream, after Complete too
       }
       RemoveHold();
@@ -153,97 +210,106 @@ class GenerateCall final : public grpc::ClientReadReactor<v1::GenerateResponse>,
 
   void OnDone(const grpc::Status& status) override {
     std::shared_ptr<GenerateCall> self = std::move(self_);  // the last reference may be this one
-    if (!got_first_) {
-      grpc::Status s = status.ok() ? grpc::Status(grpc::StatusCode::INTERNAL,
-                                                  "the coordinator ended the stream without a response")
-                                   : status;
-      AnswerError(*exchange_, ErrorOf(s, head_.endpoint));
-    } else if (request_.stream) {
-      EndStreamWithError(status);
-    } else {
-      return Answer(status, std::move(self));
+    std::vector<std::shared_ptr<GenerateCall>> cancel;
+    bool last = false;
+    {
+      absl::MutexLock lock(&b().mu);
+      if (!status.ok() && b().failure.ok()) {
+        b().failure = status;
+        for (const auto& weak : b().calls) {  // the response fails as a whole
+          if (auto call = weak.lock(); call && call != self) cancel.push_back(std::move(call));
+        }
+      }
+      last = --b().open == 0;
+      if (last) Finish();
     }
-    client_.End();
+    for (const auto& call : cancel) call->Cancel();
+    b().client.End();
   }
 
-  // A stream that ended without Complete: its status as an error event.
-  void EndStreamWithError(const grpc::Status& status) {
-    if (done()) return;
-    grpc::Status s = status.ok() ? grpc::Status(grpc::StatusCode::INTERNAL, "the stream ended without Complete")
-                                 : status;
-    exchange_->Write(SseEvent(ErrorBody(ErrorOf(s, head_.endpoint))) + kSseDone, nullptr);
-    exchange_->EndStream();
-  }
-
-  // The whole non-streaming response, log-prob tokens named first when asked for.
-  void Answer(const grpc::Status& status, std::shared_ptr<GenerateCall> self) {
-    if (!status.ok()) {
-      AnswerError(*exchange_, ErrorOf(status, head_.endpoint));
-      return client_.End();
+  // The last call is done: the response's end, its error, or the whole
+  // non-streaming response.
+  void Finish() ABSL_EXCLUSIVE_LOCKS_REQUIRED(b().mu) {
+    grpc::Status s = b().failure;
+    if (s.ok() && !b().done()) s = grpc::Status(grpc::StatusCode::INTERNAL, "the stream ended without Complete");
+    if (!b().began) {
+      if (s.ok()) s = grpc::Status(grpc::StatusCode::INTERNAL, "the coordinator ended the stream without a response");
+      return AnswerError(*b().exchange, ErrorOf(s, b().head.endpoint));
     }
-    if (!done()) {
-      AnswerError(*exchange_, {.status = 500, .message = "the stream ended without Complete", .type = "server_error"});
-      return client_.End();
+    if (b().stream) {
+      if (s.ok()) return;  // [DONE] went with the last Complete
+      b().exchange->Write(SseEvent(ErrorBody(ErrorOf(s, b().head.endpoint))) + kSseDone, nullptr);
+      return b().exchange->EndStream();
     }
-    if (!request_.logprobs) {
-      AnswerJson(*exchange_, 200, FullResponse(head_, Bodies(nullptr), static_cast<int>(choices_.size())));
-      return client_.End();
-    }
+    if (!s.ok()) return AnswerError(*b().exchange, ErrorOf(s, b().head.endpoint));
+    const int per_prompt = b().choices_per_prompt;
+    if (!b().logprobs) return AnswerJson(*b().exchange, 200, FullResponse(b().head, b().Bodies(nullptr), per_prompt));
     // One look-up for every choice's tokens.
     google::protobuf::RepeatedPtrField<v1::TokenLogprob> all;
-    for (const Choice& c : choices_) all.MergeFrom(c.logprobs);
-    client_.TokenTexts(all, request_.tokens_as_ids, [self](absl::StatusOr<TokenText> texts) {
+    for (const Choice& c : b().choices) all.MergeFrom(c.logprobs);
+    b().client.Begin();
+    b().client.TokenTexts(all, b().tokens_as_ids, [batch = batch_, per_prompt](absl::StatusOr<TokenText> texts) {
+      absl::MutexLock lock(&batch->mu);
       if (!texts.ok()) {
-        AnswerError(*self->exchange_, ErrorOf(texts.status(), self->head_.endpoint));
+        AnswerError(*batch->exchange, ErrorOf(texts.status(), batch->head.endpoint));
       } else {
-        AnswerJson(*self->exchange_, 200,
-                   FullResponse(self->head_, self->Bodies(&*texts), static_cast<int>(self->choices_.size())));
+        AnswerJson(*batch->exchange, 200, FullResponse(batch->head, batch->Bodies(&*texts), per_prompt));
       }
-      self->client_.End();
+      batch->client.End();
     });
   }
 
-  // The choices as FullResponse takes them, with log-probs when `texts` names their tokens.
-  std::vector<ChoiceBody> Bodies(const TokenText* texts) const {
-    std::vector<ChoiceBody> bodies;
-    for (const Choice& c : choices_) {
-      bodies.push_back(ChoiceBody{.text = c.text,
-                                  .logprobs = texts ? LogprobsJson(head_.endpoint, c.logprobs, *texts, 0) : json(nullptr),
-                                  .complete = *c.complete,
-                                  .reasoning = c.reasoning});
-    }
-    return bodies;
-  }
-
-  // One choice's side of the response (GenerateResponse.index).
-  struct Choice {
-    std::optional<v1::Complete> complete;
-    int64_t text_bytes = 0;   // streamed completions' log-prob text offsets
-    std::string text;         // not streaming: the whole text
-    std::string reasoning;    // not streaming: the whole reasoning
-    int tool_calls_sent = 0;  // streaming: calls sent so far (their deltas' index)
-    google::protobuf::RepeatedPtrField<v1::TokenLogprob> logprobs;  // not streaming
-  };
-
-  CoordinatorClient& client_;
-  const std::shared_ptr<httpd::Exchange> exchange_;
-  OpenAiRequest request_;
-  ResponseHead head_;
+  const std::shared_ptr<Batch> batch_;
+  v1::GenerateRequest request_;
+  const size_t offset_;  // its choices' first index in the response
+  const uint32_t n_;     // its choices
   grpc::ClientContext context_;
   v1::GenerateResponse response_;
   std::shared_ptr<GenerateCall> self_;
-
-  bool got_first_ = false;
-  std::vector<Choice> choices_;  // [n] by index
-  int64_t completes_ = 0;        // choices whose Complete came
-  std::string pending_;          // SSE events not yet handed to the socket
 };
 
 }  // namespace
 
 void StartGenerateCall(CoordinatorClient& client, std::shared_ptr<httpd::Exchange> exchange, OpenAiRequest request,
                        ResponseHead head) {
-  std::make_shared<GenerateCall>(client, std::move(exchange), std::move(request), std::move(head))->Start();
+  // A list of prompts: one call each, the rest of the request the same.
+  std::vector<v1::GenerateRequest> calls;
+  if (request.prompts.empty()) {
+    calls.push_back(std::move(request.grpc));
+  } else {
+    for (size_t p = 0; p < request.prompts.size(); ++p) {
+      v1::GenerateRequest& r = calls.emplace_back(request.grpc);
+      r.clear_prompt();
+      r.clear_prompt_token_ids();
+      r.MergeFrom(request.prompts[p]);
+      if (!r.request_id().empty()) r.set_request_id(absl::StrCat(r.request_id(), "-", p));
+    }
+  }
+  const int n = static_cast<int>(std::max<uint32_t>(1, calls[0].n()));
+  auto batch = std::make_shared<Batch>(client, exchange, request, std::move(head), calls.size() * n,
+                                       static_cast<int>(calls.size()), n);
+  std::vector<std::shared_ptr<GenerateCall>> started;
+  for (size_t p = 0; p < calls.size(); ++p) {
+    started.push_back(std::make_shared<GenerateCall>(batch, std::move(calls[p]), p * n));
+  }
+  {
+    absl::MutexLock lock(&batch->mu);
+    for (const auto& call : started) batch->calls.push_back(call);
+  }
+  std::weak_ptr<Batch> weak = batch;
+  exchange->OnClientGone([weak] {
+    std::shared_ptr<Batch> b = weak.lock();
+    if (!b) return;
+    std::vector<std::shared_ptr<GenerateCall>> live;
+    {
+      absl::MutexLock lock(&b->mu);
+      for (const auto& call : b->calls) {
+        if (auto c = call.lock()) live.push_back(std::move(c));
+      }
+    }
+    for (const auto& call : live) call->Cancel();
+  });
+  for (const auto& call : started) call->Start();
 }
 
 }  // namespace tpserve::http

@@ -414,26 +414,36 @@ std::map<std::string, FieldSetter> ChatFields() {
   return f;
 }
 
-// A completion prompt: text, token ids, or a list holding one of those.
+// Prompts one completions request may list (each its own call; OpenAI's bound).
+constexpr size_t kMaxPrompts = 2048;
+
+// A completion prompt: text, token ids, or a list of those (several: one
+// call each, OpenAiRequest::prompts).
 absl::Status SetPrompt(const json& v, OpenAiRequest& r) {
   if (v.is_string()) {
     r.grpc.set_prompt(v.get<std::string>());
     return absl::OkStatus();
   }
-  if (!v.is_array()) return WrongType("prompt", v, "a string, an array of token ids, or a list of one of those");
+  if (!v.is_array()) return WrongType("prompt", v, "a string, an array of token ids, or a list of those");
   if (v.empty()) return InvalidField("prompt", "the prompt is empty");
-  if (v[0].is_string() || v[0].is_array()) {
-    if (v.size() != 1) {
-      return InvalidField("prompt",
-                          absl::StrCat("a list of ", v.size(), " prompts; one prompt per request is supported"));
-    }
-    if (v[0].is_string()) {
-      r.grpc.set_prompt(v[0].get<std::string>());
-      return absl::OkStatus();
-    }
-    return TokenIds(v[0], "prompt[0]", r.grpc.mutable_prompt_token_ids());
+  if (!v[0].is_string() && !v[0].is_array()) return TokenIds(v, "prompt", r.grpc.mutable_prompt_token_ids());
+  if (v.size() > kMaxPrompts) {
+    return InvalidField("prompt", absl::StrCat("a list of ", v.size(), " prompts; at most ", kMaxPrompts));
   }
-  return TokenIds(v, "prompt", r.grpc.mutable_prompt_token_ids());
+  std::vector<v1::GenerateRequest> prompts(v.size());
+  for (size_t i = 0; i < v.size(); ++i) {
+    const std::string field = absl::StrCat("prompt[", i, "]");
+    if (v[i].is_string()) {
+      prompts[i].set_prompt(v[i].get<std::string>());
+    } else if (!v[i].is_array()) {
+      return WrongType(field, v[i], "a string or an array of token ids, as the list's first");
+    } else {
+      TPSERVE_RETURN_IF_ERROR(TokenIds(v[i], field, prompts[i].mutable_prompt_token_ids()));
+    }
+  }
+  r.grpc.MergeFrom(prompts[0]);
+  if (prompts.size() > 1) r.prompts = std::move(prompts);
+  return absl::OkStatus();
 }
 
 std::map<std::string, FieldSetter> CompletionFields() {

@@ -23,8 +23,8 @@
 //   separate_reasoning (SGLang's; default  separate_reasoning
 //     true)
 //   chat_template_kwargs                 chat.chat_template_kwargs (values as JSON text)
-//   prompt (completions): text, [text],  prompt | prompt_token_ids
-//     token ids, [token ids]             (a list holds exactly one prompt)
+//   prompt (completions): text, [text],  prompt | prompt_token_ids (a list of
+//     token ids, [token ids]             several: one call per prompt, OpenAiRequest::prompts)
 //   max_tokens, max_completion_tokens    stopping.max_tokens (completions default 16, as OpenAI's)
 //   min_tokens, stop (text or list),     stopping.min_tokens, stop, stop_token_ids,
 //     stop_token_ids, ignore_eos,          ignore_eos, include_stop_str_in_output
@@ -43,6 +43,7 @@
 
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -64,6 +65,11 @@ struct OpenAiRequest {
   bool logprobs = false;       // answer log-probs (grpc.logprobs alternatives each)
   bool tokens_as_ids = false;  // return_tokens_as_token_ids: log-prob tokens as "token_id:N"
   tpserve::v1::GenerateRequest grpc;
+  // Completions with a list of two or more prompts: each prompt's input
+  // (prompt or prompt_token_ids), one Generate call each with the rest of
+  // `grpc`; choice i of prompt p is the response's choice p * n + i. Empty:
+  // the one input is grpc's.
+  std::vector<tpserve::v1::GenerateRequest> prompts;
 };
 
 // The request in `body`. INVALID_ARGUMENT whose message starts with the

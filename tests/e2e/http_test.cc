@@ -14,6 +14,7 @@
 #include <map>
 #include <memory>
 #include <regex>
+#include <set>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -252,6 +253,65 @@ TEST_F(HttpTest, ChoicesThroughGrpcAndHttp) {
     EXPECT_FALSE(texts[0].empty()) << path;
     EXPECT_EQ(finishes, (std::map<int, int>{{0, 1}, {1, 1}})) << path;
   }
+}
+
+// /v1/completions with a list of prompts (issue 29): one response, choice
+// p * n + i for choice i of prompt p, each as the prompt alone gives it;
+// streamed, every index finishes once and [DONE] comes last.
+TEST_F(HttpTest, AListOfPromptsIsOneResponse) {
+  const std::vector<std::string> prompts = {R"("Once upon")", "[5, 6, 7]", R"("a time")"};
+  std::vector<std::string> alone;
+  int prompt_tokens = 0;
+  for (const std::string& p : prompts) {
+    const HttpReply r = Post("/v1/completions", absl::StrCat(R"({"prompt": )", p,
+                                                             R"(, "max_tokens": 4, "temperature": 0, "ignore_eos": true})"));
+    ASSERT_EQ(r.status, 200) << r.body;
+    const json j = json::parse(r.body);
+    alone.push_back(j["choices"][0]["text"]);
+    prompt_tokens += j["usage"]["prompt_tokens"].get<int>();
+  }
+  const std::string list = absl::StrCat("[", absl::StrJoin(prompts, ", "), "]");
+  const HttpReply full = Post("/v1/completions", absl::StrCat(R"({"prompt": )", list,
+                                                              R"(, "n": 2, "max_tokens": 4, "temperature": 0, "ignore_eos": true})"));
+  ASSERT_EQ(full.status, 200) << full.body;
+  const json body = json::parse(full.body);
+  ASSERT_EQ(body["choices"].size(), 6u) << full.body;
+  for (size_t c = 0; c < 6; ++c) {
+    EXPECT_EQ(body["choices"][c]["index"], c);
+    EXPECT_EQ(body["choices"][c]["text"], alone[c / 2]) << "choice " << c;
+  }
+  EXPECT_EQ(body["usage"]["prompt_tokens"], prompt_tokens) << "each prompt once, not once per choice";
+  EXPECT_EQ(body["usage"]["completion_tokens"], 24);
+
+  const HttpReply streamed = Curl("/v1/completions", {"-N", "-H", "Content-Type: application/json", "--data-binary",
+                                                      absl::StrCat(R"({"prompt": )", list, R"(, "n": 2, "max_tokens": 4,
+                                                          "temperature": 0, "ignore_eos": true, "stream": true})")});
+  ASSERT_EQ(streamed.status, 200) << streamed.body;
+  std::map<int, std::string> texts;
+  std::map<int, int> finishes;
+  std::set<std::string> ids;
+  std::istringstream lines(streamed.body);
+  std::string line, last;
+  while (std::getline(lines, line)) {
+    if (!absl::StartsWith(line, "data: ")) continue;
+    last = line;
+    if (line == "data: [DONE]") continue;
+    const json e = json::parse(line.substr(6));
+    ids.insert(e["id"].get<std::string>());
+    for (const json& c : e["choices"]) {
+      texts[c["index"].get<int>()] += c["text"].get<std::string>();
+      if (!c["finish_reason"].is_null()) ++finishes[c["index"].get<int>()];
+    }
+  }
+  EXPECT_EQ(last, "data: [DONE]");
+  EXPECT_EQ(ids.size(), 1u) << "one response id";
+  ASSERT_EQ(texts.size(), 6u) << streamed.body;
+  for (int c = 0; c < 6; ++c) {
+    EXPECT_EQ(texts[c], alone[static_cast<size_t>(c / 2)]) << "choice " << c;
+    EXPECT_EQ(finishes[c], 1) << "choice " << c;
+  }
+  // One bad prompt fails the response as a whole.
+  EXPECT_EQ(Post("/v1/completions", R"({"prompt": [[1, 2], [3, 99999999]], "max_tokens": 2})").status, 400);
 }
 
 // Malformed JSON, wrong types, unknown fields, a body past --max-body-bytes, an

@@ -103,7 +103,15 @@ TEST(OpenAiRequest, CompletionPromptsAndDefaults) {
   EXPECT_EQ(r.grpc.sampling().seed(), ~uint64_t{0}) << "a negative seed keeps its bits";
   EXPECT_EQ(Parse(kChat, R"({"messages": [{"role": "user", "content": "x"}], "n": 3})").grpc.n(), 3u);
   EXPECT_EQ(Parse(kCompl, R"({"prompt": "x", "n": 2, "best_of": 1})").grpc.n(), 2u);
+  // A list of prompts: one call each (texts and token ids may mix).
+  r = Parse(kCompl, R"({"prompt": ["one", [7, 8], "three"], "n": 2})");
+  ASSERT_EQ(r.prompts.size(), 3u);
+  EXPECT_EQ(r.grpc.prompt(), "one");
+  EXPECT_EQ(r.prompts[1].prompt_token_ids().ids_size(), 2);
+  EXPECT_EQ(r.prompts[2].prompt(), "three");
+  EXPECT_EQ(r.grpc.n(), 2u);
   r = Parse(kCompl, R"({"prompt": [[4, 5]], "temperature": null, "echo": false})");
+  EXPECT_TRUE(r.prompts.empty()) << "a list of one is the one prompt";
   EXPECT_EQ(r.grpc.prompt_token_ids().ids_size(), 2);
   EXPECT_FALSE(r.grpc.sampling().has_temperature()) << "null is absent";
 }
@@ -251,7 +259,8 @@ TEST(OpenAiRequest, BadBodiesNameTheField) {
   EXPECT_EQ(Refused(kChat, "{\"messages\": [{\"role\": \"assistant\", \"tool_calls\": [{\"function\": 1}]}]}"),
             "messages[0].tool_calls[0].function");
   EXPECT_EQ(Refused(kCompl, "{\"prompt\": 5}"), "prompt");
-  EXPECT_EQ(Refused(kCompl, "{\"prompt\": [\"a\", \"b\"]}"), "prompt");
+  EXPECT_EQ(Refused(kCompl, "{\"prompt\": [\"a\", 5]}"), "prompt[1]");
+  EXPECT_EQ(Refused(kCompl, "{\"prompt\": [[1], [2, -1]]}"), "prompt[1][1]");
   EXPECT_EQ(Refused(kCompl, "{\"prompt\": [1, -2]}"), "prompt[1]");
   EXPECT_EQ(Refused(kCompl, "{\"prompt\": [1, 4294967296]}"), "prompt[1]");
   EXPECT_EQ(Refused(kCompl, "{\"prompt\": \"x\", \"echo\": true}"), "echo");
