@@ -24,6 +24,8 @@
 // follow, the longest equal prefix accepted (greedy verification; the step
 // then still advances by one token, so every position is proposed for).
 // Reported, not a goal. The cost is the goal: <= 20 us per sequence per step.
+// MB: what the proposer holds for its sequence once the prompt is in (the
+// suffix cache, shared by the server's sequences, is not counted).
 #include <algorithm>
 #include <cctype>
 #include <chrono>
@@ -35,8 +37,7 @@
 #include <unordered_map>
 #include <vector>
 
-#include "speculative/ngram_proposer.h"
-#include "speculative/suffix_proposer.h"
+#include "speculative/proposer.h"
 
 namespace {
 
@@ -107,40 +108,17 @@ struct Scenario {
   std::vector<int32_t> prompt, output;
 };
 
-// Any proposer: append one token, propose into out, return how many.
-struct Proposer {
-  virtual ~Proposer() = default;
-  virtual void Append(std::span<const int32_t> t) = 0;
-  virtual int32_t Step(int32_t token, std::span<int32_t> out) = 0;
-};
-struct Ngram : Proposer {
-  explicit Ngram(NgramProposer p) : p(std::move(p)) {}
-  void Append(std::span<const int32_t> t) override { p.Append(t); }
-  int32_t Step(int32_t token, std::span<int32_t> out) override {
-    p.Append(token);
-    return p.Propose(out);
-  }
-  NgramProposer p;
-};
-struct Suffix : Proposer {
-  explicit Suffix(SuffixProposer p) : p(std::move(p)) {}
-  void Append(std::span<const int32_t> t) override { p.Append(t); }
-  int32_t Step(int32_t token, std::span<int32_t> out) override {
-    p.Append(token);
-    return p.Propose(out).num_tokens;
-  }
-  SuffixProposer p;
-};
-
 void Measure(const Scenario& s, const std::string& label, Proposer& p, int32_t k) {
   p.Append(s.prompt);
+  const double mb = static_cast<double>(p.memory_bytes()) / (1 << 20);  // after the prompt: the window is full
   std::vector<int32_t> out(static_cast<size_t>(k));
   std::vector<double> us;
   us.reserve(s.output.size());
   int64_t proposed = 0, accepted = 0, steps_with = 0;
   for (size_t i = 0; i < s.output.size(); ++i) {
     const auto t0 = std::chrono::steady_clock::now();
-    const int32_t n = p.Step(s.output[i], out);
+    p.Append(std::span<const int32_t>(&s.output[i], 1));
+    const int32_t n = p.Propose(out);
     us.push_back(std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count());
     proposed += n;
     steps_with += n > 0;
@@ -151,11 +129,11 @@ void Measure(const Scenario& s, const std::string& label, Proposer& p, int32_t k
   double mean = 0;
   for (double u : us) mean += u;
   mean /= static_cast<double>(us.size());
-  std::printf("%-6s %-16s %9.2f %9.2f %9.2f %10.1f%% %9.3f %10.2f\n", s.name.c_str(), label.c_str(), mean,
+  std::printf("%-6s %-16s %9.2f %9.2f %9.2f %10.1f%% %9.3f %10.2f %8.1f\n", s.name.c_str(), label.c_str(), mean,
               sorted[sorted.size() / 2], sorted[sorted.size() * 99 / 100],
               proposed ? 100.0 * static_cast<double>(accepted) / static_cast<double>(proposed) : 0.0,
               static_cast<double>(accepted) / static_cast<double>(s.output.size()),
-              static_cast<double>(proposed) / static_cast<double>(s.output.size()));
+              static_cast<double>(proposed) / static_cast<double>(s.output.size()), mb);
 }
 
 }  // namespace
@@ -215,24 +193,26 @@ int main(int argc, char** argv) {
 
   std::printf("proposer_bench: %lld tokens of history, %lld steps, k = %d, one thread\n",
               static_cast<long long>(history), static_cast<long long>(steps), k);
-  std::printf("%-6s %-16s %9s %9s %9s %11s %9s %10s\n", "text", "proposer", "mean us", "p50 us", "p99 us",
-              "accepted", "acc/step", "prop/step");
+  std::printf("%-6s %-16s %9s %9s %9s %11s %9s %10s %8s\n", "text", "proposer", "mean us", "p50 us", "p99 us",
+              "accepted", "acc/step", "prop/step", "MB");
   for (const Scenario& s : scenarios) {
     {
-      Ngram p(*NgramProposer::Create({.prompt_lookup_min = 2, .prompt_lookup_max = 4, .num_speculative_tokens = k,
-                                      .max_history = history}));
-      Measure(s, "ngram 2..4", p, k);
+      std::unique_ptr<Proposer> p = MakeProposer(*NgramProposer::Create(
+          {.prompt_lookup_min = 2, .prompt_lookup_max = 4, .num_speculative_tokens = k, .max_history = history}));
+      Measure(s, "ngram 2..4", *p, k);
     }
     for (int64_t window : {history, int64_t{4096}}) {
-      Suffix p(*SuffixProposer::Create({.num_speculative_tokens = k, .max_history = window}, nullptr));
-      Measure(s, "suffix w" + std::to_string(window / 1024) + "k", p, k);
+      std::unique_ptr<Proposer> p =
+          MakeProposer(*SuffixProposer::Create({.num_speculative_tokens = k, .max_history = window}, nullptr));
+      Measure(s, "suffix w" + std::to_string(window / 1024) + "k", *p, k);
     }
     {
       // Earlier outputs of the server: other files of the project, none of the scenarios' text.
       SuffixCache cache = *SuffixCache::Create({});
       for (const std::vector<int32_t>& t : others) cache.AddOutput(t);
-      Suffix p(*SuffixProposer::Create({.num_speculative_tokens = k, .max_history = 4096}, &cache));
-      Measure(s, "suffix w4k+cache", p, k);
+      std::unique_ptr<Proposer> p =
+          MakeProposer(*SuffixProposer::Create({.num_speculative_tokens = k, .max_history = 4096}, &cache));
+      Measure(s, "suffix w4k+cache", *p, k);
     }
   }
   return 0;

@@ -26,6 +26,7 @@
 
 #include <cstdint>
 #include <span>
+#include <utility>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
@@ -60,6 +61,11 @@ class NgramProposer {
   const NgramOptions& options() const { return options_; }
   int64_t num_tokens() const { return window_.end(); }  // appended in all
   size_t index_size() const { return index_.size(); }
+  // Bytes held: the window and the index's slots.
+  int64_t memory_bytes() const {
+    return window_.memory_bytes() +
+           static_cast<int64_t>(index_.capacity() * (sizeof(std::pair<const uint64_t, int64_t>) + 1));
+  }
   const TokenWindow& window() const { return window_; }
 
  private:

@@ -10,6 +10,7 @@ class Ngram final : public Proposer {
   explicit Ngram(NgramProposer p) : p_(std::move(p)) {}
   void Append(std::span<const int32_t> tokens) override { p_.Append(tokens); }
   int32_t Propose(std::span<int32_t> out) override { return p_.Propose(out); }
+  int64_t memory_bytes() const override { return p_.memory_bytes(); }
 
  private:
   NgramProposer p_;
@@ -20,6 +21,7 @@ class Suffix final : public Proposer {
   explicit Suffix(SuffixProposer p) : p_(std::move(p)) {}
   void Append(std::span<const int32_t> tokens) override { p_.Append(tokens); }
   int32_t Propose(std::span<int32_t> out) override { return p_.Propose(out).num_tokens; }
+  int64_t memory_bytes() const override { return p_.memory_bytes(); }
 
  private:
   SuffixProposer p_;

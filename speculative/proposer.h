@@ -21,6 +21,8 @@ class Proposer {
   // Writes up to out.size() proposed tokens (fewer when the proposer's own
   // limits say so); returns how many.
   virtual int32_t Propose(std::span<int32_t> out) = 0;
+  // Bytes the proposer holds for its sequence (0 when it does not say).
+  virtual int64_t memory_bytes() const { return 0; }
 };
 
 std::unique_ptr<Proposer> MakeProposer(NgramProposer proposer);

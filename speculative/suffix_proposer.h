@@ -108,6 +108,8 @@ class SuffixProposer {
   const SuffixOptions& options() const { return options_; }
   int64_t num_tokens() const { return window_.end(); }
   const SuffixTrie& local_trie() const { return trie_; }
+  // Bytes held by this sequence (its window and trie; the cache is shared).
+  int64_t memory_bytes() const { return window_.memory_bytes() + trie_.memory_bytes(); }
   const TokenWindow& window() const { return window_; }
 
  private:

@@ -25,6 +25,7 @@
 
 #include <cstdint>
 #include <span>
+#include <utility>
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
@@ -77,6 +78,12 @@ class SuffixTrie {
 
   // Live nodes, the root included.
   int64_t num_nodes() const { return static_cast<int64_t>(nodes_.size() - free_.size()); }
+  // Bytes held: the node slots, the free list and the edge map's slots (what
+  // the trie allocated, not what it uses).
+  int64_t memory_bytes() const {
+    return static_cast<int64_t>(nodes_.capacity() * sizeof(Node) + free_.capacity() * sizeof(int32_t) +
+                                edges_.capacity() * (sizeof(std::pair<const uint64_t, int32_t>) + 1));
+  }
 
   // For tests: calls f(tokens, count) for every live non-root node.
   template <typename F>

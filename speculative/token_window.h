@@ -33,6 +33,8 @@ class TokenWindow {
   int64_t capacity() const { return capacity_; }
   bool full() const { return end_ >= capacity_; }
 
+  int64_t memory_bytes() const { return static_cast<int64_t>(ring_.capacity() * sizeof(int32_t)); }
+
   int32_t at(int64_t p) const { return ring_[static_cast<size_t>(p & mask_)]; }
   void Push(int32_t token) { ring_[static_cast<size_t>(end_++ & mask_)] = token; }
 
