@@ -25,4 +25,20 @@ inline void ApplyTokenMask(std::span<const uint32_t> words, std::span<float> row
   }
 }
 
+// The first allowed token at or after `from`, wrapping around past the last
+// of `vocab` ids (word by word, not bit by bit); -1 when none is allowed.
+//   words: [TokenMaskWords(vocab)]
+inline int32_t NextAllowedToken(std::span<const uint32_t> words, int32_t from, int32_t vocab) {
+  const int64_t n = TokenMaskWords(vocab);
+  for (int64_t k = 0; k <= n; ++k) {
+    const int64_t w = (from / 32 + k) % n;
+    uint32_t bits = words[static_cast<size_t>(w)];
+    if (k == 0) bits &= ~0u << (from % 32);                             // ids before `from` in its word come last
+    if (k == n) bits = words[static_cast<size_t>(w)] & ~(~0u << (from % 32));  // ... here
+    if (w == n - 1 && vocab % 32 != 0) bits &= (1u << (vocab % 32)) - 1;  // past the vocabulary
+    if (bits != 0) return static_cast<int32_t>(w * 32 + __builtin_ctz(bits));
+  }
+  return -1;
+}
+
 }  // namespace tpserve

@@ -310,13 +310,7 @@ std::vector<StepToken> StepRunner::SampleSimulated(const std::vector<Entry>& ent
     if (!e.sample) continue;
     int32_t id = SimulatedToken(e.id, e.num_computed + std::ssize(e.tokens), vocab);
     if (const std::span<const uint32_t> mask = MaskOf(e); !mask.empty()) {  // the next allowed id, cyclically
-      for (int32_t k = 0; k < vocab; ++k) {
-        const int32_t t = (id + k) % vocab;
-        if ((mask[static_cast<size_t>(t / 32)] >> (t % 32)) & 1u) {
-          id = t;
-          break;
-        }
-      }
+      id = std::max(NextAllowedToken(mask, id, vocab), 0);
     }
     tokens.push_back(StepToken{.seq_id = e.id, .sampled = {.token = id, .logprob = 0.0f, .top = {}}});
   }

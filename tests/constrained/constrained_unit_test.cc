@@ -2,6 +2,7 @@
 // format; a sequence's constraint lets the reasoning through free and
 // constrains the answer after it; replay reaches the same state; the
 // compiler caches by key and refuses what the engine refuses.
+#include <random>
 #include <string>
 #include <vector>
 
@@ -10,6 +11,8 @@
 #include "constrained/tool_call_grammar.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
+#include "sampling/token_mask.h"
+#include "tests/testing/seed.h"
 
 namespace tpserve {
 namespace {
@@ -175,6 +178,31 @@ TEST_F(ConstrainedTest, CompilerCachesByKey) {
   EXPECT_NE(ConstraintKey(WeatherTools(OutputConstraint::ToolFormat::kHermes, true)),
             ConstraintKey(WeatherTools(OutputConstraint::ToolFormat::kHermes, false)));
   EXPECT_FALSE(compiler_.Compile(OutputConstraint{.kind = K::kRegex, .text = "(a"}).ok());
+}
+
+// NextAllowedToken (the simulated step's pick) against a bit-by-bit scan:
+// odd vocabularies, sparse and empty masks, every starting id.
+TEST(TokenMask, NextAllowedTokenIsTheFirstAllowedCyclically) {
+  const uint64_t seed = testing_util::TestSeed();
+  std::mt19937_64 rng(seed);
+  for (int32_t vocab : {1, 31, 32, 33, 95, 257}) {
+    for (int density : {0, 1, 8, 64}) {  // allowed ids per 64
+      std::vector<uint32_t> words(static_cast<size_t>(TokenMaskWords(vocab)), 0);
+      for (int32_t t = 0; t < vocab; ++t) {
+        if (static_cast<int>(rng() % 64) < density) words[static_cast<size_t>(t / 32)] |= 1u << (t % 32);
+      }
+      if (vocab % 32 != 0) words.back() |= ~0u << (vocab % 32);  // set bits past the vocabulary never count
+      for (int32_t from = 0; from < vocab; ++from) {
+        int32_t want = -1;
+        for (int32_t k = 0; k < vocab && want < 0; ++k) {
+          const int32_t t = (from + k) % vocab;
+          if ((words[static_cast<size_t>(t / 32)] >> (t % 32)) & 1u) want = t;
+        }
+        ASSERT_EQ(NextAllowedToken(words, from, vocab), want)
+            << "V=" << vocab << " density " << density << " from " << from << " seed " << seed;
+      }
+    }
+  }
 }
 
 }  // namespace
