@@ -61,6 +61,7 @@ fuzz_one() {
 }
 
 # $jobs targets at a time, each for $seconds; their results after, in order.
+# Fails when any target failed (the stage table says so).
 fuzz_all() {
   local running=0 target
   for target in "${targets[@]}"; do
@@ -75,8 +76,11 @@ fuzz_all() {
     running=$((running + 1))
   done
   wait
+  for target in "${targets[@]}"; do
+    [[ "$(cat "$work/$target/status" 2>/dev/null)" == 0 ]] || return 1
+  done
 }
-stage_run "fuzzing (${#targets[@]} x ${seconds}s, $jobs at once)" fuzz_all
+stage_run "fuzzing (${#targets[@]} x ${seconds}s, $jobs at once)" fuzz_all || true  # each failure below
 
 failed=()
 for target in "${targets[@]}"; do
