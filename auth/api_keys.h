@@ -19,6 +19,13 @@
 
 namespace tpserve {
 
+// gRPC metadata by which a trusted front (tpserve-http) names the client a
+// call is for: its own caller's API key name. The coordinator accepts it only
+// from a key it lists in --trusted-fronts, and the client is then
+// "FRONT/NAME" (coordinator/generation_service.h); from anyone else the call
+// is PERMISSION_DENIED, so a client cannot claim another's name.
+inline constexpr char kClientNameMetadata[] = "x-tpserve-client";
+
 class ApiKeys {
  public:
   // INVALID_ARGUMENT naming the line for a key shorter than 16 characters or

@@ -57,6 +57,10 @@ absl::Status CheckOptions(const CoordinatorOptions& o) {
     return absl::InvalidArgumentError(absl::StrCat("--step-timeout must be in 100ms..1h, got ",
                                                    absl::FormatDuration(o.step_timeout)));
   }
+  if (!o.trusted_fronts.empty() && o.api_key_file.empty()) {
+    return absl::InvalidArgumentError(
+        "--trusted-fronts names API keys: give --api-key-file too (a front is trusted by its key)");
+  }
   if (o.max_streams_per_client < 0) {
     return absl::InvalidArgumentError(
         absl::StrCat("--max-streams-per-client must be >= 0 (0 = no cap), got ", o.max_streams_per_client));
@@ -253,6 +257,7 @@ absl::Status Coordinator::ListenPublic() {
                                                  options_.max_buffered_chunks);
   AccessOptions access;
   access.max_streams_per_client = options_.max_streams_per_client;
+  access.trusted_fronts = options_.trusted_fronts;
   if (!options_.api_key_file.empty()) {
     TPSERVE_ASSIGN_OR_RETURN(access.api_keys, ApiKeys::FromFile(options_.api_key_file));
     CoordinatorLog(absl::StrCat("the public API needs one of ", access.api_keys->size(), " API keys"));

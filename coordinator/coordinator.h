@@ -121,6 +121,9 @@ struct CoordinatorOptions {
   std::string worker_tls_key;
   std::string worker_tls_ca;
   std::string api_key_file;
+  // API key names that may name the client a call is for (tpserve-http
+  // passing its callers' key names: AccessOptions::trusted_fronts); needs api_key_file.
+  std::vector<std::string> trusted_fronts;
   int max_streams_per_client = 512;
   std::string worker_binary;              // for spawn_workers; "" = next to this binary, else PATH
   // Prometheus text exposition at http://HOST:PORT/metrics ("PORT" = loopback;

@@ -223,6 +223,27 @@ void GenerationService::SetEngine(EngineLoop* engine, std::vector<std::string> w
 void GenerationService::SetAccess(AccessOptions access) { access_ = std::move(access); }
 
 absl::StatusOr<std::string> GenerationService::Caller(const grpc::CallbackServerContext& context) const {
+  absl::StatusOr<std::string> caller = Authenticated(context);
+  if (!caller.ok()) return caller;
+  const auto& metadata = context.client_metadata();
+  const auto named = metadata.find(kClientNameMetadata);
+  if (named == metadata.end()) return caller;
+  const bool trusted = access_.api_keys && std::find(access_.trusted_fronts.begin(), access_.trusted_fronts.end(),
+                                                     *caller) != access_.trusted_fronts.end();
+  if (!trusted) {
+    return absl::PermissionDeniedError(absl::StrCat(
+        "the metadata ", kClientNameMetadata, " names the client a trusted front calls for; this caller (",
+        *caller, ") is not one of the coordinator's --trusted-fronts; leave it out"));
+  }
+  const absl::string_view name(named->second.data(), named->second.size());
+  if (name.empty() || name.size() > 128 ||
+      !std::all_of(name.begin(), name.end(), [](char c) { return c > ' ' && c < 0x7f; })) {
+    return absl::InvalidArgumentError(absl::StrCat(kClientNameMetadata, ": 1 to 128 printable characters, no spaces"));
+  }
+  return absl::StrCat(*caller, "/", name);
+}
+
+absl::StatusOr<std::string> GenerationService::Authenticated(const grpc::CallbackServerContext& context) const {
   if (!access_.api_keys) return ClientIdentity(context.peer());
   const auto& metadata = context.client_metadata();
   auto it = metadata.find("authorization");

@@ -57,6 +57,13 @@ struct AccessOptions {
   // Generate streams one client may have open at once; one more is
   // RESOURCE_EXHAUSTED naming --max-streams-per-client. 0 = no cap.
   int max_streams_per_client = 0;
+  // Names of api_keys whose calls may name the client they are for
+  // (kClientNameMetadata, auth/api_keys.h): a front such as tpserve-http,
+  // which authenticates its own callers. Such a call's client is
+  // "FRONT/NAME", so caps, fair admission, request ids and Abort work per
+  // caller of the front, and a front cannot speak for a direct client. The
+  // metadata from any other caller is PERMISSION_DENIED.
+  std::vector<std::string> trusted_fronts;
 };
 
 // A fresh server-assigned request id: "req-" and 128 random bits as 32 hex
@@ -142,8 +149,12 @@ class GenerationService final : public RawGenerationService {
                             tpserve::v1::TokenizeResponse* response) const;
   absl::Status DetokenizeInto(const tpserve::v1::DetokenizeRequest& request,
                               tpserve::v1::DetokenizeResponse* response) const;
-  // The caller's client identity (AccessOptions), or UNAUTHENTICATED.
+  // The caller's client identity (AccessOptions: a trusted front's caller is
+  // "FRONT/NAME"), or UNAUTHENTICATED, PERMISSION_DENIED (the client named by
+  // a caller that is no trusted front), INVALID_ARGUMENT (a malformed name).
   absl::StatusOr<std::string> Caller(const grpc::CallbackServerContext& context) const;
+  // Who presents the call: its API key's name, or without keys its address.
+  absl::StatusOr<std::string> Authenticated(const grpc::CallbackServerContext& context) const;
   // Counts a stream of `client` against its cap (RESOURCE_EXHAUSTED when full);
   // each OK is matched by one CloseStream.
   absl::Status OpenStream(const std::string& client);

@@ -4,6 +4,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "auth/api_keys.h"
 
 namespace tpserve::http {
 namespace {
@@ -17,8 +18,9 @@ constexpr absl::Duration kUnaryDeadline = absl::Seconds(30);
 CoordinatorClient::CoordinatorClient(std::shared_ptr<grpc::Channel> channel, std::string api_key)
     : stub_(v1::Generation::NewStub(std::move(channel))), api_key_(std::move(api_key)) {}
 
-void CoordinatorClient::Prepare(grpc::ClientContext& context) const {
+void CoordinatorClient::Prepare(grpc::ClientContext& context, const std::string& client) const {
   if (!api_key_.empty()) context.AddMetadata("authorization", absl::StrCat("Bearer ", api_key_));
+  if (!client.empty()) context.AddMetadata(kClientNameMetadata, client);
 }
 
 void CoordinatorClient::Begin() {

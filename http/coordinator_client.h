@@ -29,7 +29,10 @@ class CoordinatorClient {
 
   tpserve::v1::Generation::Stub& stub() { return *stub_; }
   // Adds the API key ("authorization: Bearer") when there is one.
-  void Prepare(grpc::ClientContext& context) const;
+  // With `client` (an HTTP caller's key name), the call is for that client
+  // (kClientNameMetadata): the coordinator must list this front's key in
+  // --trusted-fronts.
+  void Prepare(grpc::ClientContext& context, const std::string& client = "") const;
 
   // A call in flight: Begin when it starts, End when its last callback is done.
   void Begin();

@@ -42,6 +42,7 @@ struct Batch {
         stream(request.stream),
         logprobs(request.logprobs),
         tokens_as_ids(request.tokens_as_ids),
+        client_name(request.client),
         choices_per_prompt(per_prompt),
         head(std::move(h)),
         choices(num_choices),
@@ -70,6 +71,7 @@ struct Batch {
   CoordinatorClient& client;
   const std::shared_ptr<httpd::Exchange> exchange;
   const bool stream, logprobs, tokens_as_ids;
+  const std::string client_name;  // the HTTP caller, named to the coordinator ("" = none)
   const int choices_per_prompt;
 
   absl::Mutex mu;
@@ -97,7 +99,7 @@ class GenerateCall final : public grpc::ClientReadReactor<v1::GenerateResponse>,
   void Start() {
     self_ = shared_from_this();
     batch_->client.Begin();
-    batch_->client.Prepare(context_);
+    batch_->client.Prepare(context_, batch_->client_name);
     batch_->client.stub().async()->Generate(&context_, &request_, this);
     StartRead(&response_);
     StartCall();

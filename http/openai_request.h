@@ -70,6 +70,9 @@ struct OpenAiRequest {
   // `grpc`; choice i of prompt p is the response's choice p * n + i. Empty:
   // the one input is grpc's.
   std::vector<tpserve::v1::GenerateRequest> prompts;
+  // The caller's API key name (tpserve-http's --api-key-file), which the
+  // calls name to the coordinator (kClientNameMetadata); "" without keys.
+  std::string client;
 };
 
 // The request in `body`. INVALID_ARGUMENT whose message starts with the

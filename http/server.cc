@@ -108,6 +108,14 @@ void Server::Generate(Endpoint endpoint, std::shared_ptr<httpd::Exchange> exchan
                                                            ": send a shorter prompt, fewer messages or smaller tools"),
                                    .type = "invalid_request_error"});
   }
+  // Whose request it is: the coordinator counts caps, admission, request ids
+  // and aborts by this name (it trusts this front's key to give it).
+  if (options_.api_keys) {
+    const std::optional<absl::string_view> token = ApiKeys::BearerToken(exchange->request().Header("Authorization"));
+    parsed->client = options_.api_keys->Match(token.value_or("")).value_or("");
+  }
+  // X-Request-Id: the request's id, scoped by that client as over gRPC.
+  parsed->grpc.set_request_id(std::string(exchange->request().Header("X-Request-Id")));
   ResponseHead head{.endpoint = endpoint, .created = absl::ToUnixSeconds(absl::Now()),
                     .include_usage = parsed->include_usage};
   auto request = std::make_shared<OpenAiRequest>(*std::move(parsed));

@@ -12,6 +12,7 @@
 #include <iterator>
 
 #include "absl/strings/str_cat.h"
+#include "auth/api_keys.h"
 #include "auth/cluster_secret.h"
 #include "proto/protocol_version.h"
 #include "tests/e2e/harness.h"
@@ -342,6 +343,85 @@ TEST_F(SecurityTest, TheWorkerPortSpeaksMutualTls) {
             grpc::StatusCode::UNAVAILABLE)
       << "a certificate the cluster CA did not sign";
   EXPECT_TRUE(Generate(*c.stub, request).status.ok()) << "the real workers serve on";
+}
+
+// Identity through the HTTP front (issue 29): tpserve-http names each
+// caller's API key to the coordinator, which trusts its key to do so
+// (--trusted-fronts): two keys through one tpserve-http each have their own
+// stream cap and request-id space, one cannot abort the other's request, and
+// a caller that is no trusted front cannot name a client.
+TEST_F(SecurityTest, TheHttpFrontNamesItsCallersAndNobodyElseCan) {
+  const std::string front = "front-key-0123456789abcdef", direct = "direct-key-0123456789abcdef";
+  const std::string alice = "alice-http-0123456789abcdef", bob = "bob-http-0123456789abcdef";
+  const std::string keys = WriteFile("coordinator-keys", absl::StrCat("front ", front, "\ndirect ", direct, "\n"));
+  const std::string front_key = WriteFile("front-key", front + "\n");
+  const std::string http_keys = WriteFile("http-keys", absl::StrCat("alice ", alice, "\nbob ", bob, "\n"));
+  Coordinator c = StartCoordinator(model_, 1, dir_.path() + "/front.log",
+                                   {"--api-key-file", keys, "--trusted-fronts", "front", "--max-streams-per-client", "1"});
+  ASSERT_TRUE(c.process);
+  std::string base;
+  std::unique_ptr<Process> http = StartHttp(c.address, {"--api-key-file", http_keys, "--server-api-key-file", front_key},
+                                            dir_.path() + "/http.log", &base);
+  ASSERT_FALSE(base.empty()) << http->Log();
+  auto post = [&](const std::string& key, const std::string& id, const std::string& body) {
+    std::vector<std::string> argv = {"curl", "-sS", "-N", "-w", "\nHTTP %{http_code}\n", base + "/v1/completions",
+                                     "-H", "Authorization: Bearer " + key, "-H", "Content-Type: application/json",
+                                     "--data-binary", body};
+    if (!id.empty()) argv.insert(argv.end(), {"-H", "X-Request-Id: " + id});
+    return argv;
+  };
+  auto read = [](const std::string& path) {
+    std::ifstream in(path);
+    return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+  };
+  const std::string long_body = R"({"prompt": "count forever", "max_tokens": 4000, "temperature": 0,
+                                    "ignore_eos": true, "stream": true})";
+  const std::string short_body = R"({"prompt": "hello", "max_tokens": 2, "temperature": 0})";
+  // Alice's stream fills her cap of one.
+  Process alice_stream(post(alice, "job-1", long_body), dir_.path() + "/alice.out");
+  const absl::Time until = absl::Now() + absl::Seconds(30);
+  while (absl::Now() < until && alice_stream.Log().find("data: ") == std::string::npos) absl::SleepFor(absl::Milliseconds(20));
+  ASSERT_NE(alice_stream.Log().find("data: "), std::string::npos) << alice_stream.Log();
+  const std::string alice_second = dir_.path() + "/alice-2.out";
+  RunCommand(post(alice, "", short_body), alice_second);
+  EXPECT_NE(read(alice_second).find("HTTP 429"), std::string::npos) << read(alice_second);
+  EXPECT_NE(read(alice_second).find("--max-streams-per-client"), std::string::npos) << read(alice_second);
+  // Bob has his own cap, and his own ids: the same X-Request-Id is no conflict.
+  const std::string bob_out = dir_.path() + "/bob.out";
+  RunCommand(post(bob, "job-1", short_body), bob_out);
+  EXPECT_NE(read(bob_out).find("HTTP 200"), std::string::npos) << read(bob_out);
+
+  // The front speaking for bob cannot abort alice's job-1; for alice it can.
+  auto stub = v1::Generation::NewStub(grpc::CreateChannel(c.address, grpc::InsecureChannelCredentials()));
+  auto abort = [&](const std::string& key, const std::string& name, v1::AbortResponse* response) {
+    std::unique_ptr<grpc::ClientContext> context = KeyedContext(key);
+    if (!name.empty()) context->AddMetadata(kClientNameMetadata, name);
+    v1::AbortRequest request;
+    request.set_request_id("job-1");
+    return stub->Abort(context.get(), request, response);
+  };
+  v1::AbortResponse response;
+  ASSERT_TRUE(abort(front, "bob", &response).ok());
+  EXPECT_FALSE(response.found()) << "bob aborted alice's request";
+  ASSERT_TRUE(abort(front, "", &response).ok());
+  EXPECT_FALSE(response.found()) << "the front's own identity is not alice's";
+  // A caller that is no trusted front cannot name a client, for any call.
+  const grpc::Status forged = abort(direct, "alice", &response);
+  EXPECT_EQ(forged.error_code(), grpc::StatusCode::PERMISSION_DENIED) << forged.error_message();
+  EXPECT_NE(forged.error_message().find("--trusted-fronts"), std::string::npos) << forged.error_message();
+  {
+    std::unique_ptr<grpc::ClientContext> context = KeyedContext(direct);
+    context->AddMetadata(kClientNameMetadata, "alice");
+    auto reader = stub->Generate(context.get(), Long());
+    v1::GenerateResponse r;
+    EXPECT_FALSE(reader->Read(&r));
+    EXPECT_EQ(reader->Finish().error_code(), grpc::StatusCode::PERMISSION_DENIED);
+  }
+  ASSERT_TRUE(abort(front, "alice", &response).ok());
+  EXPECT_TRUE(response.found());
+  EXPECT_EQ(alice_stream.Wait(absl::Seconds(30)), 0) << alice_stream.Log();
+  EXPECT_NE(alice_stream.Log().find(R"("finish_reason":"abort")"), std::string::npos) << alice_stream.Log();
+  EXPECT_NE(alice_stream.Log().find("data: [DONE]"), std::string::npos) << alice_stream.Log();
 }
 
 }  // namespace

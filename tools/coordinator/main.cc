@@ -61,6 +61,10 @@ ABSL_FLAG(std::string, worker_tls_ca, "",
 ABSL_FLAG(std::string, api_key_file, "",
           "file of API keys, one per line (`KEY` or `NAME KEY`, chmod 600): every call then needs "
           "\"authorization: Bearer KEY\"");
+ABSL_FLAG(std::vector<std::string>, trusted_fronts, {},
+          "API key names (from --api-key-file) of fronts such as tpserve-http that may name the client a call "
+          "is for (metadata x-tpserve-client; the client is then FRONT/NAME); from any other caller that "
+          "metadata is refused");
 ABSL_FLAG(int, max_streams_per_client, 512,
           "Generate streams one client (API key, else peer address) may hold open; 0 = no cap");
 ABSL_FLAG(absl::Duration, worker_timeout, absl::Seconds(120), "how long to wait for the workers to connect");
@@ -147,6 +151,7 @@ CoordinatorOptions OptionsFromFlags() {
   o.worker_tls_ca = absl::GetFlag(FLAGS_worker_tls_ca);
   o.api_key_file = absl::GetFlag(FLAGS_api_key_file);
   o.max_streams_per_client = absl::GetFlag(FLAGS_max_streams_per_client);
+  o.trusted_fronts = absl::GetFlag(FLAGS_trusted_fronts);
   if (const char* env = std::getenv(kClusterSecretFileEnv); o.cluster_secret_file.empty() && env != nullptr) {
     o.cluster_secret_file = env;
   }
