@@ -467,6 +467,8 @@ void Coordinator::StartEngine(int64_t num_blocks) {
     engine_options.eos_token_ids.push_back(static_cast<int32_t>(id));
   engine_options.overlap = options_.overlap;
   engine_options.metrics = metrics_.get();
+  if (kv_events_ == nullptr) kv_events_ = std::make_unique<KvEventPublisher>(/*dp_rank=*/0, options_.block_size);
+  engine_options.kv_events = kv_events_.get();
   engine_options.output_threads = options_.output_threads;
   SetWorkersUp(true);
   WorkerPool* pool = pool_.get();

@@ -213,6 +213,9 @@ class Coordinator {
   std::unique_ptr<grpc::Server> worker_server_;
   int worker_port_ = 0;
   std::string worker_address_;  // HOST:PORT the workers dial
+  // The prefix cache's changes (SubscribeKvEvents): before server_ and engine_,
+  // so it outlives both (a stream's end unsubscribes).
+  std::unique_ptr<KvEventPublisher> kv_events_;
   std::unique_ptr<GenerationService> service_;
   std::unique_ptr<grpc::Server> server_;
   std::optional<ClusterSecret> secret_;

@@ -45,6 +45,7 @@ EngineLoop::EngineLoop(const Tokenizer& tokenizer, EngineLoopOptions options, St
                             .retired = [this](const std::string& client, const std::string& request_id,
                                               bool last) { Retired(client, request_id, last); }})),
       num_blocks_(options_.num_blocks) {
+  blocks_->set_observer(options_.kv_events);
   Publish();
 }
 
@@ -266,6 +267,7 @@ void EngineLoop::Run() {
     stalled = !Iterate(std::move(taken));
     Publish();
     output_->Flush();  // this iteration's tokens and ends, to the output threads at once
+    if (options_.kv_events != nullptr) options_.kv_events->Flush();  // its cache changes, one batch
   }
   // Stopping: nothing more runs; every request still live ends now.
   DrainInFlight();
@@ -349,6 +351,8 @@ void EngineLoop::Rebuild(int64_t num_blocks) {
   std::sort(waiting.begin(), waiting.end());  // sequence ids are given in arrival order
   scheduler_.reset();
   blocks_ = std::make_unique<BlockManager>(num_blocks, options_.block_size, options_.enable_prefix_caching);
+  if (options_.kv_events != nullptr) options_.kv_events->OnCleared();  // flushed after this iteration
+  blocks_->set_observer(options_.kv_events);
   scheduler_ = std::make_unique<Scheduler>(*blocks_, options_.scheduler);
   num_blocks_ = num_blocks;
   std::vector<std::pair<uint64_t, absl::Status>> refused;

@@ -49,6 +49,7 @@
 #include "absl/time/time.h"
 #include "scheduler/block_manager.h"
 #include "coordinator/coordinator_metrics.h"
+#include "coordinator/kv_events.h"
 #include "coordinator/output_pool.h"
 #include "coordinator/output_processor.h"
 #include "coordinator/request.h"
@@ -74,6 +75,9 @@ struct EngineLoopOptions {
   int output_threads = 4;
   // The data-parallel group this loop serves: its metrics' dp_rank label.
   int dp_rank = 0;
+  // Told of the prefix cache's changes, flushed once per iteration
+  // (coordinator/kv_events.h), when set; must outlive the loop.
+  KvEventPublisher* kv_events = nullptr;
 };
 
 // How the loop reaches the workers: the Coordinator wires the worker pool,
@@ -146,6 +150,7 @@ class EngineLoop {
   bool WaitIdle(absl::Time deadline);
 
   EngineStats stats() const;
+  KvEventPublisher* kv_events() const { return options_.kv_events; }  // null: none
   // The figures it records into (EngineLoopOptions::metrics), or null.
   const CoordinatorMetrics* metrics() const { return options_.metrics; }
 

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <climits>
+#include <deque>
 #include <random>
 #include <span>
 #include <utility>
@@ -202,6 +203,115 @@ class GenerationService::GenerateReactor final
   v1::GenerateResponse response_;  // the last response taken (Pump)
   grpc::ByteBuffer wire_;          // the write in flight, serialized
 };
+
+// One SubscribeKvEvents call: the publisher's batches (kv_events.h), queued
+// serialized and written one at a time. The publisher calls Push (the engine
+// thread; for the first batches, this constructor's thread); gRPC the rest. At
+// most kMaxQueued batches wait: one more ends the call RESOURCE_EXHAUSTED.
+class GenerationService::KvEventsReactor final : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
+ public:
+  static constexpr size_t kMaxQueued = 4096;
+
+  KvEventsReactor(GenerationService& service, grpc::CallbackServerContext* context, const grpc::ByteBuffer& wire) {
+    v1::KvEventsRequest request;
+    absl::Status status = service.Caller(*context).status();
+    if (status.ok()) status = ParseRequest(wire, &request);
+    if (status.ok()) {
+      absl::MutexLock lock(&service.mu_);
+      publisher_ = service.engine_ != nullptr ? service.engine_->kv_events() : nullptr;
+      if (publisher_ == nullptr) status = absl::UnavailableError("the server is starting: no engine yet");
+    }
+    if (!status.ok()) {
+      EndWith(status);
+      return;
+    }
+    id_ = publisher_->Subscribe(request.from_seq(), [this](const v1::KvEventBatch& batch) { Push(batch); });
+  }
+
+  void OnWriteDone(bool ok) override {
+    if (!ok) EndWith(absl::CancelledError("the client went away"));  // finished below: a write was in flight
+    bool start = false;
+    std::optional<absl::Status> finish;
+    {
+      absl::MutexLock lock(&mu_);
+      if (!ended_ && !queued_.empty()) {
+        wire_ = std::move(queued_.front());
+        queued_.pop_front();
+        start = true;
+      } else {
+        writing_ = false;
+        if (ended_ && !finished_) {
+          finished_ = true;
+          finish = end_;
+        }
+      }
+    }
+    if (start) StartWrite(&wire_);
+    if (finish) Finish(ToGrpc(*finish));
+  }
+
+  void OnCancel() override { EndWith(absl::CancelledError("the client cancelled")); }
+
+  void OnDone() override {
+    if (publisher_ != nullptr && id_ != 0) publisher_->Unsubscribe(id_);
+    delete this;
+  }
+
+ private:
+  // No more writes: finishes now when none is in flight, else OnWriteDone does.
+  void EndWith(absl::Status why) {
+    {
+      absl::MutexLock lock(&mu_);
+      if (ended_) return;
+      ended_ = true;
+      end_ = std::move(why);
+      if (writing_ || finished_) return;
+      finished_ = true;
+    }
+    Finish(ToGrpc(end_));
+  }
+
+  void Push(const v1::KvEventBatch& batch) {
+    grpc::ByteBuffer buffer;
+    if (absl::Status s = SerializeResponse(batch, &buffer); !s.ok()) {
+      EndWith(s);
+      return;
+    }
+    bool start = false, full = false;
+    {
+      absl::MutexLock lock(&mu_);
+      if (ended_) return;
+      full = queued_.size() >= kMaxQueued;
+      if (!full) queued_.push_back(std::move(buffer));
+      if (!full && !writing_) {
+        writing_ = true;  // the write turn is ours: wire_ is free
+        wire_ = std::move(queued_.front());
+        queued_.pop_front();
+        start = true;
+      }
+    }
+    if (full) {
+      EndWith(absl::ResourceExhaustedError(absl::StrCat(
+          "SubscribeKvEvents: the client fell ", kMaxQueued, " batches behind; subscribe again with from_seq")));
+    }
+    if (start) StartWrite(&wire_);
+  }
+
+  KvEventPublisher* publisher_ = nullptr;
+  uint64_t id_ = 0;  // the subscription (0: none)
+  absl::Mutex mu_;
+  std::deque<grpc::ByteBuffer> queued_ ABSL_GUARDED_BY(mu_);
+  bool writing_ ABSL_GUARDED_BY(mu_) = false;   // a write is in flight (wire_)
+  bool ended_ ABSL_GUARDED_BY(mu_) = false;     // no more writes: end_ says why
+  bool finished_ ABSL_GUARDED_BY(mu_) = false;  // Finish was called (or is being)
+  absl::Status end_ ABSL_GUARDED_BY(mu_);
+  grpc::ByteBuffer wire_;  // the write in flight: touched only by whoever set writing_
+};
+
+grpc::ServerWriteReactor<grpc::ByteBuffer>* GenerationService::SubscribeKvEvents(grpc::CallbackServerContext* context,
+                                                                                 const grpc::ByteBuffer* request) {
+  return new KvEventsReactor(*this, context, *request);
+}
 
 GenerationService::GenerationService(const Tokenizer& tokenizer,
                                      absl::StatusOr<ChatTemplate> chat_format, RequestLimits limits,

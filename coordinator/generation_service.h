@@ -84,7 +84,9 @@ using RawGenerationService = tpserve::v1::Generation::WithRawCallbackMethod_Gene
         tpserve::v1::Generation::WithRawCallbackMethod_GetServerInfo<
             tpserve::v1::Generation::WithRawCallbackMethod_Tokenize<
                 tpserve::v1::Generation::WithRawCallbackMethod_Detokenize<
-                    tpserve::v1::Generation::WithRawCallbackMethod_GetLoads<tpserve::v1::Generation::Service>>>>>>>;
+                    tpserve::v1::Generation::WithRawCallbackMethod_GetLoads<
+                        tpserve::v1::Generation::WithRawCallbackMethod_SubscribeKvEvents<
+                            tpserve::v1::Generation::Service>>>>>>>>;
 
 class GenerationService final : public RawGenerationService {
  public:
@@ -126,9 +128,12 @@ class GenerationService final : public RawGenerationService {
                                        grpc::ByteBuffer* response) override;
   grpc::ServerUnaryReactor* GetLoads(grpc::CallbackServerContext* context, const grpc::ByteBuffer* request,
                                      grpc::ByteBuffer* response) override;
+  grpc::ServerWriteReactor<grpc::ByteBuffer>* SubscribeKvEvents(grpc::CallbackServerContext* context,
+                                                                const grpc::ByteBuffer* request) override;
 
  private:
   class GenerateReactor;  // one Generate call (generation_service.cc)
+  class KvEventsReactor;  // one SubscribeKvEvents call (generation_service.cc)
   struct Submitted {
     EngineLoop* engine = nullptr;
     std::string request_id;  // the client's, or NewRequestId()

@@ -64,6 +64,7 @@ BlockId BlockManager::TakeFree() {
   Block& b = blocks_[id];
   if (b.hash) {
     cached_.erase(*b.hash);
+    if (observer_ != nullptr) observer_->OnBlockRemoved(*b.hash);
     b.hash.reset();
     b.tokens.clear();
   }
@@ -172,9 +173,17 @@ void BlockManager::CommitFullBlocks(std::span<const int32_t> tokens, int64_t num
       b.parent_hash = parent;
       b.tokens.assign(block_tokens.begin(), block_tokens.end());
       cached_.emplace(h, table[chain.blocks]);
+      if (observer_ != nullptr) observer_->OnBlockStored(h, parent, block_tokens);
     }
     chain.last_hash = h;
   }
+}
+
+std::vector<uint64_t> BlockManager::CachedHashes() const {
+  std::vector<uint64_t> hashes;
+  hashes.reserve(cached_.size());
+  for (const auto& [hash, id] : cached_) hashes.push_back(hash);
+  return hashes;
 }
 
 void BlockManager::Free(std::vector<BlockId>& table) {

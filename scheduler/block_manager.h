@@ -53,6 +53,19 @@ struct BlockManagerStats {
   }
 };
 
+// Told of the prefix cache's changes (the KV events routers read:
+// coordinator/kv_events.h). Called inside BlockManager's methods, on the thread
+// that calls them; must not call back into the BlockManager.
+class PrefixCacheObserver {
+ public:
+  virtual ~PrefixCacheObserver() = default;
+  // `hash` now names a block holding `tokens` after the block `parent_hash`
+  // (0: the first block of a prompt).
+  virtual void OnBlockStored(uint64_t hash, uint64_t parent_hash, std::span<const int32_t> tokens) = 0;
+  // `hash` left the cache (its block was taken for reuse).
+  virtual void OnBlockRemoved(uint64_t hash) = 0;
+};
+
 class BlockManager {
  public:
   BlockManager(int64_t num_blocks, int32_t block_size, bool enable_prefix_caching = true);
@@ -110,6 +123,11 @@ class BlockManager {
   // Releases a finished, aborted or preempted sequence's blocks.
   void Free(std::vector<BlockId>& table);
 
+  // Tells `observer` (null: nobody; must outlive this) of every hash registered or evicted from now on.
+  void set_observer(PrefixCacheObserver* observer) { observer_ = observer; }
+  // The hashes registered in the prefix cache now, unordered. For tests and checks.
+  std::vector<uint64_t> CachedHashes() const;
+
  private:
   struct Block {
     int32_t ref_count = 0;
@@ -133,6 +151,7 @@ class BlockManager {
   std::unordered_map<uint64_t, BlockId> cached_;
   int64_t prefix_queries_ = 0;
   int64_t prefix_hits_ = 0;
+  PrefixCacheObserver* observer_ = nullptr;
 };
 
 }  // namespace tpserve
