@@ -6,7 +6,7 @@
 include(GNUInstallDirs)
 set(_tpserve_programs
   tpserve-coordinator tpserve-worker tpserve-launch tpserve-client tpserve-http tpserve-bench
-  tpserve-generate tpserve-tokenize tpserve-make-model tpserve-logits)
+  tpserve-generate tpserve-tokenize tpserve-make-model tpserve-logits tpserve-grammar)
 set(_tpserve_installed "")
 foreach(program IN LISTS _tpserve_programs)
   if(TARGET ${program})  # the engine-only build (TPSERVE_ENGINE_ONLY) has fewer

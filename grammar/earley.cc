@@ -6,6 +6,9 @@
 
 namespace tpserve::grammar::internal {
 
+// derived_many entries per chart set: the memo is searched linearly.
+constexpr size_t kMaxDerivedMany = 16;
+
 std::span<const Item> Waiting(const ParserTables& tables, const EarleySet& set, int32_t symbol) {
   auto key = [&](const Item& item) { return tables.next[static_cast<size_t>(item.pos)]; };
   auto lo = std::lower_bound(set.items.begin(), set.items.end(), symbol,
@@ -83,9 +86,16 @@ std::shared_ptr<const EarleySet> EarleyDeriver::Initial() {
 
 std::shared_ptr<const EarleySet> EarleyDeriver::Derive(std::vector<ChartSet>& chart,
                                                        std::span<const Completion> completions) {
+  std::vector<Completion> sorted;  // the memo's key when several end at once
   if (completions.size() == 1) {
     for (const auto& [terminal, set] : chart[static_cast<size_t>(completions[0].set)].derived) {
       if (terminal == completions[0].terminal) return set;
+    }
+  } else {
+    sorted.assign(completions.begin(), completions.end());
+    std::sort(sorted.begin(), sorted.end());
+    for (const auto& [key, set] : chart[static_cast<size_t>(sorted.back().set)].derived_many) {
+      if (key == sorted) return set;
     }
   }
   items_.clear();
@@ -98,7 +108,12 @@ std::shared_ptr<const EarleySet> EarleyDeriver::Derive(std::vector<ChartSet>& ch
   EarleySet out;
   Close(chart, out);
   std::shared_ptr<const EarleySet> set = Finish(std::move(out));
-  if (completions.size() == 1) chart[static_cast<size_t>(completions[0].set)].derived.emplace_back(completions[0].terminal, set);
+  if (completions.size() == 1) {
+    chart[static_cast<size_t>(completions[0].set)].derived.emplace_back(completions[0].terminal, set);
+  } else if (!sorted.empty()) {
+    auto& memo = chart[static_cast<size_t>(sorted.back().set)].derived_many;
+    if (memo.size() < kMaxDerivedMany) memo.emplace_back(std::move(sorted), set);
+  }
   return set;
 }
 

@@ -56,15 +56,21 @@ struct EarleySet {
   ByteSet first_bytes{};           // the bytes those terminals may start with
 };
 
-struct ChartSet {
-  std::shared_ptr<const EarleySet> set;
-  std::vector<std::pair<int32_t, std::shared_ptr<const EarleySet>>> derived;  // memo: terminal -> the set after it
-};
-
 // A lexeme of `terminal` that started at chart set `set` and ends here.
 struct Completion {
   int32_t set;
   int32_t terminal;
+  friend bool operator==(const Completion&, const Completion&) = default;
+  friend auto operator<=>(const Completion&, const Completion&) = default;
+};
+
+struct ChartSet {
+  std::shared_ptr<const EarleySet> set;
+  std::vector<std::pair<int32_t, std::shared_ptr<const EarleySet>>> derived;  // memo: terminal -> the set after it
+  // Memo of several lexemes ending at once (an ambiguous grammar: a lexeme
+  // from each of many sets), kept in the newest of their sets: the completions
+  // (sorted) -> the set after them.
+  std::vector<std::pair<std::vector<Completion>, std::shared_ptr<const EarleySet>>> derived_many;
 };
 
 // Builds sets; holds scratch buffers (one per Matcher, one thread).
@@ -75,7 +81,8 @@ class EarleyDeriver {
   // The first set: the start rule predicted.
   std::shared_ptr<const EarleySet> Initial();
   // The set after `completions` (lexemes ending at the position chart.size()
-  // will hold). Memoised in the origin set when there is one completion.
+  // will hold). Memoised in the origin set when there is one completion, in
+  // the newest origin set when there are more.
   std::shared_ptr<const EarleySet> Derive(std::vector<ChartSet>& chart, std::span<const Completion> completions);
 
  private:

@@ -152,10 +152,60 @@ std::optional<std::string> PercentDecode(absl::string_view s) {
   return out;
 }
 
+// The types a "type" value names.
+absl::StatusOr<uint8_t> TypeMask(const json& value, const std::string& where) {
+  std::vector<const json*> names;
+  if (value.is_string()) {
+    names.push_back(&value);
+  } else if (value.is_array()) {
+    for (const json& v : value) names.push_back(&v);
+  } else {
+    return Refuse(where, "must be a string or an array of strings");
+  }
+  static const auto* kTypes = new std::vector<std::pair<std::string, uint8_t>>{
+      {"null", kNull}, {"boolean", kBool}, {"integer", kInt}, {"number", kInt | kFrac},
+      {"string", kStr}, {"array", kArr},   {"object", kObj}};
+  uint8_t mask = 0;
+  for (const json* name : names) {
+    if (!name->is_string()) return Refuse(where, "must be a string or an array of strings");
+    const std::string& t = name->get_ref<const std::string&>();
+    auto it = std::find_if(kTypes->begin(), kTypes->end(), [&](const auto& k) { return k.first == t; });
+    if (it == kTypes->end()) return Refuse(where, absl::StrCat("unknown type \"", t, "\""));
+    mask |= it->second;
+  }
+  return mask;
+}
+
+// The types `not` excludes: all for true or {} (annotations aside), none for
+// false, the named ones for a schema of "type" alone. Anything else is
+// refused; so is "integer" without "number" (a number written with a
+// fraction, 1.0, may be an integer, so the rest could not be told apart).
+absl::StatusOr<uint8_t> NotTypes(const json& value, const std::string& where) {
+  if (value.is_boolean()) return value.get<bool>() ? uint8_t{kAllTypes} : uint8_t{0};
+  if (!value.is_object()) return Refuse(where, "must be a schema (an object or a boolean)");
+  static const auto* kAnnotations = new absl::flat_hash_set<std::string>{
+      "title", "description", "$comment", "examples", "default", "deprecated", "readOnly", "writeOnly"};
+  uint8_t excluded = kAllTypes;
+  for (const auto& [key, v] : value.items()) {
+    if (kAnnotations->contains(key)) continue;
+    if (key != "type") {
+      return Refuse(where, absl::StrCat("not supported with \"", key,
+                                        "\" (only not of {}, true, false or a \"type\" alone)"));
+    }
+    auto mask = TypeMask(v, Join(where, "type"));
+    if (!mask.ok()) return mask.status();
+    excluded = *mask;
+  }
+  if ((excluded & kInt) != 0 && (excluded & kFrac) == 0) {
+    return Refuse(where, "not of \"integer\" without \"number\" is not supported (1.0 is an integer too)");
+  }
+  return excluded;
+}
+
 // Keywords that constrain instances and are not supported: refused by name.
 const absl::flat_hash_set<absl::string_view>& RefusedKeywords() {
   static const auto* set = new absl::flat_hash_set<absl::string_view>{
-      "not",           "patternProperties",     "propertyNames",     "dependencies",  "dependentRequired",
+      "patternProperties",     "propertyNames",     "dependencies",  "dependentRequired",
       "dependentSchemas", "unevaluatedProperties", "unevaluatedItems", "contains",      "minContains",
       "maxContains",   "$dynamicRef",           "$recursiveRef",     "disallow",      "extends",
       "divisibleBy"};
@@ -436,37 +486,13 @@ absl::Status Compiler::Parse(int id) {
         local.max_props = local.max_props < 0 ? *n : std::min(local.max_props, *n);
       }
     } else if (key == "type") {
-      uint8_t mask = 0;
-      std::vector<const json*> names;
-      if (value.is_string()) {
-        names.push_back(&value);
-      } else if (value.is_array()) {
-        for (const json& v : value) names.push_back(&v);
-      } else {
-        return Refuse(where, "must be a string or an array of strings");
-      }
-      for (const json* name : names) {
-        if (!name->is_string()) return Refuse(where, "must be a string or an array of strings");
-        const std::string& t = name->get_ref<const std::string&>();
-        if (t == "null") {
-          mask |= kNull;
-        } else if (t == "boolean") {
-          mask |= kBool;
-        } else if (t == "integer") {
-          mask |= kInt;
-        } else if (t == "number") {
-          mask |= kInt | kFrac;
-        } else if (t == "string") {
-          mask |= kStr;
-        } else if (t == "array") {
-          mask |= kArr;
-        } else if (t == "object") {
-          mask |= kObj;
-        } else {
-          return Refuse(where, absl::StrCat("unknown type \"", t, "\""));
-        }
-      }
-      local.types &= mask;
+      auto mask = TypeMask(value, where);
+      if (!mask.ok()) return mask.status();
+      local.types &= *mask;
+    } else if (key == "not") {
+      auto excluded = NotTypes(value, where);
+      if (!excluded.ok()) return excluded.status();
+      local.types &= static_cast<uint8_t>(~*excluded);
     } else if (key == "enum" || key == "const") {
       std::vector<const json*> values;
       if (key == "const") {
@@ -692,13 +718,16 @@ absl::StatusOr<Local> Compiler::Merge(const Local& a, const Local& b) {
   if (b.max_items >= 0) m.max_items = m.max_items < 0 ? b.max_items : std::min(m.max_items, b.max_items);
   // Objects: a name only one side declares falls under the other's additionalProperties.
   m.props.clear();
-  for (const auto& [name, c] : a.props) {
+  // (No structured bindings here: clang 14, the fuzz build's, cannot capture them in a lambda.)
+  for (const auto& prop : a.props) {
+    const std::string& name = prop.first;
     auto it = std::find_if(b.props.begin(), b.props.end(), [&](const auto& p) { return p.first == name; });
-    m.props.emplace_back(name, Union(c, it != b.props.end() ? it->second : b.additional));
+    m.props.emplace_back(name, Union(prop.second, it != b.props.end() ? it->second : b.additional));
   }
-  for (const auto& [name, c] : b.props) {
+  for (const auto& prop : b.props) {
+    const std::string& name = prop.first;
     if (std::none_of(a.props.begin(), a.props.end(), [&](const auto& p) { return p.first == name; })) {
-      m.props.emplace_back(name, Union(a.additional, c));
+      m.props.emplace_back(name, Union(a.additional, prop.second));
     }
   }
   for (const std::string& r : b.required) {

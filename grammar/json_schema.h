@@ -61,6 +61,9 @@
 //     branches (types apart, ranges or lengths apart, enum values apart, a
 //     required property whose values are apart or that one branch forbids);
 //     otherwise refused ("use anyOf").
+//   * not: of {} or true (no value: a property that must be absent), of false
+//     (any value), or of a schema of "type" alone (those types left out;
+//     "integer" only together with "number", since 1.0 is an integer too).
 //   * $ref ("#", "#/json/pointer", "#anchor", an $id of the document), $defs,
 //     definitions; recursion through objects and arrays is recursion in the
 //     grammar. A $ref / allOf / anyOf that refers back to itself without an
@@ -71,7 +74,7 @@
 //     writeOnly, contentEncoding, contentMediaType, OpenAPI's discriminator and
 //     nullable (which therefore does not admit null), x-* and any other
 //     unknown keyword.
-//   * Refused: not, if with then / else, patternProperties, propertyNames,
+//   * Refused: any other not, if with then / else, patternProperties, propertyNames,
 //     dependencies, dependentRequired, dependentSchemas,
 //     unevaluatedProperties, unevaluatedItems, contains, minContains,
 //     maxContains, uniqueItems: true, $dynamicRef, $recursiveRef, draft 3's disallow / extends / divisibleBy,
@@ -98,8 +101,10 @@
 // terminals (max_rules), minLength / maxLength above max_automaton_states,
 // minItems above 2^31 - 1, more than 64 anyOf / oneOf combinations in one
 // schema, anyOf / $ref chains deeper than 256 at one level: INVALID_ARGUMENT
-// naming the limit. Long runs of one character class (maxLength 4000) are
-// counted by rules over 16-character chunk terminals, not by one automaton.
+// naming the limit. A string with one long run of one character class
+// (maxLength 4000, a pattern's [a-z]{1,500}) is one terminal whose automaton
+// counts the run (grammar/counted_dfa.h); a string with two is counted by
+// rules over 16-character chunk terminals.
 #pragma once
 
 #include "absl/status/statusor.h"

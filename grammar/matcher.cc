@@ -18,7 +18,7 @@ Matcher::State::State(std::shared_ptr<const CompiledGrammar> c)
       deriver(compiled->tables),
       walk_entries(static_cast<size_t>(vocabulary.max_token_bytes()) + 1),
       walk_done(static_cast<size_t>(vocabulary.max_token_bytes()) + 1) {
-  chart.push_back({compiled->initial, {}});
+  chart.push_back({compiled->initial, {}, {}});
   for (int32_t t : compiled->initial->terminals) {
     active.push_back({0, t, compiled->automata[static_cast<size_t>(t)]->dfa.start});
   }
@@ -39,7 +39,7 @@ int32_t Matcher::State::Boundary(std::span<const Completion> done, std::vector<L
   std::shared_ptr<const internal::EarleySet> set = deriver.Derive(chart, done);
   const auto index = static_cast<int32_t>(chart.size());
   for (int32_t t : set->terminals) to.push_back({index, t, compiled->automata[static_cast<size_t>(t)]->dfa.start});
-  chart.push_back({std::move(set), {}});
+  chart.push_back({std::move(set), {}, {}});
   return index;
 }
 

@@ -43,11 +43,9 @@ void Matcher::State::Walk(const internal::TokenTrie& trie, int32_t node, std::sp
   chart.resize(mark);
 }
 
-void Matcher::State::WalkEnds(const internal::TokenTrie& trie, size_t index, const LexerMask::Ends& ends,
-                              uint32_t* words) {
-  const LexEntry e = active[index];
-  const Completion completion{e.set, e.terminal};
-  std::shared_ptr<const internal::EarleySet> set = deriver.Derive(chart, {&completion, 1});
+void Matcher::State::WalkEnds(const internal::TokenTrie& trie, std::span<const Completion> completions,
+                              const LexerMask::Ends& ends, uint32_t* words) {
+  std::shared_ptr<const internal::EarleySet> set = deriver.Derive(chart, completions);
   if (set->terminals.empty()) return;
   const size_t mark = chart.size();
   std::vector<LexEntry> starts;
@@ -55,7 +53,7 @@ void Matcher::State::WalkEnds(const internal::TokenTrie& trie, size_t index, con
     starts.push_back({static_cast<int32_t>(mark), t, compiled->automata[static_cast<size_t>(t)]->dfa.start});
   }
   const internal::ByteSet first = set->first_bytes;
-  chart.push_back({std::move(set), {}});
+  chart.push_back({std::move(set), {}, {}});
   for (int b = 0; b < 256; ++b) {
     if ((first[static_cast<size_t>(b / 64)] >> (b % 64) & 1) == 0) continue;
     for (int32_t k = ends.begin[static_cast<size_t>(b)]; k < ends.begin[static_cast<size_t>(b) + 1]; ++k) {
@@ -66,22 +64,26 @@ void Matcher::State::WalkEnds(const internal::TokenTrie& trie, size_t index, con
 }
 
 // Each distinct (automaton, class) of the active lexemes contributes its
-// cached mask once; each lexeme that may end inside a token walks on through
-// the parser from its end nodes.
+// cached mask once, and walks on through the parser from its end nodes once:
+// the lexemes of one class end at the same nodes, and the set after all of
+// them is the union of the sets after each (an ambiguous grammar has many,
+// from different chart sets), so one walk allows what theirs would.
 void Matcher::State::ApplyLexerMask(internal::TrieKind kind, uint32_t* words) {
   const internal::TokenTrie& trie = kind == internal::TrieKind::kShort ? vocabulary.short_trie() : vocabulary.long_trie();
-  std::vector<std::pair<uint64_t, int32_t>>& seen = mask_keys;  // (automaton id, class) already applied
-  seen.clear();
-  for (size_t i = 0; i < active.size(); ++i) {
-    const std::shared_ptr<const internal::TerminalAutomaton>& automaton = compiled->automata[static_cast<size_t>(active[i].terminal)];
-    const internal::TerminalAutomaton& a = *automaton;
-    const std::shared_ptr<const LexerMask> mask = vocabulary.cache().Mask(kind, automaton, active[i].state, trie, vocabulary.size());
-    const std::pair<uint64_t, int32_t> key{a.id, a.Class(kind, active[i].state)};
-    if (std::find(seen.begin(), seen.end(), key) == seen.end()) {
-      seen.push_back(key);
-      mask->OrInto(words);
+  mask_groups.clear();
+  for (const LexEntry& e : active) {
+    const std::shared_ptr<const internal::TerminalAutomaton>& a = compiled->automata[static_cast<size_t>(e.terminal)];
+    const std::pair<uint64_t, int32_t> key{a->id, a->Class(kind, e.state)};
+    auto group = std::find_if(mask_groups.begin(), mask_groups.end(), [&](const MaskGroup& g) { return g.key == key; });
+    if (group == mask_groups.end()) {
+      mask_groups.push_back({key, vocabulary.cache().Mask(kind, a, e.state, trie, vocabulary.size()), {}});
+      group = mask_groups.end() - 1;
     }
-    if (!mask->ends.children.empty()) WalkEnds(trie, i, mask->ends, words);
+    group->completions.push_back({e.set, e.terminal});
+  }
+  for (const MaskGroup& g : mask_groups) {
+    g.mask->OrInto(words);
+    if (!g.mask->ends.children.empty()) WalkEnds(trie, g.completions, g.mask->ends, words);
   }
 }
 

@@ -44,8 +44,10 @@ struct Matcher::State {
   // Continues the lexemes in `entries` over trie node `node` and its subtree,
   // setting the bits of the tokens that stay viable.
   void Walk(const internal::TokenTrie& trie, int32_t node, std::span<const LexEntry> entries, uint32_t* words);
-  // Tokens whose bytes end the lexeme of active[index] inside them.
-  void WalkEnds(const internal::TokenTrie& trie, size_t index, const internal::LexerMask::Ends& ends, uint32_t* words);
+  // Tokens in which lexemes end (`completions`, of one mask: the same end
+  // nodes), the walk going on through the parser from the set after them.
+  void WalkEnds(const internal::TokenTrie& trie, std::span<const internal::Completion> completions,
+                const internal::LexerMask::Ends& ends, uint32_t* words);
 
   std::shared_ptr<const CompiledGrammar> compiled;
   const internal::VocabularyImpl& vocabulary;
@@ -67,7 +69,13 @@ struct Matcher::State {
 
   std::optional<std::optional<int32_t>> forced;  // ForcedToken at this position, once computed
   std::vector<uint32_t> scratch_words;            // ForcedToken's mask
-  std::vector<std::pair<uint64_t, int32_t>> mask_keys;  // ApplyLexerMask's (automaton id, class) applied
+  // ApplyLexerMask's active lexemes grouped by their mask: (automaton id, class).
+  struct MaskGroup {
+    std::pair<uint64_t, int32_t> key;
+    std::shared_ptr<const internal::LexerMask> mask;
+    std::vector<internal::Completion> completions;  // the group's lexemes, were they to end
+  };
+  std::vector<MaskGroup> mask_groups;
   std::vector<std::vector<LexEntry>> walk_entries;             // [depth] Walk's lexemes
   std::vector<std::vector<internal::Completion>> walk_done;    // [depth] Walk's ended lexemes
 };

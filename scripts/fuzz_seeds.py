@@ -241,7 +241,7 @@ def openai_request(work):
 
 
 def grammar(work):
-    """tests/grammar/fuzz_grammar.cc: [0 GBNF | 1 regex][text]\0[walk steering bytes]."""
+    """tests/grammar/fuzz_grammar.cc: [0 GBNF | 1 regex | 2 JSON Schema][text]\0[walk steering bytes]."""
     json_gbnf = (
         'root ::= object\n'
         'value ::= object | array | string | number | ("true" | "false" | "null") ws\n'
@@ -260,11 +260,24 @@ def grammar(work):
         "regex_catastrophic": b"\x01(a|aa)*c|(a*)*b\x00" + steer,
         "regex_nested_counts": b"\x01((ab){3,5}){2,4}\x00" + steer,
         "regex_unicode": b"\x01[\\u00e0-\\u00ff\\d]+\\.?\x00" + steer,
+        "schema_tool": b'\x02{"type":"object","properties":{"city":{"type":"string","maxLength":40},'
+                       b'"unit":{"enum":["c","f"]},"days":{"type":"integer","minimum":1,"maximum":14}},'
+                       b'"required":["city"],"additionalProperties":false}\x00' + steer,
+        "schema_recursive": b'\x02{"$defs":{"n":{"type":"object","properties":{"a":{"type":"array",'
+                            b'"items":{"$ref":"#/$defs/n"},"maxItems":3}}}},"$ref":"#/$defs/n"}\x00' + steer,
+        "schema_open_object": b'\x05{"type":"object","properties":{"ab":{"type":"number"},"a":{"not":{}}},'
+                              b'"minProperties":1}\x00' + steer,
+        "schema_union": b'\x02{"anyOf":[{"type":"string","pattern":"^[a-z]{2,30}$"},{"type":"null"},'
+                        b'{"oneOf":[{"const":1},{"const":"x"}]}]}\x00' + steer,
+        "schema_unsatisfiable": b'\x02{"allOf":[{"type":"string"},{"type":"integer"}]}',
         "bad_gbnf": b"\x00root ::= (\"x\" \n",
         "bad_regex": b"\x01a(?=b)",
     }
     tokens = ["::=", "root", "|", "(", ")", "*", "+", "?", "{2,3}", "{0,}", "[a-z]", "[^a]", ".", "\\x41",
-              "\\u00e9", "\"", "#", "\n", "(?:", "\\d", "\\w", "\\s", "{1000}", "^", "$", "\\"]
+              "\\u00e9", "\"", "#", "\n", "(?:", "\\d", "\\w", "\\s", "{1000}", "^", "$", "\\",
+              '"type"', '"object"', '"string"', '"properties"', '"required"', '"additionalProperties"',
+              '"$ref"', '"#/$defs/n"', '"anyOf"', '"oneOf"', '"allOf"', '"not"', '"enum"', '"maxLength"',
+              '"minimum"', '"pattern"', '"items"', '"maxItems"', ":", ",", "{", "}", "[", "]"]
     write(work, "fuzz_grammar", seeds, tokens)
 
 

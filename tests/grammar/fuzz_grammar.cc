@@ -1,5 +1,6 @@
 // libFuzzer target: the grammar engine on arbitrary grammars. The first byte
-// picks the front end (even: GBNF text, odd: a regex); the text runs to the
+// picks the front end (modulo 3: GBNF text, a regex, a JSON Schema in the
+// compact or, from 3 on, the indented layout); the text runs to the
 // first NUL, the bytes after it steer a random walk of a Matcher over a small
 // fixed vocabulary (every byte, some multi-byte tokens, tokens longer than the
 // short trie's, a stop id and a special id). Built only with -DTPSERVE_FUZZ=ON
@@ -56,13 +57,21 @@ void CheckMask(Matcher& m, const std::vector<uint32_t>& mask, int32_t vocab) {
   if (forced) TPSERVE_FUZZ_CHECK(*forced == last);
 }
 
-void Walk(const std::shared_ptr<const tpserve::grammar::CompiledGrammar>& g, int32_t vocab, const uint8_t* steer,
-          size_t n) {
+// Output bytes a walk stops at: an ambiguous grammar's masks cost more as the
+// output grows (a lexeme may end at every byte: O(output) readings at once),
+// and a run must stay within libFuzzer's timeout under ASan on a loaded
+// machine; grammar_matcher_test walks longer outputs against its oracle.
+constexpr size_t kMaxWalkBytes = 128;
+
+void Walk(const std::shared_ptr<const tpserve::grammar::CompiledGrammar>& g,
+          const tpserve::grammar::Vocabulary& vocabulary, const uint8_t* steer, size_t n) {
+  const int32_t vocab = vocabulary.size();
   Matcher m(g);
   std::vector<std::vector<uint32_t>> masks;
   std::vector<int32_t> tokens;
   std::vector<uint32_t> mask(MaskWords(vocab));
-  for (size_t i = 0; i < n && i < 48; ++i) {
+  size_t bytes = 0;  // of output: an ambiguous grammar's masks cost more as it grows (kMaxWalkBytes)
+  for (size_t i = 0; i < n && i < 48 && bytes < kMaxWalkBytes; ++i) {
     m.FillMask(mask);
     masks.push_back(mask);
     CheckMask(m, mask, vocab);
@@ -73,6 +82,7 @@ void Walk(const std::shared_ptr<const tpserve::grammar::CompiledGrammar>& g, int
     const int32_t t = allowed[steer[i] % allowed.size()];
     TPSERVE_FUZZ_CHECK(m.Accept(t));
     tokens.push_back(t);
+    bytes += vocabulary.bytes(t).size();
     if (t == kStop) break;
   }
   if (!tokens.empty()) {
@@ -97,7 +107,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::string rest(reinterpret_cast<const char*>(data + 1), size - 1);
   const size_t nul = rest.find('\0');
   GrammarSpec spec;
-  spec.kind = data[0] % 2 == 0 ? GrammarSpec::Kind::kEbnf : GrammarSpec::Kind::kRegex;
+  constexpr GrammarSpec::Kind kKinds[] = {GrammarSpec::Kind::kEbnf, GrammarSpec::Kind::kRegex,
+                                          GrammarSpec::Kind::kJsonSchema};
+  spec.kind = kKinds[data[0] % 3];
+  spec.layout = data[0] >= 3 ? tpserve::grammar::JsonLayout::kIndented : tpserve::grammar::JsonLayout::kCompact;
   spec.text = rest.substr(0, nul);
   tpserve::grammar::CompileLimits limits;
   limits.max_time = absl::Milliseconds(200);
@@ -110,6 +123,6 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     return 0;
   }
   const std::string steer = nul == std::string::npos ? std::string("\x01\x02\x03") : rest.substr(nul + 1);
-  if (!steer.empty()) Walk(*g, vocabulary->size(), reinterpret_cast<const uint8_t*>(steer.data()), steer.size());
+  if (!steer.empty()) Walk(*g, *vocabulary, reinterpret_cast<const uint8_t*>(steer.data()), steer.size());
   return 0;
 }

@@ -179,6 +179,17 @@ TEST(JsonSchemaTest, LongStringsAreCounted) {
   }
 }
 
+TEST(JsonSchemaTest, NotOfTypes) {
+  ExpectLanguage(R"({"not":{"type":"string","description":"anything but a string"}})", {"1", "1.5", "null", "{}", "[]"},
+                 {R"("a")", R"("")"});
+  ExpectLanguage(R"({"type":["string","null"],"not":{"type":"null"}})", {R"("x")"}, {"null"});
+  ExpectLanguage(R"({"not":{"type":["number","boolean"]}})", {R"("x")", "null"}, {"1", "1.0", "-2e3", "true"});
+  // not {} (or true) is false: a property that must be absent.
+  ExpectLanguage(R"({"type":"object","properties":{"a":{"not":{}},"b":{"not":true}}})", {"{}", R"({"c":1})"},
+                 {R"({"a":1})", R"({"b":null})"});
+  ExpectLanguage(R"({"type":"integer","not":false})", {"3"}, {"3.5"});
+}
+
 TEST(JsonSchemaTest, Patterns) {
   ExpectLanguage(R"({"type":"string","pattern":"^[a-z]+$"})", {R"("abc")"}, {R"("")", R"("ab1")", R"("ABC")"});
   ExpectLanguage(R"({"type":"string","pattern":"b"})", {R"("abc")", R"("b")", R"("\nb\n")"}, {R"("xyz")", R"("")"});
@@ -368,7 +379,8 @@ TEST(JsonSchemaTest, RefsAndRecursion) {
 }
 
 TEST(JsonSchemaTest, RefusedKeywordsNameTheirPath) {
-  EXPECT_EQ(Refusal(R"({"not":{"type":"null"}})"), "not: not supported");
+  EXPECT_THAT(Refusal(R"({"not":{"type":"integer"}})"), HasSubstr("not of \"integer\" without \"number\""));
+  EXPECT_THAT(Refusal(R"({"properties":{"a":{"not":{"minimum":3}}}})"), HasSubstr("properties.a.not: not supported with \"minimum\""));
   EXPECT_EQ(Refusal(R"({"properties":{"a":{"patternProperties":{"x":{}}}}})"),
             "properties.a.patternProperties: not supported");
   EXPECT_EQ(Refusal(R"({"items":{"contains":{}}})"), "items.contains: not supported");

@@ -7,6 +7,8 @@
 #include <filesystem>
 #include <fstream>
 #include <sstream>
+#include <utility>
+#include <vector>
 
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
@@ -69,6 +71,35 @@ TEST_F(GrammarTool, ReportsAcceptedAndRejectedTextsAsJson) {
   const json& incomplete = report["checks"][2];
   EXPECT_FALSE(incomplete["accepted"].get<bool>());
   EXPECT_EQ(incomplete["rejected"]["token_index"], incomplete["tokens"]);
+}
+
+TEST_F(GrammarTool, JsonSchemaChecks) {
+  const fs::path schema = Write("schema.json", R"({"type":"object","properties":{"a":{"type":"integer","minimum":0}},)"
+                                               R"("required":["a"],"additionalProperties":false})");
+  const fs::path good = Write("good.json", R"({"a":12})"), wrong = Write("wrong.json", R"({"a":-1})"),
+                 extra = Write("extra.json", R"({"a":1,"b":2})"), open = Write("open.json", R"({"a":1)");
+  const auto [code, out] = Run("--json-schema " + schema.string() + " --json --check " + good.string() + " " +
+                               wrong.string() + " " + extra.string() + " " + open.string());
+  EXPECT_EQ(code, 1) << out;
+  const json report = json::parse(out);
+  EXPECT_EQ(report["kind"], "json-schema");
+  ASSERT_EQ(report["checks"].size(), 4u) << out;
+  EXPECT_TRUE(report["checks"][0]["accepted"].get<bool>()) << out;
+  // Where each is refused: the byte that breaks the schema lies in the refused token.
+  for (const auto& [index, byte] : std::vector<std::pair<int, size_t>>{{1, 5}, {2, 6}}) {
+    const json& r = report["checks"][index]["rejected"];
+    ASSERT_FALSE(report["checks"][index]["accepted"].get<bool>()) << out;
+    const size_t begin = r["byte_offset"].get<size_t>(), end = begin + r["token"].get<std::string>().size();
+    EXPECT_TRUE(begin <= byte && byte < end) << index << ": " << out;
+  }
+  const json& incomplete = report["checks"][3];
+  EXPECT_FALSE(incomplete["accepted"].get<bool>());
+  EXPECT_EQ(incomplete["rejected"]["reason"], "the end is not allowed: the output is incomplete") << out;
+  const fs::path refused = Write("refused.json", R"({"type":"object","patternProperties":{"^x":{}}})");
+  const auto [refused_code, refused_out] = Run("--json-schema " + refused.string() + " --json");
+  EXPECT_EQ(refused_code, 2) << refused_out;
+  EXPECT_NE(json::parse(refused_out)["error"].get<std::string>().find("patternProperties"), std::string::npos)
+      << refused_out;
 }
 
 TEST_F(GrammarTool, TextOutputAndExitStatus) {
