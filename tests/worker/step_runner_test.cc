@@ -343,6 +343,18 @@ TEST_F(StepRunnerTest, BadPlansAreRejectedAndChangeNothing) {
   p.new_sequences.back().sampling.top_p = 0;
   p.order.push_back(500);
   expect_invalid(p, "top_p");
+  p = decode();  // copy-on-write: blocks outside the cache, a block onto itself, an entry it does not hold
+  p.block_copies = {{.src = 3, .dst = int32_t{kNumBlocks}}};
+  expect_invalid(p, "block copy 3 -> 97");
+  p = decode();
+  p.block_copies = {{.src = 5, .dst = 5}};
+  expect_invalid(p, "two different blocks");
+  p = decode();
+  p.continuing[0].replaced_blocks = {{.index = 2, .block_id = 50}};  // it holds entries 0 and 1
+  expect_invalid(p, "replaced block entry 2");
+  p = decode();
+  p.continuing[0].replaced_blocks = {{.index = 0, .block_id = -1}};
+  expect_invalid(p, "replaced block entry 0");
   EXPECT_EQ(runner_->num_sequences(), 1);
   EXPECT_FALSE(runner_->contains(500));
 
