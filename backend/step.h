@@ -29,7 +29,8 @@
 //
 // The CPU backend computes every row alone ("The CPU backend's numerics"), so
 // row 5 holds the bits a one-token step at that position would. The CUDA
-// backend takes one row per sequence for now (R = S).
+// backend follows it to bf16 rounding; reserved (its decode graphs), it takes
+// at most its capacity's max_seqs rows.
 #pragma once
 
 #include <cstdint>

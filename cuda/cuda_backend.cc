@@ -507,15 +507,16 @@ class CudaBackend final : public Backend {
     const Step& s = CurrentStep("GatherRows");
     const int64_t D = x.row_width();
     ExpectRows("GatherRows", "x", x, s.num_tokens, D);
-    ExpectRows("GatherRows", "out", out, s.num_seqs, D);
+    ExpectRows("GatherRows", "out", out, s.num_logits_rows, D);
     Launched("GatherRows",
-             cuda::LaunchGatherRows(Bf(x), D, s.logits_indices, s.num_seqs, Bf(out), stream_, programmatic_));
+             cuda::LaunchGatherRows(Bf(x), D, s.logits_indices, s.num_logits_rows, Bf(out), stream_, programmatic_));
   }
 
  private:
   // The current step: sizes on the host, arrays on the device (pointers into step_device_).
   struct Step {
     int64_t num_tokens = 0, num_seqs = 0, num_blocks = 0;
+    int64_t num_logits_rows = 0;              // R: S, or more with verifying sequences (backend/step.h)
     int64_t num_decode_tokens = 0;            // the last rows: one per decode sequence
     int32_t block_size = 0, max_blocks_per_seq = 0, max_token_position = 0;
     const int32_t* token_ids = nullptr;       // [T]
@@ -523,7 +524,7 @@ class CudaBackend final : public Backend {
     const int64_t* slot_mapping = nullptr;    // [T]
     const int32_t* token_seq = nullptr;       // [T] sequence of each token
     const int32_t* block_tables = nullptr;    // [S, max_blocks_per_seq]
-    const int32_t* logits_indices = nullptr;  // [S]
+    const int32_t* logits_indices = nullptr;  // [R]
     const cuda::PrefillTile* prefill_tiles = nullptr;  // [num_prefill_tiles] (cuda/prefill_tiles.h)
     int64_t num_prefill_tiles = 0;
   };
@@ -924,21 +925,17 @@ absl::Status CudaBackend::BeginStep(const StepMetadata& step, int64_t num_blocks
   if (absl::Status status = ValidateStep(step, num_blocks, block_size, max_position); !status.ok()) {
     return status;
   }
-  if (step.num_logits_rows() != step.num_seqs()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "BeginStep: ", step.num_logits_rows(), " logits rows for ", step.num_seqs(),
-        " sequences; the CUDA backend computes one row per sequence (verifying a speculative proposal, several "
-        "rows per sequence, runs on the CPU backend only for now)"));
-  }
   const size_t T = step.token_ids.size(), S = static_cast<size_t>(step.num_seqs());
+  const size_t R = static_cast<size_t>(step.num_logits_rows());
   const size_t columns = static_cast<size_t>(step.max_blocks_per_seq);
   if (step_reserved_ && (static_cast<int64_t>(T) > capacity_.max_tokens ||
                          static_cast<int64_t>(S) > capacity_.max_seqs ||
+                         static_cast<int64_t>(R) > capacity_.max_seqs ||
                          step.max_blocks_per_seq > capacity_.max_blocks_per_seq())) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "BeginStep: a step of ", T, " tokens, ", S, " sequences and max_blocks_per_seq ", columns,
-        " exceeds the capacity given to Reserve (", capacity_.max_tokens, " tokens, ", capacity_.max_seqs,
-        " sequences, ", capacity_.max_blocks_per_seq(), " blocks of ", capacity_.block_size,
+        "BeginStep: a step of ", T, " tokens, ", S, " sequences, ", R, " logits rows and max_blocks_per_seq ",
+        columns, " exceeds the capacity given to Reserve (", capacity_.max_tokens, " tokens, ", capacity_.max_seqs,
+        " sequences or logits rows, ", capacity_.max_blocks_per_seq(), " blocks of ", capacity_.block_size,
         " tokens); split the step or Reserve more"));
   }
   // This step's own layout (cuda/step_layout.h), so the copies follow the
@@ -946,7 +943,7 @@ absl::Status CudaBackend::BeginStep(const StepMetadata& step, int64_t num_blocks
   // any step's, at addresses that depend on T, S and max_blocks_per_seq only
   // (what a graph's replays share with its capture). Otherwise in buffers
   // that grow.
-  const cuda::StepLayout layout(T, S, columns);
+  const cuda::StepLayout layout(T, S, columns, R);
   TPSERVE_CHECK(!step_reserved_ || layout.total <= step_capacity_, "BeginStep: the step's layout (", layout.total,
                 " bytes) exceeds the reserved buffers (", step_capacity_, ")");
   const cuda::StepUpload upload =
@@ -979,13 +976,14 @@ absl::Status CudaBackend::BeginStep(const StepMetadata& step, int64_t num_blocks
       token_seq[t] = static_cast<int32_t>(s);
     }
   }
-  if (S > 0) std::memcpy(h + layout.logits, step.logits_indices.data(), S * sizeof(int32_t));
+  if (R > 0) std::memcpy(h + layout.logits, step.logits_indices.data(), R * sizeof(int32_t));
   const int64_t tiles = PlanStepPrefillTiles(step, layout, h + layout.tiles);
   UploadStep(step, layout, upload, tiles);
 
   unsigned char* d = step_device_;
   step_.num_tokens = static_cast<int64_t>(T);
   step_.num_seqs = static_cast<int64_t>(S);
+  step_.num_logits_rows = static_cast<int64_t>(R);
   step_.num_blocks = num_blocks;
   step_.block_size = block_size;
   step_.max_blocks_per_seq = step.max_blocks_per_seq;

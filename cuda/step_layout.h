@@ -33,8 +33,11 @@
 
 namespace tpserve::cuda {
 
-// Byte offsets of the packed metadata for T tokens, S sequences and
-// max_blocks_per_seq block-table columns (the table's stride). The block table comes after the
+// Byte offsets of the packed metadata for T tokens, S sequences,
+// max_blocks_per_seq block-table columns (the table's stride) and R logits
+// rows (0: one per sequence; more when sequences verify speculative
+// proposals, backend/step.h; a reserved backend allows R <= its max_seqs, so
+// the capacity's layout still holds the step's). The block table comes after the
 // per-token and per-sequence arrays, so that the first copy is one prefix
 // (or one prefix and one 2D copy of the used columns); the prefill attention's
 // query tiles (cuda/prefill_tiles.h) come last, in a second copy that only
@@ -42,14 +45,14 @@ namespace tpserve::cuda {
 struct StepLayout {
   size_t slots = 0, ids = 0, pos = 0, seq = 0, logits = 0, tables = 0, tiles = 0, total = 0;  // byte offsets
   int64_t max_tiles = 0;  // the most prefill tiles a step of T tokens and S sequences has
-  StepLayout(size_t T, size_t S, size_t max_blocks_per_seq) {
+  StepLayout(size_t T, size_t S, size_t max_blocks_per_seq, size_t R = 0) {
     auto round8 = [](size_t b) { return (b + 7) / 8 * 8; };
     slots = 0;                                      // [T] int64
     ids = slots + round8(T * sizeof(int64_t));      // [T] int32
     pos = ids + round8(T * sizeof(int32_t));        // [T] int32
     seq = pos + round8(T * sizeof(int32_t));        // [T] int32 sequence of each token
-    logits = seq + round8(T * sizeof(int32_t));     // [S] int32
-    tables = logits + round8(S * sizeof(int32_t));  // [S, max_blocks_per_seq] int32
+    logits = seq + round8(T * sizeof(int32_t));     // [max(S, R)] int32
+    tables = logits + round8(std::max(S, R) * sizeof(int32_t));  // [S, max_blocks_per_seq] int32
     tiles = tables + round8(S * max_blocks_per_seq * sizeof(int32_t));  // [max_tiles] PrefillTile
     max_tiles = PrefillTileCapacity(static_cast<int64_t>(T), static_cast<int64_t>(S), kPrefillTileRows);
     total = std::max<size_t>(tiles + static_cast<size_t>(max_tiles) * sizeof(PrefillTile), 8);

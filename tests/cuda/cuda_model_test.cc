@@ -123,6 +123,7 @@ std::unique_ptr<Model> LoadModel(const std::filesystem::path& dir, Backend& back
   options.max_num_tokens = 64;
   options.max_num_seqs = 4;
   options.max_position = 256;
+  options.max_num_logits_rows = 8;  // a verification step's rows (VerificationRowsFollowTheCpuBackend)
   absl::StatusOr<std::unique_ptr<Model>> m = Model::Load(dir, backend, comm, options);
   EXPECT_TRUE(m.ok()) << m.status();
   return m.ok() ? *std::move(m) : nullptr;
@@ -171,6 +172,40 @@ TEST_P(CudaModelTest, LogitsFollowTheCpuBackendForTeacherForcedDecodeSteps) {
 // Decode steps of 4 sequences run the fast set's fused gate/up GEMV on each
 // rank's [2F/2, D] shard: a gate row paired with the wrong up row would move
 // the logits far beyond the tolerance.
+// Speculative verification (backend/step.h, issue 27): a step that carries a
+// decoding sequence's last token and 4 proposed ones, with a logits row for
+// each, gives on the GPU the rows the CPU gives, as the one-token steps do.
+TEST_P(CudaModelTest, VerificationRowsFollowTheCpuBackend) {
+  TPSERVE_REQUIRE_GPU();
+  const std::filesystem::path dir = MakeTestModel(GetParam());
+  std::unique_ptr<Backend> cpu = MakeCpuBackend(), gpu = MakeCudaBackend(0);
+  std::unique_ptr<Communicator> solo = MakeSoloCommunicator();
+  std::unique_ptr<Model> cpu_model = LoadModel(dir, *cpu, *solo), gpu_model = LoadModel(dir, *gpu, *solo);
+  ASSERT_TRUE(cpu_model && gpu_model);
+  const std::vector<int32_t>& prompt = kPrompts[0];
+  const std::vector<int32_t> table{3, 0, 2, 1};
+  const std::vector<int32_t> checked{5, 77, 5, 300, 12};  // the last token, then 4 proposals
+  auto run = [&](Model& model, Backend& backend) {
+    absl::StatusOr<KvCache> cache = KvCache::Allocate(backend, model.kv_cache_shape(4, kBlockSize));
+    EXPECT_TRUE(cache.ok()) << cache.status();
+    std::vector<float> rows;
+    if (!cache.ok()) return rows;
+    for (const StepSequence& seq : {StepSequence{prompt, 0, table}, StepSequence{checked, 7, table, 5}}) {
+      absl::StatusOr<StepBatch> step = StepBatch::Build(std::span<const StepSequence>(&seq, 1), kBlockSize);
+      EXPECT_TRUE(step.ok()) << step.status();
+      absl::StatusOr<std::optional<Logits>> out = model.Forward(step->view(), *cache);
+      EXPECT_TRUE(out.ok() && out->has_value()) << out.status();
+      if (!out.ok() || !out->has_value()) return std::vector<float>{};
+      rows = (*out)->values;
+    }
+    return rows;
+  };
+  const std::vector<float> want = run(*cpu_model, *cpu), got = run(*gpu_model, *gpu);
+  ASSERT_EQ(want.size(), static_cast<size_t>(5 * cpu_model->config().vocab_size));
+  cuda_test::ExpectClose(got, want, 2e-2, "verification rows");
+  std::filesystem::remove_all(dir);
+}
+
 TEST(CudaTensorParallelTest, TwoRanksOnOneGpuThroughGlooMatchOneRank) {
   TPSERVE_REQUIRE_GPU();
   // Emulated: the smaller Llama (the run takes seconds, not tens of them).

@@ -101,6 +101,22 @@ TEST(StepLayout, EveryStepFitsTheCapacitysLayout) {
   }
 }
 
+// Sequences verifying speculative proposals have more logits rows than
+// sequences (backend/step.h): the logits array holds all R, and a reserved
+// backend, which allows R <= its max_seqs, still fits every such step.
+TEST(StepLayout, MoreLogitsRowsThanSequencesFitTheCapacitysLayout) {
+  const size_t Tcap = 300, Scap = 40, stride = 17;
+  const size_t total = StepLayout(Tcap, Scap, stride).total;
+  for (size_t S = 1; S <= Scap; S += 3) {
+    for (size_t R = S; R <= std::min(Tcap, Scap); R += 5) {
+      const StepLayout l(std::max<size_t>(R, 2 * S), S, stride, R);
+      EXPECT_LE(l.logits + R * 4, l.tables) << S << " sequences, " << R << " rows";
+      EXPECT_LE(l.total, total) << S << " sequences, " << R << " rows";
+    }
+  }
+  EXPECT_EQ(StepLayout(9, 3, 5, 0).tables, StepLayout(9, 3, 5, 3).tables);  // R = S: the layout as before
+}
+
 TEST(StepLayout, OffsetsAreAlignedAndOrdered) {
   for (size_t T : {0, 1, 3, 8, 1001}) {
     for (size_t S : {0, 1, 3, 256}) {
