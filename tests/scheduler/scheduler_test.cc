@@ -3,9 +3,11 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <iostream>
 #include <map>
 #include <numeric>
 #include <random>
+#include <set>
 
 namespace tpserve {
 namespace {
@@ -343,6 +345,80 @@ TEST(Scheduler, FinishingTheFirstChoiceBeforeItsPrefillHandsTheOthersOn) {
   EXPECT_EQ(s2.dropped, (std::vector<uint64_t>{20}));
   EXPECT_TRUE(sched.Finish(21));
   EXPECT_EQ(bm.num_free_blocks(), 32);
+}
+
+// Requests of 1 to 4 choices under a tiny pool with chunked prefill, with
+// random aborts of single choices and of whole requests at any point (before
+// their forks start, mid-prefill, decoding): every choice that runs to the end
+// gives its prompt's continuation, no block is released twice (that aborts),
+// and at the end every block is free.
+TEST(Scheduler, RandomChoicesAndAbortsReturnEveryBlockOnce) {
+  int64_t copies = 0, preemptions = 0, aborts = 0;
+  for (uint64_t seed = 1; seed <= 20; ++seed) {
+    SCOPED_TRACE(::testing::Message() << "seed " << seed);
+    std::mt19937_64 rng(seed);
+    BlockManager bm(12, 4);  // the longest sequence (19 + 6 tokens) needs 7
+    Scheduler sched(bm, {.max_num_batched_tokens = 11, .max_num_seqs = 6});
+    std::map<uint64_t, std::vector<int32_t>> prompt_of;
+    std::map<uint64_t, std::vector<uint64_t>> choices;  // by request (first id)
+    uint64_t next = 0;
+    for (int r = 0; r < 9; ++r) {
+      const int n = 1 + static_cast<int>(rng() % 4);
+      std::vector<int32_t> prompt = Prompt(1 + static_cast<int>(rng() % 19), static_cast<int>(rng() % 3) * 7);
+      const uint64_t first = next;
+      std::vector<uint64_t> forks;
+      for (int i = 0; i < n; ++i) {
+        prompt_of[next] = prompt;
+        choices[first].push_back(next);
+        if (i > 0) forks.push_back(next);
+        ++next;
+      }
+      ASSERT_TRUE(sched.Add(first, prompt, r % 2, forks).ok());
+    }
+    std::set<uint64_t> aborted;
+    std::map<uint64_t, std::vector<int32_t>> out;
+    for (int iter = 0; iter < 20000 && !sched.idle(); ++iter) {
+      ScheduledStep step = sched.Schedule();
+      ASSERT_TRUE(step.unservable.empty());
+      const auto sampled = RunStep(sched, step);
+      for (const ScheduledSequence& s : step.sequences) copies += std::ssize(s.copies);
+      sched.OnStepDone(step, sampled);
+      for (const auto& [id, token] : sampled) {
+        const Sequence* seq = sched.Find(id);
+        if (seq != nullptr && seq->num_output_tokens() >= 6) {
+          out[id].assign(seq->output_tokens().begin(), seq->output_tokens().end());
+          sched.Finish(id);
+        }
+      }
+      if (rng() % 7 == 0) {  // abort one choice, or a whole request
+        auto it = choices.begin();
+        std::advance(it, static_cast<long>(rng() % choices.size()));
+        const bool whole = rng() % 2 == 0;
+        for (uint64_t id : it->second) {
+          if ((whole || id == it->second[rng() % it->second.size()]) && sched.Finish(id)) aborted.insert(id);
+        }
+      }
+    }
+    ASSERT_TRUE(sched.idle());
+    EXPECT_EQ(bm.num_free_blocks(), 12);
+    preemptions += sched.num_preemptions();
+    aborts += std::ssize(aborted);
+    for (uint64_t id = 0; id < next; ++id) {
+      if (aborted.contains(id)) continue;
+      ASSERT_TRUE(out.contains(id)) << "sequence " << id << " neither finished nor aborted";
+      std::vector<int32_t> context = prompt_of[id], want;
+      for (int k = 0; k < 6; ++k) {
+        want.push_back(NextToken(context));
+        context.push_back(want.back());
+      }
+      EXPECT_EQ(out[id], want) << "sequence " << id;
+    }
+  }
+  // The seeds reach what the test is about.
+  EXPECT_GT(copies, 20);
+  EXPECT_GT(preemptions, 20);
+  EXPECT_GT(aborts, 20);
+  std::cout << "copies " << copies << ", preemptions " << preemptions << ", aborts " << aborts << "\n";
 }
 
 }  // namespace
