@@ -98,7 +98,7 @@ std::shared_ptr<const LexerMask> LexerCache::Mask(TrieKind kind, const std::shar
   return Compute(kind, automaton, state, trie, vocab_size);
 }
 
-int64_t LexerCache::Differences(const TerminalAutomaton& automaton, int32_t state,
+int64_t LexerCache::Differences(TrieKind kind, const TerminalAutomaton& automaton, int32_t state,
                                 const Reference& reference, const TokenTrie& trie, int64_t limit,
                                 std::array<bool, 256>& again) {
   const std::vector<TrieNode>& nodes = trie.nodes();
@@ -115,13 +115,17 @@ int64_t LexerCache::Differences(const TerminalAutomaton& automaton, int32_t stat
       bool differs = (q < 0) != (s < 0);  // pass 0: liveness
       if (pass == 1) {                     // pass 1: the subtrees live from both
         if (q < 0 || s < 0) continue;
-        if (same && automaton.ShortClass(q) == automaton.ShortClass(s)) continue;
-        auto it = std::find_if(known.begin(), known.end(), [&](const auto& k) { return k.first == std::make_pair(q, s); });
-        if (it == known.end()) {
-          known.push_back({{q, s}, EquivalentStates(dfa, q, other, s, trie.max_depth() - 1, kPairBudget)});
-          it = known.end() - 1;
+        if (same && automaton.Class(kind, q) == automaton.Class(kind, s)) continue;
+        if (kind == TrieKind::kLong) {  // the long trie's subtrees are deep: only a state of the same class will do
+          differs = true;
+        } else {
+          auto it = std::find_if(known.begin(), known.end(), [&](const auto& k) { return k.first == std::make_pair(q, s); });
+          if (it == known.end()) {
+            known.push_back({{q, s}, EquivalentStates(dfa, q, other, s, trie.max_depth() - 1, kPairBudget)});
+            it = known.end() - 1;
+          }
+          differs = !it->second;
         }
-        differs = !it->second;
       }
       if (!differs) continue;
       again[b] = true;
@@ -135,10 +139,11 @@ int64_t LexerCache::Differences(const TerminalAutomaton& automaton, int32_t stat
 std::shared_ptr<const LexerMask> LexerCache::Compute(TrieKind kind, const std::shared_ptr<const TerminalAutomaton>& automaton,
                                                      int32_t state, const TokenTrie& trie, int32_t vocab_size) {
   std::vector<Reference> references;
-  if (kind == TrieKind::kShort) {
+  {
     absl::MutexLock lock(&mu_);
-    if (auto it = references_.find(automaton->id); it != references_.end()) references = it->second;
-    references.insert(references.end(), shared_references_.begin(), shared_references_.end());
+    const auto& by_automaton = references_[static_cast<int>(kind)];
+    if (auto it = by_automaton.find(automaton->id); it != by_automaton.end()) references = it->second;
+    if (kind == TrieKind::kShort) references.insert(references.end(), shared_references_.begin(), shared_references_.end());
   }
   // The reference that leaves the fewest nodes to walk again, when that is
   // under half of what its own walk visited.
@@ -147,7 +152,7 @@ std::shared_ptr<const LexerMask> LexerCache::Compute(TrieKind kind, const std::s
   int64_t best_cost = 0;
   for (const Reference& r : references) {
     const int64_t limit = best != nullptr ? best_cost : r.mask->scanned / 2;
-    const int64_t cost = Differences(*automaton, state, r, trie, limit, again);
+    const int64_t cost = Differences(kind, *automaton, state, r, trie, limit, again);
     if (cost < limit) best = &r, best_again = again, best_cost = cost;
   }
   const LexerEntry entry{&automaton->dfa, state};
@@ -155,9 +160,7 @@ std::shared_ptr<const LexerMask> LexerCache::Compute(TrieKind kind, const std::s
                                               ? ComputeLexerMaskFrom(entry, *best->mask, best_again, trie, vocab_size)
                                               : ComputeLexerMask(entry, trie, vocab_size);
   std::optional<Reference> reference;
-  if (kind == TrieKind::kShort && best == nullptr && mask->scanned >= kMinReferenceScan) {
-    reference = Reference{automaton, state, mask};
-  }
+  if (best == nullptr && mask->scanned >= kMinReferenceScan) reference = Reference{automaton, state, mask};
   {
     absl::MutexLock lock(&mu_);
     ++(best == nullptr ? stats_.walks : best->automaton->id == automaton->id ? stats_.from_same : stats_.from_other);
@@ -176,8 +179,8 @@ void LexerCache::Insert(TrieKind kind, Key key, std::shared_ptr<const LexerMask>
   const int k = static_cast<int>(kind);
   absl::MutexLock lock(&mu_);
   if (mask_bytes_ + bytes > kMaxMaskBytes) {
-    masks_[0].clear(), masks_[1].clear();
-    references_.clear(), shared_references_.clear();
+    for (int t = 0; t < 2; ++t) masks_[t].clear(), references_[t].clear();
+    shared_references_.clear();
     mask_bytes_ = 0;
   }
   auto [it, inserted] = masks_[k].try_emplace(key, mask);
@@ -187,8 +190,9 @@ void LexerCache::Insert(TrieKind kind, Key key, std::shared_ptr<const LexerMask>
   }
   mask_bytes_ += bytes;
   if (!reference) return;
-  std::vector<Reference>& references = references_[key.first];
+  std::vector<Reference>& references = references_[k][key.first];
   if (references.size() < kMaxReferences) references.push_back(*reference);
+  if (kind != TrieKind::kShort) return;
   if (shared_references_.size() < kMaxSharedReferences) {
     shared_references_.push_back(*std::move(reference));
   } else {

@@ -71,11 +71,11 @@ class LexerCache {
 
   // The lexer mask of `automaton` in `state` over `trie` (of kind `kind`),
   // cached by (automaton id, its ShortClass or LongClass). A miss is computed
-  // outside the lock. Over the short trie: from a reference, a cached mask of
-  // another state (of this automaton or of any other) that gives the same
-  // subtrees below most of the root's children (same class, or
-  // EquivalentStates), else by a walk of the whole trie, which then becomes a
-  // reference. Over the long trie (about 1% of the tokens): by a walk.
+  // outside the lock: from a reference, a cached mask of another state that
+  // gives the same subtrees below most of the root's children (a state of
+  // this automaton of the same class there; over the short trie also one of
+  // any automaton, by EquivalentStates), else by a walk of the whole trie,
+  // which then becomes a reference.
   std::shared_ptr<const LexerMask> Mask(TrieKind kind, const std::shared_ptr<const TerminalAutomaton>& automaton,
                                         int32_t state, const TokenTrie& trie, int32_t vocab_size);
 
@@ -97,8 +97,8 @@ class LexerCache {
     int32_t state;
     std::shared_ptr<const LexerMask> mask;
   };
-  static constexpr size_t kMaxReferences = 4;          // per automaton
-  static constexpr size_t kMaxSharedReferences = 8;    // of any automaton
+  static constexpr size_t kMaxReferences = 4;          // per automaton and trie
+  static constexpr size_t kMaxSharedReferences = 8;    // of any automaton, over the short trie
   static constexpr int64_t kMinReferenceScan = 4096;   // trie nodes: a walk worth reusing
   static constexpr int64_t kPairBudget = 256;          // EquivalentStates' pairs, per call
   // The (automaton id, class) key of a mask.
@@ -109,7 +109,7 @@ class LexerCache {
   // The root's children (their bytes in `again`) whose subtrees `reference`
   // cannot give for (automaton, state), and their nodes; `limit` as soon as
   // they reach it.
-  static int64_t Differences(const TerminalAutomaton& automaton, int32_t state, const Reference& reference,
+  static int64_t Differences(TrieKind kind, const TerminalAutomaton& automaton, int32_t state, const Reference& reference,
                              const TokenTrie& trie, int64_t limit, std::array<bool, 256>& again);
   void Insert(TrieKind kind, Key key, std::shared_ptr<const LexerMask>& mask, std::optional<Reference> reference);
 
@@ -118,7 +118,7 @@ class LexerCache {
   absl::flat_hash_map<std::string, std::shared_ptr<const TerminalAutomaton>> automata_ ABSL_GUARDED_BY(mu_);
   size_t automaton_bytes_ ABSL_GUARDED_BY(mu_) = 0;
   absl::flat_hash_map<Key, std::shared_ptr<const LexerMask>> masks_[2] ABSL_GUARDED_BY(mu_);  // [TrieKind]
-  absl::flat_hash_map<uint64_t, std::vector<Reference>> references_ ABSL_GUARDED_BY(mu_);  // the short trie's, by automaton id
+  absl::flat_hash_map<uint64_t, std::vector<Reference>> references_[2] ABSL_GUARDED_BY(mu_);  // [TrieKind] by automaton id
   std::vector<Reference> shared_references_ ABSL_GUARDED_BY(mu_);  // the short trie's, any automaton
   size_t next_shared_ ABSL_GUARDED_BY(mu_) = 0;                     // the one replaced next when full
   size_t mask_bytes_ ABSL_GUARDED_BY(mu_) = 0;

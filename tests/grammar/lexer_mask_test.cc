@@ -32,7 +32,7 @@ std::shared_ptr<const VocabularyImpl> RandomVocabulary(std::mt19937_64& rng) {
   for (size_t i = 0; i < n; ++i) bytes.emplace_back(1, kAlphabet[i]);
   for (int i = 0; i < 30000; ++i) {
     std::string s;
-    const int len = 2 + static_cast<int>(rng() % (i % 50 == 0 ? 30 : 9));  // a few longer than the short trie's
+    const int len = 2 + static_cast<int>(rng() % (i % 6 == 0 ? 30 : 9));  // some longer than the short trie's
     for (int k = 0; k < len; ++k) s += kAlphabet[rng() % n];
     bytes.push_back(std::move(s));
   }
