@@ -7,6 +7,8 @@
 
 namespace tpserve {
 
-inline constexpr uint32_t kWorkerProtocolVersion = 4;
+// 5: Step.block_copies and ContinuingSequence.replaced_blocks (copy-on-write
+// of shared KV blocks): a worker that ignored them would write shared blocks.
+inline constexpr uint32_t kWorkerProtocolVersion = 5;
 
 }  // namespace tpserve
