@@ -343,7 +343,8 @@ absl::StatusOr<std::string> GenerationService::Caller(const grpc::CallbackServer
   if (!trusted) {
     return absl::PermissionDeniedError(absl::StrCat(
         "the metadata ", kClientNameMetadata, " names the client a trusted front calls for; this caller (",
-        *caller, ") is not one of the coordinator's --trusted-fronts; leave it out"));
+        *caller, ") is not one of the coordinator's --trusted-fronts; list the front's key name there, "
+        "or leave the metadata out"));
   }
   const absl::string_view name(named->second.data(), named->second.size());
   if (name.empty() || name.size() > 128 ||

@@ -71,7 +71,8 @@ struct OpenAiRequest {
   // the one input is grpc's.
   std::vector<tpserve::v1::GenerateRequest> prompts;
   // The caller's API key name (tpserve-http's --api-key-file), which the
-  // calls name to the coordinator (kClientNameMetadata); "" without keys.
+  // calls name to the coordinator (kClientNameMetadata) when tpserve-http
+  // has a key of its own there (--server-api-key-file); else "".
   std::string client;
 };
 

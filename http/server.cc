@@ -109,8 +109,10 @@ void Server::Generate(Endpoint endpoint, std::shared_ptr<httpd::Exchange> exchan
                                    .type = "invalid_request_error"});
   }
   // Whose request it is: the coordinator counts caps, admission, request ids
-  // and aborts by this name (it trusts this front's key to give it).
-  if (options_.api_keys) {
+  // and aborts by this name. Only with a key of its own to the coordinator,
+  // which must list that key in --trusted-fronts: a coordinator without keys
+  // cannot tell this front from anyone else, so it is told no names.
+  if (options_.api_keys && !options_.coordinator_api_key.empty()) {
     const std::optional<absl::string_view> token = ApiKeys::BearerToken(exchange->request().Header("Authorization"));
     parsed->client = options_.api_keys->Match(token.value_or("")).value_or("");
   }
