@@ -25,8 +25,11 @@
 // ReplayProposer (speculative/replay_proposer.h) that proposes the known
 // continuation, each token corrupted with probability p, k = --replay-k. It
 // prints decode tokens/s against no speculation, the output's equality, and
-// the speedup c(k) predicts for the steps taken: (tokens - 1) t(0) / (steps
-// t(k)), from this run's batch-1 row (needs batch 1 and k in --ks). Not run in CI.
+// the speedup c(k) predicts for the steps taken: (tokens - 1) / sum over the
+// steps of c(n), n the tokens each proposed, from this run's batch-1 rows
+// (needs batch 1 and every k up to --replay-k in --ks). Then the same with a
+// SpeculationPolicy (speculative/policy.h) choosing each step's k from those
+// c(k). Not run in CI.
 #include <sys/statvfs.h>
 
 #include <algorithm>
@@ -133,13 +136,14 @@ std::vector<double> TimeSteps(Model& model, KvCache& cache, int batch, const std
 }
 
 // The end-to-end rows (see the top of the file).
-void Replay(Model& model, KvCache& cache, int context, int tokens, int k, const std::vector<double>& ps, double t0,
-            double tk) {
+void Replay(Model& model, KvCache& cache, int context, int tokens, int k, const std::vector<double>& ps,
+            const std::vector<double>& cost) {
   std::vector<int32_t> prompt, table;
   for (int i = 0; i < context; ++i) prompt.push_back(1000 + (i * 7919) % 100000);
   for (int32_t b = 0; b < cache.num_blocks(); ++b) table.push_back(b);
-  const GreedyOptions options{.max_tokens = tokens, .num_speculative_tokens = k};
-  auto run = [&](speculative::Proposer* proposer) {
+  auto run = [&](speculative::Proposer* proposer, bool policy = false) {
+    GreedyOptions options{.max_tokens = tokens, .num_speculative_tokens = k};
+    if (policy) options.policy_cost = cost;
     absl::StatusOr<GreedyResult> r = GenerateGreedy(model, cache, prompt, table, options, proposer);
     if (!r.ok()) {
       std::fprintf(stderr, "spec_decode_bench: %s\n", std::string(r.status().message()).c_str());
@@ -156,15 +160,22 @@ void Replay(Model& model, KvCache& cache, int context, int tokens, int k, const 
               "1.00", "-", "-");
   std::vector<int32_t> known = prompt;
   known.insert(known.end(), plain.tokens.begin(), plain.tokens.end());
-  for (double p : ps) {
-    speculative::ReplayProposer proposer(known, k, p, static_cast<int32_t>(model.config().vocab_size), 1);
-    const GreedyResult r = run(&proposer);
-    const double rate = (tokens - 1) / r.decode_seconds;
-    const double predicted = tk > 0 ? (tokens - 1) * t0 / (static_cast<double>(r.steps) * tk) : 0;
-    std::printf("%5.2f %7lld %10.2f %12.2f %9.2f %10.2f %11s\n", p, static_cast<long long>(r.steps),
-                static_cast<double>(r.accepted) / static_cast<double>(r.steps), rate, rate / plain_rate, predicted,
-                r.tokens == plain.tokens ? "yes" : "NO");
-    std::fflush(stdout);
+  for (bool policy : {false, true}) {
+    for (double p : ps) {
+      speculative::ReplayProposer proposer(known, k, p, static_cast<int32_t>(model.config().vocab_size), 1);
+      const GreedyResult r = run(&proposer, policy);
+      const double rate = (tokens - 1) / r.decode_seconds;
+      double steps_cost = 0;
+      for (size_t n = 0; n < r.steps_by_proposed.size() && n < cost.size(); ++n) {
+        steps_cost += static_cast<double>(r.steps_by_proposed[n]) * std::max(1.0, cost[n]);
+      }
+      const double predicted = (tokens - 1) / steps_cost;
+      std::printf("%5.2f%s %7lld %10.2f %12.2f %9.2f %10s %11s\n", p, policy ? " +policy" : "",
+                  static_cast<long long>(r.steps), static_cast<double>(r.accepted) / static_cast<double>(r.steps),
+                  rate, rate / plain_rate, std::to_string(predicted).substr(0, 4).c_str(),
+                  r.tokens == plain.tokens ? "yes" : "NO");
+      std::fflush(stdout);
+    }
   }
 }
 
@@ -225,17 +236,18 @@ int main(int argc, char** argv) {
   std::printf("spec_decode_bench: Qwen3-0.6B shape (random bf16 weights, computed in fp32), CPU backend, "
               "%d GEMM threads, context %d, median of %d\n", threads, context, reps);
   std::printf("%6s %3s %7s %10s %7s %14s\n", "batch", "k", "tokens", "ms/step", "c(k)", "(k+1)/c(k)");
-  double t0 = 0, tk = 0;  // batch 1: k = 0 and k = replay_k
+  std::vector<double> cost;  // batch 1: c(0), c(1), ... while the ks run on from 0
   for (int batch : batches) {
     const std::vector<double> sec = TimeSteps(**model, *cache, batch, ks, context, reps);
     for (size_t i = 0; i < ks.size(); ++i) {
       std::printf("%6d %3d %7d %10.1f %7.2f %14.2f\n", batch, ks[i], batch * (ks[i] + 1), 1000 * sec[i],
                   sec[i] / sec[0], (ks[i] + 1) * sec[0] / sec[i]);
-      if (batch == 1 && ks[i] == 0) t0 = sec[i];
-      if (batch == 1 && ks[i] == replay_k) tk = sec[i];
+      if (batch == 1 && ks[i] == static_cast<int>(cost.size())) cost.push_back(sec[i] / sec[0]);
     }
     std::fflush(stdout);
   }
-  if (replay_tokens > 1 && !replay_ps.empty()) Replay(**model, *cache, context, replay_tokens, replay_k, replay_ps, t0, tk);
+  if (replay_tokens > 1 && !replay_ps.empty() && static_cast<int>(cost.size()) > replay_k) {
+    Replay(**model, *cache, context, replay_tokens, replay_k, replay_ps, cost);
+  }
   return 0;
 }

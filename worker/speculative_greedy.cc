@@ -51,7 +51,11 @@ absl::StatusOr<GreedyResult> GenerateGreedy(Model& model, KvCache& cache, std::s
   }
   GreedyResult result;
   result.accepted_at.assign(static_cast<size_t>(k), 0);
+  result.steps_by_proposed.assign(static_cast<size_t>(k) + 1, 0);
   std::vector<int32_t> seq(prompt.begin(), prompt.end()), target, step_tokens(static_cast<size_t>(k) + 1);
+  speculative::PolicyOptions policy_options = options.policy;
+  policy_options.max_speculative_tokens = k;
+  speculative::SpeculationPolicy policy(policy_options);
   auto t0 = std::chrono::steady_clock::now();
   TPSERVE_RETURN_IF_ERROR(Step(model, cache, prompt, 0, block_table, 1, target));
   result.prompt_seconds = Since(t0);
@@ -62,12 +66,17 @@ absl::StatusOr<GreedyResult> GenerateGreedy(Model& model, KvCache& cache, std::s
   while (static_cast<int32_t>(result.tokens.size()) < options.max_tokens) {
     // The last token (not yet in the cache) and what the proposer offers after it.
     step_tokens[0] = seq.back();
-    const int32_t n = proposer == nullptr ? 0 : proposer->Propose(std::span<int32_t>(step_tokens).subspan(1));
+    const int32_t want = options.policy_cost.empty() ? k : policy.Choose(options.policy_cost);
+    const int32_t n = proposer == nullptr || want == 0
+                          ? 0
+                          : proposer->Propose(std::span<int32_t>(step_tokens).subspan(1, static_cast<size_t>(want)));
     const std::span<const int32_t> tokens = std::span<const int32_t>(step_tokens).first(static_cast<size_t>(n) + 1);
     TPSERVE_RETURN_IF_ERROR(
         Step(model, cache, tokens, static_cast<int64_t>(seq.size()) - 1, block_table, n + 1, target));
     ++result.steps;
+    ++result.steps_by_proposed[static_cast<size_t>(n)];
     const int32_t a = speculative::AcceptGreedy(tokens.subspan(1), target);
+    policy.Observe(n, a);
     result.proposed += n;
     result.accepted += a;
     for (int32_t i = 0; i < a; ++i) ++result.accepted_at[static_cast<size_t>(i)];

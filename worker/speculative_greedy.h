@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "speculative/policy.h"
 #include "speculative/proposer.h"
 #include "worker/kv_cache.h"
 #include "worker/model.h"
@@ -31,6 +32,11 @@ namespace tpserve {
 struct GreedyOptions {
   int32_t max_tokens = 16;             // tokens generated, >= 1
   int32_t num_speculative_tokens = 4;  // k: most proposed tokens checked per step, >= 1
+  // With c(k) for k = 0.. (the batch-1 costs, cost[0] = 1), a
+  // SpeculationPolicy with `policy` chooses each step's k (its
+  // max_speculative_tokens is num_speculative_tokens); empty: always up to k.
+  std::span<const double> policy_cost;
+  speculative::PolicyOptions policy;
 };
 
 struct GreedyResult {
@@ -39,6 +45,7 @@ struct GreedyResult {
   int64_t proposed = 0;               // tokens proposed in all
   int64_t accepted = 0;               // of them accepted
   std::vector<int64_t> accepted_at;   // [k] steps that accepted proposed token i (vLLM's per-position count)
+  std::vector<int64_t> steps_by_proposed;  // [k + 1] steps that proposed n tokens
   double prompt_seconds = 0;          // the prompt's step
   double decode_seconds = 0;          // the steps after it, proposing included
 };

@@ -126,6 +126,41 @@ TEST_F(SpeculativeGreedyTest, AlwaysRightTakesKPlusOneTokensAStepAlwaysWrongOne)
   EXPECT_EQ(w.accepted, 0);
 }
 
+// With a SpeculationPolicy over README's batch-1 costs: proposals that are
+// never right are soon not asked for (a probe now and then), ones that are
+// always right are asked for in full; the output stays plain greedy's.
+TEST_F(SpeculativeGreedyTest, ThePolicyTurnsProposalsOffWhenNothingIsAccepted) {
+  const uint64_t seed = testing_util::TestSeed();
+  SCOPED_TRACE(testing::Message() << "seed " << seed);
+  std::mt19937_64 rng(seed);
+  const std::vector<int32_t> prompt = RepetitivePrompt(rng, 11);
+  const int32_t max_tokens = 61, k = 4;
+  const std::vector<double> cost{1, 1.04, 1.19, 1.26, 1.30};
+  const GreedyResult plain = Generate(prompt, max_tokens, k, nullptr);
+  std::vector<int32_t> known = prompt;
+  known.insert(known.end(), plain.tokens.begin(), plain.tokens.end());
+  auto generate = [&](speculative::Proposer& proposer) {
+    absl::StatusOr<GreedyResult> r = GenerateGreedy(
+        *model_, *cache_, prompt, table_,
+        {.max_tokens = max_tokens, .num_speculative_tokens = k, .policy_cost = cost, .policy = {.probe_every = 16}},
+        &proposer);
+    EXPECT_TRUE(r.ok()) << r.status();
+    return r.ok() ? *std::move(r) : GreedyResult{};
+  };
+  speculative::ReplayProposer wrong(known, k, /*p=*/1, 263, seed);
+  const GreedyResult w = generate(wrong);
+  EXPECT_EQ(w.tokens, plain.tokens);
+  EXPECT_EQ(w.steps, max_tokens - 1);
+  // A few steps to learn (4, then 1s while the estimate falls), then one
+  // 1-token probe every 16 steps: far below the 4 x 60 of no policy.
+  EXPECT_LE(w.proposed, 16) << w.proposed;
+  speculative::ReplayProposer right(known, k, /*p=*/0, 263, seed);
+  const GreedyResult r = generate(right);
+  EXPECT_EQ(r.tokens, plain.tokens);
+  EXPECT_EQ(r.accepted, r.proposed);
+  EXPECT_EQ(r.steps, (max_tokens - 1 + k) / (k + 1));
+}
+
 TEST(AcceptGreedyTest, KeepsTheLongestPrefixEqualToTheTarget) {
   using speculative::AcceptGreedy;
   EXPECT_EQ(AcceptGreedy(std::vector<int32_t>{5, 6, 7}, std::vector<int32_t>{5, 6, 7, 8}), 3);
