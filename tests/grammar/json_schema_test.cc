@@ -179,6 +179,28 @@ TEST(JsonSchemaTest, LongStringsAreCounted) {
   }
 }
 
+// OpenAI's strict mode: every property required, additionalProperties false,
+// optional values as a union with null. Exactly the listed members, in order.
+TEST(JsonSchemaTest, OpenAiStrictSchemas) {
+  const std::string strict = R"({"type":"object","properties":{"city":{"type":"string"},)"
+                             R"("unit":{"type":["string","null"],"enum":["c","f",null]},)"
+                             R"("when":{"type":"object","properties":{"day":{"type":"integer"}},)"
+                             R"("required":["day"],"additionalProperties":false}},)"
+                             R"("required":["city","unit","when"],"additionalProperties":false})";
+  ExpectLanguage(strict, {R"({"city":"Oslo","unit":null,"when":{"day":3}})", R"({"city":"","unit":"f","when":{"day":-1}})"},
+                 {R"({"city":"Oslo","unit":null})",                           // a required member missing
+                  R"({"city":"Oslo","unit":"c","when":{"day":3},"x":1})",     // an extra member
+                  R"({"city":"Oslo","unit":"c","when":{"day":3,"hour":1}})",  // an extra nested member
+                  R"({"unit":"c","city":"Oslo","when":{"day":3}})",           // another order
+                  R"({"city":"Oslo","unit":"k","when":{"day":3}})"});
+  // Without additionalProperties (absent = allowed, as JSON Schema says): other
+  // names after the declared ones, never a declared one twice.
+  ExpectLanguage(R"({"type":"object","properties":{"a":{"type":"integer"}},"required":["a"]})",
+                 {R"({"a":1})", R"({"a":1,"b":[true]})"}, {R"({"b":1})", R"({"a":1,"a":2})"});
+  // OpenAPI's nullable is an unknown keyword to JSON Schema: it admits nothing.
+  ExpectLanguage(R"({"type":"string","nullable":true})", {R"("x")"}, {"null"});
+}
+
 TEST(JsonSchemaTest, NotOfTypes) {
   ExpectLanguage(R"({"not":{"type":"string","description":"anything but a string"}})", {"1", "1.5", "null", "{}", "[]"},
                  {R"("a")", R"("")"});
