@@ -70,6 +70,12 @@ bool SequenceConstraint::Accept(int32_t token) {
   return true;
 }
 
+bool SequenceConstraint::AcceptDeferred() {
+  if (deferred_ < 0) return true;
+  const int32_t token = std::exchange(deferred_, -1);
+  return Accept(token);
+}
+
 bool SequenceConstraint::terminated() const { return phase_ == Phase::kAnswer && matcher_.IsTerminated(); }
 
 }  // namespace tpserve

@@ -43,6 +43,13 @@ class SequenceConstraint {
   // Advances past the sampled token; false (and no change) when the grammar
   // does not allow it.
   bool Accept(int32_t token);
+  // The step runner's split of Accept: the sampled token is recorded when it
+  // is known (Defer: nothing else) and accepted on the mask thread before the
+  // next mask (AcceptDeferred), off the step's critical path. AcceptDeferred:
+  // false when the grammar refused the token (a sampler bug); true, and no
+  // change, when none was deferred.
+  void Defer(int32_t token) { deferred_ = token; }
+  bool AcceptDeferred();
   // The answer is complete and nothing may follow but a stop id.
   bool terminated() const;
 
@@ -56,6 +63,7 @@ class SequenceConstraint {
   std::shared_ptr<const grammar::Vocabulary> vocabulary_;
   int32_t think_start_ = -1, think_end_ = -1;
   Phase phase_ = Phase::kAnswer;
+  int32_t deferred_ = -1;  // Defer's token, not accepted yet
 };
 
 }  // namespace tpserve

@@ -3,6 +3,7 @@
 // for bit: tests/cuda_emu). The mask is packed as grammar/matcher.h writes it.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <limits>
 #include <span>
@@ -17,11 +18,19 @@ inline int64_t TokenMaskWords(int64_t vocab) { return (vocab + 31) / 32; }
 // (e.g. the padding of the LM head, beyond the tokenizer) are cleared too.
 //   words: [TokenMaskWords(row.size())] or fewer; row: [V] logits, in place.
 inline void ApplyTokenMask(std::span<const uint32_t> words, std::span<float> row) {
+  constexpr float kMasked = -std::numeric_limits<float>::infinity();
   const int64_t vocab = static_cast<int64_t>(row.size());
-  for (int64_t t = 0; t < vocab; ++t) {
-    const int64_t w = t >> 5;
-    const bool allowed = w < static_cast<int64_t>(words.size()) && ((words[static_cast<size_t>(w)] >> (t & 31)) & 1u);
-    if (!allowed) row[static_cast<size_t>(t)] = -std::numeric_limits<float>::infinity();
+  for (int64_t first = 0; first < vocab; first += 32) {  // word by word: a mask is mostly all-0 or all-1 words
+    const int64_t w = first >> 5, n = std::min<int64_t>(32, vocab - first);
+    const uint32_t bits = w < static_cast<int64_t>(words.size()) ? words[static_cast<size_t>(w)] : 0u;
+    float* p = row.data() + first;
+    if (bits == 0) {
+      std::fill(p, p + n, kMasked);
+    } else if (bits != ~0u) {
+      for (int64_t b = 0; b < n; ++b) {
+        if (((bits >> b) & 1u) == 0) p[b] = kMasked;
+      }
+    }
   }
 }
 

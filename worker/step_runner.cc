@@ -309,9 +309,7 @@ std::vector<StepToken> StepRunner::SampleSimulated(const std::vector<Entry>& ent
   for (const Entry& e : entries) {
     if (!e.sample) continue;
     int32_t id = SimulatedToken(e.id, e.num_computed + std::ssize(e.tokens), vocab);
-    if (const std::span<const uint32_t> mask = MaskOf(e); !mask.empty()) {  // the next allowed id, cyclically
-      id = std::max(NextAllowedToken(mask, id, vocab), 0);
-    }
+    if (!MaskOf(e).empty()) id = mask_picks_[static_cast<size_t>(e.mask)];  // the next allowed id (StartMasks)
     tokens.push_back(StepToken{.seq_id = e.id, .sampled = {.token = id, .logprob = 0.0f, .top = {}}});
   }
   return tokens;
@@ -375,13 +373,14 @@ absl::StatusOr<std::vector<StepToken>> StepRunner::Run(const StepPlan& plan) {
   TPSERVE_RETURN_IF_ERROR(Reserve());
   TPSERVE_RETURN_IF_ERROR(CheckPlan(plan));
   std::optional<Logits> logits;
+  absl::Status masks = absl::OkStatus();
   // Copy-on-write before the forward writes any of the copies.
   for (const BlockCopyPlan& c : plan.block_copies) cache_.CopyBlock(model_.backend(), c.src, c.dst);
   if (!entries_.empty()) {
     StageBlocks();
     StartMasks();  // rank 0's grammar masks, while the forward runs
     absl::Status computed = Compute(logits);
-    WaitMasks();
+    masks = WaitMasks();  // reported after the tokens are shared, so that no rank waits for rank 0
     if (!computed.ok()) {
       UnstageBlocks();  // a failed forward leaves the state as it was
       return computed;
@@ -395,7 +394,8 @@ absl::StatusOr<std::vector<StepToken>> StepRunner::Run(const StepPlan& plan) {
   if (rank_ == 0 && masked.ok()) tokens = Sample(entries_, logits);
   TPSERVE_RETURN_IF_ERROR(ShareTokens(entries_, tokens));
   TPSERVE_RETURN_IF_ERROR(masked);
-  if (rank_ == 0) TPSERVE_RETURN_IF_ERROR(AcceptTokens(tokens));  // into the matchers
+  TPSERVE_RETURN_IF_ERROR(masks);
+  if (rank_ == 0) TPSERVE_RETURN_IF_ERROR(AcceptTokens(tokens));  // deferred to the matchers' next mask
   return tokens;
 }
 

@@ -171,14 +171,18 @@ class StepRunner {
   // constrained entry's `constraint`.
   absl::Status PrepareConstraints(const StepPlan& plan);
   // Starts filling the masks of the sampled constrained entries (on
-  // mask_task_); WaitMasks waits for them.
+  // mask_task_), each matcher first accepting the token deferred by the
+  // last step's AcceptTokens; WaitMasks waits for them (INTERNAL when a
+  // deferred token was one the grammar refused: a sampler bug).
   void StartMasks();
-  void WaitMasks();
+  absl::Status WaitMasks();
   // Entry `e`'s mask, when it has one this step.
   std::span<const uint32_t> MaskOf(const Entry& e) const;
   // Device sampling: the step's masks onto the device logits (DeviceSampler::MaskRows).
   absl::Status MaskOnDevice();
-  // After sampling: each constrained entry's token into its matcher.
+  // After sampling: each constrained entry's token deferred to its matcher
+  // (SequenceConstraint::Defer), which takes it on the mask thread at the
+  // sequence's next step: off the critical path.
   absl::Status AcceptTokens(const std::vector<StepToken>& tokens);
   // Appends each continuing entry's new blocks to its table (and points the
   // entry at it); UnstageBlocks takes them off again after a failed forward.
@@ -226,8 +230,9 @@ class StepRunner {
   // thread that fills them, and a logits row to mask (host sampling).
   absl::flat_hash_map<uint64_t, std::unique_ptr<SequenceConstraint>> pending_;
   std::vector<uint32_t> mask_words_;
-  std::vector<uint8_t> mask_on_;
+  std::vector<uint8_t> mask_on_;  // [masks] 1 a mask, 0 free (reasoning), 2 a refused deferred token
   std::vector<SequenceConstraint*> mask_jobs_;  // [masks] whose mask each row is
+  std::vector<int32_t> mask_picks_;             // [masks] simulated steps: the token each samples
   int64_t words_per_mask_ = 0;
   std::unique_ptr<BackgroundTask> mask_task_;
   std::vector<float> masked_row_;

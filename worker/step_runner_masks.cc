@@ -2,6 +2,7 @@
 // output"): each new constrained sequence's matcher, the step's masks filled
 // on a thread of their own while the forward runs, the device masks, and the
 // sampled tokens accepted into the matchers.
+#include <algorithm>
 #include <span>
 
 #include "absl/strings/str_cat.h"
@@ -11,6 +12,9 @@
 
 namespace tpserve {
 namespace {
+
+// mask_on_'s value for a sequence whose deferred token the grammar refused.
+constexpr uint8_t kMaskRefusedToken = 2;
 
 template <typename... Parts>
 absl::Status Invalid(uint64_t seq_id, const Parts&... parts) {
@@ -62,25 +66,48 @@ void StepRunner::StartMasks() {
   mask_words_.resize(static_cast<size_t>(n * words_per_mask_));
   mask_on_.assign(static_cast<size_t>(n), 0);
   mask_jobs_.clear();
+  mask_picks_.clear();
+  const int32_t vocab = model_.config().vocab_size;
+  const bool simulated = options_.simulated_step > absl::ZeroDuration();
   for (const Entry& e : entries_) {
-    if (e.mask >= 0) mask_jobs_.push_back(e.constraint);
+    if (e.mask < 0) continue;
+    mask_jobs_.push_back(e.constraint);
+    mask_picks_.push_back(simulated ? SimulatedToken(e.id, e.num_computed + std::ssize(e.tokens), vocab) : -1);
   }
   if (mask_task_ == nullptr) mask_task_ = std::make_unique<BackgroundTask>();
-  mask_task_->Start([this] {  // reads mask_jobs_, writes the masks; this thread touches neither meanwhile
+  // Reads mask_jobs_, writes the masks; this thread touches neither meanwhile.
+  // Each matcher first takes the token its last step sampled (AcceptTokens
+  // deferred it), then gives the next mask.
+  mask_task_->Start([this, simulated, vocab] {
     for (size_t k = 0; k < mask_jobs_.size(); ++k) {
       const std::span<uint32_t> words(mask_words_.data() + k * static_cast<size_t>(words_per_mask_),
                                       static_cast<size_t>(words_per_mask_));
+      if (!mask_jobs_[k]->AcceptDeferred()) {
+        mask_on_[k] = kMaskRefusedToken;
+        continue;
+      }
       mask_on_[k] = mask_jobs_[k]->FillMask(words) ? 1 : 0;
+      if (simulated && mask_on_[k] == 1) {  // SampleSimulated's pick, here rather than on the critical path
+        mask_picks_[k] = std::max(NextAllowedToken(words, mask_picks_[k], vocab), 0);
+      }
     }
   });
 }
 
-void StepRunner::WaitMasks() {
-  if (mask_task_ != nullptr) mask_task_->Wait();
+absl::Status StepRunner::WaitMasks() {
+  if (mask_task_ == nullptr) return absl::OkStatus();
+  mask_task_->Wait();
+  for (const Entry& e : entries_) {
+    if (e.mask >= 0 && mask_on_[static_cast<size_t>(e.mask)] == kMaskRefusedToken) {
+      return absl::InternalError(absl::StrCat("step: sequence ", e.id, ": the token its last step sampled is one its "
+                                              "grammar's mask did not allow (a sampler bug)"));
+    }
+  }
+  return absl::OkStatus();
 }
 
 std::span<const uint32_t> StepRunner::MaskOf(const Entry& e) const {
-  if (e.mask < 0 || mask_on_[static_cast<size_t>(e.mask)] == 0) return {};
+  if (e.mask < 0 || mask_on_[static_cast<size_t>(e.mask)] != 1) return {};
   return std::span<const uint32_t>(mask_words_.data() + static_cast<size_t>(e.mask * words_per_mask_),
                                    static_cast<size_t>(words_per_mask_));
 }
@@ -103,10 +130,7 @@ absl::Status StepRunner::AcceptTokens(const std::vector<StepToken>& tokens) {
   for (const Entry& e : entries_) {
     if (!e.sample || k >= tokens.size()) continue;
     const int32_t token = tokens[k++].sampled.token;
-    if (e.constraint != nullptr && !e.constraint->Accept(token)) {
-      return absl::InternalError(absl::StrCat("step: sequence ", e.id, ": sampled token ", token,
-                                              " is one its grammar's mask did not allow (a sampler bug)"));
-    }
+    if (e.constraint != nullptr) e.constraint->Defer(token);  // accepted on the mask thread (StartMasks)
   }
   return absl::OkStatus();
 }

@@ -2,6 +2,7 @@
 // format; a sequence's constraint lets the reasoning through free and
 // constrains the answer after it; replay reaches the same state; the
 // compiler caches by key and refuses what the engine refuses.
+#include <cmath>
 #include <random>
 #include <string>
 #include <vector>
@@ -178,6 +179,32 @@ TEST_F(ConstrainedTest, CompilerCachesByKey) {
   EXPECT_NE(ConstraintKey(WeatherTools(OutputConstraint::ToolFormat::kHermes, true)),
             ConstraintKey(WeatherTools(OutputConstraint::ToolFormat::kHermes, false)));
   EXPECT_FALSE(compiler_.Compile(OutputConstraint{.kind = K::kRegex, .text = "(a"}).ok());
+}
+
+// ApplyTokenMask (word by word) against its definition, bit by bit: odd
+// vocabularies, all-0 / all-1 / mixed words, a mask shorter than the row.
+TEST(TokenMask, ApplyTokenMaskIsItsDefinition) {
+  const uint64_t seed = testing_util::TestSeed();
+  std::mt19937_64 rng(seed);
+  for (int32_t vocab : {1, 31, 32, 33, 95, 257, 1000}) {
+    for (int kind = 0; kind < 4; ++kind) {
+      std::vector<uint32_t> words(static_cast<size_t>(TokenMaskWords(vocab)));
+      for (uint32_t& w : words) {
+        const int pick = kind == 3 ? static_cast<int>(rng() % 3) : kind;
+        w = pick == 0 ? 0u : pick == 1 ? ~0u : static_cast<uint32_t>(rng());
+      }
+      if (kind == 2 && words.size() > 1) words.pop_back();  // ids past the mask are masked
+      std::vector<float> row(static_cast<size_t>(vocab)), want;
+      for (float& x : row) x = static_cast<float>(static_cast<int64_t>(rng() % 2001) - 1000) / 100.0f;
+      want = row;
+      for (int32_t t = 0; t < vocab; ++t) {
+        const size_t w = static_cast<size_t>(t / 32);
+        if (w >= words.size() || ((words[w] >> (t % 32)) & 1u) == 0) want[static_cast<size_t>(t)] = -INFINITY;
+      }
+      ApplyTokenMask(words, row);
+      EXPECT_EQ(row, want) << "V=" << vocab << " kind " << kind << " seed " << seed;
+    }
+  }
 }
 
 // NextAllowedToken (the simulated step's pick) against a bit-by-bit scan:
