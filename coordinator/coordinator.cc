@@ -129,6 +129,7 @@ absl::Status Coordinator::Start() {
     TPSERVE_RETURN_IF_ERROR(ListenForWorkers());
     TPSERVE_RETURN_IF_ERROR(ListenPublic());
     TPSERVE_RETURN_IF_ERROR(ListenMetrics());
+    TPSERVE_RETURN_IF_ERROR(PublishKvEvents());
     TPSERVE_RETURN_IF_ERROR(LaunchWorkers());
     return ConnectWorkers();
   }();
@@ -311,6 +312,18 @@ absl::Status Coordinator::ListenPublic() {
   return absl::OkStatus();
 }
 
+absl::Status Coordinator::PublishKvEvents() {
+  kv_events_ = std::make_unique<KvEventPublisher>(/*dp_rank=*/0, options_.block_size);
+  if (options_.kv_events_endpoint.empty()) return absl::OkStatus();
+  TPSERVE_ASSIGN_OR_RETURN(kv_events_zmq_, ZmqKvEvents::Start(*kv_events_, options_.kv_events_endpoint,
+                                                              options_.kv_events_replay_endpoint,
+                                                              options_.kv_events_topic));
+  CoordinatorLog(absl::StrCat("KV events on ", kv_events_zmq_->endpoint(), " (replay ",
+                              kv_events_zmq_->replay_endpoint().empty() ? "none" : kv_events_zmq_->replay_endpoint(),
+                              ")"));
+  return absl::OkStatus();
+}
+
 absl::Status Coordinator::ListenMetrics() {
   metrics_ = std::make_unique<CoordinatorMetrics>(max_model_len_, options_.tp);
   if (options_.metrics_listen.empty()) return absl::OkStatus();
@@ -467,7 +480,6 @@ void Coordinator::StartEngine(int64_t num_blocks) {
     engine_options.eos_token_ids.push_back(static_cast<int32_t>(id));
   engine_options.overlap = options_.overlap;
   engine_options.metrics = metrics_.get();
-  if (kv_events_ == nullptr) kv_events_ = std::make_unique<KvEventPublisher>(/*dp_rank=*/0, options_.block_size);
   engine_options.kv_events = kv_events_.get();
   engine_options.output_threads = options_.output_threads;
   SetWorkersUp(true);

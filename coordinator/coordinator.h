@@ -48,6 +48,7 @@
 #include "constrained/constraint_compiler.h"
 #include "coordinator/coordinator_metrics.h"
 #include "coordinator/engine_loop.h"
+#include "coordinator/kv_events_zmq.h"
 #include "coordinator/generation_service.h"
 #include "coordinator/metrics_server.h"
 #include "coordinator/request.h"
@@ -129,6 +130,11 @@ struct CoordinatorOptions {
   // Prometheus text exposition at http://HOST:PORT/metrics ("PORT" = loopback;
   // coordinator/metrics_server.h); "" = off.
   std::string metrics_listen;
+  // KV events in vLLM's format (coordinator/kv_events_zmq.h): a ZeroMQ PUB
+  // socket bound here ("" = off), a replay ROUTER socket ("" = none), the topic.
+  std::string kv_events_endpoint;
+  std::string kv_events_replay_endpoint;
+  std::string kv_events_topic;
 };
 
 // grpc.health.v1 service names (besides "" and "tpserve.v1.Generation", which
@@ -172,6 +178,7 @@ class Coordinator {
   absl::Status ListenForWorkers();
   absl::Status ListenPublic();
   absl::Status ListenMetrics();  // with metrics_listen
+  absl::Status PublishKvEvents();  // the publisher; ZeroMQ with kv_events_endpoint
   // The public port's credentials: TLS from the files, or insecure.
   absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> PublicCredentials() const;
   absl::Status LaunchWorkers();
@@ -216,6 +223,7 @@ class Coordinator {
   // The prefix cache's changes (SubscribeKvEvents): before server_ and engine_,
   // so it outlives both (a stream's end unsubscribes).
   std::unique_ptr<KvEventPublisher> kv_events_;
+  std::unique_ptr<ZmqKvEvents> kv_events_zmq_;  // with kv_events_endpoint
   std::unique_ptr<GenerationService> service_;
   std::unique_ptr<grpc::Server> server_;
   std::optional<ClusterSecret> secret_;

@@ -17,13 +17,14 @@ build_packages=(
   cmake ninja-build g++ pkg-config
   libabsl-dev nlohmann-json3-dev libpcre2-dev libutf8proc-dev libcpp-httplib-dev libboost-dev
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev libssl-dev openssl
-  libgloo-dev openmpi-bin libopenmpi-dev
+  libgloo-dev openmpi-bin libopenmpi-dev libzmq3-dev
 )
 # What the tests, benchmarks, fuzzers and scripts/test.sh add.
 test_packages=(
   clang libclang-rt-14-dev libgtest-dev libgmock-dev googletest libbenchmark-dev curl ccache
   python3 python3-numpy python3-jinja2 python3-prometheus-client python3-yaml gnuplot-nox nodejs npm
   systemd  # systemd-analyze, for tests/docs/deploy_recipes_test.py
+  python3-zmq python3-msgpack  # a vLLM-style KV event subscriber (tests/e2e/kv_events_zmq_check.py)
 )
 # With --build, a release without these still builds (CMake leaves the gloo CPU
 # communicator out; GPUs use NCCL): they are installed when the release has them.

@@ -43,6 +43,12 @@ ABSL_FLAG(bool, spawn_workers, false, "start the --tp local workers (torchrun-st
 ABSL_FLAG(std::string, metrics_listen, "",
           "serve Prometheus metrics at http://ADDR/metrics: PORT (loopback) or HOST:PORT; off when empty");
 ABSL_FLAG(std::string, worker_binary, "", "tpserve-worker for --spawn-workers (default: next to this binary, else PATH)");
+ABSL_FLAG(std::string, kv_events_endpoint, "",
+          "publish the prefix cache's KV events as vLLM does: a ZeroMQ PUB socket bound here (tcp://*:5557); off when "
+          "empty (SubscribeKvEvents serves them over gRPC either way)");
+ABSL_FLAG(std::string, kv_events_replay_endpoint, "",
+          "with --kv-events-endpoint: the ZeroMQ ROUTER socket that replays missed batches (tcp://*:5558)");
+ABSL_FLAG(std::string, kv_events_topic, "", "with --kv-events-endpoint: the topic of every message");
 
 // Where it listens, and how long it waits.
 ABSL_FLAG(std::string, listen, "127.0.0.1:50051", "public gRPC address (port 0 picks a free one)");
@@ -142,6 +148,9 @@ CoordinatorOptions OptionsFromFlags() {
   o.spawn_workers = absl::GetFlag(FLAGS_spawn_workers);
   o.worker_binary = absl::GetFlag(FLAGS_worker_binary);
   o.metrics_listen = absl::GetFlag(FLAGS_metrics_listen);
+  o.kv_events_endpoint = absl::GetFlag(FLAGS_kv_events_endpoint);
+  o.kv_events_replay_endpoint = absl::GetFlag(FLAGS_kv_events_replay_endpoint);
+  o.kv_events_topic = absl::GetFlag(FLAGS_kv_events_topic);
   o.cluster_secret_file = absl::GetFlag(FLAGS_cluster_secret_file);
   o.tls_cert = absl::GetFlag(FLAGS_tls_cert);
   o.tls_key = absl::GetFlag(FLAGS_tls_key);
