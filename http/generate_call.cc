@@ -213,7 +213,8 @@ class GenerateCall final : public grpc::ClientReadReactor<v1::GenerateResponse>,
   void OnDone(const grpc::Status& status) override {
     std::shared_ptr<GenerateCall> self = std::move(self_);  // the last reference may be this one
     std::vector<std::shared_ptr<GenerateCall>> cancel;
-    bool last = false;
+    bool last = false, texts = false;
+    google::protobuf::RepeatedPtrField<v1::TokenLogprob> logprobs;  // every choice's, when `texts`
     {
       absl::MutexLock lock(&b().mu);
       if (!status.ok() && b().failure.ok()) {
@@ -223,34 +224,50 @@ class GenerateCall final : public grpc::ClientReadReactor<v1::GenerateResponse>,
         }
       }
       last = --b().open == 0;
-      if (last) Finish();
+      if (last) texts = Finish(&logprobs);
     }
     for (const auto& call : cancel) call->Cancel();
+    if (texts) AnswerWithTexts(logprobs);
     b().client.End();
   }
 
   // The last call is done: the response's end, its error, or the whole
-  // non-streaming response.
-  void Finish() ABSL_EXCLUSIVE_LOCKS_REQUIRED(b().mu) {
+  // non-streaming response. True when that response needs its log-prob
+  // tokens' texts first: every choice's log-probs are then in *logprobs, for
+  // AnswerWithTexts after the lock is released.
+  bool Finish(google::protobuf::RepeatedPtrField<v1::TokenLogprob>* logprobs) ABSL_EXCLUSIVE_LOCKS_REQUIRED(b().mu) {
     grpc::Status s = b().failure;
     if (s.ok() && !b().done()) s = grpc::Status(grpc::StatusCode::INTERNAL, "the stream ended without Complete");
     if (!b().began) {
       if (s.ok()) s = grpc::Status(grpc::StatusCode::INTERNAL, "the coordinator ended the stream without a response");
-      return AnswerError(*b().exchange, ErrorOf(s, b().head.endpoint));
+      AnswerError(*b().exchange, ErrorOf(s, b().head.endpoint));
+      return false;
     }
     if (b().stream) {
-      if (s.ok()) return;  // [DONE] went with the last Complete
+      if (s.ok()) return false;  // [DONE] went with the last Complete
       b().exchange->Write(SseEvent(ErrorBody(ErrorOf(s, b().head.endpoint))) + kSseDone, nullptr);
-      return b().exchange->EndStream();
+      b().exchange->EndStream();
+      return false;
     }
-    if (!s.ok()) return AnswerError(*b().exchange, ErrorOf(s, b().head.endpoint));
+    if (!s.ok()) {
+      AnswerError(*b().exchange, ErrorOf(s, b().head.endpoint));
+      return false;
+    }
+    if (!b().logprobs) {
+      AnswerJson(*b().exchange, 200, FullResponse(b().head, b().Bodies(nullptr), b().choices_per_prompt));
+      return false;
+    }
+    for (const Choice& c : b().choices) logprobs->MergeFrom(c.logprobs);
+    return true;
+  }
+
+  // The non-streaming response with log-probs: one look-up for every choice's
+  // tokens, outside the batch's lock (TokenTexts may answer on this thread).
+  void AnswerWithTexts(const google::protobuf::RepeatedPtrField<v1::TokenLogprob>& logprobs)
+      ABSL_LOCKS_EXCLUDED(b().mu) {
     const int per_prompt = b().choices_per_prompt;
-    if (!b().logprobs) return AnswerJson(*b().exchange, 200, FullResponse(b().head, b().Bodies(nullptr), per_prompt));
-    // One look-up for every choice's tokens.
-    google::protobuf::RepeatedPtrField<v1::TokenLogprob> all;
-    for (const Choice& c : b().choices) all.MergeFrom(c.logprobs);
     b().client.Begin();
-    b().client.TokenTexts(all, b().tokens_as_ids, [batch = batch_, per_prompt](absl::StatusOr<TokenText> texts) {
+    b().client.TokenTexts(logprobs, b().tokens_as_ids, [batch = batch_, per_prompt](absl::StatusOr<TokenText> texts) {
       absl::MutexLock lock(&batch->mu);
       if (!texts.ok()) {
         AnswerError(*batch->exchange, ErrorOf(texts.status(), batch->head.endpoint));

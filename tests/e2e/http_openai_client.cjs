@@ -128,7 +128,7 @@ const checks = {
   },
   async badRequestNamesTheField() {
     for (const [body, field] of [[{ temperature: 'hot' }, 'temperature'], [{ top_p: 7 }, 'top_p'],
-                                 [{ n: 3 }, 'n'], [{ frobnicate: 1 }, 'frobnicate']]) {
+                                 [{ n: 0 }, 'n'], [{ best_of: 3 }, 'best_of'], [{ frobnicate: 1 }, 'frobnicate']]) {
       try {
         await client.chat.completions.create({ model, messages: expect.chat_messages, max_tokens: 2, ...body });
         assert.fail(`${JSON.stringify(body)} was accepted`);
