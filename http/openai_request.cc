@@ -523,6 +523,32 @@ absl::StatusOr<json> ParseObject(absl::string_view body) {
   return parsed;
 }
 
+// The JSON that reaches the coordinator as text keeps the order its writer
+// gave it: a schema's properties are the order of the output's members
+// (grammar/json_schema.h) and the tools are rendered by the chat template as
+// sent. `json` sorts an object's keys, so these few values are dumped again
+// from an order-keeping parse of the same body (already checked).
+absl::Status KeepWrittenOrder(absl::string_view body, const json& parsed, OpenAiRequest& r) {
+  const bool from_format = parsed.contains("response_format") && parsed["response_format"].is_object() &&
+                           parsed["response_format"].value("type", json()) == "json_schema";
+  const bool from_outputs = parsed.contains("structured_outputs") && parsed["structured_outputs"].is_object() &&
+                            parsed["structured_outputs"].value("json", json()).is_object();
+  const bool schema_object = r.grpc.structured_output().has_json_schema() && (from_format || from_outputs);
+  const bool tools = !r.grpc.chat().tools_json().empty();
+  if (!schema_object && !tools) return absl::OkStatus();
+  absl::StatusOr<nlohmann::ordered_json> ordered =
+      ParseJson<nlohmann::ordered_json>(body, JsonLimits{.max_depth = kMaxJsonDepth});
+  if (!ordered.ok()) return absl::InvalidArgumentError(absl::StrCat("the body ", ordered.status().message()));
+  if (schema_object) {
+    const nlohmann::ordered_json& schema = from_format
+                                               ? (*ordered)["response_format"]["json_schema"]["schema"]
+                                               : (*ordered)["structured_outputs"]["json"];
+    r.grpc.mutable_structured_output()->set_json_schema(schema.dump());
+  }
+  if (tools) r.grpc.mutable_chat()->set_tools_json((*ordered)["tools"].dump());
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::Status InvalidField(absl::string_view field, absl::string_view what) {
@@ -545,6 +571,7 @@ absl::StatusOr<OpenAiRequest> ParseRequest(Endpoint endpoint, absl::string_view 
     if (!value.is_null()) TPSERVE_RETURN_IF_ERROR(it->second(value, r));
   }
   TPSERVE_RETURN_IF_ERROR(Finish(parsed, r));
+  TPSERVE_RETURN_IF_ERROR(KeepWrittenOrder(body, parsed, r));
   return r;
 }
 

@@ -65,7 +65,7 @@ TEST(OpenAiRequest, ChatMapsEveryField) {
   EXPECT_EQ(g.chat().messages(2).tool_calls(0).arguments(), "{\"a\":1}");
   EXPECT_EQ(g.chat().messages(3).tool_call_id(), "c1");
   EXPECT_EQ(g.chat().messages(3).name(), "f");
-  EXPECT_EQ(g.chat().tools_json(), R"([{"function":{"name":"f"},"type":"function"}])");
+  EXPECT_EQ(g.chat().tools_json(), R"([{"type":"function","function":{"name":"f"}}])");  // as written
   EXPECT_EQ(g.chat().chat_template_kwargs().at("enable_thinking"), "false");
   EXPECT_EQ(g.stopping().max_tokens(), 7u);
   EXPECT_EQ(g.stopping().min_tokens(), 2u);
@@ -193,6 +193,17 @@ TEST(OpenAiRequest, AgentFields) {
                                           {"name": "n", "schema": {"type": "object"}, "strict": true}}})");
   ASSERT_TRUE(r.ok()) << r.status();
   EXPECT_EQ(r->grpc.structured_output().json_schema(), R"({"type":"object"})");
+  // Schemas and tools reach the coordinator in the order they were written
+  // (a schema's property order is its output's member order), not sorted.
+  r = ParseRequest(kChat, "{" + msgs + R"(, "response_format": {"type": "json_schema", "json_schema":
+                     {"name": "n", "schema": {"type": "object", "properties": {"zeta": {}, "alpha": {}}}}},
+                     "tools": [{"type": "function", "function": {"name": "f", "parameters": {"z": 1, "a": 2}}}]})");
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->grpc.structured_output().json_schema(), R"({"type":"object","properties":{"zeta":{},"alpha":{}}})");
+  EXPECT_EQ(r->grpc.chat().tools_json(), R"([{"type":"function","function":{"name":"f","parameters":{"z":1,"a":2}}}])");
+  r = ParseRequest(kChat, "{" + msgs + R"(, "structured_outputs": {"json": {"required": ["b", "a"], "type": "object"}}})");
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->grpc.structured_output().json_schema(), R"({"required":["b","a"],"type":"object"})");
   r = ParseRequest(kChat, "{" + msgs + R"(, "response_format": {"type": "json_object"}})");
   ASSERT_TRUE(r.ok());
   EXPECT_TRUE(r->grpc.structured_output().json_object());
