@@ -156,6 +156,12 @@ void CoordinatorMetrics::OnEngineState(int dp_rank, const EngineState& s) {
   Follow(prefix_hits_, s.prefix_hit_tokens_total, g.last_prefix_hits);
 }
 
+void CoordinatorMetrics::OnRunning(int dp_rank, int64_t running) {
+  absl::MutexLock lock(&follow_mu_);
+  if (dp_rank < 0 || dp_rank >= static_cast<int>(groups_.size())) return;
+  groups_[static_cast<size_t>(dp_rank)].running->Set(static_cast<double>(running));
+}
+
 CoordinatorMetrics::Totals CoordinatorMetrics::totals() const {
   Totals t;
   auto count = [](const MetricCounter& c) { return static_cast<uint64_t>(c.value()); };

@@ -74,6 +74,9 @@ class CoordinatorMetrics {
   };
   // `dp_rank` in [0, dp); others are ignored.
   void OnEngineState(int dp_rank, const EngineState& state);
+  // A group's running count alone, when a finished request's end has gone
+  // out after the engine's last OnEngineState (its output thread sent it).
+  void OnRunning(int dp_rank, int64_t running);
   void OnWorkerStep(int rank, double compute_seconds);
   // 1 from warm-up on; 0 once the worker group is lost (all ranks: the group
   // is lost as a whole and only a restart brings it back).

@@ -154,6 +154,9 @@ void EngineLoop::Retired(const std::string& client, const std::string& request_i
   if (ending_ > 0) {
     --ending_;
     --stats_.running;  // the engine's next publish counts the same
+    // Under mu_ as PublishLocked is, so the gauge's values keep their order;
+    // an idle engine publishes nothing more.
+    if (options_.metrics != nullptr) options_.metrics->OnRunning(options_.dp_rank, stats_.running);
   }
   cv_.SignalAll();  // WaitIdle
 }
