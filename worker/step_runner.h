@@ -92,7 +92,17 @@ struct StepRunnerOptions {
   // model's vocabulary). Not owned; must outlive the runner. nullptr: a
   // constrained sequence is INVALID_ARGUMENT.
   ConstraintCompiler* constraints = nullptr;
+  // Rank 0: threads that fill a step's grammar masks while the forward runs,
+  // each taking every mask_threads-th constrained sequence (a sequence's
+  // matcher stays on one thread within a step; the compiled grammars and
+  // their caches are shared and thread-safe). 0: DefaultMaskThreads().
+  int mask_threads = 0;
 };
+
+// One mask thread per 4 cores of this machine, 1 to 4: a 2-core CPU worker
+// keeps its cores for the forward, a GPU host's idle cores fill the masks of
+// a large constrained batch within a fast step.
+int DefaultMaskThreads();
 
 // The token a simulated step (StepRunnerOptions::simulated_step) gives the
 // sequence at `position`: a hash, in [0, vocab_size).
@@ -171,10 +181,12 @@ class StepRunner {
   // constrained entry's `constraint`.
   absl::Status PrepareConstraints(const StepPlan& plan);
   // Starts filling the masks of the sampled constrained entries (on
-  // mask_task_), each matcher first accepting the token deferred by the
+  // mask_tasks_), each matcher first accepting the token deferred by the
   // last step's AcceptTokens; WaitMasks waits for them (INTERNAL when a
   // deferred token was one the grammar refused: a sampler bug).
   void StartMasks();
+  // On a mask thread: masks k = first, first + stride, ... of the step.
+  void FillMasks(size_t first, size_t stride, bool simulated, int32_t vocab);
   absl::Status WaitMasks();
   // Entry `e`'s mask, when it has one this step.
   std::span<const uint32_t> MaskOf(const Entry& e) const;
@@ -234,7 +246,7 @@ class StepRunner {
   std::vector<SequenceConstraint*> mask_jobs_;  // [masks] whose mask each row is
   std::vector<int32_t> mask_picks_;             // [masks] simulated steps: the token each samples
   int64_t words_per_mask_ = 0;
-  std::unique_ptr<BackgroundTask> mask_task_;
+  std::vector<std::unique_ptr<BackgroundTask>> mask_tasks_;  // StepRunnerOptions::mask_threads, made on first use
   std::vector<float> masked_row_;
 };
 

@@ -4,6 +4,7 @@
 // sampled tokens accepted into the matchers.
 #include <algorithm>
 #include <span>
+#include <thread>
 
 #include "absl/strings/str_cat.h"
 #include "base/status_macros.h"
@@ -22,6 +23,10 @@ absl::Status Invalid(uint64_t seq_id, const Parts&... parts) {
 }
 
 }  // namespace
+
+int DefaultMaskThreads() {
+  return std::clamp(static_cast<int>(std::thread::hardware_concurrency() / 4), 1, 4);
+}
 
 absl::Status StepRunner::PrepareConstraints(const StepPlan& plan) {
   pending_.clear();
@@ -74,29 +79,37 @@ void StepRunner::StartMasks() {
     mask_jobs_.push_back(e.constraint);
     mask_picks_.push_back(simulated ? SimulatedToken(e.id, e.num_computed + std::ssize(e.tokens), vocab) : -1);
   }
-  if (mask_task_ == nullptr) mask_task_ = std::make_unique<BackgroundTask>();
-  // Reads mask_jobs_, writes the masks; this thread touches neither meanwhile.
-  // Each matcher first takes the token its last step sampled (AcceptTokens
-  // deferred it), then gives the next mask.
-  mask_task_->Start([this, simulated, vocab] {
-    for (size_t k = 0; k < mask_jobs_.size(); ++k) {
-      const std::span<uint32_t> words(mask_words_.data() + k * static_cast<size_t>(words_per_mask_),
-                                      static_cast<size_t>(words_per_mask_));
-      if (!mask_jobs_[k]->AcceptDeferred()) {
-        mask_on_[k] = kMaskRefusedToken;
-        continue;
-      }
-      mask_on_[k] = mask_jobs_[k]->FillMask(words) ? 1 : 0;
-      if (simulated && mask_on_[k] == 1) {  // SampleSimulated's pick, here rather than on the critical path
-        mask_picks_[k] = std::max(NextAllowedToken(words, mask_picks_[k], vocab), 0);
-      }
+  if (mask_tasks_.empty()) {
+    const int threads = options_.mask_threads > 0 ? options_.mask_threads : DefaultMaskThreads();
+    for (int t = 0; t < threads; ++t) mask_tasks_.push_back(std::make_unique<BackgroundTask>());
+  }
+  // Reads mask_jobs_, writes the masks; this thread touches neither meanwhile,
+  // and each task only its own rows k = t, t + stride, ...
+  const size_t stride = std::min(mask_tasks_.size(), mask_jobs_.size());
+  for (size_t t = 0; t < stride; ++t) {
+    mask_tasks_[t]->Start([this, t, stride, simulated, vocab] { FillMasks(t, stride, simulated, vocab); });
+  }
+}
+
+// Each matcher first takes the token its last step sampled (AcceptTokens
+// deferred it), then gives the next mask.
+void StepRunner::FillMasks(size_t first, size_t stride, bool simulated, int32_t vocab) {
+  for (size_t k = first; k < mask_jobs_.size(); k += stride) {
+    const std::span<uint32_t> words(mask_words_.data() + k * static_cast<size_t>(words_per_mask_),
+                                    static_cast<size_t>(words_per_mask_));
+    if (!mask_jobs_[k]->AcceptDeferred()) {
+      mask_on_[k] = kMaskRefusedToken;
+      continue;
     }
-  });
+    mask_on_[k] = mask_jobs_[k]->FillMask(words) ? 1 : 0;
+    if (simulated && mask_on_[k] == 1) {  // SampleSimulated's pick, here rather than on the critical path
+      mask_picks_[k] = std::max(NextAllowedToken(words, mask_picks_[k], vocab), 0);
+    }
+  }
 }
 
 absl::Status StepRunner::WaitMasks() {
-  if (mask_task_ == nullptr) return absl::OkStatus();
-  mask_task_->Wait();
+  for (const std::unique_ptr<BackgroundTask>& task : mask_tasks_) task->Wait();  // at once when not started
   for (const Entry& e : entries_) {
     if (e.mask >= 0 && mask_on_[static_cast<size_t>(e.mask)] == kMaskRefusedToken) {
       return absl::InternalError(absl::StrCat("step: sequence ", e.id, ": the token its last step sampled is one its "

@@ -171,7 +171,7 @@ class ConstrainedGenerationTest : public ::testing::Test {
   // Runs `jobs` (at most kMaxSeqs) to a stop id or kMaxTokens
   // (testing_util::RunConstrained).
   std::vector<ConstrainedOutput> Generate(std::span<const Job> jobs, StepMode mode, int preempt_every = 0,
-                                          DeviceSampler* sampler = nullptr) {
+                                          DeviceSampler* sampler = nullptr, int mask_threads = 1) {
     std::vector<ConstrainedJob> constrained;
     for (const Job& j : jobs) {
       constrained.push_back({std::make_shared<const OutputConstraint>(j.c->constraint), j.seed, j.temperature});
@@ -179,7 +179,8 @@ class ConstrainedGenerationTest : public ::testing::Test {
     testing_util::ConstrainedRun run{.prompt = prompt_, .stop_ids = vocab_->stop_ids, .max_tokens = kMaxTokens,
                                      .block_size = kBlockSize, .mode = mode, .preempt_every = preempt_every};
     return testing_util::RunConstrained(*model_, *cache_,
-                                        StepRunnerOptions{.sampler = sampler, .constraints = compiler_.get()},
+                                        StepRunnerOptions{.sampler = sampler, .constraints = compiler_.get(),
+                                                          .mask_threads = mask_threads},
                                         constrained, run);
   }
 
@@ -277,6 +278,22 @@ TEST_F(ConstrainedGenerationTest, OverlapAndLockStepAgree) {
   const std::vector<ConstrainedOutput> overlap = Generate(jobs, StepMode::kOverlap);
   const std::vector<ConstrainedOutput> lock_step = Generate(jobs, StepMode::kLockStep);
   for (size_t i = 0; i < jobs.size(); ++i) EXPECT_EQ(overlap[i].tokens, lock_step[i].tokens) << i << " seed " << seed;
+}
+
+// Masks filled by several threads (each its own stride of the step's
+// sequences, the compiled grammars and their mask caches shared) give the
+// one thread's tokens, with preemption too.
+TEST_F(ConstrainedGenerationTest, MaskThreadsGiveTheSameOutput) {
+  const uint64_t seed = testing_util::TestSeed();
+  const std::vector<Case> cases = Cases();
+  const std::vector<Job> jobs = MixedJobs(cases, seed + 3);
+  const std::vector<ConstrainedOutput> one = Generate(jobs, StepMode::kOverlap);
+  for (int threads : {2, 3}) {
+    const std::vector<ConstrainedOutput> many = Generate(jobs, StepMode::kOverlap, threads == 3 ? 5 : 0, nullptr, threads);
+    for (size_t i = 0; i < jobs.size(); ++i) {
+      EXPECT_EQ(many[i].tokens, one[i].tokens) << "sequence " << i << ", " << threads << " mask threads, seed " << seed;
+    }
+  }
 }
 
 // The device-sampler path (DeviceSampler::MaskRows on the logits in place,
