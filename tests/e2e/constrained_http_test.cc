@@ -131,18 +131,6 @@ TEST_F(ConstrainedHttpTest, RefusedSchemaIsInvalidArgument) {
   EXPECT_TRUE(good.text == "yes" || good.text == "no") << good.text;
 }
 
-// The npm package's folder, installed on demand; "" when npm cannot fetch it.
-std::string OpenAiModule(const std::string& log) {
-  if (RunCommand({std::string(TPSERVE_SOURCE_DIR) + "/scripts/fetch-openai-client.sh"}, log) != 0) return "";
-  const char* cache = std::getenv("TPSERVE_NPM_CACHE");
-  const char* root = std::getenv("TPSERVE_CACHE");
-  const char* home = std::getenv("HOME");
-  const std::string dir = cache != nullptr ? cache
-                          : root != nullptr ? absl::StrCat(root, "/npm")
-                                            : absl::StrCat(home != nullptr ? home : "", "/.cache/tpserve/npm");
-  return dir + "/node_modules/openai";
-}
-
 TEST_F(ConstrainedHttpTest, OpenAiClientSeesValidOutputAndToolCalls) {
   const std::string module = OpenAiModule(dir_->path() + "/npm.log");
   if (module.empty()) {

@@ -313,6 +313,17 @@ int RunCommand(const std::vector<std::string>& argv, const std::string& log, abs
   return kTimedOut;
 }
 
+std::string OpenAiModule(const std::string& log) {
+  if (RunCommand({std::string(TPSERVE_SOURCE_DIR) + "/scripts/fetch-openai-client.sh"}, log) != 0) return "";
+  const char* cache = std::getenv("TPSERVE_NPM_CACHE");
+  const char* root = std::getenv("TPSERVE_CACHE");
+  const char* home = std::getenv("HOME");
+  const std::string dir = cache != nullptr ? cache
+                          : root != nullptr ? absl::StrCat(root, "/npm")
+                                            : absl::StrCat(home != nullptr ? home : "", "/.cache/tpserve/npm");
+  return dir + "/node_modules/openai";
+}
+
 std::string MakeModel(const std::string& root, const std::string& arch, const std::vector<std::string>& extra) {
   const std::string dir = absl::StrCat(root, "/", arch);
   std::vector<std::string> args = {"--arch", arch};

@@ -79,6 +79,11 @@ std::string LiveProcessLogs();
 int RunCommand(const std::vector<std::string>& argv, const std::string& log,
                absl::Duration deadline = kCommandDeadline);
 
+// The official openai npm package's folder, fetched on demand
+// (scripts/fetch-openai-client.sh, its output to `log`, into the cache that
+// script uses); "" when npm cannot fetch it.
+std::string OpenAiModule(const std::string& log);
+
 // The tiny model (tests/testing/tiny_model.h) of `arch` plus `extra` in
 // ROOT/ARCH; returns that folder. Fails the test on error.
 std::string MakeModel(const std::string& root, const std::string& arch,

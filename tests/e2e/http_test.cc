@@ -460,18 +460,6 @@ json Expectations(v1::Generation::Stub& stub) {
   return e;
 }
 
-// The npm package's folder, installed on demand; "" when npm cannot fetch it.
-std::string OpenAiModule(const std::string& log) {
-  if (RunCommand({std::string(TPSERVE_SOURCE_DIR) + "/scripts/fetch-openai-client.sh"}, log) != 0) return "";
-  const char* cache = std::getenv("TPSERVE_NPM_CACHE");
-  const char* root = std::getenv("TPSERVE_CACHE");
-  const char* home = std::getenv("HOME");
-  const std::string dir = cache != nullptr ? cache
-                          : root != nullptr ? absl::StrCat(root, "/npm")
-                                            : absl::StrCat(home != nullptr ? home : "", "/.cache/tpserve/npm");
-  return dir + "/node_modules/openai";
-}
-
 class HttpOpenAiClientTest : public HttpTest {
  protected:
   void SetUp() override {
