@@ -57,8 +57,8 @@ const Tokenizer& ChatToy() {
 // turns into OpenAI's param: no space before the colon).
 void RequireFieldError(const absl::Status& s) {
   TPSERVE_FUZZ_CHECK(s.code() == absl::StatusCode::kInvalidArgument);
-  constexpr absl::string_view kFields[] = {"prompt",  "prompt_token_ids.ids", "chat", "sampling.", "stopping.",
-                                           "logprobs"};
+  constexpr absl::string_view kFields[] = {"prompt",   "prompt_token_ids.ids", "chat", "sampling.", "stopping.",
+                                           "logprobs", "n: ", "structured_output"};
   bool named = false;
   for (absl::string_view f : kFields) named = named || absl::StartsWith(s.message(), f);
   TPSERVE_FUZZ_CHECK(named);
