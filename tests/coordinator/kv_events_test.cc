@@ -77,13 +77,13 @@ TEST(KvEvents, SubscribersRebuildTheCachedBlocksAfterARandomWorkload) {
   Subscriber first, late, replayed;
   publisher.Subscribe(0, [&first](const v1::KvEventBatch& b) { first.Apply(b); });
   std::vector<Live> live;
+  bool snapshot = false;  // whether `replayed` was sent a snapshot (outlives its subscription's callback)
   for (int op = 0; op < 4000; ++op) {
     if (op == 1500) publisher.Subscribe(0, [&late](const v1::KvEventBatch& b) { late.Apply(b); });
     // A router that lost its stream at op 2400 and comes back at 2500 asking
     // for the batches it missed (held: fewer than 64 flushes in between).
     if (op == 2400) replayed = first;
     if (op == 2500) {
-      bool snapshot = false;
       publisher.Subscribe(replayed.next_seq, [&replayed, &snapshot](const v1::KvEventBatch& b) {
         snapshot = snapshot || b.snapshot();
         replayed.Apply(b);
