@@ -186,7 +186,10 @@ TEST(GbnfTest, HostileGrammarsAreRefusedOrCompileQuickly) {
   spec.text = "root ::= [ab]* \"a\" [ab]{16}\n";
   auto refused = Compile(spec, Bytes());
   ASSERT_FALSE(refused.ok());
-  EXPECT_TRUE(absl::StrContains(refused.status().message(), "max_automaton_states")) << refused.status();
+  // (Under a sanitizer the states take longer to build than the time limit.)
+  EXPECT_TRUE(absl::StrContains(refused.status().message(), "max_automaton_states") ||
+              absl::StrContains(refused.status().message(), "max_time"))
+      << refused.status();
   // Exponential inlining: a1 ::= a2 a2, a2 ::= a3 a3, ... is bounded.
   std::string doubling = "root ::= a0\n";
   for (int i = 0; i < 40; ++i) absl::StrAppend(&doubling, "a", i, " ::= a", i + 1, " a", i + 1, "\n");
