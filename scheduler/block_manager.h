@@ -80,6 +80,10 @@ class BlockManager {
     return (num_tokens + block_size - 1) / block_size;
   }
   int64_t BlocksFor(int64_t num_tokens) const { return BlocksFor(num_tokens, block_size_); }
+  // The prefix cache's hash of a full block of `tokens` after the block whose
+  // hash is `parent` (0 for a prompt's first block): the chain a router
+  // rebuilds from a prompt to look its blocks up (coordinator/dp_router.h).
+  static uint64_t HashBlock(uint64_t parent, std::span<const int32_t> tokens);
 
   // How many leading tokens of `prompt` are in cached full blocks (always leaves
   // at least one token to compute, so the last prompt token produces logits).
@@ -137,7 +141,6 @@ class BlockManager {
     std::list<BlockId>::iterator free_pos;  // valid while ref_count == 0
   };
 
-  static uint64_t HashBlock(uint64_t parent, std::span<const int32_t> tokens);
   // The registered block holding exactly these tokens after `parent`, if any.
   std::optional<BlockId> Lookup(uint64_t parent, uint64_t hash, std::span<const int32_t> tokens) const;
   BlockId TakeFree();           // front of the free queue; evicts its hash
