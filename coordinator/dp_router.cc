@@ -61,7 +61,8 @@ class DpRouter::GroupObserver final : public PrefixCacheObserver {
 DpRouter::DpRouter(DpRouterOptions options)
     : options_(options),
       all_groups_(options.groups >= 64 ? ~uint64_t{0} : (uint64_t{1} << options.groups) - 1),
-      loads_(static_cast<size_t>(options.groups), 0) {
+      loads_(static_cast<size_t>(options.groups), 0),
+      available_(all_groups_) {
   const absl::Status valid = ValidateDpRouterOptions(options_);
   TPSERVE_CHECK(valid.ok(), valid.message());
   for (int g = 0; g < options_.groups; ++g) observers_.push_back(std::make_unique<GroupObserver>(*this, g));
@@ -96,10 +97,10 @@ void DpRouter::OnCleared(int group) {
   });
 }
 
-uint64_t DpRouter::DeepestHolders(std::span<const int32_t> prompt, int64_t& depth) const {
+uint64_t DpRouter::DeepestHolders(std::span<const int32_t> prompt, uint64_t groups, int64_t& depth) const {
   const size_t bs = static_cast<size_t>(options_.block_size);
   uint64_t holders = 0;
-  uint64_t alive = all_groups_;
+  uint64_t alive = groups;
   uint64_t parent = 0;
   depth = 0;
   // Hashed as it goes: a prompt costs the blocks some group holds, plus one.
@@ -114,6 +115,15 @@ uint64_t DpRouter::DeepestHolders(std::span<const int32_t> prompt, int64_t& dept
   }
   return holders;
 }
+
+void DpRouter::SetAvailable(int group, bool available) {
+  TPSERVE_CHECK(group >= 0 && group < options_.groups, "group ", group, " of ", options_.groups);
+  const uint64_t bit = uint64_t{1} << group;
+  absl::MutexLock lock(&mu_);
+  available_ = available ? available_ | bit : available_ & ~bit;
+}
+
+uint64_t DpRouter::Candidates() const { return available_ != 0 ? available_ : all_groups_; }
 
 int DpRouter::LeastLoaded(uint64_t mask) {
   int best = -1;
@@ -133,32 +143,38 @@ int DpRouter::LeastLoaded(uint64_t mask) {
 
 DpRoute DpRouter::Route(std::span<const int32_t> prompt) {
   absl::MutexLock lock(&mu_);
+  const uint64_t candidates = Candidates();
   DpRoute route;
   switch (options_.policy) {
     case DpRouting::kRoundRobin:
-      route.group = cursor_;
-      cursor_ = (cursor_ + 1) % options_.groups;
+      for (int i = 0; i < options_.groups; ++i) {  // the next candidate from the cursor
+        route.group = (cursor_ + i) % options_.groups;
+        if (candidates >> route.group & 1) break;
+      }
+      cursor_ = (route.group + 1) % options_.groups;
       break;
     case DpRouting::kLeastLoad:
-      route.group = LeastLoaded(all_groups_);
+      route.group = LeastLoaded(candidates);
       break;
     case DpRouting::kCacheAware: {
       int64_t depth = 0;
-      const uint64_t holders = options_.groups > 1 ? DeepestHolders(prompt, depth) : 1;
+      const uint64_t holders = options_.groups > 1 ? DeepestHolders(prompt, candidates, depth) : 1;
       if (holders == 0) {
-        route.group = LeastLoaded(all_groups_);
+        route.group = LeastLoaded(candidates);
         break;
       }
-      // Peek at the least loaded group without moving the cursor.
+      // The least loaded candidate's load, without moving the cursor.
       int64_t min_load = std::numeric_limits<int64_t>::max();
-      for (int64_t l : loads_) min_load = std::min(min_load, l);
+      for (int g = 0; g < options_.groups; ++g) {
+        if (candidates >> g & 1) min_load = std::min(min_load, loads_[static_cast<size_t>(g)]);
+      }
       const int saved = cursor_;
       const int best = LeastLoaded(holders);
       if (loads_[static_cast<size_t>(best)] - min_load <= options_.load_bound) {
         route = DpRoute{.group = best, .cached_blocks = depth};
       } else {
         cursor_ = saved;
-        route.group = LeastLoaded(all_groups_);
+        route.group = LeastLoaded(candidates);
       }
       break;
     }

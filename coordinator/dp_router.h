@@ -91,6 +91,12 @@ class DpRouter {
   // A request routed to `group` ended (finished, failed or aborted).
   void Release(int group);
 
+  // A group whose workers were lost (false) or are back (true, the start):
+  // no policy routes to an unavailable group while another is available;
+  // with none available every policy routes as if all were (the group then
+  // refuses the request with its own status).
+  void SetAvailable(int group, bool available);
+
   // Requests routed to `group` and not released.
   int64_t load(int group) const;
   // [groups] leading full blocks of `prompt` each group holds, by the index.
@@ -112,8 +118,10 @@ class DpRouter {
 
   // The groups holding the prompt's first `depth` full blocks, for the
   // deepest depth any group holds (mask 0 and depth 0 when none holds the first).
-  uint64_t DeepestHolders(std::span<const int32_t> prompt, int64_t& depth) const
+  uint64_t DeepestHolders(std::span<const int32_t> prompt, uint64_t groups, int64_t& depth) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The groups a request may go to: the available ones, or all when none is.
+  uint64_t Candidates() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The least loaded group among `mask`, ties from the cursor on; advances it.
   int LeastLoaded(uint64_t mask) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void Stored(int group, uint64_t hash);
@@ -126,6 +134,7 @@ class DpRouter {
   absl::flat_hash_map<uint64_t, uint64_t> index_ ABSL_GUARDED_BY(mu_);  // hash -> groups holding it
   std::vector<int64_t> loads_ ABSL_GUARDED_BY(mu_);                     // [groups]
   int cursor_ ABSL_GUARDED_BY(mu_) = 0;  // round-robin's next; least-load's first tie
+  uint64_t available_ ABSL_GUARDED_BY(mu_);  // groups serving (SetAvailable)
 };
 
 // INVALID_ARGUMENT naming the flag for a --dp, --dp-load-bound or block size out of range.

@@ -149,6 +149,8 @@ void EngineLoop::FinishFromOutput(uint64_t seq_id) {
 }
 
 void EngineLoop::Retired(const std::string& client, const std::string& request_id, bool last) {
+  // Before the lock, and before WaitIdle can see the request gone.
+  if (last && options_.on_retired) options_.on_retired(client, request_id);
   absl::MutexLock lock(&mu_);
   if (last) ids_.erase(std::pair(client, request_id));
   if (ending_ > 0) {

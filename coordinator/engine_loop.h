@@ -68,6 +68,10 @@ struct EngineLoopOptions {
   bool enable_prefix_caching = true;
   int64_t max_model_len = 0;
   std::vector<int32_t> eos_token_ids;   // generation_config.json
+  // Called once per admitted request (no lock held; an output thread) when
+  // its id is free again, its terminal outcome sent: EngineGroups releases
+  // its route (coordinator/engine_groups.h). Empty: nothing.
+  std::function<void(const std::string& client, const std::string& request_id)> on_retired;
   bool overlap = true;                  // one step in flight ahead (false: lock-step)
   // Records the live figures (coordinator_metrics.h) when set; must outlive the loop.
   CoordinatorMetrics* metrics = nullptr;

@@ -27,11 +27,13 @@ void KvEventPublisher::AppendStored(uint64_t hash, uint64_t parent, std::span<co
 }
 
 void KvEventPublisher::OnBlockStored(uint64_t hash, uint64_t parent_hash, std::span<const int32_t> tokens) {
+  if (router_ != nullptr) router_->observer(dp_rank_)->OnBlockStored(hash, parent_hash, tokens);
   absl::MutexLock lock(&mu_);
   AppendStored(hash, parent_hash, tokens);
 }
 
 void KvEventPublisher::OnBlockRemoved(uint64_t hash) {
+  if (router_ != nullptr) router_->observer(dp_rank_)->OnBlockRemoved(hash);
   absl::MutexLock lock(&mu_);
   v1::KvBlockRemoved* removed = pending_.events_size() > 0 && pending_.events().rbegin()->has_removed()
                                     ? pending_.mutable_events()->rbegin()->mutable_removed()
@@ -40,6 +42,7 @@ void KvEventPublisher::OnBlockRemoved(uint64_t hash) {
 }
 
 void KvEventPublisher::OnCleared() {
+  if (router_ != nullptr) router_->OnCleared(dp_rank_);
   absl::MutexLock lock(&mu_);
   pending_.add_events()->mutable_cleared();
 }

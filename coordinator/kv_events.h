@@ -25,6 +25,7 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/synchronization/mutex.h"
+#include "coordinator/dp_router.h"
 #include "scheduler/block_manager.h"
 #include "tpserve/v1/generation.pb.h"
 
@@ -40,6 +41,11 @@ class KvEventPublisher final : public PrefixCacheObserver {
   void OnBlockRemoved(uint64_t hash) override;
   // The engine thread: the cache was dropped whole (a new BlockManager).
   void OnCleared();
+  // Also tells `router`'s index of this group's changes (DpRouter::observer
+  // and OnCleared for dp_rank; before this publisher's lock, which the router
+  // never takes): how the data-parallel router learns which group holds which
+  // prefix. Before the engine starts; null: none. Must outlive the publisher's use.
+  void FeedRouter(DpRouter* router) { router_ = router; }
   // The engine thread, after each iteration: the pending events, if any,
   // become batch seq + 1 and go to every subscriber.
   void Flush();
@@ -71,6 +77,7 @@ class KvEventPublisher final : public PrefixCacheObserver {
 
   const int dp_rank_;
   const int32_t block_size_;
+  DpRouter* router_ = nullptr;  // FeedRouter; set before the engine thread calls
   const size_t replay_batches_;
   absl::Mutex deliver_mu_ ABSL_ACQUIRED_BEFORE(mu_);  // held while sinks are called
   mutable absl::Mutex mu_;

@@ -60,6 +60,7 @@ iv1::SamplingParams SamplingToProto(const SamplingParams& s) {
   p.set_has_seed(s.seed.has_value());
   p.set_seed(s.seed.value_or(0));
   p.set_logprobs(s.logprobs);
+  p.set_prompt_logprobs(s.prompt_logprobs);
   if (s.constraint != nullptr) *p.mutable_constraint() = ConstraintToProto(*s.constraint);
   return p;
 }
@@ -75,6 +76,7 @@ SamplingParams SamplingFromProto(const iv1::SamplingParams& p) {
   s.frequency_penalty = p.frequency_penalty();
   if (p.has_seed()) s.seed = p.seed();
   s.logprobs = p.logprobs();
+  s.prompt_logprobs = p.prompt_logprobs();
   if (p.has_constraint()) s.constraint = std::make_shared<const OutputConstraint>(ConstraintFromProto(p.constraint()));
   return s;
 }
@@ -182,6 +184,51 @@ std::vector<StepToken> TokensFromProto(const iv1::StepResult& result) {
     tokens.push_back(std::move(token));
   }
   return tokens;
+}
+
+void AppendPromptLogprobs(std::span<const PromptLogprobs> prompts, iv1::StepResult& result) {
+  for (const PromptLogprobs& p : prompts) {
+    iv1::PromptLogprobs* out = result.add_prompt_logprobs();
+    out->set_seq_id(p.seq_id);
+    out->set_first_position(static_cast<uint32_t>(p.first_position));
+    out->set_top_n(p.tokens.empty() ? 0 : static_cast<uint32_t>(p.tokens[0].scored.top.size()));
+    for (const ScoredToken& t : p.tokens) {
+      out->add_token_ids(t.scored.token);
+      out->add_logprobs(t.scored.logprob);
+      out->add_ranks(t.rank);
+      for (const auto& [id, logprob] : t.scored.top) {
+        out->add_top_ids(id);
+        out->add_top_logprobs(logprob);
+      }
+    }
+  }
+}
+
+absl::StatusOr<std::vector<PromptLogprobs>> PromptLogprobsFromProto(const iv1::StepResult& result) {
+  std::vector<PromptLogprobs> prompts;
+  for (const iv1::PromptLogprobs& p : result.prompt_logprobs()) {
+    const int n = p.token_ids_size();
+    const int64_t top = p.top_n();
+    if (p.logprobs_size() != n || p.ranks_size() != n || p.top_ids_size() != n * top ||
+        p.top_logprobs_size() != n * top || p.first_position() < 1) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "step ", result.step_id(), ": prompt log-probs of sequence ", p.seq_id(), " hold ", n, " tokens, ",
+          p.logprobs_size(), " log-probs, ", p.ranks_size(), " ranks and ", p.top_ids_size(), " / ",
+          p.top_logprobs_size(), " alternatives for top_n ", top, " from position ", p.first_position(),
+          "; they must agree, from position 1"));
+    }
+    PromptLogprobs out{.seq_id = p.seq_id(), .first_position = p.first_position(), .tokens = {}};
+    out.tokens.reserve(static_cast<size_t>(n));
+    for (int i = 0; i < n; ++i) {
+      ScoredToken t{.scored = {.token = p.token_ids(i), .logprob = p.logprobs(i), .top = {}}, .rank = p.ranks(i)};
+      for (int64_t k = i * top; k < (i + 1) * top; ++k) {
+        t.scored.top.emplace_back(p.top_ids(static_cast<int>(k)), p.top_logprobs(static_cast<int>(k)));
+      }
+      out.tokens.push_back(std::move(t));
+    }
+    prompts.push_back(std::move(out));
+  }
+  return prompts;
 }
 
 }  // namespace tpserve

@@ -140,7 +140,20 @@ absl::Status ValidateSamplingParams(const SamplingParams& p) {
     static_assert(kMaxLogprobs == 20, "the message below names the limit");
     return Invalid("logprobs", p.logprobs, "in [0, 20] (kMaxLogprobs), or -1 for none");
   }
+  if (p.prompt_logprobs < -1 || p.prompt_logprobs > kMaxLogprobs) {
+    return Invalid("prompt_logprobs", p.prompt_logprobs, "in [0, 20] (kMaxLogprobs), or -1 for none");
+  }
   return absl::OkStatus();
+}
+
+ScoredToken ScoreToken(std::span<const float> raw, int32_t token, int32_t n, std::vector<int32_t>& scratch) {
+  TPSERVE_CHECK(token >= 0 && token < std::ssize(raw), "ScoreToken: token ", token, " outside a row of ", raw.size());
+  ScoredToken out;
+  out.scored.token = token;
+  FillLogprobs(raw, n, out.scored, scratch);
+  const float x = raw[static_cast<size_t>(token)];
+  out.rank = 1 + static_cast<int32_t>(std::count_if(raw.begin(), raw.end(), [x](float y) { return y > x; }));
+  return out;
 }
 
 SequenceSamplingState::SequenceSamplingState(const SamplingParams& params,

@@ -52,6 +52,11 @@ struct SamplingParams {
   float frequency_penalty = 0.0f;   // [-2, 2]; output tokens only
   std::optional<uint64_t> seed;     // none = a fresh seed from the process-wide source
   int32_t logprobs = -1;            // -1 = none; n >= 0: the chosen token's and the top n
+  // Prompt log-probs (vLLM's prompt_logprobs): -1 = none; n >= 0: each prompt
+  // token's log-prob given the tokens before it (the first has none), its
+  // rank, and the top n at that position, computed by the workers during
+  // prefill (worker/prompt_logprobs.h).
+  int32_t prompt_logprobs = -1;
   // Constrained output: rank 0 masks the tokens the grammar forbids before
   // sampling (constrained/sequence_constraint.h); nullptr = free text.
   std::shared_ptr<const OutputConstraint> constraint;
@@ -97,6 +102,17 @@ struct SampledToken {
   float logprob = 0;                             // of `token`, when params.logprobs >= 0
   std::vector<std::pair<int32_t, float>> top;    // [n] (id, logprob), most likely first
 };
+
+// One prompt token scored against the logits of the position before it
+// (prompt log-probs): raw log-softmax in double, as Sample's log-probs.
+struct ScoredToken {
+  SampledToken scored;  // token, its log-prob, and the top n (id, log-prob), most likely first
+  int32_t rank = 0;     // 1 + the number of tokens with a larger logit (vLLM's rank)
+};
+
+// Scores `token` in one row of raw logits [V] with the top n alternatives;
+// `scratch` is reused between calls.
+ScoredToken ScoreToken(std::span<const float> raw, int32_t token, int32_t n, std::vector<int32_t>& scratch);
 
 // Applies the penalties of `seq` to one row of raw logits in place (step 1 above).
 void ApplyPenalties(const SequenceSamplingState& seq, std::span<float> logits /*[V]*/);

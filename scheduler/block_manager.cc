@@ -89,9 +89,9 @@ void BlockManager::Release(BlockId id) {
 
 std::optional<int64_t> BlockManager::AllocatePrompt(std::span<const int32_t> tokens,
                                                     int64_t num_tokens,
-                                                    std::vector<BlockId>& table) {
+                                                    std::vector<BlockId>& table, bool read_cache) {
   TPSERVE_CHECK(table.empty(), "BlockManager::AllocatePrompt: the table must start empty, it holds ", table.size(), " blocks");
-  const int64_t cached = CachedPrefixTokens(tokens.first(static_cast<size_t>(num_tokens)));
+  const int64_t cached = read_cache ? CachedPrefixTokens(tokens.first(static_cast<size_t>(num_tokens))) : 0;
   const int64_t cached_blocks = cached / block_size_;
   const int64_t needed = BlocksFor(num_tokens);
   // Cached blocks with no users sit in the free queue: reusing them consumes it too.
@@ -108,7 +108,7 @@ std::optional<int64_t> BlockManager::AllocatePrompt(std::span<const int32_t> tok
   }
   if (needed - cached_blocks + cached_free > num_free_blocks()) return std::nullopt;
 
-  if (prefix_caching_) {
+  if (prefix_caching_ && read_cache) {
     prefix_queries_ += (num_tokens - 1) / block_size_;
     prefix_hits_ += cached_blocks;
   }

@@ -91,11 +91,13 @@ class BlockManager {
   int64_t CachedPrefixTokens(std::span<const int32_t> prompt) const;
 
   // Allocates blocks for a new sequence's first `num_tokens` tokens of `tokens`,
-  // reusing cached prefix blocks. Returns the number of tokens whose K/V is
-  // already cached (a multiple of block_size), or nullopt if there are not
-  // enough free blocks (then nothing changed). `table` must be empty.
+  // reusing cached prefix blocks (none with read_cache false: a sequence that
+  // needs every prompt position's logits, Scheduler::Add). Returns the number
+  // of tokens whose K/V is already cached (a multiple of block_size), or
+  // nullopt if there are not enough free blocks (then nothing changed).
+  // `table` must be empty.
   std::optional<int64_t> AllocatePrompt(std::span<const int32_t> tokens, int64_t num_tokens,
-                                        std::vector<BlockId>& table);
+                                        std::vector<BlockId>& table, bool read_cache = true);
 
   // Grows `table` so it holds `num_tokens` tokens; false (nothing changed) when
   // there are not enough free blocks.

@@ -11,7 +11,7 @@ Scheduler::Scheduler(BlockManager& blocks, SchedulerConfig config)
     : blocks_(blocks), config_(config) {}
 
 absl::Status Scheduler::Add(uint64_t id, std::vector<int32_t> prompt, uint64_t group,
-                            std::span<const uint64_t> forks) {
+                            std::span<const uint64_t> forks, bool read_prefix_cache) {
   if (static_cast<int32_t>(waiting_.size()) >= config_.max_queue) {
     return absl::ResourceExhaustedError(absl::StrCat(
         "the admission queue is full (", config_.max_queue,
@@ -35,6 +35,7 @@ absl::Status Scheduler::Add(uint64_t id, std::vector<int32_t> prompt, uint64_t g
     seq->num_prompt_tokens = static_cast<int64_t>(tokens.size());
     seq->tokens = std::move(tokens);
     seq->group = group;
+    seq->read_prefix_cache = read_prefix_cache;
     Sequence* raw = seq.get();
     sequences_.emplace(each, std::move(seq));
     return raw;
@@ -226,9 +227,9 @@ ScheduledStep Scheduler::Schedule() {
       for (const Sequence* f : seq->forks) step.unservable.push_back(f->id);
       continue;
     }
-    const int64_t cached = blocks_.CachedPrefixTokens(seq->tokens);
+    const int64_t cached = seq->read_prefix_cache ? blocks_.CachedPrefixTokens(seq->tokens) : 0;
     const int64_t n = std::min(total - cached, budget);
-    auto got = blocks_.AllocatePrompt(seq->tokens, cached + n, seq->block_table);
+    auto got = blocks_.AllocatePrompt(seq->tokens, cached + n, seq->block_table, seq->read_prefix_cache);
     if (!got) break;  // wait for blocks; later arrivals wait behind it
     seq->num_computed_tokens = *got;
     if (!seq->admitted_before) {

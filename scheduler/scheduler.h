@@ -85,8 +85,11 @@ class Scheduler {
   // `forks`: ids of the request's other choices (parallel sampling, see
   // above), queued with it and counted as one waiting request; INVALID_ARGUMENT
   // when 1 + forks.size() exceeds max_num_seqs (they could never run together).
+  // `read_prefix_cache` false: the request computes its whole prompt, even
+  // after a preemption (it wants every prompt position's logits: prompt
+  // log-probs), never a cached prefix.
   absl::Status Add(uint64_t id, std::vector<int32_t> prompt, uint64_t group = 0,
-                   std::span<const uint64_t> forks = {});
+                   std::span<const uint64_t> forks = {}, bool read_prefix_cache = true);
 
   // Builds the next step and counts its tokens as computed. It may be called
   // again before the previous step's result arrives (one step in flight

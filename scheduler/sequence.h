@@ -30,6 +30,10 @@ struct Sequence {
   int32_t num_preemptions = 0;
   bool admitted_before = false;     // num_cached_tokens is set at the first admission only
   uint64_t group = 0;               // who asked for it (a client): admission is fair between groups
+  // False for a sequence that needs the logits of every prompt position
+  // (prompt log-probs): it computes its whole prompt, as vLLM does, and
+  // registers its blocks in the prefix cache like any other.
+  bool read_prefix_cache = true;
   // Parallel sampling (a request's n > 1 choices; Scheduler::Add's forks):
   // the sequences waiting to start from this one's prompt blocks once it has
   // scheduled its whole prompt, and, on such a sequence, the one it waits for.

@@ -70,6 +70,18 @@ struct StepToken {
   std::vector<float> logits;  // [V] the row it was sampled from, with StepRunnerOptions::keep_logits
 };
 
+// The prompt log-probs (SamplingParams::prompt_logprobs) one step computed
+// for one sequence: prompt positions [first_position, first_position + n),
+// each the log-prob of the prompt token there given the tokens before it,
+// from the logits of the position before (so first_position >= 1: the
+// prompt's first token has none). A prefill chunk of positions [c, c + m)
+// scores positions [c + 1, min(c + m + 1, prompt length)). Rank 0 only.
+struct PromptLogprobs {
+  uint64_t seq_id = 0;
+  int64_t first_position = 0;
+  std::vector<ScoredToken> tokens;  // [n] the prompt token, its log-prob and rank, the top prompt_logprobs
+};
+
 // The sampling parameters of choice `index` of a request (parallel sampling,
 // n > 1): the request's, with seed + index (mod 2^64) when it has a seed, so
 // choice i of a seeded request gives the tokens a request of its own with

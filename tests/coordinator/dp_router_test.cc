@@ -222,6 +222,33 @@ TEST(DpRouter, LeastLoadPicksTheLeastLoadedAndAlternatesOnTies) {
   }
 }
 
+TEST(DpRouter, AnUnavailableGroupIsSkippedByEveryPolicy) {
+  const uint64_t seed = testing_util::TestSeed();
+  SCOPED_TRACE(seed);
+  std::mt19937_64 rng(seed);
+  for (DpRouting policy : {DpRouting::kCacheAware, DpRouting::kRoundRobin, DpRouting::kLeastLoad}) {
+    SCOPED_TRACE(DpRoutingName(policy));
+    TwoGroups t({.groups = 3, .policy = policy, .block_size = kBlockSize, .load_bound = 100});
+    const std::vector<int32_t> p = RandomTokens(rng, kBlockSize * 4 + 1, 1000);
+    t.Compute(1, p);  // group 1 holds the prompt: cache-aware would pick it
+    t.router.SetAvailable(1, false);
+    for (int i = 0; i < 12; ++i) {
+      const int g = t.router.Route(p).group;
+      EXPECT_NE(g, 1) << "request " << i;
+      if (i % 2 == 1) t.router.Release(g);
+    }
+    EXPECT_EQ(t.router.load(1), 0);
+    t.router.SetAvailable(1, true);
+    if (policy == DpRouting::kCacheAware) {
+      EXPECT_EQ(t.router.Route(p).group, 1);
+    }
+    // None available: every policy still answers a group (which refuses with its own status).
+    for (int g = 0; g < 3; ++g) t.router.SetAvailable(g, false);
+    const int g = t.router.Route(p).group;
+    EXPECT_TRUE(g >= 0 && g < 3) << g;
+  }
+}
+
 TEST(DpRouter, OneGroupTakesEverything) {
   DpRouter router({.groups = 1, .policy = DpRouting::kCacheAware, .block_size = kBlockSize});
   const std::vector<int32_t> p(17, 3);

@@ -8,6 +8,9 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <deque>
+
 #include <map>
 #include <memory>
 #include <random>
@@ -17,6 +20,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "coordinator/engine_groups.h"
 #include "tests/testing/fake_worker.h"
 #include "tests/testing/seed.h"
 #include "tests/tokenizer/toy_tokenizer.h"
@@ -602,6 +606,191 @@ TEST_P(EngineLoopTest, AFailedChoiceEndsTheStreamAndTheOthers) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Pipeline, EngineLoopTest, ::testing::Bool(),
+                         [](const ::testing::TestParamInfo<bool>& info) {
+                           return info.param ? "Overlap" : "LockStep";
+                         });
+
+// Data-parallel groups (coordinator/engine_groups.h): D engine loops, each
+// with its own fake workers, KV event publisher and prefix cache, behind one
+// Submit routed by a DpRouter fed by the publishers.
+class EngineGroupsTest : public EngineLoopTest {
+ protected:
+  void StartGroups(int dp, DpRouting policy, int64_t num_blocks = 64, int64_t load_bound = 16) {
+    router_ = std::make_unique<DpRouter>(
+        DpRouterOptions{.groups = dp, .policy = policy, .block_size = 4, .load_bound = load_bound});
+    std::vector<EngineLoop*> loops;
+    for (int g = 0; g < dp; ++g) {
+      group_workers_.emplace_back();
+      events_.push_back(std::make_unique<KvEventPublisher>(g, /*block_size=*/4));
+      events_.back()->FeedRouter(router_.get());
+      EngineLoopOptions o;
+      o.scheduler = {.max_num_batched_tokens = 32, .max_num_seqs = 64, .max_queue = 1000};
+      o.num_blocks = num_blocks;
+      o.block_size = 4;
+      o.max_model_len = 4096;
+      o.eos_token_ids = {testing::kEnd};
+      o.overlap = GetParam();
+      o.dp_rank = g;
+      o.kv_events = events_.back().get();
+      o.on_retired = [this](const std::string& client, const std::string& id) { groups_->OnRetired(client, id); };
+      loops_.push_back(std::make_unique<EngineLoop>(*tokenizer_, o, group_workers_.back().Transport()));
+      loops.push_back(loops_.back().get());
+    }
+    groups_ = std::make_unique<EngineGroups>(std::move(loops), *router_);
+    for (auto& loop : loops_) loop->Start();
+  }
+  std::shared_ptr<ResponseQueue> SubmitTo(const std::string& id, PreparedRequest r, int* group) {
+    auto q = std::make_shared<ResponseQueue>();
+    absl::Status s = groups_->Submit("client", id, std::move(r), q, group);
+    EXPECT_TRUE(s.ok()) << s;
+    return q;
+  }
+  void TearDown() override {
+    for (auto& loop : loops_) loop->Stop();  // before the groups, the router and the publishers go
+  }
+
+  std::unique_ptr<DpRouter> router_;
+  std::deque<FakeWorkers> group_workers_;
+  std::vector<std::unique_ptr<KvEventPublisher>> events_;
+  std::vector<std::unique_ptr<EngineLoop>> loops_;
+  std::unique_ptr<EngineGroups> groups_;
+};
+
+// --dp 2 gives every request the tokens --dp 1 gives it (greedy; the fake
+// workers' tokens are a function of the sequence alone, as a real model's
+// greedy tokens are of its prompt), and cache-aware routing keeps a
+// conversation's turns on the group that holds its history.
+TEST_P(EngineGroupsTest, TwoGroupsGiveEveryRequestTheOneGroupsOutput) {
+  const uint64_t seed = testing_util::TestSeed();
+  SCOPED_TRACE(::testing::Message() << "seed " << seed);
+  std::mt19937 rng(seed);
+  // Six conversations of three turns, each turn resending the history (prompt + answer) plus a question.
+  std::vector<std::vector<int32_t>> history(6);
+  for (auto& h : history) {
+    h.resize(9 + rng() % 7);
+    for (auto& t : h) t = 'a' + static_cast<int32_t>(rng() % 20);
+  }
+  auto run = [&](int dp) {
+    group_workers_.clear();
+    events_.clear();
+    loops_.clear();
+    StartGroups(dp, DpRouting::kCacheAware);
+    std::vector<std::vector<int32_t>> turns = history;
+    std::vector<std::vector<int32_t>> outputs;
+    std::vector<int> conversation_group(turns.size(), -1);
+    int64_t cached = 0;
+    for (int turn = 0; turn < 3; ++turn) {
+      std::vector<std::shared_ptr<ResponseQueue>> qs;
+      for (size_t c = 0; c < turns.size(); ++c) {
+        int g = -1;
+        qs.push_back(SubmitTo(absl::StrCat("c", c, "t", turn), Request(turns[c], 5 + static_cast<int>(c)), &g));
+        if (turn > 0) {
+          EXPECT_EQ(g, conversation_group[c]) << "conversation " << c << " turn " << turn;
+        }
+        conversation_group[c] = g;
+      }
+      for (size_t c = 0; c < turns.size(); ++c) {
+        const Outcome o = Drain(*qs[c]);
+        EXPECT_TRUE(o.end.ok()) << o.end;
+        outputs.push_back(o.tokens);
+        cached += o.complete.usage().cached_tokens();
+        turns[c].insert(turns[c].end(), o.tokens.begin(), o.tokens.end());
+        turns[c].push_back('?');
+      }
+    }
+    EXPECT_TRUE(groups_->WaitIdle(absl::Now() + absl::Seconds(5)));
+    for (int g = 0; g < dp; ++g) EXPECT_EQ(router_->load(g), 0) << "group " << g;
+    EXPECT_GT(cached, 0) << "later turns reuse their history's blocks";
+    if (dp > 1) {
+      EXPECT_NE(std::count(conversation_group.begin(), conversation_group.end(), 0), 0) << "group 0 served none";
+      EXPECT_NE(std::count(conversation_group.begin(), conversation_group.end(), 1), 0) << "group 1 served none";
+    }
+    for (auto& loop : loops_) loop->Stop();
+    return outputs;
+  };
+  const std::vector<std::vector<int32_t>> one = run(1);
+  const std::vector<std::vector<int32_t>> two = run(2);
+  ASSERT_EQ(one.size(), two.size());
+  for (size_t i = 0; i < one.size(); ++i) EXPECT_EQ(one[i], two[i]) << "request " << i;
+}
+
+// A group whose workers are lost ends only the requests it ran; the other
+// group keeps serving, new requests avoid the lost group, and once it is
+// back (Resume) it serves again.
+TEST_P(EngineGroupsTest, ALostGroupFailsOnlyItsRequestsWhileTheOtherServes) {
+  StartGroups(2, DpRouting::kLeastLoad);
+  for (auto& w : group_workers_) w.delay_ = absl::Milliseconds(2);
+  int g0 = -1, g1 = -1;
+  const std::vector<int32_t> p0 = {'a', 'b', 'c', 'd', 'e'}, p1 = {'v', 'w', 'x', 'y', 'z'};
+  auto on0 = SubmitTo("long0", Request(p0, 3000), &g0);
+  auto on1 = SubmitTo("long1", Request(p1, 60), &g1);
+  ASSERT_EQ(g0, 0);
+  ASSERT_EQ(g1, 1);
+  {
+    v1::GenerateResponse r;
+    absl::Status end;
+    ASSERT_EQ(on0->Pop(absl::Seconds(10), &r, &end), ResponseQueue::Next::kMessage);  // group 0 runs it
+  }
+  {
+    absl::MutexLock lock(&group_workers_[0].mu_);
+    group_workers_[0].fail_next_ = absl::UnavailableError("worker rank 0 (h, pid 7) died: its connection closed");
+  }
+  const Outcome lost = Drain(*on0);
+  EXPECT_EQ(lost.end.code(), absl::StatusCode::kUnavailable) << lost.end;
+  ASSERT_TRUE(groups_->group(0).WaitSuspended());
+  groups_->SetAvailable(0, false);  // what the coordinator does on the loss
+  // Group 1 was not touched: its request completes, and new ones go there.
+  const Outcome kept = Drain(*on1);
+  ASSERT_TRUE(kept.end.ok()) << kept.end;
+  EXPECT_EQ(kept.tokens, FakeContinuation(p1, 60));
+  for (int i = 0; i < 4; ++i) {
+    int g = -1;
+    const std::vector<int32_t> p = {'m', static_cast<int32_t>('a' + i)};
+    const Outcome o = Drain(*SubmitTo(absl::StrCat("during", i), Request(p, 7), &g));
+    EXPECT_EQ(g, 1) << "request " << i << " went to the lost group";
+    ASSERT_TRUE(o.end.ok()) << o.end;
+    EXPECT_EQ(o.tokens, FakeContinuation(p, 7));
+  }
+  // Group 0 recovers (a new worker group, an empty cache) and serves again.
+  {
+    absl::MutexLock lock(&group_workers_[0].mu_);
+    group_workers_[0].model_ = testing_util::FakeStepWorker();
+  }
+  groups_->group(0).Resume(/*num_blocks=*/64);
+  groups_->SetAvailable(0, true);
+  int g = -1;
+  const Outcome back = Drain(*SubmitTo("after", Request(p0, 9), &g));
+  EXPECT_EQ(g, 0) << "least-load picks the recovered, idle group";
+  ASSERT_TRUE(back.end.ok()) << back.end;
+  EXPECT_EQ(back.tokens, FakeContinuation(p0, 9));
+  ASSERT_TRUE(groups_->WaitIdle(absl::Now() + absl::Seconds(5)));
+  EXPECT_EQ(router_->load(0), 0);
+  EXPECT_EQ(router_->load(1), 0);
+}
+
+TEST_P(EngineGroupsTest, ARequestIdIsLiveOnceAcrossGroupsAndAbortFindsItsGroup) {
+  StartGroups(2, DpRouting::kRoundRobin);
+  for (auto& w : group_workers_) w.delay_ = absl::Milliseconds(2);
+  int g = -1;
+  auto q = SubmitTo("same", Request({'a', 'b'}, 3000), &g);
+  EXPECT_EQ(g, 0);
+  // Round-robin would send the second to group 1: the id is still live in group 0.
+  const absl::Status again = groups_->Submit("client", "same", Request({'c'}, 3), std::make_shared<ResponseQueue>());
+  EXPECT_EQ(again.code(), absl::StatusCode::kAlreadyExists) << again;
+  EXPECT_TRUE(groups_->Abort("client", "same", absl::OkStatus()));
+  EXPECT_FALSE(groups_->Abort("client", "nope", absl::OkStatus()));
+  const Outcome o = Drain(*q);
+  ASSERT_TRUE(o.end.ok()) << o.end;
+  EXPECT_EQ(o.complete.finish_reason(), v1::ABORTED);
+  ASSERT_TRUE(groups_->WaitIdle(absl::Now() + absl::Seconds(5)));
+  EXPECT_EQ(router_->load(0), 0);
+  // Free again: the id may be used anew.
+  const Outcome next = Drain(*SubmitTo("same", Request({'c'}, 3), &g));
+  ASSERT_TRUE(next.end.ok()) << next.end;
+  EXPECT_EQ(next.tokens, FakeContinuation({'c'}, 3));
+}
+
+INSTANTIATE_TEST_SUITE_P(Pipeline, EngineGroupsTest, ::testing::Bool(),
                          [](const ::testing::TestParamInfo<bool>& info) {
                            return info.param ? "Overlap" : "LockStep";
                          });
