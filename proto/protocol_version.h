@@ -9,6 +9,8 @@ namespace tpserve {
 
 // 5: Step.block_copies and ContinuingSequence.replaced_blocks (copy-on-write
 // of shared KV blocks): a worker that ignored them would write shared blocks.
-inline constexpr uint32_t kWorkerProtocolVersion = 5;
+// 6: SamplingParams.prompt_logprobs and StepResult.prompt_logprobs: a worker
+// that ignored them would leave a request waiting for its prompt's log-probs.
+inline constexpr uint32_t kWorkerProtocolVersion = 6;
 
 }  // namespace tpserve

@@ -30,4 +30,9 @@ void AppendTokens(std::span<const StepToken> tokens, tpserve::internal::v1::Step
 // The tokens of `result`, in its order (no logits: they never travel).
 std::vector<StepToken> TokensFromProto(const tpserve::internal::v1::StepResult& result);
 
+// Prompt log-probs (rank 0's StepRunner::prompt_logprobs) to and from the
+// result; a malformed entry (arrays of different lengths) is INVALID_ARGUMENT.
+void AppendPromptLogprobs(std::span<const PromptLogprobs> prompts, tpserve::internal::v1::StepResult& result);
+absl::StatusOr<std::vector<PromptLogprobs>> PromptLogprobsFromProto(const tpserve::internal::v1::StepResult& result);
+
 }  // namespace tpserve

@@ -12,7 +12,11 @@ prints one JSON object on stdout:
     {"prompt_ids": [...], "tokens": [N greedy token ids],
      "logits_last": [V floats: the final logits of the last prompt token, i.e. the
                      distribution the first generated token is taken from],
-     "logits_steps": [[V floats] per generated token]   (only with --all-logits)}
+     "logits_steps": [[V floats] per generated token]   (only with --all-logits),
+     "prompt_logprobs": [null, then per prompt position p >= 1: {"token", "logprob", "rank",
+                         "top": [[id, logprob] of the K most likely], "logits": [V floats] of position p - 1}]
+                         (only with --prompt-logprobs K:
+                         log-softmax in float64 of the logits of position p - 1, as vLLM's prompt_logprobs)}
 
 Greedy decoding takes the first index of the maximum (numpy.argmax) and does not
 stop at an end-of-sequence token. The math follows Hugging Face transformers
@@ -231,8 +235,9 @@ class Model:
             out[:, hh, :] = w @ V[:, kv, :]
         return out.reshape(T, self.H * self.E) @ layer["self_attn.o_proj.weight"].T
 
-    def forward(self, ids, start):
-        """Runs tokens `ids` at positions start.. (the cache holds 0..start-1); returns last logits [V]."""
+    def forward(self, ids, start, all_rows=False):
+        """Runs tokens `ids` at positions start.. (the cache holds 0..start-1); returns last logits [V]
+        (every row's, [len(ids), V], with all_rows)."""
         positions = np.arange(start, start + len(ids))
         x = self.embed[np.asarray(ids)]
         for li, layer in enumerate(self.layers):
@@ -241,8 +246,23 @@ class Model:
             h = rms_norm(x, layer["post_attention_layernorm.weight"], self.eps)
             mlp = silu(h @ layer["mlp.gate_proj.weight"].T) * (h @ layer["mlp.up_proj.weight"].T)
             x = x + mlp @ layer["mlp.down_proj.weight"].T
-        x = rms_norm(x[-1], self.norm, self.eps)
+        x = rms_norm(x if all_rows else x[-1], self.norm, self.eps)
         return x @ self.lm_head.T
+
+
+def prompt_logprobs(model, prompt, k):
+    """[None, then {token, logprob, rank, top} for prompt positions 1..]: log-softmax in float64."""
+    rows = model.forward(prompt, 0, all_rows=True)
+    out = [None]
+    for p in range(1, len(prompt)):
+        x = rows[p - 1]
+        m = x.max()
+        logp = x - (m + np.log(np.exp(x - m).sum()))
+        t = prompt[p]
+        order = sorted(range(len(x)), key=lambda i: (-x[i], i))[:k]
+        out.append({"token": t, "logprob": float(logp[t]), "rank": int((x > x[t]).sum()) + 1,
+                    "top": [[i, float(logp[i])] for i in order], "logits": x.tolist()})
+    return out
 
 
 def main(argv):
@@ -251,6 +271,8 @@ def main(argv):
     ap.add_argument("--prompt-ids", required=True, help="comma-separated token ids, e.g. 1,2,3")
     ap.add_argument("--steps", type=int, default=8, help="greedy tokens to generate")
     ap.add_argument("--all-logits", action="store_true", help="also print the logits of every step")
+    ap.add_argument("--prompt-logprobs", type=int, default=-1, metavar="K",
+                    help="also print each prompt token's log-prob, rank and the top K")
     args = ap.parse_args(argv)
     try:
         prompt = [int(t) for t in args.prompt_ids.split(",") if t.strip() != ""]
@@ -285,6 +307,8 @@ def main(argv):
         print(f"reference_forward: {args.model_dir}: {e}", file=sys.stderr)
         return 1
     out = {"prompt_ids": prompt, "tokens": tokens, "logits_last": first.tolist()}
+    if args.prompt_logprobs >= 0:
+        out["prompt_logprobs"] = prompt_logprobs(model, prompt, args.prompt_logprobs)
     if args.all_logits:
         out["logits_steps"] = steps
     json.dump(out, sys.stdout)

@@ -117,7 +117,8 @@ absl::StatusOr<std::vector<GenerationResult>> Engine::RunAll(std::span<const Gen
       if (c > 0) forks.push_back(choices_.size());
       choices_.push_back(Choice{.request = i, .sampling = ChoiceSampling(requests[i].sampling, c)});
     }
-    TPSERVE_RETURN_IF_ERROR(scheduler.Add(first, requests[i].prompt, 0, forks));
+    TPSERVE_RETURN_IF_ERROR(
+        scheduler.Add(first, requests[i].prompt, 0, forks, /*read_prefix_cache=*/requests[i].sampling.prompt_logprobs < 0));
   }
   std::vector<GenerationResult> results(choices_.size());
   while (!scheduler.idle()) {
@@ -142,6 +143,12 @@ absl::Status Engine::RunStep(const ScheduledStep& step, std::span<const Generati
   // Every rank gets the sampled ids (rank 0 broadcasts them); rank 0's carry log-probs.
   TPSERVE_ASSIGN_OR_RETURN(const std::vector<StepToken> tokens, runner_->Run(plan));
   const std::vector<const StepToken*> ordered = TokensInStepOrder(step, tokens);
+  for (const PromptLogprobs& p : runner_->prompt_logprobs()) {  // a recompute repeats positions: kept once
+    std::vector<ScoredToken>& got = results[p.seq_id].prompt_logprobs;
+    for (size_t k = 0; k < p.tokens.size(); ++k) {  // got[i] is position i + 1
+      if (p.first_position + static_cast<int64_t>(k) == std::ssize(got) + 1) got.push_back(p.tokens[k]);
+    }
+  }
   if (!step.sequences.empty()) {
     Account(step, std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
   }

@@ -75,6 +75,10 @@ struct GenerationResult {
   FinishReason finish_reason = FinishReason::kLength;
   std::vector<std::vector<float>> logits;    // rank 0, with return_logits: [tokens][V]
   int64_t cached_tokens = 0;                 // prompt tokens served by the prefix cache
+  // Rank 0, when sampling.prompt_logprobs >= 0 (the first choice of a
+  // request): [prompt - 1] entry i scores prompt token i + 1 (the first has
+  // none). Such a request computes its whole prompt (no cached prefix).
+  std::vector<ScoredToken> prompt_logprobs;
 };
 
 struct GenerationStats {

@@ -274,6 +274,26 @@ absl::Status Model::EnqueueLayers(const Tensor& residual, const Tensor& x, const
   return absl::OkStatus();
 }
 
+absl::StatusOr<std::optional<Logits>> Model::TokenLogits(int64_t first, int64_t n) {
+  if (step_cache_ == nullptr || first < 0 || n < 1 || first + n > step_tokens_ || n > MaxLogitsRows()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "Model::TokenLogits: rows [", first, ", ", first + n, ") of a step of ", step_tokens_,
+        " tokens, at most ", MaxLogitsRows(), " at once; run the step (BeginStep, Enqueue) first"));
+  }
+  const Tensor hidden = hidden_.Rows(first, n);  // [n, D] final hidden states (Enqueue's x)
+  TPSERVE_RETURN_IF_ERROR(lm_head_->Compute(backend_, comm_, hidden, lm_ws_));
+  std::optional<Logits> logits;
+  if (comm_.rank() == 0) {
+    logits.emplace();
+    logits->num_seqs = n;
+    logits->vocab_size = config_.vocab_size;
+    logits->values.resize(static_cast<size_t>(n * config_.vocab_size));
+    TPSERVE_RETURN_IF_ERROR(lm_head_->CopyToHost(backend_, lm_ws_, n, n, comm_.world_size(), logits->values));
+  }
+  backend_.Synchronize();
+  return logits;
+}
+
 absl::StatusOr<std::optional<Logits>> Model::ReadLogits(int64_t rows) {
   if (step_cache_ == nullptr || rows < 0 || rows > step_rows_) {
     return absl::FailedPreconditionError(absl::StrCat(

@@ -130,6 +130,19 @@ class Model {
   absl::Status Compute(const StepMetadata& step, KvCache& cache);
   absl::StatusOr<std::optional<Logits>> ReadLogits(int64_t rows);
 
+  // Prompt log-probs (worker/prompt_logprobs.h): after the step's Enqueue,
+  // and after its own logits were read or sampled (this reuses the LM head's
+  // workspace, so device_logits() no longer holds them), the logits of the
+  // step's new tokens [first, first + n) from their final hidden states
+  // ([T, D] after model.norm, which the step leaves in place) through the LM
+  // head, n <= max_logits_rows(): every rank computes its [n, Vs] slice (the
+  // gather is a collective: every rank calls it with the same rows) and rank
+  // 0 gets them on the host ([n, V]); nullopt elsewhere.
+  // FAILED_PRECONDITION without a current step, or for rows outside it.
+  absl::StatusOr<std::optional<Logits>> TokenLogits(int64_t first, int64_t n);
+  // The most logits rows one step (or one TokenLogits call) computes.
+  int64_t max_logits_rows() const { return MaxLogitsRows(); }
+
   // Rank 0: the current step's gathered logits, [tp, R, Vs] in the backend's
   // compute dtype (row [r, i, j]: vocab id r·Vs + j of sequence i; ids >= V are
   // padding), on the device. Set by BeginStep; holds the step's values once

@@ -255,6 +255,8 @@ void StepRunner::Commit(const StepPlan& plan) {
     Sequence seq;
     seq.block_table.assign(e.table.begin(), e.table.end());
     seq.num_computed = e.num_computed + n;
+    seq.prompt_logprobs = s.sampling.prompt_logprobs;
+    if (seq.prompt_logprobs >= 0) seq.prompt = s.prompt;
     if (rank_ == 0) {
       seq.sampling = std::make_unique<SequenceSamplingState>(s.sampling, s.prompt, s.output);
       // The RNG draws once per sampled token: after a preemption it resumes
@@ -353,6 +355,24 @@ absl::Status StepRunner::ShareTokens(const std::vector<Entry>& entries, std::vec
   return absl::OkStatus();
 }
 
+absl::Status StepRunner::ScorePrompts() {
+  prompt_logprobs_.clear();
+  prompt_rows_.clear();
+  if (options_.simulated_step > absl::ZeroDuration()) return absl::OkStatus();  // no forward, no rows
+  int64_t row = 0;  // the entry's first new-token row in the step
+  for (const Entry& e : entries_) {
+    const Sequence& seq = seqs_.at(e.id);
+    const int64_t n = std::ssize(e.tokens);
+    if (seq.prompt_logprobs >= 0 && e.num_computed + 1 < std::ssize(seq.prompt)) {
+      prompt_rows_.push_back(RowsOfChunk(e.id, seq.prompt, e.num_computed, n, row, seq.prompt_logprobs));
+    }
+    row += n;
+  }
+  if (prompt_rows_.empty()) return absl::OkStatus();
+  TPSERVE_ASSIGN_OR_RETURN(prompt_logprobs_, ScorePromptRows(model_, prompt_rows_));
+  return absl::OkStatus();
+}
+
 absl::Status StepRunner::Compute(std::optional<Logits>& logits) {
   if (options_.simulated_step > absl::ZeroDuration()) {
     if (!timer_slack_set_) {  // the default 50 us of slack would stretch every sleep
@@ -388,11 +408,13 @@ absl::StatusOr<std::vector<StepToken>> StepRunner::Run(const StepPlan& plan) {
   }
   Commit(plan);
   std::vector<StepToken> tokens;
+  prompt_logprobs_.clear();
   if (entries_.empty()) return tokens;
   absl::Status masked = absl::OkStatus();
   if (rank_ == 0 && !logits && options_.simulated_step <= absl::ZeroDuration()) masked = MaskOnDevice();
   if (rank_ == 0 && masked.ok()) tokens = Sample(entries_, logits);
   TPSERVE_RETURN_IF_ERROR(ShareTokens(entries_, tokens));
+  TPSERVE_RETURN_IF_ERROR(ScorePrompts());
   TPSERVE_RETURN_IF_ERROR(masked);
   TPSERVE_RETURN_IF_ERROR(masks);
   if (rank_ == 0) TPSERVE_RETURN_IF_ERROR(AcceptTokens(tokens));  // deferred to the matchers' next mask

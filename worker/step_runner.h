@@ -19,7 +19,11 @@
 //      rank 0 broadcasts the sampled ids (Communicator::Broadcast) and every
 //      rank keeps each one as its sequence's next input: a later
 //      `decode_sampled` step computes it without the plan carrying it, so the
-//      coordinator can send that step before it has the token.
+//      coordinator can send that step before it has the token;
+//   5. for the sequences that asked for prompt log-probs, score the prompt
+//      positions this step's tokens give (every rank: the LM head over those
+//      rows in bounded passes, worker/prompt_logprobs.h); rank 0 keeps them
+//      for prompt_logprobs().
 //
 // Step layout (backend/step_batch.h): sequences in `order`; those up to and including
 // the last one with more than one token to compute form the prefill group, the
@@ -67,6 +71,7 @@
 #include "sampling/device_sampler.h"
 #include "worker/kv_cache.h"
 #include "worker/model.h"
+#include "worker/prompt_logprobs.h"
 #include "sampling/sampler.h"
 #include "scheduler/step_plan.h"
 
@@ -131,6 +136,11 @@ class StepRunner {
   // rank 0, the id alone elsewhere (broadcast from rank 0).
   absl::StatusOr<std::vector<StepToken>> Run(const StepPlan& plan);
 
+  // Rank 0, after a Run: the prompt log-probs that step computed, one entry
+  // per sequence that asked for them and had prompt positions to score, in
+  // `order` (worker/prompt_logprobs.h); empty elsewhere. Valid until the next Run.
+  const std::vector<PromptLogprobs>& prompt_logprobs() const { return prompt_logprobs_; }
+
   // Sequences currently held (for tests and the worker's log).
   int64_t num_sequences() const { return static_cast<int64_t>(seqs_.size()); }
   bool contains(uint64_t seq_id) const { return seqs_.contains(seq_id); }
@@ -144,6 +154,8 @@ class StepRunner {
     int32_t next_input = -1;           // sampled by its last step: the input of a decode_sampled step
     std::unique_ptr<SequenceSamplingState> sampling;  // rank 0 only
     std::unique_ptr<SequenceConstraint> constraint;   // rank 0, constrained sequences only
+    int32_t prompt_logprobs = -1;      // SamplingParams::prompt_logprobs (every rank: the head's passes pair up)
+    std::vector<int32_t> prompt;       // with prompt_logprobs >= 0: the prompt, whose tokens are scored
   };
 
   // One scheduled sequence of a plan, checked.
@@ -216,6 +228,9 @@ class StepRunner {
   // only), then each sampled sequence's next_input. An error leaves the
   // ranks out of step.
   absl::Status ShareTokens(const std::vector<Entry>& entries, std::vector<StepToken>& tokens);
+  // Step 5 above, after Commit: prompt_logprobs_ (rank 0) from the entries
+  // of the sequences that asked for them. A failed collective as it came.
+  absl::Status ScorePrompts();
 
   Model& model_;
   KvCache& cache_;
@@ -248,6 +263,8 @@ class StepRunner {
   int64_t words_per_mask_ = 0;
   std::vector<std::unique_ptr<BackgroundTask>> mask_tasks_;  // StepRunnerOptions::mask_threads, made on first use
   std::vector<float> masked_row_;
+  std::vector<PromptRows> prompt_rows_;             // ScorePrompts' rows, reused
+  std::vector<PromptLogprobs> prompt_logprobs_;     // rank 0: the last Run's
 };
 
 }  // namespace tpserve

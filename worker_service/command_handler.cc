@@ -235,7 +235,10 @@ absl::Status CommandHandler::Step(const iv1::Step& step, iv1::StepResult& out) {
     return absl::IsInvalidArgument(failed) ? failed : MarkOutOfStep(failed);
   }
   out.set_compute_seconds(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
-  if (options_.rank.rank == 0) AppendTokens(*tokens, out);  // the others hold the ids only
+  if (options_.rank.rank == 0) {  // the others hold the ids only
+    AppendTokens(*tokens, out);
+    AppendPromptLogprobs(runner_->prompt_logprobs(), out);
+  }
   return absl::OkStatus();
 }
 

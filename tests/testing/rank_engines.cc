@@ -7,8 +7,59 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
+#include "backend/cpu_backend.h"
+#if defined(TPSERVE_WITH_GLOO)
+#include "comm/gloo_communicator.h"
+#include "comm/store.h"
+#endif
 
 namespace tpserve::testing_util {
+
+std::unique_ptr<CpuRankGroup> CpuRankGroup::Make(int tp, const std::filesystem::path& store_dir) {
+  auto g = std::unique_ptr<CpuRankGroup>(new CpuRankGroup);
+  if (tp == 1) {
+    g->backends_.push_back(MakeCpuBackend(2));
+    g->comms_.push_back(MakeSoloCommunicator());
+    return g;
+  }
+#if defined(TPSERVE_WITH_GLOO)
+  g->backends_.resize(static_cast<size_t>(tp));
+  g->comms_.resize(static_cast<size_t>(tp));
+  std::vector<absl::Status> status(static_cast<size_t>(tp));
+  std::vector<std::thread> threads;
+  for (int r = 0; r < tp; ++r) {
+    threads.emplace_back([&, r] {
+      g->backends_[r] = MakeCpuBackend(1);
+      absl::StatusOr<std::unique_ptr<FileStore>> store = FileStore::Open(store_dir.string());
+      if (!store.ok()) {
+        status[r] = store.status();
+        return;
+      }
+      GlooOptions gloo;
+      gloo.timeout = std::chrono::seconds(60);
+      absl::StatusOr<std::unique_ptr<Communicator>> comm = MakeGlooCommunicator(**store, r, tp, gloo);
+      if (comm.ok()) g->comms_[r] = *std::move(comm);
+      status[r] = comm.status();
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  for (int r = 0; r < tp; ++r) {
+    EXPECT_TRUE(status[r].ok()) << "rank " << r << ": " << status[r];
+    if (!status[r].ok()) return nullptr;
+  }
+  return g;
+#else
+  (void)store_dir;
+  ADD_FAILURE() << "tp " << tp << " needs gloo, which this build lacks";
+  return nullptr;
+#endif
+}
+
+RankEngines CpuRankGroup::Create(const std::filesystem::path& model, const EngineOptions& options) {
+  std::vector<RankParts> parts;
+  for (int r = 0; r < size(); ++r) parts.push_back({backends_[r].get(), comms_[r].get()});
+  return RankEngines::Create(model, parts, options);
+}
 
 RankEngines RankEngines::Create(const std::filesystem::path& model, const std::vector<RankParts>& ranks,
                                 EngineOptions options) {

@@ -41,6 +41,31 @@ class RankEngines {
   std::vector<std::unique_ptr<Engine>> ranks_;
 };
 
+// The CPU ranks of one tensor-parallel group inside this process: rank r's
+// backend and communicator (tp 1: a solo communicator and two GEMM threads;
+// tp > 1: gloo over a file store in `store_dir`, a fresh folder per group,
+// one GEMM thread a rank). Make is nullptr, with an EXPECT failure naming the
+// rank, when a rank cannot start or gloo is not built in.
+class CpuRankGroup {
+ public:
+  static std::unique_ptr<CpuRankGroup> Make(int tp, const std::filesystem::path& store_dir);
+
+  int size() const { return static_cast<int>(comms_.size()); }
+  // Engines over the same options on every rank (reused across Generate
+  // calls, so the prefix cache carries over).
+  RankEngines Create(const std::filesystem::path& model, const EngineOptions& options);
+  std::vector<GenerationResult> GenerateOnce(const std::filesystem::path& model, const EngineOptions& options,
+                                             const std::vector<GenerationRequest>& requests,
+                                             GenerationStats* stats = nullptr) {
+    return Create(model, options).Generate(requests, stats);
+  }
+
+ private:
+  CpuRankGroup() = default;
+  std::vector<std::unique_ptr<Backend>> backends_;
+  std::vector<std::unique_ptr<Communicator>> comms_;
+};
+
 // Whether two results are the same, bit for bit: token ids, log-probs, logits
 // rows ("" when they are; else which comes first, named).
 std::string BitDifference(const GenerationResult& got, const GenerationResult& want);

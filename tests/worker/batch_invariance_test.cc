@@ -20,15 +20,10 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "backend/cpu_backend.h"
 #include "tests/testing/rank_engines.h"
 #include "tests/testing/seed.h"
 #include "tests/worker/worker_test_util.h"
 #include "worker/engine.h"
-#if defined(TPSERVE_WITH_GLOO)
-#include "comm/gloo_communicator.h"
-#include "comm/store.h"
-#endif
 
 namespace tpserve {
 namespace {
@@ -40,70 +35,7 @@ using testing_util::TempDir;
 
 constexpr int32_t kVocab = 397;
 
-// The ranks of one tensor-parallel group inside this process: rank r's backend
-// and communicator, and Generate run on every rank at once (each on its thread).
-class Group {
- public:
-  static std::unique_ptr<Group> Make(int tp, const std::filesystem::path& store_dir) {
-    auto g = std::unique_ptr<Group>(new Group);
-    if (tp == 1) {
-      g->backends_.push_back(MakeCpuBackend(2));
-      g->comms_.push_back(MakeSoloCommunicator());
-      return g;
-    }
-#if defined(TPSERVE_WITH_GLOO)
-    g->backends_.resize(static_cast<size_t>(tp));
-    g->comms_.resize(static_cast<size_t>(tp));
-    std::vector<absl::Status> status(static_cast<size_t>(tp));
-    std::vector<std::thread> threads;
-    for (int r = 0; r < tp; ++r) {
-      threads.emplace_back([&, r] {
-        g->backends_[r] = MakeCpuBackend(1);
-        absl::StatusOr<std::unique_ptr<FileStore>> store = FileStore::Open(store_dir.string());
-        if (!store.ok()) {
-          status[r] = store.status();
-          return;
-        }
-        GlooOptions gloo;
-        gloo.timeout = std::chrono::seconds(60);
-        absl::StatusOr<std::unique_ptr<Communicator>> comm = MakeGlooCommunicator(**store, r, tp, gloo);
-        if (comm.ok()) g->comms_[r] = *std::move(comm);
-        status[r] = comm.status();
-      });
-    }
-    for (std::thread& t : threads) t.join();
-    for (int r = 0; r < tp; ++r) {
-      EXPECT_TRUE(status[r].ok()) << "rank " << r << ": " << status[r];
-      if (!status[r].ok()) return nullptr;
-    }
-    return g;
-#else
-    (void)store_dir;
-    return nullptr;
-#endif
-  }
-
-  int size() const { return static_cast<int>(comms_.size()); }
-
-  // Engines over the same options on every rank (reused across Generate calls,
-  // so the prefix cache carries over).
-  RankEngines Create(const std::filesystem::path& model, const EngineOptions& options) {
-    std::vector<RankParts> parts;
-    for (int r = 0; r < size(); ++r) parts.push_back({backends_[r].get(), comms_[r].get()});
-    return RankEngines::Create(model, parts, options);
-  }
-
-  std::vector<GenerationResult> GenerateOnce(const std::filesystem::path& model, const EngineOptions& options,
-                                             const std::vector<GenerationRequest>& requests,
-                                             GenerationStats* stats = nullptr) {
-    return Create(model, options).Generate(requests, stats);
-  }
-
- private:
-  Group() = default;
-  std::vector<std::unique_ptr<Backend>> backends_;
-  std::vector<std::unique_ptr<Communicator>> comms_;
-};
+using Group = testing_util::CpuRankGroup;
 
 class BatchInvarianceTest : public ::testing::TestWithParam<int> {
  protected:

@@ -15,6 +15,7 @@
 namespace tpserve {
 namespace {
 
+using testing_util::PythonWithNumpy;
 using testing_util::RelativeError;
 using testing_util::RunCommand;
 using testing_util::TempDir;
@@ -111,15 +112,6 @@ TEST_P(TensorParallelTest, Tp1Tp2Tp4GiveTheSameTokensAndLogits) {
       }
     }
   }
-}
-
-// An interpreter with numpy for the reference, or "" (Debian's python3-numpy
-// lives in /usr/bin/python3, which another python3 on PATH may shadow).
-std::string PythonWithNumpy() {
-  for (const char* py : {"/usr/bin/python3", "python3"}) {
-    if (RunCommand(std::string(py) + " -c 'import numpy' >/dev/null 2>&1") == 0) return py;
-  }
-  return "";
 }
 
 TEST_P(TensorParallelTest, GreedyTokensAndFirstLogitsMatchTheFloat64Reference) {

@@ -51,6 +51,13 @@ double RelativeError(std::span<const float> a, std::span<const float> b) {
   return scale > 0 ? diff / scale : diff;
 }
 
+std::string PythonWithNumpy() {
+  for (const char* py : {"/usr/bin/python3", "python3"}) {
+    if (RunCommand(std::string(py) + " -c 'import numpy' >/dev/null 2>&1") == 0) return py;
+  }
+  return "";
+}
+
 int64_t Argmax(std::span<const float> v) {
   return std::max_element(v.begin(), v.end()) - v.begin();
 }

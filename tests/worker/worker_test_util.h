@@ -35,6 +35,10 @@ int RunCommand(const std::string& command, std::string* out = nullptr);
 // max |a - b| / max |b|: the relative error the tensor-parallel tests bound.
 double RelativeError(std::span<const float> a, std::span<const float> b);
 
+// An interpreter with numpy for tools/reference_forward.py, or "" (Debian's
+// python3-numpy lives in /usr/bin/python3, which another python3 on PATH may shadow).
+std::string PythonWithNumpy();
+
 // Index of the largest value (first on ties).
 int64_t Argmax(std::span<const float> v);
 
