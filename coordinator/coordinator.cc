@@ -34,7 +34,14 @@ constexpr int kMaxWorkerMessageBytes = 256 << 20;  // a step of many sequences, 
 constexpr int kMaxPublicSyncThreads = 8;  // reflection calls at once on the public server
 constexpr char kDraining[] = "the server is draining (shutting down); retry elsewhere";
 
+// Speculative decoding: proposed tokens one step may carry (the workers' extra
+// logits rows): k for up to 8 sequences, within the token budget.
+int64_t MaxNumDraftTokens(const CoordinatorOptions& o) {
+  return std::min<int64_t>(int64_t{8} * o.speculation.num_speculative_tokens, o.max_num_batched_tokens);
+}
+
 absl::Status CheckOptions(const CoordinatorOptions& o) {
+  TPSERVE_RETURN_IF_ERROR(ValidateSpeculationOptions(o.speculation));
   if (o.worker_transport != "auto" && o.worker_transport != "grpc" && o.worker_transport != "shm") {
     return absl::InvalidArgumentError(absl::StrCat("--worker-transport must be auto, grpc or shm, got \"",
                                                    o.worker_transport, "\""));
@@ -417,6 +424,7 @@ StartupOptions Coordinator::MakeStartupOptions() const {
   startup.num_blocks_override = options_.num_gpu_blocks_override;
   startup.enforce_eager = options_.enforce_eager;
   startup.simulated_step_us = options_.simulate_step_us;
+  startup.max_num_draft_tokens = options_.speculation.enabled() ? static_cast<uint32_t>(MaxNumDraftTokens(options_)) : 0;
   // The collectives wait past the step timeout, so the watchdog names a
   // stalled rank before a peer's collective gives up on it.
   startup.collective_timeout_ms =
@@ -479,6 +487,11 @@ void Coordinator::StartEngine(int64_t num_blocks) {
   for (int64_t id : config_->eos_token_ids)
     engine_options.eos_token_ids.push_back(static_cast<int32_t>(id));
   engine_options.overlap = options_.overlap;
+  engine_options.speculation = options_.speculation;
+  if (options_.speculation.enabled()) {
+    engine_options.scheduler.num_speculative_tokens = options_.speculation.num_speculative_tokens;
+    engine_options.scheduler.max_num_draft_tokens = MaxNumDraftTokens(options_);
+  }
   engine_options.metrics = metrics_.get();
   engine_options.kv_events = kv_events_.get();
   engine_options.output_threads = options_.output_threads;

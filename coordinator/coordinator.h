@@ -89,6 +89,9 @@ struct CoordinatorOptions {
   // Schedule and send step N+1 before step N's tokens come back (one step in
   // flight ahead); false: lock-step, for comparison and debugging (--no-overlap).
   bool overlap = true;
+  // Speculative decoding (--speculative-method, --num-speculative-tokens,
+  // --speculative-policy; coordinator/speculation.h): off by default.
+  SpeculationOptions speculation;
   // Benchmarks only: the workers replace each forward by a sleep of this many
   // microseconds and emit made-up tokens (--simulate-step-us).
   uint32_t simulate_step_us = 0;

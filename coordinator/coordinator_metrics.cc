@@ -77,6 +77,14 @@ CoordinatorMetrics::CoordinatorMetrics(int64_t max_model_len, int tp, int dp)
                  {"request_generation_tokens", &generation_len_}, {"iteration_tokens_total", &iteration_tokens_},
                  {"step_duration_seconds", &step_duration_},   {"step_batch_size", &batch_size_}};
   AddGroups(dp);
+  spec_drafts_ = &registry_.Counter("tpserve:spec_decode_num_drafts", "Number of spec decoding drafts.");
+  spec_draft_tokens_ = &registry_.Counter("tpserve:spec_decode_num_draft_tokens", "Number of draft tokens.");
+  spec_accepted_ = &registry_.Counter("tpserve:spec_decode_num_accepted_tokens", "Number of accepted tokens.");
+  for (int pos = 0; pos < kSpecPositions; ++pos) {
+    spec_accepted_at_.push_back(&registry_.Counter("tpserve:spec_decode_num_accepted_tokens_per_pos",
+                                                   "Accepted tokens per draft position.",
+                                                   {{"position", absl::StrCat(pos)}}));
+  }
   for (int rank = 0; rank < tp; ++rank) {
     SetWorkerUp(rank, false);
     worker_step_.push_back(&registry_.Histogram("tpserve:worker_step_compute_seconds",
@@ -119,6 +127,16 @@ void CoordinatorMetrics::OnStep(double seconds, int64_t sequences, int64_t token
   step_duration_.Observe(seconds);
   batch_size_.Observe(static_cast<double>(sequences));
   iteration_tokens_.Observe(static_cast<double>(tokens));
+}
+
+void CoordinatorMetrics::OnSpeculation(int64_t proposed, int64_t accepted) {
+  if (proposed <= 0) return;
+  spec_drafts_->Increment();
+  spec_draft_tokens_->Increment(static_cast<double>(proposed));
+  spec_accepted_->Increment(static_cast<double>(accepted));
+  for (int64_t pos = 0; pos < std::min<int64_t>(accepted, kSpecPositions); ++pos) {
+    spec_accepted_at_[static_cast<size_t>(pos)]->Increment();
+  }
 }
 
 void CoordinatorMetrics::AddGroups(int dp) {
@@ -181,6 +199,9 @@ CoordinatorMetrics::Totals CoordinatorMetrics::totals() const {
   t.preemptions = count(preemptions_);
   t.prefix_cache_queries = count(prefix_queries_);
   t.prefix_cache_hits = count(prefix_hits_);
+  t.spec_drafts = count(*spec_drafts_);
+  t.spec_draft_tokens = count(*spec_draft_tokens_);
+  t.spec_accepted_tokens = count(*spec_accepted_);
   for (const auto& [name, h] : histograms_) {
     const MetricHistogram::Snapshot s = h->snapshot();
     t.histograms.push_back({name, s.count, s.sum});

@@ -63,6 +63,9 @@ class CoordinatorMetrics {
   void OnFirstToken(int64_t prompt_tokens);
   void OnNextToken(double gap_seconds);
   void OnStep(double seconds, int64_t sequences, int64_t tokens);
+  // Speculative decoding, vLLM's spec_decode counters: one draft of
+  // `proposed` tokens verified for one sequence, its first `accepted` kept.
+  void OnSpeculation(int64_t proposed, int64_t accepted);
   // A group's engine state after an iteration: its {dp_rank} gauges, and the
   // totals the counters follow. The totals grow, or start again from 0 when
   // the engine is rebuilt for a new worker group.
@@ -88,6 +91,7 @@ class CoordinatorMetrics {
     std::map<std::string, uint64_t> requests_finished;  // by finished_reason
     uint64_t requests_failed = 0, prompt_tokens = 0, generation_tokens = 0, preemptions = 0,
              prefix_cache_queries = 0, prefix_cache_hits = 0;
+    uint64_t spec_drafts = 0, spec_draft_tokens = 0, spec_accepted_tokens = 0;  // speculative decoding
     struct Histogram {
       std::string name;  // without the prefix
       uint64_t count = 0;
@@ -114,6 +118,11 @@ class CoordinatorMetrics {
   std::vector<std::pair<std::string, const MetricHistogram*>> histograms_;  // (name without prefix, metric)
   std::map<std::string, MetricCounter*> success_;                           // by finished_reason
   std::vector<MetricHistogram*> worker_step_;                               // [tp]
+  // tpserve:spec_decode_num_drafts / _num_draft_tokens / _num_accepted_tokens,
+  // and _num_accepted_tokens_per_pos{position} for positions [0, kSpecPositions).
+  static constexpr int kSpecPositions = 16;
+  MetricCounter *spec_drafts_ = nullptr, *spec_draft_tokens_ = nullptr, *spec_accepted_ = nullptr;
+  std::vector<MetricCounter*> spec_accepted_at_;  // [kSpecPositions]
   void AddGroups(int dp);  // the constructor's: dp groups' gauges
   mutable absl::Mutex follow_mu_;                  // the totals OnEngineState saw last
   std::vector<Group> groups_ ABSL_GUARDED_BY(follow_mu_);  // [dp]; the gauge pointers are fixed at construction

@@ -4,10 +4,12 @@
 
 #include <algorithm>
 #include <functional>
+#include <limits>
 #include <optional>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "base/check.h"
 #include "coordinator/log.h"
 #include "proto/step_convert.h"
 
@@ -21,7 +23,9 @@ struct EngineLoop::Live {
       : client(std::move(owner)),
         request(std::move(req)),
         stops(request.stop, options.eos_token_ids, static_cast<int64_t>(request.prompt.size()),
-              options.max_model_len) {}
+              options.max_model_len),
+        limit(std::min(static_cast<int64_t>(request.prompt.size()) + request.stop.max_tokens,
+                       options.max_model_len > 0 ? options.max_model_len : std::numeric_limits<int64_t>::max())) {}
 
   std::string client;  // whose request it is (its admission group)
   PreparedRequest request;  // prompt and sampling (its stop parameters went to the output side)
@@ -30,6 +34,7 @@ struct EngineLoop::Live {
   int64_t num_output = 0;   // tokens handed on
   std::optional<absl::Time> first_scheduled;
   std::unique_ptr<OutputRequest> output;  // until Adopt hands it to its shard
+  int64_t limit;            // prompt + max_tokens, at most the model's length: no token past it is kept
 };
 
 EngineLoop::EngineLoop(const Tokenizer& tokenizer, EngineLoopOptions options, StepTransport workers)
@@ -46,6 +51,13 @@ EngineLoop::EngineLoop(const Tokenizer& tokenizer, EngineLoopOptions options, St
                                               bool last) { Retired(client, request_id, last); }})),
       num_blocks_(options_.num_blocks) {
   blocks_->set_observer(options_.kv_events);
+  if (options_.speculation.enabled()) {
+    absl::StatusOr<std::unique_ptr<SpeculativeDrafter>> drafter =
+        SpeculativeDrafter::Create(options_.speculation, options_.metrics);
+    TPSERVE_CHECK(drafter.ok(), "EngineLoop: ", drafter.status().message());  // the flags were checked at start-up
+    drafter_ = std::move(*drafter);
+    scheduler_->set_drafter(drafter_.get());
+  }
   Publish();
 }
 
@@ -296,6 +308,7 @@ void EngineLoop::Finish(uint64_t seq_id, StopReason reason, absl::Status status)
                 .first_scheduled = it->second->first_scheduled,
                 .cached_tokens = seq ? static_cast<uint32_t>(seq->num_cached_tokens) : 0};
   live_.erase(it);
+  if (drafter_ != nullptr) drafter_->Remove(seq_id, seq ? seq->output_tokens() : std::span<const int32_t>());
   scheduler_->Finish(seq_id);
   {
     absl::MutexLock lock(&mu_);
@@ -322,18 +335,30 @@ void EngineLoop::Admit(std::vector<Inbound> adds) {
     const uint64_t first = adds[k].seq_id;
     const int32_t n = adds[k].live->request.n;
     std::vector<int32_t> prompt = adds[k].live->request.prompt;
+    const bool read_prefix_cache = adds[k].live->request.sampling.prompt_logprobs < 0;  // prompt log-probs: every row
     const uint64_t group = GroupOf(adds[k].live->client);
     std::vector<uint64_t> forks;
     for (int32_t i = 0; i < n; ++i, ++k) {
       if (i > 0) forks.push_back(adds[k].seq_id);
       Adopt(std::move(adds[k]));
     }
-    absl::Status added = scheduler_->Add(first, std::move(prompt), group, forks);
+    absl::Status added = scheduler_->Add(first, std::move(prompt), group, forks, read_prefix_cache);
     if (!added.ok()) {
       End(first, added);
       for (uint64_t fork : forks) End(fork, added);
+      continue;
     }
+    for (int32_t i = 0; i < n; ++i) MaySpeculate(first + static_cast<uint64_t>(i));
   }
+}
+
+void EngineLoop::MaySpeculate(uint64_t seq_id) {
+  const auto it = live_.find(seq_id);
+  if (drafter_ == nullptr || it == live_.end()) return;
+  const PreparedRequest& r = it->second->request;
+  // A constrained sequence's tokens go through its grammar's masks, one at a
+  // time on rank 0: it is never speculated.
+  if (r.speculate && r.sampling.constraint == nullptr) drafter_->Add(seq_id, it->second->limit);
 }
 
 void EngineLoop::Park(const absl::Status& why) {
@@ -359,6 +384,7 @@ void EngineLoop::Rebuild(int64_t num_blocks) {
   if (options_.kv_events != nullptr) options_.kv_events->OnCleared();  // flushed after this iteration
   blocks_->set_observer(options_.kv_events);
   scheduler_ = std::make_unique<Scheduler>(*blocks_, options_.scheduler);
+  scheduler_->set_drafter(drafter_.get());
   num_blocks_ = num_blocks;
   std::vector<std::pair<uint64_t, absl::Status>> refused;
   for (size_t k = 0; k < waiting.size();) {  // a request's waiting choices again share one prefill
@@ -500,19 +526,26 @@ void EngineLoop::OnStepFailed(const ScheduledStep& step, uint64_t step_id, const
 }
 
 void EngineLoop::OnStepDone(const ScheduledStep& step, uint64_t step_id, std::vector<StepToken> tokens) {
-  const std::vector<const StepToken*> ordered = TokensInStepOrder(step, tokens);
+  const std::vector<std::span<const StepToken>> runs = TokenRunsInStepOrder(step, tokens);
   sampled_.clear();
   sampled_index_.clear();
   std::vector<uint64_t> missing;
   size_t k = 0;
   for (const ScheduledSequence& s : step.sequences) {
     if (!s.sample) continue;
-    const StepToken* token = ordered[k++];
-    if (token == nullptr) {
+    // One token, or 1 to k + 1 for a sequence that verified k drafts (in order).
+    std::span<const StepToken> run = runs[k++];
+    run = run.first(std::min(run.size(), s.drafts.size() + 1));
+    if (run.empty()) {
       missing.push_back(s.id);
-    } else {
-      sampled_.emplace_back(s.id, token->sampled.token);
-      sampled_index_.push_back(static_cast<size_t>(token - tokens.data()));
+      continue;
+    }
+    if (!s.drafts.empty() && drafter_ != nullptr) {
+      drafter_->Observe(s.id, static_cast<int32_t>(s.drafts.size()), static_cast<int32_t>(run.size()) - 1);
+    }
+    for (const StepToken& token : run) {
+      sampled_.emplace_back(s.id, token.sampled.token);
+      sampled_index_.push_back(static_cast<size_t>(&token - tokens.data()));
     }
   }
   scheduler_->OnStepDone(step, sampled_);

@@ -54,6 +54,7 @@
 #include "coordinator/output_processor.h"
 #include "coordinator/request.h"
 #include "coordinator/response_queue.h"
+#include "coordinator/speculation.h"
 #include "scheduler/scheduler.h"
 #include "scheduler/step_plan.h"
 #include "tokenizer/tokenizer.h"
@@ -82,6 +83,10 @@ struct EngineLoopOptions {
   // Told of the prefix cache's changes, flushed once per iteration
   // (coordinator/kv_events.h), when set; must outlive the loop.
   KvEventPublisher* kv_events = nullptr;
+  // Speculative decoding (coordinator/speculation.h; off by default). With a
+  // method, scheduler.num_speculative_tokens and max_num_draft_tokens bound
+  // the proposals.
+  SpeculationOptions speculation;
 };
 
 // How the loop reaches the workers: the Coordinator wires the worker pool,
@@ -183,6 +188,8 @@ class EngineLoop {
   bool Iterate(Taken taken);
   // The parts of an iteration, in order.
   void Admit(std::vector<Inbound> adds);  // to the scheduler
+  // A sequence just added: its drafts start, unless its request opted out or is constrained.
+  void MaySpeculate(uint64_t seq_id);
   // Makes an inbound request live and hands its output side to its shard.
   void Adopt(Inbound in);
   // Suspended: ends the requests that ran, drops the steps in flight.
@@ -226,6 +233,7 @@ class EngineLoop {
   // Engine thread only. Made anew by Rebuild (a new worker group, an empty cache).
   std::unique_ptr<BlockManager> blocks_;
   std::unique_ptr<Scheduler> scheduler_;
+  std::unique_ptr<SpeculativeDrafter> drafter_;  // with speculative decoding; outlives every scheduler
   absl::flat_hash_map<uint64_t, std::unique_ptr<Live>> live_;
   std::deque<InFlight> in_flight_;  // oldest first; at most 2 with overlap, else 1
   uint64_t next_step_id_ = 1;

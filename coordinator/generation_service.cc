@@ -40,6 +40,9 @@ void FillTotals(const CoordinatorMetrics::Totals& t, v1::ServerInfo& info) {
   info.set_num_preemptions_total(t.preemptions);
   info.set_prefix_cache_queries_total(t.prefix_cache_queries);
   info.set_prefix_cache_hits_total(t.prefix_cache_hits);
+  info.set_spec_decode_num_drafts(t.spec_drafts);
+  info.set_spec_decode_num_draft_tokens(t.spec_draft_tokens);
+  info.set_spec_decode_num_accepted_tokens(t.spec_accepted_tokens);
   for (const CoordinatorMetrics::Totals::Histogram& h : t.histograms) {
     v1::HistogramTotals* out = info.add_histograms();
     out->set_name(h.name);

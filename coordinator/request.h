@@ -62,6 +62,7 @@ struct PreparedRequest {
   int32_t n = 1;                // choices (parallel sampling), 1..kMaxChoices
   SamplingParams sampling;      // defaults resolved; logprobs -1 = none; the constraint, compiled once
   StopParams stop;              // max_tokens resolved (> 0)
+  bool speculate = true;        // false: GenerateRequest.disable_speculation
 };
 
 // Checks the fields that need no tokenization (sampling, stopping, logprobs,

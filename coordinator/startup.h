@@ -25,6 +25,7 @@ struct StartupOptions {
   bool enforce_eager = false;         // workers never run decode steps as CUDA graphs
   uint32_t collective_timeout_ms = 0;  // the workers' communicators (worker.proto Load)
   uint32_t simulated_step_us = 0;     // benchmarks: workers sleep instead of computing (worker.proto Load)
+  uint32_t max_num_draft_tokens = 0;  // speculative decoding: proposed tokens per step (worker.proto Load)
 };
 
 struct StartupResult {

@@ -108,6 +108,7 @@ iv1::Step StepPlanToProto(const StepPlan& plan, uint64_t step_id) {
     c->mutable_token_ids()->Add(s.token_ids.begin(), s.token_ids.end());
     c->set_sample(s.sample);
     c->set_decode_sampled(s.decode_sampled);
+    c->mutable_draft_token_ids()->Add(s.draft_token_ids.begin(), s.draft_token_ids.end());
     for (const BlockReplacement& r : s.replaced_blocks) {
       iv1::BlockReplacement* out_r = c->add_replaced_blocks();
       out_r->set_index(static_cast<uint32_t>(r.index));
@@ -155,6 +156,7 @@ absl::StatusOr<StepPlan> StepPlanFromProto(const iv1::Step& step) {
         .token_ids = {s.token_ids().begin(), s.token_ids().end()},
         .sample = s.sample(),
         .decode_sampled = s.decode_sampled(),
+        .draft_token_ids = {s.draft_token_ids().begin(), s.draft_token_ids().end()},
     });
   }
   return plan;

@@ -193,4 +193,17 @@ void BlockManager::Free(std::vector<BlockId>& table) {
   table.clear();
 }
 
+void BlockManager::Truncate(std::vector<BlockId>& table, size_t keep) {
+  while (table.size() > keep) {
+    const BlockId id = table.back();
+    table.pop_back();
+    Release(id);
+    Block& b = blocks_[static_cast<size_t>(id)];
+    if (b.ref_count == 0 && !b.hash) {  // holds nothing worth keeping: the next one taken, before a cached block
+      free_.splice(free_.begin(), free_, b.free_pos);
+      b.free_pos = free_.begin();
+    }
+  }
+}
+
 }  // namespace tpserve

@@ -128,6 +128,12 @@ class BlockManager {
 
   // Releases a finished, aborted or preempted sequence's blocks.
   void Free(std::vector<BlockId>& table);
+  // Releases the entries of `table` past its first `keep` (speculative
+  // decoding: the blocks only rejected proposals used; never hashed, since
+  // only blocks full of computed accepted tokens are committed). An unhashed
+  // block freed so goes to the front of the free queue: the next allocation
+  // takes it rather than evicting a cached block.
+  void Truncate(std::vector<BlockId>& table, size_t keep);
 
   // Tells `observer` (null: nobody; must outlive this) of every hash registered or evicted from now on.
   void set_observer(PrefixCacheObserver* observer) { observer_ = observer; }

@@ -114,7 +114,8 @@ void Scheduler::PromoteFork(Sequence* parent, bool was_running) {
   }
 }
 
-ScheduledSequence Scheduler::Plan(Sequence* seq, int64_t num_tokens, std::vector<BlockCopy> copies) {
+ScheduledSequence Scheduler::Plan(Sequence* seq, int64_t num_tokens, std::vector<BlockCopy> copies,
+                                  std::vector<int32_t> drafts) {
   ScheduledSequence s;
   s.copies = std::move(copies);
   s.seq = seq;
@@ -125,7 +126,8 @@ ScheduledSequence Scheduler::Plan(Sequence* seq, int64_t num_tokens, std::vector
   const size_t known = s.is_new ? 0 : seq->blocks_on_workers;
   s.new_blocks.assign(seq->block_table.begin() + static_cast<ptrdiff_t>(known),
                       seq->block_table.end());
-  s.sample = s.start + num_tokens == seq->length();
+  s.sample = s.start + num_tokens - std::ssize(drafts) == seq->length();
+  s.drafts = std::move(drafts);
   s.decode_sampled = !s.is_new && seq->workers_hold_next_input;
   s.preemptions = seq->num_preemptions;
   seq->on_workers = true;
@@ -179,17 +181,27 @@ ScheduledStep Scheduler::Schedule() {
   }
 
   // 1. Running sequences: decodes and the next chunks of partial prefills.
+  draft_rows_left_ = config_.max_num_draft_tokens;
   for (size_t i = 0; i < running_.size() && budget > 0;) {
     Sequence* seq = running_[i];
     const int64_t remaining = seq->length() - seq->num_computed_tokens;
-    if (remaining <= 0) {  // nothing to compute until the service appends a token
+    // Nothing to compute until the service appends a token, or a speculating
+    // sequence waits for the token a step in flight samples for it.
+    if (remaining <= 0 || WaitsForDrafts(seq)) {
       ++i;
       continue;
     }
-    const int64_t n = std::min(remaining, budget);
+    std::vector<int32_t> drafts = Drafts(seq, budget);
+    int64_t n = std::min(remaining, budget) + std::ssize(drafts);
     bool scheduled = true;
     std::vector<BlockCopy> copies;
-    while (!blocks_.PrepareWrite(seq->block_table, seq->num_computed_tokens, seq->num_computed_tokens + n,
+    if (!drafts.empty() && !blocks_.PrepareWrite(seq->block_table, seq->num_computed_tokens,
+                                                 seq->num_computed_tokens + n, copies)) {
+      draft_rows_left_ += static_cast<int32_t>(drafts.size());  // not enough blocks: a plain decode
+      drafts.clear();
+      n = 1;
+    }
+    while (drafts.empty() && !blocks_.PrepareWrite(seq->block_table, seq->num_computed_tokens, seq->num_computed_tokens + n,
                                  copies)) {
       Sequence* victim = running_.back();  // the most recently admitted
       running_.pop_back();
@@ -201,7 +213,7 @@ ScheduledStep Scheduler::Schedule() {
       }
     }
     if (!scheduled) break;
-    add(Plan(seq, n, std::move(copies)));
+    add(Plan(seq, n, std::move(copies), std::move(drafts)));
     budget -= n;
     ++i;
   }
@@ -254,24 +266,66 @@ ScheduledStep Scheduler::Schedule() {
   return step;
 }
 
+bool Scheduler::WaitsForDrafts(const Sequence* seq) {
+  return drafter_ != nullptr && seq->num_pending_tokens > 0 && seq->num_computed_tokens >= seq->num_prompt_tokens &&
+         drafter_->Speculates(*seq, num_running());
+}
+
+std::vector<int32_t> Scheduler::Drafts(Sequence* seq, int64_t budget) {
+  const int64_t c = seq->num_computed_tokens;
+  // A decode of a known output token the workers hold (decode_sampled).
+  if (drafter_ == nullptr || seq->num_pending_tokens > 0 || !seq->on_workers || !seq->workers_hold_next_input ||
+      c + 1 != std::ssize(seq->tokens) || c < seq->num_prompt_tokens) {
+    return {};
+  }
+  int64_t k = std::min<int64_t>({config_.num_speculative_tokens, draft_rows_left_, budget - 1});
+  // The blocks the proposals need beyond the decode's, one spare for a copy-on-write.
+  const int64_t free = blocks_.num_free_blocks() - 1;
+  while (k > 0 && blocks_.BlocksFor(c + 1 + k) - std::ssize(seq->block_table) > free) --k;
+  if (k <= 0 || !drafter_->Speculates(*seq, num_running())) return {};
+  std::vector<int32_t> drafts(static_cast<size_t>(k));
+  drafts.resize(static_cast<size_t>(std::clamp<int64_t>(drafter_->Propose(*seq, drafts), 0, k)));
+  draft_rows_left_ -= static_cast<int32_t>(drafts.size());
+  return drafts;
+}
+
+void Scheduler::RewindRejected(Sequence* seq, const ScheduledSequence& s, int32_t accepted) {
+  seq->num_computed_tokens = s.start + 1 + accepted;
+  blocks_.Truncate(seq->block_table, static_cast<size_t>(blocks_.BlocksFor(seq->num_computed_tokens)));
+  seq->blocks_on_workers = std::min(seq->blocks_on_workers, seq->block_table.size());
+}
+
 void Scheduler::OnStepDone(const ScheduledStep& step,
                            std::span<const std::pair<uint64_t, int32_t>> sampled) {
+  // The tokens first: a sequence that verified drafts has a + 1 in a row.
+  const bool verified = std::any_of(step.sequences.begin(), step.sequences.end(),
+                                    [](const ScheduledSequence& s) { return !s.drafts.empty(); });
+  absl::flat_hash_map<uint64_t, int32_t> got;  // tokens per sequence, when some verified drafts
+  for (size_t i = 0; i < sampled.size(); ++i) {
+    const auto& [id, token] = sampled[i];
+    if (verified) ++got[id];
+    auto it = sequences_.find(id);
+    if (it == sequences_.end()) continue;
+    Sequence* seq = it->second.get();
+    seq->tokens.push_back(token);
+    const bool first_of_run = i == 0 || sampled[i - 1].first != id;
+    if (first_of_run && seq->num_pending_tokens > 0) --seq->num_pending_tokens;
+  }
   for (const ScheduledSequence& s : step.sequences) {
     auto it = sequences_.find(s.id);
     if (it == sequences_.end()) continue;  // finished since it was scheduled
     Sequence* seq = it->second.get();
     if (seq->num_preemptions != s.preemptions) continue;  // its blocks were freed since
+    int64_t end = s.start + s.num_tokens;
+    if (!s.drafts.empty()) {  // no later step of it is in flight (WaitsForDrafts)
+      const auto accepted = static_cast<int32_t>(std::clamp<int64_t>(got[s.id] - 1, 0, std::ssize(s.drafts)));
+      RewindRejected(seq, s, accepted);
+      end = seq->num_computed_tokens;
+    }
     // Every input of the step is known by now: a decode's input was the
     // previous step's sample, whose result came first.
-    const int64_t computed = std::min(s.start + s.num_tokens, static_cast<int64_t>(seq->tokens.size()));
+    const int64_t computed = std::min(end, static_cast<int64_t>(seq->tokens.size()));
     blocks_.CommitFullBlocks(seq->tokens, computed, seq->block_table, seq->hash_chain);
-  }
-  for (const auto& [id, token] : sampled) {
-    auto it = sequences_.find(id);
-    if (it == sequences_.end()) continue;
-    Sequence* seq = it->second.get();
-    seq->tokens.push_back(token);
-    if (seq->num_pending_tokens > 0) --seq->num_pending_tokens;
   }
 }
 

@@ -46,6 +46,26 @@ struct SchedulerConfig {
   int64_t max_num_batched_tokens = 2048;  // token budget of one step
   int32_t max_num_seqs = 256;             // running sequences at once
   int32_t max_queue = 1024;               // waiting sequences beyond this are refused
+  // Speculative decoding (with a Drafter): most proposed tokens per sequence
+  // (k) and per step (the workers' extra logits rows, Load.max_num_draft_tokens).
+  int32_t num_speculative_tokens = 0;
+  int32_t max_num_draft_tokens = 0;
+};
+
+// Speculative decoding (docs/architecture.md, "Speculative decoding"): the
+// proposals for decoding sequences. A sequence that Speculates is scheduled
+// only once every token of it is known (no step in flight samples it), so
+// its proposal follows its real last token; it then computes that token and
+// up to k proposed ones in one step (k + 1 logits rows), and the step's
+// result says how many were accepted (Scheduler::OnStepDone). Engine thread.
+class Drafter {
+ public:
+  virtual ~Drafter() = default;
+  // Whether `seq` speculates now (its request allows it, its policy wants
+  // proposals at this batch size). `batch`: sequences running.
+  virtual bool Speculates(const Sequence& seq, int32_t batch) = 0;
+  // Up to out.size() tokens to follow seq.tokens; how many were written.
+  virtual int32_t Propose(const Sequence& seq, std::span<int32_t> out) = 0;
 };
 
 // One sequence of a step. `seq` is valid until the scheduler next changes
@@ -64,6 +84,10 @@ struct ScheduledSequence {
   // `dst`, a copy of the shared `src` (BlockManager::PrepareWrite).
   std::vector<BlockCopy> copies;
   int32_t preemptions = 0;          // seq->num_preemptions when scheduled
+  // Speculative decoding: the proposed tokens computed after its last token
+  // (decode_sampled), the last drafts.size() of num_tokens; the result gives
+  // 1 to drafts.size() + 1 tokens for it.
+  std::vector<int32_t> drafts;
 };
 
 struct ScheduledStep {
@@ -102,7 +126,11 @@ class Scheduler {
   // Applies a completed step; steps complete in the order they were
   // scheduled. `sampled` tokens (by sequence id) are appended, and the full
   // blocks the step completed join the prefix cache. Sequences finished since
-  // are skipped, and so are the blocks of those preempted since.
+  // are skipped, and so are the blocks of those preempted since. A sequence
+  // that verified drafts has its tokens consecutive in `sampled` (a + 1 for
+  // a accepted): its computed count goes back to start + 1 + a and the
+  // blocks past it are freed (the workers drop them the same way,
+  // worker/step_runner.h), so rejected proposals leave no trace.
   void OnStepDone(const ScheduledStep& step, std::span<const std::pair<uint64_t, int32_t>> sampled);
 
   // Ends a sequence (finished, aborted, cancelled): frees its blocks now; the
@@ -120,11 +148,22 @@ class Scheduler {
   int64_t num_tokens_in_flight() const;
   bool idle() const { return running_.empty() && waiting_.empty() && dropped_.empty(); }
   const BlockManager& blocks() const { return blocks_; }
+  // Speculative decoding's proposals (null: none); must outlive the scheduler.
+  void set_drafter(Drafter* drafter) { drafter_ = drafter; }
 
  private:
   void Preempt(Sequence* seq);
   void ReleaseBlocks(Sequence* seq);
-  ScheduledSequence Plan(Sequence* seq, int64_t num_tokens, std::vector<BlockCopy> copies);
+  ScheduledSequence Plan(Sequence* seq, int64_t num_tokens, std::vector<BlockCopy> copies,
+                         std::vector<int32_t> drafts = {});
+  // Speculative decoding: whether `seq` waits this step for its pending token
+  // (it speculates), and the proposals for a decode whose tokens are all
+  // known, within `budget` tokens, the step's draft rows left and the free
+  // blocks.
+  bool WaitsForDrafts(const Sequence* seq);
+  std::vector<int32_t> Drafts(Sequence* seq, int64_t budget);
+  // OnStepDone for a sequence that verified drafts: `accepted` of them kept.
+  void RewindRejected(Sequence* seq, const ScheduledSequence& s, int32_t accepted);
   // Starts `parent`'s forks from its prompt blocks (see above); it must hold them.
   void Fork(Sequence* parent);
   // `parent` (waiting, or running and removed from running_) leaves: the first
@@ -147,6 +186,8 @@ class Scheduler {
   std::vector<uint64_t> dropped_;
   int32_t reserved_forks_ = 0;  // forks of running sequences: slots taken before they run
   int64_t num_preemptions_ = 0;
+  Drafter* drafter_ = nullptr;
+  int32_t draft_rows_left_ = 0;  // this Schedule's: max_num_draft_tokens less those planned
 };
 
 }  // namespace tpserve

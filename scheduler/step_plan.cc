@@ -19,7 +19,7 @@ StepPlan BuildStepPlan(const ScheduledStep& step, const SamplingLookup& sampling
     std::vector<int32_t> compute;
     if (!s.decode_sampled) {
       const auto begin = seq.tokens.begin() + s.start;
-      compute.assign(begin, begin + s.num_tokens);
+      compute.assign(begin, begin + (s.num_tokens - std::ssize(s.drafts)));
     }
     const auto prompt_end = seq.tokens.begin() + seq.num_prompt_tokens;
     // Blocks the workers knew before the step; a copy beyond them is a new block.
@@ -48,6 +48,7 @@ StepPlan BuildStepPlan(const ScheduledStep& step, const SamplingLookup& sampling
           .token_ids = std::move(compute),
           .sample = s.sample,
           .decode_sampled = s.decode_sampled,
+          .draft_token_ids = s.drafts,
       });
     }
     plan.order.push_back(seq.id);
@@ -63,6 +64,23 @@ std::vector<const StepToken*> TokensInStepOrder(const ScheduledStep& step, std::
     if (!s.sample) continue;
     const auto it = by_seq.find(s.id);
     ordered.push_back(it == by_seq.end() ? nullptr : it->second);
+  }
+  return ordered;
+}
+
+std::vector<std::span<const StepToken>> TokenRunsInStepOrder(const ScheduledStep& step,
+                                                             std::span<const StepToken> tokens) {
+  absl::flat_hash_map<uint64_t, std::pair<size_t, size_t>> runs;  // seq -> [begin, end) in tokens
+  for (size_t i = 0; i < tokens.size(); ++i) {
+    auto [it, added] = runs.try_emplace(tokens[i].seq_id, i, i + 1);
+    if (!added && it->second.second == i) it->second.second = i + 1;
+  }
+  std::vector<std::span<const StepToken>> ordered;
+  for (const ScheduledSequence& s : step.sequences) {
+    if (!s.sample) continue;
+    const auto it = runs.find(s.id);
+    ordered.push_back(it == runs.end() ? std::span<const StepToken>()
+                                       : tokens.subspan(it->second.first, it->second.second - it->second.first));
   }
   return ordered;
 }

@@ -54,6 +54,13 @@ struct ContinuingSequencePlan {
   // holds that token (rank 0 broadcasts what it samples), so the plan does
   // not carry it and may be built before the token is known.
   bool decode_sampled = false;
+  // Speculative decoding: tokens proposed after its last one (with
+  // decode_sampled only), computed in the same step with a logits row each.
+  // Rank 0 samples row by row and keeps a proposed token while it equals
+  // the token sampled before it; the step yields 1 to k + 1 tokens for the
+  // sequence, consecutive in the result, and every rank keeps only the
+  // accepted positions computed (and the blocks that hold them).
+  std::vector<int32_t> draft_token_ids;
 };
 
 struct StepPlan {
@@ -109,5 +116,11 @@ StepPlan BuildStepPlan(const ScheduledStep& step, const SamplingLookup& sampling
 // `tokens`; nullptr where `tokens` has none for it (a rank that does not
 // sample, or a rank 0 that failed to).
 std::vector<const StepToken*> TokensInStepOrder(const ScheduledStep& step, std::span<const StepToken> tokens);
+
+// The same with every token of each sampled sequence: a sequence that
+// verified drafts has several, consecutive in `tokens` (an empty span where
+// `tokens` has none for it).
+std::vector<std::span<const StepToken>> TokenRunsInStepOrder(const ScheduledStep& step,
+                                                             std::span<const StepToken> tokens);
 
 }  // namespace tpserve

@@ -90,6 +90,10 @@ absl::Status StepRunner::CheckPlan(const StepPlan& plan) {
                                                         : "is continuing but the worker does not hold it; "
                                                           "send it as a new sequence");
     }
+    if (!s.draft_token_ids.empty() && (!s.decode_sampled || !s.sample)) {
+      return Invalid(s.seq_id, "carries draft_token_ids without decode_sampled and sample; proposals follow "
+                               "the token its last step sampled");
+    }
     const int32_t next_input = seqs_.at(s.seq_id).next_input;
     if (s.decode_sampled && (next_input < 0 || !s.token_ids.empty())) {
       return Invalid(s.seq_id, next_input < 0 ? "is decode_sampled but its last step sampled no token; "
@@ -98,8 +102,15 @@ absl::Status StepRunner::CheckPlan(const StepPlan& plan) {
     }
   }
   TPSERVE_RETURN_IF_ERROR(FillEntries(plan));
+  num_drafts_ = 0;
   for (Entry& e : entries_) {  // entries_ no longer moves: point at each input
     if (e.input >= 0) e.tokens = std::span<const int32_t>(&e.input, 1);
+    if (!e.drafts.empty()) {  // its input, then the proposals: one logits row each
+      e.verified.assign(e.tokens.begin(), e.tokens.end());
+      e.verified.insert(e.verified.end(), e.drafts.begin(), e.drafts.end());
+      e.tokens = e.verified;
+      num_drafts_ += std::ssize(e.drafts);
+    }
     TPSERVE_RETURN_IF_ERROR(CheckEntry(e));
   }
   TPSERVE_RETURN_IF_ERROR(CheckCopies(plan));
@@ -154,7 +165,8 @@ absl::Status StepRunner::FillEntries(const StepPlan& plan) {
     if (e == nullptr) return Invalid(s.seq_id, "is continuing but not in order, or is both new and continuing");
     *e = Entry{.id = s.seq_id, .cont = &s, .tokens = s.token_ids,
                .table_before = std::ssize(held.block_table), .num_computed = held.num_computed,
-               .sample = s.sample, .input = s.decode_sampled ? held.next_input : -1};
+               .sample = s.sample, .input = s.decode_sampled ? held.next_input : -1,
+               .drafts = s.draft_token_ids};
   }
   return absl::OkStatus();
 }
@@ -234,9 +246,10 @@ absl::StatusOr<std::optional<Logits>> StepRunner::Forward(bool on_device) {
   }
   TPSERVE_ASSIGN_OR_RETURN(std::optional<Logits> logits,
                            graphs_ ? graphs_->Forward(step) : model_.Forward(step, cache_));
-  if (rank_ == 0 && (!logits || logits->num_seqs != step.num_seqs())) {
+  if (rank_ == 0 && (!logits || logits->num_seqs != step.num_logits_rows())) {
     return absl::InternalError(absl::StrCat("step: rank 0 got ", logits ? logits->num_seqs : 0,
-                                            " logits rows for ", step.num_seqs(), " sequences"));
+                                            " logits rows for ", step.num_logits_rows(), " rows of ",
+                                            step.num_seqs(), " sequences"));
   }
   return logits;
 }
@@ -282,14 +295,35 @@ std::vector<StepToken> StepRunner::SampleOnDevice(const std::vector<Entry>& entr
   return tokens;
 }
 
+void StepRunner::SampleVerified(const Entry& e, const Logits& logits, int64_t row, std::vector<StepToken>& tokens) {
+  SequenceSamplingState* state = seqs_.at(e.id).sampling.get();
+  for (size_t i = 0; i <= e.drafts.size(); ++i) {
+    const std::span<const float> values = logits.row(row + static_cast<int64_t>(i));
+    std::vector<SampledToken> got = tpserve::Sample(values, logits.vocab_size, logits.vocab_size,
+                                                    std::span<SequenceSamplingState* const>(&state, 1));
+    const int32_t token = got[0].token;
+    StepToken out{.seq_id = e.id, .sampled = std::move(got[0])};
+    if (options_.keep_logits) out.logits.assign(values.begin(), values.end());
+    tokens.push_back(std::move(out));
+    if (i == e.drafts.size() || token != e.drafts[i]) break;  // a correction, or the bonus token
+  }
+}
+
 std::vector<StepToken> StepRunner::SampleOnHost(const std::vector<Entry>& entries, const Logits& logits) {
   const int64_t vocab = logits.vocab_size;
   std::vector<StepToken> tokens;
+  int64_t next_row = 0;  // each entry's first logits row: one, or 1 + k verifying drafts
   for (size_t s = 0; s < entries.size(); ++s) {
     const Entry& e = entries[s];
+    const int64_t first_row = next_row;
+    next_row += 1 + std::ssize(e.drafts);
     if (!e.sample) continue;
+    if (!e.drafts.empty()) {  // no constraint: the coordinator proposes for free sequences only
+      SampleVerified(e, logits, first_row, tokens);
+      continue;
+    }
     SequenceSamplingState* state = seqs_.at(e.id).sampling.get();
-    const std::span<const float> row = logits.row(static_cast<int64_t>(s));
+    const std::span<const float> row = logits.row(first_row);
     std::span<const float> to_sample = row;
     if (const std::span<const uint32_t> mask = MaskOf(e); !mask.empty()) {
       masked_row_.assign(row.begin(), row.end());
@@ -310,9 +344,14 @@ std::vector<StepToken> StepRunner::SampleSimulated(const std::vector<Entry>& ent
   const int32_t vocab = model_.config().vocab_size;
   for (const Entry& e : entries) {
     if (!e.sample) continue;
-    int32_t id = SimulatedToken(e.id, e.num_computed + std::ssize(e.tokens), vocab);
-    if (!MaskOf(e).empty()) id = mask_picks_[static_cast<size_t>(e.mask)];  // the next allowed id (StartMasks)
-    tokens.push_back(StepToken{.seq_id = e.id, .sampled = {.token = id, .logprob = 0.0f, .top = {}}});
+    // The token after each row: after its input, then after each proposal kept.
+    const int64_t first = e.num_computed + std::ssize(e.tokens) - std::ssize(e.drafts);
+    for (size_t i = 0; i <= e.drafts.size(); ++i) {
+      int32_t id = SimulatedToken(e.id, first + static_cast<int64_t>(i), vocab);
+      if (!MaskOf(e).empty()) id = mask_picks_[static_cast<size_t>(e.mask)];  // the next allowed id (StartMasks)
+      tokens.push_back(StepToken{.seq_id = e.id, .sampled = {.token = id, .logprob = 0.0f, .top = {}}});
+      if (i == e.drafts.size() || id != e.drafts[i]) break;
+    }
   }
   return tokens;
 }
@@ -323,6 +362,11 @@ std::vector<StepToken> StepRunner::Sample(const std::vector<Entry>& entries, con
 }
 
 absl::Status StepRunner::ShareTokens(const std::vector<Entry>& entries, std::vector<StepToken>& tokens) {
+  if (verifies()) {
+    TPSERVE_RETURN_IF_ERROR(ShareVerified(entries, tokens));
+    KeepAccepted(entries, tokens);
+    return absl::OkStatus();
+  }
   const size_t n = static_cast<size_t>(std::count_if(entries.begin(), entries.end(), [](const Entry& e) { return e.sample; }));
   if (rank_ == 0 && tokens.size() != n) {
     return absl::InternalError(absl::StrCat("step: rank 0 sampled ", tokens.size(), " tokens for ", n, " sequences"));
@@ -348,11 +392,71 @@ absl::Status StepRunner::ShareTokens(const std::vector<Entry>& entries, std::vec
       }
     }
   }
-  size_t k = 0;
+  KeepAccepted(entries, tokens);
+  return absl::OkStatus();
+}
+
+absl::Status StepRunner::ShareVerified(const std::vector<Entry>& entries, std::vector<StepToken>& tokens) {
+  // Slots per sampled entry: how many tokens it got, then room for 1 + k.
+  int64_t slots = 0;
   for (const Entry& e : entries) {
-    if (e.sample && k < tokens.size()) seqs_.at(e.id).next_input = tokens[k++].sampled.token;
+    if (e.sample) slots += 2 + std::ssize(e.drafts);
+  }
+  Communicator& comm = model_.comm();
+  if (comm.world_size() == 1) return absl::OkStatus();
+  Backend& backend = model_.backend();
+  const ModelOptions& o = model_.options();
+  const int64_t capacity = 2 * std::max<int64_t>(1, o.max_num_seqs) + std::max<int64_t>(1, o.max_num_tokens);
+  if (shared_verified_.empty()) shared_verified_ = backend.Allocate(DType::kF32, {capacity});
+  if (slots > capacity) {
+    return absl::InternalError(absl::StrCat("step: ", slots, " token slots to share, room for ", capacity));
+  }
+  const Tensor staged = shared_verified_.tensor().Rows(0, slots);
+  shared_host_.assign(static_cast<size_t>(slots), 0.0f);
+  if (rank_ == 0) {
+    size_t at = 0, k = 0;
+    for (const Entry& e : entries) {
+      if (!e.sample) continue;
+      const size_t begin = k;
+      while (k < tokens.size() && tokens[k].seq_id == e.id) ++k;
+      shared_host_[at] = static_cast<float>(k - begin);
+      for (size_t i = begin; i < k; ++i) shared_host_[at + 1 + i - begin] = static_cast<float>(tokens[i].sampled.token);
+      at += 2 + e.drafts.size();
+    }
+    backend.CopyFromHost(shared_host_.data(), DType::kF32, staged);
+  }
+  TPSERVE_RETURN_IF_ERROR(comm.Broadcast(staged, 0));
+  if (rank_ != 0) {
+    backend.CopyToHostF32(staged, shared_host_.data());
+    size_t at = 0;
+    for (const Entry& e : entries) {
+      if (!e.sample) continue;
+      const auto got = static_cast<size_t>(shared_host_[at]);
+      for (size_t i = 0; i < got; ++i) {
+        tokens.push_back(StepToken{.seq_id = e.id, .sampled = {.token = static_cast<int32_t>(shared_host_[at + 1 + i])}});
+      }
+      at += 2 + e.drafts.size();
+    }
   }
   return absl::OkStatus();
+}
+
+void StepRunner::KeepAccepted(const std::vector<Entry>& entries, const std::vector<StepToken>& tokens) {
+  size_t k = 0;
+  for (const Entry& e : entries) {
+    if (!e.sample) continue;
+    const size_t begin = k;
+    while (k < tokens.size() && tokens[k].seq_id == e.id) ++k;
+    if (k == begin) continue;  // rank 0 failed to sample: reported already
+    Sequence& seq = seqs_.at(e.id);
+    seq.next_input = tokens[k - 1].sampled.token;
+    if (e.drafts.empty()) continue;
+    // Its input and the accepted proposals are computed; the rejected ones'
+    // K/V stays unread in slots the next steps write again, and the blocks
+    // past the accepted positions go back (Scheduler::OnStepDone frees them).
+    seq.num_computed = e.num_computed + static_cast<int64_t>(k - begin);
+    seq.block_table.resize(static_cast<size_t>(BlockManager::BlocksFor(seq.num_computed, cache_.block_size())));
+  }
 }
 
 absl::Status StepRunner::ScorePrompts() {
@@ -383,9 +487,12 @@ absl::Status StepRunner::Compute(std::optional<Logits>& logits) {
     return absl::OkStatus();
   }
   step_seqs_.clear();
-  for (const Entry& e : entries_) step_seqs_.push_back({e.tokens, e.num_computed, e.table});
+  for (const Entry& e : entries_) {
+    step_seqs_.push_back({e.tokens, e.num_computed, e.table, 1 + static_cast<int32_t>(e.drafts.size())});
+  }
   TPSERVE_RETURN_IF_ERROR(batch_.Assign(step_seqs_, cache_.block_size()));
-  TPSERVE_ASSIGN_OR_RETURN(logits, Forward(rank_ == 0 && options_.sampler != nullptr));
+  // A step that verifies drafts samples on the host, row after row (SampleVerified).
+  TPSERVE_ASSIGN_OR_RETURN(logits, Forward(rank_ == 0 && options_.sampler != nullptr && !verifies()));
   return absl::OkStatus();
 }
 

@@ -25,6 +25,16 @@
 //      rows in bounded passes, worker/prompt_logprobs.h); rank 0 keeps them
 //      for prompt_logprobs().
 //
+// Speculative decoding: a continuing decode_sampled sequence may carry
+// draft_token_ids (k proposals, scheduler/step_plan.h): it computes its input
+// and the k proposals (a multi-token sequence of the prefill group) with k + 1
+// logits rows, rank 0 samples them on the host row by row with the sequence's
+// own sampling state (SampleVerified: a proposal is kept while it equals the
+// token sampled at the row before it), every rank learns how many tokens each
+// such sequence got (ShareVerified) and keeps the accepted positions computed
+// and the blocks that hold them, no more (KeepAccepted), as the coordinator's
+// Scheduler::OnStepDone does.
+//
 // Step layout (backend/step_batch.h): sequences in `order`; those up to and including
 // the last one with more than one token to compute form the prefill group, the
 // rest are one-token decodes. Any order therefore gives a valid step; the
@@ -172,6 +182,8 @@ class StepRunner {
     std::vector<int32_t> replaced_before;          // [cont->replaced_blocks] the entries they replace (UnstageBlocks)
     SequenceConstraint* constraint = nullptr;      // rank 0: its constraint (held, or new in pending_)
     int32_t mask = -1;                             // its row of mask_words_ this step, -1 = none
+    std::span<const int32_t> drafts;               // [k] proposed tokens after its input (cont->draft_token_ids)
+    std::vector<int32_t> verified;                 // [1 + k] with drafts: its input, then the drafts (`tokens`)
   };
 
   absl::Status Reserve();
@@ -228,6 +240,21 @@ class StepRunner {
   // only), then each sampled sequence's next_input. An error leaves the
   // ranks out of step.
   absl::Status ShareTokens(const std::vector<Entry>& entries, std::vector<StepToken>& tokens);
+  // Speculative decoding: entry `e`'s tokens from its logits rows [row, row + 1 + k):
+  // sampled row by row, each proposed token kept while it equals the token
+  // sampled at the row before it (for a greedy row the target's argmax; with
+  // temperature the rule for a deterministic draft: kept with the target's
+  // probability of it, else the token sampled from the rest), then the row
+  // after the last kept one. One sampler draw per token, as without drafts.
+  void SampleVerified(const Entry& e, const Logits& logits, int64_t row, std::vector<StepToken>& tokens);
+  // ShareTokens when the step verified drafts: a count and the tokens per
+  // sampled entry, so every rank learns how many each kept.
+  absl::Status ShareVerified(const std::vector<Entry>& entries, std::vector<StepToken>& tokens);
+  // Every rank, once the tokens are shared: each sampled entry's next input
+  // (its last token) and, for one that verified drafts, its computed count
+  // and block table cut back to the accepted positions.
+  void KeepAccepted(const std::vector<Entry>& entries, const std::vector<StepToken>& tokens);
+  bool verifies() const { return num_drafts_ > 0; }
   // Step 5 above, after Commit: prompt_logprobs_ (rank 0) from the entries
   // of the sequences that asked for them. A failed collective as it came.
   absl::Status ScorePrompts();
@@ -246,10 +273,12 @@ class StepRunner {
   std::vector<Entry> entries_;
   absl::flat_hash_map<uint64_t, int32_t> index_;
   std::vector<StepSequence> step_seqs_;
+  int64_t num_drafts_ = 0;  // proposed tokens in the current step (its logits rows beyond one per sequence)
   absl::flat_hash_map<uint64_t, Sequence> seqs_;
   // [max_num_seqs] f32 in the backend's memory: the sampled ids travel through
   // it (NCCL broadcasts device buffers; ids as floats, exact below 2^24).
   Buffer shared_tokens_;
+  Buffer shared_verified_;  // [2 * max_num_seqs + max_num_tokens] f32: ShareVerified's counts and tokens
   std::vector<float> shared_host_;        // its host side, reused
   // Rank 0, constrained output: the constraints of this plan's new sequences
   // (moved into seqs_ by Commit), the masks of this step ([masks, words])

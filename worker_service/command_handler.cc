@@ -109,6 +109,8 @@ absl::Status CommandHandler::Load(const iv1::Load& load, iv1::Loaded& out) {
   if (load.max_num_batched_tokens() > 0) options.max_num_tokens = load.max_num_batched_tokens();
   if (load.max_num_seqs() > 0) options.max_num_seqs = load.max_num_seqs();
   options.max_position = load.max_model_len();
+  // Speculative decoding: a step's logits rows, one per sequence and one per proposed token.
+  if (load.max_num_draft_tokens() > 0) options.max_num_logits_rows = options.max_num_seqs + load.max_num_draft_tokens();
   TPSERVE_ASSIGN_OR_RETURN(const ModelConfig config, LoadModelConfig(load.model_dir()));
 
   RankStartOptions start;

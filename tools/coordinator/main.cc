@@ -86,6 +86,15 @@ ABSL_FLAG(int64_t, num_gpu_blocks_override, 0, "allocate this many KV blocks ins
 ABSL_FLAG(bool, enable_prefix_caching, true, "reuse KV blocks of identical prompt prefixes");
 ABSL_FLAG(bool, overlap, true,
           "schedule step N+1 while step N runs (one step in flight ahead); --no-overlap: lock-step");
+ABSL_FLAG(std::string, speculative_method, "off",
+          "speculative decoding without a draft model: ngram (prompt lookup), suffix (suffix decoding over the "
+          "sequence and recent outputs) or off; the output is the same token for token, only faster when "
+          "proposals are accepted");
+ABSL_FLAG(int, num_speculative_tokens, 4, "speculative decoding: most tokens proposed per sequence and step (1-16)");
+ABSL_FLAG(bool, speculative_policy, true,
+          "speculative decoding: choose each sequence's number of proposed tokens from its recent acceptance and "
+          "the measured cost of a verification step at the batch size (none at large batches); false: always "
+          "propose up to --num-speculative-tokens");
 ABSL_FLAG(uint32_t, simulate_step_us, 0,
           "benchmarks only: workers sleep this many microseconds per step instead of running the model "
           "and emit made-up tokens");
@@ -139,6 +148,9 @@ CoordinatorOptions OptionsFromFlags() {
   o.num_gpu_blocks_override = absl::GetFlag(FLAGS_num_gpu_blocks_override);
   o.enable_prefix_caching = absl::GetFlag(FLAGS_enable_prefix_caching);
   o.overlap = absl::GetFlag(FLAGS_overlap);
+  o.speculation.method = absl::GetFlag(FLAGS_speculative_method);
+  o.speculation.num_speculative_tokens = absl::GetFlag(FLAGS_num_speculative_tokens);
+  o.speculation.policy = absl::GetFlag(FLAGS_speculative_policy);
   o.simulate_step_us = absl::GetFlag(FLAGS_simulate_step_us);
   o.worker_transport = absl::GetFlag(FLAGS_worker_transport);
   o.drain_timeout = absl::GetFlag(FLAGS_drain_timeout);
