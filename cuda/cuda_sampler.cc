@@ -190,7 +190,7 @@ void CudaSampler::CheckSampleArgs(const Tensor& gathered, int64_t vocab_size, si
 }
 
 int64_t CudaSampler::StageRows(std::span<SequenceSamplingState* const> seqs,
-                               const std::vector<int64_t>& picked) {
+                               const std::vector<int64_t>& picked, int64_t vocab_size) {
   const int64_t rows = static_cast<int64_t>(picked.size());
   staging_.clear();
   for (int64_t s = 0; s < rows; ++s) {
@@ -202,8 +202,10 @@ int64_t CudaSampler::StageRows(std::span<SequenceSamplingState* const> seqs,
                           "; the coordinator's max_logprobs must not exceed the sampler's"));
     }
     h_offsets_[s] = static_cast<int32_t>(staging_.size());
-    sampling::AppendPenaltyEntries(seq, staging_);
+    const sampling::RowEntries entries =
+        sampling::AppendRowEntries(seq, static_cast<int32_t>(vocab_size), staging_);
     h_params_[s] = sampling::MakeRowParams(seq.params(), seq.NextUniform());
+    h_params_[s].allowed_only = entries.allowed_only ? 1 : 0;
   }
   const int64_t num_entries = static_cast<int64_t>(staging_.size());
   h_offsets_[rows] = static_cast<int32_t>(num_entries);
@@ -372,7 +374,7 @@ std::vector<SampledToken> CudaSampler::Sample(const Tensor& gathered, int64_t vo
   CheckSampleArgs(gathered, vocab_size, seqs.size(), rows);
 
   // Rows: parameters, this token's uniform, penalty entries.
-  const int64_t num_entries = StageRows(seqs, picked);
+  const int64_t num_entries = StageRows(seqs, picked, vocab_size);
   if (BackendGraph* graph = GraphFor(gathered, vocab_size, rows, num_entries)) {
     *h_live_rows_ = static_cast<int32_t>(rows);  // read by the graph's copy when it runs
     graph->Replay();

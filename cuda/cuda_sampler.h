@@ -138,8 +138,10 @@ class CudaSampler final : public DeviceSampler {
   // the `num_seqs` in `gathered` fit this sampler.
   void CheckSampleArgs(const Tensor& gathered, int64_t vocab_size, size_t num_seqs, int64_t rows) const;
   // Fills the pinned mirrors for seqs[picked[k]] (row k), drawing each row's
-  // uniform; returns the number of penalty entries.
-  int64_t StageRows(std::span<SequenceSamplingState* const> seqs, const std::vector<int64_t>& picked);
+  // uniform; returns the number of entries (penalties and token-level controls,
+  // sampling_inputs.h: proportional to each row's own, never to the vocabulary).
+  int64_t StageRows(std::span<SequenceSamplingState* const> seqs, const std::vector<int64_t>& picked,
+                    int64_t vocab_size);
   // Queues the copies of the staged rows to the device: the sliced path's
   // part (row index, params: one copy of the upload block), then the row
   // kernel's (offsets, entries).

@@ -81,7 +81,7 @@ struct SliceStages {
 
 // Whether a row is sampled by the sliced path: no penalty entries, no log-probs.
 inline bool SlicedSamplerCovers(const sampling::RowParams& p, int32_t num_entries) {
-  return num_entries == 0 && p.num_logprobs < 0;
+  return num_entries == 0 && p.num_logprobs < 0 && p.allowed_only == 0;
 }
 
 // The optional stages of a call, as a set of bits: the top-k passes, the

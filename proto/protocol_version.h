@@ -11,6 +11,8 @@ namespace tpserve {
 // of shared KV blocks): a worker that ignored them would write shared blocks.
 // 6: SamplingParams.prompt_logprobs and StepResult.prompt_logprobs: a worker
 // that ignored them would leave a request waiting for its prompt's log-probs.
-inline constexpr uint32_t kWorkerProtocolVersion = 6;
+// 7: SamplingParams.logit_bias, allowed_token_ids, bad_words (token-level
+// controls): a worker that ignored them would sample banned tokens.
+inline constexpr uint32_t kWorkerProtocolVersion = 7;
 
 }  // namespace tpserve

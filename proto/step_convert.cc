@@ -62,6 +62,15 @@ iv1::SamplingParams SamplingToProto(const SamplingParams& s) {
   p.set_logprobs(s.logprobs);
   p.set_prompt_logprobs(s.prompt_logprobs);
   if (s.constraint != nullptr) *p.mutable_constraint() = ConstraintToProto(*s.constraint);
+  if (s.controls != nullptr) {
+    for (const auto& [token, bias] : s.controls->logit_bias) {
+      iv1::LogitBias* b = p.add_logit_bias();
+      b->set_token(token);
+      b->set_bias(bias);
+    }
+    p.mutable_allowed_token_ids()->Add(s.controls->allowed_token_ids.begin(), s.controls->allowed_token_ids.end());
+    for (const std::vector<int32_t>& w : s.controls->bad_words) p.add_bad_words()->mutable_ids()->Add(w.begin(), w.end());
+  }
   return p;
 }
 
@@ -78,6 +87,14 @@ SamplingParams SamplingFromProto(const iv1::SamplingParams& p) {
   s.logprobs = p.logprobs();
   s.prompt_logprobs = p.prompt_logprobs();
   if (p.has_constraint()) s.constraint = std::make_shared<const OutputConstraint>(ConstraintFromProto(p.constraint()));
+  if (p.logit_bias_size() > 0 || p.allowed_token_ids_size() > 0 || p.bad_words_size() > 0) {
+    auto c = std::make_shared<TokenControls>();
+    for (const iv1::LogitBias& b : p.logit_bias()) c->logit_bias.emplace_back(b.token(), b.bias());
+    c->allowed_token_ids.assign(p.allowed_token_ids().begin(), p.allowed_token_ids().end());
+    for (const iv1::TokenSequence& w : p.bad_words()) c->bad_words.emplace_back(w.ids().begin(), w.ids().end());
+    NormalizeTokenControls(*c);  // the samplers rely on sorted lists (ValidateSamplingParams checks the rest)
+    s.controls = std::move(c);
+  }
   return s;
 }
 

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cmath>
+#include <limits>
 #include <numeric>
 
 #include "absl/strings/str_cat.h"
@@ -143,6 +144,8 @@ absl::Status ValidateSamplingParams(const SamplingParams& p) {
   if (p.prompt_logprobs < -1 || p.prompt_logprobs > kMaxLogprobs) {
     return Invalid("prompt_logprobs", p.prompt_logprobs, "in [0, 20] (kMaxLogprobs), or -1 for none");
   }
+  // Ids past the sampler's vocabulary are ignored there (the coordinator checks them against the model's).
+  if (p.controls != nullptr) return ValidateTokenControls(*p.controls, std::numeric_limits<int32_t>::max());
   return absl::OkStatus();
 }
 
@@ -161,7 +164,19 @@ SequenceSamplingState::SequenceSamplingState(const SamplingParams& params,
                                              std::span<const int32_t> output)
     : params_(params), rng_(params.seed ? *params.seed : FreshSeed()) {
   if (params_.repetition_penalty != 1.0f) prompt_tokens_.insert(prompt.begin(), prompt.end());
+  if (params_.controls != nullptr) tail_length_ = params_.controls->TailLength();
   for (int32_t token : output) AppendOutput(token);
+}
+
+void SequenceSamplingState::AppendOutput(int32_t token) {
+  ++output_counts_[token];
+  if (tail_length_ == 0) return;
+  tail_.push_back(token);
+  if (std::ssize(tail_) >= 2 * tail_length_) tail_.erase(tail_.begin(), tail_.end() - tail_length_);  // amortized O(1)
+}
+
+void SequenceSamplingState::AppendBannedTokens(std::vector<int32_t>& out) const {
+  if (params_.controls != nullptr) tpserve::AppendBannedTokens(*params_.controls, tail_, out);
 }
 
 int32_t SequenceSamplingState::OutputCount(int32_t token) const {
@@ -173,25 +188,45 @@ double SequenceSamplingState::NextUniform() {
   return static_cast<double>(rng_() >> 11) * 0x1.0p-53;
 }
 
-void ApplyPenalties(const SequenceSamplingState& seq, std::span<float> logits) {
+namespace {
+
+// Where token t is in a row of `size` logits laid out as ApplyPenalties says; -1: not there.
+int64_t SlotOf(int32_t t, int64_t size, std::span<const int32_t> ids) {
+  if (ids.empty()) return t >= 0 && t < size ? t : -1;
+  const auto it = std::lower_bound(ids.begin(), ids.end(), t);
+  return it != ids.end() && *it == t ? it - ids.begin() : -1;
+}
+
+}  // namespace
+
+void ApplyPenalties(const SequenceSamplingState& seq, std::span<float> logits, std::span<const int32_t> ids) {
   const SamplingParams& p = seq.params();
-  const int64_t vocab = static_cast<int64_t>(logits.size());
-  auto in_vocab = [&](int32_t t) { return t >= 0 && t < vocab; };
+  const int64_t size = static_cast<int64_t>(logits.size());
   if (p.repetition_penalty != 1.0f) {
     const float r = p.repetition_penalty;
-    auto penalise = [&](int32_t t) { logits[t] = logits[t] > 0 ? logits[t] / r : logits[t] * r; };
+    auto penalise = [&](int64_t k) { logits[k] = logits[k] > 0 ? logits[k] / r : logits[k] * r; };
     for (int32_t t : seq.prompt_tokens_) {
-      if (in_vocab(t)) penalise(t);
+      if (const int64_t k = SlotOf(t, size, ids); k >= 0) penalise(k);
     }
     for (const auto& [t, count] : seq.output_counts_) {
-      if (in_vocab(t) && !seq.InPrompt(t)) penalise(t);
+      if (seq.InPrompt(t)) continue;
+      if (const int64_t k = SlotOf(t, size, ids); k >= 0) penalise(k);
     }
   }
   if (p.frequency_penalty != 0.0f || p.presence_penalty != 0.0f) {
     for (const auto& [t, count] : seq.output_counts_) {
-      if (!in_vocab(t) || count == 0) continue;
-      logits[t] -= p.frequency_penalty * static_cast<float>(count) + p.presence_penalty;
+      const int64_t k = SlotOf(t, size, ids);
+      if (k < 0 || count == 0) continue;
+      logits[k] -= p.frequency_penalty * static_cast<float>(count) + p.presence_penalty;
     }
+  }
+}
+
+void ApplyRowEdits(std::span<const std::pair<int32_t, float>> edits, std::span<float> logits,
+                   std::span<const int32_t> ids) {
+  const int64_t size = static_cast<int64_t>(logits.size());
+  for (const auto& [t, bias] : edits) {
+    if (const int64_t k = SlotOf(t, size, ids); k >= 0) logits[k] += bias;
   }
 }
 
@@ -203,19 +238,37 @@ std::vector<SampledToken> Sample(std::span<const float> logits, int64_t row_stri
                 "Sample: logits of ", logits.size(), " floats do not hold ", num_rows,
                 " rows of stride ", row_stride, " with ", vocab_size, " tokens");
   std::vector<SampledToken> result(num_rows);
-  std::vector<float> work;       // [V] penalised logits
+  std::vector<float> work;       // [V] penalised logits, or [n] those of the n allowed tokens
   std::vector<double> weight;    // [V] scratch for DrawFiltered
   std::vector<int32_t> indices;  // [V] scratch
+  std::vector<int32_t> banned;   // scratch: the bad words' bans
+  std::vector<std::pair<int32_t, float>> edits;  // scratch: RowEdits
   for (int64_t s = 0; s < num_rows; ++s) {
     SequenceSamplingState& seq = *seqs[s];
     const SamplingParams& p = seq.params();
     const std::span<const float> raw = logits.subspan(s * row_stride, vocab_size);
-    work.assign(raw.begin(), raw.end());
-    ApplyPenalties(seq, work);
+    // Step 0: the candidates (every token, or the allowed ones gathered) and their edits.
+    const std::span<const int32_t> ids = p.controls != nullptr
+                                             ? AllowedInVocab(*p.controls, static_cast<int32_t>(vocab_size))
+                                             : std::span<const int32_t>();
+    if (ids.empty()) {
+      work.assign(raw.begin(), raw.end());
+    } else {
+      work.resize(ids.size());
+      for (size_t k = 0; k < ids.size(); ++k) work[k] = raw[static_cast<size_t>(ids[k])];
+    }
+    if (p.controls != nullptr) {
+      banned.clear();
+      seq.AppendBannedTokens(banned);
+      RowEdits(*p.controls, banned, static_cast<int32_t>(vocab_size), edits);
+      ApplyRowEdits(edits, work, ids);
+    }
+    ApplyPenalties(seq, work, ids);
     const double u = seq.NextUniform();  // drawn for greedy too: one per token, always
     SampledToken& out = result[s];
     out.token = p.temperature < kGreedyTemperature ? Argmax(work)
                                                    : DrawFiltered(work, p, u, weight, indices);
+    if (!ids.empty()) out.token = ids[static_cast<size_t>(out.token)];
     if (p.logprobs >= 0) FillLogprobs(raw, p.logprobs, out, indices);
     seq.AppendOutput(out.token);
   }

@@ -2,6 +2,9 @@
 // sequence to the next token ids (and log-probs when asked).
 //
 // Per row, in vLLM's order:
+//   0. token-level controls (sampling/token_controls.h): only the allowed
+//      tokens are candidates (gathered, not masked: the row shrinks to them),
+//      bad words' banned tokens become -inf, logit_bias is added;
 //   1. penalties on the raw logits x (counts from this sequence's history):
 //        repetition r, over tokens seen in the prompt OR the output:
 //                      x > 0 ? x / r : x · r
@@ -36,6 +39,7 @@
 #include "absl/container/flat_hash_set.h"
 #include "absl/status/status.h"
 #include "sampling/output_constraint.h"
+#include "sampling/token_controls.h"
 
 namespace tpserve {
 
@@ -60,6 +64,9 @@ struct SamplingParams {
   // Constrained output: rank 0 masks the tokens the grammar forbids before
   // sampling (constrained/sequence_constraint.h); nullptr = free text.
   std::shared_ptr<const OutputConstraint> constraint;
+  // logit_bias, allowed_token_ids, bad_words (step 0 above); nullptr = none.
+  // Normalized and validated (token_controls.h) by whoever fills it.
+  std::shared_ptr<const TokenControls> controls;
 };
 
 // OK, or INVALID_ARGUMENT naming the field, its value and the accepted range.
@@ -77,7 +84,7 @@ class SequenceSamplingState {
 
   const SamplingParams& params() const { return params_; }
   // Records a generated token (Sample does this for the token it returns).
-  void AppendOutput(int32_t token) { ++output_counts_[token]; }
+  void AppendOutput(int32_t token);
   int32_t OutputCount(int32_t token) const;
   bool InPrompt(int32_t token) const { return prompt_tokens_.contains(token); }
   // The next uniform double in [0, 1) from this sequence's RNG (53 random bits).
@@ -87,14 +94,20 @@ class SequenceSamplingState {
   // generated ids with their counts.
   const absl::flat_hash_set<int32_t>& prompt_tokens() const { return prompt_tokens_; }
   const absl::flat_hash_map<int32_t, int32_t>& output_counts() const { return output_counts_; }
+  // Appends the tokens the bad words ban for the next token (AppendBannedTokens
+  // over the output's last tokens, which this state keeps for them).
+  void AppendBannedTokens(std::vector<int32_t>& out) const;
 
  private:
-  friend void ApplyPenalties(const SequenceSamplingState& seq, std::span<float> logits);
+  friend void ApplyPenalties(const SequenceSamplingState& seq, std::span<float> logits,
+                             std::span<const int32_t> ids);
 
   SamplingParams params_;
   std::mt19937_64 rng_;
   absl::flat_hash_set<int32_t> prompt_tokens_;          // distinct prompt ids (repetition only)
   absl::flat_hash_map<int32_t, int32_t> output_counts_;  // token id -> times generated
+  int32_t tail_length_ = 0;    // params_.controls' TailLength()
+  std::vector<int32_t> tail_;  // the last tail_length_ (to 2x) output tokens, oldest first
 };
 
 struct SampledToken {
@@ -115,7 +128,16 @@ struct ScoredToken {
 ScoredToken ScoreToken(std::span<const float> raw, int32_t token, int32_t n, std::vector<int32_t>& scratch);
 
 // Applies the penalties of `seq` to one row of raw logits in place (step 1 above).
-void ApplyPenalties(const SequenceSamplingState& seq, std::span<float> logits /*[V]*/);
+//   logits: [V], token t at t; or, with `ids` ([n] sorted token ids), [n]:
+//           token ids[k] at k (a row gathered to its allowed tokens).
+void ApplyPenalties(const SequenceSamplingState& seq, std::span<float> logits,
+                    std::span<const int32_t> ids = {});
+
+// Applies the row's edits (RowEdits: logit_bias and bans, sorted by token) in
+// place, on the same layout as ApplyPenalties: logits[slot] += bias; a token
+// not in `ids` is not a candidate and is skipped.
+void ApplyRowEdits(std::span<const std::pair<int32_t, float>> edits, std::span<float> logits,
+                   std::span<const int32_t> ids = {});
 
 // Samples one token per sequence and records it in that sequence's state.
 //   logits: [S, row_stride] host float32, row s for seqs[s]; only the first

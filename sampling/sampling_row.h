@@ -4,7 +4,8 @@
 // tpserve::Sample). No CUDA headers: g++ compiles this file as plain C++.
 //
 // Semantics are those of the host sampler (sampling/sampler.h), in vLLM's order:
-//   penalties on the raw logits x → greedy argmax (ties to the lowest id), or
+//   token-level controls (sampling/token_controls.h: allowed tokens, bans,
+//   logit_bias) and penalties on the raw logits x → greedy argmax (ties to the lowest id), or
 //   x / T → min-p → top-k → top-p → one inverse-CDF draw at the row's uniform u
 //   over the kept tokens in id order; log-probs of the raw logits.
 //
@@ -16,6 +17,13 @@
 // (counts for top-k, masses for top-p), then over ids inside a tie group.
 // Every bisection step is one pass over the row with a block reduction; all
 // threads see the same reduced value, so the control flow stays uniform.
+//
+// Token-level controls travel in the row's entries (PenaltyEntry::bias: the
+// logit_bias, or -inf for a banned token), so they cost per row what its
+// entries cost, not the vocabulary. allowed_token_ids: the row's entries are
+// then exactly its allowed tokens (RowParams::allowed_only) and every pass
+// walks them instead of the vocabulary (ForEachCandidate): the gathered row
+// of the host sampler, without a copy. Only the raw log-probs read the whole row.
 //
 // Precision: weights w in fp32 (expf), every sum of weights in fp64 (a one-
 // thread fp32 sum over 128k terms would drift by up to 1e-2 relative; fp64
@@ -51,15 +59,18 @@ struct RowParams {
   float presence_penalty = 0.0f;
   float frequency_penalty = 0.0f;
   int32_t num_logprobs = -1;  // -1: none; n >= 0: the chosen token's and the top n
+  int32_t allowed_only = 0;   // 1: the candidates are the row's entries (allowed_token_ids), > 0 of them
   double uniform = 0.0;       // [0, 1): this row's one draw from its sequence's RNG
 };
 
 // A token the sequence has seen (prompt, when the repetition penalty is on, or
-// output). A row's entries are sorted by token, without duplicates.
+// output), or one its token-level controls name (biased, banned, allowed).
+// A row's entries are sorted by token, without duplicates.
 struct PenaltyEntry {
   int32_t token;
   int32_t output_count;  // times generated so far (0: prompt only)
   int32_t in_prompt;     // 1 when in the prompt (only uploaded with a repetition penalty)
+  float bias = 0.0f;     // added before the penalties (logit_bias); -inf: banned (bad_words)
 };
 
 struct TopLogprob {
@@ -237,6 +248,7 @@ class RowSampler {
       if (entries_[mid].token < i) lo = mid + 1; else hi = mid;
     }
     const PenaltyEntry& e = entries_[lo];
+    if (e.bias != 0.0f) x = AddRn(x, e.bias);
     const float r = p_.repetition_penalty;
     if (r != 1.0f && (e.in_prompt != 0 || e.output_count > 0)) x = x > 0 ? x / r : MulRn(x, r);
     if ((p_.frequency_penalty != 0.0f || p_.presence_penalty != 0.0f) && e.output_count > 0) {
@@ -248,11 +260,28 @@ class RowSampler {
 
   TPSERVE_HD uint32_t KeyX(int32_t i, float raw) const { return OrderedKey(Penalised(i, raw)); }
 
+  // ---- the candidates: every token, or the row's entries (allowed_only) ----
+  TPSERVE_HD int32_t NumCandidates() const { return p_.allowed_only ? num_entries_ : row_.vocab; }
+  TPSERVE_HD int32_t Candidate(int32_t k) const { return p_.allowed_only ? entries_[k].token : k; }
+  // f(i, raw_i) for this thread's share of the candidates (increasing ids
+  // per thread); the whole row once Logprobs has begun (raw log-probs).
+  template <class F>
+  TPSERVE_HD void ForEachCandidate(F&& f) const {
+    if (!p_.allowed_only || whole_row_) {
+      ForEachToken(b_, row_, f);
+      return;
+    }
+    for (int32_t k = b_.thread(); k < num_entries_; k += b_.size()) {
+      const int32_t i = entries_[k].token;
+      f(i, row_.Raw(i));
+    }
+  }
+
   // ---- one pass each ----
   TPSERVE_HD void Stats() {
     ValueId best{-INFINITY, kNoId};
     float x_min = INFINITY, raw_min = INFINITY, raw_max = -INFINITY;
-    ForEachToken(b_, row_, [&](int32_t i, float raw) {
+    ForEachCandidate([&](int32_t i, float raw) {
       const float x = Penalised(i, raw);
       if (Better(ValueId{x, i}, best)) best = ValueId{x, i};
       x_min = fminf(x_min, x);
@@ -268,7 +297,7 @@ class RowSampler {
   template <class Pred>
   TPSERVE_HD int64_t CountIf(Pred&& pred) {
     int64_t n = 0;
-    ForEachToken(b_, row_, [&](int32_t i, float raw) { n += pred(i, raw) ? 1 : 0; });
+    ForEachCandidate([&](int32_t i, float raw) { n += pred(i, raw) ? 1 : 0; });
     return b_.Sum(n);
   }
 
@@ -277,7 +306,7 @@ class RowSampler {
   // Σ w over kept tokens with key >= min_key (fp64).
   TPSERVE_HD double MassFrom(const Cut& cut, uint32_t min_key) {
     double sum = 0;
-    ForEachToken(b_, row_, [&](int32_t i, float raw) {
+    ForEachCandidate([&](int32_t i, float raw) {
       const float x = Penalised(i, raw);
       const uint32_t key = OrderedKey(x);
       if (key >= min_key && Kept(cut, key, i)) sum += Weight(x);
@@ -311,7 +340,7 @@ class RowSampler {
     const uint32_t key_lo = key_lo_, key_hi = OrderedKey(best_.value);
     auto key_x = [&](int32_t i, float raw) { return KeyX(i, raw); };
     Cut cut{0, kNoId};  // everything
-    int64_t kept = row_.vocab;
+    int64_t kept = NumCandidates();
     if (p_.min_p > 0) {  // weight >= min_p (the max weight is 1), the host's fp64 formula
       const uint32_t k = FirstTrue(key_lo, key_hi, [&](uint32_t key) {
         return HostWeight(FromOrderedKey(key), best_.value, p_.temperature) >=
@@ -357,13 +386,13 @@ class RowSampler {
   }
 
   // First kept token (in id order) whose cumulative weight exceeds u · total.
-  // Thread t owns the contiguous ids [t·chunk, (t+1)·chunk); the first thread
-  // whose inclusive prefix exceeds the target walks its chunk.
+  // Thread t owns the contiguous candidates [t·chunk, (t+1)·chunk); the first
+  // thread whose inclusive prefix exceeds the target walks its chunk.
   TPSERVE_HD int32_t InverseCdf(const Cut& cut) {
-    const int32_t vocab = row_.vocab;
-    const int32_t chunk = (vocab + b_.size() - 1) / b_.size();
-    const int32_t begin = b_.thread() * chunk < vocab ? b_.thread() * chunk : vocab;
-    const int32_t end = begin + chunk < vocab ? begin + chunk : vocab;
+    const int32_t count = NumCandidates();
+    const int32_t chunk = (count + b_.size() - 1) / b_.size();
+    const int32_t begin = b_.thread() * chunk < count ? b_.thread() * chunk : count;
+    const int32_t end = begin + chunk < count ? begin + chunk : count;
     auto weight_of = [&](int32_t i, float* w) {  // false when i is not kept
       const float x = Penalised(i, row_.Raw(i));
       if (!Kept(cut, OrderedKey(x), i)) return false;
@@ -372,7 +401,8 @@ class RowSampler {
     };
     double local = 0;
     int32_t last_kept = -1;
-    for (int32_t i = begin; i < end; ++i) {
+    for (int32_t k = begin; k < end; ++k) {
+      const int32_t i = Candidate(k);
       float w;
       if (weight_of(i, &w)) {
         local += w;
@@ -390,7 +420,8 @@ class RowSampler {
     int32_t picked = kNoId;
     if (b_.thread() == owner) {
       double cum = exclusive;
-      for (int32_t i = begin; i < end && picked == kNoId; ++i) {
+      for (int32_t k = begin; k < end && picked == kNoId; ++k) {
+        const int32_t i = Candidate(k);
         float w;
         if (weight_of(i, &w)) {
           cum += w;
@@ -404,6 +435,16 @@ class RowSampler {
 
   // ---- raw log-probs (before penalties, temperature and filters) ----
   TPSERVE_HD void Logprobs(RowResult& result, TopLogprob* top) {
+    whole_row_ = true;       // from here on (SelectPrefix's counts too) the raw row, every token
+    if (p_.allowed_only) {  // Stats saw the candidates only: the raw range of the whole row
+      float raw_min = INFINITY, raw_max = -INFINITY;
+      ForEachToken(b_, row_, [&](int32_t, float raw) {
+        raw_min = fminf(raw_min, raw);
+        raw_max = fmaxf(raw_max, raw);
+      });
+      raw_min_ = b_.Min(raw_min);
+      raw_max_ = b_.Max(raw_max);
+    }
     double sum = 0;
     ForEachToken(b_, row_, [&](int32_t, float raw) { sum += expf(raw - raw_max_); });
     const double log_z = static_cast<double>(raw_max_) + log(b_.Sum(sum));
@@ -446,6 +487,7 @@ class RowSampler {
   float x_min_ = 0, raw_min_ = 0, raw_max_ = 0;
   float inv_t_ = 1;
   uint32_t key_lo_ = 0;  // key of the smallest penalised logit
+  bool whole_row_ = false;  // set by Logprobs: ForEachCandidate walks every token
 };
 
 // The host's "block": one thread, reductions are identities.

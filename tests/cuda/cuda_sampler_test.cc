@@ -1,7 +1,7 @@
 // CudaSampler against the host sampler tpserve::Sample on the same bf16-rounded
 // logits and the same per-sequence seeds: S in {1, 3, 19, 111}, V in {7, 4097,
-// 128256}, the tp = 1 and tp = 2 gather layouts, every filter, penalties and
-// log-probs; and seeded determinism whatever the row's position in the batch.
+// 128256}, the tp = 1 and tp = 2 gather layouts, every filter, penalties,
+// token-level controls (logit_bias, allowed_token_ids, bad_words) and log-probs; and seeded determinism whatever the row's position in the batch.
 // The emulated run (label cuda-emu) takes S <= 19 and V = 1031 for 128256
 // (tests/cuda/test_sizes.h).
 //
@@ -39,8 +39,13 @@ using sampling::RowParams;
 constexpr double kUniformSlack = 1e-6;
 constexpr float kLogprobTol = 1e-5f;
 
+std::shared_ptr<const TokenControls> Controls(TokenControls c) {
+  NormalizeTokenControls(c);
+  return std::make_shared<const TokenControls>(std::move(c));
+}
+
 std::vector<SamplingParams> ParamSets() {
-  std::vector<SamplingParams> sets(10);
+  std::vector<SamplingParams> sets(13);
   sets[0].temperature = 0;
   sets[1].temperature = 0.7f;
   sets[2].min_p = 0.05f;
@@ -52,6 +57,14 @@ std::vector<SamplingParams> ParamSets() {
   sets[7].temperature = 0, sets[7].repetition_penalty = 0.7f, sets[7].presence_penalty = -1.0f;
   sets[8].logprobs = 5, sets[8].top_k = 3;
   sets[9].logprobs = 0, sets[9].top_p = 0.5f, sets[9].frequency_penalty = 1.0f;
+  // Token-level controls (ids past a small vocabulary are dropped by both samplers alike).
+  sets[10].temperature = 0.9f, sets[10].top_p = 0.9f;
+  sets[10].controls = Controls({.logit_bias = {{0, 3.0f}, {2, -100.0f}, {5, 1.5f}, {40, 2.0f}, {1000, -1.0f}}});
+  sets[11].top_k = 4, sets[11].logprobs = 2, sets[11].repetition_penalty = 1.2f;
+  sets[11].controls = Controls({.logit_bias = {{3, 2.0f}, {4, 50.0f}},
+                                .allowed_token_ids = {1, 2, 3, 5, 8, 13, 21, 34, 55, 89, 144, 233, 377, 610, 987, 4000}});
+  sets[12].temperature = 0, sets[12].repetition_penalty = 1.2f;
+  sets[12].controls = Controls({.bad_words = {{1}, {2, 3}, {0, 0}}});
   return sets;
 }
 
@@ -117,12 +130,13 @@ struct Sequences {
   }
 };
 
-Sequences MakeSequences(std::mt19937_64& rng, int rows, int vocab) {
+// Row s takes a random parameter set, or set s % sets when `in_order`.
+Sequences MakeSequences(std::mt19937_64& rng, int rows, int vocab, bool in_order = false) {
   Sequences seqs;
   const std::vector<SamplingParams> sets = ParamSets();
   std::uniform_int_distribution<int32_t> any_token(0, vocab - 1);
   for (int s = 0; s < rows; ++s) {
-    SamplingParams p = sets[(s + rng() % sets.size()) % sets.size()];
+    SamplingParams p = sets[in_order ? s % sets.size() : (s + rng() % sets.size()) % sets.size()];
     p.seed = rng();
     std::vector<int32_t> prompt(17), output(4);
     for (int32_t& t : prompt) t = any_token(rng);
@@ -134,7 +148,7 @@ Sequences MakeSequences(std::mt19937_64& rng, int rows, int vocab) {
   return seqs;
 }
 
-void CompareWithHost(int tp, int rows, int vocab, uint64_t seed) {
+void CompareWithHost(int tp, int rows, int vocab, uint64_t seed, bool every_set = false, int steps = 3) {
   SCOPED_TRACE("tp=" + std::to_string(tp) + " S=" + std::to_string(rows) +
                " V=" + std::to_string(vocab) + " seed=" + std::to_string(seed));
   std::mt19937_64 rng(seed);
@@ -147,9 +161,9 @@ void CompareWithHost(int tp, int rows, int vocab, uint64_t seed) {
   options.penalty_entries = 16;  // small on purpose: the first penalised step must grow it
   auto sampler = CudaSampler::Create(options, stream);
   ASSERT_TRUE(sampler.ok()) << sampler.status();
-  Sequences seqs = MakeSequences(rng, rows, vocab);
+  Sequences seqs = MakeSequences(rng, rows, vocab, every_set);
   std::vector<bool> diverged(rows, false);
-  for (int step = 0; step < 3; ++step) {
+  for (int step = 0; step < steps; ++step) {
     HostGathered g = RandomLogits(rng, tp, rows, vocab);
     DeviceCopy device(g.bits.data(), g.bits.size() * sizeof(uint16_t));
     const Tensor gathered(device.ptr, DType::kBF16, Device::kCuda, {tp, rows, g.shard_vocab});
@@ -160,10 +174,11 @@ void CompareWithHost(int tp, int rows, int vocab, uint64_t seed) {
       if (diverged[s]) continue;
       SCOPED_TRACE("step=" + std::to_string(step) + " row=" + std::to_string(s));
       std::vector<PenaltyEntry> entries;
-      sampling::AppendPenaltyEntries(*seqs.twin[s], entries);
+      const bool allowed_only = sampling::AppendRowEntries(*seqs.twin[s], vocab, entries).allowed_only;
       const double u = seqs.twin[s]->NextUniform();
       if (got[s].token != want[s].token) {
-        const RowParams p = sampling::MakeRowParams(seqs.twin[s]->params(), u);
+        RowParams p = sampling::MakeRowParams(seqs.twin[s]->params(), u);
+        p.allowed_only = allowed_only ? 1 : 0;
         RowParams lower = p, upper = p;
         lower.uniform = std::max(0.0, u - kUniformSlack);
         upper.uniform = std::min(1.0, u + kUniformSlack);
@@ -202,6 +217,17 @@ TEST(CudaSampler, MatchesHostSampler) {
       for (int vocab : {7, 4097, cuda_test::kLargeVocab}) CompareWithHost(tp, rows, vocab, seed + rows * 7 + vocab);
     }
   }
+}
+
+// Every parameter set in one batch, the token-level controls' among them
+// (logit_bias, allowed_token_ids with the raw log-probs, bad words against
+// the output's tail), over several steps: the rows with entries run the row
+// kernel beside rows the sliced path could take, all as the host sampler.
+TEST(CudaSampler, TokenControlsMatchHostSampler) {
+  TPSERVE_REQUIRE_GPU();
+  const uint64_t seed = testing_util::TestSeed();
+  const int sets = static_cast<int>(ParamSets().size());
+  for (int tp : {1, 2}) CompareWithHost(tp, sets, 4097, seed + tp, /*every_set=*/true, /*steps=*/6);
 }
 
 // f32 logits take the same path as bf16 (the LM head of an f32 build).

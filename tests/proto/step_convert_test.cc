@@ -4,6 +4,9 @@
 
 #include <gtest/gtest.h>
 
+#include <memory>
+#include <vector>
+
 namespace tpserve {
 namespace {
 
@@ -94,6 +97,28 @@ TEST(StepConvertTest, APlanSurvivesTheWireFieldForField) {
     EXPECT_EQ(back->block_copies[i].src, plan.block_copies[i].src);
     EXPECT_EQ(back->block_copies[i].dst, plan.block_copies[i].dst);
   }
+}
+
+// Token-level controls travel as the coordinator sorted them; the worker
+// sorts again what another sender might not have.
+TEST(StepConvertTest, TokenControlsSurviveTheWire) {
+  SamplingParams s = Seeded();
+  auto c = std::make_shared<TokenControls>();
+  c->logit_bias = {{2, -100.0f}, {9, 0.5f}};
+  c->allowed_token_ids = {1, 2, 9, 40};
+  c->bad_words = {{7}, {3, 4, 5}};
+  s.controls = c;
+  const iv1::SamplingParams proto = SamplingToProto(s);
+  const SamplingParams got = SamplingFromProto(proto);
+  ExpectSameSampling(got, s);
+  ASSERT_NE(got.controls, nullptr);
+  EXPECT_EQ(*got.controls, *c);
+  EXPECT_EQ(SamplingFromProto(SamplingToProto(Seeded())).controls, nullptr);
+  iv1::SamplingParams unsorted;
+  unsorted.add_allowed_token_ids(9);
+  unsorted.add_allowed_token_ids(1);
+  unsorted.add_allowed_token_ids(9);
+  EXPECT_EQ(SamplingFromProto(unsorted).controls->allowed_token_ids, (std::vector<int32_t>{1, 9}));
 }
 
 TEST(StepConvertTest, ANewSequenceWithoutSamplingIsRefusedByName) {

@@ -13,6 +13,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <memory>
 #include <random>
 #include <string>
 #include <vector>
@@ -144,6 +145,44 @@ std::vector<Case> Cases() {
     p.top_p = 0.95f;
     p.min_p = 0.05f;
   }, true, 1.0f);
+  // Token-level controls (entries with a bias; allowed_token_ids as the candidate list).
+  auto controls = [](TokenControls c) {
+    NormalizeTokenControls(c);
+    return std::make_shared<const TokenControls>(std::move(c));
+  };
+  add("logit_bias", [&](SamplingParams& p) {
+    p.temperature = 0.8f;
+    p.top_p = 0.9f;
+    p.controls = controls({.logit_bias = {{0, 2.0f}, {1, -100.0f}, {2, 5.0f}, {5, -1.5f}, {17, 3.0f},
+                                          {100, -2.0f}, {1000, 4.0f}}});
+  });
+  add("logit_bias_penalties_greedy", [&](SamplingParams& p) {
+    p.temperature = 0;
+    p.repetition_penalty = 1.4f;
+    p.frequency_penalty = 0.7f;
+    p.controls = controls({.logit_bias = {{0, 1.0f}, {3, 2.5f}, {6, -0.5f}, {50, 3.0f}, {4000, 6.0f}}});
+  });
+  const std::vector<int32_t> allowed = {0, 2, 3, 5, 8, 13, 21, 34, 55, 89, 144, 233, 377, 610, 987, 1597, 2584, 4096};
+  add("allowed", [&](SamplingParams& p) {
+    p.temperature = 1.2f;
+    p.top_k = 5;
+    p.repetition_penalty = 1.2f;
+    p.logprobs = 3;
+    p.controls = controls({.logit_bias = {{3, 1.0f}, {4, 9.0f}}, .allowed_token_ids = allowed});
+  });
+  add("allowed_greedy_bf16_ties", [&](SamplingParams& p) {
+    p.temperature = 0;
+    p.controls = controls({.allowed_token_ids = allowed});
+  }, true, 0.1f);
+  add("allowed_top_p_min_p", [&](SamplingParams& p) {
+    p.top_p = 0.7f;
+    p.min_p = 0.05f;
+    p.controls = controls({.allowed_token_ids = allowed, .bad_words = {{13}, {2, 3}}});
+  });
+  add("bad_words", [&](SamplingParams& p) {
+    p.temperature = 1.5f;
+    p.controls = controls({.bad_words = {{1}, {0, 2}, {4, 5, 6}}});
+  }, false, 0.5f);
   add("logprobs_0", [](SamplingParams& p) { p.logprobs = 0; });
   add("logprobs_5_ties", [](SamplingParams& p) {
     p.logprobs = 5;
@@ -190,9 +229,10 @@ int CompareCase(const Case& c, int tp, int rows, int vocab, uint64_t seed, int s
     for (int s = 0; s < rows; ++s) {
       SCOPED_TRACE("step=" + std::to_string(step) + " row=" + std::to_string(s));
       std::vector<PenaltyEntry> entries;
-      sampling::AppendPenaltyEntries(*twin[s], entries);
+      const sampling::RowEntries row_entries = sampling::AppendRowEntries(*twin[s], vocab, entries);
       const double u = twin[s]->NextUniform();
-      const RowParams p = sampling::MakeRowParams(twin[s]->params(), u);
+      RowParams p = sampling::MakeRowParams(twin[s]->params(), u);
+      p.allowed_only = row_entries.allowed_only ? 1 : 0;
       const RowOut got = RunRow(g, s, p, entries);
       if (got.result.token != want[s].token) {
         RowParams lower = p, upper = p;
