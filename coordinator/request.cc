@@ -247,7 +247,73 @@ absl::Status CheckConstraints(const v1::GenerateRequest& request) {
   return absl::OkStatus();
 }
 
-absl::Status CheckSampling(const v1::SamplingParams& s) {
+// The token-level controls' counts and ranges (their ids against `vocab`);
+// bad words are checked again once tokenized (TokenControlsOf).
+absl::Status CheckTokenControls(const v1::SamplingParams& s, int32_t vocab) {
+  if (s.logit_bias_size() > kMaxLogitBias) {
+    return Invalid("sampling.logit_bias", absl::StrCat(s.logit_bias_size(), " entries are more than the limit of ",
+                                                       kMaxLogitBias, "; bias at most 300 tokens"));
+  }
+  for (const auto& [token, bias] : s.logit_bias()) {
+    const std::string field = absl::StrCat("sampling.logit_bias[", token, "]");
+    if (token >= static_cast<uint32_t>(vocab)) {
+      return Invalid(field, absl::StrCat("token id ", token, " is outside the vocabulary (ids 0..", vocab - 1, ")"));
+    }
+    TPSERVE_RETURN_IF_ERROR(CheckFloat(field, bias, -kMaxLogitBiasValue, kMaxLogitBiasValue, false,
+                                       "-100 all but bans the token, 100 all but forces it"));
+  }
+  if (s.allowed_token_ids_size() > kMaxAllowedTokenIds) {
+    return Invalid("sampling.allowed_token_ids", absl::StrCat(s.allowed_token_ids_size(), " ids are more than the limit of ",
+                                                              kMaxAllowedTokenIds));
+  }
+  TPSERVE_RETURN_IF_ERROR(CheckTokenIds("sampling.allowed_token_ids", s.allowed_token_ids(), vocab));
+  if (s.bad_words_size() > kMaxBadWords) {
+    return Invalid("sampling.bad_words", absl::StrCat(s.bad_words_size(), " words are more than the limit of ",
+                                                      kMaxBadWords, "; give fewer"));
+  }
+  for (int i = 0; i < s.bad_words_size(); ++i) {
+    if (absl::StripLeadingAsciiWhitespace(s.bad_words(i)).empty()) {
+      return Invalid(absl::StrCat("sampling.bad_words[", i, "]"), "is empty; give a word or drop the entry");
+    }
+  }
+  return absl::OkStatus();
+}
+
+// vLLM's tokenization of bad words: each as written (leading spaces dropped),
+// and also with one leading space when that gives another first token and as
+// many tokens (the word inside a text, for tokenizers that mark word starts).
+std::vector<std::vector<int32_t>> BadWordTokens(const v1::SamplingParams& s, const Tokenizer& tokenizer) {
+  std::vector<std::vector<int32_t>> out;
+  for (const std::string& word : s.bad_words()) {
+    const absl::string_view stripped = absl::StripLeadingAsciiWhitespace(word);
+    const std::string bare(stripped.data(), stripped.size());
+    std::vector<int32_t> plain = tokenizer.Encode(bare, /*add_special_tokens=*/false, SpecialTokensInText::kAsText);
+    std::vector<int32_t> spaced =
+        tokenizer.Encode(" " + bare, /*add_special_tokens=*/false, SpecialTokensInText::kAsText);
+    const bool add_spaced = !spaced.empty() && !plain.empty() && spaced[0] != plain[0] && spaced.size() == plain.size();
+    if (!plain.empty()) out.push_back(std::move(plain));
+    if (add_spaced) out.push_back(std::move(spaced));
+  }
+  return out;
+}
+
+// The request's token-level controls for the workers, sorted and validated
+// (sampling/token_controls.h); nullptr when it has none.
+absl::StatusOr<std::shared_ptr<const TokenControls>> TokenControlsOf(const v1::SamplingParams& s,
+                                                                     const Tokenizer& tokenizer, int32_t vocab) {
+  if (s.logit_bias().empty() && s.allowed_token_ids().empty() && s.bad_words().empty()) return nullptr;
+  auto c = std::make_shared<TokenControls>();
+  for (const auto& [token, bias] : s.logit_bias()) c->logit_bias.emplace_back(static_cast<int32_t>(token), bias);
+  c->allowed_token_ids.assign(s.allowed_token_ids().begin(), s.allowed_token_ids().end());
+  c->bad_words = BadWordTokens(s, tokenizer);
+  NormalizeTokenControls(*c);
+  if (absl::Status valid = ValidateTokenControls(*c, vocab); !valid.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("sampling.", valid.message()));
+  }
+  return c;
+}
+
+absl::Status CheckSampling(const v1::SamplingParams& s, int32_t vocab) {
   if (s.has_temperature()) {
     TPSERVE_RETURN_IF_ERROR(CheckFloat("sampling.temperature", s.temperature(), 0.f, kMaxTemperature, false,
                                        "0 = greedy, 1 = the model's distribution"));
@@ -263,7 +329,8 @@ absl::Status CheckSampling(const v1::SamplingParams& s) {
                                        kMaxRepetitionPenalty, true, "1 = off"));
   }
   TPSERVE_RETURN_IF_ERROR(CheckFloat("sampling.presence_penalty", s.presence_penalty(), -2.f, 2.f, false, "0 = off"));
-  return CheckFloat("sampling.frequency_penalty", s.frequency_penalty(), -2.f, 2.f, false, "0 = off");
+  TPSERVE_RETURN_IF_ERROR(CheckFloat("sampling.frequency_penalty", s.frequency_penalty(), -2.f, 2.f, false, "0 = off"));
+  return CheckTokenControls(s, vocab);
 }
 
 absl::Status CheckStopping(const v1::StoppingParams& st, const RequestLimits& limits) {
@@ -421,7 +488,7 @@ absl::StatusOr<std::shared_ptr<const OutputConstraint>> CompiledConstraint(
 absl::Status ValidateRequestFields(const v1::GenerateRequest& request, const RequestLimits& limits) {
   if (auto s = CheckInput(request, limits); !s.ok()) return s;
   if (auto s = CheckConstraints(request); !s.ok()) return s;
-  if (auto s = CheckSampling(request.sampling()); !s.ok()) return s;
+  if (auto s = CheckSampling(request.sampling(), limits.vocab_size); !s.ok()) return s;
   if (auto s = CheckStopping(request.stopping(), limits); !s.ok()) return s;
   if (request.n() > static_cast<uint32_t>(kMaxChoices)) {
     return Invalid("n", absl::StrCat(request.n(), " is outside [1, ", kMaxChoices, "]; ask for fewer choices"));
@@ -537,6 +604,9 @@ absl::StatusOr<PreparedRequest> PrepareRequest(const v1::GenerateRequest& reques
   out.stop.ignore_eos = st.ignore_eos();
   out.stop.include_stop_str_in_output = st.include_stop_str_in_output();
   out.stop.skip_special_tokens = request.skip_special_tokens();
+  // spaces_between_special_tokens: vLLM applies it only in its slow-tokenizer
+  // path; with a tokenizer.json (fast) tokenizer, the only kind tpserve loads,
+  // vLLM's text is the same for either value, and so is tpserve's (Decode).
   if (request.has_chat()) out.stop.chat_output = ChatOutputOf(request, tokenizer, format, out.prompt);
   TPSERVE_ASSIGN_OR_RETURN(out.sampling.constraint, CompiledConstraint(request, tokenizer, format, out.prompt, limits));
   return out;

@@ -1,5 +1,6 @@
 #include "http/openai_request.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <functional>
@@ -8,6 +9,7 @@
 #include <utility>
 
 #include "absl/strings/cord.h"
+#include "absl/strings/escaping.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
@@ -166,6 +168,38 @@ void AddSamplingFields(std::map<std::string, FieldSetter>& f) {
   };
 }
 
+// OpenAI's logit_bias: {"token id": bias, ...}, the ids as strings of digits.
+// Count, ids and range are the coordinator's (sampling.logit_bias).
+absl::Status SetLogitBias(const json& v, OpenAiRequest& r) {
+  if (!v.is_object()) return WrongType("logit_bias", v, "an object of token ids (as strings) to numbers");
+  auto* bias = r.grpc.mutable_sampling()->mutable_logit_bias();
+  for (const auto& [key, value] : v.items()) {
+    uint64_t id = 0;
+    const bool digits = !key.empty() && key.size() <= 10 &&
+                        std::all_of(key.begin(), key.end(), [](char c) { return c >= '0' && c <= '9'; });
+    if (digits) id = std::stoull(key);
+    if (!digits || id > std::numeric_limits<uint32_t>::max()) {
+      return InvalidField("logit_bias", absl::StrCat("key \"", absl::CEscape(key.substr(0, 32)),
+                                                     "\" is not a token id; write ids as strings of digits (\"50256\")"));
+    }
+    absl::StatusOr<float> b = Float(value, absl::StrCat("logit_bias[", key, "]"));
+    if (!b.ok()) return b.status();
+    (*bias)[static_cast<uint32_t>(id)] = *b;
+  }
+  return absl::OkStatus();
+}
+
+// vLLM's bad_words: an array of strings.
+absl::Status SetBadWords(const json& v, OpenAiRequest& r) {
+  if (!v.is_array()) return WrongType("bad_words", v, "an array of strings");
+  for (size_t i = 0; i < v.size(); ++i) {
+    absl::StatusOr<std::string> w = String(v[i], absl::StrCat("bad_words[", i, "]"));
+    if (!w.ok()) return w.status();
+    r.grpc.mutable_sampling()->add_bad_words(*w);
+  }
+  return absl::OkStatus();
+}
+
 // vLLM's structured_outputs: exactly one of json (a schema, as an object or
 // JSON text), regex, choice (strings), grammar (GBNF).
 absl::Status SetStructuredOutputs(const json& v, OpenAiRequest& r) {
@@ -239,6 +273,17 @@ std::map<std::string, FieldSetter> CommonFields() {
   f["skip_special_tokens"] = BoolField("skip_special_tokens", [](OpenAiRequest& r, bool b) {
     r.grpc.set_skip_special_tokens(b);
   });
+  f["spaces_between_special_tokens"] = BoolField("spaces_between_special_tokens", [](OpenAiRequest& r, bool b) {
+    r.grpc.set_spaces_between_special_tokens(b);
+  });
+  f["logit_bias"] = SetLogitBias;
+  f["allowed_token_ids"] = [](const json& v, OpenAiRequest& r) {
+    v1::TokenIds ids;
+    absl::Status s = TokenIds(v, "allowed_token_ids", &ids);
+    for (uint32_t id : ids.ids()) r.grpc.mutable_sampling()->add_allowed_token_ids(id);
+    return s;
+  };
+  f["bad_words"] = SetBadWords;
   f["return_tokens_as_token_ids"] = BoolField("return_tokens_as_token_ids",
                                               [](OpenAiRequest& r, bool b) { r.tokens_as_ids = b; });
   AddSamplingFields(f);

@@ -35,6 +35,11 @@
 //   logprobs + top_logprobs (chat),      logprobs (the number of alternatives)
 //     logprobs: N (completions)
 //   skip_special_tokens (default true)   skip_special_tokens
+//   spaces_between_special_tokens        spaces_between_special_tokens (no effect on the text
+//     (vLLM's, default true)               of tokenizer.json tokenizers, as in vLLM)
+//   logit_bias {"id": bias} (OpenAI's),  sampling.logit_bias, allowed_token_ids,
+//     allowed_token_ids, bad_words         bad_words (token-level controls)
+//     (vLLM's)
 //   n (1 to 128)                         n (choices: each "index" of the response)
 //   best_of (completions; 1 only, as vLLM which dropped it)
 //   model, stream, stream_options.include_usage, return_tokens_as_token_ids,

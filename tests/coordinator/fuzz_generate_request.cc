@@ -11,7 +11,8 @@
 //    vocabulary (the given ids themselves for prompt_token_ids), 1 <= max_tokens <=
 //    what the prompt leaves, min_tokens <= max_tokens, stop strings and stop ids
 //    within their limits, and sampling parameters the sampler accepts
-//    (ValidateSamplingParams) equal to the request's where it sets them;
+//    (ValidateSamplingParams) equal to the request's where it sets them, token-level
+//    controls within their limits (ValidateTokenControls);
 //  * without allow_special_tokens_in_input, text cannot forge special tokens: a
 //    chat prompt holds exactly the template's control tokens, a text prompt only BOS.
 #include <algorithm>
@@ -102,6 +103,11 @@ void CheckPrepared(const v1::GenerateRequest& r, const tpserve::PreparedRequest&
   for (const std::string& s : p.stop.stop) TPSERVE_FUZZ_CHECK(!s.empty() && s.size() <= tpserve::kMaxStopStringBytes);
   for (int32_t id : p.stop.stop_token_ids) TPSERVE_FUZZ_CHECK(id >= 0 && id < limits.vocab_size);
   CheckSampling(r.sampling(), p.sampling);
+  // Token-level controls: within their limits and the vocabulary, as the workers receive them.
+  if (p.sampling.controls != nullptr) {
+    TPSERVE_FUZZ_CHECK(tpserve::ValidateTokenControls(*p.sampling.controls, limits.vocab_size).ok());
+    TPSERVE_FUZZ_CHECK(std::ssize(p.sampling.controls->logit_bias) == r.sampling().logit_bias_size());
+  }
 }
 
 void CheckGenerate(const v1::GenerateRequest& r, ChatFormat format, const tpserve::RequestLimits& limits) {

@@ -68,10 +68,12 @@ class RequestErrorsTest : public ::testing::Test {
     o.num_blocks = 64;
     o.block_size = 4;
     o.max_model_len = 64;
+    o.on_retired = [this](const std::string& client, const std::string& id) { groups_->OnRetired(client, id); };
     engine_ = std::make_unique<EngineLoop>(*tokenizer_, o, Transport());
+    groups_ = std::make_unique<EngineGroups>(std::vector<EngineLoop*>{engine_.get()}, router_);
     engine_->Start();
     service_ = std::make_unique<GenerationService>(*tokenizer_, *chat, limits, ServiceInfo{});
-    service_->SetEngine(engine_.get(), {"rank 0: fake"}, "cpu");
+    service_->SetEngine(groups_.get(), {"rank 0: fake"}, "cpu");
     service_->SetAvailability(absl::OkStatus());
     grpc::ServerBuilder builder;
     int port = 0;
@@ -156,6 +158,8 @@ class RequestErrorsTest : public ::testing::Test {
   std::unique_ptr<Tokenizer> tokenizer_;
   testing_util::FakeStepWorker model_;  // the engine thread's only
   std::vector<absl::StatusOr<iv1::StepResult>> results_;  // by ticket (engine thread)
+  DpRouter router_{DpRouterOptions{.groups = 1, .block_size = 4}};  // one group, as the coordinator runs
+  std::unique_ptr<EngineGroups> groups_;  // before engine_: outlives it
   std::unique_ptr<EngineLoop> engine_;
   std::unique_ptr<GenerationService> service_;
   std::unique_ptr<grpc::Server> server_;
@@ -194,6 +198,20 @@ std::vector<GenerateCase> GenerateCases() {
       {"sampling.repetition_penalty", [](auto& r) { r.mutable_sampling()->set_repetition_penalty(0); }},
       {"sampling.presence_penalty", [](auto& r) { r.mutable_sampling()->set_presence_penalty(3); }},
       {"sampling.frequency_penalty", [](auto& r) { r.mutable_sampling()->set_frequency_penalty(-3); }},
+      {"sampling.logit_bias[5]", [](auto& r) { (*r.mutable_sampling()->mutable_logit_bias())[5] = 100.5f; }},
+      {"sampling.logit_bias[100000]", [](auto& r) { (*r.mutable_sampling()->mutable_logit_bias())[100000] = 1; }},
+      {"sampling.logit_bias", [](auto& r) {
+         for (uint32_t t = 0; t <= static_cast<uint32_t>(kMaxLogitBias); ++t) (*r.mutable_sampling()->mutable_logit_bias())[t] = 1;
+       }},
+      {"sampling.allowed_token_ids[1]", [](auto& r) {
+         r.mutable_sampling()->add_allowed_token_ids(3);
+         r.mutable_sampling()->add_allowed_token_ids(100000);
+       }},
+      {"sampling.bad_words[0]", [](auto& r) { r.mutable_sampling()->add_bad_words("  "); }},
+      {"sampling.bad_words", [](auto& r) { for (int i = 0; i <= kMaxBadWords; ++i) r.mutable_sampling()->add_bad_words("a"); }},
+      {"sampling.bad_words", [](auto& r) {  // too many tokens together
+         for (int i = 0; i < 2; ++i) r.mutable_sampling()->add_bad_words(std::string(kMaxBadWordTokens, 'q'));
+       }},
       {"stopping.max_tokens", [](auto& r) { r.mutable_stopping()->set_max_tokens(0); }},
       {"stopping.max_tokens", [](auto& r) { r.mutable_stopping()->set_max_tokens(1000); }},
       {"stopping.min_tokens", [](auto& r) { r.mutable_stopping()->set_min_tokens(3); }},  // > max_tokens 2

@@ -385,6 +385,47 @@ TEST_F(RequestTest, MinTokensIsCheckedWithoutMaxTokens) {
   EXPECT_EQ(got->stop.max_tokens, room);
 }
 
+TEST_F(RequestTest, TokenControlsReachTheSamplerSortedAndTokenized) {
+  v1::GenerateRequest r = Valid();
+  v1::SamplingParams& s = *r.mutable_sampling();
+  (*s.mutable_logit_bias())[9] = -100.0f;
+  (*s.mutable_logit_bias())[2] = 100.0f;
+  s.add_allowed_token_ids(7);
+  s.add_allowed_token_ids(3);
+  s.add_allowed_token_ids(7);
+  s.add_bad_words("abc");
+  s.add_bad_words(" x");
+  absl::StatusOr<PreparedRequest> got = PrepareRequest(r, *tokenizer_, ChatFormat::kChatML, limits_);
+  ASSERT_TRUE(got.ok()) << got.status();
+  ASSERT_NE(got->sampling.controls, nullptr);
+  const TokenControls& c = *got->sampling.controls;
+  EXPECT_EQ(c.logit_bias, (std::vector<std::pair<int32_t, float>>{{2, 100.0f}, {9, -100.0f}}));
+  EXPECT_EQ(c.allowed_token_ids, (std::vector<int32_t>{3, 7}));
+  // vLLM's rule: each word as written (leading spaces dropped), and with a
+  // leading space when that changes the first token and not the count.
+  std::vector<std::vector<int32_t>> want;
+  for (const char* word : {"abc", "x"}) {
+    const std::vector<int32_t> plain = tokenizer_->Encode(word, false, SpecialTokensInText::kAsText);
+    const std::vector<int32_t> spaced = tokenizer_->Encode(std::string(" ") + word, false, SpecialTokensInText::kAsText);
+    want.push_back(plain);
+    if (spaced[0] != plain[0] && spaced.size() == plain.size()) want.push_back(spaced);
+  }
+  EXPECT_EQ(c.bad_words, want);
+  EXPECT_TRUE(ValidateSamplingParams(got->sampling).ok());
+  // None given: no controls at all (the samplers' fast path).
+  got = PrepareRequest(Valid(), *tokenizer_, ChatFormat::kChatML, limits_);
+  ASSERT_TRUE(got.ok());
+  EXPECT_EQ(got->sampling.controls, nullptr);
+  // The bias range is inclusive, and spaces_between_special_tokens is accepted either way.
+  r = Valid();
+  (*r.mutable_sampling()->mutable_logit_bias())[1] = -100.0f;
+  r.set_spaces_between_special_tokens(false);
+  EXPECT_TRUE(PrepareRequest(r, *tokenizer_, ChatFormat::kChatML, limits_).ok());
+  (*r.mutable_sampling()->mutable_logit_bias())[1] = std::nanf("");
+  EXPECT_EQ(RejectionOf(r, *tokenizer_, limits_).rfind("sampling.logit_bias[1]: nan is outside [-100, 100]", 0), 0u)
+      << RejectionOf(r, *tokenizer_, limits_);
+}
+
 TEST_F(RequestTest, LimitsAreInclusive) {
   v1::GenerateRequest r = Valid();
   const int64_t n = static_cast<int64_t>(tokenizer_->Encode("abc abc", true).size());

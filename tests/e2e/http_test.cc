@@ -356,6 +356,52 @@ TEST_F(HttpTest, BadInputGets4xxAndTheServerStaysUp) {
   EXPECT_EQ(json::parse(ok.body)["usage"]["completion_tokens"], 2) << ok.body;
 }
 
+// Token-level controls through tpserve-http, the coordinator and a worker:
+// +100 forces a token, allowed_token_ids holds every sampled token to its
+// list (seeded, temperature 1.5), and the coordinator's refusals of a bias
+// out of range or too many entries come back as 400 naming logit_bias.
+TEST_F(HttpTest, TokenControlsReachTheSampler) {
+  auto ids = [](const HttpReply& reply) {
+    std::vector<int> out;
+    const json body = json::parse(reply.body, nullptr, false);
+    EXPECT_TRUE(body.is_object()) << reply.body;
+    if (!body.is_object()) return out;
+    for (const json& t : body["choices"][0]["logprobs"]["tokens"]) {
+      int id = -1;
+      EXPECT_TRUE(absl::SimpleAtoi(t.get<std::string>().substr(std::string("token_id:").size()), &id)) << t;
+      out.push_back(id);
+    }
+    return out;
+  };
+  const std::string common = R"("prompt": [1, 2, 3], "max_tokens": 6, "ignore_eos": true, "temperature": 1.5,
+      "seed": 11, "logprobs": 0, "return_tokens_as_token_ids": true)";
+  const HttpReply forced = Post("/v1/completions", "{" + common + R"(, "logit_bias": {"100": 100}})");
+  ASSERT_EQ(forced.status, 200) << forced.body;
+  EXPECT_EQ(ids(forced), std::vector<int>(6, 100)) << forced.body;
+  const HttpReply allowed =
+      Post("/v1/chat/completions", R"({"messages": [{"role": "user", "content": "hi"}], "max_tokens": 8,
+           "ignore_eos": true, "temperature": 1.5, "seed": 3, "logprobs": true, "return_tokens_as_token_ids": true,
+           "allowed_token_ids": [7, 9, 11]})");
+  ASSERT_EQ(allowed.status, 200) << allowed.body;
+  const json content = json::parse(allowed.body)["choices"][0]["logprobs"]["content"];
+  ASSERT_EQ(content.size(), 8u) << allowed.body;
+  for (const json& t : content) {
+    const std::string token = t["token"].get<std::string>();
+    EXPECT_TRUE(token == "token_id:7" || token == "token_id:9" || token == "token_id:11") << allowed.body;
+  }
+  std::string many = R"({"prompt": "x", "logit_bias": {)";
+  for (int t = 0; t <= 300; ++t) absl::StrAppend(&many, t == 0 ? "" : ", ", "\"", t, "\": 1");
+  many += "}}";
+  for (const std::string& body : {std::string(R"({"prompt": "x", "logit_bias": {"5": 101}})"), many,
+                                  std::string(R"({"prompt": "x", "logit_bias": {"five": 1}})")}) {
+    const HttpReply reply = Post("/v1/completions", body);
+    EXPECT_EQ(reply.status, 400) << reply.body;
+    const json error = json::parse(reply.body, nullptr, false);
+    ASSERT_TRUE(error.is_object()) << reply.body;
+    EXPECT_EQ(error["error"]["param"], "logit_bias") << reply.body;
+  }
+}
+
 // --api-key-file: 401 without a key or with a wrong one, health needs none;
 // a coordinator that cannot be reached is 503.
 TEST_F(HttpTest, ApiKeysAndAnUnreachableCoordinator) {

@@ -6,6 +6,8 @@
 #include <gtest/gtest.h>
 
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
@@ -277,6 +279,51 @@ TEST(OpenAiRequest, BadBodiesNameTheField) {
   EXPECT_EQ(Refused(kCompl, "{\"prompt\": \"x\", \"echo\": true}"), "echo");
   EXPECT_EQ(Refused(kCompl, "{\"prompt\": \"x\", \"messages\": []}"), "messages") << "a chat field on completions";
   EXPECT_EQ(Refused(kCompl, "{\"prompt\": \"x\", \"logprobs\": true}"), "logprobs");
+}
+
+// logit_bias (OpenAI's object of string ids), allowed_token_ids, bad_words and
+// spaces_between_special_tokens (vLLM's) on both endpoints; their ranges and
+// counts are the coordinator's, whose messages map back to the same names.
+TEST(OpenAiRequest, TokenControls) {
+  const std::string msgs = R"("messages": [{"role": "user", "content": "x"}])";
+  const std::string fields = R"("logit_bias": {"50256": -100, "7": 2.5, "0": 100}, "allowed_token_ids": [3, 1, 4],
+      "bad_words": ["foo", "bar baz"], "spaces_between_special_tokens": false)";
+  for (const auto& [endpoint, body] : {std::pair{kChat, "{" + msgs + ", " + fields + "}"},
+                                       std::pair{kCompl, "{\"prompt\": \"x\", " + fields + "}"}}) {
+    const OpenAiRequest r = Parse(endpoint, body);
+    const v1::SamplingParams& s = r.grpc.sampling();
+    ASSERT_EQ(s.logit_bias_size(), 3);
+    EXPECT_FLOAT_EQ(s.logit_bias().at(50256), -100.0f);
+    EXPECT_FLOAT_EQ(s.logit_bias().at(7), 2.5f);
+    EXPECT_FLOAT_EQ(s.logit_bias().at(0), 100.0f);
+    EXPECT_EQ(std::vector<uint32_t>(s.allowed_token_ids().begin(), s.allowed_token_ids().end()),
+              (std::vector<uint32_t>{3, 1, 4}));
+    EXPECT_EQ(std::vector<std::string>(s.bad_words().begin(), s.bad_words().end()),
+              (std::vector<std::string>{"foo", "bar baz"}));
+    ASSERT_TRUE(r.grpc.has_spaces_between_special_tokens());
+    EXPECT_FALSE(r.grpc.spaces_between_special_tokens());
+  }
+  EXPECT_FALSE(Parse(kCompl, R"({"prompt": "x"})").grpc.has_spaces_between_special_tokens());  // default: true
+  // Types here; a non-integer key is the key's fault.
+  EXPECT_EQ(Refused(kChat, "{" + msgs + R"(, "logit_bias": {"abc": 1}})"), "logit_bias");
+  EXPECT_EQ(Refused(kChat, "{" + msgs + R"(, "logit_bias": {"1.5": 1}})"), "logit_bias");
+  EXPECT_EQ(Refused(kChat, "{" + msgs + R"(, "logit_bias": {"-3": 1}})"), "logit_bias");
+  EXPECT_EQ(Refused(kCompl, R"({"prompt": "x", "logit_bias": {"99999999999": 1}})"), "logit_bias");
+  EXPECT_EQ(Refused(kCompl, R"({"prompt": "x", "logit_bias": {"12": "high"}})"), "logit_bias[12]");
+  EXPECT_EQ(Refused(kCompl, R"({"prompt": "x", "logit_bias": [1, 2]})"), "logit_bias");
+  EXPECT_EQ(Refused(kCompl, R"({"prompt": "x", "allowed_token_ids": [1, -2]})"), "allowed_token_ids[1]");
+  EXPECT_EQ(Refused(kCompl, R"({"prompt": "x", "bad_words": "foo"})"), "bad_words");
+  EXPECT_EQ(Refused(kCompl, R"({"prompt": "x", "bad_words": ["foo", 3]})"), "bad_words[1]");
+  EXPECT_EQ(Refused(kCompl, R"({"prompt": "x", "spaces_between_special_tokens": 1})"), "spaces_between_special_tokens");
+  absl::StatusOr<OpenAiRequest> bad_key = ParseRequest(kChat, "{" + msgs + R"(, "logit_bias": {"abc": 1}})");
+  EXPECT_TRUE(absl::StrContains(bad_key.status().message(), "is not a token id")) << bad_key.status();
+  // The coordinator's range and count refusals name the OpenAI field.
+  EXPECT_EQ(OpenAiParam(absl::InvalidArgumentError("sampling.logit_bias[5]: 101 is outside [-100, 100]; ..."), kChat),
+            "logit_bias");
+  EXPECT_EQ(OpenAiParam(absl::InvalidArgumentError("sampling.logit_bias: 301 entries are more than the limit of 300"),
+                        kCompl),
+            "logit_bias");
+  EXPECT_EQ(OpenAiParam(absl::InvalidArgumentError("sampling.bad_words[2]: is empty"), kCompl), "bad_words");
 }
 
 TEST(OpenAiRequest, UnknownFieldListsTheKnownOnes) {
