@@ -446,7 +446,7 @@ absl::StatusOr<int64_t> Coordinator::BringUpWorkers() {
   pool_->SetStepTimeout(options_.step_timeout);
   if (engine_ != nullptr) {  // a replaced group
     engine_->Resume(started.num_blocks);
-    service_->SetEngine(engine_.get(), worker_names_, backend_);
+    service_->SetEngine(engines_.get(), worker_names_, backend_);
   }
   return started.num_blocks;
 }
@@ -511,8 +511,16 @@ void Coordinator::StartEngine(int64_t num_blocks) {
         return std::move(*replies[0].mutable_step());
       },
   };
+  // One data-parallel group for now, behind the groups' Submit and router
+  // (docs/architecture.md, "Data-parallel groups and routing").
+  router_ = std::make_unique<DpRouter>(DpRouterOptions{.groups = 1, .block_size = options_.block_size});
+  kv_events_->FeedRouter(router_.get());
+  engine_options.on_retired = [this](const std::string& client, const std::string& request_id) {
+    engines_->OnRetired(client, request_id);
+  };
   engine_ = std::make_unique<EngineLoop>(*tokenizer_, engine_options, std::move(workers));
-  service_->SetEngine(engine_.get(), worker_names_, backend_);
+  engines_ = std::make_unique<EngineGroups>(std::vector<EngineLoop*>{engine_.get()}, *router_);
+  service_->SetEngine(engines_.get(), worker_names_, backend_);
   pool_->SetOnLost([this](const absl::Status& lost) { OnWorkersLost(lost); });
   engine_->Start();
 }

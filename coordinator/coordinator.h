@@ -47,6 +47,8 @@
 #include "auth/cluster_secret.h"
 #include "constrained/constraint_compiler.h"
 #include "coordinator/coordinator_metrics.h"
+#include "coordinator/dp_router.h"
+#include "coordinator/engine_groups.h"
 #include "coordinator/engine_loop.h"
 #include "coordinator/kv_events_zmq.h"
 #include "coordinator/generation_service.h"
@@ -236,6 +238,10 @@ class Coordinator {
   std::vector<std::string> worker_names_;  // the current group's "rank R: host device (pid P)"
   std::unique_ptr<CoordinatorMetrics> metrics_;    // from ListenMetrics on
   std::unique_ptr<MetricsServer> metrics_server_;  // with metrics_listen
+  // The data-parallel groups' router and Submit (one group today), before
+  // engine_: they outlive it (its on_retired and its events call them).
+  std::unique_ptr<DpRouter> router_;
+  std::unique_ptr<EngineGroups> engines_;
   std::unique_ptr<EngineLoop> engine_;
   bool stopped_ = false;  // StopServers ran
 };

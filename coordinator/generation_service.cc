@@ -200,7 +200,7 @@ class GenerationService::GenerateReactor final
   const std::shared_ptr<ResponseQueue> queue_;  // shared with the engine loop
   // Set by the constructor after a successful Submit (null: refused), before
   // gRPC can call OnWriteDone or OnCancel.
-  EngineLoop* engine_ = nullptr;
+  EngineGroups* engine_ = nullptr;
   std::string request_id_;
   uint32_t completes_left_ = 1;    // choices (GenerateRequest.n) whose Complete is still to come
   v1::GenerateResponse response_;  // the last response taken (Pump)
@@ -221,7 +221,8 @@ class GenerationService::KvEventsReactor final : public grpc::ServerWriteReactor
     if (status.ok()) status = ParseRequest(wire, &request);
     if (status.ok()) {
       absl::MutexLock lock(&service.mu_);
-      publisher_ = service.engine_ != nullptr ? service.engine_->kv_events() : nullptr;
+      // Group 0's events (every group's when data-parallel groups serve: issue 30).
+      publisher_ = service.engine_ != nullptr ? service.engine_->group(0).kv_events() : nullptr;
       if (publisher_ == nullptr) status = absl::UnavailableError("the server is starting: no engine yet");
     }
     if (!status.ok()) {
@@ -325,7 +326,7 @@ GenerationService::GenerationService(const Tokenizer& tokenizer,
       info_(std::move(info)),
       max_buffered_chunks_(max_buffered_chunks) {}
 
-void GenerationService::SetEngine(EngineLoop* engine, std::vector<std::string> workers,
+void GenerationService::SetEngine(EngineGroups* engine, std::vector<std::string> workers,
                                   std::string backend) {
   absl::MutexLock lock(&mu_);
   engine_ = engine;
@@ -466,7 +467,7 @@ grpc::ServerUnaryReactor* GenerationService::Abort(grpc::CallbackServerContext* 
 
 absl::Status GenerationService::AbortInto(const std::string& client, const v1::AbortRequest& request,
                                           v1::AbortResponse* response) {
-  EngineLoop* engine;
+  EngineGroups* engine;
   {
     absl::MutexLock lock(&mu_);
     engine = engine_;
@@ -496,7 +497,7 @@ grpc::ServerUnaryReactor* GenerationService::GetServerInfo(grpc::CallbackServerC
 }
 
 absl::Status GenerationService::ServerInfoInto(v1::ServerInfo* response) const {
-  EngineLoop* engine;
+  EngineGroups* engine;
   {
     absl::MutexLock lock(&mu_);
     engine = engine_;
@@ -507,13 +508,22 @@ absl::Status GenerationService::ServerInfoInto(v1::ServerInfo* response) const {
   response->set_tensor_parallel_size(info_.tensor_parallel_size);
   response->set_block_size(info_.block_size);
   if (engine != nullptr) {
-    const EngineStats s = engine->stats();
-    response->set_num_blocks(static_cast<uint64_t>(s.num_blocks));
-    response->set_free_blocks(static_cast<uint64_t>(s.free_blocks));
-    response->set_running(static_cast<uint32_t>(s.running));
-    response->set_waiting(static_cast<uint32_t>(s.waiting));
-    response->set_prefix_cache_hit_rate(s.prefix_cache_hit_rate);
-    if (const CoordinatorMetrics* metrics = engine->metrics()) FillTotals(metrics->totals(), *response);
+    // The groups summed; the hit rate is the groups' mean.
+    EngineStats total;
+    for (int g = 0; g < engine->size(); ++g) {
+      const EngineStats s = engine->group(g).stats();
+      total.num_blocks += s.num_blocks;
+      total.free_blocks += s.free_blocks;
+      total.running += s.running;
+      total.waiting += s.waiting;
+      total.prefix_cache_hit_rate += s.prefix_cache_hit_rate / engine->size();
+    }
+    response->set_num_blocks(static_cast<uint64_t>(total.num_blocks));
+    response->set_free_blocks(static_cast<uint64_t>(total.free_blocks));
+    response->set_running(static_cast<uint32_t>(total.running));
+    response->set_waiting(static_cast<uint32_t>(total.waiting));
+    response->set_prefix_cache_hit_rate(total.prefix_cache_hit_rate);
+    if (const CoordinatorMetrics* metrics = engine->group(0).metrics()) FillTotals(metrics->totals(), *response);
   }
   return absl::OkStatus();
 }
@@ -526,7 +536,7 @@ grpc::ServerUnaryReactor* GenerationService::GetLoads(grpc::CallbackServerContex
 }
 
 absl::Status GenerationService::LoadsInto(v1::Loads* response) const {
-  EngineLoop* engine;
+  EngineGroups* engine;
   bool serving;
   {
     absl::MutexLock lock(&mu_);
@@ -534,11 +544,12 @@ absl::Status GenerationService::LoadsInto(v1::Loads* response) const {
     serving = availability_.ok() && engine_ != nullptr;
   }
   response->set_block_size(info_.block_size);
-  v1::GroupLoad* group = response->add_groups();
-  group->set_dp_rank(0);
-  group->set_serving(serving);
-  if (engine != nullptr) {
-    const EngineStats s = engine->stats();
+  for (int g = 0; g < (engine != nullptr ? engine->size() : 1); ++g) {
+    v1::GroupLoad* group = response->add_groups();
+    group->set_dp_rank(static_cast<uint32_t>(g));
+    group->set_serving(serving);
+    if (engine == nullptr) continue;
+    const EngineStats s = engine->group(g).stats();
     group->set_running(static_cast<uint32_t>(s.running));
     group->set_waiting(static_cast<uint32_t>(s.waiting));
     group->set_kv_blocks_used(static_cast<uint64_t>(s.num_blocks - s.free_blocks));

@@ -30,6 +30,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "auth/api_keys.h"
+#include "coordinator/engine_groups.h"
 #include "coordinator/engine_loop.h"
 #include "coordinator/request.h"
 #include "coordinator/response_queue.h"
@@ -98,9 +99,10 @@ class GenerationService final : public RawGenerationService {
                     RequestLimits limits, ServiceInfo info,
                     int64_t max_buffered_chunks = ResponseQueue::kDefaultMaxBuffered);
 
-  // Starts serving with `engine` (must outlive the service), its workers
+  // Starts serving with `engines` (the data-parallel groups' engine loops
+  // behind their router; must outlive the service), its workers
   // ("rank 0: host device (pid P)") and the backend they run.
-  void SetEngine(EngineLoop* engine, std::vector<std::string> workers, std::string backend);
+  void SetEngine(EngineGroups* engines, std::vector<std::string> workers, std::string backend);
   // OK: serving; otherwise every Generate gets this status (UNAVAILABLE).
   // After a permanent one (draining) later calls change nothing.
   void SetAvailability(absl::Status availability, bool permanent = false);
@@ -135,7 +137,7 @@ class GenerationService final : public RawGenerationService {
   class GenerateReactor;  // one Generate call (generation_service.cc)
   class KvEventsReactor;  // one SubscribeKvEvents call (generation_service.cc)
   struct Submitted {
-    EngineLoop* engine = nullptr;
+    EngineGroups* engine = nullptr;
     std::string request_id;  // the client's, or NewRequestId()
   };
   // Refuses unless serving, names the request, prepares it (PrepareRequest)
@@ -147,7 +149,7 @@ class GenerationService final : public RawGenerationService {
   absl::Status AbortInto(const std::string& client, const tpserve::v1::AbortRequest& request,
                          tpserve::v1::AbortResponse* response);
   absl::Status ServerInfoInto(tpserve::v1::ServerInfo* response) const;
-  // Each group's load (one group, dp_rank 0, until data-parallel groups land);
+  // Each data-parallel group's load, by dp_rank;
   // serving false and zeros before the engine starts.
   absl::Status LoadsInto(tpserve::v1::Loads* response) const;
   absl::Status TokenizeInto(const tpserve::v1::TokenizeRequest& request,
@@ -172,7 +174,7 @@ class GenerationService final : public RawGenerationService {
   const int64_t max_buffered_chunks_;
 
   mutable absl::Mutex mu_;
-  EngineLoop* engine_ ABSL_GUARDED_BY(mu_) = nullptr;
+  EngineGroups* engine_ ABSL_GUARDED_BY(mu_) = nullptr;
   std::vector<std::string> workers_ ABSL_GUARDED_BY(mu_);
   std::string backend_ ABSL_GUARDED_BY(mu_);
   absl::Status availability_ ABSL_GUARDED_BY(mu_) =
