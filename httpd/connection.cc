@@ -5,6 +5,7 @@
 #include <limits>
 #include <utility>
 
+#include <boost/asio/buffer.hpp>
 #include <boost/asio/post.hpp>
 #include <boost/asio/write.hpp>
 #include <boost/beast/http/error.hpp>
@@ -123,7 +124,8 @@ Connection::Connection(asio::ip::tcp::socket socket, std::shared_ptr<Server::Cor
       timer_(socket_.get_executor()),
       core_(std::move(core)),
       limits_(core_->options.limits),
-      buffer_(limits_.max_header_bytes + kSlack) {}
+      buffer_(limits_.max_header_bytes + kSlack),
+      read_chunk_(kReadChunk) {}
 
 Connection::~Connection() { core_->Unregister(slot_); }
 
@@ -178,8 +180,11 @@ void Connection::StartReading() {
     if (phase_ == Phase::kHead) Refuse(431, ParseRefusal(bhttp::error::header_limit, limits_).second);
     return;
   }
+  // Into read_chunk_, not buffer_: the parser consumes from buffer_ while this
+  // read is pending (a pipelined request parsed once the one before is
+  // answered), and consuming may move buffer_'s free space under the read.
   reading_ = true;
-  socket_.async_read_some(buffer_.prepare(std::min(kReadChunk, std::max<size_t>(room, 1))),
+  socket_.async_read_some(asio::buffer(read_chunk_.data(), std::min(read_chunk_.size(), room)),
                           [self = shared_from_this()](const error_code& ec, size_t n) { self->OnRead(ec, n); });
 }
 
@@ -190,7 +195,8 @@ void Connection::OnRead(const error_code& ec, size_t n) {
     if (phase_ == Phase::kHandling) return ClientGone();
     return CloseNow();
   }
-  buffer_.commit(n);
+  // buffer_ only shrank while the read was pending: the `room` it was sized by is still there.
+  buffer_.commit(asio::buffer_copy(buffer_.prepare(n), asio::buffer(read_chunk_.data(), n)));
   switch (phase_) {
     case Phase::kIdle:
     case Phase::kHead:

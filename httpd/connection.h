@@ -118,6 +118,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
   size_t lingered_ = 0;  // bytes dropped while lingering
   uint64_t deadline_gen_ = 0;
   boost::beast::flat_buffer buffer_;  // bytes read, not parsed yet (bounded: limits + 64 KiB)
+  std::vector<char> read_chunk_;      // the pending read's target; OnRead appends it to buffer_
   std::optional<boost::beast::http::request_parser<boost::beast::http::string_body>> parser_;
   const Route* route_ = nullptr;  // the request's, from OnHead
 

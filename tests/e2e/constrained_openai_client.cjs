@@ -132,7 +132,8 @@ const checks = {
       assert.strictEqual(c.finish_reason, 'tool_calls');
       c.message.tool_calls.forEach(validCall);
       assert.deepStrictEqual(s.calls.map((x) => [x.function.name, x.function.arguments]),
-                             c.message.tool_calls.map((x) => [x.function.name, x.function.arguments]));
+                             c.message.tool_calls.map((x) => [x.function.name, x.function.arguments]),
+                             `seed ${seed}: streamed ${JSON.stringify(s)}, not streamed ${JSON.stringify(c)}`);
     }
   },
   async toolChoiceAutoAndNone() {
