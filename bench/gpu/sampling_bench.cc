@@ -1,7 +1,8 @@
 // CudaSampler::Sample per step on random bf16 logits (the gathered LM head of
-// a Llama-3 vocabulary), for a few parameter mixes; one markdown table on
-// stdout. Includes the uploads, the kernel, the read-back and the sync, as a
-// step pays them. Exits 0 with a note when there is no GPU.
+// a Llama-3 vocabulary), for a few parameter mixes; a markdown table on
+// stdout, and a second for token-level controls at batch 64 against none.
+// Includes the uploads, the kernel, the read-back and the sync, as a step
+// pays them. Exits 0 with a note when there is no GPU.
 #include <chrono>
 #include <cstdio>
 #include <memory>
@@ -13,6 +14,7 @@
 #include "cuda/cuda_sampler.h"
 #include "model/dtype.h"
 #include "sampling/sampler.h"
+#include "sampling/token_controls.h"
 
 namespace {
 
@@ -37,6 +39,36 @@ double MsPerStep(tpserve::cuda::CudaSampler& sampler, const tpserve::Tensor& gat
   for (int i = 0; i < iters; ++i) sampler.Sample(gathered, vocab, ptrs);
   const std::chrono::duration<double, std::milli> elapsed = std::chrono::steady_clock::now() - start;
   return elapsed.count() / iters;
+}
+
+// Token-level controls at batch 64 (issue 29: goal <= 5% over no controls):
+// logit_bias of 300 entries, allowed_token_ids of 1,000, on the first 64 rows.
+void ControlsSection(tpserve::cuda::CudaSampler& sampler, void* device, int64_t vocab) {
+  const int rows = 64;
+  const tpserve::Tensor gathered(device, tpserve::DType::kBF16, tpserve::Device::kCuda, {1, rows, vocab});
+  std::mt19937_64 rng(29);
+  std::uniform_int_distribution<int32_t> any(0, static_cast<int32_t>(vocab) - 1);
+  tpserve::TokenControls biased, allowed;
+  while (biased.logit_bias.size() < 300) {
+    biased.logit_bias.emplace_back(any(rng), 2.0f);
+    tpserve::NormalizeTokenControls(biased);
+  }
+  while (allowed.allowed_token_ids.size() < 1000) {
+    allowed.allowed_token_ids.push_back(any(rng));
+    tpserve::NormalizeTokenControls(allowed);
+  }
+  SamplingParams base;
+  base.temperature = 0.8f, base.top_p = 0.95f;
+  SamplingParams with_bias = base, with_allowed = base;
+  with_bias.controls = std::make_shared<const tpserve::TokenControls>(biased);
+  with_allowed.controls = std::make_shared<const tpserve::TokenControls>(allowed);
+  const double none = MsPerStep(sampler, gathered, vocab, base, rows);
+  const double bias_ms = MsPerStep(sampler, gathered, vocab, with_bias, rows);
+  const double allowed_ms = MsPerStep(sampler, gathered, vocab, with_allowed, rows);
+  std::printf("\n| CudaSampler::Sample, S = %d, T 0.8, top_p 0.95 | ms / step | vs none |\n|---|---|---|\n", rows);
+  std::printf("| no controls | %.3f | 1.000x |\n", none);
+  std::printf("| logit_bias 300 | %.3f | %.3fx |\n", bias_ms, bias_ms / none);
+  std::printf("| allowed_token_ids 1000 | %.3f | %.3fx |\n", allowed_ms, allowed_ms / none);
 }
 
 }  // namespace
@@ -86,6 +118,7 @@ int main() {
   for (const Mix& m : mixes) {
     std::printf("| %s | %.3f |\n", m.name, MsPerStep(**sampler, gathered, vocab, m.params, rows));
   }
+  ControlsSection(**sampler, device, vocab);
   sampler->reset();
   CUDA_CHECK(cudaStreamDestroy(stream));
   CUDA_CHECK(cudaFree(device));
