@@ -13,6 +13,9 @@ namespace tpserve {
 // that ignored them would leave a request waiting for its prompt's log-probs.
 // 7: SamplingParams.logit_bias, allowed_token_ids, bad_words (token-level
 // controls): a worker that ignored them would sample banned tokens.
+// Also in 7: ContinuingSequence.draft_token_ids and Load.max_num_draft_tokens
+// (speculative decoding): a worker that ignored them would keep positions and
+// blocks the coordinator freed.
 inline constexpr uint32_t kWorkerProtocolVersion = 7;
 
 }  // namespace tpserve

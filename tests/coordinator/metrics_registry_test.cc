@@ -166,6 +166,28 @@ TEST(CoordinatorMetrics, RecordsARequestsPhasesAndTotals) {
   EXPECT_NE(text.find("tpserve:request_prompt_tokens_bucket{le=\"100\"} 1\n"), std::string::npos);
 }
 
+// Speculative decoding's counters as vLLM's: one draft per verified proposal,
+// its tokens, the accepted ones, and per position how often it was accepted.
+TEST(CoordinatorMetrics, SpecDecodeCountersFollowVllm) {
+  CoordinatorMetrics m(/*max_model_len=*/128, /*tp=*/1);
+  m.OnSpeculation(4, 2);
+  m.OnSpeculation(3, 3);
+  m.OnSpeculation(0, 0);  // no proposal: no draft
+  const CoordinatorMetrics::Totals t = m.totals();
+  EXPECT_EQ(t.spec_drafts, 2u);
+  EXPECT_EQ(t.spec_draft_tokens, 7u);
+  EXPECT_EQ(t.spec_accepted_tokens, 5u);
+  const std::string text = m.registry().Render();
+  for (const char* line : {"tpserve:spec_decode_num_drafts 2\n", "tpserve:spec_decode_num_draft_tokens 7\n",
+                           "tpserve:spec_decode_num_accepted_tokens 5\n",
+                           "tpserve:spec_decode_num_accepted_tokens_per_pos{position=\"0\"} 2\n",
+                           "tpserve:spec_decode_num_accepted_tokens_per_pos{position=\"1\"} 2\n",
+                           "tpserve:spec_decode_num_accepted_tokens_per_pos{position=\"2\"} 1\n",
+                           "tpserve:spec_decode_num_accepted_tokens_per_pos{position=\"3\"} 0\n"}) {
+    EXPECT_NE(text.find(line), std::string::npos) << line << " in\n" << text;
+  }
+}
+
 // Each data-parallel group's gauges carry its dp_rank; the counters add every
 // group's totals, each followed on its own; kv_cache_usage is over all blocks.
 TEST(CoordinatorMetrics, GroupGaugesByDpRank) {

@@ -387,6 +387,9 @@ int Info(v1::Generation::Stub& stub) {
   s["num_preemptions_total"] = server.num_preemptions_total();
   s["prefix_cache_queries_total"] = server.prefix_cache_queries_total();
   s["prefix_cache_hits_total"] = server.prefix_cache_hits_total();
+  s["spec_decode_num_drafts"] = server.spec_decode_num_drafts();
+  s["spec_decode_num_draft_tokens"] = server.spec_decode_num_draft_tokens();
+  s["spec_decode_num_accepted_tokens"] = server.spec_decode_num_accepted_tokens();
   for (const v1::HistogramTotals& h : server.histograms()) s["histograms"][h.name()] = {{"count", h.count()}, {"sum", h.sum()}};
   std::cout << out.dump(2) << "\n";
   return 0;
