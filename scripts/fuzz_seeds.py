@@ -167,6 +167,11 @@ def generate_request(work):
         "too_long": field(3, field(1, bytes(100))) + field(6, field(1, 4000000000)),
         "min_over_max": field(2, "x") + field(6, field(1, 2) + field(2, 3)),
         "logprobs": field(2, "x") + field(7, 21),
+        # Token-level controls: logit_bias (map entries {1: id, 2: bias}), allowed_token_ids (packed), bad_words.
+        "controls": field(2, "x") + field(5, field(30, field(1, 5) + field(2, -100.0)) +
+                                      field(30, field(1, 9) + field(2, 2.5)) + field(31, b"\x03\x07\x07") +
+                                      field(32, "abc") + field(32, " x y")),
+        "bias_range": field(2, "x") + field(5, field(30, field(1, 5) + field(2, 101.0))),
         "empty": b"",
     }
     tokens = [field(1, 0.0)[:1], field(2, b"")[:1], b"\x22", b"\x2a", b"\x32", b"\x48\x01", "system", "user",
@@ -212,7 +217,9 @@ def openai_request(work):
             "stream": True, "stream_options": {"include_usage": True}, "tools": [], "tool_choice": "auto",
             "chat_template_kwargs": {"enable_thinking": False}, "seed": -1, "n": 1}
     completion = {"prompt": [[1, 2, 3]], "max_tokens": 16, "logprobs": 1, "stop": "x", "top_k": -1,
-                  "ignore_eos": True, "min_tokens": 2, "stop_token_ids": [7], "echo": False}
+                  "ignore_eos": True, "min_tokens": 2, "stop_token_ids": [7], "echo": False,
+                  "logit_bias": {"5": -100, "9": 2.5}, "allowed_token_ids": [3, 7], "bad_words": ["ab", "c d"],
+                  "spaces_between_special_tokens": False}
     seeds = {
         "chat": b"\x00" + json.dumps(chat).encode(),
         "completion": b"\x01" + json.dumps(completion).encode(),
@@ -236,7 +243,8 @@ def openai_request(work):
     tokens = ["\"messages\"", "\"prompt\"", "\"role\"", "\"content\"", "\"max_tokens\"", "\"stop\"",
               "\"logprobs\"", "\"top_logprobs\"", "\"stream\"", "\"stream_options\"", "\"include_usage\"",
               "\"tools\"", "\"tool_choice\"", "\"tool_calls\"", "\"function\"", "\"seed\"", "\"n\"",
-              "\"tokens\"", "null", "true", "false", "[]", "{}", "-1", "4294967296", "1e309", "\"\\u0000\""]
+              "\"tokens\"", "\"logit_bias\"", "\"allowed_token_ids\"", "\"bad_words\"", "null", "true", "false",
+              "[]", "{}", "-1", "4294967296", "1e309", "\"\\u0000\""]
     write(work, "fuzz_openai_request", seeds, tokens)
 
 
