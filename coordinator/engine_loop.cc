@@ -129,6 +129,10 @@ absl::Status EngineLoop::Submit(const std::string& client, const std::string& re
   const bool logprobs = request.sampling.logprobs >= 0;
   const int32_t n = request.n;
   auto group = std::make_shared<ChoiceGroup>(n);
+  if (request.sampling.prompt_logprobs >= 0) {  // the ids now, each position's log-prob as steps bring it
+    group->wants_prompt_logprobs = true;
+    for (int32_t t : request.prompt) group->prompt_logprobs.add_token_ids(static_cast<uint32_t>(t));
+  }
   for (int32_t i = 0; i < n; ++i) {
     auto live = std::make_unique<Live>(options_, client, i + 1 < n ? request : std::move(request));
     live->index = i;
@@ -392,7 +396,8 @@ void EngineLoop::Rebuild(int64_t num_blocks) {
     const Live& live = *live_.at(first);
     std::vector<uint64_t> forks;
     for (++k; k < waiting.size() && FirstChoiceOf(waiting[k]) == FirstChoiceOf(first); ++k) forks.push_back(waiting[k]);
-    absl::Status added = scheduler_->Add(first, live.request.prompt, GroupOf(live.client), forks);
+    absl::Status added = scheduler_->Add(first, live.request.prompt, GroupOf(live.client), forks,
+                                         /*read_prefix_cache=*/live.request.sampling.prompt_logprobs < 0);
     if (!added.ok()) {
       refused.emplace_back(first, added);
       for (uint64_t fork : forks) refused.emplace_back(fork, added);
@@ -502,6 +507,12 @@ void EngineLoop::ReceiveOldest() {
       for (const ScheduledSequence& s : oldest.step.sequences) tokens += s.num_tokens;
       options_.metrics->OnStep(absl::ToDoubleSeconds(absl::Now() - oldest.sent),
                                static_cast<int64_t>(oldest.step.sequences.size()), tokens);
+    }
+    // Prompt log-probs before the step's tokens: a first token's Chunk carries them.
+    absl::StatusOr<std::vector<PromptLogprobs>> prompts = PromptLogprobsFromProto(*result);
+    if (!prompts.ok()) return OnStepFailed(oldest.step, oldest.step_id, prompts.status());
+    for (PromptLogprobs& p : *prompts) {
+      if (live_.contains(p.seq_id)) output_->AddPromptLogprobs(p.seq_id, std::move(p));
     }
     OnStepDone(oldest.step, oldest.step_id, TokensFromProto(*result));
   }

@@ -129,6 +129,28 @@ class OutputPool::Shard {
         return OnToken(e);
       case Event::Kind::kEnd:
         return OnEnd(e.seq_id, e.end);
+      case Event::Kind::kPromptLogprobs:
+        return OnPromptLogprobs(e.seq_id, e.prompt);
+    }
+  }
+
+  // Appends the positions the group does not hold yet (entry i is position i + 1).
+  void OnPromptLogprobs(uint64_t seq_id, const tpserve::PromptLogprobs& p) {
+    auto it = requests_.find(seq_id);
+    if (it == requests_.end() || !it->second->group->wants_prompt_logprobs) return;
+    v1::PromptLogprobs& got = it->second->group->prompt_logprobs;
+    for (size_t k = 0; k < p.tokens.size(); ++k) {
+      if (p.first_position + static_cast<int64_t>(k) != got.logprobs_size() + 1) continue;
+      const ScoredToken& t = p.tokens[k];
+      v1::TokenLogprob* lp = got.add_logprobs();
+      lp->set_token_id(static_cast<uint32_t>(t.scored.token));
+      lp->set_logprob(t.scored.logprob);
+      lp->set_rank(static_cast<uint32_t>(t.rank));
+      for (const auto& [top_id, logprob] : t.scored.top) {
+        v1::TopLogprob* top = lp->add_top();
+        top->set_token_id(static_cast<uint32_t>(top_id));
+        top->set_logprob(logprob);
+      }
     }
   }
 
@@ -165,6 +187,10 @@ class OutputPool::Shard {
       chunk->mutable_text()->append(delta_.text);
       if (!delta_.reasoning.empty()) chunk->mutable_reasoning_text()->append(delta_.reasoning);
       for (v1::ToolCall& c : calls_) *chunk->add_tool_calls() = std::move(c);
+      if (r.group->wants_prompt_logprobs && !r.prompt_logprobs_sent) {
+        *chunk->mutable_prompt_logprobs() = r.group->prompt_logprobs;
+        r.prompt_logprobs_sent = true;
+      }
       if (r.logprobs) {
         v1::TokenLogprob* lp = chunk->add_logprobs();
         lp->set_token_id(static_cast<uint32_t>(id));
@@ -348,6 +374,13 @@ void OutputPool::End(uint64_t seq_id, EngineEnd end) {
   e.kind = Event::Kind::kEnd;
   e.seq_id = seq_id;
   e.end = std::move(end);
+}
+
+void OutputPool::AddPromptLogprobs(uint64_t seq_id, tpserve::PromptLogprobs prompt) {
+  Event& e = ShardOf(seq_id).pending().emplace_back();
+  e.kind = Event::Kind::kPromptLogprobs;
+  e.seq_id = seq_id;
+  e.prompt = std::move(prompt);
 }
 
 void OutputPool::Flush() {

@@ -46,6 +46,7 @@
 #include "coordinator/output_processor.h"
 #include "coordinator/response_queue.h"
 #include "sampling/sampler.h"
+#include "scheduler/step_plan.h"
 #include "tpserve/v1/generation.pb.h"
 
 namespace tpserve {
@@ -64,6 +65,13 @@ struct ChoiceGroup {
   bool ended = false;           // the stream ended with an error (the others are finished unseen)
   int64_t output_tokens = 0;    // of the choices ended so far
   bool has_token = false;       // a first token was counted (metrics)
+  // Prompt log-probs (GenerateRequest.prompt_logprobs): the prompt's ids,
+  // then each position's as the steps bring them (a recompute after a
+  // preemption repeats positions: kept once), sent on each choice's first
+  // Chunk. Whichever choice computes the prompt, its sampling waits for the
+  // whole prompt, so every first Chunk finds them all.
+  bool wants_prompt_logprobs = false;
+  tpserve::v1::PromptLogprobs prompt_logprobs;
 };
 
 // One request's output side: made by EngineLoop::Submit, owned by its shard
@@ -104,6 +112,7 @@ struct OutputRequest {
   std::optional<absl::Time> first_token;
   absl::Time last_token;                  // when first_token is set
   std::vector<tpserve::v1::ToolCall> tool_calls;  // every call the output made (for Complete)
+  bool prompt_logprobs_sent = false;      // on its first Chunk (ChoiceGroup::prompt_logprobs)
 };
 
 // How the engine retired a sequence (an End event).
@@ -146,6 +155,8 @@ class OutputPool {
   // `last`: the engine finished the sequence at this token (a TokenStops verdict).
   void Token(uint64_t seq_id, SampledToken sampled, absl::Time at, bool last);
   void End(uint64_t seq_id, EngineEnd end);
+  // Prompt log-probs a step computed for the sequence (before its first token).
+  void AddPromptLogprobs(uint64_t seq_id, tpserve::PromptLogprobs prompt);
   void Flush();
   // Blocks while a shard has `max_batches` or more flushed token batches not
   // yet handled: the engine does not run further ahead of its output than that.
@@ -155,7 +166,7 @@ class OutputPool {
 
  private:
   struct Event {
-    enum class Kind : uint8_t { kBegin, kToken, kEnd };
+    enum class Kind : uint8_t { kBegin, kToken, kEnd, kPromptLogprobs };
     Kind kind = Kind::kToken;
     bool last = false;  // kToken
     uint64_t seq_id = 0;
@@ -163,6 +174,7 @@ class OutputPool {
     SampledToken sampled;                    // kToken
     std::unique_ptr<OutputRequest> request;  // kBegin
     EngineEnd end;                           // kEnd
+    tpserve::PromptLogprobs prompt;          // kPromptLogprobs
   };
   class Shard;
   Shard& ShardOf(uint64_t seq_id) { return *shards_[(seq_id / kChoiceStride) % shards_.size()]; }

@@ -497,6 +497,10 @@ absl::Status ValidateRequestFields(const v1::GenerateRequest& request, const Req
     return Invalid("logprobs", absl::StrCat(request.logprobs(), " is outside [0, ", limits.max_logprobs,
                                             "] (alternatives per token); leave it unset for none"));
   }
+  if (request.has_prompt_logprobs() && request.prompt_logprobs() > static_cast<uint32_t>(limits.max_logprobs)) {
+    return Invalid("prompt_logprobs", absl::StrCat(request.prompt_logprobs(), " is outside [0, ", limits.max_logprobs,
+                                                   "] (alternatives per prompt token); leave it unset for none"));
+  }
   return absl::OkStatus();
 }
 
@@ -594,6 +598,7 @@ absl::StatusOr<PreparedRequest> PrepareRequest(const v1::GenerateRequest& reques
   w.frequency_penalty = s.frequency_penalty();
   if (s.has_seed()) w.seed = s.seed();
   w.logprobs = request.has_logprobs() ? static_cast<int32_t>(request.logprobs()) : -1;
+  w.prompt_logprobs = request.has_prompt_logprobs() ? static_cast<int32_t>(request.prompt_logprobs()) : -1;
   out.n = std::max<int32_t>(1, static_cast<int32_t>(request.n()));
   out.speculate = !request.disable_speculation();
 

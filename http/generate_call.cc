@@ -26,6 +26,10 @@ struct Choice {
   std::string reasoning;    // not streaming: the whole reasoning
   int tool_calls_sent = 0;  // streaming: calls sent so far (their deltas' index)
   google::protobuf::RepeatedPtrField<v1::TokenLogprob> logprobs;  // not streaming
+  // echo / prompt_logprobs (not streaming): the prompt's tokens and log-probs
+  // (its first chunk's), and its text when the client gave text.
+  v1::PromptLogprobs prompt;
+  std::optional<std::string> prompt_text;
 };
 
 // What the calls of one response share: one call per prompt of a
@@ -42,6 +46,9 @@ struct Batch {
         stream(request.stream),
         logprobs(request.logprobs),
         tokens_as_ids(request.tokens_as_ids),
+        echo(request.echo),
+        echo_only(request.echo_only),
+        prompt_logprobs(request.prompt_logprobs),
         client_name(request.client),
         choices_per_prompt(per_prompt),
         head(std::move(h)),
@@ -60,17 +67,27 @@ struct Batch {
   std::vector<ChoiceBody> Bodies(const TokenText* texts) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
     std::vector<ChoiceBody> bodies;
     for (const Choice& c : choices) {
-      bodies.push_back(ChoiceBody{.text = c.text,
-                                  .logprobs = texts ? LogprobsJson(head.endpoint, c.logprobs, *texts, 0) : json(nullptr),
-                                  .complete = *c.complete,
-                                  .reasoning = c.reasoning});
+      ChoiceBody& body = bodies.emplace_back(ChoiceBody{
+          .text = c.text,
+          .logprobs = texts && logprobs ? LogprobsJson(head.endpoint, c.logprobs, *texts, 0) : json(nullptr),
+          .prompt_logprobs = texts && prompt_logprobs ? PromptLogprobsJson(c.prompt, *texts) : json(nullptr),
+          .complete = *c.complete,
+          .reasoning = c.reasoning});
+      if (texts && echo) {  // the prompt first, in the text and in the log-probs
+        const std::string echoed = EchoText(c.prompt, c.prompt_text, *texts);
+        body.text = echoed + c.text;
+        if (logprobs) body.logprobs = EchoCompletionLogprobs(c.prompt, c.logprobs, *texts, std::ssize(echoed));
+      }
     }
     return bodies;
   }
+  // Whether the whole response needs its tokens' texts (TokenTexts) first.
+  bool NeedsTexts() const { return logprobs || echo || prompt_logprobs; }
 
   CoordinatorClient& client;
   const std::shared_ptr<httpd::Exchange> exchange;
   const bool stream, logprobs, tokens_as_ids;
+  const bool echo, echo_only, prompt_logprobs;  // OpenAiRequest's
   const std::string client_name;  // the HTTP caller, named to the coordinator ("" = none)
   const int choices_per_prompt;
 
@@ -154,7 +171,19 @@ class GenerateCall final : public grpc::ClientReadReactor<v1::GenerateResponse>,
 
   // Not streaming: keep the choice's text, log-probs and Complete.
   void Gather(Choice& choice) ABSL_EXCLUSIVE_LOCKS_REQUIRED(b().mu) {
-    if (response_.has_chunk()) {
+    if (response_.has_chunk() && response_.chunk().has_prompt_logprobs()) {
+      choice.prompt = response_.chunk().prompt_logprobs();
+      if (request_.input_case() == v1::GenerateRequest::kPrompt) choice.prompt_text = request_.prompt();
+    }
+    if (b().echo_only && response_.has_complete()) {  // the one token asked for is not the answer
+      choice.complete = response_.complete();
+      choice.complete->set_finish_reason(v1::LENGTH);
+      choice.complete->clear_matched_stop();
+      choice.complete->mutable_usage()->set_completion_tokens(0);
+      ++b().completes;
+    } else if (b().echo_only) {
+      return;
+    } else if (response_.has_chunk()) {
       choice.text += response_.chunk().text();
       choice.reasoning += response_.chunk().reasoning_text();
       choice.logprobs.MergeFrom(response_.chunk().logprobs());
@@ -253,11 +282,15 @@ class GenerateCall final : public grpc::ClientReadReactor<v1::GenerateResponse>,
       AnswerError(*b().exchange, ErrorOf(s, b().head.endpoint));
       return false;
     }
-    if (!b().logprobs) {
+    if (!b().NeedsTexts()) {
       AnswerJson(*b().exchange, 200, FullResponse(b().head, b().Bodies(nullptr), b().choices_per_prompt));
       return false;
     }
-    for (const Choice& c : b().choices) logprobs->MergeFrom(c.logprobs);
+    for (const Choice& c : b().choices) {
+      logprobs->MergeFrom(c.logprobs);
+      logprobs->MergeFrom(c.prompt.logprobs());
+      for (uint32_t id : c.prompt.token_ids()) logprobs->Add()->set_token_id(id);  // the echoed tokens' texts
+    }
     return true;
   }
 

@@ -253,6 +253,12 @@ std::map<std::string, FieldSetter> CommonFields() {
     return absl::OkStatus();
   };
   f["max_tokens"] = [](const json& v, OpenAiRequest& r) { return SetMaxTokens(v, r, "max_tokens"); };
+  // vLLM's: each prompt token's log-prob, rank and this many alternatives.
+  f["prompt_logprobs"] = Setter<uint32_t>(Uint32, [](OpenAiRequest& r, uint32_t n) {
+    r.prompt_logprobs = true;
+    r.grpc.set_prompt_logprobs(n);
+    return absl::OkStatus();
+  }, "prompt_logprobs");
   f["min_tokens"] = Setter<uint32_t>(Uint32, [](OpenAiRequest& r, uint32_t n) {
     r.grpc.mutable_stopping()->set_min_tokens(n);
     return absl::OkStatus();
@@ -511,8 +517,9 @@ std::map<std::string, FieldSetter> CompletionFields() {
     }
     return absl::OkStatus();
   };
-  f["echo"] = Setter<bool>(Bool, [](OpenAiRequest&, bool echo) {
-    return echo ? InvalidField("echo", "echo is not supported; leave it false") : absl::OkStatus();
+  f["echo"] = Setter<bool>(Bool, [](OpenAiRequest& r, bool echo) {
+    r.echo = echo;
+    return absl::OkStatus();
   }, "echo");
   return f;
 }
@@ -527,6 +534,23 @@ std::string KnownFields(Endpoint endpoint) {
   std::string out;
   for (const auto& [name, setter] : Fields(endpoint)) absl::StrAppend(&out, out.empty() ? "" : ", ", name);
   return out;
+}
+
+// echo and prompt_logprobs: the prompt's tokens and log-probs come on each
+// choice's first chunk (GenerateRequest.prompt_logprobs); echo asks for them
+// with logprobs' alternatives (0 without logprobs: the echoed tokens' texts).
+// max_tokens 0 with echo asks for one token, which the response drops.
+absl::Status FinishEcho(OpenAiRequest& r) {
+  if ((r.echo || r.prompt_logprobs) && r.stream) {
+    return InvalidField(r.echo ? "echo" : "prompt_logprobs",
+                        "not with stream: true yet; ask without streaming (the prompt's log-probs come whole)");
+  }
+  if (r.echo && !r.grpc.has_prompt_logprobs()) r.grpc.set_prompt_logprobs(r.logprobs ? r.grpc.logprobs() : 0);
+  if (r.echo && r.grpc.stopping().max_tokens() == 0) {
+    r.echo_only = true;
+    r.grpc.mutable_stopping()->set_max_tokens(1);
+  }
+  return absl::OkStatus();
 }
 
 // What the body does not say itself: the input is required, the defaults of
@@ -552,7 +576,7 @@ absl::Status Finish(const json& body, OpenAiRequest& r) {
   if (r.logprobs && !r.grpc.has_logprobs()) r.grpc.set_logprobs(0);
   if (!r.logprobs) r.grpc.clear_logprobs();
   if (r.include_usage && !r.stream) return InvalidField("stream_options", "only with stream: true");
-  return absl::OkStatus();
+  return FinishEcho(r);
 }
 
 }  // namespace
@@ -693,6 +717,7 @@ std::optional<std::string> OpenAiParam(const absl::Status& status, Endpoint endp
   if (field == "chat") return "messages";
   if (field == "token_ids") return "tokens";  // Detokenize
   if (field == "logprobs") return chat ? "top_logprobs" : "logprobs";
+  if (field == "prompt_logprobs") return std::string(field);
   if (absl::StartsWith(field, "prompt")) return chat ? "messages" : "prompt";
   return std::string(field);
 }

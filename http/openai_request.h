@@ -43,7 +43,13 @@
 //   n (1 to 128)                         n (choices: each "index" of the response)
 //   best_of (completions; 1 only, as vLLM which dropped it)
 //   model, stream, stream_options.include_usage, return_tokens_as_token_ids,
-//   user (ignored), echo (false only)    the response (OpenAiRequest)
+//   user (ignored)                       the response (OpenAiRequest)
+//   echo (completions; not with stream)  prompt_logprobs (= logprobs, else 0) and the
+//                                        response: the prompt before the text, its tokens
+//                                        first in logprobs; with max_tokens 0 only the
+//                                        prompt (max_tokens 1 asked, its token dropped)
+//   prompt_logprobs (vLLM's; not with    prompt_logprobs; each choice's "prompt_logprobs"
+//     stream)
 #pragma once
 
 #include <optional>
@@ -69,6 +75,9 @@ struct OpenAiRequest {
   bool include_usage = false;  // stream_options.include_usage: a last chunk with usage
   bool logprobs = false;       // answer log-probs (grpc.logprobs alternatives each)
   bool tokens_as_ids = false;  // return_tokens_as_token_ids: log-prob tokens as "token_id:N"
+  bool echo = false;             // completions: the prompt (and its log-probs) before the output
+  bool echo_only = false;        // echo with max_tokens 0: the prompt alone, finish_reason "length"
+  bool prompt_logprobs = false;  // vLLM's prompt_logprobs: each choice's "prompt_logprobs" list
   tpserve::v1::GenerateRequest grpc;
   // Completions with a list of two or more prompts: each prompt's input
   // (prompt or prompt_token_ids), one Generate call each with the rest of

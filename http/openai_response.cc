@@ -101,6 +101,60 @@ json ToolCallsJson(const google::protobuf::RepeatedPtrField<v1::ToolCall>& calls
   return out;
 }
 
+std::string EchoText(const v1::PromptLogprobs& prompt, const std::optional<std::string>& prompt_text,
+                     const TokenText& text_of) {
+  if (prompt_text) return *prompt_text;
+  std::string text;
+  for (uint32_t id : prompt.token_ids()) text += text_of(id);
+  return text;
+}
+
+json EchoCompletionLogprobs(const v1::PromptLogprobs& prompt,
+                            const google::protobuf::RepeatedPtrField<v1::TokenLogprob>& output, const TokenText& text_of,
+                            int64_t echo_bytes) {
+  json out = {{"tokens", json::array()}, {"token_logprobs", json::array()}, {"top_logprobs", json::array()},
+              {"text_offset", json::array()}};
+  int64_t offset = 0;
+  for (int i = 0; i < prompt.token_ids_size(); ++i) {
+    const std::string token = text_of(prompt.token_ids(i));
+    out["tokens"].push_back(token);
+    out["text_offset"].push_back(offset);
+    offset += static_cast<int64_t>(token.size());
+    if (i == 0 || i - 1 >= prompt.logprobs_size()) {  // nothing precedes the first token
+      out["token_logprobs"].push_back(nullptr);
+      out["top_logprobs"].push_back(nullptr);
+      continue;
+    }
+    const v1::TokenLogprob& lp = prompt.logprobs(i - 1);
+    out["token_logprobs"].push_back(lp.logprob());
+    json top = json::object();
+    for (const v1::TopLogprob& t : lp.top()) top[text_of(t.token_id())] = t.logprob();
+    out["top_logprobs"].push_back(std::move(top));
+  }
+  const json generated = CompletionLogprobs(output, text_of, echo_bytes);
+  for (auto& [key, values] : out.items()) {
+    for (const json& v : generated[key]) values.push_back(v);
+  }
+  return out;
+}
+
+json PromptLogprobsJson(const v1::PromptLogprobs& prompt, const TokenText& text_of) {
+  json out = json::array();
+  if (prompt.token_ids_size() > 0) out.push_back(nullptr);
+  for (const v1::TokenLogprob& lp : prompt.logprobs()) {
+    json entry = json::object();
+    int rank = 1;  // the alternatives are the most likely, in order
+    for (const v1::TopLogprob& t : lp.top()) {
+      entry[std::to_string(t.token_id())] = {{"logprob", t.logprob()}, {"rank", rank++},
+                                             {"decoded_token", text_of(t.token_id())}};
+    }
+    entry[std::to_string(lp.token_id())] = {{"logprob", lp.logprob()}, {"rank", lp.rank()},
+                                            {"decoded_token", text_of(lp.token_id())}};
+    out.push_back(std::move(entry));
+  }
+  return out;
+}
+
 json FullResponse(const ResponseHead& head, const std::string& text, const json& logprobs,
                   const v1::Complete& complete, const std::string& reasoning) {
   return FullResponse(head, {ChoiceBody{.text = text, .logprobs = logprobs, .complete = complete, .reasoning = reasoning}},
@@ -128,6 +182,7 @@ json FullResponse(const ResponseHead& head, const std::vector<ChoiceBody>& choic
     const ChoiceBody& b = choices[i];
     const v1::Complete& complete = b.complete;
     json choice = {{"index", i}, {"logprobs", b.logprobs}, {"finish_reason", FinishReason(complete.finish_reason())}};
+    if (!b.prompt_logprobs.is_null()) choice["prompt_logprobs"] = b.prompt_logprobs;
     if (IsChat(head)) {
       const bool calls = complete.tool_calls_size() > 0;
       json message = {{"role", "assistant"}, {"content", calls && b.text.empty() ? json(nullptr) : json(b.text)}};

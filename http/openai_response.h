@@ -61,6 +61,22 @@ nlohmann::json LogprobsJson(Endpoint endpoint,
                             const google::protobuf::RepeatedPtrField<tpserve::v1::TokenLogprob>& logprobs,
                             const TokenText& text_of, int64_t text_offset);
 
+// echo (completions): the prompt's text as echoed, and the "logprobs" of
+// prompt + output: OpenAI's {"tokens", "token_logprobs", "top_logprobs",
+// "text_offset"}, the prompt's tokens first (the first with null log-prob
+// and alternatives, as OpenAI and vLLM), the output's offsets after the
+// echoed text. `prompt_text`: the prompt as the client gave it, or nullopt
+// for token ids (then its tokens' texts together).
+std::string EchoText(const tpserve::v1::PromptLogprobs& prompt, const std::optional<std::string>& prompt_text,
+                     const TokenText& text_of);
+nlohmann::json EchoCompletionLogprobs(const tpserve::v1::PromptLogprobs& prompt,
+                                      const google::protobuf::RepeatedPtrField<tpserve::v1::TokenLogprob>& output,
+                                      const TokenText& text_of, int64_t echo_bytes);
+// vLLM's "prompt_logprobs" of a choice: null for the first prompt token, then
+// per token {"ID": {"logprob", "rank", "decoded_token"}} for its top
+// alternatives (ranks 1, 2, ...) and for it (its own rank).
+nlohmann::json PromptLogprobsJson(const tpserve::v1::PromptLogprobs& prompt, const TokenText& text_of);
+
 // The whole non-streaming response. `logprobs`: null, or LogprobsJson's.
 // Chat: the message has `reasoning_content` and `reasoning` (the same text:
 // the name SGLang and llama.cpp use, and the one vLLM moved to) when there is
@@ -74,6 +90,7 @@ nlohmann::json FullResponse(const ResponseHead& head, const std::string& text, c
 struct ChoiceBody {
   std::string text;
   nlohmann::json logprobs;  // null, or LogprobsJson's
+  nlohmann::json prompt_logprobs;  // absent when null, else PromptLogprobsJson's
   tpserve::v1::Complete complete;
   std::string reasoning;
 };

@@ -223,6 +223,7 @@ std::vector<GenerateCase> GenerateCases() {
        }},
       {"stopping.stop_token_ids[0]", [](auto& r) { r.mutable_stopping()->add_stop_token_ids(100000); }},
       {"logprobs", [](auto& r) { r.set_logprobs(kMaxLogprobs + 1); }},
+      {"prompt_logprobs", [](auto& r) { r.set_prompt_logprobs(kMaxLogprobs + 1); }},
       {"request_id", [](auto& r) { r.set_request_id(std::string(kMaxRequestIdBytes + 1, 'r')); }},
       {"chat.messages", [chat](auto& r) { chat(r).clear_messages(); }},
       {"chat.messages", [chat](auto& r) {  // --max-chat-messages

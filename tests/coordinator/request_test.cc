@@ -64,6 +64,7 @@ TEST_F(RequestTest, ValidTextPromptIsTokenizedWithSpecialTokens) {
   EXPECT_EQ(got->sampling.top_k, -1);
   EXPECT_FALSE(got->sampling.seed.has_value());
   EXPECT_EQ(got->sampling.logprobs, -1);
+  EXPECT_EQ(got->sampling.prompt_logprobs, -1);
 }
 
 TEST_F(RequestTest, TokenIdsAndSamplingPassThrough) {
@@ -77,6 +78,7 @@ TEST_F(RequestTest, TokenIdsAndSamplingPassThrough) {
   r.mutable_stopping()->add_stop_token_ids(3);
   r.mutable_stopping()->set_ignore_eos(true);
   r.set_logprobs(3);
+  r.set_prompt_logprobs(0);
   absl::StatusOr<PreparedRequest> got = PrepareRequest(r, *tokenizer_, ChatFormat::kChatML, limits_);
   ASSERT_TRUE(got.ok()) << got.status();
   EXPECT_EQ(got->prompt, (std::vector<int32_t>{5, 300, 7}));
@@ -85,6 +87,7 @@ TEST_F(RequestTest, TokenIdsAndSamplingPassThrough) {
   EXPECT_TRUE(got->sampling.seed.has_value());
   EXPECT_EQ(got->sampling.seed.value_or(0), 1234u);
   EXPECT_EQ(got->sampling.logprobs, 3);
+  EXPECT_EQ(got->sampling.prompt_logprobs, 0);
   EXPECT_EQ(got->stop.max_tokens, 11);
   EXPECT_EQ(got->stop.stop, (std::vector<std::string>{"zz"}));
   EXPECT_EQ(got->stop.stop_token_ids, (std::vector<int32_t>{3}));

@@ -35,6 +35,34 @@ async function collect(stream) {
 }
 
 const checks = {
+  // lm-evaluation-harness's log-likelihood request: echo, logprobs 1, max_tokens 0
+  // gives the prompt alone with its tokens' log-probs, the first null.
+  async completionsEchoGivesThePromptsLogprobs() {
+    const r = await client.completions.create({
+      model, prompt: expect.echo_prompt, echo: true, logprobs: 1, max_tokens: 0, temperature: 0 });
+    const c = r.choices[0];
+    assert.strictEqual(c.text, expect.echo_prompt);
+    assert.strictEqual(c.finish_reason, 'length');
+    assert.strictEqual(r.usage.completion_tokens, 0);
+    assert.strictEqual(r.usage.prompt_tokens, expect.echo_token_ids.length);
+    const lp = c.logprobs;
+    assert.strictEqual(lp.tokens.length, expect.echo_token_ids.length);
+    assert.strictEqual(lp.tokens.join(''), expect.echo_prompt);
+    assert.strictEqual(lp.token_logprobs[0], null);
+    assert.strictEqual(lp.top_logprobs[0], null);
+    assert.deepStrictEqual(lp.token_logprobs.slice(1), expect.echo_token_logprobs);
+    let offset = 0;
+    for (let i = 0; i < lp.tokens.length; i++) {
+      assert.strictEqual(lp.text_offset[i], offset);
+      offset += Buffer.byteLength(lp.tokens[i]);
+      if (i > 0) assert.strictEqual(Object.keys(lp.top_logprobs[i]).length, 1);
+    }
+    const more = await client.completions.create({
+      model, prompt: expect.echo_prompt, echo: true, logprobs: 1, max_tokens: 2, temperature: 0, ignore_eos: true });
+    assert.ok(more.choices[0].text.startsWith(expect.echo_prompt));
+    assert.strictEqual(more.choices[0].logprobs.tokens.length, expect.echo_token_ids.length + 2);
+    assert.strictEqual(more.usage.completion_tokens, 2);
+  },
   // Greedy completions on token ids: the same tokens as gRPC Generate, usage counted.
   async completionsGreedyEqualsGrpc() {
     const r = await client.completions.create({

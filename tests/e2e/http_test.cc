@@ -49,6 +49,8 @@ struct GrpcStream {
   std::vector<std::string> texts;
   std::vector<uint32_t> ids;
   v1::Complete complete;
+  v1::PromptLogprobs prompt;  // the first chunk's prompt log-probs
+  int chunks_with_prompt = 0;
 };
 
 GrpcStream ReadStream(v1::Generation::Stub& stub, const v1::GenerateRequest& request) {
@@ -58,6 +60,7 @@ GrpcStream ReadStream(v1::Generation::Stub& stub, const v1::GenerateRequest& req
   v1::GenerateResponse r;
   while (reader->Read(&r)) {
     if (r.has_chunk()) {
+      if (r.chunk().has_prompt_logprobs() && out.chunks_with_prompt++ == 0) out.prompt = r.chunk().prompt_logprobs();
       out.texts.push_back(r.chunk().text());
       out.ids.insert(out.ids.end(), r.chunk().token_ids().begin(), r.chunk().token_ids().end());
     }
@@ -402,6 +405,126 @@ TEST_F(HttpTest, TokenControlsReachTheSampler) {
   }
 }
 
+// Prompt log-probs over gRPC: the prompt's ids and, from the second token on,
+// each one's log-prob, rank and top 2, on the first chunk only; a request
+// whose prompt is in the prefix cache recomputes it (cached_tokens 0) and gets
+// the same bits (the CPU backend is batch-invariant); out of range is
+// INVALID_ARGUMENT naming the field. The values against the float64 forward:
+// tests/worker/prompt_logprobs_test.cc.
+TEST_F(HttpTest, PromptLogprobsOverGrpc) {
+  v1::GenerateRequest request = Greedy(3);
+  for (uint32_t i = 0; i < 40; ++i) request.mutable_prompt_token_ids()->add_ids(3 + (i * 7) % 90);
+  request.set_prompt_logprobs(2);
+  const GrpcStream first = ReadStream(*coordinator_->stub, request);
+  const auto& prompt = request.prompt_token_ids().ids();
+  EXPECT_EQ(first.chunks_with_prompt, 1);
+  ASSERT_EQ(first.prompt.token_ids_size(), prompt.size());
+  ASSERT_EQ(first.prompt.logprobs_size(), prompt.size() - 1);
+  for (int i = 0; i < first.prompt.logprobs_size(); ++i) {
+    const v1::TokenLogprob& lp = first.prompt.logprobs(i);
+    SCOPED_TRACE(testing::Message() << "position " << i + 1);
+    EXPECT_EQ(first.prompt.token_ids(i), prompt[i]);
+    EXPECT_EQ(lp.token_id(), prompt[i + 1]);
+    ASSERT_EQ(lp.top_size(), 2);
+    EXPECT_GE(lp.top(0).logprob(), lp.top(1).logprob());
+    EXPECT_LE(lp.logprob(), lp.top(0).logprob());
+    EXPECT_GE(lp.rank(), 1u);
+    if (lp.rank() == 1) {
+      EXPECT_EQ(lp.logprob(), lp.top(0).logprob());
+    } else if (lp.rank() > 2) {
+      EXPECT_LE(lp.logprob(), lp.top(1).logprob());
+    }
+  }
+  EXPECT_EQ(first.complete.usage().cached_tokens(), 0u);
+
+  v1::GenerateRequest plain = request;
+  plain.clear_prompt_logprobs();
+  const GrpcStream cached = ReadStream(*coordinator_->stub, plain);
+  EXPECT_GT(cached.complete.usage().cached_tokens(), 0u) << "the first request's blocks are in the prefix cache";
+  EXPECT_EQ(cached.chunks_with_prompt, 0);
+  const GrpcStream again = ReadStream(*coordinator_->stub, request);
+  EXPECT_EQ(again.complete.usage().cached_tokens(), 0u) << "prompt log-probs need every row: no cached prefix";
+  EXPECT_EQ(again.prompt.SerializeAsString(), first.prompt.SerializeAsString());
+  EXPECT_EQ(again.ids, first.ids);
+
+  request.set_prompt_logprobs(21);
+  grpc::ClientContext context;
+  auto reader = coordinator_->stub->Generate(&context, request);
+  v1::GenerateResponse r;
+  while (reader->Read(&r)) {
+  }
+  const grpc::Status refused = reader->Finish();
+  EXPECT_EQ(refused.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_TRUE(absl::StartsWith(refused.error_message(), "prompt_logprobs:")) << refused.error_message();
+}
+
+// echo through curl: the prompt's tokens and log-probs first (OpenAI's
+// shape, null for the first), with max_tokens 0 the prompt alone; vLLM's
+// prompt_logprobs on the choice; echo and prompt_logprobs refuse stream.
+TEST_F(HttpTest, EchoAndPromptLogprobs) {
+  v1::GenerateRequest grpc_request = Greedy(2);
+  const std::vector<uint32_t> prompt = {11, 4, 87, 23, 5, 60, 2};
+  for (uint32_t id : prompt) grpc_request.mutable_prompt_token_ids()->add_ids(id);
+  grpc_request.set_prompt_logprobs(1);
+  grpc_request.set_logprobs(1);
+  const GrpcStream want = ReadStream(*coordinator_->stub, grpc_request);
+  ASSERT_EQ(want.prompt.logprobs_size(), 6);
+
+  const std::string ids = json(prompt).dump();
+  const HttpReply only = Post("/v1/completions", R"({"prompt": )" + ids +
+                                                     R"(, "echo": true, "logprobs": 1, "max_tokens": 0, "temperature": 0,
+                                                     "return_tokens_as_token_ids": true})");
+  ASSERT_EQ(only.status, 200) << only.body;
+  const json c = json::parse(only.body)["choices"][0];
+  EXPECT_EQ(c["finish_reason"], "length") << only.body;
+  EXPECT_EQ(json::parse(only.body)["usage"]["completion_tokens"], 0) << only.body;
+  const json& lp = c["logprobs"];
+  ASSERT_EQ(lp["tokens"].size(), prompt.size()) << only.body;
+  std::string text;
+  for (size_t i = 0; i < prompt.size(); ++i) {
+    EXPECT_EQ(lp["tokens"][i], absl::StrCat("token_id:", prompt[i]));
+    EXPECT_EQ(lp["text_offset"][i], text.size());
+    text += lp["tokens"][i].get<std::string>();
+    if (i == 0) {
+      EXPECT_TRUE(lp["token_logprobs"][0].is_null() && lp["top_logprobs"][0].is_null()) << only.body;
+      continue;
+    }
+    EXPECT_EQ(lp["token_logprobs"][i].get<double>(), want.prompt.logprobs(static_cast<int>(i) - 1).logprob());
+    ASSERT_EQ(lp["top_logprobs"][i].size(), 1u) << only.body;
+  }
+  EXPECT_EQ(c["text"], text) << "a prompt of token ids echoes its tokens' texts";
+
+  const HttpReply more = Post("/v1/completions", R"({"prompt": )" + ids +
+                                                     R"(, "echo": true, "logprobs": 1, "max_tokens": 2, "temperature": 0,
+                                                     "prompt_logprobs": 0, "return_tokens_as_token_ids": true})");
+  ASSERT_EQ(more.status, 200) << more.body;
+  const json m = json::parse(more.body)["choices"][0];
+  ASSERT_EQ(m["logprobs"]["tokens"].size(), prompt.size() + 2) << more.body;
+  EXPECT_EQ(m["logprobs"]["tokens"][prompt.size()], absl::StrCat("token_id:", want.ids[0]));
+  EXPECT_EQ(m["logprobs"]["text_offset"][prompt.size()], text.size());
+  EXPECT_TRUE(m["logprobs"]["token_logprobs"][prompt.size()].is_number()) << more.body;
+  EXPECT_EQ(m["text"].get<std::string>().substr(0, text.size()), text) << more.body;
+  const json& pl = m["prompt_logprobs"];
+  ASSERT_EQ(pl.size(), prompt.size()) << more.body;
+  EXPECT_TRUE(pl[0].is_null());
+  for (size_t i = 1; i < prompt.size(); ++i) {
+    const v1::TokenLogprob& w = want.prompt.logprobs(static_cast<int>(i) - 1);
+    const json& e = pl[i][std::to_string(prompt[i])];
+    EXPECT_EQ(e["logprob"].get<double>(), w.logprob()) << more.body;
+    EXPECT_EQ(e["rank"], w.rank()) << more.body;
+  }
+  for (const char* field : {"echo", "prompt_logprobs"}) {
+    const HttpReply streamed =
+        Post("/v1/completions", absl::StrCat(R"({"prompt": "x", "stream": true, ")", field, R"(": )",
+                                             std::string(field) == "echo" ? "true" : "1", "}"));
+    EXPECT_EQ(streamed.status, 400) << streamed.body;
+    EXPECT_EQ(json::parse(streamed.body)["error"]["param"], field) << streamed.body;
+  }
+  const HttpReply big = Post("/v1/completions", R"({"prompt": "x", "prompt_logprobs": 21})");
+  EXPECT_EQ(big.status, 400) << big.body;
+  EXPECT_EQ(json::parse(big.body)["error"]["param"], "prompt_logprobs") << big.body;
+}
+
 // --api-key-file: 401 without a key or with a wrong one, health needs none;
 // a coordinator that cannot be reached is 503.
 TEST_F(HttpTest, ApiKeysAndAnUnreachableCoordinator) {
@@ -503,6 +626,16 @@ json Expectations(v1::Generation::Stub& stub) {
   e["chat_text"] = chat_text;
   e["chat_prompt_tokens"] = chat_out.complete.usage().prompt_tokens();
   e["abort_max_tokens"] = kAbortMaxTokens;
+  // echo: a text prompt's tokens and their log-probs, as gRPC gives them.
+  v1::GenerateRequest echo = Greedy(1);
+  echo.set_prompt("The quick brown fox jumps over the lazy dog");
+  echo.set_prompt_logprobs(1);
+  const GrpcStream echoed = ReadStream(stub, echo);
+  e["echo_prompt"] = echo.prompt();
+  e["echo_token_ids"] = std::vector<uint32_t>(echoed.prompt.token_ids().begin(), echoed.prompt.token_ids().end());
+  json echo_logprobs = json::array();
+  for (const v1::TokenLogprob& lp : echoed.prompt.logprobs()) echo_logprobs.push_back(lp.logprob());
+  e["echo_token_logprobs"] = echo_logprobs;
   return e;
 }
 

@@ -276,9 +276,36 @@ TEST(OpenAiRequest, BadBodiesNameTheField) {
   EXPECT_EQ(Refused(kCompl, "{\"prompt\": [[1], [2, -1]]}"), "prompt[1][1]");
   EXPECT_EQ(Refused(kCompl, "{\"prompt\": [1, -2]}"), "prompt[1]");
   EXPECT_EQ(Refused(kCompl, "{\"prompt\": [1, 4294967296]}"), "prompt[1]");
-  EXPECT_EQ(Refused(kCompl, "{\"prompt\": \"x\", \"echo\": true}"), "echo");
+  EXPECT_EQ(Refused(kCompl, "{\"prompt\": \"x\", \"echo\": true, \"stream\": true}"), "echo");
+  EXPECT_EQ(Refused(kCompl, "{\"prompt\": \"x\", \"prompt_logprobs\": 1, \"stream\": true}"), "prompt_logprobs");
+  EXPECT_EQ(Refused(kCompl, "{\"prompt\": \"x\", \"prompt_logprobs\": -1}"), "prompt_logprobs");
+  EXPECT_EQ(Refused(kChat, "{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}], \"echo\": true}"), "echo")
+      << "echo is a completions field";
   EXPECT_EQ(Refused(kCompl, "{\"prompt\": \"x\", \"messages\": []}"), "messages") << "a chat field on completions";
   EXPECT_EQ(Refused(kCompl, "{\"prompt\": \"x\", \"logprobs\": true}"), "logprobs");
+}
+
+// echo: the prompt's log-probs asked with logprobs' alternatives (0 without
+// logprobs); max_tokens 0 asks for one token the response drops; vLLM's
+// prompt_logprobs on both endpoints.
+TEST(OpenAiRequest, EchoAndPromptLogprobs) {
+  OpenAiRequest r = Parse(kCompl, R"({"prompt": "x", "echo": true, "logprobs": 2, "max_tokens": 0})");
+  EXPECT_TRUE(r.echo && r.echo_only && r.logprobs && !r.prompt_logprobs);
+  EXPECT_EQ(r.grpc.prompt_logprobs(), 2u);
+  EXPECT_EQ(r.grpc.stopping().max_tokens(), 1u);
+  r = Parse(kCompl, R"({"prompt": [1, 2], "echo": true})");
+  EXPECT_TRUE(r.echo && !r.echo_only && !r.logprobs);
+  EXPECT_TRUE(r.grpc.has_prompt_logprobs());
+  EXPECT_EQ(r.grpc.prompt_logprobs(), 0u);
+  EXPECT_EQ(r.grpc.stopping().max_tokens(), 16u);
+  r = Parse(kCompl, R"({"prompt": "x", "echo": false, "max_tokens": 3})");
+  EXPECT_FALSE(r.echo || r.grpc.has_prompt_logprobs());
+  r = Parse(kCompl, R"({"prompt": "x", "echo": true, "logprobs": 1, "prompt_logprobs": 5})");
+  EXPECT_TRUE(r.prompt_logprobs);
+  EXPECT_EQ(r.grpc.prompt_logprobs(), 5u) << "prompt_logprobs given wins over logprobs";
+  r = Parse(kChat, R"({"messages": [{"role": "user", "content": "x"}], "prompt_logprobs": 3})");
+  EXPECT_TRUE(r.prompt_logprobs);
+  EXPECT_EQ(r.grpc.prompt_logprobs(), 3u);
 }
 
 // logit_bias (OpenAI's object of string ids), allowed_token_ids, bad_words and

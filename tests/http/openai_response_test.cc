@@ -139,6 +139,41 @@ TEST(OpenAiResponse, LogprobsInBothShapes) {
   EXPECT_EQ(text["top_logprobs"][0], json::parse(R"({"ab": -0.5, "<9>": -2.0})"));
 }
 
+// echo: the prompt's tokens first (null for the first), the output's offsets
+// after the echoed text; vLLM's prompt_logprobs: null, then {id: {logprob,
+// rank, decoded_token}} for the alternatives and the prompt token.
+TEST(OpenAiResponse, EchoAndPromptLogprobs) {
+  v1::PromptLogprobs prompt;
+  for (uint32_t id : {7u, 8u, 9u}) prompt.add_token_ids(id);
+  for (uint32_t id : {8u, 9u}) {
+    v1::TokenLogprob* lp = prompt.add_logprobs();
+    lp->set_token_id(id);
+    lp->set_logprob(-1.5f);
+    lp->set_rank(id == 8 ? 1 : 4);
+    v1::TopLogprob* t = lp->add_top();
+    t->set_token_id(8);
+    t->set_logprob(id == 8 ? -1.5f : -0.25f);
+  }
+  google::protobuf::RepeatedPtrField<v1::TokenLogprob> output;
+  v1::TokenLogprob* out = output.Add();
+  out->set_token_id(7);
+  out->set_logprob(-0.75f);
+  const TokenText text_of = [](uint32_t id) { return id == 7 ? std::string("ab") : absl::StrCat("<", id, ">"); };
+  const std::string echoed = EchoText(prompt, std::nullopt, text_of);
+  EXPECT_EQ(echoed, "ab<8><9>");
+  EXPECT_EQ(EchoText(prompt, std::string("as given"), text_of), "as given");
+  const json lp = EchoCompletionLogprobs(prompt, output, text_of, std::ssize(echoed));
+  EXPECT_EQ(lp["tokens"], json::parse(R"(["ab", "<8>", "<9>", "ab"])"));
+  EXPECT_EQ(lp["token_logprobs"], json::parse("[null, -1.5, -1.5, -0.75]"));
+  EXPECT_EQ(lp["text_offset"], json::parse("[0, 2, 5, 8]"));
+  EXPECT_EQ(lp["top_logprobs"], json::parse(R"([null, {"<8>": -1.5}, {"<8>": -0.25}, {}])"));
+  const json vllm = PromptLogprobsJson(prompt, text_of);
+  EXPECT_EQ(vllm, json::parse(R"([null,
+      {"8": {"logprob": -1.5, "rank": 1, "decoded_token": "<8>"}},
+      {"8": {"logprob": -0.25, "rank": 1, "decoded_token": "<8>"},
+       "9": {"logprob": -1.5, "rank": 4, "decoded_token": "<9>"}}])"));
+}
+
 TEST(OpenAiResponse, ErrorsInOpenAiShape) {
   const HttpError e = ErrorOf(grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "sampling.top_p: 2 is outside (0, 1]"),
                               Endpoint::kChatCompletions);
