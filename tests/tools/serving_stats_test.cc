@@ -4,6 +4,10 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
+#include "tools/bench/workload.h"
+
 namespace tpserve::bench {
 namespace {
 
@@ -120,6 +124,50 @@ TEST(Parse, PercentilesAndSlo) {
   EXPECT_NE(ParseSlo("itl:5").status().message().find("--slo"), std::string::npos);
   EXPECT_FALSE(ParseSlo("ttft:-1").ok());
   EXPECT_FALSE(ParseSlo("ttft").ok());
+}
+
+// The prefix cache's share of the prompt tokens, over the successful requests.
+TEST(ComputeMetrics, PrefixCacheHitRateIsCachedOverPromptTokens) {
+  std::vector<RequestRecord> records = Timeline();
+  records[0].cached_tokens = 8;  // of A's 10
+  records[1].cached_tokens = 4;  // of B's 6; C none; D failed (its tokens not counted)
+  records[3].cached_tokens = 100;
+  const ServingMetrics m = ComputeMetrics(records, 2.0, {50}, Slo{});
+  EXPECT_EQ(m.total_cached_tokens, 12);
+  EXPECT_DOUBLE_EQ(m.prefix_cache_hit_rate, 12.0 / 20.0);
+}
+
+// Each conversation's turn t + 1 starts with its turn t (the resent history)
+// plus t's output length of stand-in answer; every prompt starts with the
+// shared prefix; turns come round by round.
+TEST(MultiTurnPrompts, EachTurnResendsItsHistoryAfterTheSharedPrefix) {
+  constexpr int64_t kConversations = 5, kTurns = 4, kPrefix = 37;
+  const std::vector<BenchPrompt> p =
+      MultiTurnPrompts(kConversations, kTurns, kPrefix, {3, 9}, {2, 6}, /*vocab_size=*/1000, /*seed=*/7);
+  ASSERT_EQ(p.size(), static_cast<size_t>(kConversations * kTurns));
+  for (size_t i = 0; i < p.size(); ++i) {
+    EXPECT_TRUE(std::equal(p[0].token_ids.begin(), p[0].token_ids.begin() + kPrefix, p[i].token_ids.begin()))
+        << "prompt " << i << " lacks the shared prefix";
+    EXPECT_TRUE(p[i].output_len >= 2 && p[i].output_len <= 6);
+    for (uint32_t t : p[i].token_ids) EXPECT_LT(t, 1000u);
+    if (i < kConversations) {
+      EXPECT_GE(p[i].token_ids.size(), static_cast<size_t>(kPrefix + 3));
+      EXPECT_LE(p[i].token_ids.size(), static_cast<size_t>(kPrefix + 9));
+      continue;
+    }
+    const BenchPrompt& prev = p[i - kConversations];  // the same conversation's previous turn
+    const size_t grown = p[i].token_ids.size() - prev.token_ids.size();
+    EXPECT_GE(grown, static_cast<size_t>(prev.output_len + 3)) << "prompt " << i;
+    EXPECT_LE(grown, static_cast<size_t>(prev.output_len + 9)) << "prompt " << i;
+    EXPECT_TRUE(std::equal(prev.token_ids.begin(), prev.token_ids.end(), p[i].token_ids.begin()))
+        << "prompt " << i << " does not resend its history";
+  }
+  // Conversations differ right after the prefix (1000 ids: a tie of 3 tokens is rare, not impossible).
+  EXPECT_NE(p[0].token_ids, p[1].token_ids);
+  // Seeded: the same draw again.
+  const std::vector<BenchPrompt> again =
+      MultiTurnPrompts(kConversations, kTurns, kPrefix, {3, 9}, {2, 6}, 1000, 7);
+  for (size_t i = 0; i < p.size(); ++i) EXPECT_EQ(again[i].token_ids, p[i].token_ids);
 }
 
 }  // namespace

@@ -39,6 +39,10 @@ ABSL_FLAG(std::string, output_len, "100..1024", "output length in tokens, N or M
 ABSL_FLAG(std::string, dataset, "",
           "JSON-lines prompts instead of random ones: {\"prompt\": TEXT | \"prompt_token_ids\": [...], "
           "\"output_len\": N}");
+ABSL_FLAG(int64_t, conversations, 0,
+          "a shared-prefix multi-turn workload instead of independent prompts: --num-prompts requests as this many "
+          "conversations, each turn resending its history (--input-len: each turn's new tokens; 0 = off)");
+ABSL_FLAG(int64_t, shared_prefix_len, 0, "with --conversations: tokens of a prefix every conversation starts with");
 ABSL_FLAG(uint64_t, seed, 0,
           "seed of the random prompts and the arrival times (run k of a --request-rate list uses seed + k)");
 ABSL_FLAG(std::string, request_rate, "inf", "serve: requests/s of Poisson arrivals, or a list (one run each), or inf");
@@ -91,7 +95,8 @@ absl::Status SetStructuredOutput(RunOptions& options) {
 // The configuration for --json: every flag of this tool and of the connection, as given or defaulted.
 nlohmann::json Configuration(const std::string& mode) {
   nlohmann::json config = {{"mode", mode}};
-  for (const char* name : {"server", "num_prompts", "input_len", "output_len", "dataset", "seed", "request_rate",
+  for (const char* name : {"server", "num_prompts", "input_len", "output_len", "dataset", "conversations",
+                           "shared_prefix_len", "seed", "request_rate",
                            "max_concurrency", "burstiness", "percentiles", "slo", "timeout", "max_seconds",
                            "ignore_eos", "temperature", "regex", "json_schema", "tls"}) {
     if (const absl::CommandLineFlag* flag = absl::FindCommandLineFlag(name)) config[name] = flag->CurrentValue();
@@ -108,6 +113,29 @@ struct Workload {
   std::vector<double> percentiles;
   Slo slo;
 };
+
+// --conversations: `n` requests as `c` conversations of n / c turns (rounded
+// up; the last turn may have fewer), one draw per run; a usage error or "".
+std::string MultiTurnWorkload(int64_t c, int64_t n, LengthRange in, LengthRange out, const v1::ModelInfo& model,
+                              size_t runs, Workload& w) {
+  const int64_t prefix = absl::GetFlag(FLAGS_shared_prefix_len);
+  if (c < 1 || c > n) return "--conversations must be in [1, --num-prompts]";
+  if (prefix < 0) return "--shared-prefix-len must be >= 0";
+  if (!absl::GetFlag(FLAGS_dataset).empty()) return "--conversations draws its own prompts: drop --dataset";
+  const int64_t turns = (n + c - 1) / c;
+  if (prefix + turns * (in.max + out.max) > static_cast<int64_t>(model.max_model_len())) {
+    return absl::StrCat("--shared-prefix-len ", prefix, " + ", turns, " turns x (--input-len max ", in.max,
+                        " + --output-len max ", out.max, ") exceeds the server's max_model_len ",
+                        model.max_model_len(), "; fewer turns (more --conversations) or shorter lengths");
+  }
+  for (size_t run = 0; run < runs; ++run) {
+    std::vector<BenchPrompt> p =
+        MultiTurnPrompts(c, turns, prefix, in, out, model.vocab_size(), absl::GetFlag(FLAGS_seed) + run);
+    p.resize(static_cast<size_t>(n));
+    w.prompts.push_back(std::move(p));
+  }
+  return "";
+}
 
 // Parses the workload flags against the server's model; a usage error or "".
 std::string BuildWorkload(const std::string& mode, const v1::ModelInfo& model, Workload& w) {
@@ -126,7 +154,11 @@ std::string BuildWorkload(const std::string& mode, const v1::ModelInfo& model, W
   if (!(absl::GetFlag(FLAGS_timeout) > 0) || !(absl::GetFlag(FLAGS_max_seconds) > 0)) {
     return "--timeout and --max-seconds must be positive";
   }
-  if (absl::GetFlag(FLAGS_dataset).empty()) {
+  if (const int64_t c = absl::GetFlag(FLAGS_conversations); c != 0) {
+    if (std::string error = MultiTurnWorkload(c, n, *in, *out, model, rates->size(), w); !error.empty()) {
+      return error;
+    }
+  } else if (absl::GetFlag(FLAGS_dataset).empty()) {
     if (in->max + out->max > static_cast<int64_t>(model.max_model_len())) {
       return absl::StrCat("--input-len max ", in->max, " + --output-len max ", out->max,
                           " exceeds the server's max_model_len ", model.max_model_len(), "; shorten them");

@@ -50,6 +50,7 @@ std::string FormatTable(const RunReport& run, bool serve_mode) {
   s += Line("Benchmark duration (s):", Num(m.duration_s));
   s += Line("Total input tokens:", absl::StrCat(m.total_input_tokens));
   s += Line("Total generated tokens:", absl::StrCat(m.total_output_tokens));
+  s += Line("Prefix cache hit rate (%):", Num(100 * m.prefix_cache_hit_rate));
   s += Line("Request throughput (req/s):", Num(m.request_throughput));
   s += Line("Request goodput (req/s):", Num(m.request_goodput));
   s += Line("Output token throughput (tok/s):", Num(m.output_throughput));
@@ -75,6 +76,8 @@ nlohmann::json RunToJson(const RunReport& run) {
           {"duration_s", m.duration_s},
           {"total_input_tokens", m.total_input_tokens},
           {"total_output_tokens", m.total_output_tokens},
+          {"total_cached_tokens", m.total_cached_tokens},
+          {"prefix_cache_hit_rate", m.prefix_cache_hit_rate},
           {"total_chunks", m.total_chunks},
           {"request_throughput", m.request_throughput},
           {"output_throughput", m.output_throughput},

@@ -91,6 +91,7 @@ RequestRecord RunOne(const ClientConnection& connection, const BenchPrompt& prom
       completed = true;
       r.prompt_tokens = response.complete().usage().prompt_tokens();
       r.output_tokens = response.complete().usage().completion_tokens();
+      r.cached_tokens = response.complete().usage().cached_tokens();
     }
   }
   const grpc::Status status = reader->Finish();

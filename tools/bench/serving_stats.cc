@@ -96,12 +96,16 @@ ServingMetrics ComputeMetrics(const std::vector<RequestRecord>& requests, double
     ++m.completed;
     m.total_input_tokens += r.prompt_tokens;
     m.total_output_tokens += r.output_tokens;
+    m.total_cached_tokens += r.cached_tokens;
     m.total_chunks += static_cast<int64_t>(r.chunk_tokens.size());
     ttfts.push_back(r.ttft);
     e2els.push_back(r.latency);
     if (r.output_tokens > 1) tpots.push_back(Tpot(r));
     itls.insert(itls.end(), r.itl.begin(), r.itl.end());
     if (MeetsSlo(r, slo)) ++m.good_requests;
+  }
+  if (m.total_input_tokens > 0) {
+    m.prefix_cache_hit_rate = static_cast<double>(m.total_cached_tokens) / static_cast<double>(m.total_input_tokens);
   }
   if (duration_s > 0) {
     m.request_throughput = static_cast<double>(m.completed) / duration_s;

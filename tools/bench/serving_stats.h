@@ -44,6 +44,7 @@ struct RequestRecord {
   std::vector<int64_t> chunk_tokens;  // [chunks] token ids in each chunk
   int64_t prompt_tokens = 0;       // as the server counted them (Complete.usage)
   int64_t output_tokens = 0;       // as the server counted them (Complete.usage)
+  int64_t cached_tokens = 0;       // prompt tokens served from the prefix cache (Complete.usage)
 };
 
 // Service-level objectives for goodput, in milliseconds; unset = not checked.
@@ -62,6 +63,8 @@ struct ServingMetrics {
   int64_t completed = 0, failed = 0;
   double duration_s = 0;
   int64_t total_input_tokens = 0, total_output_tokens = 0;
+  int64_t total_cached_tokens = 0;    // prompt tokens the prefix cache served
+  double prefix_cache_hit_rate = 0;   // total_cached_tokens / total_input_tokens
   int64_t total_chunks = 0;  // over successful requests
   double request_throughput = 0, output_throughput = 0, total_token_throughput = 0;
   int64_t good_requests = 0;  // meeting every SLO (all successful ones without SLOs)

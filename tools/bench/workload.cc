@@ -40,6 +40,33 @@ std::vector<BenchPrompt> RandomPrompts(int64_t n, LengthRange input, LengthRange
   return prompts;
 }
 
+std::vector<BenchPrompt> MultiTurnPrompts(int64_t conversations, int64_t turns, int64_t shared_prefix_len,
+                                          LengthRange question, LengthRange output, int64_t vocab_size,
+                                          uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::uniform_int_distribution<int64_t> q_len(question.min, question.max), out_len(output.min, output.max);
+  std::uniform_int_distribution<uint32_t> token(0, static_cast<uint32_t>(vocab_size - 1));
+  auto append = [&](std::vector<uint32_t>& to, int64_t n) {
+    for (int64_t i = 0; i < n; ++i) to.push_back(token(rng));
+  };
+  std::vector<uint32_t> shared;
+  append(shared, shared_prefix_len);
+  std::vector<std::vector<uint32_t>> history(static_cast<size_t>(conversations), shared);
+  std::vector<BenchPrompt> prompts;
+  prompts.reserve(static_cast<size_t>(conversations * turns));
+  for (int64_t t = 0; t < turns; ++t) {
+    for (std::vector<uint32_t>& h : history) {
+      append(h, q_len(rng));  // this turn's question
+      BenchPrompt p;
+      p.token_ids = h;
+      p.output_len = out_len(rng);
+      append(h, p.output_len);  // the stand-in answer the next turn resends
+      prompts.push_back(std::move(p));
+    }
+  }
+  return prompts;
+}
+
 namespace {
 
 absl::StatusOr<BenchPrompt> ParsePromptLine(const std::string& line, const std::string& where,

@@ -30,6 +30,21 @@ absl::StatusOr<LengthRange> ParseLengthRange(absl::string_view text, absl::strin
 std::vector<BenchPrompt> RandomPrompts(int64_t n, LengthRange input, LengthRange output, int64_t vocab_size,
                                        uint64_t seed);
 
+// A shared-prefix multi-turn chat workload: `conversations` conversations of
+// `turns` turns each, every turn resending the conversation's history. Turn
+// t's prompt is the shared prefix (`shared_prefix_len` tokens, the same in
+// every conversation: a system prompt), then for each earlier turn its
+// question and a stand-in answer of that turn's output length, then turn t's
+// question (`question` tokens); so turn t + 1's prompt starts with turn t's
+// prompt. The stand-in answers are random (the server's real answers are not
+// known when the workload is drawn), so a later turn can reuse from the
+// prefix cache the shared prefix and the earlier prompts, not the earlier
+// outputs. Prompts come turn by turn: turn 0 of every conversation, then
+// turn 1, ...; random ids in [0, vocab_size) from std::mt19937_64(seed).
+std::vector<BenchPrompt> MultiTurnPrompts(int64_t conversations, int64_t turns, int64_t shared_prefix_len,
+                                          LengthRange question, LengthRange output, int64_t vocab_size,
+                                          uint64_t seed);
+
 // The first `n` lines of a JSON-lines file (cycled when it has fewer):
 //   {"prompt": "text" | "prompt_token_ids": [1, 2], "output_len": N}
 // output_len defaults to `default_output_len`. Errors name the file and line.
