@@ -3,8 +3,8 @@
 // the independent float64 forward (tools/reference_forward.py
 // --prompt-logprobs) at every prompt position: prompts shorter and longer
 // than a prefill chunk, several passes of the LM head per chunk, a prompt
-// whose prefix is in the prefix cache (recomputed: never read from it), other
-// requests in the same steps, at tp 1 and tp 2 (two ranks as threads over
+// whose prefix is in the prefix cache (recomputed: never read from it), a
+// prompt preempted half-way, other requests in the same steps, at tp 1 and tp 2 (two ranks as threads over
 // gloo; vocab 397 leaves padding in rank 1's shard).
 //
 // Tolerance: the CPU backend's fp32 logits agree with the float64 forward to
@@ -196,6 +196,22 @@ TEST_P(PromptLogprobsTest, ACachedPrefixIsRecomputed) {
   EXPECT_EQ(got[0].cached_tokens, 0);
   EXPECT_EQ(got[0].tokens, again[0].tokens) << "the same greedy tokens either way";
   ExpectMatches(got[0].prompt_logprobs, prompt, "30-token prompt with its prefix cached");
+}
+
+// Too few KV blocks for both: the later request is preempted in the middle
+// of its prompt and recomputes it from the start (it never reads the cache);
+// the positions it scored before count once.
+TEST_P(PromptLogprobsTest, APreemptedPromptIsScoredOnce) {
+  const std::vector<int32_t> a = RandomTokens(41), b = RandomTokens(37);
+  EngineOptions options = Options();
+  options.num_blocks = 16;  // 11 + 10 blocks wanted at once
+  GenerationStats stats;
+  const std::vector<GenerationResult> got =
+      group_->GenerateOnce(model(), options, {WithPromptLogprobs(a), WithPromptLogprobs(b)}, &stats);
+  ASSERT_EQ(got.size(), 2u);
+  EXPECT_GT(stats.preemptions, 0) << "the case needs a preemption";
+  ExpectMatches(got[0].prompt_logprobs, a, "41-token prompt");
+  ExpectMatches(got[1].prompt_logprobs, b, "37-token prompt, preempted");
 }
 
 INSTANTIATE_TEST_SUITE_P(Tp, PromptLogprobsTest, ::testing::Values(1, 2),
