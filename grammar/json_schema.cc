@@ -423,28 +423,41 @@ void TightenUpper(std::optional<NumBound>& into, const NumBound& b) {
   if (!into || CompareUpper(b, *into) < 0) into = b;
 }
 
+struct Compiler::Keywords {
+  const json& j;          // the schema object
+  const std::string& path;
+  std::string base;       // the base URI its $ref resolve against
+  Local local;
+  std::vector<int> conjuncts;
+  std::vector<Group> groups;
+  // Keywords read together once all are seen.
+  const json* items_array = nullptr;  // `items` as an array (before 2020-12)
+  const json* additional_items = nullptr;
+  bool exclusive_min_flag = false, exclusive_max_flag = false;  // draft 4's boolean forms
+  const json* minimum = nullptr;
+  const json* maximum = nullptr;
+
+  std::string At(absl::string_view key) const { return Join(path, key); }
+};
+
 absl::Status Compiler::Parse(int id) {
   if (nodes_[static_cast<size_t>(id)].parsed) return absl::OkStatus();
   if (auto s = Tick(); !s.ok()) return s;
   // Copies: NodeAt below may grow nodes_.
   const json& j = *nodes_[static_cast<size_t>(id)].j;
   const std::string path = nodes_[static_cast<size_t>(id)].path;
-  std::string base = nodes_[static_cast<size_t>(id)].base;
-  Local local;
-  local.where = path;
-  std::vector<int> conjuncts;
-  std::vector<Group> groups;
-  auto at = [&](absl::string_view key) { return Join(path, key); };
+  Keywords k{.j = j, .path = path, .base = nodes_[static_cast<size_t>(id)].base};
+  k.local.where = path;
   auto finish = [&]() {
     Node& node = nodes_[static_cast<size_t>(id)];
-    node.local = std::move(local);
-    node.conjuncts = std::move(conjuncts);
-    node.groups = std::move(groups);
+    node.local = std::move(k.local);
+    node.conjuncts = std::move(k.conjuncts);
+    node.groups = std::move(k.groups);
     node.parsed = true;
     return absl::OkStatus();
   };
   if (j.is_boolean()) {
-    if (!j.get<bool>()) local.types = 0;
+    if (!j.get<bool>()) k.local.types = 0;
     return finish();
   }
   if (!j.is_object()) return Refuse(path, "a schema must be an object or a boolean");
@@ -452,207 +465,249 @@ absl::Status Compiler::Parse(int id) {
     auto it = j.find(key);
     if (it != j.end() && it->is_string() && !it->get<std::string>().empty() && it->get<std::string>()[0] != '#') {
       if (absl::string_view(key) == "id" && j.contains("$id")) continue;
-      base = ResolveUri(base, it->get<std::string>());
+      k.base = ResolveUri(k.base, it->get<std::string>());
     }
   }
   if (auto it = j.find("$ref"); it != j.end() && it->is_string()) {
-    auto target = Resolve(base, it->get<std::string>(), at("$ref"));
+    auto target = Resolve(k.base, it->get<std::string>(), k.At("$ref"));
     if (!target.ok()) return target.status();
-    conjuncts.push_back(*target);
+    k.conjuncts.push_back(*target);
     if (legacy_refs_) return finish();  // draft 4 to 7: siblings of $ref are ignored
   }
-
-  const json* items_array = nullptr;
-  const json* additional_items = nullptr;
-  bool exclusive_min_flag = false, exclusive_max_flag = false;
-  const json* minimum = nullptr;
-  const json* maximum = nullptr;
   for (const auto& [key, value] : j.items()) {
-    const std::string where = at(key);
-    if (RefusedKeywords().contains(key)) return Refuse(where, "not supported");
-    if (key == "if" && (j.contains("then") || j.contains("else"))) return Refuse(where, "not supported");
-    if (key == "uniqueItems") {
-      if (value.is_boolean() && value.get<bool>()) {
-        auto max_items = j.find("maxItems");
-        const bool trivial = max_items != j.end() && max_items->is_number() && max_items->get<double>() <= 1;
-        if (!trivial) return Refuse(where, "not supported");
-      }
-    } else if (key == "minProperties" || key == "maxProperties") {
-      auto n = Count(value, where);
-      if (!n.ok()) return n.status();
-      if (key == "minProperties") {
-        local.min_props = std::max(local.min_props, *n);
-      } else {
-        local.max_props = local.max_props < 0 ? *n : std::min(local.max_props, *n);
-      }
-    } else if (key == "type") {
-      auto mask = TypeMask(value, where);
-      if (!mask.ok()) return mask.status();
-      local.types &= *mask;
-    } else if (key == "not") {
-      auto excluded = NotTypes(value, where);
-      if (!excluded.ok()) return excluded.status();
-      local.types &= static_cast<uint8_t>(~*excluded);
-    } else if (key == "enum" || key == "const") {
-      std::vector<const json*> values;
-      if (key == "const") {
-        values.push_back(&value);
-      } else if (value.is_array()) {
-        for (const json& v : value) values.push_back(&v);
-      } else {
-        return Refuse(where, "must be an array");
-      }
-      SetEnum(local, values);
-    } else if (key == "multipleOf") {
-      if (!value.is_number() || value.get<double>() <= 0) return Refuse(where, "must be a positive number");
-      const Dec k = NumberDec(value);
-      if (!k.IsInteger()) return Refuse(where, "not supported for a divisor that is not an integer");
-      if (k.ip.size() > 15) return Refuse(where, "not supported for a divisor this large");
-      const int64_t n = std::stoll(k.ip);
-      if (n == 1) {
-        local.types &= static_cast<uint8_t>(~kFrac);
-      } else {
-        local.multiple_of = n;
-      }
-    } else if (key == "minimum") {
-      if (!value.is_number()) return Refuse(where, "must be a number");
-      minimum = &value;
-    } else if (key == "maximum") {
-      if (!value.is_number()) return Refuse(where, "must be a number");
-      maximum = &value;
-    } else if (key == "exclusiveMinimum" || key == "exclusiveMaximum") {
-      const bool lower = key == "exclusiveMinimum";
-      if (value.is_boolean()) {
-        (lower ? exclusive_min_flag : exclusive_max_flag) = value.get<bool>();
-      } else if (value.is_number()) {
-        if (lower) {
-          TightenLower(local.lower, BoundOf(value, true));
-        } else {
-          TightenUpper(local.upper, BoundOf(value, true));
-        }
-      } else {
-        return Refuse(where, "must be a number");
-      }
-    } else if (key == "minLength" || key == "maxLength") {
-      auto n = Count(value, where);
-      if (!n.ok()) return n.status();
-      if (*n > static_cast<int64_t>(limits_.max_automaton_states)) {
-        return Refuse(where, absl::StrCat(*n, " is more than the automaton limit of ", limits_.max_automaton_states,
-                                          " states (CompileLimits::max_automaton_states)"));
-      }
-      if (key == "minLength") {
-        local.min_len = std::max(local.min_len, *n);
-      } else {
-        local.max_len = local.max_len < 0 ? *n : std::min(local.max_len, *n);
-      }
-    } else if (key == "pattern") {
-      if (!value.is_string()) return Refuse(where, "must be a string");
-      auto re = ParseEcmaPattern(value.get<std::string>());
-      if (!re.ok()) return Refuse(where, re.status().message());
-      local.patterns.push_back({*std::move(re), absl::StrCat("pattern ", Quote(value.get<std::string>())), where});
-    } else if (key == "format") {
-      if (!value.is_string()) return Refuse(where, "must be a string");
-      const std::string& f = value.get_ref<const std::string&>();
-      if (auto re = FormatLanguage(f)) {
-        local.patterns.push_back({*std::move(re), absl::StrCat("format ", Quote(f)), where});
-      } else if (f == "int32" || f == "int64") {
-        // ajv-formats: a number that is an integer within the range (strings are unaffected).
-        local.types &= static_cast<uint8_t>(~kFrac);
-        if (f == "int32") {
-          TightenLower(local.lower, BoundFromInt(INT32_MIN, false));
-          TightenUpper(local.upper, BoundFromInt(INT32_MAX, false));
-        } else {
-          TightenLower(local.lower, BoundFromDouble(-9007199254740991.0, false));
-          TightenUpper(local.upper, BoundFromDouble(9007199254740991.0, false));
-        }
-      } else if (RefusedFormats().contains(f)) {
-        return Refuse(where, absl::StrCat("format \"", f, "\" is not supported"));
-      }
-      // Any other format is an annotation (draft 2020-12): it constrains nothing.
-    } else if (key == "items") {
-      if (value.is_array()) {
-        items_array = &value;
-      } else {
-        auto c = ChildConj(value, where, base);
-        if (!c.ok()) return c.status();
-        local.items = *c;
-      }
-    } else if (key == "prefixItems") {
-      if (!value.is_array()) return Refuse(where, "must be an array");
-      for (size_t i = 0; i < value.size(); ++i) {
-        auto c = ChildConj(value[i], Join(where, std::to_string(i)), base);
-        if (!c.ok()) return c.status();
-        local.prefix.push_back(*c);
-      }
-    } else if (key == "additionalItems") {
-      additional_items = &value;
-    } else if (key == "minItems") {
-      auto n = Count(value, where);
-      if (!n.ok()) return n.status();
-      if (*n > INT32_MAX) return Refuse(where, absl::StrCat(*n, " is more than ", INT32_MAX));
-      local.min_items = std::max(local.min_items, *n);
-    } else if (key == "maxItems") {
-      auto n = Count(value, where);
-      if (!n.ok()) return n.status();
-      const int64_t m = std::min<int64_t>(*n, INT32_MAX);
-      local.max_items = local.max_items < 0 ? m : std::min(local.max_items, m);
-    } else if (key == "properties") {
-      if (!value.is_object()) return Refuse(where, "must be an object");
-      for (const auto& [name, sub] : value.items()) {
-        if (auto s = Tick(); !s.ok()) return s;
-        auto c = ChildConj(sub, Join(where, name), base);
-        if (!c.ok()) return c.status();
-        local.props.emplace_back(name, *c);
-      }
-    } else if (key == "required") {
-      if (!value.is_array()) {
-        if (value.is_boolean()) continue;  // draft 3's boolean form: refused below by $schema
-        return Refuse(where, "must be an array of strings");
-      }
-      for (const json& name : value) {
-        if (!name.is_string()) return Refuse(where, "must be an array of strings");
-        const std::string& n = name.get_ref<const std::string&>();
-        if (std::find(local.required.begin(), local.required.end(), n) == local.required.end()) {
-          local.required.push_back(n);
-        }
-      }
-    } else if (key == "additionalProperties") {
-      auto c = ChildConj(value, where, base);
-      if (!c.ok()) return c.status();
-      local.additional = *c;
-    } else if (key == "allOf" || key == "anyOf" || key == "oneOf") {
-      if (!value.is_array() || value.empty()) return Refuse(where, "must be a nonempty array");
-      Group group{key == "oneOf", {}, where};
-      for (size_t i = 0; i < value.size(); ++i) {
-        const json& sub = value[i];
-        if (!sub.is_object() && !sub.is_boolean()) {
-          return Refuse(Join(where, std::to_string(i)), "a schema must be an object or a boolean");
-        }
-        group.branches.push_back(NodeAt(&sub, Join(where, std::to_string(i)), base));
-      }
-      if (key == "allOf") {
-        conjuncts.insert(conjuncts.end(), group.branches.begin(), group.branches.end());
-      } else {
-        groups.push_back(std::move(group));
-      }
-    }
-    // Anything else is an annotation or a keyword JSON Schema ignores.
+    if (auto s = ParseKeyword(key, value, k); !s.ok()) return s;
   }
-  if (minimum != nullptr) TightenLower(local.lower, BoundOf(*minimum, exclusive_min_flag));
-  if (maximum != nullptr) TightenUpper(local.upper, BoundOf(*maximum, exclusive_max_flag));
-  if (items_array != nullptr) {
-    for (size_t i = 0; i < items_array->size(); ++i) {
-      auto c = ChildConj((*items_array)[i], Join(at("items"), std::to_string(i)), base);
-      if (!c.ok()) return c.status();
-      local.prefix.push_back(*c);
+  if (auto s = FinishKeywords(k); !s.ok()) return s;
+  return finish();
+}
+
+absl::Status Compiler::ParseKeyword(const std::string& key, const json& value, Keywords& k) {
+  const std::string where = k.At(key);
+  if (RefusedKeywords().contains(key)) return Refuse(where, "not supported");
+  if (key == "if" && (k.j.contains("then") || k.j.contains("else"))) return Refuse(where, "not supported");
+  if (key == "type") {
+    auto mask = TypeMask(value, where);
+    if (!mask.ok()) return mask.status();
+    k.local.types &= *mask;
+  } else if (key == "not") {
+    auto excluded = NotTypes(value, where);
+    if (!excluded.ok()) return excluded.status();
+    k.local.types &= static_cast<uint8_t>(~*excluded);
+  } else if (key == "enum" || key == "const") {
+    std::vector<const json*> values;
+    if (key == "const") {
+      values.push_back(&value);
+    } else if (value.is_array()) {
+      for (const json& v : value) values.push_back(&v);
+    } else {
+      return Refuse(where, "must be an array");
     }
-    if (additional_items != nullptr) {
-      auto c = ChildConj(*additional_items, at("additionalItems"), base);
+    SetEnum(k.local, values);
+  } else if (key == "multipleOf" || key == "minimum" || key == "maximum" || key == "exclusiveMinimum" ||
+             key == "exclusiveMaximum") {
+    return ParseNumberKeyword(key, value, k);
+  } else if (key == "minLength" || key == "maxLength" || key == "pattern" || key == "format") {
+    return ParseStringKeyword(key, value, k);
+  } else if (key == "items" || key == "prefixItems" || key == "additionalItems" || key == "minItems" ||
+             key == "maxItems" || key == "uniqueItems") {
+    return ParseArrayKeyword(key, value, k);
+  } else if (key == "properties" || key == "required" || key == "additionalProperties" || key == "minProperties" ||
+             key == "maxProperties") {
+    return ParseObjectKeyword(key, value, k);
+  } else if (key == "allOf" || key == "anyOf" || key == "oneOf") {
+    return ParseCombinator(key, value, k);
+  }
+  // Anything else is an annotation or a keyword JSON Schema ignores.
+  return absl::OkStatus();
+}
+
+absl::Status Compiler::ParseNumberKeyword(const std::string& key, const json& value, Keywords& k) {
+  const std::string where = k.At(key);
+  if (key == "multipleOf") {
+    if (!value.is_number() || value.get<double>() <= 0) return Refuse(where, "must be a positive number");
+    const Dec d = NumberDec(value);
+    if (!d.IsInteger()) return Refuse(where, "not supported for a divisor that is not an integer");
+    if (d.ip.size() > 15) return Refuse(where, "not supported for a divisor this large");
+    const int64_t n = std::stoll(d.ip);
+    if (n == 1) {
+      k.local.types &= static_cast<uint8_t>(~kFrac);
+    } else {
+      k.local.multiple_of = n;
+    }
+  } else if (key == "minimum" || key == "maximum") {
+    if (!value.is_number()) return Refuse(where, "must be a number");
+    (key == "minimum" ? k.minimum : k.maximum) = &value;
+  } else {  // exclusiveMinimum, exclusiveMaximum
+    const bool lower = key == "exclusiveMinimum";
+    if (value.is_boolean()) {
+      (lower ? k.exclusive_min_flag : k.exclusive_max_flag) = value.get<bool>();
+    } else if (!value.is_number()) {
+      return Refuse(where, "must be a number");
+    } else if (lower) {
+      TightenLower(k.local.lower, BoundOf(value, true));
+    } else {
+      TightenUpper(k.local.upper, BoundOf(value, true));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Compiler::ParseStringKeyword(const std::string& key, const json& value, Keywords& k) {
+  const std::string where = k.At(key);
+  Local& local = k.local;
+  if (key == "minLength" || key == "maxLength") {
+    auto n = Count(value, where);
+    if (!n.ok()) return n.status();
+    if (*n > static_cast<int64_t>(limits_.max_automaton_states)) {
+      return Refuse(where, absl::StrCat(*n, " is more than the automaton limit of ", limits_.max_automaton_states,
+                                        " states (CompileLimits::max_automaton_states)"));
+    }
+    if (key == "minLength") {
+      local.min_len = std::max(local.min_len, *n);
+    } else {
+      local.max_len = local.max_len < 0 ? *n : std::min(local.max_len, *n);
+    }
+    return absl::OkStatus();
+  }
+  if (!value.is_string()) return Refuse(where, "must be a string");
+  const std::string& text = value.get_ref<const std::string&>();
+  if (key == "pattern") {
+    auto re = ParseEcmaPattern(text);
+    if (!re.ok()) return Refuse(where, re.status().message());
+    local.patterns.push_back({*std::move(re), absl::StrCat("pattern ", Quote(text)), where});
+  } else if (auto re = FormatLanguage(text)) {  // format
+    local.patterns.push_back({*std::move(re), absl::StrCat("format ", Quote(text)), where});
+  } else if (text == "int32" || text == "int64") {
+    // ajv-formats: a number that is an integer within the range (strings are unaffected).
+    local.types &= static_cast<uint8_t>(~kFrac);
+    if (text == "int32") {
+      TightenLower(local.lower, BoundFromInt(INT32_MIN, false));
+      TightenUpper(local.upper, BoundFromInt(INT32_MAX, false));
+    } else {
+      TightenLower(local.lower, BoundFromDouble(-9007199254740991.0, false));
+      TightenUpper(local.upper, BoundFromDouble(9007199254740991.0, false));
+    }
+  } else if (RefusedFormats().contains(text)) {
+    return Refuse(where, absl::StrCat("format \"", text, "\" is not supported"));
+  }
+  // Any other format is an annotation (draft 2020-12): it constrains nothing.
+  return absl::OkStatus();
+}
+
+absl::Status Compiler::ParseArrayKeyword(const std::string& key, const json& value, Keywords& k) {
+  const std::string where = k.At(key);
+  Local& local = k.local;
+  if (key == "uniqueItems") {
+    if (value.is_boolean() && value.get<bool>()) {
+      auto max_items = k.j.find("maxItems");
+      const bool trivial = max_items != k.j.end() && max_items->is_number() && max_items->get<double>() <= 1;
+      if (!trivial) return Refuse(where, "not supported");
+    }
+  } else if (key == "items") {
+    if (value.is_array()) {
+      k.items_array = &value;
+    } else {
+      auto c = ChildConj(value, where, k.base);
       if (!c.ok()) return c.status();
       local.items = *c;
     }
+  } else if (key == "prefixItems") {
+    if (!value.is_array()) return Refuse(where, "must be an array");
+    for (size_t i = 0; i < value.size(); ++i) {
+      auto c = ChildConj(value[i], Join(where, std::to_string(i)), k.base);
+      if (!c.ok()) return c.status();
+      local.prefix.push_back(*c);
+    }
+  } else if (key == "additionalItems") {
+    k.additional_items = &value;
+  } else {  // minItems, maxItems
+    auto n = Count(value, where);
+    if (!n.ok()) return n.status();
+    if (key == "minItems") {
+      if (*n > INT32_MAX) return Refuse(where, absl::StrCat(*n, " is more than ", INT32_MAX));
+      local.min_items = std::max(local.min_items, *n);
+    } else {
+      const int64_t m = std::min<int64_t>(*n, INT32_MAX);
+      local.max_items = local.max_items < 0 ? m : std::min(local.max_items, m);
+    }
   }
-  return finish();
+  return absl::OkStatus();
+}
+
+absl::Status Compiler::ParseObjectKeyword(const std::string& key, const json& value, Keywords& k) {
+  const std::string where = k.At(key);
+  Local& local = k.local;
+  if (key == "minProperties" || key == "maxProperties") {
+    auto n = Count(value, where);
+    if (!n.ok()) return n.status();
+    if (key == "minProperties") {
+      local.min_props = std::max(local.min_props, *n);
+    } else {
+      local.max_props = local.max_props < 0 ? *n : std::min(local.max_props, *n);
+    }
+  } else if (key == "properties") {
+    if (!value.is_object()) return Refuse(where, "must be an object");
+    for (const auto& [name, sub] : value.items()) {
+      if (auto s = Tick(); !s.ok()) return s;
+      auto c = ChildConj(sub, Join(where, name), k.base);
+      if (!c.ok()) return c.status();
+      local.props.emplace_back(name, *c);
+    }
+  } else if (key == "required") {
+    if (value.is_boolean()) return absl::OkStatus();  // draft 3's boolean form: refused by $schema
+    if (!value.is_array()) return Refuse(where, "must be an array of strings");
+    for (const json& name : value) {
+      if (!name.is_string()) return Refuse(where, "must be an array of strings");
+      const std::string& n = name.get_ref<const std::string&>();
+      if (std::find(local.required.begin(), local.required.end(), n) == local.required.end()) {
+        local.required.push_back(n);
+      }
+    }
+  } else {  // additionalProperties
+    auto c = ChildConj(value, where, k.base);
+    if (!c.ok()) return c.status();
+    local.additional = *c;
+  }
+  return absl::OkStatus();
+}
+
+// allOf joins the node's conjuncts; anyOf and oneOf are groups of branches.
+absl::Status Compiler::ParseCombinator(const std::string& key, const json& value, Keywords& k) {
+  const std::string where = k.At(key);
+  if (!value.is_array() || value.empty()) return Refuse(where, "must be a nonempty array");
+  Group group{key == "oneOf", {}, where};
+  for (size_t i = 0; i < value.size(); ++i) {
+    const json& sub = value[i];
+    if (!sub.is_object() && !sub.is_boolean()) {
+      return Refuse(Join(where, std::to_string(i)), "a schema must be an object or a boolean");
+    }
+    group.branches.push_back(NodeAt(&sub, Join(where, std::to_string(i)), k.base));
+  }
+  if (key == "allOf") {
+    k.conjuncts.insert(k.conjuncts.end(), group.branches.begin(), group.branches.end());
+  } else {
+    k.groups.push_back(std::move(group));
+  }
+  return absl::OkStatus();
+}
+
+// The keywords read together: bounds with draft 4's exclusive flags, and
+// `items` as an array with additionalItems.
+absl::Status Compiler::FinishKeywords(Keywords& k) {
+  if (k.minimum != nullptr) TightenLower(k.local.lower, BoundOf(*k.minimum, k.exclusive_min_flag));
+  if (k.maximum != nullptr) TightenUpper(k.local.upper, BoundOf(*k.maximum, k.exclusive_max_flag));
+  if (k.items_array == nullptr) return absl::OkStatus();
+  for (size_t i = 0; i < k.items_array->size(); ++i) {
+    auto c = ChildConj((*k.items_array)[i], Join(k.At("items"), std::to_string(i)), k.base);
+    if (!c.ok()) return c.status();
+    k.local.prefix.push_back(*c);
+  }
+  if (k.additional_items != nullptr) {
+    auto c = ChildConj(*k.additional_items, k.At("additionalItems"), k.base);
+    if (!c.ok()) return c.status();
+    k.local.items = *c;
+  }
+  return absl::OkStatus();
 }
 
 // ---- pass 2 ----

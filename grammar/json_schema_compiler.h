@@ -181,6 +181,15 @@ class Compiler {
   int NodeAt(const json* j, std::string path, std::string base);
   absl::StatusOr<int> Resolve(const std::string& base, const std::string& ref, const std::string& where);
   absl::Status Parse(int id);
+  // What Parse gathers from one schema object, keyword by keyword (json_schema.cc).
+  struct Keywords;
+  absl::Status ParseKeyword(const std::string& key, const json& value, Keywords& k);
+  absl::Status ParseNumberKeyword(const std::string& key, const json& value, Keywords& k);
+  absl::Status ParseStringKeyword(const std::string& key, const json& value, Keywords& k);
+  absl::Status ParseArrayKeyword(const std::string& key, const json& value, Keywords& k);
+  absl::Status ParseObjectKeyword(const std::string& key, const json& value, Keywords& k);
+  absl::Status ParseCombinator(const std::string& key, const json& value, Keywords& k);
+  absl::Status FinishKeywords(Keywords& k);
   absl::StatusOr<int> ChildConj(const json& j, const std::string& path, const std::string& base);
   absl::Status Tick();
 
