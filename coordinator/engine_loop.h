@@ -24,6 +24,11 @@
 // finished at N has the token N+1 computed for it dropped unseen. Without
 // overlap each step is received before the next is scheduled (lock-step).
 //
+// Speculative decoding (EngineLoopOptions::speculation): a SpeculativeDrafter
+// (coordinator/speculation.h) proposes for the scheduler; a step's result may
+// give a sequence several tokens, each through TokenStops and on to its
+// output thread in order, so nothing after a stop is streamed.
+//
 // Failures: a step that fails with UNAVAILABLE (a worker was lost) suspends
 // the loop (Suspend): every request that has been scheduled ends with that
 // status (its KV cache went with the workers), requests that never ran stay

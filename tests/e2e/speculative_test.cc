@@ -181,7 +181,8 @@ TEST_P(SpeculativeTest, SpeculatedRequestsStreamWhatUnspeculatedOnesDo) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Modes, SpeculativeTest,
-                         ::testing::Values(Mode{1, true, "ngram"}, Mode{1, false, "suffix"}, Mode{2, true, "ngram"}),
+                         ::testing::Values(Mode{1, true, "ngram"}, Mode{1, false, "suffix"}, Mode{2, true, "ngram"},
+                                           Mode{2, false, "suffix"}),
                          [](const auto& info) {
                            return absl::StrCat("Tp", info.param.tp, info.param.overlap ? "Overlap" : "LockStep",
                                                info.param.method);
