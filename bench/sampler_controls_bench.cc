@@ -3,7 +3,10 @@
 // logit_bias of 300 entries, allowed_token_ids of 1,000 and both, against the
 // same rows without controls, measured in the same run (issue 29: goal <= 5%
 // more). Configurations alternate round by round, so a change of load hits
-// them alike; each is the median over its rounds. One markdown table on stdout.
+// them alike; each is the median over its rounds. A second table: the host
+// side of the CUDA sampler's step for the same rows (cuda/sampling_inputs.h's
+// AppendRowEntries: what CudaSampler::StageRows builds and uploads), which a
+// GPU step pays on the CPU before its kernel. Markdown on stdout.
 //
 //   sampler_controls_bench [--rounds N]   (default 15)
 #include <algorithm>
@@ -16,6 +19,7 @@
 #include <string>
 #include <vector>
 
+#include "cuda/sampling_inputs.h"
 #include "sampling/sampler.h"
 #include "sampling/token_controls.h"
 
@@ -65,6 +69,16 @@ double StepMs(const std::vector<float>& logits, std::vector<std::unique_ptr<Sequ
   return ms.count();
 }
 
+// The CUDA sampler's host staging of one step of kRows rows; returns its microseconds.
+double StagingUs(std::vector<std::unique_ptr<SequenceSamplingState>>& seqs,
+                 std::vector<tpserve::sampling::PenaltyEntry>& staging) {
+  const auto start = std::chrono::steady_clock::now();
+  staging.clear();
+  for (auto& s : seqs) tpserve::sampling::AppendRowEntries(*s, kVocab, staging);
+  const std::chrono::duration<double, std::micro> us = std::chrono::steady_clock::now() - start;
+  return us.count();
+}
+
 double Median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
   return v[v.size() / 2];
@@ -110,6 +124,19 @@ int main(int argc, char** argv) {
       const double m = Median(ms[c]);
       std::printf("| %s | %s | %.3f | %.3fx |\n", mix.name, configs[c].name.c_str(), m, m / base);
     }
+  }
+  std::printf("\n| controls | CUDA sampler host staging, 64 rows (us, median) | entries |\n|---|---|---|\n");
+  std::vector<tpserve::sampling::PenaltyEntry> staging;
+  for (const Config& c : configs) {
+    std::vector<std::unique_ptr<SequenceSamplingState>> seqs;
+    for (int s = 0; s < kRows; ++s) {
+      SamplingParams p;
+      p.controls = c.controls;
+      seqs.push_back(std::make_unique<SequenceSamplingState>(p));
+    }
+    std::vector<double> us;
+    for (int r = 0; r < 4 * rounds; ++r) us.push_back(StagingUs(seqs, staging));
+    std::printf("| %s | %.1f | %zu |\n", c.name.c_str(), Median(us), staging.size());
   }
   return 0;
 }

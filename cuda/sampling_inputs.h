@@ -50,8 +50,6 @@ inline RowEntries AppendRowEntries(const SequenceSamplingState& seq, int32_t voc
                                    std::vector<PenaltyEntry>& out) {
   const size_t first = out.size();
   const SamplingParams& p = seq.params();
-  const std::span<const int32_t> allowed =
-      p.controls != nullptr ? AllowedInVocab(*p.controls, vocab) : std::span<const int32_t>();
   if (PenaltiesOn(p)) {
     for (int32_t t : seq.prompt_tokens()) {
       if (t < vocab) out.push_back(PenaltyEntry{t, seq.OutputCount(t), 1});
@@ -60,37 +58,39 @@ inline RowEntries AppendRowEntries(const SequenceSamplingState& seq, int32_t voc
       if (!seq.InPrompt(t) && t < vocab) out.push_back(PenaltyEntry{t, count, 0});
     }
   }
-  auto by_token = [](const PenaltyEntry& a, const PenaltyEntry& b) { return a.token < b.token; };
-  std::sort(out.begin() + static_cast<std::ptrdiff_t>(first), out.end(), by_token);
-  if (p.controls != nullptr) {
-    std::vector<int32_t> banned;
-    seq.AppendBannedTokens(banned);
-    std::vector<std::pair<int32_t, float>> edits;
-    RowEdits(*p.controls, banned, vocab, edits);
-    const size_t seen = out.size();
-    for (const auto& [t, bias] : edits) {  // merge: a seen token takes its bias, a new one is appended
-      auto it = std::lower_bound(out.begin() + static_cast<std::ptrdiff_t>(first),
-                                 out.begin() + static_cast<std::ptrdiff_t>(seen), PenaltyEntry{t, 0, 0}, by_token);
-      if (it != out.begin() + static_cast<std::ptrdiff_t>(seen) && it->token == t) {
-        it->bias = bias;
-      } else {
-        out.push_back(PenaltyEntry{t, 0, 0, bias});
-      }
+  std::sort(out.begin() + static_cast<std::ptrdiff_t>(first), out.end(),
+            [](const PenaltyEntry& a, const PenaltyEntry& b) { return a.token < b.token; });
+  if (p.controls == nullptr) return RowEntries{static_cast<int64_t>(out.size() - first), false};
+  // Merged in one linear pass each (a step stages every row again): the
+  // sorted penalty entries with the sorted edits, then with the allowed list.
+  thread_local std::vector<int32_t> banned;
+  thread_local std::vector<std::pair<int32_t, float>> edits;
+  thread_local std::vector<PenaltyEntry> named;
+  banned.clear();
+  seq.AppendBannedTokens(banned);
+  RowEdits(*p.controls, banned, vocab, edits);
+  named.clear();
+  size_t j = 0;
+  for (size_t i = first; i < out.size() || j < edits.size();) {
+    if (j == edits.size() || (i < out.size() && out[i].token < edits[j].first)) {
+      named.push_back(out[i++]);
+    } else if (i == out.size() || edits[j].first < out[i].token) {
+      named.push_back(PenaltyEntry{edits[j].first, 0, 0, edits[j].second});
+      ++j;
+    } else {  // a penalised token with a bias or a ban
+      named.push_back(out[i++]);
+      named.back().bias = edits[j++].second;
     }
-    std::sort(out.begin() + static_cast<std::ptrdiff_t>(first), out.end(), by_token);
-    const size_t named = out.size();
-    for (int32_t t : allowed) {  // allowed tokens without an entry yet
-      auto it = std::lower_bound(out.begin() + static_cast<std::ptrdiff_t>(first),
-                                 out.begin() + static_cast<std::ptrdiff_t>(named), PenaltyEntry{t, 0, 0}, by_token);
-      if (it == out.begin() + static_cast<std::ptrdiff_t>(named) || it->token != t) out.push_back(PenaltyEntry{t, 0, 0});
-    }
-    if (out.size() > named) std::sort(out.begin() + static_cast<std::ptrdiff_t>(first), out.end(), by_token);
-    if (!allowed.empty()) {  // keep only the candidates
-      auto keep = std::remove_if(out.begin() + static_cast<std::ptrdiff_t>(first), out.end(),
-                                 [&](const PenaltyEntry& e) {
-                                   return !std::binary_search(allowed.begin(), allowed.end(), e.token);
-                                 });
-      out.erase(keep, out.end());
+  }
+  out.resize(first);
+  const std::span<const int32_t> allowed = AllowedInVocab(*p.controls, vocab);
+  if (allowed.empty()) {
+    out.insert(out.end(), named.begin(), named.end());
+  } else {  // exactly the allowed tokens: the others are no candidates, their entries do not matter
+    size_t k = 0;
+    for (int32_t t : allowed) {
+      while (k < named.size() && named[k].token < t) ++k;
+      out.push_back(k < named.size() && named[k].token == t ? named[k] : PenaltyEntry{t, 0, 0});
     }
   }
   return RowEntries{static_cast<int64_t>(out.size() - first), !allowed.empty()};

@@ -13,9 +13,11 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <memory>
 #include <random>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "cuda/sampling_inputs.h"
@@ -286,6 +288,37 @@ TEST(SamplingRow, TensorParallelLayoutWithPadding) {
       CompareCase(c, /*tp=*/3, /*rows=*/4, vocab, seed ^ (vocab * 31), /*steps=*/2);
     }
   }
+}
+
+// A row's entries: penalties merged with the bias and the bans, one per
+// token, sorted, tokens past the vocabulary dropped; with allowed_token_ids
+// exactly the allowed tokens, carrying their penalties and biases.
+TEST(SamplingRow, RowEntriesMergePenaltiesBiasBansAndAllowedTokens) {
+  const float inf = std::numeric_limits<float>::infinity();
+  SamplingParams p;
+  p.frequency_penalty = 0.5f;
+  TokenControls c{.logit_bias = {{2, 1.5f}, {6, -2.0f}, {40, 3.0f}}, .bad_words = {{9}, {4, 6}}};
+  p.controls = std::make_shared<const TokenControls>(c);
+  SequenceSamplingState seq(p, {}, std::vector<int32_t>{6, 4, 6, 4});  // output ends with 4: "4 6" bans 6
+  std::vector<PenaltyEntry> entries;
+  sampling::RowEntries got = sampling::AppendRowEntries(seq, 30, entries);
+  auto as_tuples = [](const std::vector<PenaltyEntry>& v) {
+    std::vector<std::tuple<int32_t, int32_t, float>> t;
+    for (const PenaltyEntry& e : v) t.emplace_back(e.token, e.output_count, e.bias);
+    return t;
+  };
+  EXPECT_FALSE(got.allowed_only);
+  EXPECT_EQ(as_tuples(entries), (std::vector<std::tuple<int32_t, int32_t, float>>{
+                                    {2, 0, 1.5f}, {4, 2, 0.0f}, {6, 2, -inf}, {9, 0, -inf}}));
+  c.allowed_token_ids = {1, 4, 9, 12, 35};
+  p.controls = std::make_shared<const TokenControls>(c);
+  SequenceSamplingState allowed(p, {}, std::vector<int32_t>{6, 4, 6, 4});
+  entries.assign(1, PenaltyEntry{99, 0, 0});  // a previous row's: kept as they are
+  got = sampling::AppendRowEntries(allowed, 30, entries);
+  EXPECT_TRUE(got.allowed_only);
+  EXPECT_EQ(got.count, 4);
+  EXPECT_EQ(as_tuples(entries), (std::vector<std::tuple<int32_t, int32_t, float>>{
+                                    {99, 0, 0.0f}, {1, 0, 0.0f}, {4, 2, 0.0f}, {9, 0, -inf}, {12, 0, 0.0f}}));
 }
 
 // The documented tie rules on a hand-made row: every filter breaks ties in
