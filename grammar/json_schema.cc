@@ -794,48 +794,51 @@ absl::StatusOr<Local> Compiler::Merge(const Local& a, const Local& b) {
   return m;
 }
 
+// The nodes `members` reach through allOf and $ref, in order; a cycle is a
+// schema that refers to itself at the same level.
+absl::StatusOr<std::vector<int>> Compiler::Closure(const std::vector<int>& members) {
+  struct Frame {
+    int node;
+    size_t next;
+  };
+  std::vector<int> closure;
+  absl::flat_hash_set<int> seen, on_stack;
+  for (int start : members) {
+    if (seen.contains(start)) continue;
+    std::vector<Frame> stack = {{start, 0}};
+    seen.insert(start);
+    on_stack.insert(start);
+    closure.push_back(start);
+    while (!stack.empty()) {
+      Frame& f = stack.back();
+      if (auto s = Parse(f.node); !s.ok()) return s;
+      const std::vector<int>& next = nodes_[static_cast<size_t>(f.node)].conjuncts;
+      if (f.next >= next.size()) {
+        on_stack.erase(f.node);
+        stack.pop_back();
+        continue;
+      }
+      const int to = next[f.next++];
+      if (on_stack.contains(to)) {
+        return Refuse(nodes_[static_cast<size_t>(f.node)].path,
+                      "refers back to itself through $ref / allOf without nesting (an infinitely recursive schema)");
+      }
+      if (seen.contains(to)) continue;
+      seen.insert(to);
+      on_stack.insert(to);
+      closure.push_back(to);
+      stack.push_back({to, 0});
+    }
+  }
+  return closure;
+}
+
 absl::StatusOr<const std::vector<Local>*> Compiler::Flatten(int conj) {
   if (auto it = flat_.find(conj); it != flat_.end()) return &it->second;
   if (auto s = Tick(); !s.ok()) return s;
-  const std::vector<int> members = conjs_[static_cast<size_t>(conj)];
-  // The closure under allOf and $ref, in order; a cycle is a schema that refers to itself at the same level.
-  std::vector<int> closure;
-  absl::flat_hash_set<int> seen;
-  {
-    struct Frame {
-      int node;
-      size_t next;
-    };
-    absl::flat_hash_set<int> on_stack;
-    for (int start : members) {
-      if (seen.contains(start)) continue;
-      std::vector<Frame> stack = {{start, 0}};
-      seen.insert(start);
-      on_stack.insert(start);
-      closure.push_back(start);
-      while (!stack.empty()) {
-        Frame& f = stack.back();
-        if (auto s = Parse(f.node); !s.ok()) return s;
-        const std::vector<int>& next = nodes_[static_cast<size_t>(f.node)].conjuncts;
-        if (f.next >= next.size()) {
-          on_stack.erase(f.node);
-          stack.pop_back();
-          continue;
-        }
-        const int to = next[f.next++];
-        if (on_stack.contains(to)) {
-          return Refuse(nodes_[static_cast<size_t>(f.node)].path,
-                        "refers back to itself through $ref / allOf without nesting (an infinitely recursive schema)");
-        }
-        if (seen.contains(to)) continue;
-        seen.insert(to);
-        on_stack.insert(to);
-        closure.push_back(to);
-        stack.push_back({to, 0});
-      }
-    }
-  }
-  const std::string here = closure.empty() ? "" : nodes_[static_cast<size_t>(closure[0])].path;
+  auto closure = Closure(conjs_[static_cast<size_t>(conj)]);
+  if (!closure.ok()) return closure.status();
+  const std::string here = closure->empty() ? "" : nodes_[static_cast<size_t>(closure->front())].path;
   if (flattening_.contains(conj)) {
     return Refuse(here,
                   "refers back to itself through anyOf / oneOf / $ref without nesting (an infinitely recursive "
@@ -846,9 +849,9 @@ absl::StatusOr<const std::vector<Local>*> Compiler::Flatten(int conj) {
                                      " deep without an object or array between them"));
   }
   Local base;
-  base.where = closure.empty() ? "" : nodes_[static_cast<size_t>(closure[0])].path;
+  base.where = here;
   std::vector<const Group*> groups;
-  for (int id : closure) {
+  for (int id : *closure) {
     auto m = Merge(base, nodes_[static_cast<size_t>(id)].local);
     if (!m.ok()) return m.status();
     base = *std::move(m);
@@ -856,40 +859,48 @@ absl::StatusOr<const std::vector<Local>*> Compiler::Flatten(int conj) {
   }
   std::vector<Local> alts;
   if (base.types != 0 && !(base.has_enum && base.enum_values.empty())) alts.push_back(std::move(base));
+  // While its groups expand, `conj` is being flattened: meeting it again is a cycle.
   flattening_.insert(conj);
   ++flatten_depth_;
+  absl::Status status;
   for (const Group* g : groups) {
-    std::vector<Local> next;
-    OneOfCheck check{g->where, {}};
-    for (const Local& alt : alts) {
-      check.branches.assign(g->branches.size(), {});
-      for (size_t b = 0; b < g->branches.size(); ++b) {
-        auto sub = Flatten(Intern({g->branches[b]}));
-        if (!sub.ok()) {
-          flattening_.erase(conj);
-          --flatten_depth_;
-          return sub.status();
-        }
-        for (const Local& balt : **sub) {
-          auto m = Merge(alt, balt);
-          if (!m.ok()) return m.status();
-          if (m->types == 0 || (m->has_enum && m->enum_values.empty())) continue;
-          if (g->one_of) check.branches[b].push_back(*m);
-          next.push_back(*std::move(m));
-          if (next.size() > kMaxAlternatives) {
-            flattening_.erase(conj);
-            --flatten_depth_;
-            return Refuse(g->where, absl::StrCat("anyOf / oneOf combinations exceed ", kMaxAlternatives));
-          }
-        }
-      }
-      if (g->one_of) one_ofs_.push_back(check);
+    auto next = ExpandGroup(*g, alts);
+    if (!next.ok()) {
+      status = next.status();
+      break;
     }
-    alts = std::move(next);
+    alts = *std::move(next);
   }
   flattening_.erase(conj);
   --flatten_depth_;
+  if (!status.ok()) return status;
   return &flat_.emplace(conj, std::move(alts)).first->second;
+}
+
+// Each alternative of `alts` merged with each of the group's branches (those
+// that can hold a value); oneOf's branches are kept for its check.
+absl::StatusOr<std::vector<Local>> Compiler::ExpandGroup(const Group& g, const std::vector<Local>& alts) {
+  std::vector<Local> next;
+  OneOfCheck check{g.where, {}};
+  for (const Local& alt : alts) {
+    check.branches.assign(g.branches.size(), {});
+    for (size_t b = 0; b < g.branches.size(); ++b) {
+      auto sub = Flatten(Intern({g.branches[b]}));
+      if (!sub.ok()) return sub.status();
+      for (const Local& balt : **sub) {
+        auto m = Merge(alt, balt);
+        if (!m.ok()) return m.status();
+        if (m->types == 0 || (m->has_enum && m->enum_values.empty())) continue;
+        if (g.one_of) check.branches[b].push_back(*m);
+        next.push_back(*std::move(m));
+        if (next.size() > kMaxAlternatives) {
+          return Refuse(g.where, absl::StrCat("anyOf / oneOf combinations exceed ", kMaxAlternatives));
+        }
+      }
+    }
+    if (g.one_of) one_ofs_.push_back(check);
+  }
+  return next;
 }
 
 absl::StatusOr<Symbol> Compiler::Run() {

@@ -197,6 +197,8 @@ class Compiler {
   int Intern(std::vector<int> members);
   int Union(int a, int b);
   absl::StatusOr<const std::vector<Local>*> Flatten(int conj);
+  absl::StatusOr<std::vector<int>> Closure(const std::vector<int>& members);
+  absl::StatusOr<std::vector<Local>> ExpandGroup(const Group& g, const std::vector<Local>& alts);
   absl::StatusOr<Local> Merge(const Local& a, const Local& b);
 
   // ---- pass 3: analysis ----

@@ -266,6 +266,37 @@ class PatternParser {
     return v;
   }
 
+  // After a backslash and "u": {X...} or XXXX in hex (a surrogate pair of two
+  // such escapes is one code point; a lone surrogate, which no string holds,
+  // is the empty set).
+  absl::StatusOr<CodepointRanges> ParseUnicodeEscape() {
+    if (Peek('{')) {
+      const size_t close = p_.find('}', i_);
+      if (close == std::u32string::npos || close == i_ + 1 || close - i_ - 1 > 6) return Error("a bad \\u{...}");
+      ++i_;
+      auto v = Hex(close - i_);
+      if (!v.ok()) return v.status();
+      ++i_;
+      if (*v > internal::kMaxCodepoint) return Error("a code point above U+10FFFF");
+      return CodepointRanges{{*v, *v}};
+    }
+    auto v = Hex(4);
+    if (!v.ok()) return v.status();
+    uint32_t cp = *v;
+    if (cp >= 0xD800 && cp <= 0xDBFF && i_ + 6 <= p_.size() && p_[i_] == '\\' && p_[i_ + 1] == 'u') {
+      const size_t save = i_;
+      i_ += 2;
+      auto low = Hex(4);
+      if (low.ok() && *low >= 0xDC00 && *low <= 0xDFFF) {
+        cp = 0x10000 + ((cp - 0xD800) << 10) + (*low - 0xDC00);
+      } else {
+        i_ = save;
+      }
+    }
+    if (cp >= 0xD800 && cp <= 0xDFFF) return CodepointRanges{};
+    return CodepointRanges{{cp, cp}};
+  }
+
   // After a backslash: the set the escape stands for.
   absl::StatusOr<CodepointRanges> ParseEscape(bool in_class) {
     if (i_ >= p_.size()) return Error("a pattern ending in a backslash");
@@ -314,33 +345,8 @@ class PatternParser {
         if (!v.ok()) return v.status();
         return one(*v);
       }
-      case 'u': {
-        if (Peek('{')) {
-          const size_t close = p_.find('}', i_);
-          if (close == std::u32string::npos || close == i_ + 1 || close - i_ - 1 > 6) return Error("a bad \\u{...}");
-          ++i_;
-          auto v = Hex(close - i_);
-          if (!v.ok()) return v.status();
-          ++i_;
-          if (*v > internal::kMaxCodepoint) return Error("a code point above U+10FFFF");
-          return one(*v);
-        }
-        auto v = Hex(4);
-        if (!v.ok()) return v.status();
-        uint32_t cp = *v;
-        if (cp >= 0xD800 && cp <= 0xDBFF && i_ + 6 <= p_.size() && p_[i_] == '\\' && p_[i_ + 1] == 'u') {
-          const size_t save = i_;
-          i_ += 2;
-          auto low = Hex(4);
-          if (low.ok() && *low >= 0xDC00 && *low <= 0xDFFF) {
-            cp = 0x10000 + ((cp - 0xD800) << 10) + (*low - 0xDC00);
-          } else {
-            i_ = save;
-          }
-        }
-        if (cp >= 0xD800 && cp <= 0xDFFF) return CodepointRanges{};  // a lone surrogate: no string holds one
-        return one(cp);
-      }
+      case 'u':
+        return ParseUnicodeEscape();
       case 'k':
         return Error("named backreferences are not supported");
       case 'p':
