@@ -45,11 +45,14 @@ std::vector<std::string> RankEnvironment(const LaunchOptions& options, int local
     if (eq != std::string::npos && IsOuterLaunchVariable(entry.substr(0, eq))) continue;
     set(entry);
   }
-  const std::string n = absl::StrCat(options.nproc_per_node), r = absl::StrCat(local_rank);
+  const int n = options.nproc_per_node;
+  const std::string rank = absl::StrCat(options.node_rank * n + local_rank);
+  const std::string world = absl::StrCat(options.nnodes * n);
   for (const std::string& entry : {
-           absl::StrCat("RANK=", r), absl::StrCat("LOCAL_RANK=", r), absl::StrCat("WORLD_SIZE=", n),
-           absl::StrCat("LOCAL_WORLD_SIZE=", n), std::string("GROUP_RANK=0"), std::string("GROUP_WORLD_SIZE=1"),
-           absl::StrCat("ROLE_RANK=", r), absl::StrCat("ROLE_WORLD_SIZE=", n), std::string("ROLE_NAME=default"),
+           absl::StrCat("RANK=", rank), absl::StrCat("LOCAL_RANK=", local_rank), absl::StrCat("WORLD_SIZE=", world),
+           absl::StrCat("LOCAL_WORLD_SIZE=", n), absl::StrCat("GROUP_RANK=", options.node_rank),
+           absl::StrCat("GROUP_WORLD_SIZE=", options.nnodes), absl::StrCat("ROLE_RANK=", rank),
+           absl::StrCat("ROLE_WORLD_SIZE=", world), std::string("ROLE_NAME=default"),
            absl::StrCat("MASTER_ADDR=", options.master_addr), absl::StrCat("MASTER_PORT=", options.master_port),
            std::string("TORCHELASTIC_RESTART_COUNT=0"), std::string("TORCHELASTIC_MAX_RESTARTS=0"),
            std::string("TORCHELASTIC_RUN_ID=none"), std::string("TPSERVE_LAUNCHER=1")}) {

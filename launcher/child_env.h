@@ -2,9 +2,10 @@
 // any rank variables of an outer launcher (mpirun, PMI, torchrun), plus the
 // torchrun variables that comm/rank_env.h reads.
 //
-// Set for every rank r of N on this (single) node:
-//   RANK=r LOCAL_RANK=r WORLD_SIZE=N LOCAL_WORLD_SIZE=N GROUP_RANK=0 GROUP_WORLD_SIZE=1
-//   ROLE_RANK=r ROLE_WORLD_SIZE=N ROLE_NAME=default MASTER_ADDR MASTER_PORT
+// Set for local rank l of N (nproc_per_node) on node g of G (node_rank of nnodes),
+// as torchrun sets them (one role, "default"; torchrun sets no NODE_RANK):
+//   RANK=g*N+l LOCAL_RANK=l WORLD_SIZE=G*N LOCAL_WORLD_SIZE=N GROUP_RANK=g GROUP_WORLD_SIZE=G
+//   ROLE_RANK=g*N+l ROLE_WORLD_SIZE=G*N ROLE_NAME=default MASTER_ADDR MASTER_PORT
 //   TORCHELASTIC_RESTART_COUNT=0 TORCHELASTIC_MAX_RESTARTS=0 TORCHELASTIC_RUN_ID=none
 //   TPSERVE_LAUNCHER=1
 // Removed, the one list of an outer launcher's variables (every launcher of

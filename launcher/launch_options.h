@@ -23,7 +23,12 @@ enum class OutputMode {
 struct LaunchOptions {
   // The program and its arguments: argv[0] is looked up on PATH when it has no '/'.
   std::vector<std::string> argv;
-  int nproc_per_node = 1;              // N local ranks: RANK = LOCAL_RANK = 0..N-1
+  int nproc_per_node = 1;              // N local ranks: LOCAL_RANK = 0..N-1
+  // torchrun's static multi-node layout: this launcher is node `node_rank` of
+  // `nnodes`, each starting nproc_per_node ranks, so a rank's
+  // RANK = node_rank * nproc_per_node + LOCAL_RANK and WORLD_SIZE = nnodes * nproc_per_node.
+  int nnodes = 1;                      // 1..4096
+  int node_rank = 0;                   // 0..nnodes-1
   std::string master_addr = "127.0.0.1";
   int master_port = 29500;             // torchrun's default; 1..65535
   OutputMode output = OutputMode::kPrefix;

@@ -330,6 +330,10 @@ absl::StatusOr<ProcessGroup> LaunchLocal(LaunchOptions options) {
     return absl::InvalidArgumentError(
         absl::StrCat("nproc_per_node must be >= 1 (got ", options.nproc_per_node, ")"));
   }
+  if (options.nnodes < 1 || options.node_rank < 0 || options.node_rank >= options.nnodes) {
+    return absl::InvalidArgumentError(absl::StrCat("node_rank must be in 0..nnodes-1 and nnodes >= 1 (got node_rank ",
+                                                   options.node_rank, " of nnodes ", options.nnodes, ")"));
+  }
   if (options.master_port < 1 || options.master_port > 65535) {
     return absl::InvalidArgumentError(absl::StrCat("master_port must be in 1..65535 (got ", options.master_port, ")"));
   }

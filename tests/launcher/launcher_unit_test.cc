@@ -60,6 +60,48 @@ TEST(RankEnvironment, SetsTorchrunVariablesAndDropsOuterLaunchers) {
   EXPECT_EQ(env.find("RANK=99"), std::string::npos);
 }
 
+// torchrun's static multi-node layout: node 1 of 3 with 4 ranks each holds
+// ranks 4..7 of 12; the group variables say which node, the local ones stay local.
+TEST(RankEnvironment, PlacesRanksOfOneNodeOfSeveral) {
+  LaunchOptions o;
+  o.nproc_per_node = 4;
+  o.nnodes = 3;
+  o.node_rank = 1;
+  for (int local = 0; local < 4; ++local) {
+    const std::string env = Dump(RankEnvironment(o, local, {"GROUP_RANK=7", "GROUP_WORLD_SIZE=9"}));
+    EXPECT_EQ(EnvValue(env, "RANK"), std::to_string(4 + local));
+    EXPECT_EQ(EnvValue(env, "ROLE_RANK"), std::to_string(4 + local));
+    EXPECT_EQ(EnvValue(env, "LOCAL_RANK"), std::to_string(local));
+    EXPECT_EQ(EnvValue(env, "WORLD_SIZE"), "12");
+    EXPECT_EQ(EnvValue(env, "ROLE_WORLD_SIZE"), "12");
+    EXPECT_EQ(EnvValue(env, "LOCAL_WORLD_SIZE"), "4");
+    EXPECT_EQ(EnvValue(env, "GROUP_RANK"), "1");
+    EXPECT_EQ(EnvValue(env, "GROUP_WORLD_SIZE"), "3");
+    EXPECT_FALSE(EnvValue(env, "NODE_RANK").has_value());  // torchrun sets none
+  }
+  // The last node of two with one rank each: rank 1 of 2.
+  o.nproc_per_node = 1;
+  o.nnodes = 2;
+  o.node_rank = 1;
+  const std::string last = Dump(RankEnvironment(o, 0, {}));
+  EXPECT_EQ(EnvValue(last, "RANK"), "1");
+  EXPECT_EQ(EnvValue(last, "WORLD_SIZE"), "2");
+  EXPECT_EQ(EnvValue(last, "LOCAL_RANK"), "0");
+}
+
+TEST(LaunchArgs, ParsesNnodesAndNodeRank) {
+  auto cmd = ParseLaunchArgs({"--nnodes=2", "--node_rank", "1", "--nproc-per-node", "1", "--master-addr", "10.9.0.1",
+                              "--", "prog"});
+  ASSERT_TRUE(cmd.ok()) << cmd.status();
+  EXPECT_EQ(cmd->options.nnodes, 2);
+  EXPECT_EQ(cmd->options.node_rank, 1);
+  EXPECT_EQ(cmd->options.master_addr, "10.9.0.1");
+  auto single = ParseLaunchArgs({"--nproc-per-node", "2", "prog"});
+  ASSERT_TRUE(single.ok()) << single.status();
+  EXPECT_EQ(single->options.nnodes, 1);
+  EXPECT_EQ(single->options.node_rank, 0);
+}
+
 TEST(LaunchArgs, ParsesTorchrunStyleFlags) {
   auto cmd = ParseLaunchArgs({"--nproc_per_node=3", "--master-addr", "h", "--master-port=1234", "--grace-seconds",
                               "0.25", "--log-dir", "/tmp/x", "--", "prog", "--nproc-per-node", "9"});
@@ -88,6 +130,10 @@ TEST(LaunchArgs, RejectsBadCommandLinesNamingTheFlag) {
       {{"--nproc-per-node", "2", "--bogus", "--", "p"}, "--bogus"},
       {{"--nproc-per-node", "2", "--"}, "no program"},
       {{"--nproc-per-node"}, "needs a value"},
+      {{"--nproc-per-node", "1", "--nnodes", "0", "--", "p"}, "--nnodes"},
+      {{"--nproc-per-node", "1", "--node-rank", "-1", "--", "p"}, "--node-rank"},
+      {{"--nproc-per-node", "1", "--nnodes", "2", "--node-rank", "2", "--", "p"}, "own --node-rank in 0..1"},
+      {{"--nproc-per-node", "1", "--node-rank", "1", "--", "p"}, "--node-rank 1 is not a node of --nnodes 1"},
   };
   for (const auto& [args, needle] : cases) {
     auto cmd = ParseLaunchArgs(args);
