@@ -159,24 +159,88 @@ std::string AltNames(X509* cert) {
 
 // One TLS handshake with the coordinator: the problem it shows, or "" when
 // TLS is not the problem.
+// A client context for the probe: the worker's roots and certificate when it
+// dials with TLS, verification judged after the handshake (SSL_get_verify_result),
+// so one handshake shows both the server's certificate and our own's fate.
+// Null when the files cannot be read (checked at start-up; gRPC will say).
+std::unique_ptr<SSL_CTX, SslDeleter> ProbeContext(const DialSettings& dial) {
+  std::unique_ptr<SSL_CTX, SslDeleter> ctx(SSL_CTX_new(TLS_client_method()));
+  if (!ctx) return nullptr;
+  SSL_CTX_set_min_proto_version(ctx.get(), TLS1_2_VERSION);
+  SSL_CTX_set_verify(ctx.get(), SSL_VERIFY_NONE, nullptr);
+  if (!dial.tls) return ctx;
+  const bool roots = dial.ca.empty() ? SSL_CTX_set_default_verify_paths(ctx.get()) == 1
+                                     : SSL_CTX_load_verify_locations(ctx.get(), dial.ca.c_str(), nullptr) == 1;
+  if (!roots) return nullptr;
+  if (!dial.cert.empty() && (SSL_CTX_use_certificate_chain_file(ctx.get(), dial.cert.c_str()) != 1 ||
+                             SSL_CTX_use_PrivateKey_file(ctx.get(), dial.key.c_str(), SSL_FILETYPE_PEM) != 1)) {
+    return nullptr;
+  }
+  return ctx;
+}
+
+// What to do about a refused client certificate, naming the CAs the
+// coordinator said it accepts (its --worker-tls-ca) when it said.
+std::string RefusedCertificate(SSL* ssl, const DialSettings& dial, const std::string& at, const std::string& how) {
+  std::vector<std::string> cas;
+  if (const STACK_OF(X509_NAME)* names = SSL_get_client_CA_list(ssl)) {
+    for (int i = 0; i < sk_X509_NAME_num(names); ++i) cas.push_back(NameOf(sk_X509_NAME_value(names, i)));
+  }
+  return absl::StrCat(at, "the coordinator refused this worker's client certificate (", how,
+                      "); it requires one signed by its --worker-tls-ca",
+                      cas.empty() ? "" : absl::StrCat(" (", absl::StrJoin(cas, ", "), ")"), ": ",
+                      dial.cert.empty() ? std::string("give --tls-cert and --tls-key")
+                                        : absl::StrCat("--tls-cert ", dial.cert, " is not signed by it"));
+}
+
+// After a completed handshake: what is wrong with the coordinator's
+// certificate as `name` verifies it, or "".
+std::string JudgeServerCertificate(SSL* ssl, const DialSettings& dial, const std::string& name,
+                                   const std::string& at) {
+  const long verify = SSL_get_verify_result(ssl);
+  std::unique_ptr<X509, SslDeleter> peer(SSL_get1_peer_certificate(ssl));
+  if (verify == X509_V_ERR_HOSTNAME_MISMATCH || verify == X509_V_ERR_IP_ADDRESS_MISMATCH) {
+    const std::string names = peer ? AltNames(peer.get()) : "";
+    return absl::StrCat(at, "the coordinator's certificate is for ",
+                        names.empty() ? absl::StrCat(NameOf(peer ? X509_get_subject_name(peer.get()) : nullptr),
+                                                     " (no subjectAltName)")
+                                      : names,
+                        ", not ", name, "; dial a name it carries (--coordinator), name one with --tls-server-name, "
+                        "or give the certificate subjectAltName=", IsIpLiteral(name) ? "IP:" : "DNS:", name);
+  }
+  if (verify == X509_V_OK) return "";
+  return absl::StrCat(
+      at, "the coordinator's certificate (", NameOf(peer ? X509_get_subject_name(peer.get()) : nullptr),
+      ", issued by ", NameOf(peer ? X509_get_issuer_name(peer.get()) : nullptr), ") does not verify against ",
+      dial.ca.empty() ? std::string("the system's CA certificates") : absl::StrCat("--tls-ca ", dial.ca), ": ",
+      X509_verify_cert_error_string(verify),
+      "; give --tls-ca the CA certificate that signed the coordinator's --worker-tls-cert");
+}
+
+// TLS 1.3: the server judges the client certificate after the client's
+// Finished, so a refusal arrives as an alert on the first read. Silence
+// until the timeout means the coordinator took the handshake ("").
+std::string JudgeFirstRead(SSL* ssl, const DialSettings& dial, bool cert_requested, const std::string& at) {
+  char byte = 0;
+  errno = 0;
+  const int read = SSL_read(ssl, &byte, 1);
+  const int error = SSL_get_error(ssl, read);
+  if (read <= 0 && error == SSL_ERROR_SSL && LastErrorIsPeerAlert()) {
+    return RefusedCertificate(ssl, dial, at, TakeOpenSslErrors());
+  }
+  const bool eof = error == SSL_ERROR_ZERO_RETURN || (error == SSL_ERROR_SYSCALL && errno == 0) ||
+                   (error == SSL_ERROR_SSL && ERR_GET_REASON(ERR_peek_last_error()) == SSL_R_UNEXPECTED_EOF_WHILE_READING);
+  ERR_clear_error();
+  if (read > 0 || !eof) return "";
+  // gRPC's server hangs up without an alert when it refuses the certificate.
+  if (cert_requested) return RefusedCertificate(ssl, dial, at, "it closed the connection after the handshake");
+  return absl::StrCat(at, "the coordinator closed the connection right after the handshake");
+}
+
 std::string ProbeTls(const DialSettings& dial, const HostPort& target, int fd) {
   const std::string at = absl::StrCat("the TLS handshake with the coordinator at ", dial.address, " failed: ");
-  std::unique_ptr<SSL_CTX, SslDeleter> ctx(SSL_CTX_new(TLS_client_method()));
+  std::unique_ptr<SSL_CTX, SslDeleter> ctx = ProbeContext(dial);
   if (!ctx) return "";
-  SSL_CTX_set_min_proto_version(ctx.get(), TLS1_2_VERSION);
-  // Verification is judged after the handshake (SSL_get_verify_result), so
-  // one handshake shows both the server's certificate and our own's fate.
-  SSL_CTX_set_verify(ctx.get(), SSL_VERIFY_NONE, nullptr);
-  const std::string name = dial.server_name.empty() ? target.host : dial.server_name;
-  if (dial.tls) {
-    const bool roots = dial.ca.empty() ? SSL_CTX_set_default_verify_paths(ctx.get()) == 1
-                                       : SSL_CTX_load_verify_locations(ctx.get(), dial.ca.c_str(), nullptr) == 1;
-    if (!roots) return "";  // the files were checked at start-up; gRPC will say
-    if (!dial.cert.empty() && (SSL_CTX_use_certificate_chain_file(ctx.get(), dial.cert.c_str()) != 1 ||
-                               SSL_CTX_use_PrivateKey_file(ctx.get(), dial.key.c_str(), SSL_FILETYPE_PEM) != 1)) {
-      return "";
-    }
-  }
   // Called when the server asks for a client certificate (whether or not we have one).
   bool cert_requested = false;
   SSL_CTX_set_cert_cb(
@@ -184,16 +248,16 @@ std::string ProbeTls(const DialSettings& dial, const HostPort& target, int fd) {
   std::unique_ptr<SSL, SslDeleter> ssl(SSL_new(ctx.get()));
   if (!ssl) return "";
   SSL_set_fd(ssl.get(), fd);
-  if (!IsIpLiteral(name)) SSL_set_tlsext_host_name(ssl.get(), name.c_str());
+  const std::string name = dial.server_name.empty() ? target.host : dial.server_name;
   X509_VERIFY_PARAM* param = SSL_get0_param(ssl.get());
   if (IsIpLiteral(name)) {
     X509_VERIFY_PARAM_set1_ip_asc(param, name.c_str());
   } else {
+    SSL_set_tlsext_host_name(ssl.get(), name.c_str());
     X509_VERIFY_PARAM_set1_host(param, name.c_str(), 0);
   }
   ERR_clear_error();
   const int connected = SSL_connect(ssl.get());
-
   if (!dial.tls) {
     // A plain-text worker: does the port speak TLS? A ServerHello, or an
     // alert refusing us, says it does.
@@ -205,66 +269,17 @@ std::string ProbeTls(const DialSettings& dial, const HostPort& target, int fd) {
                         "--tls-ca (the CA certificate that signed the coordinator's --worker-tls-cert), and "
                         "--tls-cert and --tls-key if it requires worker certificates (--worker-tls-ca)");
   }
-
-  // What to do about a refused client certificate, naming the CAs the
-  // coordinator said it accepts (its --worker-tls-ca) when it said.
-  auto refused = [&](const std::string& how) {
-    std::vector<std::string> cas;
-    if (const STACK_OF(X509_NAME)* names = SSL_get_client_CA_list(ssl.get())) {
-      for (int i = 0; i < sk_X509_NAME_num(names); ++i) cas.push_back(NameOf(sk_X509_NAME_value(names, i)));
-    }
-    return absl::StrCat(at, "the coordinator refused this worker's client certificate (", how,
-                        "); it requires one signed by its --worker-tls-ca",
-                        cas.empty() ? "" : absl::StrCat(" (", absl::StrJoin(cas, ", "), ")"), ": ",
-                        dial.cert.empty() ? std::string("give --tls-cert and --tls-key")
-                                          : absl::StrCat("--tls-cert ", dial.cert, " is not signed by it"));
-  };
   if (connected != 1) {
     const bool alert = LastErrorIsPeerAlert();
     const std::string why = TakeOpenSslErrors();
-    if (alert && cert_requested) return refused(why);  // TLS 1.2: refused inside the handshake
+    if (alert && cert_requested) return RefusedCertificate(ssl.get(), dial, at, why);  // TLS 1.2: inside the handshake
     if (alert) return absl::StrCat(at, "the coordinator sent a TLS alert (", why, ")");
     return absl::StrCat(at, "its worker port does not speak TLS (", why.empty() ? "the connection closed" : why,
                         "); drop --tls-ca, --tls-cert and --tls-key, or give the coordinator --worker-tls-cert "
                         "and --worker-tls-key");
   }
-  const long verify = SSL_get_verify_result(ssl.get());
-  std::unique_ptr<X509, SslDeleter> peer(SSL_get1_peer_certificate(ssl.get()));
-  if (verify == X509_V_ERR_HOSTNAME_MISMATCH || verify == X509_V_ERR_IP_ADDRESS_MISMATCH) {
-    const std::string names = peer ? AltNames(peer.get()) : "";
-    return absl::StrCat(at, "the coordinator's certificate is for ",
-                        names.empty() ? absl::StrCat(NameOf(peer ? X509_get_subject_name(peer.get()) : nullptr),
-                                                     " (no subjectAltName)")
-                                      : names,
-                        ", not ", name, "; dial a name it carries (--coordinator), name one with --tls-server-name, "
-                        "or give the certificate subjectAltName=", IsIpLiteral(name) ? "IP:" : "DNS:", name);
-  }
-  if (verify != X509_V_OK) {
-    return absl::StrCat(
-        at, "the coordinator's certificate (", NameOf(peer ? X509_get_subject_name(peer.get()) : nullptr),
-        ", issued by ", NameOf(peer ? X509_get_issuer_name(peer.get()) : nullptr), ") does not verify against ",
-        dial.ca.empty() ? std::string("the system's CA certificates") : absl::StrCat("--tls-ca ", dial.ca), ": ",
-        X509_verify_cert_error_string(verify),
-        "; give --tls-ca the CA certificate that signed the coordinator's --worker-tls-cert");
-  }
-  // TLS 1.3: the server judges the client certificate after the client's
-  // Finished, so a refusal arrives as an alert on the first read. Silence
-  // until the timeout means the coordinator took the handshake.
-  char byte = 0;
-  errno = 0;
-  const int read = SSL_read(ssl.get(), &byte, 1);
-  const int error = SSL_get_error(ssl.get(), read);
-  if (read <= 0 && error == SSL_ERROR_SSL && LastErrorIsPeerAlert()) return refused(TakeOpenSslErrors());
-  const bool eof = error == SSL_ERROR_ZERO_RETURN || (error == SSL_ERROR_SYSCALL && errno == 0) ||
-                   (error == SSL_ERROR_SSL && ERR_GET_REASON(ERR_peek_last_error()) == SSL_R_UNEXPECTED_EOF_WHILE_READING);
-  if (read <= 0 && eof) {
-    // gRPC's server hangs up without an alert when it refuses the certificate.
-    ERR_clear_error();
-    if (cert_requested) return refused("it closed the connection after the handshake");
-    return absl::StrCat(at, "the coordinator closed the connection right after the handshake");
-  }
-  ERR_clear_error();
-  return "";
+  if (std::string why = JudgeServerCertificate(ssl.get(), dial, name, at); !why.empty()) return why;
+  return JudgeFirstRead(ssl.get(), dial, cert_requested, at);
 }
 
 }  // namespace
