@@ -599,6 +599,7 @@ absl::StatusOr<PreparedRequest> PrepareRequest(const v1::GenerateRequest& reques
   if (s.has_seed()) w.seed = s.seed();
   w.logprobs = request.has_logprobs() ? static_cast<int32_t>(request.logprobs()) : -1;
   w.prompt_logprobs = request.has_prompt_logprobs() ? static_cast<int32_t>(request.prompt_logprobs()) : -1;
+  TPSERVE_ASSIGN_OR_RETURN(w.controls, TokenControlsOf(s, tokenizer, limits.vocab_size));
   out.n = std::max<int32_t>(1, static_cast<int32_t>(request.n()));
   out.speculate = !request.disable_speculation();
 
