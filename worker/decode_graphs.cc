@@ -34,6 +34,12 @@ StepCapacity StepCapacityFor(const Model& model, int32_t block_size) {
   return c;
 }
 
+StepCapacity ReservedCapacityFor(const Model& model, int32_t block_size) {
+  StepCapacity c = StepCapacityFor(model, block_size);
+  c.max_seqs = std::max(c.max_seqs, model.max_logits_rows());
+  return c;
+}
+
 bool DecodeGraphs::Supported(const Backend& backend, const Communicator& comm, const Model& model) {
   return backend.SupportsGraphs() && comm.SupportsGraphCapture() && !model.has_intermediate_hook();
 }

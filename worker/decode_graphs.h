@@ -53,6 +53,12 @@ int32_t DecodeGraphBucket(const std::vector<int32_t>& sizes, int64_t num_seqs);
 // Backend::Reserve: max_num_tokens, max_num_seqs, max_position, block_size,
 // and this rank's query heads and head dim.
 StepCapacity StepCapacityFor(const Model& model, int32_t block_size);
+// What Backend::Reserve is given: StepCapacityFor with max_seqs raised to the
+// model's logits rows (speculative decoding: a verification step has a row
+// per proposed token too, and a reserved backend's step layout holds
+// R <= max_seqs rows, cuda/step_layout.h). The decode graphs keep
+// StepCapacityFor: their batch sizes stop at max_num_seqs.
+StepCapacity ReservedCapacityFor(const Model& model, int32_t block_size);
 
 class DecodeGraphs {
  public:

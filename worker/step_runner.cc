@@ -50,7 +50,7 @@ int32_t SimulatedToken(uint64_t seq_id, int64_t position, int32_t vocab_size) {
 
 absl::Status StepRunner::Reserve() {
   if (reserved_) return absl::OkStatus();
-  TPSERVE_RETURN_IF_ERROR(model_.backend().Reserve(StepCapacityFor(model_, cache_.block_size())));
+  TPSERVE_RETURN_IF_ERROR(model_.backend().Reserve(ReservedCapacityFor(model_, cache_.block_size())));
   reserved_ = true;
   return absl::OkStatus();
 }

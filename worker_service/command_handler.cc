@@ -170,7 +170,7 @@ absl::StatusOr<int64_t> CommandHandler::GpuKvBlocksNow(int64_t block_bytes, doub
   // Measure the device at its peak: after the step buffers are reserved and
   // a forward of the largest step ran (cuBLAS workspaces included).
   // (StepRunner::WarmUp reserves the same capacity again: same sizes.)
-  TPSERVE_RETURN_IF_ERROR(rank_.backend->Reserve(StepCapacityFor(*model_, block_size_)));
+  TPSERVE_RETURN_IF_ERROR(rank_.backend->Reserve(ReservedCapacityFor(*model_, block_size_)));
   TPSERVE_RETURN_IF_ERROR(RunProfileStep(*model_, *rank_.backend, block_size_));
   TPSERVE_ASSIGN_OR_RETURN(const GpuInfo info, QueryGpu(rank_.gpu->device));
   GpuKvBudget budget;
