@@ -132,6 +132,8 @@ absl::Status EngineLoop::Submit(const std::string& client, const std::string& re
   if (request.sampling.prompt_logprobs >= 0) {  // the ids now, each position's log-prob as steps bring it
     group->wants_prompt_logprobs = true;
     for (int32_t t : request.prompt) group->prompt_logprobs.add_token_ids(static_cast<uint32_t>(t));
+    absl::StatusOr<std::string> text = tokenizer_.Decode(request.prompt, /*skip_special_tokens=*/false);
+    if (text.ok()) group->prompt_logprobs.set_text(*std::move(text));  // ids from the vocabulary: it decodes
   }
   for (int32_t i = 0; i < n; ++i) {
     auto live = std::make_unique<Live>(options_, client, i + 1 < n ? request : std::move(request));

@@ -74,7 +74,7 @@ struct Batch {
           .complete = *c.complete,
           .reasoning = c.reasoning});
       if (texts && echo) {  // the prompt first, in the text and in the log-probs
-        const std::string echoed = EchoText(c.prompt, c.prompt_text, *texts);
+        const std::string echoed = EchoText(c.prompt, c.prompt_text);
         body.text = echoed + c.text;
         if (logprobs) body.logprobs = EchoCompletionLogprobs(c.prompt, c.logprobs, *texts, std::ssize(echoed));
       }
@@ -146,27 +146,64 @@ class GenerateCall final : public grpc::ClientReadReactor<v1::GenerateResponse>,
       }
       if (!b().stream) {
         Gather(b().choices[index]);
-      } else if (response_.has_chunk() && b().logprobs) {
-        AddHold();  // the chunk's event waits for its log-prob tokens' texts (below)
+      } else if (ChunkNeedsTexts()) {
+        AddHold();  // the chunk's event waits for its tokens' texts (below)
       } else {
         std::string events = response_.has_complete() ? StreamComplete(index) : ChunkEvent(index, nullptr);
         if (!events.empty()) return Send(std::move(events));  // reads on once written
       }
     }
-    if (!b().stream || !response_.has_chunk() || !b().logprobs) return StartRead(&response_);
-    b().client.TokenTexts(response_.chunk().logprobs(), b().tokens_as_ids,
-                          [this, index](absl::StatusOr<TokenText> texts) {
-                            {
-                              absl::MutexLock lock(&b().mu);
-                              const v1::Chunk& c = response_.chunk();
-                              int64_t& bytes = b().choices[index].text_bytes;
-                              const json lp = texts.ok() ? LogprobsJson(b().head.endpoint, c.logprobs(), *texts, bytes)
-                                                         : json(nullptr);
-                              bytes += static_cast<int64_t>(c.text().size());
-                              Send(ChunkEvent(index, lp));
-                            }
-                            RemoveHold();
-                          });
+    if (!b().stream || !ChunkNeedsTexts()) return StartRead(&response_);
+    google::protobuf::RepeatedPtrField<v1::TokenLogprob> lookup = response_.chunk().logprobs();
+    const v1::PromptLogprobs& prompt = response_.chunk().prompt_logprobs();
+    lookup.MergeFrom(prompt.logprobs());
+    for (uint32_t id : prompt.token_ids()) lookup.Add()->set_token_id(id);  // the echoed tokens' texts
+    b().client.TokenTexts(lookup, b().tokens_as_ids, [this, index](absl::StatusOr<TokenText> texts) {
+      {
+        absl::MutexLock lock(&b().mu);
+        Send(TextsChunkEvent(index, texts.ok() ? &*texts : nullptr));
+      }
+      RemoveHold();
+    });
+  }
+
+  // Streaming: whether this chunk's event waits for token texts: its
+  // log-probs, or the prompt a choice's first chunk echoes or scores.
+  bool ChunkNeedsTexts() {
+    if (!response_.has_chunk()) return false;
+    return b().logprobs || ((b().echo || b().prompt_logprobs) && response_.chunk().has_prompt_logprobs());
+  }
+  std::optional<std::string> PromptText() const {
+    if (request_.input_case() != v1::GenerateRequest::kPrompt) return std::nullopt;
+    return request_.prompt();
+  }
+
+  // The event of a chunk whose tokens' texts are known (nullptr: the look-up
+  // failed, no log-probs then): the echoed prompt first on a choice's first
+  // chunk, the log-probs with offsets counted over the choice's text so far.
+  std::string TextsChunkEvent(size_t index, const TokenText* texts) ABSL_EXCLUSIVE_LOCKS_REQUIRED(b().mu) {
+    const v1::Chunk& c = response_.chunk();
+    int64_t& bytes = b().choices[index].text_bytes;
+    const bool first = c.has_prompt_logprobs() && texts != nullptr;
+    static const google::protobuf::RepeatedPtrField<v1::TokenLogprob> kNone;
+    const auto& output = b().echo_only ? kNone : c.logprobs();
+    const std::string prefix = first && b().echo ? EchoText(c.prompt_logprobs(), PromptText()) : "";
+    json lp = nullptr;
+    if (texts != nullptr && b().logprobs) {
+      lp = first && b().echo ? EchoCompletionLogprobs(c.prompt_logprobs(), output, *texts, std::ssize(prefix))
+                             : LogprobsJson(b().head.endpoint, output, *texts, bytes);
+    }
+    const json prompt_lp = first && b().prompt_logprobs ? PromptLogprobsJson(c.prompt_logprobs(), *texts) : json(nullptr);
+    bytes += std::ssize(prefix) + (b().echo_only ? 0 : std::ssize(c.text()));
+    return ChunkEvent(index, lp, prefix, prompt_lp);
+  }
+
+  // echo with max_tokens 0: the token generated is not the answer, the prompt
+  // alone is, which the length ended.
+  static void EchoOnly(v1::Complete& c) {
+    c.set_finish_reason(v1::LENGTH);
+    c.clear_matched_stop();
+    c.mutable_usage()->set_completion_tokens(0);
   }
 
   // Not streaming: keep the choice's text, log-probs and Complete.
@@ -177,9 +214,7 @@ class GenerateCall final : public grpc::ClientReadReactor<v1::GenerateResponse>,
     }
     if (b().echo_only && response_.has_complete()) {  // the one token asked for is not the answer
       choice.complete = response_.complete();
-      choice.complete->set_finish_reason(v1::LENGTH);
-      choice.complete->clear_matched_stop();
-      choice.complete->mutable_usage()->set_completion_tokens(0);
+      EchoOnly(*choice.complete);
       ++b().completes;
     } else if (b().echo_only) {
       return;
@@ -195,7 +230,8 @@ class GenerateCall final : public grpc::ClientReadReactor<v1::GenerateResponse>,
 
   // A choice's finish event; after the last choice's, the usage and [DONE].
   std::string StreamComplete(size_t index) ABSL_EXCLUSIVE_LOCKS_REQUIRED(b().mu) {
-    const v1::Complete& c = response_.complete();
+    v1::Complete c = response_.complete();
+    if (b().echo_only) EchoOnly(c);
     b().choices[index].complete = c;
     ++b().completes;
     std::string events = SseEvent(StreamChunk(b().head, b().chat() ? std::nullopt : std::optional<std::string>(""),
@@ -210,17 +246,23 @@ class GenerateCall final : public grpc::ClientReadReactor<v1::GenerateResponse>,
 
   // The event of one chunk: its text (none when it has only reasoning or
   // calls), its reasoning, the calls it completed; nothing for an empty chunk.
-  std::string ChunkEvent(size_t index, const json& logprobs) ABSL_EXCLUSIVE_LOCKS_REQUIRED(b().mu) {
+  // `prefix` (the echoed prompt) goes before the chunk's text, and
+  // `prompt_logprobs` (vLLM's) on the choice.
+  std::string ChunkEvent(size_t index, const json& logprobs, const std::string& prefix = "",
+                         const json& prompt_logprobs = nullptr) ABSL_EXCLUSIVE_LOCKS_REQUIRED(b().mu) {
     const v1::Chunk& chunk = response_.chunk();
-    const bool extras_only = chunk.text().empty() && (!chunk.reasoning_text().empty() || chunk.tool_calls_size() > 0);
-    if (chunk.text().empty() && !extras_only && !b().logprobs) return std::string();
+    const std::string own = prefix + (b().echo_only ? std::string() : chunk.text());
+    const bool extras_only = own.empty() && (!chunk.reasoning_text().empty() || chunk.tool_calls_size() > 0);
+    if (own.empty() && !extras_only && !b().logprobs && prompt_logprobs.is_null()) return std::string();
     int& tool_calls_sent = b().choices[index].tool_calls_sent;
     const ChatExtras extras{.reasoning = chunk.reasoning_text(), .tool_calls = &chunk.tool_calls(),
                             .first_tool_index = tool_calls_sent};
     tool_calls_sent += chunk.tool_calls_size();
     std::optional<std::string> text;
-    if (!b().chat() || !extras_only) text = chunk.text();
-    return SseEvent(StreamChunk(b().head, text, false, logprobs, std::nullopt, extras, static_cast<int>(index)));
+    if (!b().chat() || !extras_only) text = own;
+    json event = StreamChunk(b().head, text, false, logprobs, std::nullopt, extras, static_cast<int>(index));
+    if (!prompt_logprobs.is_null()) event["choices"][0]["prompt_logprobs"] = prompt_logprobs;
+    return SseEvent(event);
   }
 
   // Writes `events` (under the lock: in order), then reads on once the

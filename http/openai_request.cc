@@ -537,14 +537,11 @@ std::string KnownFields(Endpoint endpoint) {
 }
 
 // echo and prompt_logprobs: the prompt's tokens and log-probs come on each
-// choice's first chunk (GenerateRequest.prompt_logprobs); echo asks for them
+// choice's first chunk (GenerateRequest.prompt_logprobs; streamed, that
+// chunk's event carries the echoed prompt and its log-probs); echo asks for them
 // with logprobs' alternatives (0 without logprobs: the echoed tokens' texts).
 // max_tokens 0 with echo asks for one token, which the response drops.
 absl::Status FinishEcho(OpenAiRequest& r) {
-  if ((r.echo || r.prompt_logprobs) && r.stream) {
-    return InvalidField(r.echo ? "echo" : "prompt_logprobs",
-                        "not with stream: true yet; ask without streaming (the prompt's log-probs come whole)");
-  }
   if (r.echo && !r.grpc.has_prompt_logprobs()) r.grpc.set_prompt_logprobs(r.logprobs ? r.grpc.logprobs() : 0);
   if (r.echo && r.grpc.stopping().max_tokens() == 0) {
     r.echo_only = true;

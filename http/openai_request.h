@@ -44,12 +44,11 @@
 //   best_of (completions; 1 only, as vLLM which dropped it)
 //   model, stream, stream_options.include_usage, return_tokens_as_token_ids,
 //   user (ignored)                       the response (OpenAiRequest)
-//   echo (completions; not with stream)  prompt_logprobs (= logprobs, else 0) and the
+//   echo (completions)                   prompt_logprobs (= logprobs, else 0) and the
 //                                        response: the prompt before the text, its tokens
 //                                        first in logprobs; with max_tokens 0 only the
 //                                        prompt (max_tokens 1 asked, its token dropped)
-//   prompt_logprobs (vLLM's; not with    prompt_logprobs; each choice's "prompt_logprobs"
-//     stream)
+//   prompt_logprobs (vLLM's)             prompt_logprobs; each choice's "prompt_logprobs"
 #pragma once
 
 #include <optional>

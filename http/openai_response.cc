@@ -101,12 +101,8 @@ json ToolCallsJson(const google::protobuf::RepeatedPtrField<v1::ToolCall>& calls
   return out;
 }
 
-std::string EchoText(const v1::PromptLogprobs& prompt, const std::optional<std::string>& prompt_text,
-                     const TokenText& text_of) {
-  if (prompt_text) return *prompt_text;
-  std::string text;
-  for (uint32_t id : prompt.token_ids()) text += text_of(id);
-  return text;
+std::string EchoText(const v1::PromptLogprobs& prompt, const std::optional<std::string>& prompt_text) {
+  return prompt_text ? *prompt_text : prompt.text();
 }
 
 json EchoCompletionLogprobs(const v1::PromptLogprobs& prompt,

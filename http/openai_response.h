@@ -66,9 +66,8 @@ nlohmann::json LogprobsJson(Endpoint endpoint,
 // "text_offset"}, the prompt's tokens first (the first with null log-prob
 // and alternatives, as OpenAI and vLLM), the output's offsets after the
 // echoed text. `prompt_text`: the prompt as the client gave it, or nullopt
-// for token ids (then its tokens' texts together).
-std::string EchoText(const tpserve::v1::PromptLogprobs& prompt, const std::optional<std::string>& prompt_text,
-                     const TokenText& text_of);
+// for token ids (then the coordinator's decoding of them, PromptLogprobs.text).
+std::string EchoText(const tpserve::v1::PromptLogprobs& prompt, const std::optional<std::string>& prompt_text);
 nlohmann::json EchoCompletionLogprobs(const tpserve::v1::PromptLogprobs& prompt,
                                       const google::protobuf::RepeatedPtrField<tpserve::v1::TokenLogprob>& output,
                                       const TokenText& text_of, int64_t echo_bytes);

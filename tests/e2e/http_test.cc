@@ -23,6 +23,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
 #include "nlohmann/json.hpp"
 #include "tests/e2e/harness.h"
 
@@ -460,7 +461,7 @@ TEST_F(HttpTest, PromptLogprobsOverGrpc) {
 
 // echo through curl: the prompt's tokens and log-probs first (OpenAI's
 // shape, null for the first), with max_tokens 0 the prompt alone; vLLM's
-// prompt_logprobs on the choice; echo and prompt_logprobs refuse stream.
+// prompt_logprobs on the choice; the same streamed.
 TEST_F(HttpTest, EchoAndPromptLogprobs) {
   v1::GenerateRequest grpc_request = Greedy(2);
   const std::vector<uint32_t> prompt = {11, 4, 87, 23, 5, 60, 2};
@@ -492,7 +493,8 @@ TEST_F(HttpTest, EchoAndPromptLogprobs) {
     EXPECT_EQ(lp["token_logprobs"][i].get<double>(), want.prompt.logprobs(static_cast<int>(i) - 1).logprob());
     ASSERT_EQ(lp["top_logprobs"][i].size(), 1u) << only.body;
   }
-  EXPECT_EQ(c["text"], text) << "a prompt of token ids echoes its tokens' texts";
+  EXPECT_EQ(c["text"], want.prompt.text()) << "a prompt of token ids echoes their decoding";
+  EXPECT_FALSE(want.prompt.text().empty());
 
   const HttpReply more = Post("/v1/completions", R"({"prompt": )" + ids +
                                                      R"(, "echo": true, "logprobs": 1, "max_tokens": 2, "temperature": 0,
@@ -501,9 +503,9 @@ TEST_F(HttpTest, EchoAndPromptLogprobs) {
   const json m = json::parse(more.body)["choices"][0];
   ASSERT_EQ(m["logprobs"]["tokens"].size(), prompt.size() + 2) << more.body;
   EXPECT_EQ(m["logprobs"]["tokens"][prompt.size()], absl::StrCat("token_id:", want.ids[0]));
-  EXPECT_EQ(m["logprobs"]["text_offset"][prompt.size()], text.size());
+  EXPECT_EQ(m["logprobs"]["text_offset"][prompt.size()], want.prompt.text().size()) << "after the echoed text";
   EXPECT_TRUE(m["logprobs"]["token_logprobs"][prompt.size()].is_number()) << more.body;
-  EXPECT_EQ(m["text"].get<std::string>().substr(0, text.size()), text) << more.body;
+  EXPECT_EQ(m["text"].get<std::string>().substr(0, want.prompt.text().size()), want.prompt.text()) << more.body;
   const json& pl = m["prompt_logprobs"];
   ASSERT_EQ(pl.size(), prompt.size()) << more.body;
   EXPECT_TRUE(pl[0].is_null());
@@ -513,12 +515,42 @@ TEST_F(HttpTest, EchoAndPromptLogprobs) {
     EXPECT_EQ(e["logprob"].get<double>(), w.logprob()) << more.body;
     EXPECT_EQ(e["rank"], w.rank()) << more.body;
   }
-  for (const char* field : {"echo", "prompt_logprobs"}) {
-    const HttpReply streamed =
-        Post("/v1/completions", absl::StrCat(R"({"prompt": "x", "stream": true, ")", field, R"(": )",
-                                             std::string(field) == "echo" ? "true" : "1", "}"));
-    EXPECT_EQ(streamed.status, 400) << streamed.body;
-    EXPECT_EQ(json::parse(streamed.body)["error"]["param"], field) << streamed.body;
+  // Streamed: the first event carries the echoed prompt, its log-probs and
+  // prompt_logprobs; the events together give the non-streaming answer.
+  for (const int max_tokens : {0, 2}) {
+    SCOPED_TRACE(testing::Message() << "max_tokens " << max_tokens);
+    const std::string body = absl::StrCat(R"({"prompt": )", ids, R"(, "echo": true, "logprobs": 1, "max_tokens": )",
+                                          max_tokens, R"(, "temperature": 0, "prompt_logprobs": 0)");
+    const HttpReply whole = Post("/v1/completions", body + "}");
+    const HttpReply streamed = Post("/v1/completions", body + R"(, "stream": true, "stream_options": {"include_usage": true}})");
+    ASSERT_EQ(streamed.status, 200) << streamed.body;
+    const json w = json::parse(whole.body);
+    std::string text;
+    json tokens = json::array(), offsets = json::array(), prompt_lp;
+    std::string finish;
+    json usage;
+    for (absl::string_view line : absl::StrSplit(streamed.body, "\n\n")) {
+      if (!absl::StartsWith(line, "data: {")) continue;
+      const json event = json::parse(std::string(line.substr(6)));
+      if (event.contains("usage") && !event["usage"].is_null()) usage = event["usage"];
+      for (const json& c : event["choices"]) {
+        text += c["text"].get<std::string>();
+        if (c.contains("prompt_logprobs")) prompt_lp = c["prompt_logprobs"];
+        if (!c["finish_reason"].is_null()) finish = c["finish_reason"];
+        if (c["logprobs"].is_null()) continue;
+        for (const json& t : c["logprobs"]["tokens"]) tokens.push_back(t);
+        for (const json& o : c["logprobs"]["text_offset"]) offsets.push_back(o);
+      }
+    }
+    EXPECT_EQ(text, w["choices"][0]["text"]) << streamed.body;
+    EXPECT_EQ(tokens, w["choices"][0]["logprobs"]["tokens"]) << streamed.body;
+    // The prompt's offsets (the output's count the streamed text, the whole
+    // answer's each token's own text: they may differ past an incomplete character).
+    ASSERT_GE(offsets.size(), prompt.size());
+    for (size_t i = 0; i < prompt.size(); ++i) EXPECT_EQ(offsets[i], w["choices"][0]["logprobs"]["text_offset"][i]);
+    EXPECT_EQ(prompt_lp, w["choices"][0]["prompt_logprobs"]) << streamed.body;
+    EXPECT_EQ(finish, "length");
+    EXPECT_EQ(usage["completion_tokens"], max_tokens) << streamed.body;
   }
   const HttpReply big = Post("/v1/completions", R"({"prompt": "x", "prompt_logprobs": 21})");
   EXPECT_EQ(big.status, 400) << big.body;

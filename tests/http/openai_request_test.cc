@@ -276,8 +276,6 @@ TEST(OpenAiRequest, BadBodiesNameTheField) {
   EXPECT_EQ(Refused(kCompl, "{\"prompt\": [[1], [2, -1]]}"), "prompt[1][1]");
   EXPECT_EQ(Refused(kCompl, "{\"prompt\": [1, -2]}"), "prompt[1]");
   EXPECT_EQ(Refused(kCompl, "{\"prompt\": [1, 4294967296]}"), "prompt[1]");
-  EXPECT_EQ(Refused(kCompl, "{\"prompt\": \"x\", \"echo\": true, \"stream\": true}"), "echo");
-  EXPECT_EQ(Refused(kCompl, "{\"prompt\": \"x\", \"prompt_logprobs\": 1, \"stream\": true}"), "prompt_logprobs");
   EXPECT_EQ(Refused(kCompl, "{\"prompt\": \"x\", \"prompt_logprobs\": -1}"), "prompt_logprobs");
   EXPECT_EQ(Refused(kChat, "{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}], \"echo\": true}"), "echo")
       << "echo is a completions field";
@@ -303,6 +301,8 @@ TEST(OpenAiRequest, EchoAndPromptLogprobs) {
   r = Parse(kCompl, R"({"prompt": "x", "echo": true, "logprobs": 1, "prompt_logprobs": 5})");
   EXPECT_TRUE(r.prompt_logprobs);
   EXPECT_EQ(r.grpc.prompt_logprobs(), 5u) << "prompt_logprobs given wins over logprobs";
+  r = Parse(kCompl, R"({"prompt": "x", "echo": true, "stream": true, "max_tokens": 0})");
+  EXPECT_TRUE(r.echo && r.echo_only && r.stream);
   r = Parse(kChat, R"({"messages": [{"role": "user", "content": "x"}], "prompt_logprobs": 3})");
   EXPECT_TRUE(r.prompt_logprobs);
   EXPECT_EQ(r.grpc.prompt_logprobs(), 3u);

@@ -159,9 +159,10 @@ TEST(OpenAiResponse, EchoAndPromptLogprobs) {
   out->set_token_id(7);
   out->set_logprob(-0.75f);
   const TokenText text_of = [](uint32_t id) { return id == 7 ? std::string("ab") : absl::StrCat("<", id, ">"); };
-  const std::string echoed = EchoText(prompt, std::nullopt, text_of);
-  EXPECT_EQ(echoed, "ab<8><9>");
-  EXPECT_EQ(EchoText(prompt, std::string("as given"), text_of), "as given");
+  prompt.set_text("ab<8><9>");
+  const std::string echoed = EchoText(prompt, std::nullopt);
+  EXPECT_EQ(echoed, "ab<8><9>") << "token ids: the coordinator's decoding";
+  EXPECT_EQ(EchoText(prompt, std::string("as given")), "as given");
   const json lp = EchoCompletionLogprobs(prompt, output, text_of, std::ssize(echoed));
   EXPECT_EQ(lp["tokens"], json::parse(R"(["ab", "<8>", "<9>", "ab"])"));
   EXPECT_EQ(lp["token_logprobs"], json::parse("[null, -1.5, -1.5, -0.75]"));
