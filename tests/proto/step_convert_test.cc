@@ -147,5 +147,37 @@ TEST(StepConvertTest, SampledTokensSurviveTheWire) {
   }
 }
 
+// Prompt log-probs (and SamplingParams.prompt_logprobs) survive the wire;
+// arrays of different lengths are refused, naming the sequence.
+TEST(StepConvertTest, PromptLogprobsSurviveTheWire) {
+  SamplingParams with;
+  with.prompt_logprobs = 2;
+  EXPECT_EQ(SamplingFromProto(SamplingToProto(with)).prompt_logprobs, 2);
+  EXPECT_EQ(SamplingFromProto(SamplingToProto(SamplingParams())).prompt_logprobs, -1);
+  ScoredToken a{.scored = {.token = 5, .logprob = -1.25f, .top = {{9, -0.5f}, {5, -1.25f}}}, .rank = 2};
+  ScoredToken b{.scored = {.token = 9, .logprob = -0.75f, .top = {{9, -0.75f}, {1, -3.0f}}}, .rank = 1};
+  const std::vector<PromptLogprobs> prompts = {{.seq_id = 7, .first_position = 3, .tokens = {a, b}}};
+  iv1::StepResult result;
+  AppendPromptLogprobs(prompts, result);
+  absl::StatusOr<std::vector<PromptLogprobs>> back = PromptLogprobsFromProto(result);
+  ASSERT_TRUE(back.ok()) << back.status();
+  ASSERT_EQ(back->size(), 1u);
+  EXPECT_EQ((*back)[0].seq_id, 7u);
+  EXPECT_EQ((*back)[0].first_position, 3);
+  ASSERT_EQ((*back)[0].tokens.size(), 2u);
+  for (size_t i = 0; i < 2; ++i) {
+    const ScoredToken& got = (*back)[0].tokens[i];
+    const ScoredToken& want = prompts[0].tokens[i];
+    EXPECT_EQ(got.scored.token, want.scored.token);
+    EXPECT_EQ(got.scored.logprob, want.scored.logprob);
+    EXPECT_EQ(got.scored.top, want.scored.top);
+    EXPECT_EQ(got.rank, want.rank);
+  }
+  result.mutable_prompt_logprobs(0)->add_ranks(3);
+  const absl::Status bad = PromptLogprobsFromProto(result).status();
+  EXPECT_TRUE(absl::IsInvalidArgument(bad)) << bad;
+  EXPECT_NE(bad.message().find("sequence 7"), absl::string_view::npos) << bad;
+}
+
 }  // namespace
 }  // namespace tpserve

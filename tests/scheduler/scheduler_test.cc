@@ -218,6 +218,25 @@ TEST(Scheduler, PrefixCacheServesTheSecondIdenticalPrompt) {
   EXPECT_TRUE(step.sequences[0].is_new);
 }
 
+// A request that wants every prompt position's logits (prompt log-probs)
+// computes its whole prompt though the cache holds its prefix, and still
+// leaves its own blocks in the cache for the next.
+TEST(Scheduler, APromptThatDoesNotReadTheCacheComputesItWhole) {
+  BlockManager bm(64, 4);
+  Scheduler sched(bm, {.max_num_batched_tokens = 64});
+  Generate(sched, {Prompt(13, 3)}, 4);
+  ASSERT_TRUE(sched.Add(5, Prompt(13, 3), 0, {}, /*read_prefix_cache=*/false).ok());
+  const auto step = sched.Schedule();
+  ASSERT_EQ(step.sequences.size(), 1u);
+  EXPECT_EQ(step.sequences[0].start, 0);
+  EXPECT_EQ(step.sequences[0].num_tokens, 13);
+  EXPECT_EQ(step.sequences[0].seq->num_cached_tokens, 0);
+  sched.OnStepDone(step, RunStep(sched, step));
+  sched.Finish(5);
+  ASSERT_TRUE(sched.Add(6, Prompt(13, 3)).ok());
+  EXPECT_EQ(sched.Schedule().sequences[0].seq->num_cached_tokens, 12) << "the cache still serves the others";
+}
+
 TEST(Scheduler, FinishFreesBlocksAndTellsTheWorkers) {
   BlockManager bm(16, 4);
   Scheduler sched(bm, {.max_num_batched_tokens = 64});
