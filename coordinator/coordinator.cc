@@ -1,6 +1,7 @@
 #include "coordinator/coordinator.h"
 
 #include <algorithm>
+#include <cstdlib>
 #include <filesystem>
 #include <random>
 #include <utility>
@@ -13,7 +14,10 @@
 #include <grpcpp/resource_quota.h>
 #include <grpcpp/security/server_credentials.h>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
 #include "auth/secret_file.h"
 #include "auth/tls_credentials.h"
 #include "base/host_name.h"
@@ -42,6 +46,9 @@ int64_t MaxNumDraftTokens(const CoordinatorOptions& o) {
 
 absl::Status CheckOptions(const CoordinatorOptions& o) {
   TPSERVE_RETURN_IF_ERROR(ValidateSpeculationOptions(o.speculation));
+  if (!o.dp_routing.empty()) TPSERVE_RETURN_IF_ERROR(ParseDpRouting(o.dp_routing).status());
+  TPSERVE_RETURN_IF_ERROR(
+      ValidateDpRouterOptions({.groups = o.dp, .block_size = o.block_size, .load_bound = o.dp_load_bound}));
   if (o.worker_transport != "auto" && o.worker_transport != "grpc" && o.worker_transport != "shm") {
     return absl::InvalidArgumentError(absl::StrCat("--worker-transport must be auto, grpc or shm, got \"",
                                                    o.worker_transport, "\""));
@@ -116,6 +123,30 @@ std::string Host(const std::string& address) {
   return colon == std::string::npos ? address : address.substr(0, colon);
 }
 
+// Group g's worker address: --worker-listen with its port + g (0 stays 0: a free port each).
+std::string GroupListen(const std::string& listen, int g) {
+  const size_t colon = listen.rfind(':');
+  int port = 0;
+  if (g == 0 || colon == std::string::npos || !absl::SimpleAtoi(listen.substr(colon + 1), &port) || port == 0) {
+    return listen;
+  }
+  return absl::StrCat(listen.substr(0, colon), ":", port + g);
+}
+
+// CUDA_VISIBLE_DEVICES for group g's spawned workers: devices g*tp .. g*tp+tp-1
+// of the coordinator's own list (or of 0, 1, ... when it has none).
+std::string GroupDevices(int g, int tp) {
+  std::vector<std::string> visible;
+  if (const char* env = std::getenv("CUDA_VISIBLE_DEVICES"); env != nullptr && *env != '\0') {
+    visible = absl::StrSplit(env, ',');
+  }
+  std::vector<std::string> mine;
+  for (int r = g * tp; r < (g + 1) * tp; ++r) {
+    mine.push_back(visible.empty() ? absl::StrCat(r) : visible[static_cast<size_t>(r) % visible.size()]);
+  }
+  return absl::StrJoin(mine, ",");
+}
+
 }  // namespace
 
 Coordinator::Coordinator(CoordinatorOptions options) : options_(std::move(options)) {}
@@ -132,12 +163,21 @@ absl::Status Coordinator::Start() {
     TPSERVE_RETURN_IF_ERROR(CheckOptions(options_));
     TPSERVE_RETURN_IF_ERROR(LoadModel());
     TPSERVE_RETURN_IF_ERROR(SetUpClusterSecret());
-    // The internal server first: its port goes to the workers.
-    TPSERVE_RETURN_IF_ERROR(ListenForWorkers());
+    {
+      absl::MutexLock lock(&serve_mu_);
+      pending_loss_.assign(static_cast<size_t>(options_.dp), absl::OkStatus());
+      serving_.assign(static_cast<size_t>(options_.dp), false);
+    }
+    // The internal servers first: their ports go to the workers.
+    for (int g = 0; g < options_.dp; ++g) {
+      groups_.push_back(std::make_unique<WorkerGroup>());
+      groups_.back()->index = g;
+      TPSERVE_RETURN_IF_ERROR(ListenForWorkers(*groups_.back()));
+    }
     TPSERVE_RETURN_IF_ERROR(ListenPublic());
     TPSERVE_RETURN_IF_ERROR(ListenMetrics());
     TPSERVE_RETURN_IF_ERROR(PublishKvEvents());
-    TPSERVE_RETURN_IF_ERROR(LaunchWorkers());
+    for (auto& group : groups_) TPSERVE_RETURN_IF_ERROR(LaunchWorkers(*group));
     return ConnectWorkers();
   }();
   if (!started.ok()) {
@@ -199,12 +239,15 @@ absl::Status Coordinator::SetUpClusterSecret() {
   return absl::OkStatus();
 }
 
-absl::Status Coordinator::ListenForWorkers() {
-  pool_ = std::make_unique<WorkerPool>(options_.tp, secret_);
+absl::Status Coordinator::ListenForWorkers(WorkerGroup& group) {
+  const std::string listen = GroupListen(options_.worker_listen, group.index);
+  group.pool = std::make_unique<WorkerPool>(options_.tp, secret_);
   TlsFiles tls{.cert = options_.worker_tls_cert, .key = options_.worker_tls_key, .ca = options_.worker_tls_ca,
                .cert_flag = "--worker-tls-cert", .key_flag = "--worker-tls-key", .ca_flag = "--worker-tls-ca"};
   TPSERVE_ASSIGN_OR_RETURN(std::shared_ptr<grpc::ServerCredentials> credentials, MakeServerCredentials(tls));
-  if (!tls.cert.empty()) {
+  if (group.index > 0) {
+    // Said once, for group 0.
+  } else if (!tls.cert.empty()) {
     CoordinatorLog(tls.ca.empty() ? "the worker port speaks TLS" : "the worker port speaks mutual TLS");
   } else if (!IsLoopbackAddress(options_.worker_listen)) {
     CoordinatorLog(absl::StrCat("warning: the worker port ", options_.worker_listen, " is plain text: prompts and ",
@@ -212,25 +255,26 @@ absl::Status Coordinator::ListenForWorkers() {
   }
   int port = 0;
   grpc::ServerBuilder builder;
-  builder.AddListeningPort(options_.worker_listen, credentials, &port);
+  builder.AddListeningPort(listen, credentials, &port);
   builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);  // exclusive: a taken port is an error
-  builder.RegisterService(pool_.get());
+  builder.RegisterService(group.pool.get());
   builder.SetMaxReceiveMessageSize(kMaxWorkerMessageBytes);
   builder.SetMaxSendMessageSize(kMaxWorkerMessageBytes);
-  worker_server_ = builder.BuildAndStart();
-  if (!worker_server_ || port == 0) {
+  group.server = builder.BuildAndStart();
+  if (!group.server || port == 0) {
     return absl::UnavailableError(absl::StrCat(
-        "cannot listen for workers on ", options_.worker_listen,
+        "cannot listen for workers", options_.dp > 1 ? absl::StrCat(" of group ", group.index) : "", " on ", listen,
         " (is another server using that port?); pick another --worker-listen"));
   }
-  worker_port_ = port;
-  worker_address_ = absl::StrCat(Host(options_.worker_listen), ":", port);
+  group.port = port;
+  group.address = absl::StrCat(Host(listen), ":", port);
   // Every loss says what happens next (Recover).
-  pool_->SetLossAdvice(options_.spawn_workers
-                           ? "; the coordinator is restarting its workers: retry shortly"
-                           : absl::StrCat("; start a new group of ", options_.tp,
-                                          " workers (tpserve-worker --coordinator ", worker_address_, ")"));
-  CoordinatorLog(absl::StrCat("workers connect to ", worker_address_));
+  group.pool->SetLossAdvice(options_.spawn_workers
+                                ? "; the coordinator is restarting its workers: retry shortly"
+                                : absl::StrCat("; start a new group of ", options_.tp,
+                                               " workers (tpserve-worker --coordinator ", group.address, ")"));
+  CoordinatorLog(absl::StrCat(group.index > 0 ? absl::StrCat("group ", group.index, ": ") : "",
+                              "workers connect to ", group.address));
   return absl::OkStatus();
 }
 
@@ -320,9 +364,12 @@ absl::Status Coordinator::ListenPublic() {
 }
 
 absl::Status Coordinator::PublishKvEvents() {
-  kv_events_ = std::make_unique<KvEventPublisher>(/*dp_rank=*/0, options_.block_size);
+  for (int g = 0; g < options_.dp; ++g) {
+    kv_events_.push_back(std::make_unique<KvEventPublisher>(/*dp_rank=*/g, options_.block_size));
+  }
   if (options_.kv_events_endpoint.empty()) return absl::OkStatus();
-  TPSERVE_ASSIGN_OR_RETURN(kv_events_zmq_, ZmqKvEvents::Start(*kv_events_, options_.kv_events_endpoint,
+  if (options_.dp > 1) CoordinatorLog("KV events over ZeroMQ carry group 0's prefix cache only (issue 30)");
+  TPSERVE_ASSIGN_OR_RETURN(kv_events_zmq_, ZmqKvEvents::Start(*kv_events_[0], options_.kv_events_endpoint,
                                                               options_.kv_events_replay_endpoint,
                                                               options_.kv_events_topic));
   CoordinatorLog(absl::StrCat("KV events on ", kv_events_zmq_->endpoint(), " (replay ",
@@ -332,7 +379,9 @@ absl::Status Coordinator::PublishKvEvents() {
 }
 
 absl::Status Coordinator::ListenMetrics() {
-  metrics_ = std::make_unique<CoordinatorMetrics>(max_model_len_, options_.tp);
+  // worker_up{rank} and the step compute by rank number the workers of all
+  // groups: group g's rank r is g * tp + r.
+  metrics_ = std::make_unique<CoordinatorMetrics>(max_model_len_, options_.tp * options_.dp, options_.dp);
   if (options_.metrics_listen.empty()) return absl::OkStatus();
   TPSERVE_ASSIGN_OR_RETURN(metrics_server_, MetricsServer::Start(options_.metrics_listen, metrics_->registry()));
   CoordinatorLog(absl::StrCat("metrics on http://", metrics_server_->address(), "/metrics"));
@@ -356,15 +405,15 @@ absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> Coordinator::PublicCred
 }
 
 // Workers: spawned here, or started by the user (mpirun / tpserve-launch).
-absl::Status Coordinator::LaunchWorkers() {
+absl::Status Coordinator::LaunchWorkers(WorkerGroup& group) {
   const int tp = options_.tp;
   if (!options_.spawn_workers) {
-    CoordinatorLog(absl::StrCat("waiting for ", tp, " workers: mpirun -np ", tp,
-                                " tpserve-worker --coordinator ", worker_address_));
+    CoordinatorLog(absl::StrCat(options_.dp > 1 ? absl::StrCat("group ", group.index, ": ") : "", "waiting for ",
+                                tp, " workers: mpirun -np ", tp, " tpserve-worker --coordinator ", group.address));
     return absl::OkStatus();
   }
   LaunchOptions launch;
-  launch.argv = {WorkerBinary(options_.worker_binary), "--coordinator", worker_address_};
+  launch.argv = {WorkerBinary(options_.worker_binary), "--coordinator", group.address};
   if (!options_.worker_tls_cert.empty()) {
     // Paths only: the key stays in its file. A self-signed certificate is its own CA.
     const auto absolute = [](const std::string& path) { return std::filesystem::absolute(path).string(); };
@@ -376,7 +425,7 @@ absl::Status Coordinator::LaunchWorkers() {
   }
   launch.nproc_per_node = tp;
   launch.master_addr = "127.0.0.1";
-  launch.master_port = worker_port_;  // unused by the workers: rendezvous goes through the pool
+  launch.master_port = group.port;  // unused by the workers: rendezvous goes through the pool
   launch.output = OutputMode::kPrefix;
   if (!secret_dir_.empty()) {
     launch.extra_env.push_back(absl::StrCat(kClusterSecretFileEnv, "=", secret_dir_, "/cluster-secret"));
@@ -384,35 +433,75 @@ absl::Status Coordinator::LaunchWorkers() {
     const std::string path = std::filesystem::absolute(options_.cluster_secret_file).string();
     launch.extra_env.push_back(absl::StrCat(kClusterSecretFileEnv, "=", path));
   }
+  if (options_.dp > 1) {  // group g on GPUs g*tp .. g*tp+tp-1
+    launch.extra_env.push_back(absl::StrCat("CUDA_VISIBLE_DEVICES=", GroupDevices(group.index, tp)));
+  }
   // A worker that ends on its own (before Hello, too) is a lost worker now.
-  launch.on_exit = [pool = pool_.get()](const RankExit& e) {
+  launch.on_exit = [pool = group.pool.get()](const RankExit& e) {
     const bool clean = e.ok() && e.signal == 0 && !e.status_lost;
     if (!e.stopped) pool->ReportWorkerExit(e.rank, e.Describe(), clean);
   };
-  absl::StatusOr<ProcessGroup> group = LaunchLocal(std::move(launch));
-  if (!group.ok()) {
-    return absl::Status(group.status().code(),
-                        absl::StrCat("--spawn-workers: ", group.status().message()));
+  absl::StatusOr<ProcessGroup> launched = LaunchLocal(std::move(launch));
+  if (!launched.ok()) {
+    return absl::Status(launched.status().code(),
+                        absl::StrCat("--spawn-workers: ", launched.status().message()));
   }
-  workers_.emplace(*std::move(group));
-  CoordinatorLog(absl::StrCat("spawned ", tp, " workers"));
+  group.workers.emplace(*std::move(launched));
+  CoordinatorLog(absl::StrCat("spawned ", tp, " workers", options_.dp > 1 ? absl::StrCat(" for group ", group.index) : ""));
   return absl::OkStatus();
 }
 
 // Waits for the workers' Hello, brings them to ready and starts the engine.
 absl::Status Coordinator::ConnectWorkers() {
-  TPSERVE_ASSIGN_OR_RETURN(const int64_t num_blocks, BringUpWorkers());
-  StartEngine(num_blocks);
+  std::vector<int64_t> num_blocks;
+  for (auto& group : groups_) {
+    TPSERVE_ASSIGN_OR_RETURN(const int64_t blocks, BringUpWorkers(*group));
+    num_blocks.push_back(blocks);
+  }
+  DpRouterOptions routing{.groups = options_.dp, .block_size = options_.block_size,
+                          .load_bound = options_.dp_load_bound};
+  if (!options_.dp_routing.empty()) routing.policy = *ParseDpRouting(options_.dp_routing);
+  router_ = std::make_unique<DpRouter>(routing);
+  for (auto& group : groups_) StartEngine(*group, num_blocks[static_cast<size_t>(group->index)]);
+  std::vector<EngineLoop*> loops;
+  for (auto& group : groups_) loops.push_back(group->engine.get());
+  engines_ = std::make_unique<EngineGroups>(std::move(loops), *router_);
+  service_->SetEngine(engines_.get(), WorkerNames(), groups_[0]->backend);
+  {
+    absl::MutexLock lock(&serve_mu_);
+    serving_.assign(static_cast<size_t>(options_.dp), true);
+  }
+  for (auto& group : groups_) {
+    const int g = group->index;
+    group->pool->SetOnLost([this, g](const absl::Status& lost) { OnWorkersLost(g, lost); });
+    group->engine->Start();
+  }
   service_->SetAvailability(absl::OkStatus());
+  if (options_.dp > 1) {
+    CoordinatorLog(absl::StrCat(options_.dp, " groups of ", options_.tp, " workers, routing ",
+                                DpRoutingName(routing.policy)));
+  }
   CoordinatorLog("ready");
-  if (absl::Status lost = pool_->lost(); !lost.ok()) OnWorkersLost(lost);  // Serve recovers
+  for (auto& group : groups_) {
+    if (absl::Status lost = group->pool->lost(); !lost.ok()) OnWorkersLost(group->index, lost);  // Serve recovers
+  }
   return absl::OkStatus();
 }
 
-StartupOptions Coordinator::MakeStartupOptions() const {
+std::vector<std::string> Coordinator::WorkerNames() const {
+  std::vector<std::string> names;
+  for (const auto& group : groups_) {
+    for (const std::string& n : group->names) {
+      names.push_back(options_.dp > 1 ? absl::StrCat("group ", group->index, " ", n) : n);
+    }
+  }
+  return names;
+}
+
+StartupOptions Coordinator::MakeStartupOptions(const WorkerGroup& group) const {
   StartupOptions startup;
   startup.model_dir = model_dir_;
-  startup.backend = backend_;
+  startup.backend = group.backend;
   startup.tensor_parallel_size = static_cast<uint32_t>(options_.tp);
   // A fresh prefix for every group: nothing of a lost group's rendezvous is reused.
   startup.store_prefix = absl::StrCat("tpserve/", getpid(), "-", std::random_device{}(), "/");
@@ -432,21 +521,21 @@ StartupOptions Coordinator::MakeStartupOptions() const {
   return startup;
 }
 
-absl::StatusOr<int64_t> Coordinator::BringUpWorkers() {
-  TPSERVE_RETURN_IF_ERROR(pool_->WaitForWorkers(options_.worker_timeout, stop_));
-  worker_names_.clear();
+absl::StatusOr<int64_t> Coordinator::BringUpWorkers(WorkerGroup& group) {
+  TPSERVE_RETURN_IF_ERROR(group.pool->WaitForWorkers(options_.worker_timeout, stop_));
+  group.names.clear();
   bool all_gpu = true;
-  for (const iv1::Hello& h : pool_->workers()) {
-    worker_names_.push_back(WorkerRoster::Describe(h));
+  for (const iv1::Hello& h : group.pool->workers()) {
+    group.names.push_back(WorkerRoster::Describe(h));
     if (h.device() == "cpu" || h.device().empty()) all_gpu = false;
   }
-  backend_ = options_.backend != "auto" ? options_.backend : all_gpu ? "cuda" : "cpu";
-  TPSERVE_ASSIGN_OR_RETURN(const StartupResult started, StartWorkers(*pool_, MakeStartupOptions()));
-  TPSERVE_RETURN_IF_ERROR(ChooseWorkerTransport());
-  pool_->SetStepTimeout(options_.step_timeout);
-  if (engine_ != nullptr) {  // a replaced group
-    engine_->Resume(started.num_blocks);
-    service_->SetEngine(engines_.get(), worker_names_, backend_);
+  group.backend = options_.backend != "auto" ? options_.backend : all_gpu ? "cuda" : "cpu";
+  TPSERVE_ASSIGN_OR_RETURN(const StartupResult started, StartWorkers(*group.pool, MakeStartupOptions(group)));
+  TPSERVE_RETURN_IF_ERROR(ChooseWorkerTransport(group));
+  group.pool->SetStepTimeout(options_.step_timeout);
+  if (group.engine != nullptr) {  // a replaced group
+    group.engine->Resume(started.num_blocks);
+    service_->SetEngine(engines_.get(), WorkerNames(), groups_[0]->backend);
   }
   return started.num_blocks;
 }
@@ -454,12 +543,12 @@ absl::StatusOr<int64_t> Coordinator::BringUpWorkers() {
 // Shared memory when every worker is on this host (the default, "auto"), or
 // when asked ("shm": then an error if it cannot be); the gRPC streams
 // otherwise. docs/architecture.md, "The step pipeline", has the numbers.
-absl::Status Coordinator::ChooseWorkerTransport() {
+absl::Status Coordinator::ChooseWorkerTransport(WorkerGroup& group) {
   if (options_.worker_transport == "grpc") {
     CoordinatorLog("worker transport: gRPC streams (--worker-transport grpc)");
     return absl::OkStatus();
   }
-  const absl::Status shm = pool_->UseSharedMemory(kDefaultShmRingBytes, HostName());
+  const absl::Status shm = group.pool->UseSharedMemory(kDefaultShmRingBytes, HostName());
   if (shm.ok()) {
     CoordinatorLog(absl::StrCat("worker transport: shared memory (", options_.tp, " workers on this host)"));
     return absl::OkStatus();
@@ -469,13 +558,13 @@ absl::Status Coordinator::ChooseWorkerTransport() {
                                                  "; use --worker-transport auto or grpc"));
   }
   CoordinatorLog(absl::StrCat("worker transport: gRPC streams (shared memory unavailable: ", shm.message(), ")"));
-  return pool_->lost();  // a worker lost meanwhile fails start-up; anything else falls back
+  return group.pool->lost();  // a worker lost meanwhile fails start-up; anything else falls back
 }
 
 // The engine loop sends each step to every worker and reads rank 0's result
 // (one step in flight ahead unless --no-overlap); a lost worker ends its
 // requests and the service's availability for good.
-void Coordinator::StartEngine(int64_t num_blocks) {
+void Coordinator::StartEngine(WorkerGroup& group, int64_t num_blocks) {
   EngineLoopOptions engine_options;
   engine_options.scheduler.max_num_batched_tokens = options_.max_num_batched_tokens;
   engine_options.scheduler.max_num_seqs = options_.max_num_seqs;
@@ -493,114 +582,144 @@ void Coordinator::StartEngine(int64_t num_blocks) {
     engine_options.scheduler.max_num_draft_tokens = MaxNumDraftTokens(options_);
   }
   engine_options.metrics = metrics_.get();
-  engine_options.kv_events = kv_events_.get();
+  engine_options.kv_events = kv_events_[static_cast<size_t>(group.index)].get();
   engine_options.output_threads = options_.output_threads;
-  SetWorkersUp(true);
-  WorkerPool* pool = pool_.get();
+  engine_options.dp_rank = group.index;
+  SetWorkersUp(group.index, true);
+  WorkerPool* pool = group.pool.get();
+  const int first_rank = group.index * options_.tp;  // its ranks' number in the metrics
   StepTransport workers{
       .send = [pool](iv1::Step step) -> absl::StatusOr<uint64_t> {
         iv1::CoordinatorMessage command;
         *command.mutable_step() = std::move(step);
         return pool->Send(std::move(command));
       },
-      .receive = [pool, metrics = metrics_.get()](uint64_t seq) -> absl::StatusOr<iv1::StepResult> {
+      .receive = [pool, first_rank, metrics = metrics_.get()](uint64_t seq) -> absl::StatusOr<iv1::StepResult> {
         TPSERVE_ASSIGN_OR_RETURN(std::vector<iv1::WorkerMessage> replies, pool->Await(seq));
         for (size_t rank = 0; rank < replies.size(); ++rank) {  // Await answers by rank
-          metrics->OnWorkerStep(static_cast<int>(rank), replies[rank].step().compute_seconds());
+          metrics->OnWorkerStep(first_rank + static_cast<int>(rank), replies[rank].step().compute_seconds());
         }
         return std::move(*replies[0].mutable_step());
       },
   };
-  // One data-parallel group for now, behind the groups' Submit and router
-  // (docs/architecture.md, "Data-parallel groups and routing").
-  router_ = std::make_unique<DpRouter>(DpRouterOptions{.groups = 1, .block_size = options_.block_size});
-  kv_events_->FeedRouter(router_.get());
+  // Behind the groups' Submit and router (docs/architecture.md, "Data-parallel groups and routing").
+  kv_events_[static_cast<size_t>(group.index)]->FeedRouter(router_.get());
   engine_options.on_retired = [this](const std::string& client, const std::string& request_id) {
     engines_->OnRetired(client, request_id);
   };
-  engine_ = std::make_unique<EngineLoop>(*tokenizer_, engine_options, std::move(workers));
-  engines_ = std::make_unique<EngineGroups>(std::vector<EngineLoop*>{engine_.get()}, *router_);
-  service_->SetEngine(engines_.get(), worker_names_, backend_);
-  pool_->SetOnLost([this](const absl::Status& lost) { OnWorkersLost(lost); });
-  engine_->Start();
+  group.engine = std::make_unique<EngineLoop>(*tokenizer_, engine_options, std::move(workers));
 }
 
-void Coordinator::SetWorkersUp(bool up) {
-  for (int rank = 0; rank < options_.tp; ++rank) metrics_->SetWorkerUp(rank, up);
+void Coordinator::SetWorkersUp(int g, bool up) {
+  for (int rank = 0; rank < options_.tp; ++rank) metrics_->SetWorkerUp(g * options_.tp + rank, up);
 }
 
-void Coordinator::OnWorkersLost(const absl::Status& lost) {
-  service_->SetAvailability(lost);
-  engine_->Suspend(lost);
-  SetWorkersUp(false);  // the group is lost as a whole
+void Coordinator::OnWorkersLost(int g, const absl::Status& lost) {
+  {
+    absl::MutexLock lock(&serve_mu_);
+    serving_[static_cast<size_t>(g)] = false;
+  }
+  UpdateAvailability(lost);  // with every group lost, what new requests are told
+  engines_->SetAvailable(g, false);  // nothing new goes there while another group serves
+  groups_[static_cast<size_t>(g)]->engine->Suspend(lost);
+  SetWorkersUp(g, false);  // the group is lost as a whole
   absl::MutexLock lock(&serve_mu_);
-  if (pending_loss_.ok()) pending_loss_ = lost;
+  if (pending_loss_[static_cast<size_t>(g)].ok()) pending_loss_[static_cast<size_t>(g)] = lost;
+}
+
+void Coordinator::UpdateAvailability(const absl::Status& lost) {
+  bool any = false;
+  {
+    absl::MutexLock lock(&serve_mu_);
+    for (bool serving : serving_) any = any || serving;
+  }
+  // While one group serves, the service does; with every group lost, the last loss is what clients see.
+  service_->SetAvailability(any ? absl::OkStatus() : lost);
 }
 
 void Coordinator::Serve() {
   while (true) {
+    int g = -1;
     absl::Status lost;
     {
       absl::MutexLock lock(&serve_mu_);
-      auto woken = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(serve_mu_) { return stop_ || !pending_loss_.ok(); };
+      auto woken = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(serve_mu_) {
+        if (stop_) return true;
+        for (const absl::Status& s : pending_loss_) {
+          if (!s.ok()) return true;
+        }
+        return false;
+      };
       serve_mu_.Await(absl::Condition(&woken));
       if (stop_) return;
-      lost = pending_loss_;
+      for (size_t i = 0; i < pending_loss_.size() && g < 0; ++i) {
+        if (!pending_loss_[i].ok()) g = static_cast<int>(i);
+      }
+      lost = pending_loss_[static_cast<size_t>(g)];
     }
-    Recover(lost);
+    Recover(g, lost);
   }
 }
 
-void Coordinator::Recover(const absl::Status& lost) {
+void Coordinator::Recover(int g, const absl::Status& lost) {
   const absl::Time since = absl::Now();
-  if (!engine_->WaitSuspended()) return;  // stopped: no step goes out from here on
+  WorkerGroup& group = *groups_[static_cast<size_t>(g)];
+  if (!group.engine->WaitSuspended()) return;  // stopped: no step goes out from here on
   absl::Duration backoff = absl::Seconds(1);
+  const std::string which = options_.dp > 1 ? absl::StrCat(" ", g) : "";
   for (int attempt = 1; !stop_; ++attempt) {
     {
       absl::MutexLock lock(&serve_mu_);
-      pending_loss_ = absl::OkStatus();  // this try replaces whatever was lost so far
+      pending_loss_[static_cast<size_t>(g)] = absl::OkStatus();  // this try replaces whatever was lost so far
     }
-    CoordinatorLog(absl::StrCat("replacing the worker group (try ", attempt, ")"));
-    const absl::Status replaced = ReplaceWorkers();
+    CoordinatorLog(absl::StrCat("replacing the worker group", which, " (try ", attempt, ")"));
+    const absl::Status replaced = ReplaceWorkers(group);
     if (replaced.ok()) {
-      SetWorkersUp(true);
+      SetWorkersUp(g, true);
+      {
+        absl::MutexLock lock(&serve_mu_);
+        serving_[static_cast<size_t>(g)] = true;
+      }
+      engines_->SetAvailable(g, true);
       service_->SetAvailability(absl::OkStatus());
       const absl::Duration took = absl::Trunc(absl::Now() - since, absl::Milliseconds(1));
       const absl::string_view what = lost.message().substr(0, lost.message().find(';'));  // without the advice
-      CoordinatorLog(absl::StrCat("ready (recovered in ", absl::FormatDuration(took), " after: ", what, ")"));
+      CoordinatorLog(absl::StrCat("ready (recovered", which.empty() ? "" : absl::StrCat(" group", which), " in ",
+                                  absl::FormatDuration(took), " after: ", what, ")"));
       return;
     }
     if (absl::IsCancelled(replaced)) return;
     const absl::Status why = absl::UnavailableError(
         absl::StrCat(lost.message(), "; replacing the workers failed: ", replaced.message()));
     CoordinatorLog(why.message());
-    service_->SetAvailability(why);
-    engine_->AbortAll(why);  // the waiting requests learn why rather than wait on
+    UpdateAvailability(why);
+    group.engine->AbortAll(why);  // the waiting requests learn why rather than wait on
     if (!SleepUnlessStopped(backoff)) return;
     backoff = std::min(backoff * 2, absl::Seconds(30));
   }
 }
 
-absl::Status Coordinator::ReplaceWorkers() {
-  if (workers_) {
-    (void)workers_->Stop(absl::Seconds(2));  // a stopped (SIGSTOP) rank gets SIGKILL after the grace
-    workers_.reset();
+absl::Status Coordinator::ReplaceWorkers(WorkerGroup& group) {
+  if (group.workers) {
+    (void)group.workers->Stop(absl::Seconds(2));  // a stopped (SIGSTOP) rank gets SIGKILL after the grace
+    group.workers.reset();
   }
-  TPSERVE_RETURN_IF_ERROR(pool_->BeginNewGroup(absl::Seconds(10)));
-  TPSERVE_RETURN_IF_ERROR(LaunchWorkers());
+  TPSERVE_RETURN_IF_ERROR(group.pool->BeginNewGroup(absl::Seconds(10)));
+  TPSERVE_RETURN_IF_ERROR(LaunchWorkers(group));
   // Workers started by the user: wait for all of them as long as it takes,
   // without starting over (which would send away the ranks already here);
   // the waiting requests end each time --worker-timeout passes.
   while (!options_.spawn_workers) {
-    const absl::Status all_here = pool_->WaitForWorkers(options_.worker_timeout, stop_);
+    const absl::Status all_here = group.pool->WaitForWorkers(options_.worker_timeout, stop_);
     if (!absl::IsDeadlineExceeded(all_here)) {
       TPSERVE_RETURN_IF_ERROR(all_here);
       break;
     }
     CoordinatorLog(all_here.message());
-    engine_->AbortAll(absl::UnavailableError(absl::StrCat("no complete worker group connected: ", all_here.message())));
+    group.engine->AbortAll(
+        absl::UnavailableError(absl::StrCat("no complete worker group connected: ", all_here.message())));
   }
-  return BringUpWorkers().status();
+  return BringUpWorkers(group).status();
 }
 
 bool Coordinator::SleepUnlessStopped(absl::Duration d) {
@@ -610,32 +729,39 @@ bool Coordinator::SleepUnlessStopped(absl::Duration d) {
 }
 
 absl::Status Coordinator::Drain() {
-  if (engine_ == nullptr) {  // Start did not succeed: it stopped everything already
+  if (engines_ == nullptr) {  // Start did not succeed: it stopped everything already
     StopServers();
     return absl::OkStatus();
   }
   service_->SetAvailability(absl::UnavailableError(kDraining), /*permanent=*/true);
-  engine_->CloseAdmission(absl::UnavailableError(kDraining));
+  engines_->CloseAdmission(absl::UnavailableError(kDraining));
   // Without workers nothing waiting can run: it ends now, not after the drain timeout.
-  if (absl::Status lost = pool_->lost(); !lost.ok()) engine_->AbortAll(lost);
-  if (!engine_->WaitIdle(absl::Now() + options_.drain_timeout)) {
+  for (auto& group : groups_) {
+    if (absl::Status lost = group->pool->lost(); !lost.ok()) group->engine->AbortAll(lost);
+  }
+  if (!engines_->WaitIdle(absl::Now() + options_.drain_timeout)) {
     CoordinatorLog(absl::StrCat("drain timeout (", absl::FormatDuration(options_.drain_timeout),
                                 ") passed; aborting the running streams"));
-    engine_->AbortAll(absl::OkStatus());
-    engine_->WaitIdle(absl::Now() + absl::Seconds(30));
+    engines_->AbortAll(absl::OkStatus());
+    engines_->WaitIdle(absl::Now() + absl::Seconds(30));
   }
-  engine_->Stop();
-  const absl::Status lost = pool_->lost();
-  if (lost.ok()) {
-    iv1::CoordinatorMessage shutdown;
-    shutdown.mutable_shutdown();
-    if (auto s = pool_->RunOnAll(shutdown); !s.ok()) {
-      CoordinatorLog(absl::StrCat("shutdown: ", s.status().message()));
+  absl::Status first_lost;
+  for (auto& group : groups_) {
+    group->engine->Stop();
+    const absl::Status lost = group->pool->lost();
+    if (lost.ok()) {
+      iv1::CoordinatorMessage shutdown;
+      shutdown.mutable_shutdown();
+      if (auto s = group->pool->RunOnAll(shutdown); !s.ok()) {
+        CoordinatorLog(absl::StrCat("shutdown: ", s.status().message()));
+      }
+    } else if (first_lost.ok()) {
+      first_lost = lost;
     }
   }
   StopServers();
-  CoordinatorLog(lost.ok() ? "stopped" : "stopped after losing a worker");
-  return lost;
+  CoordinatorLog(first_lost.ok() ? "stopped" : "stopped after losing a worker");
+  return first_lost;
 }
 
 // Stops whatever Start brought up, in reverse; only the first call does.
@@ -645,9 +771,11 @@ void Coordinator::StopServers() {
   const auto soon = [] { return absl::ToChronoTime(absl::Now() + absl::Seconds(2)); };
   if (server_) server_->Shutdown(soon());
   metrics_server_.reset();
-  if (pool_) pool_->Close();
-  if (worker_server_) worker_server_->Shutdown(soon());
-  if (workers_) (void)workers_->Stop(absl::Seconds(10));
+  for (auto& group : groups_) {
+    if (group->pool) group->pool->Close();
+    if (group->server) group->server->Shutdown(soon());
+    if (group->workers) (void)group->workers->Stop(absl::Seconds(10));
+  }
   if (!secret_dir_.empty()) RemoveTempDir(secret_dir_);
 }
 

@@ -66,7 +66,14 @@ namespace tpserve {
 // One field per tpserve-coordinator flag (--block-size is block_size).
 struct CoordinatorOptions {
   std::string model;                      // Hugging Face checkpoint folder (required)
-  int tp = 1;                             // workers to wait for
+  int tp = 1;                             // workers to wait for, per data-parallel group
+  // Data-parallel groups of tp workers each, routed between by dp_routing
+  // ("cache-aware", "round-robin", "least-load"; "" = cache-aware) with
+  // dp_load_bound (coordinator/dp_router.h). Group g's workers dial its own
+  // port: --worker-listen's port + g (or a free port each when it is 0).
+  int dp = 1;
+  std::string dp_routing;
+  int64_t dp_load_bound = 16;
   std::string listen = "127.0.0.1:50051";  // public gRPC address; port 0 picks a free one
   std::string worker_listen = "127.0.0.1:0";  // the address the workers dial
   std::string backend = "auto";           // cpu, cuda, or auto (cuda when every worker has a GPU)
@@ -180,37 +187,44 @@ class Coordinator {
   absl::Status LoadModel();
   // The cluster secret: read, made for the spawned workers, or none.
   absl::Status SetUpClusterSecret();
-  absl::Status ListenForWorkers();
+  struct WorkerGroup;
+  absl::Status ListenForWorkers(WorkerGroup& group);
   absl::Status ListenPublic();
   absl::Status ListenMetrics();  // with metrics_listen
   absl::Status PublishKvEvents();  // the publisher; ZeroMQ with kv_events_endpoint
   // The public port's credentials: TLS from the files, or insecure.
   absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> PublicCredentials() const;
-  absl::Status LaunchWorkers();
+  absl::Status LaunchWorkers(WorkerGroup& group);
   absl::Status ConnectWorkers();
   // Waits for the group's Hello and brings it to ready (Load..WarmUp, the
   // transport, the watchdog); the KV blocks each rank holds.
-  absl::StatusOr<int64_t> BringUpWorkers();
-  StartupOptions MakeStartupOptions() const;
-  // The pool's on_lost: the reason every client sees, health NOT_SERVING, the
-  // engine suspended; Serve is woken to recover.
-  void OnWorkersLost(const absl::Status& lost);
-  // The worker_up gauge of every rank (the group comes and goes as a whole).
-  void SetWorkersUp(bool up);
-  // Replaces the lost group until one serves or a stop is asked.
-  void Recover(const absl::Status& lost);
+  absl::StatusOr<int64_t> BringUpWorkers(WorkerGroup& group);
+  StartupOptions MakeStartupOptions(const WorkerGroup& group) const;
+  // A group's pool's on_lost: its engine suspended, the router sends it
+  // nothing new; with every group lost the reason every client sees and
+  // health NOT_SERVING. Serve is woken to recover it.
+  void OnWorkersLost(int g, const absl::Status& lost);
+  // The worker_up gauge of every rank of group g (it comes and goes as a whole).
+  void SetWorkersUp(int g, bool up);
+  // Replaces lost group g until one serves or a stop is asked.
+  void Recover(int g, const absl::Status& lost);
   // One try: the old group ended, a new one started (spawned) or awaited.
-  absl::Status ReplaceWorkers();
+  absl::Status ReplaceWorkers(WorkerGroup& group);
   // Sleeps `d` unless a stop is asked first; whether to go on.
   bool SleepUnlessStopped(absl::Duration d);
-  absl::Status ChooseWorkerTransport();
-  void StartEngine(int64_t num_blocks);
+  absl::Status ChooseWorkerTransport(WorkerGroup& group);
+  void StartEngine(WorkerGroup& group, int64_t num_blocks);
+  // The service's availability from the groups' (OK while one serves).
+  void UpdateAvailability(const absl::Status& lost);
+  // Every group's workers, for GetServerInfo: "rank R: ..." (with dp > 1 "group G rank R: ...").
+  std::vector<std::string> WorkerNames() const;
   void StopServers();
 
   CoordinatorOptions options_;
   std::atomic<bool> stop_{false};
   absl::Mutex serve_mu_;  // Serve waits on it for a stop or a lost group
-  absl::Status pending_loss_ ABSL_GUARDED_BY(serve_mu_);  // not OK: a group was lost, not yet replaced
+  std::vector<absl::Status> pending_loss_ ABSL_GUARDED_BY(serve_mu_);  // [dp] not OK: lost, not yet replaced
+  std::vector<bool> serving_ ABSL_GUARDED_BY(serve_mu_);  // [dp] the group's workers serve
 
   // Set by Start, in this order.
   std::string model_dir_;  // absolute: the workers may run elsewhere
@@ -221,28 +235,33 @@ class Coordinator {
   std::unique_ptr<ConstraintCompiler> constraints_;
   absl::StatusOr<ChatTemplate> chat_format_ = absl::UnknownError("not loaded");
   int64_t max_model_len_ = 0;
-  std::unique_ptr<WorkerPool> pool_;
-  std::unique_ptr<grpc::Server> worker_server_;
-  int worker_port_ = 0;
-  std::string worker_address_;  // HOST:PORT the workers dial
-  // The prefix cache's changes (SubscribeKvEvents): before server_ and engine_,
-  // so it outlives both (a stream's end unsubscribes).
-  std::unique_ptr<KvEventPublisher> kv_events_;
+  // One data-parallel group: its workers, their port and pool, its engine loop.
+  struct WorkerGroup {
+    int index = 0;  // dp_rank
+    std::unique_ptr<WorkerPool> pool;
+    std::unique_ptr<grpc::Server> server;  // the port its workers dial (after pool: stops first)
+    int port = 0;
+    std::string address;                   // HOST:PORT its workers dial
+    std::optional<ProcessGroup> workers;   // spawn_workers only
+    std::string backend;                   // "cpu" or "cuda", once its workers said Hello
+    std::vector<std::string> names;        // "rank R: host device (pid P)"
+    std::unique_ptr<EngineLoop> engine;    // last: stops before the pool goes
+  };
+  // The prefix cache's changes (SubscribeKvEvents), one publisher per group:
+  // before server_ and the engines, so they outlive both (a stream's end unsubscribes).
+  std::vector<std::unique_ptr<KvEventPublisher>> kv_events_;
   std::unique_ptr<ZmqKvEvents> kv_events_zmq_;  // with kv_events_endpoint
   std::unique_ptr<GenerationService> service_;
   std::unique_ptr<grpc::Server> server_;
   std::optional<ClusterSecret> secret_;
   std::string secret_dir_;  // a fresh secret for the spawned workers lives here (removed at stop)
-  std::optional<ProcessGroup> workers_;  // spawn_workers only
-  std::string backend_;                   // "cpu" or "cuda", once the workers said Hello
-  std::vector<std::string> worker_names_;  // the current group's "rank R: host device (pid P)"
   std::unique_ptr<CoordinatorMetrics> metrics_;    // from ListenMetrics on
   std::unique_ptr<MetricsServer> metrics_server_;  // with metrics_listen
-  // The data-parallel groups' router and Submit (one group today), before
-  // engine_: they outlive it (its on_retired and its events call them).
+  // The data-parallel groups' router and Submit, before groups_: they
+  // outlive the engines (their on_retired and their events call them).
   std::unique_ptr<DpRouter> router_;
   std::unique_ptr<EngineGroups> engines_;
-  std::unique_ptr<EngineLoop> engine_;
+  std::vector<std::unique_ptr<WorkerGroup>> groups_;  // [dp]
   bool stopped_ = false;  // StopServers ran
 };
 

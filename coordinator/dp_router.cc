@@ -190,6 +190,11 @@ void DpRouter::Release(int group) {
   --load;
 }
 
+bool DpRouter::available(int group) const {
+  absl::MutexLock lock(&mu_);
+  return (available_ >> group & 1) != 0;
+}
+
 int64_t DpRouter::load(int group) const {
   absl::MutexLock lock(&mu_);
   return loads_[static_cast<size_t>(group)];

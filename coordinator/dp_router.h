@@ -97,6 +97,8 @@ class DpRouter {
   // refuses the request with its own status).
   void SetAvailable(int group, bool available);
 
+  // Whether `group` is available (SetAvailable; all are at the start).
+  bool available(int group) const;
   // Requests routed to `group` and not released.
   int64_t load(int group) const;
   // [groups] leading full blocks of `prompt` each group holds, by the index.

@@ -547,7 +547,8 @@ absl::Status GenerationService::LoadsInto(v1::Loads* response) const {
   for (int g = 0; g < (engine != nullptr ? engine->size() : 1); ++g) {
     v1::GroupLoad* group = response->add_groups();
     group->set_dp_rank(static_cast<uint32_t>(g));
-    group->set_serving(serving);
+    // A group whose workers are lost (being replaced) is not serving while the others are.
+    group->set_serving(serving && engine != nullptr && engine->router().available(g));
     if (engine == nullptr) continue;
     const EngineStats s = engine->group(g).stats();
     group->set_running(static_cast<uint32_t>(s.running));

@@ -232,6 +232,8 @@ TEST(DpRouter, AnUnavailableGroupIsSkippedByEveryPolicy) {
     const std::vector<int32_t> p = RandomTokens(rng, kBlockSize * 4 + 1, 1000);
     t.Compute(1, p);  // group 1 holds the prompt: cache-aware would pick it
     t.router.SetAvailable(1, false);
+    EXPECT_FALSE(t.router.available(1));
+    EXPECT_TRUE(t.router.available(0));
     for (int i = 0; i < 12; ++i) {
       const int g = t.router.Route(p).group;
       EXPECT_NE(g, 1) << "request " << i;

@@ -37,7 +37,16 @@
 
 // The model and its workers.
 ABSL_FLAG(std::string, model, "", "Hugging Face checkpoint folder (config.json, tokenizer.json, safetensors)");
-ABSL_FLAG(int, tp, 1, "tensor-parallel size: the number of workers to wait for");
+ABSL_FLAG(int, tp, 1, "tensor-parallel size: the number of workers to wait for (per data-parallel group)");
+ABSL_FLAG(int, dp, 1,
+          "data-parallel groups of --tp workers each (1..64); group G's workers dial --worker-listen's port + G "
+          "(a free port each when it is 0); --spawn-workers puts group G on GPUs G*tp..G*tp+tp-1");
+ABSL_FLAG(std::string, dp_routing, "",
+          "how a request picks its group: cache-aware (the longest cached prefix of its prompt, default), "
+          "round-robin or least-load");
+ABSL_FLAG(int64_t, dp_load_bound, 16,
+          "cache-aware: the group holding the prefix is taken while its requests exceed the least loaded "
+          "group's by at most this many");
 ABSL_FLAG(std::string, backend, "auto", "cpu, cuda, or auto (cuda when every worker reports a GPU)");
 ABSL_FLAG(bool, spawn_workers, false, "start the --tp local workers (torchrun-style environment)");
 ABSL_FLAG(std::string, metrics_listen, "",
@@ -132,6 +141,9 @@ CoordinatorOptions OptionsFromFlags() {
   CoordinatorOptions o;
   o.model = absl::GetFlag(FLAGS_model);
   o.tp = absl::GetFlag(FLAGS_tp);
+  o.dp = absl::GetFlag(FLAGS_dp);
+  o.dp_routing = absl::GetFlag(FLAGS_dp_routing);
+  o.dp_load_bound = absl::GetFlag(FLAGS_dp_load_bound);
   o.listen = absl::GetFlag(FLAGS_listen);
   o.worker_listen = absl::GetFlag(FLAGS_worker_listen);
   o.backend = absl::GetFlag(FLAGS_backend);
@@ -207,7 +219,8 @@ int main(int argc, char** argv) {
       "\n"
       "Examples:\n"
       "  tpserve-coordinator --model /models/Qwen3-8B --tp 4 --spawn-workers --listen 0.0.0.0:50051\n"
-      "  tpserve-coordinator --model M --tp 4 --worker-listen 0.0.0.0:50052 --tls-cert s.pem --tls-key s.key\n",
+      "  tpserve-coordinator --model M --tp 4 --worker-listen 0.0.0.0:50052 --tls-cert s.pem --tls-key s.key\n"
+      "  tpserve-coordinator --model M --dp 4 --tp 2 --spawn-workers --dp-routing cache-aware  # 8 GPUs, 4 groups\n",
       {__FILE__});
   tpserve::ParseFlagsWithDashes(argc, argv);  // --max-model-len as well as --max_model_len
   // --spawn-workers' workers inherit the environment (cuda/kernel_set.h, kDeterministicEnv).
