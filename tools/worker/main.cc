@@ -1,5 +1,5 @@
 // tpserve-worker --coordinator HOST:PORT [--rank R --world-size N --local-rank L]
-//                [--connect-timeout 60s] [--comm-host 127.0.0.1] [--threads 0]
+//                [--connect-timeout 60s] [--comm-host ADDR] [--threads 0]
 //
 // One tensor-parallel rank. Started by `mpirun -np N tpserve-worker ...`, by
 // `tpserve-launch --nproc-per-node N -- tpserve-worker ...` or by the
@@ -27,6 +27,7 @@
 #include "base/status_macros.h"
 #include "base/tool_usage.h"
 #include "comm/rank_env.h"
+#include "comm/route_address.h"
 #include "worker_service/session.h"
 
 ABSL_FLAG(std::string, coordinator, "", "the coordinator's worker address, HOST:PORT (required)");
@@ -34,8 +35,10 @@ ABSL_FLAG(int, rank, -1, "this worker's rank (default: from mpirun / PMI / torch
 ABSL_FLAG(int, world_size, -1, "number of ranks (default: from the launcher's environment)");
 ABSL_FLAG(int, local_rank, -1, "rank on this host = device index (default: from the environment)");
 ABSL_FLAG(absl::Duration, connect_timeout, absl::Seconds(60), "how long to keep dialling the coordinator");
-ABSL_FLAG(std::string, comm_host, "127.0.0.1",
-          "address this rank's gloo transport listens on (a routable one when ranks span hosts)");
+ABSL_FLAG(std::string, comm_host, "",
+          "address this rank's gloo transport listens on, which the other ranks dial (default: this host's "
+          "address toward --coordinator, so 127.0.0.1 when it is on this host and the address of the route "
+          "to it when ranks span hosts)");
 ABSL_FLAG(std::string, cluster_secret_file, "",
           "file holding the coordinator's cluster secret (default: $TPSERVE_CLUSTER_SECRET_FILE); "
           "a coordinator with a secret admits only workers that prove it");
@@ -97,6 +100,16 @@ absl::StatusOr<tpserve::SessionOptions> OptionsFromFlags() {
   TPSERVE_ASSIGN_OR_RETURN(options.worker.rank, tpserve::ReadRankEnv(overrides));
   options.connect_timeout = absl::GetFlag(FLAGS_connect_timeout);
   options.worker.comm_host = absl::GetFlag(FLAGS_comm_host);
+  if (options.worker.comm_host.empty()) {
+    absl::StatusOr<std::string> local = tpserve::LocalAddressToward(options.coordinator);
+    if (!local.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat("cannot choose --comm-host from --coordinator ",
+                                                     options.coordinator, ": ", local.status().message(),
+                                                     " (give --comm-host, an address of this host the other "
+                                                     "ranks reach)"));
+    }
+    options.worker.comm_host = *local;
+  }
   options.worker.cpu_threads = absl::GetFlag(FLAGS_threads);
   options.worker.deterministic = absl::GetFlag(FLAGS_deterministic);
   std::string secret_file = absl::GetFlag(FLAGS_cluster_secret_file);
