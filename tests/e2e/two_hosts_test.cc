@@ -1,0 +1,204 @@
+// End to end, real processes on two "hosts" (issue 30 item 4): two network
+// namespaces joined by a veth pair, each with its own address and only its own
+// loopback. The coordinator runs in the first (--tp 2, --worker-listen on its
+// veth address); one tpserve-launch --nnodes 2 --node-rank R --nproc-per-node 1
+// per namespace starts a worker that dials it, so the ranks' gloo traffic goes
+// across the veth; the worker port is off loopback, so it takes the cluster
+// secret (--cluster-secret-file on both sides). The public API listens on a unix socket (a path, which no
+// network namespace hides) so the test reaches it from outside both.
+//
+// Needs root and iproute2's `ip`; skipped, saying why, where a namespace cannot
+// be made. Names are unique per run and the namespaces are deleted in TearDown.
+#include <signal.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "tests/e2e/harness.h"
+
+namespace tpserve::e2e {
+namespace {
+
+namespace v1 = tpserve::v1;
+
+std::string FindIp() {
+  for (const char* path : {"/usr/sbin/ip", "/sbin/ip", "/usr/bin/ip", "/bin/ip"}) {
+    if (access(path, X_OK) == 0) return path;
+  }
+  return "";
+}
+
+// Two network namespaces, "hosts" 0 and 1, joined by a veth pair:
+// host h has address 10.77.0.(h+1)/24 on its end, and lo up.
+class TwoHosts {
+ public:
+  // "" when both are up, else why not (the test skips with it).
+  std::string Make(const std::string& log) {
+    if (geteuid() != 0) return "network namespaces need root";
+    ip_ = FindIp();
+    if (ip_.empty()) return "iproute2's ip is not installed";
+    const std::string tag = absl::StrCat(getpid(), "x", counter_++);
+    for (int h = 0; h < 2; ++h) {
+      names_[h] = absl::StrCat("tpserve-", tag, "-h", h);
+      if (Ip({"netns", "add", names_[h]}, log) != 0) {
+        names_[h].clear();
+        return absl::StrCat("`ip netns add` failed (see ", log, ")");
+      }
+    }
+    const std::string veth[2] = {absl::StrCat("tpv", tag, "a"), absl::StrCat("tpv", tag, "b")};
+    if (Ip({"link", "add", veth[0], "netns", names_[0], "type", "veth", "peer", "name", veth[1], "netns", names_[1]},
+           log) != 0) {
+      return absl::StrCat("`ip link add ... type veth` failed (see ", log, ")");
+    }
+    for (int h = 0; h < 2; ++h) {
+      if (Ip({"-n", names_[h], "addr", "add", absl::StrCat(Address(h), "/24"), "dev", veth[h]}, log) != 0 ||
+          Ip({"-n", names_[h], "link", "set", veth[h], "up"}, log) != 0 ||
+          Ip({"-n", names_[h], "link", "set", "lo", "up"}, log) != 0) {
+        return absl::StrCat("could not give host ", h, " its address (see ", log, ")");
+      }
+    }
+    return "";
+  }
+
+  // Deletes the namespaces (the veth pair goes with them).
+  void Remove(const std::string& log) {
+    for (std::string& name : names_) {
+      if (name.empty()) continue;
+      EXPECT_EQ(Ip({"netns", "del", name}, log), 0) << "could not delete namespace " << name << ", see " << log;
+      name.clear();
+    }
+  }
+
+  static std::string Address(int host) { return absl::StrCat("10.77.0.", host + 1); }
+
+  // argv run inside host h's namespace.
+  std::vector<std::string> In(int host, std::vector<std::string> argv) const {
+    argv.insert(argv.begin(), {ip_, "netns", "exec", names_[host]});
+    return argv;
+  }
+
+ private:
+  int Ip(std::vector<std::string> args, const std::string& log) const {
+    args.insert(args.begin(), ip_);
+    return RunCommand(args, log, absl::Seconds(30));
+  }
+
+  static inline int counter_ = 0;
+  std::string ip_;
+  std::string names_[2];
+};
+
+class TwoHostsTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    const std::string why = hosts_.Make(dir_.path() + "/ip.log");
+    if (!why.empty()) GTEST_SKIP() << "two-host test skipped: " << why;
+    model_ = MakeModel(dir_.path(), "qwen3", {"--seed", "30", "--max-pos", "4096"});
+    // A worker port off loopback admits only workers that prove the secret.
+    secret_ = dir_.path() + "/cluster-secret";
+    std::ofstream(secret_) << "two-hosts-cluster-secret-0123456789\n";
+    chmod(secret_.c_str(), 0600);
+  }
+  void TearDown() override { hosts_.Remove(dir_.path() + "/ip.log"); }
+
+  // The coordinator on host 0, its API on a unix socket, workers dialing its
+  // veth address; returns the address the workers are to dial ("" on failure).
+  std::string StartCoordinatorOnHost0() {
+    api_ = "unix:" + dir_.path() + "/api.sock";
+    coordinator_ = std::make_unique<Process>(
+        hosts_.In(0, {BinaryPath("tools/coordinator/tpserve-coordinator"), "--model", model_, "--tp", "2",
+                      "--listen", api_, "--worker-listen", TwoHosts::Address(0) + ":0", "--worker-timeout", "60s",
+                      "--drain-timeout", "1s", "--cluster-secret-file", secret_}),
+        dir_.path() + "/coordinator.log");
+    return AwaitLine(*coordinator_, "tpserve-coordinator: workers connect to ");
+  }
+
+  // tpserve-launch --nnodes 2 --node-rank `host` on that host, one worker. No
+  // --comm-host: each rank's gloo binds its host's address toward the
+  // coordinator (host 1's veth end), which the other rank can reach.
+  std::unique_ptr<Process> Launch(int host, const std::string& coordinator) {
+    return std::make_unique<Process>(
+        hosts_.In(host, {BinaryPath("launcher/tpserve-launch"), "--nnodes", "2", "--node-rank",
+                         std::to_string(host), "--nproc-per-node", "1", "--master-addr", TwoHosts::Address(0), "--",
+                         BinaryPath("tools/worker/tpserve-worker"), "--coordinator", coordinator,
+                         "--cluster-secret-file", secret_}),
+        absl::StrCat(dir_.path(), "/launch", host, ".log"));
+  }
+
+  std::unique_ptr<v1::Generation::Stub> Stub() const {
+    return v1::Generation::NewStub(grpc::CreateChannel(api_, grpc::InsecureChannelCredentials()));
+  }
+
+  static v1::GenerateRequest Request(int max_tokens) {
+    v1::GenerateRequest r = Greedy(max_tokens);
+    r.set_prompt("two hosts, one model");
+    return r;
+  }
+
+  TempDir dir_;
+  TwoHosts hosts_;
+  std::string model_, api_, secret_;
+  std::unique_ptr<Process> coordinator_;
+};
+
+TEST_F(TwoHostsTest, GreedyTokensAcrossTheVethEqualOneHost) {
+  GenerateOutcome reference;
+  {
+    Coordinator one = StartCoordinator(model_, 2, dir_.path() + "/one-host.log");
+    ASSERT_TRUE(one.stub);
+    reference = Generate(*one.stub, Request(48));
+    ASSERT_TRUE(reference.status.ok()) << reference.status.error_message();
+    ASSERT_EQ(reference.tokens.size(), 48u);
+  }
+  const std::string workers = StartCoordinatorOnHost0();
+  ASSERT_EQ(workers.rfind(TwoHosts::Address(0) + ":", 0), 0u) << workers;
+  std::unique_ptr<Process> host0 = Launch(0, workers), host1 = Launch(1, workers);
+  AwaitLine(*coordinator_, "tpserve-coordinator: ready");
+  // Rank 1's namespace has only its loopback and the veth: rank 0 reaches its
+  // gloo pair over the veth or not at all (127.0.0.1 there is host 0's own).
+  auto stub = Stub();
+  const GenerateOutcome across = Generate(*stub, Request(48));
+  ASSERT_TRUE(across.status.ok()) << across.status.error_message();
+  EXPECT_EQ(across.tokens, reference.tokens) << "tp 2 across two hosts equals tp 2 on one, token for token";
+}
+
+TEST_F(TwoHostsTest, AHostThatDiesMidStreamFailsTheStreamNamingItsRank) {
+  const std::string workers = StartCoordinatorOnHost0();
+  ASSERT_FALSE(workers.empty());
+  std::unique_ptr<Process> host0 = Launch(0, workers), host1 = Launch(1, workers);
+  AwaitLine(*coordinator_, "tpserve-coordinator: ready");
+  const std::string rank1 = AwaitLine(*coordinator_, "tpserve-coordinator: worker connected: rank 1: ");
+  const size_t at = rank1.rfind("(pid ");
+  int pid = 0;
+  ASSERT_TRUE(at != std::string::npos && absl::SimpleAtoi(rank1.substr(at + 5, rank1.size() - at - 6), &pid))
+      << rank1;
+  auto stub = Stub();
+  grpc::ClientContext context;
+  context.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(90)));
+  auto stream = stub->Generate(&context, Request(4000));
+  v1::GenerateResponse response;
+  ASSERT_TRUE(stream->Read(&response)) << "the stream starts";
+  ASSERT_EQ(kill(pid, SIGKILL), 0) << "host 1's worker, pid " << pid;
+  const absl::Time killed = absl::Now();
+  {
+    WaitingFor waiting("the stream to end after host 1's worker was killed");
+    while (stream->Read(&response)) {
+    }
+  }
+  const grpc::Status lost = stream->Finish();
+  EXPECT_EQ(lost.error_code(), grpc::StatusCode::UNAVAILABLE) << lost.error_message();
+  EXPECT_NE(lost.error_message().find("worker rank 1"), std::string::npos) << lost.error_message();
+  // Well before the 90 s deadline: a lost host is noticed, not waited out.
+  EXPECT_LT(absl::Now() - killed, absl::Seconds(30));
+  EXPECT_NE(host1->Wait(absl::Seconds(30)), -1) << "host 1's launcher exits once its rank died";
+}
+
+}  // namespace
+}  // namespace tpserve::e2e
