@@ -15,6 +15,7 @@
 
 #include <gtest/gtest.h>
 
+#include <filesystem>
 #include <fstream>
 #include <string>
 #include <vector>
@@ -51,6 +52,12 @@ class TwoHosts {
         names_[h].clear();
         return absl::StrCat("`ip netns add` failed (see ", log, ")");
       }
+      // `ip netns exec NS` bind-mounts /etc/netns/NS/hosts over /etc/hosts:
+      // each host knows both by name, as a cluster's DNS or hosts file would.
+      std::error_code ec;
+      std::filesystem::create_directories("/etc/netns/" + names_[h], ec);
+      std::ofstream("/etc/netns/" + names_[h] + "/hosts")
+          << "127.0.0.1 localhost\n" << Address(0) << " " << Name(0) << "\n" << Address(1) << " " << Name(1) << "\n";
     }
     const std::string veth[2] = {absl::StrCat("tpv", tag, "a"), absl::StrCat("tpv", tag, "b")};
     if (Ip({"link", "add", veth[0], "netns", names_[0], "type", "veth", "peer", "name", veth[1], "netns", names_[1]},
@@ -72,11 +79,15 @@ class TwoHosts {
     for (std::string& name : names_) {
       if (name.empty()) continue;
       EXPECT_EQ(Ip({"netns", "del", name}, log), 0) << "could not delete namespace " << name << ", see " << log;
+      std::error_code ec;
+      std::filesystem::remove_all("/etc/netns/" + name, ec);
       name.clear();
     }
   }
 
   static std::string Address(int host) { return absl::StrCat("10.77.0.", host + 1); }
+  // Host h's name, in both hosts' /etc/hosts (and nowhere else).
+  static std::string Name(int host) { return absl::StrCat("tpserve-host", host); }
 
   // argv run inside host h's namespace.
   std::vector<std::string> In(int host, std::vector<std::string> argv) const {
@@ -120,7 +131,8 @@ class TwoHostsTest : public ::testing::Test {
     return AwaitLine(*coordinator_, "tpserve-coordinator: workers connect to ");
   }
 
-  // tpserve-launch --nnodes 2 --node-rank `host` on that host, one worker. No
+  // tpserve-launch --nnodes 2 --node-rank `host` on that host, one worker
+  // dialing `coordinator` (an address or host 0's name). No
   // --comm-host: each rank's gloo binds its host's address toward the
   // coordinator (host 1's veth end), which the other rank can reach.
   std::unique_ptr<Process> Launch(int host, const std::string& coordinator) {
@@ -167,6 +179,22 @@ TEST_F(TwoHostsTest, GreedyTokensAcrossTheVethEqualOneHost) {
   const GenerateOutcome across = Generate(*stub, Request(48));
   ASSERT_TRUE(across.status.ok()) << across.status.error_message();
   EXPECT_EQ(across.tokens, reference.tokens) << "tp 2 across two hosts equals tp 2 on one, token for token";
+}
+
+// The workers dial host 0 by its name (resolved through each namespace's own
+// /etc/hosts); the name is known only inside the namespaces, so it is their
+// resolver, not the test's, that finds it.
+TEST_F(TwoHostsTest, WorkersDialTheCoordinatorByHostName) {
+  const std::string workers = StartCoordinatorOnHost0();
+  const size_t colon = workers.rfind(':');
+  ASSERT_NE(colon, std::string::npos) << workers;
+  const std::string by_name = TwoHosts::Name(0) + workers.substr(colon);
+  std::unique_ptr<Process> host0 = Launch(0, by_name), host1 = Launch(1, by_name);
+  AwaitLine(*coordinator_, "tpserve-coordinator: ready");
+  auto stub = Stub();
+  const GenerateOutcome out = Generate(*stub, Request(16));
+  ASSERT_TRUE(out.status.ok()) << out.status.error_message();
+  EXPECT_EQ(out.tokens.size(), 16u);
 }
 
 TEST_F(TwoHostsTest, AHostThatDiesMidStreamFailsTheStreamNamingItsRank) {
