@@ -344,5 +344,27 @@ TEST(Sampler, InvalidParamsNameTheField) {
   EXPECT_TRUE(ValidateSamplingParams(edge).ok());
 }
 
+// A prompt token scored against its row (prompt log-probs): log-softmax in
+// double as by hand, its rank counts only strictly larger logits (a tie
+// shares the better rank), the top n most likely first, ties to the lower id.
+TEST(ScoreToken, LogprobRankAndTopAsByHand) {
+  const std::vector<float> row = {1.0f, 3.0f, -2.0f, 3.0f, 0.5f};
+  double z = 0;
+  for (float x : row) z += std::exp(double{x});
+  std::vector<int32_t> scratch;
+  const ScoredToken s = ScoreToken(row, 4, 2, scratch);
+  EXPECT_EQ(s.scored.token, 4);
+  EXPECT_FLOAT_EQ(s.scored.logprob, static_cast<float>(0.5 - std::log(z)));
+  EXPECT_EQ(s.rank, 4);
+  ASSERT_EQ(s.scored.top.size(), 2u);
+  EXPECT_EQ(s.scored.top[0].first, 1);
+  EXPECT_EQ(s.scored.top[1].first, 3);
+  EXPECT_FLOAT_EQ(s.scored.top[0].second, static_cast<float>(3.0 - std::log(z)));
+  EXPECT_EQ(ScoreToken(row, 3, 0, scratch).rank, 1) << "tied with the best";
+  EXPECT_TRUE(ScoreToken(row, 3, 0, scratch).scored.top.empty());
+  EXPECT_EQ(ScoreToken(row, 2, 9, scratch).rank, 5);
+  EXPECT_EQ(ScoreToken(row, 2, 9, scratch).scored.top.size(), 5u) << "n beyond the vocabulary: every token";
+}
+
 }  // namespace
 }  // namespace tpserve
