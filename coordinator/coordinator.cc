@@ -149,6 +149,8 @@ std::string GroupDevices(int g, int tp) {
 
 }  // namespace
 
+std::string GroupReadinessService(int group) { return absl::StrCat(kReadinessService, ".dp", group); }
+
 Coordinator::Coordinator(CoordinatorOptions options) : options_(std::move(options)) {}
 
 Coordinator::~Coordinator() { StopServers(); }
@@ -357,6 +359,7 @@ absl::Status Coordinator::ListenPublic() {
   // Liveness: the process serves. A lost worker group is replaced in place
   // (Recover), so even then a restart would not help: it stays SERVING.
   if (health != nullptr) health->SetServingStatus(kLivenessService, true);
+  for (int g = 0; g < options_.dp; ++g) SetGroupHealth(g, false);
   service_->SetOnServingChange(set_health);
   CoordinatorLog(
       absl::StrCat("serving tpserve.v1.Generation on ", Host(options_.listen), ":", port));
@@ -477,6 +480,7 @@ absl::Status Coordinator::ConnectWorkers() {
     group->engine->Start();
   }
   service_->SetAvailability(absl::OkStatus());
+  for (int g = 0; g < options_.dp; ++g) SetGroupHealth(g, true);
   if (options_.dp > 1) {
     CoordinatorLog(absl::StrCat(options_.dp, " groups of ", options_.tp, " workers, routing ",
                                 DpRoutingName(routing.policy)));
@@ -620,11 +624,17 @@ void Coordinator::OnWorkersLost(int g, const absl::Status& lost) {
     serving_[static_cast<size_t>(g)] = false;
   }
   UpdateAvailability(lost);  // with every group lost, what new requests are told
+  SetGroupHealth(g, false);
   engines_->SetAvailable(g, false);  // nothing new goes there while another group serves
   groups_[static_cast<size_t>(g)]->engine->Suspend(lost);
   SetWorkersUp(g, false);  // the group is lost as a whole
   absl::MutexLock lock(&serve_mu_);
   if (pending_loss_[static_cast<size_t>(g)].ok()) pending_loss_[static_cast<size_t>(g)] = lost;
+}
+
+void Coordinator::SetGroupHealth(int g, bool serving) {
+  grpc::HealthCheckServiceInterface* health = server_ != nullptr ? server_->GetHealthCheckService() : nullptr;
+  if (options_.dp > 1 && health != nullptr) health->SetServingStatus(GroupReadinessService(g), serving);
 }
 
 void Coordinator::UpdateAvailability(const absl::Status& lost) {
@@ -682,6 +692,7 @@ void Coordinator::Recover(int g, const absl::Status& lost) {
       }
       engines_->SetAvailable(g, true);
       service_->SetAvailability(absl::OkStatus());
+      SetGroupHealth(g, true);
       const absl::Duration took = absl::Trunc(absl::Now() - since, absl::Milliseconds(1));
       const absl::string_view what = lost.message().substr(0, lost.message().find(';'));  // without the advice
       CoordinatorLog(absl::StrCat("ready (recovered", which.empty() ? "" : absl::StrCat(" group", which), " in ",
@@ -734,6 +745,7 @@ absl::Status Coordinator::Drain() {
     return absl::OkStatus();
   }
   service_->SetAvailability(absl::UnavailableError(kDraining), /*permanent=*/true);
+  for (int g = 0; g < options_.dp; ++g) SetGroupHealth(g, false);
   engines_->CloseAdmission(absl::UnavailableError(kDraining));
   // Without workers nothing waiting can run: it ends now, not after the drain timeout.
   for (auto& group : groups_) {

@@ -152,9 +152,12 @@ struct CoordinatorOptions {
 // grpc.health.v1 service names (besides "" and "tpserve.v1.Generation", which
 // say readiness as well): liveness is SERVING while the process serves (a
 // lost worker group is replaced in place, so a restart would not help);
-// readiness is SERVING when warm, not draining and every worker up.
+// readiness is SERVING when warm, not draining and every worker up (with
+// --dp > 1: while one group's workers are up). With --dp > 1 each group has
+// its own readiness too, "tpserve.readiness.dpG" (GroupReadinessService).
 inline constexpr char kLivenessService[] = "tpserve.liveness";
 inline constexpr char kReadinessService[] = "tpserve.readiness";
+std::string GroupReadinessService(int group);
 
 class Coordinator {
  public:
@@ -216,6 +219,8 @@ class Coordinator {
   void StartEngine(WorkerGroup& group, int64_t num_blocks);
   // The service's availability from the groups' (OK while one serves).
   void UpdateAvailability(const absl::Status& lost);
+  // Group g's own readiness (GroupReadinessService), with dp > 1.
+  void SetGroupHealth(int g, bool serving);
   // Every group's workers, for GetServerInfo: "rank R: ..." (with dp > 1 "group G rank R: ...").
   std::vector<std::string> WorkerNames() const;
   void StopServers();

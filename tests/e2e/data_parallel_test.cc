@@ -143,6 +143,19 @@ TEST_F(DataParallelTest, AKilledGroupFailsOnlyItsRequestAndIsReplacedWhileTheOth
   const v1::Loads loads = Loads(*c.stub);
   ASSERT_EQ(loads.groups_size(), 2);
   EXPECT_TRUE(loads.groups(0).serving() && loads.groups(1).serving());
+  // Each group's own readiness, and the whole's (tpserve-client health exits 0 on SERVING).
+  for (const std::string service : {"tpserve.readiness.dp0", "tpserve.readiness.dp1", "tpserve.readiness"}) {
+    EXPECT_EQ(RunCommand({BinaryPath("tools/client/tpserve-client"), "health", "--server", c.address, "--service",
+                          service},
+                         dir_.path() + "/health.log"),
+              0)
+        << service;
+  }
+  EXPECT_NE(RunCommand({BinaryPath("tools/client/tpserve-client"), "health", "--server", c.address, "--service",
+                        "tpserve.readiness.dp2"},
+                       dir_.path() + "/health.log"),
+            0)
+      << "no third group";
   const int replaced = GroupWorkerPid(ServerInfo(*c.stub), 1);
   EXPECT_GT(replaced, 0);
   EXPECT_NE(replaced, victim) << "group 1 runs a new worker";
