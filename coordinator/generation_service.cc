@@ -219,17 +219,24 @@ class GenerationService::KvEventsReactor final : public grpc::ServerWriteReactor
     v1::KvEventsRequest request;
     absl::Status status = service.Caller(*context).status();
     if (status.ok()) status = ParseRequest(wire, &request);
+    std::vector<KvEventPublisher*> publishers;
     if (status.ok()) {
       absl::MutexLock lock(&service.mu_);
-      // Group 0's events (every group's when data-parallel groups serve: issue 30).
-      publisher_ = service.engine_ != nullptr ? service.engine_->group(0).kv_events() : nullptr;
-      if (publisher_ == nullptr) status = absl::UnavailableError("the server is starting: no engine yet");
+      // Every data-parallel group's events, each batch naming its group (dp_rank); seqs are per group.
+      for (int g = 0; service.engine_ != nullptr && g < service.engine_->size(); ++g) {
+        if (KvEventPublisher* p = service.engine_->group(g).kv_events()) publishers.push_back(p);
+      }
+      if (publishers.empty()) status = absl::UnavailableError("the server is starting: no engine yet");
     }
     if (!status.ok()) {
       EndWith(status);
       return;
     }
-    id_ = publisher_->Subscribe(request.from_seq(), [this](const v1::KvEventBatch& batch) { Push(batch); });
+    for (KvEventPublisher* p : publishers) {
+      subscriptions_.emplace_back(p, p->Subscribe(request.from_seq(), [this](const v1::KvEventBatch& batch) {
+        Push(batch);
+      }));
+    }
   }
 
   void OnWriteDone(bool ok) override {
@@ -257,7 +264,7 @@ class GenerationService::KvEventsReactor final : public grpc::ServerWriteReactor
   void OnCancel() override { EndWith(absl::CancelledError("the client cancelled")); }
 
   void OnDone() override {
-    if (publisher_ != nullptr && id_ != 0) publisher_->Unsubscribe(id_);
+    for (const auto& [publisher, id] : subscriptions_) publisher->Unsubscribe(id);
     delete this;
   }
 
@@ -301,8 +308,7 @@ class GenerationService::KvEventsReactor final : public grpc::ServerWriteReactor
     if (start) StartWrite(&wire_);
   }
 
-  KvEventPublisher* publisher_ = nullptr;
-  uint64_t id_ = 0;  // the subscription (0: none)
+  std::vector<std::pair<KvEventPublisher*, uint64_t>> subscriptions_;  // one per group: publisher, id
   absl::Mutex mu_;
   std::deque<grpc::ByteBuffer> queued_ ABSL_GUARDED_BY(mu_);
   bool writing_ ABSL_GUARDED_BY(mu_) = false;   // a write is in flight (wire_)

@@ -9,6 +9,7 @@
 
 #include <gtest/gtest.h>
 
+#include <set>
 #include <thread>
 
 #include "absl/strings/numbers.h"
@@ -95,6 +96,22 @@ TEST_F(DataParallelTest, TwoGroupsGiveEveryRequestTheTokensOfOne) {
     EXPECT_GT(GroupWorkerPid(info, 0), 0);
     EXPECT_GT(GroupWorkerPid(info, 1), 0);
     EXPECT_NE(GroupWorkerPid(info, 0), GroupWorkerPid(info, 1));
+    {  // SubscribeKvEvents streams every group's cache: a snapshot batch from each first
+      grpc::ClientContext events_context;
+      events_context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+      v1::KvEventsRequest from_start;
+      from_start.set_from_seq(0);
+      auto events = c.stub->SubscribeKvEvents(&events_context, from_start);
+      std::set<uint32_t> groups;
+      v1::KvEventBatch batch;
+      for (int i = 0; i < 2 && events->Read(&batch); ++i) {
+        EXPECT_TRUE(batch.snapshot());
+        groups.insert(batch.dp_rank());
+      }
+      EXPECT_EQ(groups, (std::set<uint32_t>{0, 1}));
+      events_context.TryCancel();
+      (void)events->Finish();
+    }
     const std::vector<std::vector<int32_t>> two = RunAll(*c.stub);
     ASSERT_EQ(two.size(), one.size());
     for (size_t i = 0; i < one.size(); ++i) EXPECT_EQ(two[i], one[i]) << "request " << i;
