@@ -1,14 +1,17 @@
 // End to end, real processes on two "hosts" (issue 30 item 4): two network
-// namespaces joined by a veth pair, each with its own address and only its own
-// loopback. The coordinator runs in the first (--tp 2, --worker-listen on its
-// veth address); one tpserve-launch --nnodes 2 --node-rank R --nproc-per-node 1
-// per namespace starts a worker that dials it, so the ranks' gloo traffic goes
-// across the veth; the worker port is off loopback, so it takes the cluster
-// secret (--cluster-secret-file on both sides). The public API listens on a unix socket (a path, which no
-// network namespace hides) so the test reaches it from outside both.
+// namespaces joined by a veth pair, each with its own address, its own host
+// name (a UTS namespace per process tree) and only its own loopback. The
+// coordinator runs in the first (--tp 2, --worker-listen on its veth address);
+// one tpserve-launch --nnodes 2 --node-rank R --nproc-per-node 1 per namespace
+// starts a worker that dials it, so the steps and the ranks' gloo traffic go
+// across the veth. The worker port is off loopback, so it takes the cluster
+// secret (--cluster-secret-file on both sides). The public API listens on a
+// unix socket (a path, which no network namespace hides) so the test reaches
+// it from outside both.
 //
-// Needs root and iproute2's `ip`; skipped, saying why, where a namespace cannot
-// be made. Names are unique per run and the namespaces are deleted in TearDown.
+// Needs root, iproute2's `ip` and util-linux's `unshare`; skipped, saying why,
+// where a namespace cannot be made. Names are unique per run and the
+// namespaces are deleted in TearDown.
 #include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -45,6 +48,9 @@ class TwoHosts {
     if (geteuid() != 0) return "network namespaces need root";
     ip_ = FindIp();
     if (ip_.empty()) return "iproute2's ip is not installed";
+    if (RunCommand({"unshare", "--uts", "--", "true"}, log, absl::Seconds(30)) != 0) {
+      return absl::StrCat("`unshare --uts` failed (util-linux missing, or no UTS namespaces; see ", log, ")");
+    }
     const std::string tag = absl::StrCat(getpid(), "x", counter_++);
     for (int h = 0; h < 2; ++h) {
       names_[h] = absl::StrCat("tpserve-", tag, "-h", h);
@@ -89,9 +95,13 @@ class TwoHosts {
   // Host h's name, in both hosts' /etc/hosts (and nowhere else).
   static std::string Name(int host) { return absl::StrCat("tpserve-host", host); }
 
-  // argv run inside host h's namespace.
+  // argv run inside host h's network namespace, under host h's name (a UTS
+  // namespace of its own; the same process, exec'd through). The coordinator
+  // tells workers on its host by name: these are not, so steps go over gRPC
+  // across the veth, not through shared memory.
   std::vector<std::string> In(int host, std::vector<std::string> argv) const {
-    argv.insert(argv.begin(), {ip_, "netns", "exec", names_[host]});
+    argv.insert(argv.begin(), {ip_, "netns", "exec", names_[host], "unshare", "--uts", "--", "sh", "-c",
+                               "hostname \"$0\" && exec \"$@\"", Name(host)});
     return argv;
   }
 
@@ -131,14 +141,14 @@ class TwoHostsTest : public ::testing::Test {
     return AwaitLine(*coordinator_, "tpserve-coordinator: workers connect to ");
   }
 
-  // tpserve-launch --nnodes 2 --node-rank `host` on that host, one worker
-  // dialing `coordinator` (an address or host 0's name). No
-  // --comm-host: each rank's gloo binds its host's address toward the
-  // coordinator (host 1's veth end), which the other rank can reach.
-  std::unique_ptr<Process> Launch(int host, const std::string& coordinator) {
+  // tpserve-launch --nnodes 2 --node-rank `node` on `host`, one worker
+  // dialing `coordinator` (an address or host 0's name). No --comm-host: each
+  // rank's gloo binds its host's address toward the coordinator (its veth
+  // end), which the other rank can reach.
+  std::unique_ptr<Process> Launch(int host, const std::string& coordinator, int node) {
     return std::make_unique<Process>(
         hosts_.In(host, {BinaryPath("launcher/tpserve-launch"), "--nnodes", "2", "--node-rank",
-                         std::to_string(host), "--nproc-per-node", "1", "--master-addr", TwoHosts::Address(0), "--",
+                         std::to_string(node), "--nproc-per-node", "1", "--master-addr", TwoHosts::Address(0), "--",
                          BinaryPath("tools/worker/tpserve-worker"), "--coordinator", coordinator,
                          "--cluster-secret-file", secret_}),
         absl::StrCat(dir_.path(), "/launch", host, ".log"));
@@ -171,10 +181,14 @@ TEST_F(TwoHostsTest, GreedyTokensAcrossTheVethEqualOneHost) {
   }
   const std::string workers = StartCoordinatorOnHost0();
   ASSERT_EQ(workers.rfind(TwoHosts::Address(0) + ":", 0), 0u) << workers;
-  std::unique_ptr<Process> host0 = Launch(0, workers), host1 = Launch(1, workers);
+  // Rank 0 on host 1: gloo's rank 1 dials rank 0's address, which must be one
+  // host 0 reaches (host 1's loopback, the old default, is host 0's own there).
+  std::unique_ptr<Process> host0 = Launch(0, workers, 1), host1 = Launch(1, workers, 0);
   AwaitLine(*coordinator_, "tpserve-coordinator: ready");
-  // Rank 1's namespace has only its loopback and the veth: rank 0 reaches its
-  // gloo pair over the veth or not at all (127.0.0.1 there is host 0's own).
+  EXPECT_EQ(AwaitLine(*coordinator_, "tpserve-coordinator: worker transport: "),
+            "gRPC streams (shared memory unavailable: worker rank 0 runs on tpserve-host1, not on this host "
+            "(tpserve-host0))")
+      << "the steps cross the veth";
   auto stub = Stub();
   const GenerateOutcome across = Generate(*stub, Request(48));
   ASSERT_TRUE(across.status.ok()) << across.status.error_message();
@@ -189,7 +203,7 @@ TEST_F(TwoHostsTest, WorkersDialTheCoordinatorByHostName) {
   const size_t colon = workers.rfind(':');
   ASSERT_NE(colon, std::string::npos) << workers;
   const std::string by_name = TwoHosts::Name(0) + workers.substr(colon);
-  std::unique_ptr<Process> host0 = Launch(0, by_name), host1 = Launch(1, by_name);
+  std::unique_ptr<Process> host0 = Launch(0, by_name, 0), host1 = Launch(1, by_name, 1);
   AwaitLine(*coordinator_, "tpserve-coordinator: ready");
   auto stub = Stub();
   const GenerateOutcome out = Generate(*stub, Request(16));
@@ -200,7 +214,7 @@ TEST_F(TwoHostsTest, WorkersDialTheCoordinatorByHostName) {
 TEST_F(TwoHostsTest, AHostThatDiesMidStreamFailsTheStreamNamingItsRank) {
   const std::string workers = StartCoordinatorOnHost0();
   ASSERT_FALSE(workers.empty());
-  std::unique_ptr<Process> host0 = Launch(0, workers), host1 = Launch(1, workers);
+  std::unique_ptr<Process> host0 = Launch(0, workers, 0), host1 = Launch(1, workers, 1);
   AwaitLine(*coordinator_, "tpserve-coordinator: ready");
   const std::string rank1 = AwaitLine(*coordinator_, "tpserve-coordinator: worker connected: rank 1: ");
   const size_t at = rank1.rfind("(pid ");
