@@ -94,7 +94,12 @@ int32_t DrawFiltered(std::span<const float> x, const SamplingParams& p, double u
     cum += weight[i];
     if (cum > target) return i;
   }
-  return kept.back();  // rounding: u · total reached the very end
+  // Rounding: u · total reached the very end. The last token with weight, never
+  // one of weight 0 (a ban or a grammar mask puts -inf in the row).
+  for (auto it = kept.rbegin(); it != kept.rend(); ++it) {
+    if (weight[*it] > 0) return *it;
+  }
+  return kept.back();
 }
 
 // Raw log-probs: the chosen token's and the top n of log-softmax(raw), in double.

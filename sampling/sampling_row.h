@@ -400,13 +400,14 @@ class RowSampler {
       return true;
     };
     double local = 0;
-    int32_t last_kept = -1;
+    int32_t last_kept = -1, last_any = -1;  // the last kept token of weight > 0; of any weight
     for (int32_t k = begin; k < end; ++k) {
       const int32_t i = Candidate(k);
       float w;
       if (weight_of(i, &w)) {
         local += w;
-        last_kept = i;
+        if (w > 0) last_kept = i;  // a banned or masked token (weight 0) is never the fallback
+        last_any = i;
       }
     }
     double total;
@@ -414,8 +415,9 @@ class RowSampler {
     const double target = p_.uniform * total;
     const int32_t owner =
         b_.MinId(local > 0 && exclusive + local > target ? b_.thread() : kNoId);
-    if (owner == kNoId) {  // rounding put the target at the very end: the last kept token
-      return b_.MaxId(last_kept);
+    if (owner == kNoId) {  // rounding put the target at the very end: the last kept token of weight > 0
+      const int32_t last = b_.MaxId(last_kept);
+      return last >= 0 ? last : b_.MaxId(last_any);  // every weight 0 (a row masked whole): any kept token
     }
     int32_t picked = kNoId;
     if (b_.thread() == owner) {
@@ -425,7 +427,9 @@ class RowSampler {
         float w;
         if (weight_of(i, &w)) {
           cum += w;
-          if (cum > target) picked = i;
+          // w > 0: `exclusive` (the scan's sum) may exceed the target by a rounding
+          // where this thread's own sums do not; a token of weight 0 is never drawn.
+          if (w > 0 && cum > target) picked = i;
         }
       }
       if (picked == kNoId) picked = last_kept;

@@ -321,6 +321,25 @@ TEST(SamplingRow, RowEntriesMergePenaltiesBiasBansAndAllowedTokens) {
                                     {99, 0, 0.0f}, {1, 0, 0.0f}, {4, 2, 0.0f}, {9, 0, -inf}, {12, 0, 0.0f}}));
 }
 
+// A token of weight 0 (a ban or a grammar mask writes -inf) is never drawn,
+// even when rounding puts u · total at the very end of the row and the draw
+// falls back to the last kept token: the last one with weight. (u = 1, outside
+// the uniform's [0, 1), stands for that rounding: the cumulative weight never
+// exceeds the target. Before the fix it drew id 8, whose logit is -inf.)
+TEST(SamplingRow, ATokenOfWeightZeroIsNeverTheFallback) {
+  const float inf = std::numeric_limits<float>::infinity();
+  Gathered g{1, 1, 9, 9, {0.3f, 1.1f, -0.7f, 0.2f, 2.0f, 0.9f, 1.4f, -inf, -inf}};
+  for (double u : {0.0, 0.5, 0.999999, 1.0}) {
+    RowParams p;
+    p.uniform = u;
+    const int32_t token = RunRow(g, 0, p, {}).result.token;
+    EXPECT_LT(token, 7) << "u = " << u;
+    if (u > 0.99) {
+      EXPECT_EQ(token, 6) << "u = " << u;
+    }
+  }
+}
+
 // The documented tie rules on a hand-made row: every filter breaks ties in
 // value towards the lower id, and at least one token survives.
 TEST(SamplingRow, TiesBreakToTheLowerId) {
