@@ -131,10 +131,10 @@ class TwoHostsTest : public ::testing::Test {
 
   // The coordinator on host 0, its API on a unix socket, workers dialing its
   // veth address; returns the address the workers are to dial ("" on failure).
-  std::string StartCoordinatorOnHost0() {
+  std::string StartCoordinatorOnHost0(int tp = 2) {
     api_ = "unix:" + dir_.path() + "/api.sock";
     coordinator_ = std::make_unique<Process>(
-        hosts_.In(0, {BinaryPath("tools/coordinator/tpserve-coordinator"), "--model", model_, "--tp", "2",
+        hosts_.In(0, {BinaryPath("tools/coordinator/tpserve-coordinator"), "--model", model_, "--tp", std::to_string(tp),
                       "--listen", api_, "--worker-listen", TwoHosts::Address(0) + ":0", "--worker-timeout", "60s",
                       "--drain-timeout", "1s", "--cluster-secret-file", secret_}),
         dir_.path() + "/coordinator.log");
@@ -145,10 +145,10 @@ class TwoHostsTest : public ::testing::Test {
   // dialing `coordinator` (an address or host 0's name). No --comm-host: each
   // rank's gloo binds its host's address toward the coordinator (its veth
   // end), which the other rank can reach.
-  std::unique_ptr<Process> Launch(int host, const std::string& coordinator, int node) {
+  std::unique_ptr<Process> Launch(int host, const std::string& coordinator, int node, int nproc = 1) {
     return std::make_unique<Process>(
         hosts_.In(host, {BinaryPath("launcher/tpserve-launch"), "--nnodes", "2", "--node-rank",
-                         std::to_string(node), "--nproc-per-node", "1", "--master-addr", TwoHosts::Address(0), "--",
+                         std::to_string(node), "--nproc-per-node", std::to_string(nproc), "--master-addr", TwoHosts::Address(0), "--",
                          BinaryPath("tools/worker/tpserve-worker"), "--coordinator", coordinator,
                          "--cluster-secret-file", secret_}),
         absl::StrCat(dir_.path(), "/launch", host, ".log"));
@@ -170,20 +170,23 @@ class TwoHostsTest : public ::testing::Test {
   std::unique_ptr<Process> coordinator_;
 };
 
-TEST_F(TwoHostsTest, GreedyTokensAcrossTheVethEqualOneHost) {
+TEST_F(TwoHostsTest, GreedyTokensAcrossTheVethEqualOneHost) {  // tp 4: two ranks on each host
   GenerateOutcome reference;
   {
-    Coordinator one = StartCoordinator(model_, 2, dir_.path() + "/one-host.log");
+    Coordinator one = StartCoordinator(model_, 4, dir_.path() + "/one-host.log");
     ASSERT_TRUE(one.stub);
     reference = Generate(*one.stub, Request(48));
     ASSERT_TRUE(reference.status.ok()) << reference.status.error_message();
     ASSERT_EQ(reference.tokens.size(), 48u);
   }
-  const std::string workers = StartCoordinatorOnHost0();
+  const std::string workers = StartCoordinatorOnHost0(4);
   ASSERT_EQ(workers.rfind(TwoHosts::Address(0) + ":", 0), 0u) << workers;
-  // Rank 0 on host 1: gloo's rank 1 dials rank 0's address, which must be one
-  // host 0 reaches (host 1's loopback, the old default, is host 0's own there).
-  std::unique_ptr<Process> host0 = Launch(0, workers, 1), host1 = Launch(1, workers, 0);
+  // tp 4, two ranks per host, ranks 0-1 on host 1: of each pair of ranks gloo
+  // has one dial the other's address (which one depends on the addresses and
+  // ports), so with four pairs across the veth a rank that bound an address
+  // its peers cannot reach (its host's loopback, the old default) fails the
+  // rendezvous unless it happens to be the one dialing in every pair.
+  std::unique_ptr<Process> host0 = Launch(0, workers, 1, 2), host1 = Launch(1, workers, 0, 2);
   AwaitLine(*coordinator_, "tpserve-coordinator: ready");
   EXPECT_EQ(AwaitLine(*coordinator_, "tpserve-coordinator: worker transport: "),
             "gRPC streams (shared memory unavailable: worker rank 0 runs on tpserve-host1, not on this host "
@@ -192,7 +195,7 @@ TEST_F(TwoHostsTest, GreedyTokensAcrossTheVethEqualOneHost) {
   auto stub = Stub();
   const GenerateOutcome across = Generate(*stub, Request(48));
   ASSERT_TRUE(across.status.ok()) << across.status.error_message();
-  EXPECT_EQ(across.tokens, reference.tokens) << "tp 2 across two hosts equals tp 2 on one, token for token";
+  EXPECT_EQ(across.tokens, reference.tokens) << "tp 4 across two hosts equals tp 4 on one, token for token";
 }
 
 // The workers dial host 0 by its name (resolved through each namespace's own
