@@ -181,11 +181,11 @@ TEST_F(TwoHostsTest, GreedyTokensAcrossTheVethEqualOneHost) {  // tp 4: two rank
   }
   const std::string workers = StartCoordinatorOnHost0(4);
   ASSERT_EQ(workers.rfind(TwoHosts::Address(0) + ":", 0), 0u) << workers;
-  // tp 4, two ranks per host, ranks 0-1 on host 1: of each pair of ranks gloo
-  // has one dial the other's address (which one depends on the addresses and
-  // ports), so with four pairs across the veth a rank that bound an address
-  // its peers cannot reach (its host's loopback, the old default) fails the
-  // rendezvous unless it happens to be the one dialing in every pair.
+  // tp 4, two ranks per host (--nproc-per-node 2 under --nnodes 2), ranks 0-1
+  // on host 1. Each rank's gloo binds its veth address (the default
+  // --comm-host). Not shown here: that the old loopback default fails. By hand
+  // (tp 2 and tp 4, host 1's ranks on 127.0.0.1) gloo still met, as in each of
+  // those runs the side bound to loopback was the one that dialled.
   std::unique_ptr<Process> host0 = Launch(0, workers, 1, 2), host1 = Launch(1, workers, 0, 2);
   AwaitLine(*coordinator_, "tpserve-coordinator: ready");
   EXPECT_EQ(AwaitLine(*coordinator_, "tpserve-coordinator: worker transport: "),
