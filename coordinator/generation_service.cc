@@ -596,15 +596,27 @@ grpc::ServerUnaryReactor* GenerationService::Detokenize(grpc::CallbackServerCont
 
 absl::Status GenerationService::DetokenizeInto(const v1::DetokenizeRequest& request,
                                                v1::DetokenizeResponse* response) const {
-  // Ids past int32 are outside every vocabulary; Decode names them.
-  std::vector<int32_t> ids;
+  // A model's vocabulary may be larger than its tokenizer's (Qwen3: 151,936
+  // rows for 151,669 tokens). The ids between are padding the model can still
+  // rank (a log-prob's top tokens): they decode as nothing. Ids past the
+  // model's vocabulary (past int32: outside every one) are refused; Decode names them.
+  const int32_t padding_from = tokenizer_.vocab_size();
+  auto padding = [&](int32_t id) { return id >= padding_from && id < limits_.vocab_size; };
+  std::vector<int32_t> ids, decoded;
   ids.reserve(static_cast<size_t>(request.token_ids_size()));
-  for (uint32_t id : request.token_ids()) ids.push_back(id > INT32_MAX ? -1 : static_cast<int32_t>(id));
-  absl::StatusOr<std::string> text = tokenizer_.Decode(ids, request.skip_special_tokens());
+  for (uint32_t id : request.token_ids()) {
+    ids.push_back(id > INT32_MAX ? -1 : static_cast<int32_t>(id));
+    if (!padding(ids.back())) decoded.push_back(ids.back());
+  }
+  absl::StatusOr<std::string> text = tokenizer_.Decode(decoded, request.skip_special_tokens());
   if (!text.ok()) return absl::InvalidArgumentError(absl::StrCat("token_ids: ", text.status().message()));
   response->set_text(*std::move(text));
   if (!request.pieces()) return absl::OkStatus();
   for (int32_t id : ids) {
+    if (padding(id)) {
+      response->add_pieces();
+      continue;
+    }
     TPSERVE_ASSIGN_OR_RETURN(std::string piece, tokenizer_.Decode(std::span<const int32_t>(&id, 1), false));
     response->add_pieces(std::move(piece));
   }

@@ -33,6 +33,7 @@ namespace v1 = tpserve::v1;
 namespace iv1 = tpserve::internal::v1;
 
 constexpr int32_t kMaxMessages = 8;  // --max-chat-messages here
+constexpr int32_t kPaddingIds = 8;   // the model's rows past the tokenizer's vocabulary
 
 // "FIELD: ..." where FIELD is a proto field path: names, each maybe indexed
 // ([3], ["key"]), joined by dots.
@@ -60,7 +61,7 @@ class RequestErrorsTest : public ::testing::Test {
         nlohmann::ordered_json::object(), {});
     ASSERT_TRUE(chat.ok()) << chat.status();
     RequestLimits limits;
-    limits.vocab_size = tokenizer_->vocab_size();
+    limits.vocab_size = tokenizer_->vocab_size() + kPaddingIds;  // a model with padding rows
     limits.max_model_len = 64;
     limits.max_chat_messages = kMaxMessages;
     EngineLoopOptions o;
@@ -288,6 +289,29 @@ TEST_F(RequestErrorsTest, TokenizeAndDetokenizeRejectionsStartWithTheirFieldPath
   d.add_token_ids(1);
   d.add_token_ids(100000);
   ExpectFieldError(Detokenize(d), "token_ids", "an id outside the vocabulary");
+  d.set_token_ids(1, static_cast<uint32_t>(tokenizer_->vocab_size() + kPaddingIds));
+  ExpectFieldError(Detokenize(d), "token_ids", "the first id past the model's padding rows");
+}
+
+// The model's padding rows (past the tokenizer, within the model's
+// vocabulary) can be a log-prob's top token: they decode as nothing, so
+// tpserve-http's log-probs do not fail on them.
+TEST_F(RequestErrorsTest, PaddingIdsDecodeAsNothing) {
+  v1::DetokenizeRequest d;
+  d.set_pieces(true);
+  d.add_token_ids('a');
+  d.add_token_ids(static_cast<uint32_t>(tokenizer_->vocab_size()));
+  d.add_token_ids('b');
+  d.add_token_ids(static_cast<uint32_t>(tokenizer_->vocab_size() + kPaddingIds - 1));
+  grpc::ClientContext context;
+  v1::DetokenizeResponse response;
+  ASSERT_TRUE(stub_->Detokenize(&context, d, &response).ok());
+  EXPECT_EQ(response.text(), "ab");
+  ASSERT_EQ(response.pieces_size(), 4);
+  EXPECT_EQ(response.pieces(0), "a");
+  EXPECT_EQ(response.pieces(1), "");
+  EXPECT_EQ(response.pieces(2), "b");
+  EXPECT_EQ(response.pieces(3), "");
 }
 
 // The message cap names the limit and the flag.
