@@ -385,8 +385,22 @@ TEST(OutputStressTest, AThousandStreamsGetTheirSoloOutputsAndOneEndEach) {
   EXPECT_TRUE(problems.empty()) << problems.size() << " streams went wrong:" << shown;
 
   // Back to idle: nothing running or waiting, every block free, every request
-  // counted once (the metrics are recorded before the end goes out) and none
-  // as a failure (cancellations and deadlines are aborts).
+  // the server received counted once (the metrics are recorded before the end
+  // goes out) and none as a failure (cancellations and deadlines are aborts).
+  // A stream with a short deadline can expire on its way in: gRPC then drops
+  // it before the service sees it (under load, 1 or 2 of the ~100 here; a
+  // count of the handler's calls showed 1,509 received of 1,510), so those
+  // are the only ones that may be missing.
+  uint64_t may_not_arrive = 0;
+  for (size_t i = 0; i < specs.size(); ++i) {
+    if (specs[i].kind == Kind::kDeadline && got[i].status.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED) {
+      ++may_not_arrive;
+    }
+  }
+  auto counted = [&](const v1::ServerInfo& info) {
+    const uint64_t n = Finished(info) - finished_before, want = kRequests;
+    return n <= want && n + may_not_arrive >= want;
+  };
   v1::ServerInfo info;
   for (int i = 0; i < 500; ++i) {
     info = ServerInfo(*c.stub);
@@ -399,7 +413,9 @@ TEST(OutputStressTest, AThousandStreamsGetTheirSoloOutputsAndOneEndEach) {
   EXPECT_EQ(info.running(), 0u);
   EXPECT_EQ(info.waiting(), 0u);
   EXPECT_EQ(info.free_blocks(), info.num_blocks()) << "KV blocks leaked";
-  EXPECT_EQ(Finished(info), finished_before + kRequests);
+  EXPECT_TRUE(counted(info)) << Finished(info) - finished_before << " of " << kRequests
+                             << " requests counted; only streams past their deadline (" << may_not_arrive
+                             << ") may never have reached the server";
   EXPECT_EQ(info.requests_failed(), 0u);
 }
 
