@@ -97,16 +97,12 @@ void DpRouter::OnCleared(int group) {
   });
 }
 
-uint64_t DpRouter::DeepestHolders(std::span<const int32_t> prompt, uint64_t groups, int64_t& depth) const {
-  const size_t bs = static_cast<size_t>(options_.block_size);
+uint64_t DpRouter::DeepestHolders(std::span<const uint64_t> block_hashes, uint64_t groups, int64_t& depth) const {
   uint64_t holders = 0;
   uint64_t alive = groups;
-  uint64_t parent = 0;
   depth = 0;
-  // Hashed as it goes: a prompt costs the blocks some group holds, plus one.
-  for (size_t at = 0; at + bs <= prompt.size(); at += bs) {
-    parent = BlockManager::HashBlock(parent, prompt.subspan(at, bs));
-    auto it = index_.find(parent);
+  for (const uint64_t hash : block_hashes) {  // stops one block past the deepest any group holds
+    auto it = index_.find(hash);
     if (it == index_.end()) break;
     const uint64_t next = it->second & alive;
     if (next == 0) break;
@@ -141,7 +137,7 @@ int DpRouter::LeastLoaded(uint64_t mask) {
   return best;
 }
 
-DpRoute DpRouter::Route(std::span<const int32_t> prompt) {
+DpRoute DpRouter::Route(std::span<const uint64_t> block_hashes) {
   absl::MutexLock lock(&mu_);
   const uint64_t candidates = Candidates();
   DpRoute route;
@@ -158,7 +154,7 @@ DpRoute DpRouter::Route(std::span<const int32_t> prompt) {
       break;
     case DpRouting::kCacheAware: {
       int64_t depth = 0;
-      const uint64_t holders = options_.groups > 1 ? DeepestHolders(prompt, candidates, depth) : 1;
+      const uint64_t holders = reads_block_hashes() ? DeepestHolders(block_hashes, candidates, depth) : 1;
       if (holders == 0) {
         route.group = LeastLoaded(candidates);
         break;
@@ -200,15 +196,12 @@ int64_t DpRouter::load(int group) const {
   return loads_[static_cast<size_t>(group)];
 }
 
-std::vector<int64_t> DpRouter::CachedPrefixBlocks(std::span<const int32_t> prompt) const {
+std::vector<int64_t> DpRouter::CachedPrefixBlocks(std::span<const uint64_t> block_hashes) const {
   std::vector<int64_t> blocks(static_cast<size_t>(options_.groups), 0);
-  const size_t bs = static_cast<size_t>(options_.block_size);
   absl::MutexLock lock(&mu_);
   uint64_t alive = all_groups_;
-  uint64_t parent = 0;
-  for (size_t at = 0; at + bs <= prompt.size(); at += bs) {
-    parent = BlockManager::HashBlock(parent, prompt.subspan(at, bs));
-    auto it = index_.find(parent);
+  for (const uint64_t hash : block_hashes) {
+    auto it = index_.find(hash);
     const uint64_t next = it == index_.end() ? 0 : it->second & alive;
     if (next == 0) break;
     for (int g = 0; g < options_.groups; ++g) blocks[static_cast<size_t>(g)] += next >> g & 1;

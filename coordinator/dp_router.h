@@ -5,7 +5,8 @@
 //
 //   DpRouter router({.groups = 2, .policy = DpRouting::kCacheAware, .block_size = 16});
 //   blocks0.set_observer(router.observer(0));     // each group's BlockManager (or a tee)
-//   DpRoute r = router.Route(prompt);             // r.group; counted in its load
+//   BlockManager::ExtendBlockHashes(prompt, 16, request.block_hashes);  // once per request
+//   DpRoute r = router.Route(request.block_hashes);  // r.group; counted in its load
 //   ... the request ends ...
 //   router.Release(r.group);
 //
@@ -23,17 +24,18 @@
 // Prefix ownership: one index, hash -> bitmask of the groups whose prefix
 // cache holds a block with that hash (the BlockManager's chained hash, so a
 // hash names its whole prefix), fed by each group's PrefixCacheObserver
-// calls (stored, removed) and OnCleared. Route hashes the prompt's full
-// blocks in chain order (BlockManager::HashBlock) and ANDs their masks until
-// none is left: for a prefix of H blocks held somewhere, H + 1 block hashes
-// and lookups whatever D is (D <= 64), and no group's cache is scanned. A
-// hash collision can only misroute (the group's own BlockManager confirms
-// tokens before sharing K/V).
+// calls (stored, removed) and OnCleared. Route takes the prompt's full
+// blocks' chained hashes, computed once per request before it
+// (BlockManager::ExtendBlockHashes; the chosen group's block manager takes
+// the same ones, PreparedRequest::block_hashes), and ANDs their masks in chain
+// order until none is left: for a prefix of H blocks held somewhere, H + 1
+// lookups whatever D is (D <= 64), no hashing, and no group's cache is
+// scanned. A hash collision can only misroute (the group's own BlockManager
+// confirms tokens before sharing K/V).
 //
 // Threads: Route, Release and the observers may be called from any thread
 // (each group's observer from its engine thread); one mutex guards the index
-// and the loads, a leaf (Route hashes under it, block by block, so it stops
-// at the first block no group holds).
+// and the loads, a leaf.
 #pragma once
 
 #include <cstdint>
@@ -85,9 +87,11 @@ class DpRouter {
   DpRouter(const DpRouter&) = delete;
   DpRouter& operator=(const DpRouter&) = delete;
 
-  // The group for a request with this prompt, by the policy; counted in that
-  // group's load until Release. O(prompt / block_size) hashes and lookups.
-  DpRoute Route(std::span<const int32_t> prompt);
+  // The group for a request whose prompt's full blocks have these chained
+  // hashes ([prompt / block_size], BlockManager::ExtendBlockHashes with this
+  // router's block_size), by the policy; counted in that group's load until
+  // Release. At most one lookup per block, stopping past the deepest held.
+  DpRoute Route(std::span<const uint64_t> block_hashes);
   // A request routed to `group` ended (finished, failed or aborted).
   void Release(int group);
 
@@ -101,8 +105,9 @@ class DpRouter {
   bool available(int group) const;
   // Requests routed to `group` and not released.
   int64_t load(int group) const;
-  // [groups] leading full blocks of `prompt` each group holds, by the index.
-  std::vector<int64_t> CachedPrefixBlocks(std::span<const int32_t> prompt) const;
+  // [groups] leading full blocks each group holds of the prompt whose block
+  // hashes these are (as for Route), by the index.
+  std::vector<int64_t> CachedPrefixBlocks(std::span<const uint64_t> block_hashes) const;
   // Distinct hashes indexed (any group).
   size_t indexed_hashes() const;
 
@@ -114,13 +119,16 @@ class DpRouter {
   void OnCleared(int group);
 
   const DpRouterOptions& options() const { return options_; }
+  // Whether Route reads the block hashes (cache-aware over 2 groups or more);
+  // otherwise the request's group hashes its prompt itself.
+  bool reads_block_hashes() const { return options_.policy == DpRouting::kCacheAware && options_.groups > 1; }
 
  private:
   class GroupObserver;
 
   // The groups holding the prompt's first `depth` full blocks, for the
   // deepest depth any group holds (mask 0 and depth 0 when none holds the first).
-  uint64_t DeepestHolders(std::span<const int32_t> prompt, uint64_t groups, int64_t& depth) const
+  uint64_t DeepestHolders(std::span<const uint64_t> block_hashes, uint64_t groups, int64_t& depth) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The groups a request may go to: the available ones, or all when none is.
   uint64_t Candidates() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

@@ -14,6 +14,10 @@ EngineGroups::EngineGroups(std::vector<EngineLoop*> loops, DpRouter& router)
 absl::Status EngineGroups::Submit(const std::string& client, const std::string& request_id,
                                   PreparedRequest request, std::shared_ptr<ResponseQueue> out, int* group) {
   std::pair<std::string, std::string> key(client, request_id);
+  // Hashed once, outside the lock: the router reads them, the group's block manager keeps them.
+  if (request.block_hashes.empty() && router_.reads_block_hashes()) {
+    BlockManager::ExtendBlockHashes(request.prompt, router_.options().block_size, request.block_hashes);
+  }
   int g = 0;
   {
     absl::MutexLock lock(&mu_);
@@ -21,7 +25,7 @@ absl::Status EngineGroups::Submit(const std::string& client, const std::string& 
       return absl::AlreadyExistsError(
           absl::StrCat("request_id \"", request_id, "\" is already running for this client; use a unique id"));
     }
-    g = router_.Route(request.prompt).group;
+    g = router_.Route(request.block_hashes).group;
     live_.emplace(key, g);  // before the loop can retire it
   }
   if (group != nullptr) *group = g;

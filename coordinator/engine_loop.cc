@@ -341,6 +341,7 @@ void EngineLoop::Admit(std::vector<Inbound> adds) {
     const uint64_t first = adds[k].seq_id;
     const int32_t n = adds[k].live->request.n;
     std::vector<int32_t> prompt = adds[k].live->request.prompt;
+    std::vector<uint64_t> block_hashes = adds[k].live->request.block_hashes;
     const bool read_prefix_cache = adds[k].live->request.sampling.prompt_logprobs < 0;  // prompt log-probs: every row
     const uint64_t group = GroupOf(adds[k].live->client);
     std::vector<uint64_t> forks;
@@ -348,7 +349,8 @@ void EngineLoop::Admit(std::vector<Inbound> adds) {
       if (i > 0) forks.push_back(adds[k].seq_id);
       Adopt(std::move(adds[k]));
     }
-    absl::Status added = scheduler_->Add(first, std::move(prompt), group, forks, read_prefix_cache);
+    absl::Status added =
+        scheduler_->Add(first, std::move(prompt), group, forks, read_prefix_cache, std::move(block_hashes));
     if (!added.ok()) {
       End(first, added);
       for (uint64_t fork : forks) End(fork, added);
@@ -399,7 +401,8 @@ void EngineLoop::Rebuild(int64_t num_blocks) {
     std::vector<uint64_t> forks;
     for (++k; k < waiting.size() && FirstChoiceOf(waiting[k]) == FirstChoiceOf(first); ++k) forks.push_back(waiting[k]);
     absl::Status added = scheduler_->Add(first, live.request.prompt, GroupOf(live.client), forks,
-                                         /*read_prefix_cache=*/live.request.sampling.prompt_logprobs < 0);
+                                         /*read_prefix_cache=*/live.request.sampling.prompt_logprobs < 0,
+                                         live.request.block_hashes);
     if (!added.ok()) {
       refused.emplace_back(first, added);
       for (uint64_t fork : forks) refused.emplace_back(fork, added);

@@ -63,6 +63,12 @@ struct PreparedRequest {
   SamplingParams sampling;      // defaults resolved; logprobs -1 = none; the constraint, compiled once
   StopParams stop;              // max_tokens resolved (> 0)
   bool speculate = true;        // false: GenerateRequest.disable_speculation
+  // [prompt.size() / block_size] the prefix-cache hash of each full prompt
+  // block (BlockManager::ExtendBlockHashes), computed once before routing:
+  // the data-parallel router looks them up and the group's scheduler and
+  // block manager take them as they are (EngineGroups::Submit). Empty: the
+  // group's scheduler hashes the prompt itself.
+  std::vector<uint64_t> block_hashes;
 };
 
 // Checks the fields that need no tokenization (sampling, stopping, logprobs,

@@ -43,19 +43,36 @@ std::optional<BlockId> BlockManager::Lookup(uint64_t parent, uint64_t hash,
   return it->second;
 }
 
-int64_t BlockManager::CachedPrefixTokens(std::span<const int32_t> prompt) const {
-  if (!prefix_caching_) return 0;
-  // Leave at least one token to compute: its hidden state gives the first logits.
-  const int64_t max_blocks = (static_cast<int64_t>(prompt.size()) - 1) / block_size_;
+void BlockManager::ExtendBlockHashes(std::span<const int32_t> tokens, int32_t block_size,
+                                     std::vector<uint64_t>& hashes, int64_t max_blocks) {
+  const int64_t full = std::min<int64_t>(static_cast<int64_t>(tokens.size()) / block_size, max_blocks);
+  if (static_cast<int64_t>(hashes.size()) >= full) return;
+  hashes.reserve(static_cast<size_t>(full));
+  for (auto i = static_cast<int64_t>(hashes.size()); i < full; ++i) {
+    hashes.push_back(HashBlock(i == 0 ? 0 : hashes.back(), tokens.subspan(i * block_size, block_size)));
+  }
+}
+
+int64_t BlockManager::CachedPrefixBlocks(std::span<const int32_t> prompt, std::span<const uint64_t> hashes,
+                                         int64_t max_blocks, std::vector<BlockId>* hits) const {
   uint64_t parent = 0;
   int64_t blocks = 0;
   for (; blocks < max_blocks; ++blocks) {
     auto tokens = prompt.subspan(blocks * block_size_, block_size_);
-    const uint64_t h = HashBlock(parent, tokens);
-    if (!Lookup(parent, h, tokens)) break;
+    const uint64_t h = blocks < std::ssize(hashes) ? hashes[blocks] : HashBlock(parent, tokens);
+    const std::optional<BlockId> id = Lookup(parent, h, tokens);
+    if (!id) break;
+    if (hits != nullptr) hits->push_back(*id);
     parent = h;
   }
-  return blocks * block_size_;
+  return blocks;
+}
+
+int64_t BlockManager::CachedPrefixTokens(std::span<const int32_t> prompt, std::span<const uint64_t> hashes) const {
+  if (!prefix_caching_) return 0;
+  // Leave at least one token to compute: its hidden state gives the first logits.
+  const int64_t max_blocks = (static_cast<int64_t>(prompt.size()) - 1) / block_size_;
+  return CachedPrefixBlocks(prompt, hashes, max_blocks, nullptr) * block_size_;
 }
 
 BlockId BlockManager::TakeFree() {
@@ -89,23 +106,19 @@ void BlockManager::Release(BlockId id) {
 
 std::optional<int64_t> BlockManager::AllocatePrompt(std::span<const int32_t> tokens,
                                                     int64_t num_tokens,
-                                                    std::vector<BlockId>& table, bool read_cache) {
+                                                    std::vector<BlockId>& table, bool read_cache,
+                                                    std::span<const uint64_t> hashes) {
   TPSERVE_CHECK(table.empty(), "BlockManager::AllocatePrompt: the table must start empty, it holds ", table.size(), " blocks");
-  const int64_t cached = read_cache ? CachedPrefixTokens(tokens.first(static_cast<size_t>(num_tokens))) : 0;
-  const int64_t cached_blocks = cached / block_size_;
+  std::vector<BlockId> hits;
+  if (read_cache && prefix_caching_) {  // as CachedPrefixTokens: one token at least left to compute
+    CachedPrefixBlocks(tokens, hashes, (num_tokens - 1) / block_size_, &hits);
+  }
+  const auto cached_blocks = static_cast<int64_t>(hits.size());
+  const int64_t cached = cached_blocks * block_size_;
   const int64_t needed = BlocksFor(num_tokens);
   // Cached blocks with no users sit in the free queue: reusing them consumes it too.
   int64_t cached_free = 0;
-  uint64_t parent = 0;
-  std::vector<BlockId> hits;
-  for (int64_t i = 0; i < cached_blocks; ++i) {
-    auto block_tokens = tokens.subspan(i * block_size_, block_size_);
-    const uint64_t h = HashBlock(parent, block_tokens);
-    const BlockId id = *Lookup(parent, h, block_tokens);
-    if (blocks_[id].ref_count == 0) ++cached_free;
-    hits.push_back(id);
-    parent = h;
-  }
+  for (BlockId id : hits) cached_free += blocks_[id].ref_count == 0 ? 1 : 0;
   if (needed - cached_blocks + cached_free > num_free_blocks()) return std::nullopt;
 
   if (prefix_caching_ && read_cache) {
@@ -160,10 +173,11 @@ void BlockManager::CommitFullBlocks(std::span<const int32_t> tokens, int64_t num
                                     std::span<const BlockId> table, BlockHashChain& chain) {
   if (!prefix_caching_) return;
   const int64_t full = std::min<int64_t>(num_computed / block_size_, table.size());
+  ExtendBlockHashes(tokens, block_size_, chain.hashes, full);
   for (; chain.blocks < full; ++chain.blocks) {
     auto block_tokens = tokens.subspan(chain.blocks * block_size_, block_size_);
-    const uint64_t parent = chain.last_hash;
-    const uint64_t h = HashBlock(parent, block_tokens);
+    const uint64_t parent = chain.blocks == 0 ? 0 : chain.hashes[static_cast<size_t>(chain.blocks - 1)];
+    const uint64_t h = chain.hashes[static_cast<size_t>(chain.blocks)];
     Block& b = blocks_[table[chain.blocks]];
     // A block reused from the cache is registered already; another block may
     // hold the same content (two identical prompts computed in one step): keep
@@ -175,7 +189,6 @@ void BlockManager::CommitFullBlocks(std::span<const int32_t> tokens, int64_t num
       cached_.emplace(h, table[chain.blocks]);
       if (observer_ != nullptr) observer_->OnBlockStored(h, parent, block_tokens);
     }
-    chain.last_hash = h;
   }
 }
 

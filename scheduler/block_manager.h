@@ -26,11 +26,14 @@ namespace tpserve {
 
 using BlockId = int32_t;
 
-// Where a sequence's registration of full blocks stands (kept by the caller per
-// sequence, so each step hashes only the blocks that just filled).
+// A sequence's prefix-cache hashes and how many of its full blocks are
+// registered (kept by the caller per sequence). The hashes are computed once:
+// the prompt's with the request (BlockManager::ExtendBlockHashes, before the
+// data-parallel router reads them), the outputs' as their blocks fill; they
+// depend on the tokens alone, so they outlive a preemption.
 struct BlockHashChain {
-  int64_t blocks = 0;      // leading full blocks already hashed
-  uint64_t last_hash = 0;  // hash of block blocks - 1 (0 before the first)
+  int64_t blocks = 0;            // leading full blocks registered (CommitFullBlocks)
+  std::vector<uint64_t> hashes;  // [full blocks hashed so far] hashes[i]: block i's chained hash
 };
 
 // A copy-on-write (PrepareWrite): entry `index` of a sequence's block table
@@ -71,6 +74,7 @@ class BlockManager {
   BlockManager(int64_t num_blocks, int32_t block_size, bool enable_prefix_caching = true);
 
   int32_t block_size() const { return block_size_; }
+  bool prefix_caching() const { return prefix_caching_; }
   int64_t num_blocks() const { return static_cast<int64_t>(blocks_.size()); }
   int64_t num_free_blocks() const { return static_cast<int64_t>(free_.size()); }
   BlockManagerStats stats() const;
@@ -81,23 +85,31 @@ class BlockManager {
   }
   int64_t BlocksFor(int64_t num_tokens) const { return BlocksFor(num_tokens, block_size_); }
   // The prefix cache's hash of a full block of `tokens` after the block whose
-  // hash is `parent` (0 for a prompt's first block): the chain a router
-  // rebuilds from a prompt to look its blocks up (coordinator/dp_router.h).
+  // hash is `parent` (0 for a prompt's first block).
   static uint64_t HashBlock(uint64_t parent, std::span<const int32_t> tokens);
+  // Appends to `hashes` (the chained hashes of `tokens`' first hashes.size()
+  // full blocks) those of its next full blocks, up to `max_blocks` in all: the
+  // one place a sequence's chain is computed. Once per request, for the
+  // data-parallel router (coordinator/dp_router.h) and the group's block
+  // manager alike (PreparedRequest::block_hashes, Scheduler::Add).
+  static void ExtendBlockHashes(std::span<const int32_t> tokens, int32_t block_size, std::vector<uint64_t>& hashes,
+                                int64_t max_blocks = INT64_MAX);
 
   // How many leading tokens of `prompt` are in cached full blocks (always leaves
   // at least one token to compute, so the last prompt token produces logits).
-  // Does not change any state.
-  int64_t CachedPrefixTokens(std::span<const int32_t> prompt) const;
+  // Does not change any state. `hashes`: the chain of the prompt's leading
+  // blocks when known (BlockHashChain::hashes); the blocks past it are hashed here.
+  int64_t CachedPrefixTokens(std::span<const int32_t> prompt, std::span<const uint64_t> hashes = {}) const;
 
   // Allocates blocks for a new sequence's first `num_tokens` tokens of `tokens`,
   // reusing cached prefix blocks (none with read_cache false: a sequence that
   // needs every prompt position's logits, Scheduler::Add). Returns the number
   // of tokens whose K/V is already cached (a multiple of block_size), or
   // nullopt if there are not enough free blocks (then nothing changed).
-  // `table` must be empty.
+  // `table` must be empty; `hashes` as for CachedPrefixTokens.
   std::optional<int64_t> AllocatePrompt(std::span<const int32_t> tokens, int64_t num_tokens,
-                                        std::vector<BlockId>& table, bool read_cache = true);
+                                        std::vector<BlockId>& table, bool read_cache = true,
+                                        std::span<const uint64_t> hashes = {});
 
   // Grows `table` so it holds `num_tokens` tokens; false (nothing changed) when
   // there are not enough free blocks.
@@ -122,7 +134,8 @@ class BlockManager {
 
   // Registers the full blocks of a sequence whose first `num_computed` tokens
   // (`tokens[0, num_computed)`) now have their K/V computed, so later sequences
-  // can share them. `chain` (per sequence, starts default) advances past them.
+  // can share them. `chain` (per sequence; empty or holding the prompt's
+  // hashes at the start) advances past them, its hashes extended as far.
   void CommitFullBlocks(std::span<const int32_t> tokens, int64_t num_computed,
                         std::span<const BlockId> table, BlockHashChain& chain);
 
@@ -151,6 +164,10 @@ class BlockManager {
 
   // The registered block holding exactly these tokens after `parent`, if any.
   std::optional<BlockId> Lookup(uint64_t parent, uint64_t hash, std::span<const int32_t> tokens) const;
+  // Leading full blocks of `prompt` (at most max_blocks) in the cache: their
+  // ids in `hits` when given. `hashes` as for CachedPrefixTokens.
+  int64_t CachedPrefixBlocks(std::span<const int32_t> prompt, std::span<const uint64_t> hashes, int64_t max_blocks,
+                             std::vector<BlockId>* hits) const;
   BlockId TakeFree();           // front of the free queue; evicts its hash
   void Acquire(BlockId id);     // ref++ (removes from the free queue at 0)
   void Release(BlockId id);     // ref-- (to the back of the free queue at 0)

@@ -11,13 +11,22 @@ Scheduler::Scheduler(BlockManager& blocks, SchedulerConfig config)
     : blocks_(blocks), config_(config) {}
 
 absl::Status Scheduler::Add(uint64_t id, std::vector<int32_t> prompt, uint64_t group,
-                            std::span<const uint64_t> forks, bool read_prefix_cache) {
+                            std::span<const uint64_t> forks, bool read_prefix_cache,
+                            std::vector<uint64_t> block_hashes) {
   if (static_cast<int32_t>(waiting_.size()) >= config_.max_queue) {
     return absl::ResourceExhaustedError(absl::StrCat(
         "the admission queue is full (", config_.max_queue,
         " requests waiting; --max-queue); retry later"));
   }
   if (prompt.empty()) return absl::InvalidArgumentError("the prompt has no tokens");
+  const int64_t prompt_blocks = std::ssize(prompt) / blocks_.block_size();
+  if (!block_hashes.empty() && std::ssize(block_hashes) != prompt_blocks) {
+    return absl::InvalidArgumentError(absl::StrCat("block_hashes: ", block_hashes.size(), " hashes for a prompt of ",
+                                                   prompt_blocks, " full blocks; give one per full block or none"));
+  }
+  if (blocks_.prefix_caching()) {  // none given: hashed here, once
+    BlockManager::ExtendBlockHashes(prompt, blocks_.block_size(), block_hashes);
+  }
   if (1 + std::ssize(forks) > config_.max_num_seqs) {
     return absl::InvalidArgumentError(absl::StrCat(
         "n: ", 1 + forks.size(), " choices run together but the server runs at most ", config_.max_num_seqs,
@@ -36,6 +45,7 @@ absl::Status Scheduler::Add(uint64_t id, std::vector<int32_t> prompt, uint64_t g
     seq->tokens = std::move(tokens);
     seq->group = group;
     seq->read_prefix_cache = read_prefix_cache;
+    seq->hash_chain.hashes = block_hashes;
     Sequence* raw = seq.get();
     sequences_.emplace(each, std::move(seq));
     return raw;
@@ -57,7 +67,7 @@ const Sequence* Scheduler::Find(uint64_t id) const {
 
 void Scheduler::ReleaseBlocks(Sequence* seq) {
   blocks_.Free(seq->block_table);
-  seq->hash_chain = BlockHashChain{};
+  seq->hash_chain.blocks = 0;  // its hashes stay: they follow from the tokens alone
   seq->num_computed_tokens = 0;
   if (seq->on_workers) dropped_.push_back(seq->id);
   seq->on_workers = false;
@@ -239,9 +249,10 @@ ScheduledStep Scheduler::Schedule() {
       for (const Sequence* f : seq->forks) step.unservable.push_back(f->id);
       continue;
     }
-    const int64_t cached = seq->read_prefix_cache ? blocks_.CachedPrefixTokens(seq->tokens) : 0;
+    const int64_t cached = seq->read_prefix_cache ? blocks_.CachedPrefixTokens(seq->tokens, seq->hash_chain.hashes) : 0;
     const int64_t n = std::min(total - cached, budget);
-    auto got = blocks_.AllocatePrompt(seq->tokens, cached + n, seq->block_table, seq->read_prefix_cache);
+    auto got = blocks_.AllocatePrompt(seq->tokens, cached + n, seq->block_table, seq->read_prefix_cache,
+                                      seq->hash_chain.hashes);
     if (!got) break;  // wait for blocks; later arrivals wait behind it
     seq->num_computed_tokens = *got;
     if (!seq->admitted_before) {

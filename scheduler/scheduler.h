@@ -112,8 +112,12 @@ class Scheduler {
   // `read_prefix_cache` false: the request computes its whole prompt, even
   // after a preemption (it wants every prompt position's logits: prompt
   // log-probs), never a cached prefix.
+  // `block_hashes`: the prompt's full blocks' chained hashes when the caller
+  // has them (BlockManager::ExtendBlockHashes; the router needed them first),
+  // one per full block (INVALID_ARGUMENT otherwise); empty: hashed here.
   absl::Status Add(uint64_t id, std::vector<int32_t> prompt, uint64_t group = 0,
-                   std::span<const uint64_t> forks = {}, bool read_prefix_cache = true);
+                   std::span<const uint64_t> forks = {}, bool read_prefix_cache = true,
+                   std::vector<uint64_t> block_hashes = {});
 
   // Builds the next step and counts its tokens as computed. It may be called
   // again before the previous step's result arrives (one step in flight

@@ -25,7 +25,7 @@ struct Sequence {
   int32_t num_pending_tokens = 0;
   int64_t num_cached_tokens = 0;    // prompt tokens served by the prefix cache at first admission
   std::vector<BlockId> block_table; // token p lives in block_table[p / block_size]
-  BlockHashChain hash_chain;        // full blocks registered in the prefix cache so far
+  BlockHashChain hash_chain;        // its full blocks' hashes (the prompt's from the request), how many registered
   SequenceStatus status = SequenceStatus::kWaiting;
   int32_t num_preemptions = 0;
   bool admitted_before = false;     // num_cached_tokens is set at the first admission only

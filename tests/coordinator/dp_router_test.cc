@@ -47,6 +47,13 @@ std::vector<int32_t> RandomTokens(std::mt19937_64& rng, size_t n, int vocab) {
   return t;
 }
 
+// The prompt's block hashes, as EngineGroups::Submit computes them once per request.
+std::vector<uint64_t> Hashes(const std::vector<int32_t>& prompt) {
+  std::vector<uint64_t> h;
+  BlockManager::ExtendBlockHashes(prompt, kBlockSize, h);
+  return h;
+}
+
 std::vector<int32_t> Concat(std::vector<int32_t> a, const std::vector<int32_t>& b) {
   a.insert(a.end(), b.begin(), b.end());
   return a;
@@ -88,7 +95,7 @@ TEST(DpRouter, IndexEqualsEachGroupsPrefixCacheAfterARandomWorkload) {
       // looks at every full block, as the router does.
       std::vector<int32_t> p = prompt();
       if (p.size() % kBlockSize == 0) p.push_back(7);
-      const std::vector<int64_t> got = router.CachedPrefixBlocks(p);
+      const std::vector<int64_t> got = router.CachedPrefixBlocks(Hashes(p));
       for (int gi = 0; gi < kGroups; ++gi) {
         EXPECT_EQ(got[static_cast<size_t>(gi)] * kBlockSize, groups[static_cast<size_t>(gi)]->CachedPrefixTokens(p))
             << "group " << gi << " round " << round;
@@ -135,31 +142,31 @@ TEST(DpRouter, SharedPrefixStaysOnItsGroupUntilTheLoadBoundThenSpills) {
   TwoGroups t({.groups = 2, .policy = DpRouting::kCacheAware, .block_size = kBlockSize, .load_bound = kBound});
   const std::vector<int32_t> system = RandomTokens(rng, kBlockSize * 5, 1000);
   // The first request finds nothing cached: least loaded, group 0 (ties from the cursor at 0).
-  const DpRoute first = t.router.Route(Concat(system, RandomTokens(rng, 3, 1000)));
+  const DpRoute first = t.router.Route(Hashes(Concat(system, RandomTokens(rng, 3, 1000))));
   EXPECT_EQ(first.group, 0);
   EXPECT_EQ(first.cached_blocks, 0);
   t.Compute(first.group, Concat(system, RandomTokens(rng, 3, 1000)));
   // Group 0 now holds the prefix: the next ones follow it while its load is
   // at most group 1's (0) plus the bound.
   for (int64_t i = 1; i <= kBound; ++i) {
-    const DpRoute r = t.router.Route(Concat(system, RandomTokens(rng, 2 + i, 1000)));
+    const DpRoute r = t.router.Route(Hashes(Concat(system, RandomTokens(rng, 2 + i, 1000))));
     EXPECT_EQ(r.group, 0) << "request " << i;
     EXPECT_EQ(r.cached_blocks, 5);
   }
   EXPECT_EQ(t.router.load(0), kBound + 1);
   // Load 0 - load 1 = bound + 1 > bound: spill to the least loaded.
-  const DpRoute spill = t.router.Route(Concat(system, RandomTokens(rng, 9, 1000)));
+  const DpRoute spill = t.router.Route(Hashes(Concat(system, RandomTokens(rng, 9, 1000))));
   EXPECT_EQ(spill.group, 1);
   EXPECT_EQ(spill.cached_blocks, 0);
   // Once group 0 has drained below the bound again, the prefix goes back to it.
   t.router.Release(0);
   t.router.Release(0);
-  const DpRoute back = t.router.Route(Concat(system, RandomTokens(rng, 4, 1000)));
+  const DpRoute back = t.router.Route(Hashes(Concat(system, RandomTokens(rng, 4, 1000))));
   EXPECT_EQ(back.group, 0);
   // A prompt sharing only the first two blocks still prefers the group holding them.
   std::vector<int32_t> partial(system.begin(), system.begin() + 2 * kBlockSize);
   partial = Concat(partial, RandomTokens(rng, 3 * kBlockSize, 1000));
-  EXPECT_EQ(t.router.CachedPrefixBlocks(partial), (std::vector<int64_t>{2, 0}));
+  EXPECT_EQ(t.router.CachedPrefixBlocks(Hashes(partial)), (std::vector<int64_t>{2, 0}));
 }
 
 TEST(DpRouter, LongestPrefixWinsOverAShorterOneElsewhere) {
@@ -172,13 +179,13 @@ TEST(DpRouter, LongestPrefixWinsOverAShorterOneElsewhere) {
   t.Compute(1, std::vector<int32_t>(history.begin(), history.begin() + 2 * kBlockSize + 1));
   t.Compute(0, Concat(history, {1}));
   const std::vector<int32_t> next_turn = Concat(history, RandomTokens(rng, 3 * kBlockSize, 1000));
-  EXPECT_EQ(t.router.CachedPrefixBlocks(next_turn), (std::vector<int64_t>{6, 2}));
-  const DpRoute r = t.router.Route(next_turn);
+  EXPECT_EQ(t.router.CachedPrefixBlocks(Hashes(next_turn)), (std::vector<int64_t>{6, 2}));
+  const DpRoute r = t.router.Route(Hashes(next_turn));
   EXPECT_EQ(r.group, 0);
   EXPECT_EQ(r.cached_blocks, 6);
   // Group 0 evicting its copy (a new cache) sends the prompt to group 1's shorter prefix.
   t.router.OnCleared(0);
-  const DpRoute after = t.router.Route(next_turn);
+  const DpRoute after = t.router.Route(Hashes(next_turn));
   EXPECT_EQ(after.group, 1);
   EXPECT_EQ(after.cached_blocks, 2);
 }
@@ -191,7 +198,7 @@ TEST(DpRouter, RoundRobinCyclesWhateverThePrompt) {
   const std::vector<int32_t> p = RandomTokens(rng, kBlockSize * 3 + 1, 1000);
   t.Compute(2, p);  // cached on group 2: round-robin does not look
   for (int i = 0; i < 9; ++i) {
-    const DpRoute r = t.router.Route(p);
+    const DpRoute r = t.router.Route(Hashes(p));
     EXPECT_EQ(r.group, i % 3) << "request " << i;
     EXPECT_EQ(r.cached_blocks, 0);
   }
@@ -207,7 +214,7 @@ TEST(DpRouter, LeastLoadPicksTheLeastLoadedAndAlternatesOnTies) {
   TwoGroups t({.groups = kGroups, .policy = DpRouting::kLeastLoad, .block_size = kBlockSize});
   const std::vector<int32_t> p = RandomTokens(rng, 5, 1000);
   // Equal loads: each group once, in turn.
-  for (int i = 0; i < kGroups; ++i) EXPECT_EQ(t.router.Route(p).group, i);
+  for (int i = 0; i < kGroups; ++i) EXPECT_EQ(t.router.Route(Hashes(p)).group, i);
   // Random releases and routes: every route goes to a group whose load was the minimum.
   for (int i = 0; i < 300; ++i) {
     const int g = static_cast<int>(rng() % kGroups);
@@ -217,7 +224,7 @@ TEST(DpRouter, LeastLoadPicksTheLeastLoadedAndAlternatesOnTies) {
     }
     int64_t min_load = t.router.load(0);
     for (int k = 1; k < kGroups; ++k) min_load = std::min(min_load, t.router.load(k));
-    const DpRoute r = t.router.Route(p);
+    const DpRoute r = t.router.Route(Hashes(p));
     EXPECT_EQ(t.router.load(r.group) - 1, min_load) << "step " << i;
   }
 }
@@ -235,18 +242,18 @@ TEST(DpRouter, AnUnavailableGroupIsSkippedByEveryPolicy) {
     EXPECT_FALSE(t.router.available(1));
     EXPECT_TRUE(t.router.available(0));
     for (int i = 0; i < 12; ++i) {
-      const int g = t.router.Route(p).group;
+      const int g = t.router.Route(Hashes(p)).group;
       EXPECT_NE(g, 1) << "request " << i;
       if (i % 2 == 1) t.router.Release(g);
     }
     EXPECT_EQ(t.router.load(1), 0);
     t.router.SetAvailable(1, true);
     if (policy == DpRouting::kCacheAware) {
-      EXPECT_EQ(t.router.Route(p).group, 1);
+      EXPECT_EQ(t.router.Route(Hashes(p)).group, 1);
     }
     // None available: every policy still answers a group (which refuses with its own status).
     for (int g = 0; g < 3; ++g) t.router.SetAvailable(g, false);
-    const int g = t.router.Route(p).group;
+    const int g = t.router.Route(Hashes(p)).group;
     EXPECT_TRUE(g >= 0 && g < 3) << g;
   }
 }
@@ -254,7 +261,7 @@ TEST(DpRouter, AnUnavailableGroupIsSkippedByEveryPolicy) {
 TEST(DpRouter, OneGroupTakesEverything) {
   DpRouter router({.groups = 1, .policy = DpRouting::kCacheAware, .block_size = kBlockSize});
   const std::vector<int32_t> p(17, 3);
-  for (int i = 0; i < 5; ++i) EXPECT_EQ(router.Route(p).group, 0);
+  for (int i = 0; i < 5; ++i) EXPECT_EQ(router.Route(Hashes(p)).group, 0);
   EXPECT_EQ(router.load(0), 5);
 }
 

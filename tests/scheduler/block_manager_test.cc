@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <numeric>
 #include <random>
 #include <set>
@@ -183,6 +184,72 @@ TEST(BlockManager, RandomWorkloadNeverLeaksOrDoubleAssigns) {
   EXPECT_EQ(static_cast<int64_t>(used.size()) + bm.num_free_blocks(), 64);
   for (auto& t : live) bm.Free(t);
   EXPECT_EQ(bm.num_free_blocks(), 64);
+}
+
+// The one chain (ExtendBlockHashes) against HashBlock applied block by block,
+// and extended in steps as a sequence's blocks fill.
+TEST(BlockManager, ExtendBlockHashesIsTheChainOfHashBlockInAnySteps) {
+  const std::vector<int32_t> tokens = Iota(23, 5);  // 7 full blocks of 3, 2 tokens over
+  std::vector<uint64_t> oracle;
+  for (int i = 0; i < 7; ++i) {
+    oracle.push_back(BlockManager::HashBlock(i == 0 ? 0 : oracle.back(), std::span(tokens).subspan(3 * i, 3)));
+  }
+  std::vector<uint64_t> whole;
+  BlockManager::ExtendBlockHashes(tokens, 3, whole);
+  EXPECT_EQ(whole, oracle);
+  std::vector<uint64_t> steps;
+  for (int64_t upto : {0, 2, 2, 5, 100}) BlockManager::ExtendBlockHashes(tokens, 3, steps, upto);
+  EXPECT_EQ(steps, oracle);
+  std::vector<uint64_t> from_prompt;  // a prompt of 10 tokens, then its outputs
+  BlockManager::ExtendBlockHashes(std::span(tokens).first(10), 3, from_prompt);
+  ASSERT_EQ(from_prompt.size(), 3u);
+  BlockManager::ExtendBlockHashes(tokens, 3, from_prompt);
+  EXPECT_EQ(from_prompt, oracle);
+}
+
+// The request's hashes given (computed once, before routing) against the
+// block manager hashing the tokens itself: same cached prefix, same
+// allocation, and the hashes registered are the ones given; over a random
+// workload with evictions, with all, some or none of a prompt's hashes given.
+TEST(BlockManager, GivenBlockHashesActAsHashingTheTokens) {
+  const uint32_t seed = 4321;
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  std::mt19937 rng(seed);
+  BlockManager given(40, 3), own(40, 3);
+  std::vector<std::vector<BlockId>> live_given, live_own;
+  for (int iter = 0; iter < 1500; ++iter) {
+    if (!live_own.empty() && (rng() % 3 == 0 || own.num_free_blocks() < 8)) {
+      const size_t i = rng() % live_own.size();
+      given.Free(live_given[i]);
+      own.Free(live_own[i]);
+      live_given.erase(live_given.begin() + static_cast<std::ptrdiff_t>(i));
+      live_own.erase(live_own.begin() + static_cast<std::ptrdiff_t>(i));
+      continue;
+    }
+    std::vector<int32_t> prompt = Iota(static_cast<int>(3 * (rng() % 4)), 1000 * static_cast<int>(rng() % 3));
+    for (int k = 1 + static_cast<int>(rng() % 7); k > 0; --k) prompt.push_back(static_cast<int32_t>(rng() % 50));
+    BlockHashChain chain_given, chain_own;
+    BlockManager::ExtendBlockHashes(prompt, 3, chain_given.hashes, static_cast<int64_t>(rng() % 5));
+    ASSERT_EQ(given.CachedPrefixTokens(prompt, chain_given.hashes), own.CachedPrefixTokens(prompt)) << iter;
+    std::vector<BlockId> table_given, table_own;
+    const auto n = static_cast<int64_t>(prompt.size());
+    const auto got_given = given.AllocatePrompt(prompt, n, table_given, true, chain_given.hashes);
+    const auto got_own = own.AllocatePrompt(prompt, n, table_own);
+    ASSERT_EQ(got_given, got_own) << iter;
+    ASSERT_EQ(table_given, table_own) << iter;
+    if (!got_own) continue;
+    given.CommitFullBlocks(prompt, n, table_given, chain_given);
+    own.CommitFullBlocks(prompt, n, table_own, chain_own);
+    EXPECT_EQ(chain_given.hashes, chain_own.hashes) << iter;
+    live_given.push_back(std::move(table_given));
+    live_own.push_back(std::move(table_own));
+  }
+  std::vector<uint64_t> a = given.CachedHashes(), b = own.CachedHashes();
+  std::sort(a.begin(), a.end());
+  std::sort(b.begin(), b.end());
+  EXPECT_EQ(a, b);
+  EXPECT_EQ(given.stats().prefix_hits, own.stats().prefix_hits);
+  EXPECT_GT(own.stats().prefix_hits, 0);
 }
 
 // Parallel sampling: shared blocks are reference counted; a write to a shared

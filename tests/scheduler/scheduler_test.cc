@@ -8,6 +8,7 @@
 #include <numeric>
 #include <random>
 #include <set>
+#include <string>
 
 namespace tpserve {
 namespace {
@@ -94,6 +95,30 @@ TEST(Scheduler, PrefillThenDecode) {
   sched.OnStepDone(sched.Schedule(), std::vector<std::pair<uint64_t, int32_t>>{{7, 44}});
   ScheduledStep s4 = sched.Schedule();  // position 8: a new block
   EXPECT_EQ(s4.sequences[0].new_blocks.size(), 1u);
+}
+
+// A request's block hashes, computed once before routing, are the ones the
+// prefix cache registers (its group hashes nothing again); a count that does
+// not match the prompt's full blocks is refused naming the field.
+TEST(Scheduler, TakesTheRequestsBlockHashesAndRefusesAWrongCount) {
+  BlockManager bm(16, 4);
+  Scheduler sched(bm, {.max_num_batched_tokens = 64});
+  const std::vector<int32_t> prompt = Prompt(10, 1);  // 2 full blocks
+  std::vector<uint64_t> hashes;
+  BlockManager::ExtendBlockHashes(prompt, 4, hashes);
+  const absl::Status wrong = sched.Add(1, prompt, 0, {}, true, std::vector<uint64_t>(hashes.begin(), hashes.end() - 1));
+  EXPECT_EQ(wrong.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(wrong.message().find("block_hashes: 1 hashes for a prompt of 2 full blocks"), std::string::npos)
+      << wrong.message();
+  ASSERT_TRUE(sched.Add(2, prompt, 0, {}, true, hashes).ok());
+  EXPECT_EQ(sched.Find(2)->hash_chain.hashes, hashes);
+  ScheduledStep s1 = sched.Schedule();
+  sched.OnStepDone(s1, std::vector<std::pair<uint64_t, int32_t>>{{2, 42}});
+  std::vector<uint64_t> cached = bm.CachedHashes();
+  std::sort(cached.begin(), cached.end());
+  std::vector<uint64_t> want = hashes;
+  std::sort(want.begin(), want.end());
+  EXPECT_EQ(cached, want);
 }
 
 TEST(Scheduler, ChunkedPrefillKeepsDecodesRunning) {
