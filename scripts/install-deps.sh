@@ -21,7 +21,7 @@ build_packages=(
 )
 # What the tests, benchmarks, fuzzers and scripts/test.sh add.
 test_packages=(
-  clang libclang-rt-14-dev libgtest-dev libgmock-dev googletest libbenchmark-dev curl ccache
+  clang libclang-rt-14-dev libgtest-dev libgmock-dev googletest libbenchmark-dev curl ccache lld
   python3 python3-numpy python3-jinja2 python3-prometheus-client python3-yaml gnuplot-nox nodejs npm
   systemd  # systemd-analyze, for tests/docs/deploy_recipes_test.py
   python3-zmq python3-msgpack  # a vLLM-style KV event subscriber (tests/e2e/kv_events_zmq_check.py)
