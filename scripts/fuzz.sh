@@ -28,6 +28,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/lib/stage-times.sh
 source scripts/lib/ccache.sh
+source scripts/lib/debug-info.sh
 stage_table_on_exit
 
 build="${1:-build}"
@@ -38,9 +39,10 @@ targets=(${TPSERVE_FUZZ_TARGETS:-fuzz_safetensors_header fuzz_model_config fuzz_
 work="$build/fuzz"
 
 # The compiler launcher (ccache) comes from scripts/lib/ccache.sh.
+debug_info_args RelWithDebInfo
 stage_run "fuzz build: configure" cmake -S . -B "$build" -G Ninja -DCMAKE_C_COMPILER=clang \
   -DCMAKE_CXX_COMPILER=clang++ -DTPSERVE_FUZZ=ON -DTPSERVE_CUDA=OFF -DTPSERVE_BUILD_TESTS=OFF \
-  -DTPSERVE_BUILD_BENCH=OFF >/dev/null
+  -DTPSERVE_BUILD_BENCH=OFF "${debug_info[@]}" >/dev/null
 stage_run "fuzz build" cmake --build "$build" --target "${targets[@]}"
 
 mkdir -p "$work"

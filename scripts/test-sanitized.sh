@@ -15,6 +15,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/lib/stage-times.sh
 source scripts/lib/ccache.sh
+source scripts/lib/debug-info.sh
 stage_table_on_exit
 
 build=${TPSERVE_ASAN_BUILD_DIR:-build-asan}
@@ -23,8 +24,9 @@ ctest_args=("$@")
 [[ ${#ctest_args[@]} -eq 0 ]] && ctest_args=(-L 'unit|tp|e2e')
 
 # The compiler launcher (ccache) comes from scripts/lib/ccache.sh.
+debug_info_args Debug
 stage_run "ASan build: configure" cmake -S . -B "$build" -G Ninja -DTPSERVE_WERROR=ON -DTPSERVE_SANITIZE=ON \
-  -DTPSERVE_CUDA=OFF -DTPSERVE_BUILD_BENCH=OFF -DCMAKE_BUILD_TYPE=Debug >/dev/null
+  -DTPSERVE_CUDA=OFF -DTPSERVE_BUILD_BENCH=OFF -DCMAKE_BUILD_TYPE=Debug "${debug_info[@]}" >/dev/null
 stage_run "ASan build" cmake --build "$build" -j "$jobs"
 
 logs="$PWD/$build/sanitizer-logs"
