@@ -1,0 +1,285 @@
+// Speculative decoding keeps the sampled output distribution (issue 27,
+// Tests): the same requests generated through the real StepRunner with
+// proposals verified (SampleVerified) and one token per step, each from its
+// own seed, give the same distribution of outputs, by a two-sample
+// chi-square test whose threshold is the chi-square quantile at a stated
+// false-alarm probability (tests/testing/chi_square.h). Cases: temperature,
+// top-p, and the three penalties (which see the accepted proposals as output).
+//
+// The model is small in effect: allowed_token_ids limits the tiny random
+// model's 301 tokens to 5, so a sample (4 tokens) falls in one of 625 cells.
+// The proposals are deterministic (the rule's premise): the greedy
+// continuation of the prompt (penalties applied), position by position, so
+// some are kept and some are not at every position (asserted). The two arms
+// use disjoint seeds: with one seed both paths give the same tokens (one draw
+// per token; speculative_step_runner_test checks that bit for bit), so only
+// disjoint seeds test the rule's distribution, which must hold for any rule,
+// one that draws differently included.
+//
+// It fails a wrong rule (shown by hand with SampleVerified changed, 20,000
+// samples an arm): a rejection drawing the correction from the whole row,
+// not the row without the proposal, gives statistics of 7,061 / 5,869 /
+// 7,678 against limits of 276 / 79 / 470; a rule that also keeps a rejected
+// proposal 5% of the time fails the penalties case (744 against 467) and
+// passes the other two (300 against 328, 60 against 79): differences that
+// small are near this sample size's reach.
+#include <algorithm>
+#include <cstdint>
+#include <iostream>
+#include <memory>
+#include <span>
+#include <vector>
+
+#include "backend/cpu_backend.h"
+#include "gtest/gtest.h"
+#include "scheduler/block_manager.h"
+#include "tests/testing/chi_square.h"
+#include "tests/testing/seed.h"
+#include "tests/worker/worker_test_util.h"
+#include "worker/step_runner.h"
+
+namespace tpserve {
+namespace {
+
+using testing_util::TempDir;
+
+constexpr int32_t kBlockSize = 4;
+constexpr int64_t kNumBlocks = 128;
+constexpr int64_t kBatch = 8;      // sequences generated side by side (independent: each its own seed)
+constexpr int64_t kLength = 4;     // tokens of a sample: the prefill's, then up to 1 + kDrafts a step
+constexpr int64_t kDrafts = 3;     // proposals per step, as many as still fit in kLength
+constexpr int64_t kSamples = 20000;  // per arm (a multiple of kBatch)
+// The chance that a correct rule fails a case with random seeds; with the
+// fixed seeds every run draws the same samples and gives the same verdict.
+constexpr double kFalseAlarm = 1e-6;
+
+const std::vector<int32_t> kAllowed = {7, 31, 64, 130, 255};  // sorted, unique
+const std::vector<int32_t> kPrompt = {31, 12, 7, 200, 64, 31, 9};
+
+struct Arm {
+  std::vector<int64_t> cells;        // [5^kLength] samples per output
+  std::vector<int64_t> kept_at;      // [kDrafts] proposals kept at each position of a step's run
+  int64_t proposed = 0;
+};
+
+class SpeculativeDistributionTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    dir_ = new TempDir();
+    testing_util::MakeModel(dir_->path() / "m",
+                            "--arch qwen3 --hidden 64 --intermediate 96 --layers 2 --heads 4 --kv-heads 2 "
+                            "--head-dim 32 --vocab 301 --dtype f32 --tie 0 --seed 41");
+  }
+  static void TearDownTestSuite() { delete dir_; }
+
+  void SetUp() override {
+    backend_ = MakeCpuBackend();
+    comm_ = MakeSoloCommunicator();
+    ModelOptions options;
+    options.max_num_tokens = 128;
+    options.max_num_seqs = kBatch;
+    options.max_num_logits_rows = kBatch * (1 + kDrafts);
+    absl::StatusOr<std::unique_ptr<Model>> model = Model::Load(dir_->path() / "m", *backend_, *comm_, options);
+    ASSERT_TRUE(model.ok()) << model.status();
+    model_ = *std::move(model);
+    absl::StatusOr<KvCache> cache = KvCache::Allocate(*backend_, model_->kv_cache_shape(kNumBlocks, kBlockSize));
+    ASSERT_TRUE(cache.ok()) << cache.status();
+    cache_ = std::make_unique<KvCache>(*std::move(cache));
+    runner_ = std::make_unique<StepRunner>(*model_, *cache_, /*rank=*/0);
+    for (int32_t b = 0; b < kNumBlocks; ++b) free_.push_back(b);
+    controls_ = std::make_shared<TokenControls>();
+    controls_->allowed_token_ids = kAllowed;
+  }
+
+  struct Live {
+    uint64_t id = 0;
+    std::vector<int32_t> table;   // its blocks
+    std::vector<int32_t> tokens;  // generated
+    int64_t computed = 0;         // positions in the cache
+    bool decoding = false;        // past its prefill
+  };
+
+  // Blocks so that `table` holds `positions`; the ids added.
+  std::vector<int32_t> Grow(std::vector<int32_t>& table, int64_t positions) {
+    std::vector<int32_t> added;
+    while (std::ssize(table) < BlockManager::BlocksFor(positions, kBlockSize)) {
+      EXPECT_FALSE(free_.empty());
+      added.push_back(free_.back());
+      table.push_back(free_.back());
+      free_.pop_back();
+    }
+    return added;
+  }
+
+  // Generates kLength tokens (or one more: a step's last) from kPrompt for each
+  // of `seeds` (at most kBatch), side by side. With `drafts`, every step after
+  // the prefill proposes the tokens of `drafts` at the positions it computes,
+  // up to kDrafts, none past kLength.
+  std::vector<std::vector<int32_t>> Generate(const SamplingParams& sampling, std::span<const uint64_t> seeds,
+                                             const std::vector<int32_t>* drafts, Arm* arm) {
+    std::vector<Live> live(seeds.size());
+    StepPlan plan;
+    plan.finished.swap(done_);
+    for (size_t i = 0; i < seeds.size(); ++i) {
+      live[i].id = next_id_++;
+      SamplingParams p = sampling;
+      p.seed = seeds[i];
+      p.controls = controls_;
+      plan.new_sequences.push_back(NewSequencePlan{.seq_id = live[i].id, .prompt = kPrompt, .token_ids = kPrompt,
+                                                   .block_ids = Grow(live[i].table, std::ssize(kPrompt)),
+                                                   .sampling = p, .sample = true});
+      plan.order.push_back(live[i].id);
+      live[i].computed = std::ssize(kPrompt);
+    }
+    for (;;) {
+      absl::StatusOr<std::vector<StepToken>> got = runner_->Run(plan);
+      EXPECT_TRUE(got.ok()) << got.status();
+      if (!got.ok()) return {};
+      // The step's tokens, each sequence's consecutive, in the plan's order.
+      size_t next = 0;
+      for (uint64_t id : plan.order) {
+        Live& s = *std::find_if(live.begin(), live.end(), [&](const Live& l) { return l.id == id; });
+        const size_t first = next;
+        while (next < got->size() && (*got)[next].seq_id == id) s.tokens.push_back((*got)[next++].sampled.token);
+        const int64_t accepted = static_cast<int64_t>(next - first) - 1;
+        if (arm != nullptr && accepted > 0) {
+          for (int64_t a = 0; a < accepted; ++a) ++arm->kept_at[static_cast<size_t>(a)];
+        }
+        if (s.decoding) s.computed += accepted + 1;  // its input token and the proposals kept
+        // As Scheduler::OnStepDone: the blocks past the computed positions go back.
+        while (std::ssize(s.table) > BlockManager::BlocksFor(s.computed, kBlockSize)) {
+          free_.push_back(s.table.back());
+          s.table.pop_back();
+        }
+      }
+      plan = StepPlan{};
+      for (Live& s : live) {
+        if (s.table.empty()) continue;  // done before
+        if (std::ssize(s.tokens) >= kLength) {
+          plan.finished.push_back(s.id);
+          free_.insert(free_.end(), s.table.begin(), s.table.end());
+          s.table.clear();
+          continue;
+        }
+        ContinuingSequencePlan c{.seq_id = s.id, .sample = true, .decode_sampled = true};
+        const int64_t have = std::ssize(s.tokens);
+        if (drafts != nullptr) {
+          for (int64_t i = have; i < std::min(have + kDrafts, kLength); ++i) {
+            c.draft_token_ids.push_back((*drafts)[static_cast<size_t>(i)]);
+          }
+          if (arm != nullptr) arm->proposed += std::ssize(c.draft_token_ids);
+        }
+        c.new_block_ids = Grow(s.table, s.computed + 1 + std::ssize(c.draft_token_ids));
+        s.decoding = true;
+        plan.continuing.push_back(std::move(c));
+      }
+      if (plan.continuing.empty()) break;
+      // Multi-token sequences (those verifying proposals) first, as the scheduler orders them.
+      for (bool with_drafts : {true, false}) {
+        for (const ContinuingSequencePlan& c : plan.continuing) {
+          if (c.draft_token_ids.empty() != with_drafts) plan.order.push_back(c.seq_id);
+        }
+      }
+    }
+    done_ = std::move(plan.finished);
+    std::vector<std::vector<int32_t>> out;
+    for (Live& s : live) out.push_back(std::move(s.tokens));
+    return out;
+  }
+
+  // kSamples samples from seeds first_seed, first_seed + 1, ...: the count of
+  // each output (a cell per sequence of kLength allowed tokens).
+  Arm Sample(const SamplingParams& sampling, uint64_t first_seed, const std::vector<int32_t>* drafts) {
+    Arm arm;
+    int64_t cells = 1;
+    for (int64_t i = 0; i < kLength; ++i) cells *= std::ssize(kAllowed);
+    arm.cells.assign(static_cast<size_t>(cells), 0);
+    arm.kept_at.assign(kDrafts, 0);
+    std::vector<uint64_t> seeds(kBatch);
+    for (int64_t n = 0; n < kSamples; n += kBatch) {
+      for (int64_t i = 0; i < kBatch; ++i) seeds[static_cast<size_t>(i)] = first_seed + static_cast<uint64_t>(n + i);
+      for (const std::vector<int32_t>& out : Generate(sampling, seeds, drafts, &arm)) {
+        EXPECT_GE(std::ssize(out), kLength);
+        int64_t cell = 0;
+        for (int64_t i = 0; i < kLength && i < std::ssize(out); ++i) {
+          cell = cell * std::ssize(kAllowed) + AllowedIndex(out[static_cast<size_t>(i)]);
+        }
+        ++arm.cells[static_cast<size_t>(cell)];
+      }
+      if (::testing::Test::HasFailure()) break;
+    }
+    return arm;
+  }
+
+  // Where `token` is in kAllowed.
+  static int64_t AllowedIndex(int32_t token) {
+    const auto it = std::lower_bound(kAllowed.begin(), kAllowed.end(), token);
+    EXPECT_TRUE(it != kAllowed.end() && *it == token) << token << " is not an allowed token";
+    return it - kAllowed.begin();
+  }
+
+  // The two arms, speculative and not, from disjoint seeds: the same
+  // distribution by the chi-square test at kFalseAlarm, and proposals kept at
+  // every position of a step (so the verification did choose tokens).
+  void ExpectSameDistribution(const SamplingParams& sampling) {
+    const uint64_t seed = testing_util::TestSeed();
+    SCOPED_TRACE(::testing::Message() << "seed " << seed);
+    SamplingParams greedy = sampling;  // the penalties too: proposals that are often right
+    greedy.temperature = 0;
+    const std::vector<uint64_t> one = {0};
+    const std::vector<int32_t> drafts = Generate(greedy, one, nullptr, nullptr).at(0);
+    const uint64_t first = seed << 20;  // seed < 2^32: the arms' 2 kSamples seeds never meet another seed's
+    const Arm spec = Sample(sampling, first, &drafts);
+    const Arm plain = Sample(sampling, first + kSamples, nullptr);
+    const testing_util::Homogeneity h = testing_util::TwoSampleChiSquare(spec.cells, plain.cells);
+    const double limit = testing_util::ChiSquareThreshold(h.dof, kFalseAlarm);
+    int64_t kept = 0;
+    for (int64_t k : spec.kept_at) kept += k;
+    std::cerr << "chi-square " << h.statistic << " over " << h.cells << " cells (limit " << limit
+              << " at false alarm " << kFalseAlarm << "); proposals kept " << kept << " of " << spec.proposed
+              << ", by position:";
+    for (int64_t k : spec.kept_at) std::cerr << " " << k;
+    std::cerr << "\n";
+    EXPECT_LT(h.statistic, limit) << "the speculative outputs' distribution differs (dof " << h.dof << ")";
+    for (size_t a = 0; a < spec.kept_at.size(); ++a) EXPECT_GE(spec.kept_at[a], kSamples / 50) << "position " << a;
+    EXPECT_LT(kept, spec.proposed);
+  }
+
+  static TempDir* dir_;
+  std::unique_ptr<Backend> backend_;
+  std::unique_ptr<Communicator> comm_;
+  std::unique_ptr<Model> model_;
+  std::unique_ptr<KvCache> cache_;
+  std::unique_ptr<StepRunner> runner_;
+  std::shared_ptr<TokenControls> controls_;
+  std::vector<int32_t> free_;
+  std::vector<uint64_t> done_;  // generated, to be dropped by the next plan
+  uint64_t next_id_ = 1;
+};
+
+TempDir* SpeculativeDistributionTest::dir_ = nullptr;
+
+TEST_F(SpeculativeDistributionTest, Temperature) {
+  SamplingParams p;
+  p.temperature = 0.8f;
+  ExpectSameDistribution(p);
+}
+
+TEST_F(SpeculativeDistributionTest, TopP) {
+  SamplingParams p;
+  p.temperature = 1.0f;
+  p.top_p = 0.75f;
+  ExpectSameDistribution(p);
+}
+
+TEST_F(SpeculativeDistributionTest, Penalties) {
+  SamplingParams p;
+  p.temperature = 1.0f;
+  p.repetition_penalty = 1.4f;
+  p.frequency_penalty = 0.7f;
+  p.presence_penalty = 0.5f;
+  ExpectSameDistribution(p);
+}
+
+}  // namespace
+}  // namespace tpserve
