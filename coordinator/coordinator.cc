@@ -49,6 +49,13 @@ absl::Status CheckOptions(const CoordinatorOptions& o) {
   if (!o.dp_routing.empty()) TPSERVE_RETURN_IF_ERROR(ParseDpRouting(o.dp_routing).status());
   TPSERVE_RETURN_IF_ERROR(
       ValidateDpRouterOptions({.groups = o.dp, .block_size = o.block_size, .load_bound = o.dp_load_bound}));
+  if (!o.kv_events_endpoint.empty()) {  // the last group's endpoints exist when the first's do
+    TPSERVE_RETURN_IF_ERROR(ZmqEndpointForGroup(o.kv_events_endpoint, o.dp - 1, "--kv-events-endpoint").status());
+    if (!o.kv_events_replay_endpoint.empty()) {
+      TPSERVE_RETURN_IF_ERROR(
+          ZmqEndpointForGroup(o.kv_events_replay_endpoint, o.dp - 1, "--kv-events-replay-endpoint").status());
+    }
+  }
   if (o.worker_transport != "auto" && o.worker_transport != "grpc" && o.worker_transport != "shm") {
     return absl::InvalidArgumentError(absl::StrCat("--worker-transport must be auto, grpc or shm, got \"",
                                                    o.worker_transport, "\""));
@@ -371,13 +378,21 @@ absl::Status Coordinator::PublishKvEvents() {
     kv_events_.push_back(std::make_unique<KvEventPublisher>(/*dp_rank=*/g, options_.block_size));
   }
   if (options_.kv_events_endpoint.empty()) return absl::OkStatus();
-  if (options_.dp > 1) CoordinatorLog("KV events over ZeroMQ carry group 0's prefix cache only (issue 30)");
-  TPSERVE_ASSIGN_OR_RETURN(kv_events_zmq_, ZmqKvEvents::Start(*kv_events_[0], options_.kv_events_endpoint,
-                                                              options_.kv_events_replay_endpoint,
-                                                              options_.kv_events_topic));
-  CoordinatorLog(absl::StrCat("KV events on ", kv_events_zmq_->endpoint(), " (replay ",
-                              kv_events_zmq_->replay_endpoint().empty() ? "none" : kv_events_zmq_->replay_endpoint(),
-                              ")"));
+  for (int g = 0; g < options_.dp; ++g) {  // each group its own sockets, as vLLM's data-parallel engines
+    TPSERVE_ASSIGN_OR_RETURN(const std::string pub,
+                             ZmqEndpointForGroup(options_.kv_events_endpoint, g, "--kv-events-endpoint"));
+    std::string replay;
+    if (!options_.kv_events_replay_endpoint.empty()) {
+      TPSERVE_ASSIGN_OR_RETURN(replay, ZmqEndpointForGroup(options_.kv_events_replay_endpoint, g,
+                                                           "--kv-events-replay-endpoint"));
+    }
+    TPSERVE_ASSIGN_OR_RETURN(std::unique_ptr<ZmqKvEvents> zmq,
+                             ZmqKvEvents::Start(*kv_events_[static_cast<size_t>(g)], pub, replay,
+                                                options_.kv_events_topic));
+    CoordinatorLog(absl::StrCat(g == 0 ? "" : absl::StrCat("group ", g, ": "), "KV events on ", zmq->endpoint(),
+                                " (replay ", zmq->replay_endpoint().empty() ? "none" : zmq->replay_endpoint(), ")"));
+    kv_events_zmq_.push_back(std::move(zmq));
+  }
   return absl::OkStatus();
 }
 

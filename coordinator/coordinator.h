@@ -143,7 +143,9 @@ struct CoordinatorOptions {
   // coordinator/metrics_server.h); "" = off.
   std::string metrics_listen;
   // KV events in vLLM's format (coordinator/kv_events_zmq.h): a ZeroMQ PUB
-  // socket bound here ("" = off), a replay ROUTER socket ("" = none), the topic.
+  // socket bound here ("" = off), a replay ROUTER socket ("" = none), the topic;
+  // with --dp each group its own pair, ports offset by the group as vLLM's
+  // (ZmqEndpointForGroup), each batch naming its data_parallel_rank.
   std::string kv_events_endpoint;
   std::string kv_events_replay_endpoint;
   std::string kv_events_topic;
@@ -255,7 +257,7 @@ class Coordinator {
   // The prefix cache's changes (SubscribeKvEvents), one publisher per group:
   // before server_ and the engines, so they outlive both (a stream's end unsubscribes).
   std::vector<std::unique_ptr<KvEventPublisher>> kv_events_;
-  std::unique_ptr<ZmqKvEvents> kv_events_zmq_;  // with kv_events_endpoint
+  std::vector<std::unique_ptr<ZmqKvEvents>> kv_events_zmq_;  // [dp] with kv_events_endpoint
   std::unique_ptr<GenerationService> service_;
   std::unique_ptr<grpc::Server> server_;
   std::optional<ClusterSecret> secret_;

@@ -4,6 +4,8 @@
 
 #include <cstring>
 
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 
 namespace tpserve {
@@ -86,6 +88,27 @@ std::string LastEndpoint(void* socket) {
 }
 
 }  // namespace
+
+absl::StatusOr<std::string> ZmqEndpointForGroup(const std::string& endpoint, int group, absl::string_view flag) {
+  if (group == 0) return endpoint;
+  if (absl::StartsWith(endpoint, "ipc://") || absl::StartsWith(endpoint, "inproc://")) {
+    return absl::StrCat(endpoint, "_dp", group);
+  }
+  const size_t colon = endpoint.rfind(':');
+  if (!absl::StartsWith(endpoint, "tcp://") || colon < 6) {
+    return absl::InvalidArgumentError(absl::StrCat(flag, ": '", endpoint,
+                                                   "' gives each --dp group no endpoint of its own; use tcp://HOST:PORT "
+                                                   "(group G on PORT+G), tcp://HOST:* or ipc://PATH"));
+  }
+  const std::string port = endpoint.substr(colon + 1);
+  if (port == "*") return endpoint;
+  int base = 0;
+  if (!absl::SimpleAtoi(port, &base) || base < 1 || base + group > 65535) {
+    return absl::InvalidArgumentError(absl::StrCat(flag, ": port '", port, "' of '", endpoint, "' plus group ", group,
+                                                   " is no TCP port; use 1 .. ", 65535 - group, " or *"));
+  }
+  return absl::StrCat(endpoint.substr(0, colon + 1), base + group);
+}
 
 std::string EncodeVllmKvEventBatch(const v1::KvEventBatch& batch) {
   MsgPack m;

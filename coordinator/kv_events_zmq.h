@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
 #include "coordinator/kv_events.h"
 
@@ -30,6 +31,13 @@ namespace tpserve {
 
 // One batch in vLLM's msgpack encoding (above).
 std::string EncodeVllmKvEventBatch(const tpserve::v1::KvEventBatch& batch);
+
+// Data-parallel group `group`'s endpoint, as vLLM offsets its engines'
+// (offset_endpoint_port): group 0 binds `endpoint` itself; tcp://HOST:PORT
+// becomes tcp://HOST:PORT+G (tcp://HOST:* stays: each binds a free port of its
+// own), ipc:// and inproc:// get the suffix _dpG. `flag` names the flag in the
+// INVALID_ARGUMENT for anything else or a port past 65535.
+absl::StatusOr<std::string> ZmqEndpointForGroup(const std::string& endpoint, int group, absl::string_view flag);
 
 class ZmqKvEvents {
  public:

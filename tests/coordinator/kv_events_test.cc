@@ -5,10 +5,12 @@
 // BlockManager has registered; seqs are gap-free; every removal names a block
 // the subscriber held, every store one it did not.
 #include "coordinator/kv_events.h"
+#include "coordinator/kv_events_zmq.h"
 
 #include <memory>
 #include <random>
 #include <set>
+#include <string>
 #include <vector>
 
 #include <gtest/gtest.h>
@@ -170,6 +172,26 @@ TEST(KvEvents, ReplayFromASeqOrASnapshot) {
   EXPECT_EQ(got[0].seq(), 6u);
   ASSERT_EQ(got[0].events_size(), 1);  // both removals in one event
   EXPECT_EQ(got[0].events(0).removed().block_hashes_size(), 2);
+}
+
+// Each --dp group's ZeroMQ endpoints, as vLLM offsets its data-parallel
+// engines': the port plus the group, a free port each, a suffix for ipc.
+TEST(KvEvents, ZmqEndpointPerDataParallelGroup) {
+  EXPECT_EQ(ZmqEndpointForGroup("tcp://*:5557", 0, "--kv-events-endpoint").value(), "tcp://*:5557");
+  EXPECT_EQ(ZmqEndpointForGroup("tcp://*:5557", 3, "--kv-events-endpoint").value(), "tcp://*:5560");
+  EXPECT_EQ(ZmqEndpointForGroup("tcp://[::1]:5558", 1, "--kv-events-endpoint").value(), "tcp://[::1]:5559");
+  EXPECT_EQ(ZmqEndpointForGroup("tcp://127.0.0.1:*", 1, "--kv-events-endpoint").value(), "tcp://127.0.0.1:*");
+  EXPECT_EQ(ZmqEndpointForGroup("ipc:///run/kv", 2, "--kv-events-endpoint").value(), "ipc:///run/kv_dp2");
+  EXPECT_EQ(ZmqEndpointForGroup("inproc://kv", 1, "--kv-events-endpoint").value(), "inproc://kv_dp1");
+  const absl::Status past = ZmqEndpointForGroup("tcp://*:65535", 1, "--kv-events-replay-endpoint").status();
+  EXPECT_EQ(past.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(past.message().find("--kv-events-replay-endpoint: port '65535'"), std::string::npos) << past.message();
+  const absl::Status no_port = ZmqEndpointForGroup("tcp://host", 1, "--kv-events-endpoint").status();
+  EXPECT_EQ(no_port.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(no_port.message().find("--kv-events-endpoint"), std::string::npos) << no_port.message();
+  EXPECT_EQ(ZmqEndpointForGroup("udp://x:1", 1, "--kv-events-endpoint").status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(ZmqEndpointForGroup("udp://x:1", 0, "--kv-events-endpoint").value(), "udp://x:1");  // group 0: as given
 }
 
 }  // namespace

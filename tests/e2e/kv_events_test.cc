@@ -6,8 +6,11 @@
 // (That the publisher's stream equals the BlockManager's own cache under a
 // random workload is tests/coordinator/kv_events_test.cc.) And the same events
 // in vLLM's format: a ZeroMQ subscriber that decodes msgpack and fills what it
-// missed from the replay socket (kv_events_zmq_check.py) rebuilds the same set.
+// missed from the replay socket (kv_events_zmq_check.py) rebuilds the same set;
+// at --dp 2 one such subscriber per group, each on its group's sockets.
+#include <algorithm>
 #include <fstream>
+#include <map>
 #include <memory>
 #include <random>
 #include <set>
@@ -18,6 +21,7 @@
 #include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
 
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
@@ -28,7 +32,8 @@
 namespace tpserve::e2e {
 namespace {
 
-// A router's view, rebuilt from one stream.
+// A router's view, rebuilt from one stream: per data-parallel group (each
+// batch names its dp_rank; seqs are per group).
 class Follower {
  public:
   explicit Follower(v1::Generation::Stub& stub, uint64_t from_seq = 0) {
@@ -46,43 +51,53 @@ class Follower {
     reader_->Finish();
   }
 
-  std::set<uint64_t> hashes() {
+  std::set<uint64_t> hashes(uint32_t group = 0) {
     absl::MutexLock lock(&mu_);
-    return hashes_;
+    return groups_[group].hashes;
   }
-  int64_t removed() {
+  int64_t removed(uint32_t group = 0) {
     absl::MutexLock lock(&mu_);
-    return removed_;
+    return groups_[group].removed;
   }
-  uint64_t next_seq() {
+  // [groups] each group's next seq (0: nothing seen yet).
+  std::vector<uint64_t> next_seqs(uint32_t groups) {
     absl::MutexLock lock(&mu_);
-    return next_seq_;
+    std::vector<uint64_t> next;
+    for (uint32_t g = 0; g < groups; ++g) next.push_back(groups_[g].next_seq);
+    return next;
   }
-  uint64_t snapshot_seq() {
+  uint64_t snapshot_seq(uint32_t group = 0) {
     absl::MutexLock lock(&mu_);
-    return snapshot_seq_;
+    return groups_[group].snapshot_seq;
   }
 
  private:
+  struct Group {
+    std::set<uint64_t> hashes;
+    uint64_t next_seq = 0;
+    uint64_t snapshot_seq = 0;
+    int64_t removed = 0;
+  };
+
   void Apply(const v1::KvEventBatch& b) {
     absl::MutexLock lock(&mu_);
-    if (next_seq_ == 0) {
+    Group& g = groups_[b.dp_rank()];
+    if (g.next_seq == 0) {
       EXPECT_TRUE(b.snapshot() || b.seq() == 1) << "the stream starts with a snapshot or at seq 1";
-      if (b.snapshot()) snapshot_seq_ = b.seq();
+      if (b.snapshot()) g.snapshot_seq = b.seq();
     } else {
       EXPECT_FALSE(b.snapshot());
-      EXPECT_EQ(b.seq(), next_seq_) << "a gap in the stream";
+      EXPECT_EQ(b.seq(), g.next_seq) << "a gap in group " << b.dp_rank() << "'s stream";
     }
-    next_seq_ = b.seq() + 1;
-    EXPECT_EQ(b.dp_rank(), 0u);
+    g.next_seq = b.seq() + 1;
     for (const v1::KvEvent& e : b.events()) {
-      if (e.has_cleared()) hashes_.clear();
+      if (e.has_cleared()) g.hashes.clear();
       for (uint64_t h : e.removed().block_hashes()) {
-        EXPECT_EQ(hashes_.erase(h), 1u) << "removed " << h << ", never stored";
-        ++removed_;
+        EXPECT_EQ(g.hashes.erase(h), 1u) << "removed " << h << ", never stored";
+        ++g.removed;
       }
       EXPECT_EQ(e.stored().token_ids_size(), e.stored().block_hashes_size() * 4);
-      for (uint64_t h : e.stored().block_hashes()) EXPECT_TRUE(hashes_.insert(h).second) << "stored twice: " << h;
+      for (uint64_t h : e.stored().block_hashes()) EXPECT_TRUE(g.hashes.insert(h).second) << "stored twice: " << h;
     }
   }
 
@@ -90,31 +105,31 @@ class Follower {
   std::unique_ptr<grpc::ClientReader<v1::KvEventBatch>> reader_;
   std::thread thread_;
   absl::Mutex mu_;
-  std::set<uint64_t> hashes_ ABSL_GUARDED_BY(mu_);
-  uint64_t next_seq_ ABSL_GUARDED_BY(mu_) = 0;
-  uint64_t snapshot_seq_ ABSL_GUARDED_BY(mu_) = 0;
-  int64_t removed_ ABSL_GUARDED_BY(mu_) = 0;
+  std::map<uint32_t, Group> groups_ ABSL_GUARDED_BY(mu_);
 };
 
-// Waits until the followers have all applied the same last batch and no new
-// one came for 300 ms (the engine may finish a step after the last response:
-// one step in flight ahead). Returns that batch's seq; 0 after 10 s.
-uint64_t Settle(const std::vector<Follower*>& followers) {
-  uint64_t seen = 0;
+// Waits until the followers have all applied the same last batch of each of
+// `groups` groups and no new one came for 300 ms (the engine may finish a
+// step after the last response: one step in flight ahead). Returns each
+// group's last seq; empty after 10 s.
+std::vector<uint64_t> Settle(const std::vector<Follower*>& followers, uint32_t groups = 1) {
+  std::vector<uint64_t> seen;
   absl::Time stable_since = absl::Now();
   for (absl::Time deadline = absl::Now() + absl::Seconds(10); absl::Now() < deadline;) {
-    uint64_t next = followers[0]->next_seq();
-    bool same = next > 0;
-    for (Follower* f : followers) same = same && f->next_seq() == next;
+    const std::vector<uint64_t> next = followers[0]->next_seqs(groups);
+    bool same = std::all_of(next.begin(), next.end(), [](uint64_t s) { return s > 0; });
+    for (Follower* f : followers) same = same && f->next_seqs(groups) == next;
     if (!same || next != seen) {
-      seen = same ? next : 0;
+      seen = same ? next : std::vector<uint64_t>{};
       stable_since = absl::Now();
     } else if (absl::Now() - stable_since > absl::Milliseconds(300)) {
-      return next - 1;
+      std::vector<uint64_t> last;
+      for (uint64_t n : next) last.push_back(n - 1);
+      return last;
     }
     absl::SleepFor(absl::Milliseconds(10));
   }
-  return 0;
+  return {};
 }
 
 // Four shared 12-token prefixes, each of 24 requests its own tail: hits, and
@@ -154,8 +169,9 @@ TEST(KvEvents, SubscribersAgreeAfterAWorkloadWithEvictions) {
   // (every batch is still held: 1024) hold the same blocks.
   Follower late(*c.stub);
   Follower replayed(*c.stub, /*from_seq=*/1);
-  const uint64_t last = Settle({first.get(), &late, &replayed});
-  ASSERT_GT(last, 0u) << "the followers never agreed on a last batch";
+  const std::vector<uint64_t> last = Settle({first.get(), &late, &replayed});
+  ASSERT_EQ(last.size(), 1u) << "the followers never agreed on a last batch";
+  ASSERT_GT(last[0], 0u);
   EXPECT_GT(late.snapshot_seq(), 0u);
   EXPECT_EQ(replayed.snapshot_seq(), 0u) << "a replay, not a snapshot";
   EXPECT_GT(first->removed(), 0) << "the workload evicted nothing";
@@ -166,9 +182,11 @@ TEST(KvEvents, SubscribersAgreeAfterAWorkloadWithEvictions) {
   EXPECT_GT(ServerInfo(*c.stub).num_blocks(), 0u);
 }
 
-// "tpserve-coordinator: KV events on tcp://127.0.0.1:P (replay tcp://127.0.0.1:Q)" in its log.
-std::pair<std::string, std::string> ZmqEndpoints(const std::string& log) {
-  const std::string marker = "KV events on ";
+// Group `group`'s endpoints from the coordinator's log: "tpserve-coordinator:
+// KV events on tcp://127.0.0.1:P (replay tcp://127.0.0.1:Q)", "group G: KV events on ..." for G > 0.
+std::pair<std::string, std::string> ZmqEndpoints(const std::string& log, int group) {
+  const std::string marker =
+      group == 0 ? "tpserve-coordinator: KV events on " : absl::StrCat("group ", group, ": KV events on ");
   const size_t at = log.find(marker);
   if (at == std::string::npos) return {};
   const std::string line = log.substr(at + marker.size(), log.find('\n', at) - at - marker.size());
@@ -177,7 +195,12 @@ std::pair<std::string, std::string> ZmqEndpoints(const std::string& log) {
   return {words[0], words[2].substr(0, words[2].size() - 1)};
 }
 
-TEST(KvEvents, VllmFormatOverZeroMqWithReplay) {
+// vLLM's format over ZeroMQ with `dp` groups: one subscriber per group
+// (kv_events_zmq_check.py on that group's sockets, checking its
+// data_parallel_rank) joins after half the workload, fills the first half
+// from the replay socket, and rebuilds that group's cached hashes, which must
+// equal what a gRPC subscriber's snapshot holds for the group.
+void CheckZmqSubscribers(int dp) {
   const uint64_t seed = testing_util::TestSeed();
   SCOPED_TRACE(seed);
   TempDir dir;
@@ -187,34 +210,54 @@ TEST(KvEvents, VllmFormatOverZeroMqWithReplay) {
                         "tcp://127.0.0.1:*", "--kv-events-topic", "kv"}) {
     flags.push_back(f);
   }
+  if (dp > 1) {  // round-robin: both groups fill and evict
+    flags.insert(flags.end(), {"--dp", std::to_string(dp), "--dp-routing", "round-robin"});
+  }
   Coordinator c = StartCoordinator(model, 1, dir.path() + "/coordinator.log", flags);
   ASSERT_NE(c.stub, nullptr);
-  const auto [pub, replay] = ZmqEndpoints(c.process->Log());
-  ASSERT_FALSE(pub.empty() || replay.empty()) << c.process->Log();
-  const std::string ready = dir.path() + "/ready", stop = dir.path() + "/stop", out = dir.path() + "/zmq.json";
-  // The first half runs before the subscriber connects: it gets those batches from the replay socket.
+  // The first half runs before the subscribers connect: they get those batches from the replay sockets.
   RunWorkload(*c.stub, seed);
-  Process check({TPSERVE_PYTHON3, TPSERVE_KV_EVENTS_ZMQ_CHECK, pub, replay, ready, stop, out},
-                dir.path() + "/check.log");
-  for (absl::Time deadline = absl::Now() + absl::Seconds(20); !std::ifstream(ready) && absl::Now() < deadline;) {
-    absl::SleepFor(absl::Milliseconds(20));
+  std::vector<std::unique_ptr<Process>> checks;
+  for (int g = 0; g < dp; ++g) {
+    const auto [pub, replay] = ZmqEndpoints(c.process->Log(), g);
+    ASSERT_FALSE(pub.empty() || replay.empty()) << "group " << g << ": " << c.process->Log();
+    const std::string base = absl::StrCat(dir.path(), "/dp", g);
+    checks.push_back(std::make_unique<Process>(
+        std::vector<std::string>{TPSERVE_PYTHON3, TPSERVE_KV_EVENTS_ZMQ_CHECK, pub, replay, base + ".ready",
+                                 base + ".stop", base + ".json", std::to_string(g)},
+        base + ".log"));
+    for (absl::Time deadline = absl::Now() + absl::Seconds(20);
+         !std::ifstream(base + ".ready") && absl::Now() < deadline;) {
+      absl::SleepFor(absl::Milliseconds(20));
+    }
   }
   RunWorkload(*c.stub, seed + 1);
   Follower late(*c.stub);
-  const uint64_t last = Settle({&late});
-  ASSERT_GT(last, 0u);
-  std::ofstream(stop) << "";
-  ASSERT_EQ(check.Wait(absl::Seconds(30)), 0) << check.Log();
-  std::ifstream in(out);
-  const nlohmann::json j = nlohmann::json::parse(in, nullptr, false);
-  ASSERT_FALSE(j.is_discarded()) << check.Log();
-  EXPECT_EQ(j["last_seq"].get<uint64_t>(), last) << j.dump();
-  EXPECT_GT(j["replayed"].get<int>(), 0) << "the first half came from the replay socket";
-  EXPECT_GT(j["live"].get<int>(), 0);
-  EXPECT_GT(j["removed"].get<int>(), 0) << "the workload evicted nothing";
-  const std::set<uint64_t> zmq_hashes(j["hashes"].begin(), j["hashes"].end());
-  EXPECT_EQ(zmq_hashes, late.hashes());
+  const std::vector<uint64_t> last = Settle({&late}, static_cast<uint32_t>(dp));
+  ASSERT_EQ(last.size(), static_cast<size_t>(dp)) << "no last batch of every group";
+  for (int g = 0; g < dp; ++g) std::ofstream(absl::StrCat(dir.path(), "/dp", g, ".stop")) << "";
+  for (int g = 0; g < dp; ++g) {
+    SCOPED_TRACE(absl::StrCat("group ", g));
+    Process& check = *checks[static_cast<size_t>(g)];
+    ASSERT_EQ(check.Wait(absl::Seconds(30)), 0) << check.Log();
+    std::ifstream in(absl::StrCat(dir.path(), "/dp", g, ".json"));
+    const nlohmann::json j = nlohmann::json::parse(in, nullptr, false);
+    ASSERT_FALSE(j.is_discarded()) << check.Log();
+    EXPECT_EQ(j["last_seq"].get<uint64_t>(), last[static_cast<size_t>(g)]) << j.dump();
+    EXPECT_GT(j["replayed"].get<int>(), 0) << "the first half came from the replay socket";
+    EXPECT_GT(j["live"].get<int>(), 0);
+    EXPECT_GT(j["removed"].get<int>(), 0) << "the workload evicted nothing";
+    const std::set<uint64_t> zmq_hashes(j["hashes"].begin(), j["hashes"].end());
+    EXPECT_FALSE(zmq_hashes.empty());
+    EXPECT_EQ(zmq_hashes, late.hashes(static_cast<uint32_t>(g)));
+  }
 }
+
+TEST(KvEvents, VllmFormatOverZeroMqWithReplay) { CheckZmqSubscribers(1); }
+
+// --dp 2: each group publishes on its own sockets (ports offset by the group
+// as vLLM's, here each a free port), each batch naming its group.
+TEST(KvEvents, VllmFormatOverZeroMqForEveryDataParallelGroup) { CheckZmqSubscribers(2); }
 
 }  // namespace
 }  // namespace tpserve::e2e

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """A router reading tpserve's KV events as it reads vLLM's: ZeroMQ and msgpack.
 
-usage: kv_events_zmq_check.py PUB REPLAY READY STOP OUT
+usage: kv_events_zmq_check.py PUB REPLAY READY STOP OUT [DP_RANK]
 
 Subscribes to PUB (every topic), touches READY, and reads
 [topic, seq (8 bytes big-endian), msgpack [ts, events, dp_rank]] until STOP
@@ -10,8 +10,9 @@ exists and nothing came for 0.5 s. Then asks REPLAY for every batch from seq 1
 replay fills what the subscription missed (a late joiner), and a batch seen both
 ways must be the same bytes. The batches, 1.. gap-free, are applied in order
 (BlockStored adds its hashes, BlockRemoved drops them, AllBlocksCleared empties)
-and OUT gets {"hashes", "last_seq", "live", "replayed", "removed"}. Exit 1 with
-each problem named.
+and OUT gets {"hashes", "last_seq", "live", "replayed", "removed"}. Every batch
+must name DP_RANK (default 0) as its data_parallel_rank: with --dp each group
+publishes on its own sockets. Exit 1 with each problem named.
 """
 import json
 import os
@@ -62,10 +63,11 @@ def read_replay(ctx, replay, start):
     return got
 
 
-def apply(batch, hashes, counts):
+def apply(batch, want_rank, hashes, counts):
     check(isinstance(batch, list) and len(batch) == 3, f"a batch is [ts, events, dp_rank]: {batch!r:.200}")
     ts, events, dp_rank = batch
-    check(isinstance(ts, float) and ts > 1e9 and dp_rank == 0, f"ts {ts!r}, dp_rank {dp_rank!r}")
+    check(isinstance(ts, float) and ts > 1e9 and dp_rank == want_rank,
+          f"ts {ts!r}, dp_rank {dp_rank!r} (want {want_rank})")
     for e in events:
         tag = e[0]
         if tag == "BlockStored":
@@ -90,6 +92,7 @@ def apply(batch, hashes, counts):
 
 def main():
     pub, replay, ready, stop, out = sys.argv[1:6]
+    want_rank = int(sys.argv[6]) if len(sys.argv) > 6 else 0
     ctx = zmq.Context()
     live = read_live(ctx, pub, ready, stop)
     replayed = read_replay(ctx, replay, 1)
@@ -101,7 +104,7 @@ def main():
     check(sorted(batches) == list(range(1, last + 1)), f"seqs not 1..{last} without gaps: {sorted(batches)[:20]}")
     hashes, counts = set(), {"removed": 0}
     for seq in sorted(batches):
-        apply(msgpack.unpackb(batches[seq], raw=False), hashes, counts)
+        apply(msgpack.unpackb(batches[seq], raw=False), want_rank, hashes, counts)
     json.dump({"hashes": sorted(hashes), "last_seq": last, "live": len(live), "replayed": len(replayed),
                "removed": counts["removed"]}, open(out, "w"))
     for f in failures:
