@@ -193,6 +193,12 @@ double SequenceSamplingState::NextUniform() {
   return static_cast<double>(rng_() >> 11) * 0x1.0p-53;
 }
 
+SampledToken TakeForcedToken(SequenceSamplingState& seq, int32_t token) {
+  seq.NextUniform();  // Sample's one draw per token, greedy included
+  seq.AppendOutput(token);
+  return SampledToken{.token = token};
+}
+
 namespace {
 
 // Where token t is in a row of `size` logits laid out as ApplyPenalties says; -1: not there.

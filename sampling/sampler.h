@@ -116,6 +116,16 @@ struct SampledToken {
   std::vector<std::pair<int32_t, float>> top;    // [n] (id, logprob), most likely first
 };
 
+// Jump-forward (a grammar mask that allows one token): what Sample gives for
+// a row whose only candidate is `token`, without reading the row: one RNG
+// draw (as every sampled token takes) and the token recorded in the
+// sequence's history. Only where that is Sample's answer whatever the row
+// holds: ForcedTokenSamplesAlike(params).
+SampledToken TakeForcedToken(SequenceSamplingState& seq, int32_t token);
+// No token-level controls (a bad word or a bias of the forced token changes
+// what the sampler does with it) and no log-probs (they read the row).
+inline bool ForcedTokenSamplesAlike(const SamplingParams& p) { return p.controls == nullptr && p.logprobs < 0; }
+
 // One prompt token scored against the logits of the position before it
 // (prompt log-probs): raw log-softmax in double, as Sample's log-probs.
 struct ScoredToken {

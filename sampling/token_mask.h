@@ -50,4 +50,21 @@ inline int32_t NextAllowedToken(std::span<const uint32_t> words, int32_t from, i
   return -1;
 }
 
+// Jump-forward: the one token the mask allows, or -1 when it allows none or
+// more than one (ids at or past `vocab` do not count). Stops at the second
+// allowed word, so a wide mask costs a few words, a forced one the whole mask.
+//   words: [TokenMaskWords(vocab)]
+inline int32_t SoleAllowedToken(std::span<const uint32_t> words, int32_t vocab) {
+  int32_t found = -1;
+  const int64_t n = std::min<int64_t>(TokenMaskWords(vocab), static_cast<int64_t>(words.size()));
+  for (int64_t w = 0; w < n; ++w) {
+    uint32_t bits = words[static_cast<size_t>(w)];
+    if (w == TokenMaskWords(vocab) - 1 && vocab % 32 != 0) bits &= (1u << (vocab % 32)) - 1;  // past the vocabulary
+    if (bits == 0) continue;
+    if (found >= 0 || (bits & (bits - 1)) != 0) return -1;
+    found = static_cast<int32_t>(w * 32 + __builtin_ctz(bits));
+  }
+  return found;
+}
+
 }  // namespace tpserve

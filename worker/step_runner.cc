@@ -283,14 +283,23 @@ void StepRunner::Commit(const StepPlan& plan) {
 
 std::vector<StepToken> StepRunner::SampleOnDevice(const std::vector<Entry>& entries) {
   std::vector<SequenceSamplingState*> states(entries.size(), nullptr);  // nullptr: not sampled
+  bool any = false;
   for (size_t s = 0; s < entries.size(); ++s) {
-    if (entries[s].sample) states[s] = seqs_.at(entries[s].id).sampling.get();
+    if (!entries[s].sample || ForcedOf(entries[s]) >= 0) continue;  // a forced token: below, not on the device
+    states[s] = seqs_.at(entries[s].id).sampling.get();
+    any = true;
   }
-  std::vector<SampledToken> got =
-      options_.sampler->Sample(model_.device_logits(), model_.config().vocab_size, states);
+  std::vector<SampledToken> got;
+  if (any) got = options_.sampler->Sample(model_.device_logits(), model_.config().vocab_size, states);
   std::vector<StepToken> tokens;
   for (size_t s = 0; s < entries.size(); ++s) {
-    if (states[s] != nullptr) tokens.push_back(StepToken{.seq_id = entries[s].id, .sampled = std::move(got[s])});
+    if (const int32_t forced = ForcedOf(entries[s]); entries[s].sample && forced >= 0) {
+      tokens.push_back(StepToken{.seq_id = entries[s].id,
+                                 .sampled = TakeForcedToken(*seqs_.at(entries[s].id).sampling, forced)});
+      ++forced_tokens_;
+    } else if (states[s] != nullptr) {
+      tokens.push_back(StepToken{.seq_id = entries[s].id, .sampled = std::move(got[s])});
+    }
   }
   return tokens;
 }
@@ -324,6 +333,13 @@ std::vector<StepToken> StepRunner::SampleOnHost(const std::vector<Entry>& entrie
     }
     SequenceSamplingState* state = seqs_.at(e.id).sampling.get();
     const std::span<const float> row = logits.row(first_row);
+    if (const int32_t forced = ForcedOf(e); forced >= 0) {  // jump-forward: what sampling the masked row gives
+      StepToken token{.seq_id = e.id, .sampled = TakeForcedToken(*state, forced)};
+      if (options_.keep_logits) token.logits.assign(row.begin(), row.end());
+      tokens.push_back(std::move(token));
+      ++forced_tokens_;
+      continue;
+    }
     std::span<const float> to_sample = row;
     if (const std::span<const uint32_t> mask = MaskOf(e); !mask.empty()) {
       masked_row_.assign(row.begin(), row.end());

@@ -112,6 +112,13 @@ struct StepRunnerOptions {
   // matcher stays on one thread within a step; the compiled grammars and
   // their caches are shared and thread-safe). 0: DefaultMaskThreads().
   int mask_threads = 0;
+  // Rank 0, jump-forward: a constrained sequence whose mask allows exactly
+  // one token gets it without the sampler's pass over its row (nor its row
+  // masked on the device), its RNG advanced as sampling would; so the same
+  // tokens as sampling it (docs/architecture.md, "Constrained output").
+  // Not for a sequence with log-probs or token-level controls
+  // (ForcedTokenSamplesAlike). false: every token sampled (tests).
+  bool jump_forward = true;
 };
 
 // One mask thread per 4 cores of this machine, 1 to 4: a 2-core CPU worker
@@ -156,6 +163,8 @@ class StepRunner {
   bool contains(uint64_t seq_id) const { return seqs_.contains(seq_id); }
   // Forgets every sequence.
   void Clear() { seqs_.clear(); }
+  // Rank 0: tokens given without the sampler so far (jump_forward).
+  int64_t forced_tokens() const { return forced_tokens_; }
 
  private:
   struct Sequence {
@@ -214,6 +223,9 @@ class StepRunner {
   absl::Status WaitMasks();
   // Entry `e`'s mask, when it has one this step.
   std::span<const uint32_t> MaskOf(const Entry& e) const;
+  // The one token entry `e`'s mask allows, when jump-forward gives it
+  // without sampling (StepRunnerOptions::jump_forward); else -1.
+  int32_t ForcedOf(const Entry& e) const;
   // Device sampling: the step's masks onto the device logits (DeviceSampler::MaskRows).
   absl::Status MaskOnDevice();
   // After sampling: each constrained entry's token deferred to its matcher
@@ -289,6 +301,8 @@ class StepRunner {
   std::vector<uint8_t> mask_on_;  // [masks] 1 a mask, 0 free (reasoning), 2 a refused deferred token
   std::vector<SequenceConstraint*> mask_jobs_;  // [masks] whose mask each row is
   std::vector<int32_t> mask_picks_;             // [masks] simulated steps: the token each samples
+  std::vector<int32_t> mask_forced_;            // [masks] jump-forward: the sole allowed token, -1 none (or not wanted)
+  int64_t forced_tokens_ = 0;                   // tokens given without the sampler (forced_tokens())
   int64_t words_per_mask_ = 0;
   std::vector<std::unique_ptr<BackgroundTask>> mask_tasks_;  // StepRunnerOptions::mask_threads, made on first use
   std::vector<float> masked_row_;

@@ -72,12 +72,16 @@ void StepRunner::StartMasks() {
   mask_on_.assign(static_cast<size_t>(n), 0);
   mask_jobs_.clear();
   mask_picks_.clear();
+  mask_forced_.clear();
   const int32_t vocab = model_.config().vocab_size;
   const bool simulated = options_.simulated_step > absl::ZeroDuration();
   for (const Entry& e : entries_) {
     if (e.mask < 0) continue;
     mask_jobs_.push_back(e.constraint);
     mask_picks_.push_back(simulated ? SimulatedToken(e.id, e.num_computed + std::ssize(e.tokens), vocab) : -1);
+    const SamplingParams& params = e.added != nullptr ? e.added->sampling : seqs_.at(e.id).sampling->params();
+    // 0: FillMasks looks for a sole allowed token; -1: sampled whatever the mask.
+    mask_forced_.push_back(options_.jump_forward && !simulated && ForcedTokenSamplesAlike(params) ? 0 : -1);
   }
   if (mask_tasks_.empty()) {
     const int threads = options_.mask_threads > 0 ? options_.mask_threads : DefaultMaskThreads();
@@ -102,6 +106,7 @@ void StepRunner::FillMasks(size_t first, size_t stride, bool simulated, int32_t 
       continue;
     }
     mask_on_[k] = mask_jobs_[k]->FillMask(words) ? 1 : 0;
+    if (mask_forced_[k] == 0) mask_forced_[k] = mask_on_[k] == 1 ? SoleAllowedToken(words, vocab) : -1;
     if (simulated && mask_on_[k] == 1) {  // SampleSimulated's pick, here rather than on the critical path
       mask_picks_[k] = std::max(NextAllowedToken(words, mask_picks_[k], vocab), 0);
     }
@@ -125,12 +130,16 @@ std::span<const uint32_t> StepRunner::MaskOf(const Entry& e) const {
                                    static_cast<size_t>(words_per_mask_));
 }
 
+int32_t StepRunner::ForcedOf(const Entry& e) const {
+  return MaskOf(e).empty() ? -1 : mask_forced_[static_cast<size_t>(e.mask)];
+}
+
 absl::Status StepRunner::MaskOnDevice() {
   std::vector<int32_t> rows;
   std::vector<uint32_t> words;
   for (size_t s = 0; s < entries_.size(); ++s) {
     const std::span<const uint32_t> mask = MaskOf(entries_[s]);
-    if (mask.empty()) continue;
+    if (mask.empty() || ForcedOf(entries_[s]) >= 0) continue;  // a forced row is not sampled
     rows.push_back(static_cast<int32_t>(s));
     words.insert(words.end(), mask.begin(), mask.end());
   }

@@ -4,8 +4,10 @@
 // `re` and python-jsonschema in validate_outputs.py; every output cut by
 // max_tokens a prefix the matcher still accepts), and the same tokens come
 // out with preemption and recompute mid-output, in lock-step as overlapped
-// (decode_sampled), and through the device-sampler path (MaskRows).
+// (decode_sampled), through the device-sampler path (MaskRows), and with
+// jump-forward as with every token sampled.
 #include <algorithm>
+#include <cstdio>
 #include <cstdlib>
 #include <fstream>
 #include <memory>
@@ -171,16 +173,18 @@ class ConstrainedGenerationTest : public ::testing::Test {
   // Runs `jobs` (at most kMaxSeqs) to a stop id or kMaxTokens
   // (testing_util::RunConstrained).
   std::vector<ConstrainedOutput> Generate(std::span<const Job> jobs, StepMode mode, int preempt_every = 0,
-                                          DeviceSampler* sampler = nullptr, int mask_threads = 1) {
+                                          DeviceSampler* sampler = nullptr, int mask_threads = 1,
+                                          bool jump_forward = true, int64_t* forced_tokens = nullptr) {
     std::vector<ConstrainedJob> constrained;
     for (const Job& j : jobs) {
       constrained.push_back({std::make_shared<const OutputConstraint>(j.c->constraint), j.seed, j.temperature});
     }
     testing_util::ConstrainedRun run{.prompt = prompt_, .stop_ids = vocab_->stop_ids, .max_tokens = kMaxTokens,
-                                     .block_size = kBlockSize, .mode = mode, .preempt_every = preempt_every};
+                                     .block_size = kBlockSize, .mode = mode, .preempt_every = preempt_every,
+                                     .forced_tokens = forced_tokens};
     return testing_util::RunConstrained(*model_, *cache_,
                                         StepRunnerOptions{.sampler = sampler, .constraints = compiler_.get(),
-                                                          .mask_threads = mask_threads},
+                                                          .mask_threads = mask_threads, .jump_forward = jump_forward},
                                         constrained, run);
   }
 
@@ -307,6 +311,43 @@ TEST_F(ConstrainedGenerationTest, DeviceSamplerPathAgreesWithHost) {
   const std::vector<ConstrainedOutput> device = Generate(jobs, StepMode::kOverlap, 0, &sampler);
   EXPECT_GT(sampler.masked_rows, 0);
   for (size_t i = 0; i < jobs.size(); ++i) EXPECT_EQ(device[i].tokens, host[i].tokens) << i << " seed " << seed;
+}
+
+// Jump-forward (a mask that allows one token gives it without the sampler)
+// yields the tokens of sampling every one, greedy and seeded, for every case
+// (regexes, schemas, choices, GBNF, tool calls), on the host and the
+// device-sampler path, overlapped and preempted; and it does skip sampler
+// passes (the count is printed: the steps whose sampling it saved).
+TEST_F(ConstrainedGenerationTest, JumpForwardGivesTheTokensOfSampling) {
+  const uint64_t seed = testing_util::TestSeed();
+  const std::vector<Case> cases = Cases();
+  std::vector<Job> jobs;
+  for (size_t c = 0; c < cases.size(); ++c) {
+    for (uint64_t k = 0; k < 2; ++k) jobs.push_back(Job{.c = &cases[c], .seed = seed * 100 + c, .temperature = k == 0 ? 0.0f : 1.0f});
+  }
+  int64_t forced_all = 0, tokens_all = 0;
+  for (size_t first = 0; first < jobs.size(); first += kMaxSeqs) {
+    const std::span<const Job> batch(jobs.data() + first, std::min<size_t>(kMaxSeqs, jobs.size() - first));
+    const int round = static_cast<int>(first / kMaxSeqs);
+    testing_util::DeviceLogitsSampler sampler;
+    DeviceSampler* device = round % 2 == 1 ? &sampler : nullptr;  // every other batch on the device path
+    const int preempt = round % 3 == 2 ? 5 : 0;
+    int64_t forced = 0, unforced = 0;
+    const std::vector<ConstrainedOutput> sampled =
+        Generate(batch, StepMode::kOverlap, preempt, device, 1, /*jump_forward=*/false, &unforced);
+    const std::vector<ConstrainedOutput> jumped = Generate(batch, StepMode::kOverlap, preempt, device, 1, true, &forced);
+    EXPECT_EQ(unforced, 0);
+    for (size_t i = 0; i < batch.size(); ++i) {
+      EXPECT_EQ(jumped[i].tokens, sampled[i].tokens)
+          << batch[i].c->constraint.text << ", temperature " << batch[i].temperature << ", round " << round << ", seed "
+          << seed;
+      tokens_all += std::ssize(jumped[i].tokens);
+    }
+    forced_all += forced;
+  }
+  EXPECT_GT(forced_all, 0) << "no mask allowed exactly one token: jump-forward untested, seed " << seed;
+  std::printf("jump-forward: %lld of %lld tokens given without the sampler\n", static_cast<long long>(forced_all),
+              static_cast<long long>(tokens_all));
 }
 
 // A constraint the engine refuses is INVALID_ARGUMENT for the plan, naming

@@ -232,5 +232,32 @@ TEST(TokenMask, NextAllowedTokenIsTheFirstAllowedCyclically) {
   }
 }
 
+// SoleAllowedToken (jump-forward's test of a mask) against a bit-by-bit
+// count: masks with none, one, two and many allowed ids, bits past the
+// vocabulary set (they never count).
+TEST(TokenMask, SoleAllowedTokenIsTheOnlySetBit) {
+  const uint64_t seed = testing_util::TestSeed();
+  std::mt19937_64 rng(seed);
+  for (int32_t vocab : {1, 31, 32, 33, 95, 257, 4099}) {
+    for (int allowed : {0, 1, 1, 1, 2, 5}) {
+      std::vector<uint32_t> words(static_cast<size_t>(TokenMaskWords(vocab)), 0);
+      for (int k = 0; k < allowed; ++k) {
+        const auto t = static_cast<int32_t>(rng() % static_cast<uint64_t>(vocab));
+        words[static_cast<size_t>(t / 32)] |= 1u << (t % 32);
+      }
+      if (vocab % 32 != 0) words.back() |= ~0u << (vocab % 32);
+      int32_t want = -1, count = 0;
+      for (int32_t t = 0; t < vocab; ++t) {
+        if ((words[static_cast<size_t>(t / 32)] >> (t % 32)) & 1u) {
+          want = t;
+          ++count;
+        }
+      }
+      EXPECT_EQ(SoleAllowedToken(words, vocab), count == 1 ? want : -1)
+          << "V=" << vocab << " allowed " << allowed << " seed " << seed;
+    }
+  }
+}
+
 }  // namespace
 }  // namespace tpserve

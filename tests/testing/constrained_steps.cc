@@ -66,6 +66,7 @@ std::vector<ConstrainedOutput> RunConstrained(Model& model, KvCache& cache, cons
       }
     }
   }
+  if (run.forced_tokens != nullptr) *run.forced_tokens = runner.forced_tokens();
   return out;
 }
 

@@ -37,6 +37,7 @@ struct ConstrainedRun {
   int block_size = 16;                // the cache's; jobs get blocks [i * per job, ...)
   StepMode mode = StepMode::kOverlap;
   int preempt_every = 0;              // > 0: every sequence preempted and recomputed every this many steps
+  int64_t* forced_tokens = nullptr;   // set: the runner's forced_tokens() at the end (jump-forward)
 };
 
 // Runs `jobs` (at most the model's max_num_seqs; the cache must hold
