@@ -4,6 +4,8 @@
 #include <chrono>
 #include <cmath>
 
+#include "sampling/token_mask.h"
+
 namespace tpserve {
 
 TokenCheck CheckTokens(std::shared_ptr<const grammar::CompiledGrammar> grammar, int32_t vocab_size,
@@ -16,6 +18,7 @@ TokenCheck CheckTokens(std::shared_ptr<const grammar::CompiledGrammar> grammar, 
     const auto start = std::chrono::steady_clock::now();
     matcher.FillMask(mask);
     out.mask_us.push_back(std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - start).count());
+    if (SoleAllowedToken(mask, vocab_size) >= 0) ++out.forced;
   };
   for (size_t i = 0; i < ids.size(); ++i) {
     fill();

@@ -19,6 +19,9 @@ struct TokenCheck {
   // allowed but the end was not (the output is incomplete); -1 when accepted.
   int64_t rejected_at = -1;
   std::vector<double> mask_us;  // [masks computed] FillMask time of each step, microseconds
+  // Masks that allowed exactly one token: jump-forward gives it without
+  // sampling (sampling/token_mask.h SoleAllowedToken; docs/architecture.md).
+  int64_t forced = 0;
 };
 
 TokenCheck CheckTokens(std::shared_ptr<const grammar::CompiledGrammar> grammar, int32_t vocab_size,
