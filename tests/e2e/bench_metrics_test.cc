@@ -4,7 +4,9 @@
 // grow, gauges back at idle and histograms that counted every request
 // (tests/e2e/check_metrics.py). Also the liveness and readiness health names.
 // And what routers read: GetLoads, `tpserve-client loads` and the {dp_rank}
-// gauges agree, idle and with requests running and queued.
+// gauges agree, idle and with requests running and queued; at --dp 2 each
+// group's series apart.
+#include <cmath>
 #include <fstream>
 #include <sstream>
 #include <string>
@@ -146,9 +148,9 @@ v1::Loads GetLoads(v1::Generation::Stub& stub) {
   return loads;
 }
 
-// The value of `name{dp_rank="0"}` in a scrape; -1 when absent.
-double GroupGauge(const std::string& text, const std::string& name) {
-  const std::string key = name + "{dp_rank=\"0\"} ";
+// The value of `name{LABEL="VALUE"}` in a scrape; -1 when absent.
+double LabelledValue(const std::string& text, const std::string& name, const std::string& label, uint32_t value) {
+  const std::string key = absl::StrCat(name, "{", label, "=\"", value, "\"} ");
   const size_t at = text.find("\n" + key);
   double v = -1;
   if (at == std::string::npos) return v;
@@ -156,31 +158,45 @@ double GroupGauge(const std::string& text, const std::string& name) {
   return absl::SimpleAtod(text.substr(from, text.find('\n', from) - from), &v) ? v : -1;
 }
 
+// The value of `name{dp_rank="G"}` in a scrape; -1 when absent.
+double GroupGauge(const std::string& text, const std::string& name, uint32_t group = 0) {
+  return LabelledValue(text, name, "dp_rank", group);
+}
+
 // Whether /metrics has the group's figures as GetLoads does. The gauges follow
 // the engine's iterations; GetLoads also counts a request whose end was sent
 // since (running drops then), so right after the last request they may differ
 // until the engine's next iteration.
 bool MetricsMatch(const v1::GroupLoad& g, const std::string& scrape) {
-  return GroupGauge(scrape, "tpserve:num_requests_running") == g.running() &&
-         GroupGauge(scrape, "tpserve:num_requests_waiting") == g.waiting() &&
-         GroupGauge(scrape, "tpserve:kv_cache_blocks_used") == g.kv_blocks_used() &&
-         GroupGauge(scrape, "tpserve:kv_cache_blocks_total") == g.kv_blocks_total() &&
-         GroupGauge(scrape, "tpserve:num_tokens_in_flight") == g.tokens_in_flight();
+  const uint32_t r = g.dp_rank();
+  const double total = GroupGauge(scrape, "tpserve:kv_cache_blocks_total", r);
+  const double usage = GroupGauge(scrape, "tpserve:kv_cache_usage_perc", r);
+  return GroupGauge(scrape, "tpserve:num_requests_running", r) == g.running() &&
+         GroupGauge(scrape, "tpserve:num_requests_waiting", r) == g.waiting() &&
+         GroupGauge(scrape, "tpserve:kv_cache_blocks_used", r) == g.kv_blocks_used() &&
+         total == g.kv_blocks_total() && total > 0 &&
+         std::abs(usage - static_cast<double>(g.kv_blocks_used()) / total) <= 1e-6 &&
+         GroupGauge(scrape, "tpserve:num_tokens_in_flight", r) == g.tokens_in_flight();
 }
 
 // GetLoads twice around a scrape until the two agree (no engine iteration
-// between): the three then describe one state.
-std::pair<v1::GroupLoad, std::string> SteadyLoad(v1::Generation::Stub& stub, int port) {
+// between): the three then describe one state, of `groups` groups.
+std::pair<v1::Loads, std::string> SteadyLoads(v1::Generation::Stub& stub, int port, int groups) {
   for (int i = 0; i < 200; ++i) {
     const v1::Loads before = GetLoads(stub);
     std::string scrape = Scrape(port);
     const v1::Loads after = GetLoads(stub);
-    if (before.groups_size() == 1 && after.SerializeAsString() == before.SerializeAsString()) {
-      return {before.groups(0), std::move(scrape)};
+    if (before.groups_size() == groups && after.SerializeAsString() == before.SerializeAsString()) {
+      return {before, std::move(scrape)};
     }
   }
   ADD_FAILURE() << "GetLoads never held still across a scrape";
   return {};
+}
+
+std::pair<v1::GroupLoad, std::string> SteadyLoad(v1::Generation::Stub& stub, int port) {
+  auto [loads, scrape] = SteadyLoads(stub, port, 1);
+  return {loads.groups_size() == 1 ? loads.groups(0) : v1::GroupLoad(), std::move(scrape)};
 }
 
 // 4 requests of distinct 20-token prompts and 40 tokens each, at most 2 running:
@@ -260,6 +276,74 @@ TEST(Loads, GetLoadsClientAndMetricsAgree) {
     absl::SleepFor(absl::Milliseconds(20));
   }
   ADD_FAILURE() << "the group never went back to idle: " << GetLoads(*c.stub).DebugString() << scrape;
+}
+
+// --dp 2 (round-robin, one running per group, 20 ms steps): /metrics has
+// each group's series apart, labelled dp_rank="0" and "1", equal to GetLoads's
+// group, idle, with one running and one waiting in each, and idle again; the
+// groups' ranks are worker_up{rank="0"} and {rank="1"} (G·T + R).
+TEST(Loads, MetricsHaveEachDataParallelGroupsSeries) {
+  constexpr int kGroups = 2, kRequests = 4, kPromptLen = 20, kMaxTokens = 30;
+  TempDir dir;
+  const std::string model = MakeModel(dir.path(), "qwen3");
+  Coordinator c = StartCoordinator(model, 1, dir.path() + "/coordinator.log",
+                                   {"--dp", std::to_string(kGroups), "--dp-routing", "round-robin",
+                                    "--metrics-listen", "127.0.0.1:0", "--max-num-seqs", "1",
+                                    "--simulate-step-us", "20000"});
+  ASSERT_NE(c.stub, nullptr);
+  const int port = MetricsPort(c.process->Log());
+  ASSERT_GT(port, 0) << c.process->Log();
+  auto all_match = [](const v1::Loads& loads, const std::string& scrape) {
+    for (const v1::GroupLoad& g : loads.groups()) {
+      if (!MetricsMatch(g, scrape)) return false;
+    }
+    return true;
+  };
+  {
+    const auto [loads, scrape] = SteadyLoads(*c.stub, port, kGroups);
+    ASSERT_EQ(loads.groups_size(), kGroups);
+    for (int g = 0; g < kGroups; ++g) {
+      EXPECT_EQ(loads.groups(g).dp_rank(), static_cast<uint32_t>(g));
+      EXPECT_EQ(LabelledValue(scrape, "tpserve:worker_up", "rank", static_cast<uint32_t>(g)), 1.0) << scrape;
+    }
+    EXPECT_EQ(LabelledValue(scrape, "tpserve:worker_up", "rank", kGroups), -1.0) << "one rank per group";
+    EXPECT_EQ(GroupGauge(scrape, "tpserve:num_requests_running", kGroups), -1.0) << "no third group";
+    EXPECT_TRUE(all_match(loads, scrape)) << loads.DebugString() << scrape;
+  }
+  std::vector<GenerateOutcome> outcomes(kRequests);
+  std::vector<std::thread> clients;
+  for (int r = 0; r < kRequests; ++r) {
+    clients.emplace_back([&, r] {
+      v1::GenerateRequest request = Greedy(kMaxTokens);
+      for (int t = 0; t < kPromptLen; ++t) request.mutable_prompt_token_ids()->add_ids(static_cast<uint32_t>(100 * r + t + 1));
+      outcomes[static_cast<size_t>(r)] = Generate(*c.stub, request);
+    });
+  }
+  bool busy = false;  // each group one running, one waiting, in GetLoads and /metrics alike
+  for (absl::Time deadline = absl::Now() + absl::Seconds(30); !busy && absl::Now() < deadline;) {
+    const auto [loads, scrape] = SteadyLoads(*c.stub, port, kGroups);
+    busy = loads.groups_size() == kGroups && all_match(loads, scrape);
+    for (const v1::GroupLoad& g : loads.groups()) busy = busy && g.running() == 1 && g.waiting() == 1;
+    if (busy) {
+      for (int g = 0; g < kGroups; ++g) EXPECT_GT(GroupGauge(scrape, "tpserve:kv_cache_blocks_used", g), 0) << g;
+    }
+  }
+  EXPECT_TRUE(busy) << "never saw one running and one waiting in each group";
+  for (std::thread& t : clients) t.join();
+  for (const GenerateOutcome& o : outcomes) {
+    EXPECT_TRUE(o.completed) << o.status.error_message();
+    EXPECT_EQ(o.tokens.size(), static_cast<size_t>(kMaxTokens));
+  }
+  std::string last;
+  for (absl::Time deadline = absl::Now() + absl::Seconds(10); absl::Now() < deadline;) {
+    v1::Loads loads;
+    std::tie(loads, last) = SteadyLoads(*c.stub, port, kGroups);
+    bool idle = loads.groups_size() == kGroups && all_match(loads, last);
+    for (const v1::GroupLoad& g : loads.groups()) idle = idle && g.running() + g.waiting() + g.kv_blocks_used() == 0;
+    if (idle) return;
+    absl::SleepFor(absl::Milliseconds(20));
+  }
+  ADD_FAILURE() << "the groups never went back to idle: " << last;
 }
 
 }  // namespace
