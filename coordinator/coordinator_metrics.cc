@@ -134,6 +134,9 @@ void CoordinatorMetrics::OnSpeculation(int64_t proposed, int64_t accepted) {
   spec_drafts_->Increment();
   spec_draft_tokens_->Increment(static_cast<double>(proposed));
   spec_accepted_->Increment(static_cast<double>(accepted));
+  int64_t longest = spec_longest_draft_.load();
+  while (proposed > longest && !spec_longest_draft_.compare_exchange_weak(longest, proposed)) {
+  }
   for (int64_t pos = 0; pos < std::min<int64_t>(accepted, kSpecPositions); ++pos) {
     spec_accepted_at_[static_cast<size_t>(pos)]->Increment();
   }
@@ -202,6 +205,10 @@ CoordinatorMetrics::Totals CoordinatorMetrics::totals() const {
   t.spec_drafts = count(*spec_drafts_);
   t.spec_draft_tokens = count(*spec_draft_tokens_);
   t.spec_accepted_tokens = count(*spec_accepted_);
+  const int64_t positions = std::min<int64_t>(spec_longest_draft_.load(), kSpecPositions);
+  for (int64_t pos = 0; pos < positions; ++pos) {
+    t.spec_accepted_per_pos.push_back(count(*spec_accepted_at_[static_cast<size_t>(pos)]));
+  }
   for (const auto& [name, h] : histograms_) {
     const MetricHistogram::Snapshot s = h->snapshot();
     t.histograms.push_back({name, s.count, s.sum});

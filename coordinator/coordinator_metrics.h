@@ -33,6 +33,7 @@
 // scheduled to first token; decode = first token to end; inference = prefill + decode.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <map>
 #include <string>
@@ -92,6 +93,10 @@ class CoordinatorMetrics {
     uint64_t requests_failed = 0, prompt_tokens = 0, generation_tokens = 0, preemptions = 0,
              prefix_cache_queries = 0, prefix_cache_hits = 0;
     uint64_t spec_drafts = 0, spec_draft_tokens = 0, spec_accepted_tokens = 0;  // speculative decoding
+    // [positions] drafts whose token at position i (from 0) was accepted, for
+    // the positions of the longest draft so far (at most 16): vLLM's
+    // num_accepted_tokens_per_pos; divided by spec_drafts, its per-position rate.
+    std::vector<uint64_t> spec_accepted_per_pos;
     struct Histogram {
       std::string name;  // without the prefix
       uint64_t count = 0;
@@ -123,6 +128,7 @@ class CoordinatorMetrics {
   static constexpr int kSpecPositions = 16;
   MetricCounter *spec_drafts_ = nullptr, *spec_draft_tokens_ = nullptr, *spec_accepted_ = nullptr;
   std::vector<MetricCounter*> spec_accepted_at_;  // [kSpecPositions]
+  std::atomic<int64_t> spec_longest_draft_{0};    // tokens of the longest draft so far
   void AddGroups(int dp);  // the constructor's: dp groups' gauges
   mutable absl::Mutex follow_mu_;                  // the totals OnEngineState saw last
   std::vector<Group> groups_ ABSL_GUARDED_BY(follow_mu_);  // [dp]; the gauge pointers are fixed at construction

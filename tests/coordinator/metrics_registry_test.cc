@@ -177,6 +177,8 @@ TEST(CoordinatorMetrics, SpecDecodeCountersFollowVllm) {
   EXPECT_EQ(t.spec_drafts, 2u);
   EXPECT_EQ(t.spec_draft_tokens, 7u);
   EXPECT_EQ(t.spec_accepted_tokens, 5u);
+  // Positions of the longest draft (4): accepted at 0 by both, at 1 by both, at 2 by the second.
+  EXPECT_EQ(t.spec_accepted_per_pos, (std::vector<uint64_t>{2, 2, 1, 0}));
   const std::string text = m.registry().Render();
   for (const char* line : {"tpserve:spec_decode_num_drafts 2\n", "tpserve:spec_decode_num_draft_tokens 7\n",
                            "tpserve:spec_decode_num_accepted_tokens 5\n",

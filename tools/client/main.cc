@@ -390,6 +390,9 @@ int Info(v1::Generation::Stub& stub) {
   s["spec_decode_num_drafts"] = server.spec_decode_num_drafts();
   s["spec_decode_num_draft_tokens"] = server.spec_decode_num_draft_tokens();
   s["spec_decode_num_accepted_tokens"] = server.spec_decode_num_accepted_tokens();
+  s["spec_decode_num_accepted_tokens_per_pos"] =
+      std::vector<uint64_t>(server.spec_decode_num_accepted_tokens_per_pos().begin(),
+                            server.spec_decode_num_accepted_tokens_per_pos().end());
   for (const v1::HistogramTotals& h : server.histograms()) s["histograms"][h.name()] = {{"count", h.count()}, {"sum", h.sum()}};
   std::cout << out.dump(2) << "\n";
   return 0;
