@@ -15,13 +15,17 @@
 // * A stop inside an accepted run: the greedy output of one request, then
 //   the same request ended by a stop id at a token of it, and by max_tokens:
 //   each ends exactly there, nothing after it streamed.
+// * tpserve-bench's speculative-decoding figures are the server's counters'.
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <fstream>
+#include <iterator>
 #include <random>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
+#include "nlohmann/json.hpp"
 #include "tests/e2e/harness.h"
 #include "tests/testing/seed.h"
 
@@ -126,6 +130,23 @@ std::string Difference(const Observed& spec, const Observed& plain) {
   return "";
 }
 
+// GetServerInfo's per-position counts: one per position of the longest draft
+// (at most `k`), none growing with the position (a token is kept only after
+// the ones before it), summing to the accepted tokens.
+void ExpectPerPositionAddsUp(const v1::ServerInfo& info, int k) {
+  const auto& per_pos = info.spec_decode_num_accepted_tokens_per_pos();
+  EXPECT_GE(per_pos.size(), 1) << info.ShortDebugString();
+  EXPECT_LE(per_pos.size(), k) << info.ShortDebugString();
+  uint64_t sum = 0;
+  for (int i = 0; i < per_pos.size(); ++i) {
+    sum += per_pos[i];
+    if (i > 0) {
+      EXPECT_LE(per_pos[i], per_pos[i - 1]) << "position " << i;
+    }
+  }
+  EXPECT_EQ(sum, info.spec_decode_num_accepted_tokens());
+}
+
 struct Mode {
   int tp;
   bool overlap;
@@ -172,6 +193,7 @@ TEST_P(SpeculativeTest, SpeculatedRequestsStreamWhatUnspeculatedOnesDo) {
   EXPECT_GT(info.spec_decode_num_drafts(), 0u);
   EXPECT_GT(info.spec_decode_num_accepted_tokens(), 0u) << "nothing accepted: the comparison proves nothing";
   EXPECT_LT(info.spec_decode_num_accepted_tokens(), info.spec_decode_num_draft_tokens());
+  ExpectPerPositionAddsUp(info, 4);
   EXPECT_GT(info.num_preemptions_total(), 0u) << "the small pool preempted nothing";
   EXPECT_GT(stopped, 0) << "no request ended by a stop";
   EXPECT_EQ(info.free_blocks(), info.num_blocks()) << "blocks still held after every request ended";
@@ -238,6 +260,60 @@ TEST_F(SpeculativeStopTest, AStopInsideAnAcceptedRunEndsThere) {
   }
   const v1::ServerInfo info = ServerInfo(*c.stub);
   EXPECT_EQ(info.free_blocks(), info.num_blocks());
+}
+
+// tpserve-bench against a speculating server reports vLLM's figures of the
+// drafts verified during its run: on a fresh server, the server's totals.
+class SpeculativeBenchTest : public SpeculativeStopTest {};
+
+TEST_F(SpeculativeBenchTest, BenchReportsTheAcceptanceOfItsRun) {
+  const std::string model = MakeModel(dir_.path(), "llama", {"--seed", "19"});
+  Coordinator c = StartCoordinator(model, 1, dir_.path() + "/coordinator.log",
+                                   {"--speculative-method", "ngram", "--speculative-policy=false"});
+  ASSERT_TRUE(c.stub) << "no coordinator";
+  // Repetitive prompts (random ones are seldom matched), as a --dataset.
+  const std::string dataset = dir_.path() + "/prompts.jsonl";
+  {
+    std::mt19937_64 rng(testing_util::TestSeed());
+    std::ofstream out(dataset);
+    for (int i = 0; i < 8; ++i) {
+      std::vector<uint32_t> phrase;
+      out << nlohmann::json{{"prompt_token_ids", RepetitivePrompt(rng, phrase)}, {"output_len", 32}}.dump() << "\n";
+    }
+  }
+  const std::string json = dir_.path() + "/bench.json", log = dir_.path() + "/bench.log";
+  ASSERT_EQ(RunCommand({BinaryPath("tools/bench/tpserve-bench"), "throughput", "--server", c.address,
+                        "--num-prompts", "8", "--dataset", dataset, "--output-len", "32", "--json", json},
+                       log),
+            0);
+  const v1::ServerInfo info = ServerInfo(*c.stub);
+  ASSERT_GT(info.spec_decode_num_accepted_tokens(), 0u) << "nothing accepted: a weak check";
+  ExpectPerPositionAddsUp(info, 4);
+  std::ifstream in(json);
+  const nlohmann::json doc = nlohmann::json::parse(in, nullptr, false);
+  ASSERT_FALSE(doc.is_discarded()) << "bench.json is not JSON";
+  const nlohmann::json& s = doc["runs"][0]["spec_decode"];
+  ASSERT_TRUE(s.is_object()) << doc.dump(2);
+  const auto drafts = static_cast<double>(info.spec_decode_num_drafts());
+  const auto accepted = static_cast<double>(info.spec_decode_num_accepted_tokens());
+  EXPECT_EQ(s["drafts"].get<uint64_t>(), info.spec_decode_num_drafts());
+  EXPECT_EQ(s["draft_tokens"].get<uint64_t>(), info.spec_decode_num_draft_tokens());
+  EXPECT_EQ(s["accepted_tokens"].get<uint64_t>(), info.spec_decode_num_accepted_tokens());
+  EXPECT_DOUBLE_EQ(s["acceptance_rate"].get<double>(),
+                   accepted / static_cast<double>(info.spec_decode_num_draft_tokens()));
+  EXPECT_DOUBLE_EQ(s["acceptance_length"].get<double>(), 1 + accepted / drafts);
+  ASSERT_EQ(s["per_position_acceptance"].size(), info.spec_decode_num_accepted_tokens_per_pos().size());
+  for (int i = 0; i < info.spec_decode_num_accepted_tokens_per_pos().size(); ++i) {
+    EXPECT_DOUBLE_EQ(s["per_position_acceptance"][i].get<double>(),
+                     static_cast<double>(info.spec_decode_num_accepted_tokens_per_pos(i)) / drafts);
+  }
+  std::ifstream table(log);
+  const std::string printed((std::istreambuf_iterator<char>(table)), std::istreambuf_iterator<char>());
+  for (const char* line : {"Speculative Decoding", "Acceptance rate (%):", "Acceptance length:",
+                           "Per-position acceptance (%):"}) {
+    EXPECT_NE(printed.find(line), std::string::npos) << line << " in\n" << printed;
+  }
+  std::cout << printed;
 }
 
 }  // namespace

@@ -5,7 +5,11 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <optional>
+#include <string>
+#include <vector>
 
+#include "tools/bench/report.h"
 #include "tools/bench/workload.h"
 
 namespace tpserve::bench {
@@ -168,6 +172,38 @@ TEST(MultiTurnPrompts, EachTurnResendsItsHistoryAfterTheSharedPrefix) {
   const std::vector<BenchPrompt> again =
       MultiTurnPrompts(kConversations, kTurns, kPrefix, {3, 9}, {2, 6}, 1000, 7);
   for (size_t i = 0; i < p.size(); ++i) EXPECT_EQ(again[i].token_ids, p[i].token_ids);
+}
+
+// Speculative decoding from the counters before and after a run, vLLM's
+// figures: 10 drafts of 40 tokens, 25 accepted (at positions 0..3: 9, 8, 5, 3).
+TEST(ComputeSpecDecode, RatesFromTheCountersDifference) {
+  const SpecDecodeCounts before{.drafts = 5, .draft_tokens = 20, .accepted_tokens = 7, .accepted_per_pos = {4, 2, 1}};
+  const SpecDecodeCounts after{
+      .drafts = 15, .draft_tokens = 60, .accepted_tokens = 32, .accepted_per_pos = {13, 10, 6, 3}};
+  const std::optional<SpecDecodeMetrics> m = ComputeSpecDecode(before, after);
+  ASSERT_TRUE(m.has_value());
+  EXPECT_EQ(m->drafts, 10);
+  EXPECT_EQ(m->draft_tokens, 40);
+  EXPECT_EQ(m->accepted_tokens, 25);
+  EXPECT_NEAR(m->acceptance_rate, 25.0 / 40, kEps);
+  EXPECT_NEAR(m->acceptance_length, 1 + 25.0 / 10, kEps);
+  ASSERT_EQ(m->per_position.size(), 4u);  // a position the server first saw during the run starts at 0
+  const std::vector<double> want = {0.9, 0.8, 0.5, 0.3};
+  for (size_t i = 0; i < 4; ++i) EXPECT_NEAR(m->per_position[i], want[i], kEps);
+  // No draft verified (speculation off), or counters that went back (a restarted server): nothing.
+  EXPECT_FALSE(ComputeSpecDecode(after, after).has_value());
+  EXPECT_FALSE(ComputeSpecDecode(after, SpecDecodeCounts{.drafts = 16}).has_value());
+  // The table's section and the JSON, only with figures.
+  RunReport run{.request_rate = 1};
+  EXPECT_EQ(FormatTable(run, true).find("Speculative Decoding"), std::string::npos);
+  EXPECT_TRUE(RunToJson(run)["spec_decode"].is_null());
+  run.metrics.spec_decode = m;
+  const std::string table = FormatTable(run, true);
+  for (const char* line : {"Acceptance rate (%):                     62.50", "Acceptance length:                       3.50",
+                           "Per-position acceptance (%):             90.00, 80.00, 50.00, 30.00"}) {
+    EXPECT_NE(table.find(line), std::string::npos) << line << " in\n" << table;
+  }
+  EXPECT_DOUBLE_EQ(RunToJson(run)["spec_decode"]["acceptance_length"].get<double>(), 3.5);
 }
 
 }  // namespace

@@ -7,7 +7,10 @@
 //
 // Both take --server, --api-key-file and the TLS flags (tools/connect/connect.h),
 // --json FILE (every figure and the whole configuration) and, for serve,
-// --plot FILE.png. Exit 0 when the runs finished (failed requests are counted,
+// --plot FILE.png. Against a speculating server each run also reports the
+// acceptance rate, the acceptance length and the per-position acceptance of
+// the drafts it verified meanwhile (GetServerInfo before and after the run).
+// Exit 0 when the runs finished (failed requests are counted,
 // not fatal), 1 when the server could not be asked, 2 for bad usage.
 #include <unistd.h>
 
@@ -15,9 +18,11 @@
 #include <cstdio>
 #include <fstream>
 #include <iostream>
+#include <optional>
 #include <set>
 #include <sstream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/flags/flag.h"
@@ -177,6 +182,31 @@ std::string BuildWorkload(const std::string& mode, const v1::ModelInfo& model, W
   return "";
 }
 
+// The server's speculative-decoding counters now (GetServerInfo), or none
+// when it cannot be asked (said once on stderr; the run goes on without them).
+std::optional<SpecDecodeCounts> ReadSpecDecodeCounts(const ClientConnection& connection) {
+  grpc::ClientContext context;
+  AddApiKey(connection, context);
+  context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
+  v1::ServerInfo info;
+  const grpc::Status s =
+      v1::Generation::NewStub(connection.channel)->GetServerInfo(&context, v1::ServerInfoRequest(), &info);
+  if (!s.ok()) {
+    static bool said = false;
+    if (!std::exchange(said, true)) {
+      std::fprintf(stderr, "tpserve-bench: %s: GetServerInfo: %s: %s (no speculative-decoding figures)\n",
+                   connection.server.c_str(), GrpcCodeName(s.error_code()), s.error_message().c_str());
+    }
+    return std::nullopt;
+  }
+  SpecDecodeCounts c{.drafts = info.spec_decode_num_drafts(),
+                     .draft_tokens = info.spec_decode_num_draft_tokens(),
+                     .accepted_tokens = info.spec_decode_num_accepted_tokens()};
+  c.accepted_per_pos.assign(info.spec_decode_num_accepted_tokens_per_pos().begin(),
+                            info.spec_decode_num_accepted_tokens_per_pos().end());
+  return c;
+}
+
 // The distinct failure messages of a run, at most five.
 std::vector<std::string> Errors(const std::vector<RequestRecord>& records) {
   std::set<std::string> distinct;
@@ -241,10 +271,15 @@ int Main(int argc, char** argv) {
                        .temperature = static_cast<float>(absl::GetFlag(FLAGS_temperature)),
                        .progress = isatty(STDERR_FILENO) == 1};
     if (absl::Status s = SetStructuredOutput(options); !s.ok()) return Usage(std::string(s.message()));
+    const std::optional<SpecDecodeCounts> spec_before = ReadSpecDecodeCounts(*connection);
     const RunResult result = RunBenchmark(*connection, w.prompts[run], options);
     RunReport report{.request_rate = rate,
                      .metrics = ComputeMetrics(result.records, result.duration_s, w.percentiles, w.slo),
                      .errors = Errors(result.records)};
+    if (const std::optional<SpecDecodeCounts> spec_after = ReadSpecDecodeCounts(*connection);
+        spec_before.has_value() && spec_after.has_value()) {
+      report.metrics.spec_decode = ComputeSpecDecode(*spec_before, *spec_after);
+    }
     std::cout << FormatTable(report, mode == "serve") << std::flush;
     doc["runs"].push_back(RunToJson(report));
     reports.push_back(std::move(report));

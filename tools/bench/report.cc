@@ -4,6 +4,9 @@
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
+#include <optional>
+#include <string>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -39,6 +42,27 @@ nlohmann::json DistributionJson(const Distribution& d) {
   return j;
 }
 
+// Speculative decoding's section, as vLLM's bench serve prints it.
+std::string SpecDecodeLines(const SpecDecodeMetrics& s) {
+  std::string out = Heading("Speculative Decoding");
+  out += Line("Acceptance rate (%):", Num(100 * s.acceptance_rate));
+  out += Line("Acceptance length:", Num(s.acceptance_length));
+  out += Line("Drafts:", absl::StrCat(s.drafts));
+  out += Line("Draft tokens:", absl::StrCat(s.draft_tokens));
+  out += Line("Accepted tokens:", absl::StrCat(s.accepted_tokens));
+  std::vector<std::string> rates;
+  for (double r : s.per_position) rates.push_back(Num(100 * r));
+  out += Line("Per-position acceptance (%):", absl::StrJoin(rates, ", "));
+  return out;
+}
+
+nlohmann::json SpecDecodeJson(const std::optional<SpecDecodeMetrics>& s) {
+  if (!s.has_value()) return nullptr;
+  return {{"acceptance_rate", s->acceptance_rate}, {"acceptance_length", s->acceptance_length},
+          {"drafts", s->drafts},                   {"draft_tokens", s->draft_tokens},
+          {"accepted_tokens", s->accepted_tokens}, {"per_position_acceptance", s->per_position}};
+}
+
 }  // namespace
 
 std::string FormatTable(const RunReport& run, bool serve_mode) {
@@ -63,6 +87,7 @@ std::string FormatTable(const RunReport& run, bool serve_mode) {
     s += DistributionLines("Inter-token Latency", "ITL", m.itl);
     s += DistributionLines("End-to-end Latency", "E2EL", m.e2el);
   }
+  if (m.spec_decode.has_value()) s += SpecDecodeLines(*m.spec_decode);
   for (const std::string& e : run.errors) s += absl::StrCat("failure: ", e, "\n");
   s += "==================================================\n";
   return s;
@@ -90,6 +115,7 @@ nlohmann::json RunToJson(const RunReport& run) {
           {"tpot", DistributionJson(m.tpot)},
           {"itl", DistributionJson(m.itl)},
           {"e2el", DistributionJson(m.e2el)},
+          {"spec_decode", SpecDecodeJson(m.spec_decode)},
           {"errors", run.errors}};
 }
 

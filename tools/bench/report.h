@@ -18,10 +18,12 @@ struct RunReport {
   std::vector<std::string> errors;  // the distinct failure messages, at most a few
 };
 
-// The result table of one run.
+// The result table of one run; a "Speculative Decoding" section when the
+// server verified drafts during it (ServingMetrics::spec_decode).
 std::string FormatTable(const RunReport& run, bool serve_mode);
 
-// Every figure of a run, times in ms, throughputs per second; rate inf is "inf".
+// Every figure of a run, times in ms, throughputs per second; rate inf is "inf";
+// "spec_decode" null without speculation.
 nlohmann::json RunToJson(const RunReport& run);
 
 // A PNG at `path` drawing TTFT, TPOT and ITL at each percentile against the

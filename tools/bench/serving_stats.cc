@@ -121,6 +121,26 @@ ServingMetrics ComputeMetrics(const std::vector<RequestRecord>& requests, double
   return m;
 }
 
+std::optional<SpecDecodeMetrics> ComputeSpecDecode(const SpecDecodeCounts& before, const SpecDecodeCounts& after) {
+  if (after.drafts <= before.drafts || after.draft_tokens < before.draft_tokens ||
+      after.accepted_tokens < before.accepted_tokens) {
+    return std::nullopt;
+  }
+  SpecDecodeMetrics m;
+  m.drafts = static_cast<int64_t>(after.drafts - before.drafts);
+  m.draft_tokens = static_cast<int64_t>(after.draft_tokens - before.draft_tokens);
+  m.accepted_tokens = static_cast<int64_t>(after.accepted_tokens - before.accepted_tokens);
+  const auto drafts = static_cast<double>(m.drafts);
+  m.acceptance_rate = m.draft_tokens > 0 ? static_cast<double>(m.accepted_tokens) / static_cast<double>(m.draft_tokens) : 0;
+  m.acceptance_length = 1 + static_cast<double>(m.accepted_tokens) / drafts;
+  for (size_t i = 0; i < after.accepted_per_pos.size(); ++i) {
+    const uint64_t was = i < before.accepted_per_pos.size() ? before.accepted_per_pos[i] : 0;
+    if (after.accepted_per_pos[i] < was) return std::nullopt;
+    m.per_position.push_back(static_cast<double>(after.accepted_per_pos[i] - was) / drafts);
+  }
+  return m;
+}
+
 absl::StatusOr<std::vector<double>> ParsePercentiles(absl::string_view text) {
   std::vector<double> out;
   for (absl::string_view piece : absl::StrSplit(text, ',', absl::SkipWhitespace())) {

@@ -17,6 +17,14 @@
 //   chunk; here a chunk's own token count, the same when chunks carry one);
 //   peak concurrency = most requests active in one such bucket (a request is
 //   active in every bucket from its send's to its last chunk's).
+// Speculative decoding (when the server verified drafts during the run), from
+// its counters (GetServerInfo's spec_decode_*, the metrics' tpserve:spec_decode_*)
+// read before and after the run, as vLLM's bench reads /metrics: everything
+// the server verified meanwhile, another client's requests included.
+//   acceptance rate = accepted tokens / draft tokens;
+//   acceptance length = 1 + accepted tokens / drafts (tokens a verification
+//   step gives a sequence, its own token included);
+//   per-position acceptance = drafts whose token at position i was accepted / drafts.
 // Distributions: mean, median, population standard deviation and the
 // percentiles asked for, by linear interpolation between order statistics
 // (numpy.percentile's default); reported in milliseconds. An empty one is all 0.
@@ -59,6 +67,24 @@ struct Distribution {
   std::vector<std::pair<double, double>> percentiles_ms;  // (p in [0, 100], value)
 };
 
+// A server's speculative-decoding counters at one moment (GetServerInfo).
+struct SpecDecodeCounts {
+  uint64_t drafts = 0, draft_tokens = 0, accepted_tokens = 0;
+  std::vector<uint64_t> accepted_per_pos;  // [positions] drafts accepted at position i
+};
+
+struct SpecDecodeMetrics {
+  int64_t drafts = 0, draft_tokens = 0, accepted_tokens = 0;  // during the run
+  double acceptance_rate = 0;    // accepted_tokens / draft_tokens, in [0, 1]
+  double acceptance_length = 0;  // 1 + accepted_tokens / drafts
+  std::vector<double> per_position;  // [positions] accepted at position i / drafts, in [0, 1]
+};
+
+// The run's figures from the counters before and after it; none when it
+// verified no draft (speculation off) or a counter went back (the server
+// restarted meanwhile).
+std::optional<SpecDecodeMetrics> ComputeSpecDecode(const SpecDecodeCounts& before, const SpecDecodeCounts& after);
+
 struct ServingMetrics {
   int64_t completed = 0, failed = 0;
   double duration_s = 0;
@@ -72,6 +98,7 @@ struct ServingMetrics {
   double peak_output_throughput = 0;  // tokens/s in the busiest 1-second bucket
   int64_t peak_concurrency = 0;
   Distribution ttft, tpot, itl, e2el;
+  std::optional<SpecDecodeMetrics> spec_decode;  // set by the caller (ComputeSpecDecode)
 };
 
 // numpy.percentile(values, p) (linear interpolation); `values` need not be sorted,
