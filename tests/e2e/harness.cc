@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/prctl.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -487,6 +488,35 @@ int WorkerPid(const v1::ServerInfo& info, int rank) {
   int pid = 0;
   if (at == std::string::npos || !absl::SimpleAtoi(w.substr(at + 5, w.size() - at - 6), &pid)) return 0;
   return pid;
+}
+
+bool MakeTestCertificates(const std::string& d, const std::string& server_cn, const std::string& server_san) {
+  const std::string log = d + "/openssl.log";
+  const std::vector<std::string> ec = {"-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes"};
+  auto req = [&](std::vector<std::string> args) {
+    std::vector<std::string> argv = {"openssl", "req"};
+    argv.insert(argv.end(), args.begin(), args.end());
+    argv.insert(argv.end(), ec.begin(), ec.end());
+    return RunCommand(argv, log) == 0;
+  };
+  auto sign = [&](const std::string& name, const std::string& ext) {
+    return RunCommand({"sh", "-c",
+                       absl::StrCat("printf '", ext, "\\n' > ", d, "/", name, ".ext && openssl x509 -req -in ", d, "/",
+                                    name, ".csr -CA ", d, "/ca.pem -CAkey ", d, "/ca.key -CAcreateserial -days 2 ",
+                                    "-extfile ", d, "/", name, ".ext -out ", d, "/", name, ".pem")},
+                      log) == 0;
+  };
+  const bool ok =
+      req({"-x509", "-days", "2", "-subj", "/CN=test cluster CA", "-addext", "basicConstraints=critical,CA:TRUE",
+           "-keyout", d + "/ca.key", "-out", d + "/ca.pem"}) &&
+      req({"-new", "-subj", "/CN=" + server_cn, "-keyout", d + "/server.key", "-out", d + "/server.csr"}) &&
+      sign("server", "subjectAltName=" + server_san) &&
+      req({"-new", "-subj", "/CN=worker", "-keyout", d + "/worker.key", "-out", d + "/worker.csr"}) &&
+      sign("worker", "extendedKeyUsage=clientAuth") &&
+      req({"-x509", "-days", "2", "-subj", "/CN=stranger", "-addext", "subjectAltName=IP:127.0.0.1", "-keyout",
+           d + "/stranger.key", "-out", d + "/stranger.pem"});
+  for (const char* key : {"ca", "server", "worker", "stranger"}) chmod(absl::StrCat(d, "/", key, ".key").c_str(), 0600);
+  return ok;
 }
 
 std::unique_ptr<Process> StartWorker(const std::string& coordinator, int rank, int world, const std::string& log,

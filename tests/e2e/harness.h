@@ -129,6 +129,15 @@ std::string AwaitLine(Process& process, const std::string& marker, absl::Duratio
 std::unique_ptr<Process> StartWorker(const std::string& coordinator, int rank, int world, const std::string& log,
                                      const std::vector<std::string>& extra = {});
 
+// openssl, as README's "Security" recipe does it, into `dir`: a CA (ca.pem,
+// ca.key), the coordinator's certificate for `server_san` (server.pem,
+// server.key, CN `server_cn`) signed by it, a worker's client certificate
+// signed by it (worker.pem, worker.key) and a stranger's self-signed one
+// (stranger.pem, stranger.key; SAN IP:127.0.0.1). Keys 0600. False when
+// openssl failed (its output in dir/openssl.log).
+bool MakeTestCertificates(const std::string& dir, const std::string& server_cn = "127.0.0.1",
+                          const std::string& server_san = "IP:127.0.0.1,DNS:localhost");
+
 // VmRSS of process `pid` in kB, or -1.
 int64_t RssKb(pid_t pid);
 

@@ -5,7 +5,7 @@
 // one tpserve-launch --nnodes 2 --node-rank R --nproc-per-node 1 per namespace
 // starts a worker that dials it, so the steps and the ranks' gloo traffic go
 // across the veth. The worker port is off loopback, so it takes the cluster
-// secret (--cluster-secret-file on both sides). The public API listens on a
+// secret (--cluster-secret-file on both sides); one test adds TLS on it. The public API listens on a
 // unix socket (a path, which no network namespace hides) so the test reaches
 // it from outside both.
 //
@@ -131,13 +131,15 @@ class TwoHostsTest : public ::testing::Test {
 
   // The coordinator on host 0, its API on a unix socket, workers dialing its
   // veth address; returns the address the workers are to dial ("" on failure).
-  std::string StartCoordinatorOnHost0(int tp = 2) {
+  // `extra`: more of the coordinator's flags (TLS on the worker port).
+  std::string StartCoordinatorOnHost0(int tp = 2, const std::vector<std::string>& extra = {}) {
     api_ = "unix:" + dir_.path() + "/api.sock";
-    coordinator_ = std::make_unique<Process>(
-        hosts_.In(0, {BinaryPath("tools/coordinator/tpserve-coordinator"), "--model", model_, "--tp", std::to_string(tp),
-                      "--listen", api_, "--worker-listen", TwoHosts::Address(0) + ":0", "--worker-timeout", "60s",
-                      "--drain-timeout", "1s", "--cluster-secret-file", secret_}),
-        dir_.path() + "/coordinator.log");
+    std::vector<std::string> argv = {BinaryPath("tools/coordinator/tpserve-coordinator"), "--model", model_, "--tp",
+                                     std::to_string(tp), "--listen", api_, "--worker-listen",
+                                     TwoHosts::Address(0) + ":0", "--worker-timeout", "60s", "--drain-timeout", "1s",
+                                     "--cluster-secret-file", secret_};
+    argv.insert(argv.end(), extra.begin(), extra.end());
+    coordinator_ = std::make_unique<Process>(hosts_.In(0, argv), dir_.path() + "/coordinator.log");
     return AwaitLine(*coordinator_, "tpserve-coordinator: workers connect to ");
   }
 
@@ -145,13 +147,15 @@ class TwoHostsTest : public ::testing::Test {
   // dialing `coordinator` (an address or host 0's name). No --comm-host: each
   // rank's gloo binds its host's address toward the coordinator (its veth
   // end), which the other rank can reach.
-  std::unique_ptr<Process> Launch(int host, const std::string& coordinator, int node, int nproc = 1) {
-    return std::make_unique<Process>(
-        hosts_.In(host, {BinaryPath("launcher/tpserve-launch"), "--nnodes", "2", "--node-rank",
-                         std::to_string(node), "--nproc-per-node", std::to_string(nproc), "--master-addr", TwoHosts::Address(0), "--",
-                         BinaryPath("tools/worker/tpserve-worker"), "--coordinator", coordinator,
-                         "--cluster-secret-file", secret_}),
-        absl::StrCat(dir_.path(), "/launch", host, ".log"));
+  // `extra`: more of the workers' flags (TLS).
+  std::unique_ptr<Process> Launch(int host, const std::string& coordinator, int node, int nproc = 1,
+                                  const std::vector<std::string>& extra = {}) {
+    std::vector<std::string> argv = {BinaryPath("launcher/tpserve-launch"), "--nnodes", "2", "--node-rank",
+                                     std::to_string(node), "--nproc-per-node", std::to_string(nproc), "--master-addr",
+                                     TwoHosts::Address(0), "--", BinaryPath("tools/worker/tpserve-worker"),
+                                     "--coordinator", coordinator, "--cluster-secret-file", secret_};
+    argv.insert(argv.end(), extra.begin(), extra.end());
+    return std::make_unique<Process>(hosts_.In(host, argv), absl::StrCat(dir_.path(), "/launch", host, ".log"));
   }
 
   std::unique_ptr<v1::Generation::Stub> Stub() const {
@@ -212,6 +216,52 @@ TEST_F(TwoHostsTest, WorkersDialTheCoordinatorByHostName) {
   const GenerateOutcome out = Generate(*stub, Request(16));
   ASSERT_TRUE(out.status.ok()) << out.status.error_message();
   EXPECT_EQ(out.tokens.size(), 16u);
+}
+
+// The worker port across the veth under TLS and the cluster secret at once:
+// the coordinator's certificate names host 0 (its address and its name), the
+// workers dial it by name and present a client certificate of the cluster's
+// CA. A worker on host 1 that speaks plain text, or that proves another
+// secret over TLS, is turned away saying why; then one launcher per host
+// (TLS, the secret) forms the group and it serves.
+TEST_F(TwoHostsTest, TlsAndTheClusterSecretGuardTheWorkerPortAcrossHosts) {
+  ASSERT_TRUE(MakeTestCertificates(dir_.path(), TwoHosts::Name(0),
+                                   absl::StrCat("IP:", TwoHosts::Address(0), ",DNS:", TwoHosts::Name(0))))
+      << "openssl could not make test certificates";
+  const auto file = [this](const std::string& name) { return dir_.path() + "/" + name; };
+  const std::string workers =
+      StartCoordinatorOnHost0(2, {"--worker-tls-cert", file("server.pem"), "--worker-tls-key", file("server.key"),
+                                  "--worker-tls-ca", file("ca.pem")});
+  const size_t colon = workers.rfind(':');
+  ASSERT_NE(colon, std::string::npos) << workers;
+  const std::string by_name = TwoHosts::Name(0) + workers.substr(colon);
+  const std::vector<std::string> tls = {"--tls-ca", file("ca.pem"), "--tls-cert", file("worker.pem"), "--tls-key",
+                                        file("worker.key")};
+  const std::string other_secret = file("other-secret");
+  std::ofstream(other_secret) << "another-cluster-secret-0123456789\n";
+  chmod(other_secret.c_str(), 0600);
+  auto lone_worker = [&](const std::string& name, std::vector<std::string> flags) {
+    std::vector<std::string> argv = {BinaryPath("tools/worker/tpserve-worker"), "--coordinator", by_name, "--rank", "1",
+                                     "--world-size", "2", "--local-rank", "0", "--connect-timeout", "10s"};
+    argv.insert(argv.end(), flags.begin(), flags.end());
+    return std::make_unique<Process>(hosts_.In(1, argv), file(name + ".log"));
+  };
+  std::vector<std::string> wrong_secret = tls;
+  wrong_secret.insert(wrong_secret.end(), {"--cluster-secret-file", other_secret});
+  std::unique_ptr<Process> plain = lone_worker("plain", {"--cluster-secret-file", secret_});
+  std::unique_ptr<Process> forger = lone_worker("forger", wrong_secret);
+  EXPECT_EQ(plain->Wait(absl::Seconds(60)), 1) << plain->Log();
+  EXPECT_NE(plain->Log().find("expects a TLS handshake on its worker port"), std::string::npos) << plain->Log();
+  EXPECT_EQ(forger->Wait(absl::Seconds(60)), 1) << forger->Log();
+  EXPECT_NE(forger->Log().find("proved a different cluster secret"), std::string::npos) << forger->Log();
+
+  std::unique_ptr<Process> host0 = Launch(0, by_name, 0, 1, tls), host1 = Launch(1, by_name, 1, 1, tls);
+  AwaitLine(*coordinator_, "tpserve-coordinator: ready");
+  auto stub = Stub();
+  const GenerateOutcome out = Generate(*stub, Request(16));
+  ASSERT_TRUE(out.status.ok()) << out.status.error_message();
+  EXPECT_EQ(out.tokens.size(), 16u);
+  EXPECT_NE(coordinator_->Log().find("refused a worker"), std::string::npos) << coordinator_->Log();
 }
 
 TEST_F(TwoHostsTest, AHostThatDiesMidStreamFailsTheStreamNamingItsRank) {

@@ -4,8 +4,6 @@
 // certificate, a missing or unsigned client certificate, plain text against
 // a TLS worker port, TLS against a plain one. Then a worker with the right
 // files joins, so the coordinator was not the problem.
-#include <sys/stat.h>
-
 #include <gtest/gtest.h>
 
 #include <memory>
@@ -18,38 +16,6 @@
 namespace tpserve::e2e {
 namespace {
 
-// openssl, as README's "Security" recipe does it: a CA, the coordinator's
-// certificate for 127.0.0.1 signed by it, a worker certificate signed by it,
-// and a stranger's self-signed certificate.
-bool MakeCertificates(const std::string& d) {
-  const std::string log = d + "/openssl.log";
-  const std::vector<std::string> ec = {"-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes"};
-  auto req = [&](std::vector<std::string> args) {
-    std::vector<std::string> argv = {"openssl", "req"};
-    argv.insert(argv.end(), args.begin(), args.end());
-    argv.insert(argv.end(), ec.begin(), ec.end());
-    return RunCommand(argv, log) == 0;
-  };
-  auto sign = [&](const std::string& name, const std::string& ext) {
-    return RunCommand({"sh", "-c",
-                       absl::StrCat("printf '", ext, "\\n' > ", d, "/", name, ".ext && openssl x509 -req -in ", d, "/",
-                                    name, ".csr -CA ", d, "/ca.pem -CAkey ", d, "/ca.key -CAcreateserial -days 2 ",
-                                    "-extfile ", d, "/", name, ".ext -out ", d, "/", name, ".pem")},
-                      log) == 0;
-  };
-  const bool ok =
-      req({"-x509", "-days", "2", "-subj", "/CN=test cluster CA", "-addext", "basicConstraints=critical,CA:TRUE",
-           "-keyout", d + "/ca.key", "-out", d + "/ca.pem"}) &&
-      req({"-new", "-subj", "/CN=127.0.0.1", "-keyout", d + "/server.key", "-out", d + "/server.csr"}) &&
-      sign("server", "subjectAltName=IP:127.0.0.1,DNS:localhost") &&
-      req({"-new", "-subj", "/CN=worker", "-keyout", d + "/worker.key", "-out", d + "/worker.csr"}) &&
-      sign("worker", "extendedKeyUsage=clientAuth") &&
-      req({"-x509", "-days", "2", "-subj", "/CN=stranger", "-addext", "subjectAltName=IP:127.0.0.1", "-keyout",
-           d + "/stranger.key", "-out", d + "/stranger.pem"});
-  for (const char* key : {"ca", "server", "worker", "stranger"}) chmod(absl::StrCat(d, "/", key, ".key").c_str(), 0600);
-  return ok;
-}
-
 struct Case {
   std::string name;
   std::vector<std::string> flags;  // the worker's TLS flags (x.pem, x.key: files of the test's folder)
@@ -60,7 +26,7 @@ class WorkerTlsTest : public ::testing::Test {
  protected:
   void SetUp() override {
     model_ = MakeModel(dir_.path(), "qwen3");
-    ASSERT_TRUE(MakeCertificates(dir_.path())) << "openssl could not make test certificates";
+    ASSERT_TRUE(MakeTestCertificates(dir_.path())) << "openssl could not make test certificates";
   }
 
   // A coordinator for one worker that it never spawns, with `extra` flags;
