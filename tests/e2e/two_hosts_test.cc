@@ -20,6 +20,8 @@
 
 #include <filesystem>
 #include <fstream>
+#include <initializer_list>
+#include <iterator>
 #include <string>
 #include <vector>
 
@@ -32,12 +34,15 @@ namespace {
 
 namespace v1 = tpserve::v1;
 
-std::string FindIp() {
-  for (const char* path : {"/usr/sbin/ip", "/sbin/ip", "/usr/bin/ip", "/bin/ip"}) {
+// The first of `paths` that can be run; "" when none can.
+std::string FindProgram(std::initializer_list<const char*> paths) {
+  for (const char* path : paths) {
     if (access(path, X_OK) == 0) return path;
   }
   return "";
 }
+
+std::string FindIp() { return FindProgram({"/usr/sbin/ip", "/sbin/ip", "/usr/bin/ip", "/bin/ip"}); }
 
 // Two network namespaces, "hosts" 0 and 1, joined by a veth pair:
 // host h has address 10.77.0.(h+1)/24 on its end, and lo up.
@@ -92,6 +97,8 @@ class TwoHosts {
   }
 
   static std::string Address(int host) { return absl::StrCat("10.77.0.", host + 1); }
+  static std::string Subnet() { return "10.77.0.0/24"; }
+  const std::string& Namespace(int host) const { return names_[host]; }
   // Host h's name, in both hosts' /etc/hosts (and nowhere else).
   static std::string Name(int host) { return absl::StrCat("tpserve-host", host); }
 
@@ -262,6 +269,51 @@ TEST_F(TwoHostsTest, TlsAndTheClusterSecretGuardTheWorkerPortAcrossHosts) {
   ASSERT_TRUE(out.status.ok()) << out.status.error_message();
   EXPECT_EQ(out.tokens.size(), 16u);
   EXPECT_NE(coordinator_->Log().find("refused a worker"), std::string::npos) << coordinator_->Log();
+}
+
+// mpirun with a host list, one slot on each host, started on host 0: Open
+// MPI starts its daemon on host 1 through its ssh agent, here
+// netns_ssh_agent.sh, which enters host 1's namespace as ssh would reach
+// host 1; each rank reads its rank from Open MPI's environment and dials the
+// coordinator by name. Rank 0 runs on host 0, rank 1 on host 1, and tp 2
+// across them gives one host's greedy tokens.
+TEST_F(TwoHostsTest, MpirunWithAHostListPlacesOneRankOnEachHost) {
+  const std::string mpirun = FindProgram({"/usr/bin/mpirun", "/usr/local/bin/mpirun"});
+  if (mpirun.empty()) GTEST_SKIP() << "mpirun across hosts skipped: no mpirun (Debian's openmpi-bin)";
+  GenerateOutcome reference;
+  {
+    Coordinator one = StartCoordinator(model_, 2, dir_.path() + "/one-host.log");
+    ASSERT_TRUE(one.stub);
+    reference = Generate(*one.stub, Request(24));
+    ASSERT_TRUE(reference.status.ok()) << reference.status.error_message();
+  }
+  const std::string workers = StartCoordinatorOnHost0();
+  const size_t colon = workers.rfind(':');
+  ASSERT_NE(colon, std::string::npos) << workers;
+  const std::string agent_log = dir_.path() + "/agent.log";
+  Process mpi(hosts_.In(0, {"env",
+                            absl::StrCat("TPSERVE_NETNS_HOSTS=", TwoHosts::Name(0), "=", hosts_.Namespace(0), " ",
+                                         TwoHosts::Name(1), "=", hosts_.Namespace(1)),
+                            "TPSERVE_NETNS_AGENT_LOG=" + agent_log, mpirun, "--allow-run-as-root", "-np", "2",
+                            "--host", absl::StrCat(TwoHosts::Name(0), ":1,", TwoHosts::Name(1), ":1"), "--mca",
+                            "plm_rsh_agent", TPSERVE_NETNS_SSH_AGENT, "--mca", "oob_tcp_if_include",
+                            TwoHosts::Subnet(), "--bind-to", "none", BinaryPath("tools/worker/tpserve-worker"),
+                            "--coordinator", TwoHosts::Name(0) + workers.substr(colon), "--cluster-secret-file",
+                            secret_}),
+              dir_.path() + "/mpirun.log");
+  AwaitLine(*coordinator_, "tpserve-coordinator: ready");
+  const std::string log = coordinator_->Log();
+  EXPECT_NE(log.find("worker connected: rank 0: " + TwoHosts::Name(0) + " "), std::string::npos) << log;
+  EXPECT_NE(log.find("worker connected: rank 1: " + TwoHosts::Name(1) + " "), std::string::npos) << log;
+  std::ifstream agent(agent_log);
+  const std::string calls((std::istreambuf_iterator<char>(agent)), std::istreambuf_iterator<char>());
+  EXPECT_NE(calls.find(TwoHosts::Name(1) + " "), std::string::npos) << "mpirun reached host 1 through the agent: "
+                                                                     << calls;
+  EXPECT_EQ(calls.find(TwoHosts::Name(0) + " "), std::string::npos) << "host 0 is mpirun's own: " << calls;
+  auto stub = Stub();
+  const GenerateOutcome across = Generate(*stub, Request(24));
+  ASSERT_TRUE(across.status.ok()) << across.status.error_message() << "\n" << mpi.Log();
+  EXPECT_EQ(across.tokens, reference.tokens) << "tp 2 by mpirun across two hosts equals tp 2 on one";
 }
 
 TEST_F(TwoHostsTest, AHostThatDiesMidStreamFailsTheStreamNamingItsRank) {
