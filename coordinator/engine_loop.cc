@@ -15,7 +15,6 @@
 
 namespace tpserve {
 
-namespace v1 = tpserve::v1;
 namespace iv1 = tpserve::internal::v1;
 
 struct EngineLoop::Live {

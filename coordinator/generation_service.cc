@@ -19,7 +19,6 @@
 
 namespace tpserve {
 
-namespace v1 = tpserve::v1;
 
 namespace {
 

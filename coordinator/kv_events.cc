@@ -6,7 +6,6 @@
 
 namespace tpserve {
 
-namespace v1 = tpserve::v1;
 
 KvEventPublisher::KvEventPublisher(int dp_rank, int32_t block_size, size_t replay_batches)
     : dp_rank_(dp_rank), block_size_(block_size), replay_batches_(replay_batches) {}

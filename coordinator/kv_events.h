@@ -82,7 +82,6 @@ class KvEventPublisher final : public PrefixCacheObserver {
   absl::Mutex deliver_mu_ ABSL_ACQUIRED_BEFORE(mu_);  // held while sinks are called
   mutable absl::Mutex mu_;
   tpserve::v1::KvEventBatch pending_ ABSL_GUARDED_BY(mu_);        // events since the last Flush
-  uint64_t last_pending_hash_ ABSL_GUARDED_BY(mu_) = 0;         // the last stored chain's tail
   uint64_t seq_ ABSL_GUARDED_BY(mu_) = 0;                       // the last flushed batch
   std::deque<tpserve::v1::KvEventBatch> replay_ ABSL_GUARDED_BY(mu_);  // [<= replay_batches_], by seq
   absl::flat_hash_map<uint64_t, Cached> mirror_ ABSL_GUARDED_BY(mu_);  // the cache as of batch seq_

@@ -13,7 +13,6 @@
 
 namespace tpserve {
 
-namespace v1 = tpserve::v1;
 
 namespace {
 

@@ -7,7 +7,6 @@
 
 namespace tpserve {
 
-namespace v1 = tpserve::v1;
 
 ResponseQueue::ResponseQueue(int64_t max_buffered, std::function<void()> on_ready)
     : max_buffered_(max_buffered), on_ready_(std::move(on_ready)) {
