@@ -428,26 +428,57 @@ class SlurmJob:
         self.launchers = os.path.join(scratch, "launchers")
         self.launch_log = os.path.join(scratch, "launchers.jsonl")
         os.makedirs(self.launchers, exist_ok=True)
-        for name in ("mpirun", "srun", "scontrol"):
+        for name in ("mpirun", "srun", "scontrol", "ssh"):
             path = os.path.join(self.launchers, name)
             with open(path, "w") as f:
                 f.write(f"#!/bin/sh\nexec {shlex.quote(sys.executable)} {shlex.quote(os.path.join(HERE, 'slurm_standins.py'))} "
                         f"{shlex.quote(self.launch_log)} {name} \"$@\"\n")
             os.chmod(path, 0o755)
 
+    @property
+    def nodes(self):
+        return int(self.opts.get("nodes", 1))
+
+    @property
+    def per_node(self):
+        """Tasks (workers) per node: --ntasks-per-node, else --ntasks over the nodes."""
+        if "ntasks-per-node" in self.opts:
+            return int(self.opts["ntasks-per-node"])
+        return -(-int(self.opts.get("ntasks", 1)) // self.nodes)
+
+    @property
+    def ntasks(self):
+        return int(self.opts.get("ntasks", self.nodes * self.per_node))
+
+    def node_names(self):
+        """This machine for one node; for several, names no resolver knows (mpirun reaches them by the stand-in ssh)."""
+        if self.nodes == 1:
+            return [subprocess.run(["hostname"], capture_output=True, text=True).stdout.strip()]
+        return [f"tpserve-node{i}" for i in range(1, self.nodes + 1)]
+
     def start(self, coordinator="exit:0", worker="exit:0"):
         self.standins.reset()
-        nodes = int(self.opts.get("nodes", 1))
-        ntasks = int(self.opts.get("ntasks", 1))
-        host = subprocess.run(["hostname"], capture_output=True, text=True).stdout.strip()
+        if os.path.exists(self.launch_log):
+            os.remove(self.launch_log)
+        names = self.node_names()
+        nodelist = names[0] if len(names) == 1 else f"tpserve-node[1-{len(names)}]"
         env = dict(os.environ, PATH=self.launchers + ":" + os.environ.get("PATH", "/usr/bin:/bin"),
                    TPSERVE_BIN=self.standins.dir, TPSERVE_REAL_MPIRUN=shutil.which("mpirun") or "",
+                   TPSERVE_STANDIN_SSH=os.path.join(self.launchers, "ssh"),
                    TPSERVE_STANDIN_TPSERVE_COORDINATOR=coordinator, TPSERVE_STANDIN_TPSERVE_WORKER=worker,
-                   SLURM_JOB_ID="4242", SLURM_JOBID="4242", SLURM_NTASKS=str(ntasks), SLURM_NNODES=str(nodes),
-                   SLURM_JOB_NUM_NODES=str(nodes), SLURM_JOB_NODELIST=host, SLURM_NODELIST=host,
-                   SLURM_SUBMIT_DIR=self.scratch, TMPDIR=self.scratch)
+                   SLURM_JOB_ID="4242", SLURM_JOBID="4242", SLURM_NTASKS=str(self.ntasks),
+                   SLURM_NNODES=str(self.nodes), SLURM_JOB_NUM_NODES=str(self.nodes), SLURM_JOB_NODELIST=nodelist,
+                   SLURM_NODELIST=nodelist, SLURM_SUBMIT_DIR=self.scratch, TMPDIR=self.scratch)
+        if "ntasks-per-node" in self.opts:
+            env["SLURM_NTASKS_PER_NODE"] = self.opts["ntasks-per-node"]
         return subprocess.Popen(["bash", self.script, "/models/Qwen3-8B"], env=env, cwd=self.scratch,
                                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
+
+    def launches(self, name):
+        """The launcher stand-ins' calls named `name` (mpirun, srun, scontrol, ssh): their args."""
+        if not os.path.exists(self.launch_log):
+            return []
+        return [r["args"] for r in map(json.loads, open(self.launch_log)) if r["name"] == name]
 
     def wait_for(self, name, count, timeout=30):
         deadline = time.monotonic() + timeout
@@ -485,11 +516,12 @@ def still_running(pids, grace=5.0):
 
 
 def check_slurm_run(job, where):
-    """A clean run: the coordinator once, one worker per task with its Open MPI rank, the secret handed over."""
+    """A clean run: the coordinator once, one worker per task with its Open MPI rank, the secret handed over;
+    with several nodes, the workers spread over every node by mpirun's host list, local ranks 0.. on each."""
     entries = job.standins.entries()
     check_flags(entries, where)
     coordinators, workers = job.standins.entries("tpserve-coordinator"), job.standins.entries("tpserve-worker")
-    ntasks = int(job.opts.get("ntasks", 1))
+    ntasks = job.ntasks
     if len(coordinators) != 1:
         fail(f"{where}: tpserve-coordinator started {len(coordinators)} times, expected once")
         return
@@ -500,6 +532,8 @@ def check_slurm_run(job, where):
     if ranks != list(range(ntasks)):
         fail(f"{where}: the workers' Open MPI ranks are {ranks}, expected 0..{ntasks - 1}")
     listen = flag_value(args, "worker-listen")
+    if job.nodes > 1:
+        check_nodes(job, listen, workers, where)
     for w in workers:
         if flag_value(w["args"], "coordinator") != listen:
             fail(f"{where}: a worker dials {flag_value(w['args'], 'coordinator')}, the coordinator listens on {listen}")
@@ -513,6 +547,22 @@ def check_slurm_run(job, where):
         fail(f"{where}: #SBATCH --signal={notice} must give SIGTERM more than --drain-timeout ({drain} s) before the end")
 
 
+def check_nodes(job, listen, workers, where):
+    names = job.node_names()
+    if (listen or "").rsplit(":", 1)[0] != names[0]:
+        fail(f"{where}: the coordinator's worker port {listen} is not on the first node, {names[0]}")
+    local = sorted(int(w["env"].get("OMPI_COMM_WORLD_LOCAL_RANK", -1)) for w in workers)
+    if local != sorted(list(range(job.per_node)) * job.nodes):
+        fail(f"{where}: the workers' local ranks are {local}, expected 0..{job.per_node - 1} on each of {job.nodes} nodes")
+    hosts = [flag_value(args, "host") for args in job.launches("mpirun")]
+    want = ",".join(f"{n}:{job.per_node}" for n in names)
+    if hosts != [want]:
+        fail(f"{where}: mpirun's host lists are {hosts}, expected [{want!r}] (every node, a slot per GPU)")
+    reached = sorted({next(a for a in args if not a.startswith("-")) for args in job.launches("ssh")})
+    if reached != names:
+        fail(f"{where}: mpirun started its daemons on {reached}, expected {names}")
+
+
 def recipe_slurm(source, programs, scratch):
     if not shutil.which("mpirun"):
         print("skipped: no mpirun (Debian package openmpi-bin; scripts/install-deps.sh installs it)")
@@ -521,9 +571,9 @@ def recipe_slurm(source, programs, scratch):
     for script in scripts:
         rel = os.path.relpath(script, source)
         job = SlurmJob(script, programs, tempfile.mkdtemp(dir=scratch))
-        if job.opts.get("ntasks") != job.opts.get("gpus-per-node"):
-            fail(f"{rel}: --ntasks={job.opts.get('ntasks')} and --gpus-per-node={job.opts.get('gpus-per-node')} "
-                 "differ (one worker per GPU)")
+        if str(job.per_node) != job.opts.get("gpus-per-node") or job.ntasks != job.nodes * job.per_node:
+            fail(f"{rel}: {job.ntasks} tasks on {job.nodes} node(s), {job.per_node} a node, against "
+                 f"--gpus-per-node={job.opts.get('gpus-per-node')} (one worker per GPU on every node)")
         # 1. The workers end cleanly (the coordinator told them to): the job stops
         # the coordinator and ends 0, and the secret file is gone.
         rc, out = finish(job.start(coordinator="hold"), f"{rel} (clean run)")
@@ -535,7 +585,7 @@ def recipe_slurm(source, programs, scratch):
         if any(p and os.path.exists(p) for p in leftover):
             fail(f"{rel}: the cluster secret file outlives the job")
         # 2. scancel: SIGTERM to the batch script drains the coordinator, stops the workers, exits 0.
-        ntasks = int(job.opts.get("ntasks", 1))
+        ntasks = job.ntasks
         proc = job.start(coordinator="hold", worker="hold")
         if job.wait_for("tpserve-coordinator", 1) and job.wait_for("tpserve-worker", ntasks):
             time.sleep(0.3)  # the script reaches `wait -n`
@@ -555,7 +605,8 @@ def recipe_slurm(source, programs, scratch):
         if rc != 3 or job.standins.signals("tpserve-coordinator") != ["SIGTERM"]:
             fail(f"{rel} (a worker dies): exit {rc}, the coordinator got {job.standins.signals('tpserve-coordinator')}; "
                  f"expected the worker's status 3 and SIGTERM to the coordinator; output:\n{out}")
-        print(f"slurm: {rel}: a clean run, scancel and a dying worker behave; {ntasks} workers under mpirun")
+        print(f"slurm: {rel}: a clean run, scancel and a dying worker behave; {ntasks} workers on {job.nodes} "
+              f"node(s) under mpirun")
     return 0
 
 
@@ -569,6 +620,8 @@ DRIFTS = [
     ("kubernetes", "deploy/kubernetes/tpserve.yaml", "- --tp=2", "- --tpp=2"),
     ("kubernetes", "deploy/kubernetes/README.md", "--timeout, \"4\"", "--timout, \"4\""),
     ("slurm", "deploy/slurm/tpserve.sbatch", '--coordinator "$HOST:$WORKER_PORT"', '--coordinator "$HOST:$WORKER_PORT" --tpp 2'),
+    ("slurm", "deploy/slurm/tpserve-2node.sbatch", '--coordinator "$HEAD:$WORKER_PORT"',
+     '--coordinator "$HEAD:$WORKER_PORT" --tpp 2'),
 ]
 
 

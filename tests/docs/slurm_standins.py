@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Slurm's and Open MPI's launchers as a batch script sees them, on one machine without Slurm.
 
-  slurm_standins.py LOG NAME [ARGS...]      NAME: mpirun, srun or scontrol
+  slurm_standins.py LOG NAME [ARGS...]      NAME: mpirun, srun, scontrol or ssh
 
 Each call is appended to LOG as a JSON line ({"name", "args"}). An option the
 stand-in does not model exits 2 naming it, so a script that drifts from what
@@ -9,7 +9,11 @@ these tools take fails instead of passing unchecked.
 
   mpirun    the real mpirun (TPSERVE_REAL_MPIRUN), with Slurm's variables taken
             out of its environment so that it starts every rank here rather than
-            through srun, and root and oversubscription allowed (a container).
+            through srun, root and oversubscription allowed (a container), and
+            the ssh below (TPSERVE_STANDIN_SSH) as its agent: a --host list of
+            nodes no resolver knows has each node's daemon started here.
+  ssh       [options] HOST COMMAND...: runs COMMAND here through sh, as ssh's
+            remote shell would on HOST (mpirun's daemon for that node).
   scontrol  `show hostnames [LIST]`: LIST (default $SLURM_JOB_NODELIST) one name a
             line; node[1-3,5] ranges expand.
   srun      -n/--ntasks, -N/--nodes, --ntasks-per-node, -w/--nodelist,
@@ -105,14 +109,26 @@ def mpirun(args):
     env = {k: v for k, v in os.environ.items() if not k.startswith("SLURM_")}
     env.update(OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
                OMPI_MCA_rmaps_base_oversubscribe="1")
+    if os.environ.get("TPSERVE_STANDIN_SSH"):
+        env["OMPI_MCA_plm_rsh_agent"] = os.environ["TPSERVE_STANDIN_SSH"]
     os.execve(real, [real] + args, env)
+    return 1
+
+
+def ssh(args):
+    i = 0
+    while i < len(args) and args[i].startswith("-"):
+        i += 2 if args[i] in ("-l", "-p", "-i", "-F", "-o", "-J") else 1
+    if len(args) < i + 2:
+        return refuse("ssh", "a call without a host and a command")
+    os.execv("/bin/sh", ["sh", "-c", " ".join(args[i + 1:])])
     return 1
 
 
 def main():
     log, name, args = sys.argv[1], sys.argv[2], sys.argv[3:]
     record(log, name, args)
-    return {"mpirun": mpirun, "srun": srun, "scontrol": scontrol}[name](args)
+    return {"mpirun": mpirun, "srun": srun, "scontrol": scontrol, "ssh": ssh}[name](args)
 
 
 if __name__ == "__main__":
