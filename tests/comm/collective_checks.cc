@@ -23,7 +23,7 @@ namespace {
 class TestTensor {
  public:
   TestTensor(DType dtype, Device device, std::initializer_list<int64_t> dims)
-      : dtype_(dtype), device_(device), view_(nullptr, dtype, device, dims) {
+      : dtype_(dtype), view_(nullptr, dtype, device, dims) {
     host_.resize(view_.nbytes());
     view_.data = host_.data();
 #if defined(TPSERVE_WITH_CUDA)
@@ -76,10 +76,11 @@ class TestTensor {
 
  private:
   DType dtype_;
-  Device device_;
   Tensor view_;
   std::vector<char> host_;
-  void* dev_ = nullptr;
+#if defined(TPSERVE_WITH_CUDA)
+  void* dev_ = nullptr;  // the device copy of host_, for kCuda
+#endif
 };
 
 struct Checker {
