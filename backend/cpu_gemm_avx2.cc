@@ -1,10 +1,10 @@
 // The AVX2 kernel of the CPU GEMM (cpu_gemm.h, cpu_gemm_kernel.h): a register
 // tile of 4 x rows by 24 columns (12 accumulators, 3 panel vectors and a
 // broadcast: the 16 ymm registers); panels packed by 8 x 8 transposes in
-// registers, which up to 4 rows of x take straight into their multiply-adds
-// instead. Built with -mavx2 -mfma (backend/CMakeLists.txt); cpu_gemm.cc
-// calls it only on a CPU that has both. Includes nothing but the intrinsics
-// (cpu_gemm_kernel.h says why).
+// registers, which up to 16 rows of x (4 at a time) take straight into their
+// multiply-adds instead. Built with -mavx2 -mfma (backend/CMakeLists.txt);
+// cpu_gemm.cc calls it only on a CPU that has both. Includes nothing but the
+// intrinsics (cpu_gemm_kernel.h says why).
 #include <immintrin.h>
 
 #include <cstdint>

@@ -1,10 +1,10 @@
 // The AVX-512 kernel of the CPU GEMM (cpu_gemm.h, cpu_gemm_kernel.h): a
 // register tile of 8 x rows by 48 columns (24 accumulators, 3 panel vectors
 // and a broadcast of the 32 zmm registers); panels packed by 16 x 16
-// transposes in registers, which up to 8 rows of x take straight into their
-// multiply-adds instead. Built with -mavx512f (backend/CMakeLists.txt);
-// cpu_gemm.cc calls it only on a CPU that has AVX-512F. Includes nothing but
-// the intrinsics (cpu_gemm_kernel.h says why).
+// transposes in registers, which up to 32 rows of x (8 at a time) take
+// straight into their multiply-adds instead. Built with -mavx512f
+// (backend/CMakeLists.txt); cpu_gemm.cc calls it only on a CPU that has
+// AVX-512F. Includes nothing but the intrinsics (cpu_gemm_kernel.h says why).
 #include <immintrin.h>
 
 #include <cstdint>

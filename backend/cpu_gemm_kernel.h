@@ -12,15 +12,17 @@
 // panel's row k (P values) to its accumulators. Each accumulator lane is one
 // output element, and it sees exactly one fused multiply-add per k, in k
 // order: cpu_gemm.h's order, whatever the tile, the slab or the ISA. Up to
-// V::kSmallRows rows of x (decode) skip the pack: each block of kLanes w rows
-// by kLanes k is transposed in registers and goes straight into the
-// multiply-adds (TransposedTile), the same operations in the same order
-// without a store and a reload of every weight.
+// kTransposedGroups · V::kSmallRows rows of x (decode, and the verification
+// steps of speculative decoding) skip the pack: each block of kLanes w rows by
+// kLanes k is transposed in registers and goes straight into the multiply-adds
+// of V::kSmallRows rows (TransposedTile), the same operations in the same
+// order without a store and a reload of every weight; more rows take the
+// same K block of those w rows again, V::kSmallRows at a time, from L1.
 //
 // A translation unit defines `V`, the ISA's traits, before including this:
 //   using Reg = ...;                               kLanes floats
 //   static constexpr int kLanes, kRows, kVecs;     lanes; the tile: kRows x rows by kVecs registers (P = kVecs·kLanes)
-//   static constexpr int kSmallRows;               most x rows for TransposedTile (0: always pack)
+//   static constexpr int kSmallRows;               x rows a TransposedTile takes (0: always pack)
 //   static Reg Zero();
 //   static Reg Load(const float* p);               p[0 .. kLanes)
 //   static void Store(float* p, Reg v);
@@ -192,23 +194,52 @@ inline void TransposedTile(const float* x, int64_t ldx, const float* w, int64_t 
   }
 }
 
-// The columns [n0, n1) for M = R <= V::kSmallRows rows of x: kLanes w rows at
-// a time, each through every K block in order.
-template <int R>
-inline void SmallRows(const float* x, int64_t K, const float* w, float* y, int64_t ldy, int64_t n0, int64_t n1,
-                      int64_t block_k) {
+// The most groups of V::kSmallRows rows that SmallRows takes: past that,
+// transposing each w block again for every group costs more than packing it
+// once (measured on the Qwen3-0.6B shape: README, "Speculative decoding").
+inline constexpr int kTransposedGroups = 4;
+
+// TransposedTile for the M rows of x in groups of V::kSmallRows (the last
+// shorter) over one block of `rows` w rows by kc k: the first group reads the
+// block from memory, the others (kLanes rows by a K block: 16 KB with
+// AVX-512) from L1.
+inline void TransposedGroups(const float* x, int64_t K, const float* w, int rows, int64_t kc, float* y,
+                             int64_t ldy, int64_t M) {
+  constexpr int G = V::kSmallRows;
+  for (int64_t m = 0; m < M; m += G) {
+    const float* xm = x + m * K;
+    float* ym = y + m * ldy;
+    switch (M - m < G ? static_cast<int>(M - m) : G) {
+      case 8: if constexpr (G >= 8) TransposedTile<8>(xm, K, w, K, rows, kc, ym, ldy); break;
+      case 7: if constexpr (G >= 7) TransposedTile<7>(xm, K, w, K, rows, kc, ym, ldy); break;
+      case 6: if constexpr (G >= 6) TransposedTile<6>(xm, K, w, K, rows, kc, ym, ldy); break;
+      case 5: if constexpr (G >= 5) TransposedTile<5>(xm, K, w, K, rows, kc, ym, ldy); break;
+      case 4: if constexpr (G >= 4) TransposedTile<4>(xm, K, w, K, rows, kc, ym, ldy); break;
+      case 3: if constexpr (G >= 3) TransposedTile<3>(xm, K, w, K, rows, kc, ym, ldy); break;
+      case 2: if constexpr (G >= 2) TransposedTile<2>(xm, K, w, K, rows, kc, ym, ldy); break;
+      case 1: TransposedTile<1>(xm, K, w, K, rows, kc, ym, ldy); break;
+      default: break;
+    }
+  }
+}
+
+// The columns [n0, n1) for M <= kTransposedGroups · V::kSmallRows rows of x:
+// kLanes w rows at a time, each through every K block in order, every group
+// of rows over each block.
+inline void SmallRows(const float* x, int64_t K, const float* w, float* y, int64_t ldy, int64_t M, int64_t n0,
+                      int64_t n1, int64_t block_k) {
   constexpr int L = V::kLanes;
   for (int64_t c0 = n0; c0 < n1; c0 += L) {
     const int rows = n1 - c0 < L ? static_cast<int>(n1 - c0) : L;
     for (int64_t k0 = 0; k0 < K; k0 += block_k) {
       const int64_t kc = K - k0 < block_k ? K - k0 : block_k;
-      TransposedTile<R>(x + k0, K, w + c0 * K + k0, K, rows, kc, y + c0, ldy);
+      TransposedGroups(x + k0, K, w + c0 * K + k0, rows, kc, y + c0, ldy, M);
     }
   }
 }
 
-// cpu_gemm_internal::GemmColumnsFn over V. Up to V::kSmallRows rows of x:
-// SmallRows. Else slabs of w rows are packed, and every row tile of x passes
+// cpu_gemm_internal::GemmColumnsFn over V. Up to kTransposedGroups ·
+// V::kSmallRows rows of x: SmallRows. Else slabs of w rows are packed, and every row tile of x passes
 // over a slab: for up to 16 rows a slab is one panel, taken through every K
 // block in turn (each panel's rows stream once); for more, kSlabPanels panels
 // of one K block at a time, the K blocks in order.
@@ -218,19 +249,7 @@ inline void GemmColumns(const float* x, const float* w, float* y, int64_t M, int
   constexpr int P = V::kVecs * V::kLanes;
   static_assert(P <= cpu_gemm_internal::kMaxPanelColumns);
   if constexpr (V::kSmallRows > 0) {
-    if (M <= V::kSmallRows) {
-      switch (M) {
-        case 1: return SmallRows<1>(x, K, w, y, ldy, n0, n1, block_k);
-        case 2: if constexpr (V::kSmallRows >= 2) return SmallRows<2>(x, K, w, y, ldy, n0, n1, block_k); break;
-        case 3: if constexpr (V::kSmallRows >= 3) return SmallRows<3>(x, K, w, y, ldy, n0, n1, block_k); break;
-        case 4: if constexpr (V::kSmallRows >= 4) return SmallRows<4>(x, K, w, y, ldy, n0, n1, block_k); break;
-        case 5: if constexpr (V::kSmallRows >= 5) return SmallRows<5>(x, K, w, y, ldy, n0, n1, block_k); break;
-        case 6: if constexpr (V::kSmallRows >= 6) return SmallRows<6>(x, K, w, y, ldy, n0, n1, block_k); break;
-        case 7: if constexpr (V::kSmallRows >= 7) return SmallRows<7>(x, K, w, y, ldy, n0, n1, block_k); break;
-        case 8: if constexpr (V::kSmallRows >= 8) return SmallRows<8>(x, K, w, y, ldy, n0, n1, block_k); break;
-        default: break;
-      }
-    }
+    if (M <= kTransposedGroups * V::kSmallRows) return SmallRows(x, K, w, y, ldy, M, n0, n1, block_k);
   }
   if (M <= 16) {
     for (int64_t c0 = n0; c0 < n1; c0 += P) {

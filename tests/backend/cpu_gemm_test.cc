@@ -79,14 +79,16 @@ TEST_F(CpuGemmTest, TheSelectedKernelIsTheWidestTheCpuHas) {
 }
 
 // Every supported kernel gives the reference's bits: sizes around each
-// kernel's tile (1-8 rows), panel (8, 24 or 48 columns; a last partial one)
-// and 16 x 16 or 8 x 8 packing blocks (K tails), one K block exactly and
-// several with a short last one.
+// kernel's tile (1-8 rows), its transposed groups (up to 16 or 32 rows, 4 or
+// 8 at a time; the packed path past them), panel (8, 24 or 48 columns; a last
+// partial one) and 16 x 16 or 8 x 8 packing blocks (K tails), one K block
+// exactly and several with a short last one.
 TEST_F(CpuGemmTest, EveryKernelSumsInTheDocumentedOrder) {
   TRACE_SEED;
   const int64_t sizes[][3] = {{1, 1, 1},    {1, 7, 3},    {2, 48, 17},    {3, 13, 64},  {4, 24, 100},
                               {5, 97, 31},  {7, 49, 256}, {8, 50, 257},   {9, 61, 513}, {1, 145, 1024 + 5},
-                              {13, 9, 775}, {17, 96, 40}, {20, 401, 33}};
+                              {13, 9, 775}, {17, 96, 40}, {20, 401, 33}, {16, 33, 300}, {24, 47, 260},
+                              {31, 18, 129}, {32, 65, 519}, {33, 20, 70}};
   CpuGemmThreads threads(3);
   for (CpuGemmKernel kernel : SupportedKernels()) {
     for (const auto& s : sizes) {
@@ -173,7 +175,7 @@ TEST_F(CpuGemmTest, ARowHasTheSameBitsAloneAndInAnyBatch) {
         CpuGemmWith(kernel, &x[r * K], w.data(), bias.data(), &alone[r * N], 1, N, K);
       }
       std::uniform_int_distribution<int64_t> pick(0, kMaxM - 1);
-      for (const int64_t M : {2, 3, 4, 5, 7, 8, 9, 13, 33, 64}) {
+      for (const int64_t M : {2, 3, 4, 5, 7, 8, 9, 13, 16, 17, 24, 31, 32, 33, 64}) {
         // M rows drawn from the kMaxM, in a random order (repeats allowed).
         std::vector<int64_t> rows(static_cast<size_t>(M));
         for (int64_t& r : rows) r = pick(rng_);
