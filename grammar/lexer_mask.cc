@@ -1,9 +1,15 @@
 // One forward scan of the preorder trie per automaton state: a node whose
 // byte kills the automaton skips its whole subtree. A plain automaton steps
-// through its table inline; a counted one (counted_dfa.h) through Dfa::Next.
+// through its table inline; a counted one (counted_dfa.h) too, its count
+// kept beside the base state (no division per node as in Dfa::Next).
 // From a reference mask, only the root's subtrees marked for recomputation
 // are cleared and scanned again.
 #include "grammar/lexer_mask.h"
+
+#include <array>
+#include <type_traits>
+
+#include "absl/container/flat_hash_map.h"
 
 #include "grammar/matcher.h"
 
@@ -16,40 +22,146 @@ inline void AddTokens(const TrieNode& node, const TokenTrie& trie, uint32_t* wor
   for (int k = 0; k < node.num_tokens; ++k) words[ids[k] / 32] |= 1u << (ids[k] % 32);
 }
 
+// A counted automaton's state during a scan: base state q and count k kept
+// apart, so a step is a table lookup and a compare, not the division
+// Dfa::CountedNext pays to decode q + base * k. The same transitions and
+// acceptance (counted_dfa.cc), tested against Dfa::Next token by token.
+struct CountedState {
+  int32_t q;
+  int32_t k;
+};
+
+inline CountedState DecodeCounted(const Dfa& dfa, int32_t state) {
+  if (state == dfa.counter.fresh) return {dfa.counter.loop, 0};  // the virtual start: the loop at 0
+  const int32_t base = dfa.num_states();
+  return {state % base, state / base};
+}
+
+// The state after `t`, the table's next base state from `from`; false: dead
+// (the count out of [lo, hi]).
+inline bool CountedStep(const Counter& c, CountedState from, int32_t t, CountedState& to) {
+  const auto region = static_cast<Counter::Region>(c.region[static_cast<size_t>(from.q)]);
+  int32_t k = from.k;
+  if (region == Counter::kLoop) {
+    if (c.region[static_cast<size_t>(t)] == Counter::kS) {
+      if (k < c.lo) return false;
+      k = 0;
+    } else {
+      if (k >= c.hi) return false;  // no further iteration
+      if (t == c.loop) ++k;
+    }
+  } else if (region == Counter::kC) {
+    if (t == c.loop) ++k;
+  } else {  // P (into the loop at 0) or S
+    k = 0;
+  }
+  to = {t, k};
+  return true;
+}
+
+// Each base state's bytes that lead back to it (a string's characters, a
+// pattern's class), computed when a scan first needs them.
+class SelfLoops {
+ public:
+  explicit SelfLoops(const Dfa& dfa) : dfa_(dfa) {}
+  const std::array<uint64_t, 4>& Of(int32_t q) {
+    auto [it, inserted] = loops_.try_emplace(q);
+    if (inserted) {
+      const int32_t* row = dfa_.next.data() + static_cast<size_t>(q) * static_cast<size_t>(dfa_.num_classes);
+      for (int b = 0; b < 256; ++b) {
+        if (row[dfa_.byte_class[static_cast<size_t>(b)]] == q) it->second[static_cast<size_t>(b / 64)] |= uint64_t{1} << (b % 64);
+      }
+    }
+    return it->second;
+  }
+
+ private:
+  const Dfa& dfa_;
+  absl::flat_hash_map<int32_t, std::array<uint64_t, 4>> loops_;
+};
+
+// Whether the automaton, in base state `q` at a node, stays in `q` over
+// every byte below it (so every token below is allowed, and none of those
+// nodes is an end when `q` does not accept).
+inline bool LoopsBelow(const TrieShortcut& sc, const std::array<uint64_t, 4>& loops) {
+  return ((sc.below[0] & ~loops[0]) | (sc.below[1] & ~loops[1]) | (sc.below[2] & ~loops[2]) |
+          (sc.below[3] & ~loops[3])) == 0;
+}
+
+// The tokens strictly below a shortcut node, set without visiting the nodes.
+inline void AddTokensBelow(const TrieShortcut& sc, const TokenTrie& trie, uint32_t* words) {
+  const int32_t* ids = trie.token_ids();
+  for (int32_t k = sc.tokens_begin; k < sc.tokens_end; ++k) words[ids[k] / 32] |= 1u << (ids[k] % 32);
+}
+
 // Scans nodes [begin, end) of `trie`, whole subtrees whose parents (at depth
 // nodes[begin].depth - 1) are in automaton state `state0`: sets the bits of
 // the tokens that stay live and appends the nodes with children where the
 // automaton accepts to `ends`. Returns the nodes visited.
+// A node with a shortcut whose state loops on every byte below it (and does
+// not accept; a counted one with room for the deepest) takes its subtree
+// whole: its tokens set as one range, the nodes not visited.
 template <bool kCounted>
 int64_t Scan(const Dfa& dfa, int32_t state0, const TokenTrie& trie, int32_t begin, int32_t end, uint32_t* words,
-          std::vector<int32_t>& ends) {
+          std::vector<int32_t>& ends, SelfLoops& loops) {
   const std::vector<TrieNode>& nodes = trie.nodes();
   const int32_t* next = dfa.next.data();
   const uint8_t* accepting = dfa.accepting.data();
   const auto nc = static_cast<size_t>(dfa.num_classes);
-  std::vector<int32_t> state(static_cast<size_t>(trie.max_depth()) + 1);  // [depth]
-  state[nodes[static_cast<size_t>(begin)].depth - 1u] = state0;
+  using State = std::conditional_t<kCounted, CountedState, int32_t>;
+  std::vector<State> state(static_cast<size_t>(trie.max_depth()) + 1);  // [depth]
+  if constexpr (kCounted) {
+    state[nodes[static_cast<size_t>(begin)].depth - 1u] = DecodeCounted(dfa, state0);
+  } else {
+    state[nodes[static_cast<size_t>(begin)].depth - 1u] = state0;
+  }
   int64_t scanned = 0;
   for (int32_t i = begin; i < end; ++scanned) {
     const TrieNode& node = nodes[static_cast<size_t>(i)];
-    const int32_t s = state[node.depth - 1u];
-    const int32_t to = kCounted ? dfa.Next(s, node.byte) : next[static_cast<size_t>(s) * nc + dfa.byte_class[node.byte]];
-    if (to < 0) {
-      i = node.skip;
-      continue;
+    const State s = state[node.depth - 1u];
+    bool accepts;
+    if constexpr (kCounted) {
+      const int32_t t = next[static_cast<size_t>(s.q) * nc + dfa.byte_class[node.byte]];
+      if (t < 0 || !CountedStep(dfa.counter, s, t, state[node.depth])) {
+        i = node.skip;
+        continue;
+      }
+      accepts = accepting[t] != 0 && (t != dfa.counter.loop || state[node.depth].k >= dfa.counter.lo);
+    } else {
+      const int32_t to = next[static_cast<size_t>(s) * nc + dfa.byte_class[node.byte]];
+      if (to < 0) {
+        i = node.skip;
+        continue;
+      }
+      state[node.depth] = to;
+      accepts = accepting[to] != 0;
     }
-    state[node.depth] = to;
     if (node.num_tokens != 0) AddTokens(node, trie, words);
-    if (node.skip > i + 1 && (kCounted ? dfa.Accepting(to) : accepting[to] != 0)) ends.push_back(i);
+    if (node.skip > i + 1 && accepts) ends.push_back(i);
+    if (const TrieShortcut* sc = accepts ? nullptr : trie.shortcut(i); sc != nullptr) {
+      bool whole;
+      if constexpr (kCounted) {
+        const CountedState at = state[node.depth];
+        whole = at.q == dfa.counter.loop && at.k + sc->height <= dfa.counter.hi && !accepting[at.q] &&
+                LoopsBelow(*sc, loops.Of(at.q));
+      } else {
+        whole = LoopsBelow(*sc, loops.Of(state[node.depth]));
+      }
+      if (whole) {
+        AddTokensBelow(*sc, trie, words);
+        i = node.skip;
+        continue;
+      }
+    }
     ++i;
   }
   return scanned;
 }
 
 int64_t ScanFrom(const LexerEntry& entry, const TokenTrie& trie, int32_t begin, int32_t end, uint32_t* words,
-                 std::vector<int32_t>& ends) {
-  if (entry.dfa->counted) return Scan<true>(*entry.dfa, entry.state, trie, begin, end, words, ends);
-  return Scan<false>(*entry.dfa, entry.state, trie, begin, end, words, ends);
+                 std::vector<int32_t>& ends, SelfLoops& loops) {
+  if (entry.dfa->counted) return Scan<true>(*entry.dfa, entry.state, trie, begin, end, words, ends, loops);
+  return Scan<false>(*entry.dfa, entry.state, trie, begin, end, words, ends, loops);
 }
 
 // The children of the end nodes, bucketed by byte.
@@ -109,7 +221,8 @@ std::shared_ptr<const LexerMask> ComputeLexerMask(const LexerEntry& entry, const
   std::vector<uint32_t> words(MaskWords(vocab_size), 0);
   std::vector<int32_t> end_nodes;
   const auto n = static_cast<int32_t>(trie.nodes().size());
-  const int64_t scanned = n > 1 ? ScanFrom(entry, trie, 1, n, words.data(), end_nodes) : 0;
+  SelfLoops loops(*entry.dfa);
+  const int64_t scanned = n > 1 ? ScanFrom(entry, trie, 1, n, words.data(), end_nodes, loops) : 0;
   return Finish(std::move(words), std::move(end_nodes), scanned, trie, vocab_size);
 }
 
@@ -123,6 +236,7 @@ std::shared_ptr<const LexerMask> ComputeLexerMaskFrom(const LexerEntry& entry, c
   size_t kept = 0;  // reference.end_nodes before the current subtree
   int64_t scanned = 0;
   const auto n = static_cast<int32_t>(nodes.size());
+  SelfLoops loops(*entry.dfa);
   for (int32_t c = 1; c < n; c = nodes[static_cast<size_t>(c)].skip) {
     const int32_t skip = nodes[static_cast<size_t>(c)].skip;
     const bool again = recompute[nodes[static_cast<size_t>(c)].byte];
@@ -136,7 +250,7 @@ std::shared_ptr<const LexerMask> ComputeLexerMaskFrom(const LexerEntry& entry, c
       const int32_t* ids = trie.token_ids() + node.token_begin;
       for (int k = 0; k < node.num_tokens; ++k) words[static_cast<size_t>(ids[k] / 32)] &= ~(1u << (ids[k] % 32));
     }
-    scanned += ScanFrom(entry, trie, c, skip, words.data(), end_nodes);
+    scanned += ScanFrom(entry, trie, c, skip, words.data(), end_nodes, loops);
   }
   return Finish(std::move(words), std::move(end_nodes), scanned, trie, vocab_size);
 }

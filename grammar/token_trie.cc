@@ -50,6 +50,34 @@ TokenTrie::TokenTrie(const std::vector<std::string>& token_bytes, const std::vec
     previous = &bytes;
   }
   for (int32_t id : open) nodes_[static_cast<size_t>(id)].skip = static_cast<int32_t>(nodes_.size());
+  BuildShortcuts();
+}
+
+// Bottom-up over the preorder (children after their parent): each node's
+// bytes below and height from its children's; tokens are in preorder, so a
+// subtree's are one range, from a running count.
+void TokenTrie::BuildShortcuts() {
+  const size_t n = nodes_.size();
+  std::vector<int32_t> tokens_before(n + 1, 0);  // [i] tokens of the nodes before i in preorder
+  for (size_t i = 0; i < n; ++i) tokens_before[i + 1] = tokens_before[i] + nodes_[i].num_tokens;
+  std::vector<std::array<uint64_t, 4>> below(n);
+  std::vector<int32_t> height(n, 0);
+  shortcut_index_.assign(n, -1);
+  for (size_t i = n; i-- > 0;) {
+    const auto skip = static_cast<size_t>(nodes_[i].skip);
+    for (size_t c = i + 1; c < skip; c = static_cast<size_t>(nodes_[c].skip)) {
+      for (size_t w = 0; w < 4; ++w) below[i][w] |= below[c][w];
+      below[i][nodes_[c].byte / 64u] |= uint64_t{1} << (nodes_[c].byte % 64u);
+      height[i] = std::max(height[i], height[c] + 1);
+    }
+  }
+  for (size_t i = 0; i < n; ++i) {
+    const auto skip = static_cast<size_t>(nodes_[i].skip);
+    if (skip - i - 1 < static_cast<size_t>(kMinShortcutNodes)) continue;
+    shortcut_index_[i] = static_cast<int32_t>(shortcuts_.size());
+    shortcuts_.push_back(TrieShortcut{.below = below[i], .tokens_begin = tokens_before[i + 1],
+                                      .tokens_end = tokens_before[skip], .height = height[i]});
+  }
 }
 
 }  // namespace tpserve::grammar::internal

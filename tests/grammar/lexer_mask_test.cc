@@ -33,7 +33,10 @@ std::shared_ptr<const VocabularyImpl> RandomVocabulary(std::mt19937_64& rng) {
   for (int i = 0; i < 30000; ++i) {
     std::string s;
     const int len = 2 + static_cast<int>(rng() % (i % 6 == 0 ? 30 : 9));  // some longer than the short trie's
-    for (int k = 0; k < len; ++k) s += kAlphabet[rng() % n];
+    // Every fourth a word of letters and digits only, as BPE vocabularies
+    // have: subtrees a pattern's or a string's loop covers whole.
+    const size_t letters = i % 4 == 0 ? 9 : n;
+    for (int k = 0; k < len; ++k) s += kAlphabet[rng() % letters];
     bytes.push_back(std::move(s));
   }
   std::vector<bool> special(bytes.size(), false);
@@ -137,6 +140,66 @@ TEST(LexerMaskTest, CachedMasksEqualWholeWalks) {
   EXPECT_GT(stats.from_other, 0);
   std::cerr << "masks: " << stats.walks << " walks, " << stats.from_same << " from the same automaton, "
             << stats.from_other << " from another\n";
+}
+
+// The whole walk (the reference every cached path is held to above) against
+// Dfa::Next token by token: a token is allowed when every byte of it stays
+// live, a node is an end when its path is accepted and it has children. For
+// counted automata (the walk keeps the count beside the base state) at
+// counts up to, at and past lo and hi, and plain ones; subtrees a state
+// loops over taken whole (TrieShortcut) among them.
+TEST(LexerMaskTest, WholeWalkEqualsTokenByToken) {
+  const uint64_t seed = tpserve::testing_util::TestSeed();
+  SCOPED_TRACE(testing::Message() << "seed " << seed);
+  std::mt19937_64 rng(seed);
+  const std::shared_ptr<const VocabularyImpl> vocab = RandomVocabulary(rng);
+  const size_t words = MaskWords(vocab->size());
+  const std::vector<std::string> regexes = {
+      R"re("(?:[^"\\\x00-\x1F]|\\["\\/bfnrt]){0,100}")re", R"re("[a-z0-9]{22}")re", R"re(x(?:ab|c){3,20}y?)re",
+      R"re([a-z]{17,40}:)re", R"re("(?:abc|xyz)[a-z]*")re", R"re("[a-z0-9]([-a-z0-9]*[a-z0-9])?")re",
+  };
+  int counted = 0, checked = 0, shortcuts = 0;
+  for (const std::string& regex : regexes) {
+    auto automaton = vocab->cache().Automaton(regex, 100000, absl::InfiniteFuture());
+    ASSERT_TRUE(automaton.ok()) << regex << ": " << automaton.status();
+    const Dfa& dfa = (*automaton)->dfa;
+    counted += dfa.counted ? 1 : 0;
+    for (int32_t state : SomeStates(dfa, 30, rng)) {
+      for (const TokenTrie* trie : {&vocab->short_trie(), &vocab->long_trie()}) {
+        const std::vector<TrieNode>& nodes = trie->nodes();
+        std::vector<uint32_t> want(words, 0);
+        std::vector<int32_t> want_ends;
+        int64_t live = 0;  // nodes live from `state`: what a walk without shortcuts visits at least
+        // [depth] the state after the path's bytes, -1 dead: every node
+        // visited, none skipped (Dfa::Next's own answer for each token).
+        std::vector<int32_t> at(static_cast<size_t>(trie->max_depth()) + 1, -1);
+        at[0] = state;
+        for (int32_t i = 1; i < static_cast<int32_t>(nodes.size()); ++i) {
+          const TrieNode& node = nodes[static_cast<size_t>(i)];
+          const int32_t parent = at[node.depth - 1u];
+          const int32_t s = parent < 0 ? -1 : dfa.Next(parent, node.byte);
+          at[node.depth] = s;
+          if (s < 0) continue;
+          ++live;
+          for (int k = 0; k < node.num_tokens; ++k) {
+            const int32_t t = trie->token_ids()[node.token_begin + k];
+            want[static_cast<size_t>(t / 32)] |= 1u << (t % 32);
+          }
+          if (node.skip > i + 1 && dfa.Accepting(s)) want_ends.push_back(i);
+        }
+        const auto got = ComputeLexerMask({&dfa, state}, *trie, vocab->size());
+        std::vector<uint32_t> got_words(words, 0);
+        got->OrInto(got_words.data());
+        EXPECT_EQ(got_words, want) << regex << " state " << state;
+        EXPECT_EQ(got->end_nodes, want_ends) << regex << " state " << state;
+        shortcuts += got->scanned < live ? 1 : 0;  // subtrees taken whole (TrieShortcut)
+        ++checked;
+      }
+    }
+  }
+  EXPECT_GE(counted, 3);
+  EXPECT_GT(checked, 200);
+  EXPECT_GT(shortcuts, 20) << "the walks never took a subtree whole: that path is untested";
 }
 
 TEST(LexerMaskTest, EquivalentStatesAcrossAutomata) {
