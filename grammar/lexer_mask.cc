@@ -3,7 +3,7 @@
 // through its table inline; a counted one (counted_dfa.h) too, its count
 // kept beside the base state (no division per node as in Dfa::Next).
 // From a reference mask, only the root's subtrees marked for recomputation
-// are cleared and scanned again.
+// are cleared (through their token ranges) and scanned again.
 #include "grammar/lexer_mask.h"
 
 #include <array>
@@ -138,7 +138,8 @@ int64_t Scan(const Dfa& dfa, int32_t state0, const TokenTrie& trie, int32_t begi
     }
     if (node.num_tokens != 0) AddTokens(node, trie, words);
     if (node.skip > i + 1 && accepts) ends.push_back(i);
-    if (const TrieShortcut* sc = accepts ? nullptr : trie.shortcut(i); sc != nullptr) {
+    const bool large = node.skip - i > TokenTrie::kMinShortcutNodes;  // has a shortcut: its index read only then
+    if (const TrieShortcut* sc = accepts || !large ? nullptr : trie.shortcut(i); sc != nullptr) {
       bool whole;
       if constexpr (kCounted) {
         const CountedState at = state[node.depth];
@@ -207,6 +208,24 @@ std::shared_ptr<const LexerMask> Finish(std::vector<uint32_t> words, std::vector
   return mask;
 }
 
+// Clears the bits of every token in the subtree of `node`: through its
+// shortcut's token range when it has one (no node visited), else node by node.
+void ClearTokens(const TokenTrie& trie, int32_t node, uint32_t* words) {
+  const std::vector<TrieNode>& nodes = trie.nodes();
+  const int32_t* ids = trie.token_ids();
+  auto clear = [&](int32_t t) { words[static_cast<size_t>(t / 32)] &= ~(1u << (t % 32)); };
+  const TrieNode& top = nodes[static_cast<size_t>(node)];
+  if (const TrieShortcut* sc = trie.shortcut(node); sc != nullptr) {
+    for (int k = 0; k < top.num_tokens; ++k) clear(ids[top.token_begin + k]);
+    for (int32_t k = sc->tokens_begin; k < sc->tokens_end; ++k) clear(ids[k]);
+    return;
+  }
+  for (int32_t i = node; i < top.skip; ++i) {
+    const TrieNode& n = nodes[static_cast<size_t>(i)];
+    for (int k = 0; k < n.num_tokens; ++k) clear(ids[n.token_begin + k]);
+  }
+}
+
 }  // namespace
 
 void LexerMask::OrInto(uint32_t* out) const {
@@ -244,12 +263,7 @@ std::shared_ptr<const LexerMask> ComputeLexerMaskFrom(const LexerEntry& entry, c
       if (!again) end_nodes.push_back(reference.end_nodes[kept]);
     }
     if (!again) continue;
-    scanned += skip - c;
-    for (int32_t i = c; i < skip; ++i) {  // the reference's tokens of this subtree out
-      const TrieNode& node = nodes[static_cast<size_t>(i)];
-      const int32_t* ids = trie.token_ids() + node.token_begin;
-      for (int k = 0; k < node.num_tokens; ++k) words[static_cast<size_t>(ids[k] / 32)] &= ~(1u << (ids[k] % 32));
-    }
+    ClearTokens(trie, c, words.data());  // the reference's tokens of this subtree out
     scanned += ScanFrom(entry, trie, c, skip, words.data(), end_nodes, loops);
   }
   return Finish(std::move(words), std::move(end_nodes), scanned, trie, vocab_size);
