@@ -146,12 +146,12 @@ std::shared_ptr<const LexerMask> LexerCache::Compute(TrieKind kind, const std::s
     if (kind == TrieKind::kShort) references.insert(references.end(), shared_references_.begin(), shared_references_.end());
   }
   // The reference that leaves the fewest nodes to walk again, when that is
-  // under half of what its own walk visited.
+  // under half of what its own walk covered (visited or took whole).
   const Reference* best = nullptr;
   std::array<bool, 256> best_again{}, again{};
   int64_t best_cost = 0;
   for (const Reference& r : references) {
-    const int64_t limit = best != nullptr ? best_cost : r.mask->scanned / 2;
+    const int64_t limit = best != nullptr ? best_cost : r.mask->covered / 2;
     const int64_t cost = Differences(kind, *automaton, state, r, trie, limit, again);
     if (cost < limit) best = &r, best_again = again, best_cost = cost;
   }
@@ -160,7 +160,7 @@ std::shared_ptr<const LexerMask> LexerCache::Compute(TrieKind kind, const std::s
                                               ? ComputeLexerMaskFrom(entry, *best->mask, best_again, trie, vocab_size)
                                               : ComputeLexerMask(entry, trie, vocab_size);
   std::optional<Reference> reference;
-  if (best == nullptr && mask->scanned >= kMinReferenceScan) reference = Reference{automaton, state, mask};
+  if (best == nullptr && mask->covered >= kMinReferenceScan) reference = Reference{automaton, state, mask};
   {
     absl::MutexLock lock(&mu_);
     ++(best == nullptr ? stats_.walks : best->automaton->id == automaton->id ? stats_.from_same : stats_.from_other);

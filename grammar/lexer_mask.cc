@@ -103,7 +103,7 @@ inline void AddTokensBelow(const TrieShortcut& sc, const TokenTrie& trie, uint32
 // whole: its tokens set as one range, the nodes not visited.
 template <bool kCounted>
 int64_t Scan(const Dfa& dfa, int32_t state0, const TokenTrie& trie, int32_t begin, int32_t end, uint32_t* words,
-          std::vector<int32_t>& ends, SelfLoops& loops) {
+          std::vector<int32_t>& ends, SelfLoops& loops, int64_t& skipped) {
   const std::vector<TrieNode>& nodes = trie.nodes();
   const int32_t* next = dfa.next.data();
   const uint8_t* accepting = dfa.accepting.data();
@@ -150,6 +150,7 @@ int64_t Scan(const Dfa& dfa, int32_t state0, const TokenTrie& trie, int32_t begi
       }
       if (whole) {
         AddTokensBelow(*sc, trie, words);
+        skipped += node.skip - i - 1;
         i = node.skip;
         continue;
       }
@@ -159,10 +160,19 @@ int64_t Scan(const Dfa& dfa, int32_t state0, const TokenTrie& trie, int32_t begi
   return scanned;
 }
 
-int64_t ScanFrom(const LexerEntry& entry, const TokenTrie& trie, int32_t begin, int32_t end, uint32_t* words,
-                 std::vector<int32_t>& ends, SelfLoops& loops) {
-  if (entry.dfa->counted) return Scan<true>(*entry.dfa, entry.state, trie, begin, end, words, ends, loops);
-  return Scan<false>(*entry.dfa, entry.state, trie, begin, end, words, ends, loops);
+// Scan from `entry`; the nodes it visited into walk.scanned, and those it
+// took whole too into walk.covered.
+struct WalkCost {
+  int64_t scanned = 0, covered = 0;
+};
+void ScanFrom(const LexerEntry& entry, const TokenTrie& trie, int32_t begin, int32_t end, uint32_t* words,
+              std::vector<int32_t>& ends, SelfLoops& loops, WalkCost& walk) {
+  int64_t skipped = 0;
+  const int64_t visited = entry.dfa->counted
+                              ? Scan<true>(*entry.dfa, entry.state, trie, begin, end, words, ends, loops, skipped)
+                              : Scan<false>(*entry.dfa, entry.state, trie, begin, end, words, ends, loops, skipped);
+  walk.scanned += visited;
+  walk.covered += visited + skipped;
 }
 
 // The children of the end nodes, bucketed by byte.
@@ -188,10 +198,11 @@ LexerMask::Ends GroupEnds(const std::vector<int32_t>& end_nodes, const TokenTrie
 }
 
 // The mask from its words and end nodes: tokens as ids when few.
-std::shared_ptr<const LexerMask> Finish(std::vector<uint32_t> words, std::vector<int32_t> end_nodes, int64_t scanned,
+std::shared_ptr<const LexerMask> Finish(std::vector<uint32_t> words, std::vector<int32_t> end_nodes, WalkCost walk,
                                         const TokenTrie& trie, int32_t vocab_size) {
   auto mask = std::make_shared<LexerMask>();
-  mask->scanned = scanned;
+  mask->scanned = walk.scanned;
+  mask->covered = walk.covered;
   for (uint32_t w : words) mask->count += __builtin_popcount(w);
   mask->ends = GroupEnds(end_nodes, trie);
   mask->end_nodes = std::move(end_nodes);
@@ -241,8 +252,9 @@ std::shared_ptr<const LexerMask> ComputeLexerMask(const LexerEntry& entry, const
   std::vector<int32_t> end_nodes;
   const auto n = static_cast<int32_t>(trie.nodes().size());
   SelfLoops loops(*entry.dfa);
-  const int64_t scanned = n > 1 ? ScanFrom(entry, trie, 1, n, words.data(), end_nodes, loops) : 0;
-  return Finish(std::move(words), std::move(end_nodes), scanned, trie, vocab_size);
+  WalkCost walk;
+  if (n > 1) ScanFrom(entry, trie, 1, n, words.data(), end_nodes, loops, walk);
+  return Finish(std::move(words), std::move(end_nodes), walk, trie, vocab_size);
 }
 
 std::shared_ptr<const LexerMask> ComputeLexerMaskFrom(const LexerEntry& entry, const LexerMask& reference,
@@ -253,7 +265,7 @@ std::shared_ptr<const LexerMask> ComputeLexerMaskFrom(const LexerEntry& entry, c
   reference.OrInto(words.data());
   std::vector<int32_t> end_nodes;
   size_t kept = 0;  // reference.end_nodes before the current subtree
-  int64_t scanned = 0;
+  WalkCost walk;
   const auto n = static_cast<int32_t>(nodes.size());
   SelfLoops loops(*entry.dfa);
   for (int32_t c = 1; c < n; c = nodes[static_cast<size_t>(c)].skip) {
@@ -264,9 +276,9 @@ std::shared_ptr<const LexerMask> ComputeLexerMaskFrom(const LexerEntry& entry, c
     }
     if (!again) continue;
     ClearTokens(trie, c, words.data());  // the reference's tokens of this subtree out
-    scanned += ScanFrom(entry, trie, c, skip, words.data(), end_nodes, loops);
+    ScanFrom(entry, trie, c, skip, words.data(), end_nodes, loops, walk);
   }
-  return Finish(std::move(words), std::move(end_nodes), scanned, trie, vocab_size);
+  return Finish(std::move(words), std::move(end_nodes), walk, trie, vocab_size);
 }
 
 }  // namespace tpserve::grammar::internal

@@ -31,6 +31,9 @@ struct LexerMask {
   };
   int64_t count = 0;              // tokens allowed
   int64_t scanned = 0;            // trie nodes the walks that computed it visited
+  // ... and those below the subtrees they took whole (TrieShortcut): the
+  // nodes a walk without shortcuts would visit, in LexerCache's units of cost.
+  int64_t covered = 0;
   std::vector<uint32_t> words;    // [MaskWords(V)] the allowed tokens, when many (else empty)
   std::vector<int32_t> tokens;    // the allowed tokens, when few (words empty)
   std::vector<int32_t> end_nodes; // the trie nodes of `ends` (parents of its children), in preorder
