@@ -315,12 +315,30 @@ TEST_F(ConstrainedGenerationTest, DeviceSamplerPathAgreesWithHost) {
 
 // Jump-forward (a mask that allows one token gives it without the sampler)
 // yields the tokens of sampling every one, greedy and seeded, for every case
-// (regexes, schemas, choices, GBNF, tool calls), on the host and the
+// (regexes, schemas, choices, GBNF, tool calls) and every schema of the
+// grammar corpus, on the host and the
 // device-sampler path, overlapped and preempted; and it does skip sampler
 // passes (the count is printed: the steps whose sampling it saved).
+// The schemas of tests/grammar/data/json_schema_corpus.jsonl (156, in the
+// shapes OpenAI strict mode, Pydantic, zod/MCP and LangChain send).
+std::vector<Case> CorpusSchemas() {
+  std::ifstream in(std::string(TPSERVE_SOURCE_DIR) + "/tests/grammar/data/json_schema_corpus.jsonl");
+  EXPECT_TRUE(in) << "tests/grammar/data/json_schema_corpus.jsonl";
+  std::vector<Case> cases;
+  for (std::string line; std::getline(in, line);) {
+    if (line.empty()) continue;
+    const nlohmann::ordered_json entry = nlohmann::ordered_json::parse(line);  // keeps property order
+    cases.push_back(Case{.constraint = {.kind = K::kJsonSchema, .text = entry["schema"].dump()}, .kind = "json_schema",
+                         .spec = nullptr});
+  }
+  return cases;
+}
+
 TEST_F(ConstrainedGenerationTest, JumpForwardGivesTheTokensOfSampling) {
   const uint64_t seed = testing_util::TestSeed();
-  const std::vector<Case> cases = Cases();
+  std::vector<Case> cases = Cases();
+  for (Case& c : CorpusSchemas()) cases.push_back(std::move(c));
+  ASSERT_GT(cases.size(), 180u);
   std::vector<Job> jobs;
   for (size_t c = 0; c < cases.size(); ++c) {
     for (uint64_t k = 0; k < 2; ++k) jobs.push_back(Job{.c = &cases[c], .seed = seed * 100 + c, .temperature = k == 0 ? 0.0f : 1.0f});
