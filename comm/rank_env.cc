@@ -158,6 +158,12 @@ absl::StatusOr<RankEnv> ReadRankEnv(const RankOverrides& overrides) {
   env.local_rank = local_rank.value_or(env.rank);
   if (absl::Status st = CheckRanks(env, from); !st.ok()) return st;
   if (absl::Status st = ReadMaster(env); !st.ok()) return st;
+  env.dp_rank = overrides.dp_rank;
+  if (!env.dp_rank) {
+    absl::StatusOr<std::optional<int>> dp_rank = ReadInt(kDpRankEnv);
+    if (!dp_rank.ok()) return dp_rank.status();
+    env.dp_rank = *dp_rank;
+  }
   return env;
 }
 

@@ -9,6 +9,8 @@
 //   4. torchrun / tpserve-launch: RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE
 //                          (+ MASTER_ADDR, MASTER_PORT, read whatever the source);
 //   5. nothing set: a single process (rank 0 of 1).
+// The data-parallel group it joins: the override, else TPSERVE_DP_RANK
+// (tpserve-launch --dp-rank sets it), else none (the port it dials decides).
 // A launcher that sets the rank but not the world size (or the reverse), a
 // value that is not a non-negative integer, rank >= world size, or
 // local rank >= local world size is INVALID_ARGUMENT naming the variable.
@@ -22,6 +24,9 @@
 
 namespace tpserve {
 
+// The variable naming a worker's data-parallel group (tpserve-launch --dp-rank G).
+inline constexpr char kDpRankEnv[] = "TPSERVE_DP_RANK";
+
 struct RankEnv {
   int rank = 0;
   int world_size = 1;
@@ -29,6 +34,7 @@ struct RankEnv {
   int local_world_size = 0;  // 0 = not given by the launcher
   std::string master_addr;   // MASTER_ADDR, empty when unset
   int master_port = 0;       // MASTER_PORT, 0 when unset
+  std::optional<int> dp_rank;  // the data-parallel group named, if any
   // "openmpi", "pmi", "torchrun" or "default" (nothing set), with "+override"
   // appended when an override replaced a value.
   std::string source;
@@ -40,6 +46,7 @@ struct RankOverrides {
   std::optional<int> rank;
   std::optional<int> world_size;
   std::optional<int> local_rank;
+  std::optional<int> dp_rank;
 };
 
 // Reads the process environment (getenv).

@@ -249,7 +249,8 @@ absl::Status Coordinator::SetUpClusterSecret() {
 
 absl::Status Coordinator::ListenForWorkers(WorkerGroup& group) {
   const std::string listen = GroupListen(options_.worker_listen, group.index);
-  group.pool = std::make_unique<WorkerPool>(options_.tp, secret_);
+  group.pool = std::make_unique<WorkerPool>(options_.tp, secret_, kWorkerProtocolVersion,
+                                            DpGroup{.rank = group.index, .size = options_.dp});
   TlsFiles tls{.cert = options_.worker_tls_cert, .key = options_.worker_tls_key, .ca = options_.worker_tls_ca,
                .cert_flag = "--worker-tls-cert", .key_flag = "--worker-tls-key", .ca_flag = "--worker-tls-ca"};
   TPSERVE_ASSIGN_OR_RETURN(std::shared_ptr<grpc::ServerCredentials> credentials, MakeServerCredentials(tls));
@@ -280,7 +281,9 @@ absl::Status Coordinator::ListenForWorkers(WorkerGroup& group) {
   group.pool->SetLossAdvice(options_.spawn_workers
                                 ? "; the coordinator is restarting its workers: retry shortly"
                                 : absl::StrCat("; start a new group of ", options_.tp,
-                                               " workers (tpserve-worker --coordinator ", group.address, ")"));
+                                               " workers (tpserve-worker --coordinator ", group.address,
+                                               options_.dp > 1 ? absl::StrCat(" --dp-rank ", group.index) : "",
+                                               ")"));
   CoordinatorLog(absl::StrCat(group.index > 0 ? absl::StrCat("group ", group.index, ": ") : "",
                               "workers connect to ", group.address));
   return absl::OkStatus();
@@ -426,11 +429,13 @@ absl::Status Coordinator::LaunchWorkers(WorkerGroup& group) {
   const int tp = options_.tp;
   if (!options_.spawn_workers) {
     CoordinatorLog(absl::StrCat(options_.dp > 1 ? absl::StrCat("group ", group.index, ": ") : "", "waiting for ",
-                                tp, " workers: mpirun -np ", tp, " tpserve-worker --coordinator ", group.address));
+                                tp, " workers: mpirun -np ", tp, " tpserve-worker --coordinator ", group.address,
+                                options_.dp > 1 ? absl::StrCat(" --dp-rank ", group.index) : ""));
     return absl::OkStatus();
   }
   LaunchOptions launch;
   launch.argv = {WorkerBinary(options_.worker_binary), "--coordinator", group.address};
+  if (options_.dp > 1) launch.argv.insert(launch.argv.end(), {"--dp-rank", std::to_string(group.index)});
   if (!options_.worker_tls_cert.empty()) {
     // Paths only: the key stays in its file. A self-signed certificate is its own CA.
     const auto absolute = [](const std::string& path) { return std::filesystem::absolute(path).string(); };

@@ -15,8 +15,8 @@ constexpr char kNoSecretFix[] =
 
 }  // namespace
 
-WorkerGate::WorkerGate(std::optional<ClusterSecret> secret, int world_size)
-    : secret_(std::move(secret)), store_tokens_(static_cast<size_t>(world_size)) {}
+WorkerGate::WorkerGate(std::optional<ClusterSecret> secret, int world_size, DpGroup group)
+    : secret_(std::move(secret)), group_(group), store_tokens_(static_cast<size_t>(world_size)) {}
 
 std::string WorkerGate::IssueChallenge(absl::Time now) {
   std::string bytes = RandomBytes(kChallengeBytes);
@@ -28,7 +28,29 @@ std::string WorkerGate::IssueChallenge(absl::Time now) {
   return bytes;
 }
 
+absl::Status WorkerGate::CheckGroup(const tpserve::internal::v1::Hello& hello) const {
+  if (!hello.has_dp_rank() || hello.dp_rank() == static_cast<uint32_t>(group_.rank)) return absl::OkStatus();
+  const std::string who = absl::StrCat("worker rank ", hello.rank(), " on ", hello.host(), " (pid ", hello.pid(), ")");
+  if (hello.dp_rank() >= static_cast<uint32_t>(group_.size)) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        who, " names data-parallel group ", hello.dp_rank(), " (--dp-rank) but this coordinator serves ",
+        group_.size, group_.size == 1 ? " group (no --dp)" : " groups (--dp)", ", 0..", group_.size - 1,
+        "; fix the worker's --dp-rank"));
+  }
+  return absl::FailedPreconditionError(absl::StrCat(
+      who, " names data-parallel group ", hello.dp_rank(), " (--dp-rank) but dialled the port of group ",
+      group_.rank, "; dial group ", hello.dp_rank(), "'s port (--worker-listen's port + ", hello.dp_rank(),
+      ", logged as 'group ", hello.dp_rank(), ": workers connect to ADDR') or fix --dp-rank"));
+}
+
 absl::StatusOr<std::string> WorkerGate::Verify(const tpserve::internal::v1::Hello& hello, absl::Time now) {
+  absl::StatusOr<std::string> token = VerifyProof(hello, now);
+  if (!token.ok()) return token;
+  if (absl::Status group = CheckGroup(hello); !group.ok()) return group;
+  return token;
+}
+
+absl::StatusOr<std::string> WorkerGate::VerifyProof(const tpserve::internal::v1::Hello& hello, absl::Time now) {
   if (!secret_) return std::string();
   if (hello.proof().empty()) {
     return absl::UnauthenticatedError(absl::StrCat("rank ", hello.rank(),

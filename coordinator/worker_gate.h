@@ -5,6 +5,10 @@
 // anything goes. Challenges are single use, at most kMaxChallenges are held
 // (the oldest dropped first) and each expires after kChallengeLifetime, so
 // callers that only ask for challenges cannot grow the coordinator.
+// With data-parallel groups each group's port has its own gate, which knows
+// the group it serves: a Hello naming another group (Hello.dp_rank, the
+// worker's --dp-rank) is refused naming both, secret or not; a Hello naming
+// none joins the port's group.
 // Thread-safe.
 #pragma once
 
@@ -23,12 +27,18 @@
 
 namespace tpserve {
 
+// The data-parallel group a worker port serves: group `rank` of `size` (--dp).
+struct DpGroup {
+  int rank = 0;
+  int size = 1;
+};
+
 class WorkerGate {
  public:
   static constexpr size_t kMaxChallenges = 256;
   static constexpr absl::Duration kChallengeLifetime = absl::Minutes(1);
 
-  WorkerGate(std::optional<ClusterSecret> secret, int world_size);
+  WorkerGate(std::optional<ClusterSecret> secret, int world_size, DpGroup group = {});
 
   bool secret_required() const { return secret_.has_value(); }
   std::string IssueChallenge(absl::Time now = absl::Now());
@@ -36,8 +46,11 @@ class WorkerGate {
   // The session's store token when the Hello's challenge is one this gate
   // issued (and not yet used or expired) and its proof matches ("" without a
   // secret); UNAUTHENTICATED saying what is wrong otherwise. The challenge
-  // is used up either way.
+  // is used up either way. Then its group (CheckGroup).
   absl::StatusOr<std::string> Verify(const tpserve::internal::v1::Hello& hello, absl::Time now = absl::Now());
+  // OK when the Hello names no group or this port's; FAILED_PRECONDITION
+  // naming both groups (and the port to dial) otherwise.
+  absl::Status CheckGroup(const tpserve::internal::v1::Hello& hello) const;
   // Makes `token` valid for `rank` (once its Hello is admitted) until Forget.
   void Grant(int rank, std::string token);
   void Forget(int rank);
@@ -47,11 +60,14 @@ class WorkerGate {
   absl::Status CheckStoreToken(absl::string_view token) const;
 
  private:
+  absl::StatusOr<std::string> VerifyProof(const tpserve::internal::v1::Hello& hello, absl::Time now);
+
   struct Challenge {
     std::string bytes;
     absl::Time expires;
   };
   const std::optional<ClusterSecret> secret_;
+  const DpGroup group_;
   mutable absl::Mutex mu_;
   std::deque<Challenge> challenges_ ABSL_GUARDED_BY(mu_);     // oldest first
   std::vector<std::string> store_tokens_ ABSL_GUARDED_BY(mu_);  // [world_size], "" = none

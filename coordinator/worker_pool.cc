@@ -23,10 +23,11 @@ constexpr absl::Duration kPeerGrace = absl::Seconds(2);
 
 }  // namespace
 
-WorkerPool::WorkerPool(int world_size, std::optional<ClusterSecret> secret, uint32_t protocol_version)
+WorkerPool::WorkerPool(int world_size, std::optional<ClusterSecret> secret, uint32_t protocol_version,
+                       DpGroup group)
     : roster_(world_size, protocol_version),
       slots_(static_cast<size_t>(world_size)),
-      gate_(std::move(secret), world_size) {}
+      gate_(std::move(secret), world_size, group) {}
 
 WorkerPool::~WorkerPool() {
   {

@@ -49,9 +49,11 @@ class WorkerPool final : public tpserve::internal::v1::Worker::Service {
   using WorkerMessage = tpserve::internal::v1::WorkerMessage;
 
   // With a `secret`, only workers that prove it are admitted and may use the
-  // store (coordinator/worker_gate.h); without one, any caller may.
+  // store (coordinator/worker_gate.h); without one, any caller may. `group`:
+  // the data-parallel group this pool's port serves (a worker naming another
+  // is refused).
   explicit WorkerPool(int world_size, std::optional<ClusterSecret> secret = std::nullopt,
-                      uint32_t protocol_version = kWorkerProtocolVersion);
+                      uint32_t protocol_version = kWorkerProtocolVersion, DpGroup group = {});
   ~WorkerPool() override;  // stops the watchdog
 
   // The step watchdog (--step-timeout): from now on a Step command that some

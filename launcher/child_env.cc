@@ -4,6 +4,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "comm/rank_env.h"
 
 extern char** environ;
 
@@ -58,6 +59,7 @@ std::vector<std::string> RankEnvironment(const LaunchOptions& options, int local
            std::string("TORCHELASTIC_RUN_ID=none"), std::string("TPSERVE_LAUNCHER=1")}) {
     set(entry);
   }
+  if (options.dp_rank >= 0) set(absl::StrCat(kDpRankEnv, "=", options.dp_rank));
   for (const std::string& entry : options.extra_env) set(entry);
   std::vector<std::string> env;
   env.reserve(order.size());

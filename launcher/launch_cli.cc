@@ -21,7 +21,7 @@ absl::StatusOr<int> ParseInt(const std::string& flag, const std::string& value, 
 
 std::string LaunchUsage() {
   return "usage: tpserve-launch --nproc-per-node N [--nnodes G --node-rank R] [--master-addr ADDR]\n"
-         "                      [--master-port PORT]\n"
+         "                      [--master-port PORT] [--dp-rank G]\n"
          "                      [--log-dir DIR] [--no-prefix] [--grace-seconds S] -- PROGRAM ARGS...\n"
          "Starts N copies of PROGRAM with the torchrun environment (RANK, LOCAL_RANK, WORLD_SIZE,\n"
          "LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT, ...; TPSERVE_LAUNCHER=1). SIGINT/SIGTERM/SIGHUP\n"
@@ -32,6 +32,8 @@ std::string LaunchUsage() {
          "  --node-rank R        this node's place, 0..G-1 (default 0): RANK = R * N + LOCAL_RANK\n"
          "  --master-addr ADDR   MASTER_ADDR for the ranks (default 127.0.0.1)\n"
          "  --master-port PORT   MASTER_PORT for the ranks (default 29500)\n"
+         "  --dp-rank G          the data-parallel group (tpserve-coordinator --dp) the ranks join:\n"
+         "                       TPSERVE_DP_RANK=G; the coordinator refuses them on another group's port\n"
          "  --log-dir DIR        write DIR/rank-R.stdout and DIR/rank-R.stderr instead of the terminal\n"
          "  --no-prefix          pass the ranks' output through without the \"[rank R] \" prefix\n"
          "  --grace-seconds S    time between SIGTERM and SIGKILL when stopping (default 10)\n"
@@ -73,7 +75,7 @@ absl::StatusOr<LaunchCommand> ParseLaunchArgs(const std::vector<std::string>& ar
       continue;
     }
     if (flag != "nproc-per-node" && flag != "nnodes" && flag != "node-rank" && flag != "master-addr" && flag != "master-port" && flag != "log-dir" &&
-        flag != "grace-seconds") {
+        flag != "grace-seconds" && flag != "dp-rank") {
       return absl::InvalidArgumentError(absl::StrCat("unknown flag '", arg, "' (see --help)"));
     }
     if (!inline_value) {
@@ -93,6 +95,10 @@ absl::StatusOr<LaunchCommand> ParseLaunchArgs(const std::vector<std::string>& ar
       absl::StatusOr<int> r = ParseInt(flag, value, 0, 4095);
       if (!r.ok()) return r.status();
       o.node_rank = *r;
+    } else if (flag == "dp-rank") {
+      absl::StatusOr<int> g = ParseInt(flag, value, 0, 4095);
+      if (!g.ok()) return g.status();
+      o.dp_rank = *g;
     } else if (flag == "master-addr") {
       if (value.empty()) return absl::InvalidArgumentError("--master-addr must not be empty");
       o.master_addr = value;

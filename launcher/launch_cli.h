@@ -2,7 +2,7 @@
 // --nnodes/--node-rank place this node's ranks in the whole job):
 //
 //   tpserve-launch --nproc-per-node N [--nnodes 1 --node-rank 0]
-//                  [--master-addr 127.0.0.1] [--master-port 29500]
+//                  [--master-addr 127.0.0.1] [--master-port 29500] [--dp-rank G]
 //                  [--log-dir DIR] [--no-prefix] [--grace-seconds 10] -- PROGRAM ARGS...
 //
 // Flags take "--flag VALUE" or "--flag=VALUE", with '-' or '_' between words

@@ -31,6 +31,9 @@ struct LaunchOptions {
   int node_rank = 0;                   // 0..nnodes-1
   std::string master_addr = "127.0.0.1";
   int master_port = 29500;             // torchrun's default; 1..65535
+  // The data-parallel group the ranks join (TPSERVE_DP_RANK, read by
+  // tpserve-worker); -1: none named (inherited as it is).
+  int dp_rank = -1;
   OutputMode output = OutputMode::kPrefix;
   std::string log_dir;                 // kLogFiles only; created when missing
   // How long ranks get between SIGTERM and SIGKILL when the group is stopped

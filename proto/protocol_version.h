@@ -16,6 +16,8 @@ namespace tpserve {
 // Also in 7: ContinuingSequence.draft_token_ids and Load.max_num_draft_tokens
 // (speculative decoding): a worker that ignored them would keep positions and
 // blocks the coordinator freed.
-inline constexpr uint32_t kWorkerProtocolVersion = 7;
+// 8: Hello.dp_rank (the data-parallel group a worker joins): a coordinator
+// that ignored it would admit a worker for group 1 into group 0.
+inline constexpr uint32_t kWorkerProtocolVersion = 8;
 
 }  // namespace tpserve

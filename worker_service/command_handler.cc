@@ -36,6 +36,7 @@ iv1::Hello CommandHandler::MakeHello() const {
   hello.set_rank(static_cast<uint32_t>(options_.rank.rank));
   hello.set_world_size(static_cast<uint32_t>(options_.rank.world_size));
   hello.set_local_rank(static_cast<uint32_t>(options_.rank.local_rank));
+  if (options_.rank.dp_rank) hello.set_dp_rank(static_cast<uint32_t>(*options_.rank.dp_rank));
   hello.set_host(HostName());
   hello.set_pid(static_cast<uint32_t>(getpid()));
   // A GPU this rank would use: its name and free memory (the coordinator's

@@ -11,7 +11,7 @@ namespace {
 const char* const kAllVars[] = {
     "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK",
     "OMPI_COMM_WORLD_LOCAL_SIZE", "PMI_RANK", "PMI_SIZE", "MPI_LOCALRANKID", "MPI_LOCALNRANKS",
-    "RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"};
+    "RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", kDpRankEnv};
 
 // Every test starts from an environment without any launcher variable.
 class RankEnvTest : public testing::Test {
@@ -30,6 +30,25 @@ TEST_F(RankEnvTest, NothingSetIsASingleProcess) {
   EXPECT_EQ(env->world_size, 1);
   EXPECT_EQ(env->local_rank, 0);
   EXPECT_EQ(env->source, "default");
+}
+
+// The data-parallel group: none unless named; TPSERVE_DP_RANK names it, the
+// override wins, and a value that is not a number is an error naming it.
+TEST_F(RankEnvTest, DpRankFromTheOverrideElseTheEnvironment) {
+  auto none = ReadRankEnv();
+  ASSERT_TRUE(none.ok()) << none.status();
+  EXPECT_FALSE(none->dp_rank.has_value());
+  Set(kDpRankEnv, "3");
+  auto named = ReadRankEnv();
+  ASSERT_TRUE(named.ok()) << named.status();
+  EXPECT_EQ(named->dp_rank, 3);
+  auto overridden = ReadRankEnv({.dp_rank = 1});
+  ASSERT_TRUE(overridden.ok()) << overridden.status();
+  EXPECT_EQ(overridden->dp_rank, 1);
+  Set(kDpRankEnv, "one");
+  auto bad = ReadRankEnv();
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("TPSERVE_DP_RANK='one'"), std::string::npos) << bad.status();
 }
 
 TEST_F(RankEnvTest, OpenMpi) {

@@ -74,5 +74,51 @@ TEST(WorkerGateTest, ChallengesExpireAndAreBounded) {
   EXPECT_TRUE(gate.Verify(HelloFor(secret, gate.IssueChallenge(t0), 0, 1), t0).ok());
 }
 
+// Each data-parallel group's port has its gate: a Hello naming its group,
+// or none, passes; one naming another group (or one the coordinator does
+// not serve) is refused naming both, with or without a secret, and a refused
+// Hello grants nothing.
+TEST(WorkerGateTest, AHelloNamingAnotherGroupIsRefusedNamingBoth) {
+  WorkerGate group0(std::nullopt, 1, {.rank = 0, .size = 2});
+  iv1::Hello hello;
+  hello.set_host("h1");
+  hello.set_pid(42);
+  EXPECT_TRUE(group0.Verify(hello).ok()) << "no group named: the port's";
+  hello.set_dp_rank(0);
+  EXPECT_TRUE(group0.Verify(hello).ok());
+  hello.set_dp_rank(1);
+  const absl::Status wrong = group0.Verify(hello).status();
+  EXPECT_EQ(wrong.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_NE(wrong.message().find("names data-parallel group 1 (--dp-rank) but dialled the port of group 0"),
+            std::string::npos)
+      << wrong;
+  EXPECT_NE(wrong.message().find("on h1 (pid 42)"), std::string::npos) << wrong;
+  EXPECT_NE(wrong.message().find("dial group 1's port"), std::string::npos) << wrong;
+  hello.set_dp_rank(2);
+  const absl::Status outside = group0.CheckGroup(hello);
+  EXPECT_EQ(outside.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_NE(outside.message().find("names data-parallel group 2 (--dp-rank) but this coordinator serves 2 groups"),
+            std::string::npos)
+      << outside;
+
+  const ClusterSecret secret = ClusterSecret::Generate();
+  WorkerGate group1(secret, 1, {.rank = 1, .size = 2});
+  iv1::Hello proved = HelloFor(secret, group1.IssueChallenge(), 0, 1);
+  proved.set_dp_rank(0);
+  const absl::StatusOr<std::string> refused = group1.Verify(proved);
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kFailedPrecondition) << "the right secret, the wrong group";
+  EXPECT_NE(refused.status().message().find("group 0 (--dp-rank) but dialled the port of group 1"), std::string::npos)
+      << refused.status();
+  proved = HelloFor(secret, group1.IssueChallenge(), 0, 1);
+  proved.set_dp_rank(1);
+  EXPECT_TRUE(group1.Verify(proved).ok());
+
+  WorkerGate single(std::nullopt, 1);  // no --dp: group 0 of 1
+  hello.set_dp_rank(1);
+  EXPECT_NE(single.CheckGroup(hello).message().find("serves 1 group (no --dp)"), std::string::npos);
+  hello.set_dp_rank(0);
+  EXPECT_TRUE(single.CheckGroup(hello).ok());
+}
+
 }  // namespace
 }  // namespace tpserve

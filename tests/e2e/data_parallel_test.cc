@@ -4,7 +4,7 @@
 // whichever group the router picks; GetLoads answers one group per dp_rank;
 // a killed worker of one group fails only that group's request while the
 // other group's request runs to its end, and the group is replaced while the
-// other serves.
+// other serves; workers started by the user join the group they name.
 #include <signal.h>
 
 #include <gtest/gtest.h>
@@ -183,6 +183,51 @@ TEST_F(DataParallelTest, AKilledGroupFailsOnlyItsRequestAndIsReplacedWhileTheOth
     EXPECT_TRUE(o.status.ok()) << o.status.error_message();
     EXPECT_EQ(o.tokens.size(), 6u);
   }
+}
+
+// Workers started by the user name the group they join (issue 30 item 1): a
+// worker for group 1 that dials group 0's port is refused, saying both
+// groups and which port to dial, and group 0 still waits for its own; one
+// worker per group, named by tpserve-worker --dp-rank and by tpserve-launch
+// --dp-rank, forms both groups and each serves.
+TEST_F(DataParallelTest, ExternalWorkersNameTheirGroupAndTheWrongPortRefusesThem) {
+  Process coordinator({BinaryPath("tools/coordinator/tpserve-coordinator"), "--model", model_, "--tp", "1", "--dp",
+                       "2", "--dp-routing", "round-robin", "--listen", "127.0.0.1:0", "--worker-timeout", "60s"},
+                      dir_.path() + "/coordinator.log");
+  const std::string group0 = AwaitLine(coordinator, "tpserve-coordinator: workers connect to ");
+  const std::string group1 = AwaitLine(coordinator, "tpserve-coordinator: group 1: workers connect to ");
+  const std::string address = AwaitLine(coordinator, "serving tpserve.v1.Generation on ");
+  ASSERT_FALSE(group0.empty() || group1.empty() || address.empty());
+  EXPECT_NE(coordinator.Log().find("group 1: waiting for 1 workers: mpirun -np 1 tpserve-worker --coordinator " +
+                                   group1 + " --dp-rank 1"),
+            std::string::npos)
+      << coordinator.Log();
+
+  std::unique_ptr<Process> stray =
+      StartWorker(group0, 0, 1, dir_.path() + "/stray.log", {"--dp-rank", "1", "--connect-timeout", "10s"});
+  EXPECT_EQ(stray->Wait(absl::Seconds(60)), 1) << stray->Log();
+  EXPECT_NE(stray->Log().find("names data-parallel group 1 (--dp-rank) but dialled the port of group 0; dial "
+                              "group 1's port"),
+            std::string::npos)
+      << stray->Log();
+  EXPECT_NE(coordinator.Log().find("refused a worker"), std::string::npos) << coordinator.Log();
+
+  std::unique_ptr<Process> worker1 = StartWorker(group1, 0, 1, dir_.path() + "/worker1.log", {"--dp-rank", "1"});
+  Process worker0({BinaryPath("launcher/tpserve-launch"), "--nproc-per-node", "1", "--dp-rank", "0", "--",
+                   BinaryPath("tools/worker/tpserve-worker"), "--coordinator", group0},
+                  dir_.path() + "/launch0.log");
+  AwaitLine(coordinator, "tpserve-coordinator: ready");
+  auto stub = v1::Generation::NewStub(grpc::CreateChannel(address, grpc::InsecureChannelCredentials()));
+  for (int i = 0; i < 2; ++i) {  // round-robin: one request on each group
+    v1::GenerateRequest r = Greedy(6);
+    r.set_prompt("a group of my own " + std::to_string(i));
+    const GenerateOutcome o = Generate(*stub, r);
+    EXPECT_TRUE(o.status.ok()) << o.status.error_message();
+    EXPECT_EQ(o.tokens.size(), 6u);
+  }
+  const v1::Loads loads = Loads(*stub);
+  ASSERT_EQ(loads.groups_size(), 2);
+  EXPECT_TRUE(loads.groups(0).serving() && loads.groups(1).serving());
 }
 
 }  // namespace

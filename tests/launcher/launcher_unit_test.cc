@@ -102,6 +102,23 @@ TEST(LaunchArgs, ParsesNnodesAndNodeRank) {
   EXPECT_EQ(single->options.node_rank, 0);
 }
 
+// --dp-rank G names the data-parallel group the ranks join: TPSERVE_DP_RANK,
+// which tpserve-worker reads; without it an inherited value passes through.
+TEST(LaunchArgs, DpRankNamesTheGroupInTheRanksEnvironment) {
+  auto cmd = ParseLaunchArgs({"--nproc-per-node", "2", "--dp-rank", "3", "--", "prog"});
+  ASSERT_TRUE(cmd.ok()) << cmd.status();
+  EXPECT_EQ(cmd->options.dp_rank, 3);
+  EXPECT_EQ(EnvValue(Dump(RankEnvironment(cmd->options, 1, {"TPSERVE_DP_RANK=7"})), "TPSERVE_DP_RANK"), "3");
+  auto none = ParseLaunchArgs({"--nproc-per-node", "2", "prog"});
+  ASSERT_TRUE(none.ok()) << none.status();
+  EXPECT_EQ(none->options.dp_rank, -1);
+  EXPECT_FALSE(EnvValue(Dump(RankEnvironment(none->options, 0, {})), "TPSERVE_DP_RANK").has_value());
+  EXPECT_EQ(EnvValue(Dump(RankEnvironment(none->options, 0, {"TPSERVE_DP_RANK=7"})), "TPSERVE_DP_RANK"), "7");
+  auto bad = ParseLaunchArgs({"--nproc-per-node", "2", "--dp-rank", "-1", "--", "prog"});
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("--dp-rank"), std::string::npos) << bad.status();
+}
+
 TEST(LaunchArgs, ParsesTorchrunStyleFlags) {
   auto cmd = ParseLaunchArgs({"--nproc_per_node=3", "--master-addr", "h", "--master-port=1234", "--grace-seconds",
                               "0.25", "--log-dir", "/tmp/x", "--", "prog", "--nproc-per-node", "9"});

@@ -1,4 +1,4 @@
-// tpserve-worker --coordinator HOST:PORT [--rank R --world-size N --local-rank L]
+// tpserve-worker --coordinator HOST:PORT [--rank R --world-size N --local-rank L] [--dp-rank G]
 //                [--connect-timeout 60s] [--comm-host ADDR] [--threads 0]
 //
 // One tensor-parallel rank. Started by `mpirun -np N tpserve-worker ...`, by
@@ -34,6 +34,10 @@ ABSL_FLAG(std::string, coordinator, "", "the coordinator's worker address, HOST:
 ABSL_FLAG(int, rank, -1, "this worker's rank (default: from mpirun / PMI / torchrun environment)");
 ABSL_FLAG(int, world_size, -1, "number of ranks (default: from the launcher's environment)");
 ABSL_FLAG(int, local_rank, -1, "rank on this host = device index (default: from the environment)");
+ABSL_FLAG(int, dp_rank, -1,
+          "the data-parallel group (tpserve-coordinator --dp) this worker joins: the coordinator refuses it on "
+          "another group's port (default: $TPSERVE_DP_RANK, which tpserve-launch --dp-rank sets; unset: the "
+          "group whose port it dials)");
 ABSL_FLAG(absl::Duration, connect_timeout, absl::Seconds(60), "how long to keep dialling the coordinator");
 ABSL_FLAG(std::string, comm_host, "",
           "address this rank's gloo transport listens on, which the other ranks dial (default: this host's "
@@ -97,6 +101,7 @@ absl::StatusOr<tpserve::SessionOptions> OptionsFromFlags() {
   if (absl::GetFlag(FLAGS_rank) >= 0) overrides.rank = absl::GetFlag(FLAGS_rank);
   if (absl::GetFlag(FLAGS_world_size) >= 0) overrides.world_size = absl::GetFlag(FLAGS_world_size);
   if (absl::GetFlag(FLAGS_local_rank) >= 0) overrides.local_rank = absl::GetFlag(FLAGS_local_rank);
+  if (absl::GetFlag(FLAGS_dp_rank) >= 0) overrides.dp_rank = absl::GetFlag(FLAGS_dp_rank);
   TPSERVE_ASSIGN_OR_RETURN(options.worker.rank, tpserve::ReadRankEnv(overrides));
   options.connect_timeout = absl::GetFlag(FLAGS_connect_timeout);
   options.worker.comm_host = absl::GetFlag(FLAGS_comm_host);
