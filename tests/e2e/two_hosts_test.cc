@@ -18,6 +18,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <initializer_list>
@@ -96,6 +97,41 @@ class TwoHosts {
     }
   }
 
+  // The processes in host h's network namespace, as `ip netns pids` finds
+  // them: those whose /proc/PID/ns/net is the namespace's file.
+  std::vector<pid_t> Pids(int host) const {
+    struct stat ns {};
+    std::vector<pid_t> pids;
+    if (stat(("/run/netns/" + names_[host]).c_str(), &ns) != 0) return pids;
+    std::error_code ec;
+    for (const auto& entry : std::filesystem::directory_iterator("/proc", ec)) {
+      int pid = 0;
+      struct stat net {};
+      if (!absl::SimpleAtoi(entry.path().filename().string(), &pid)) continue;
+      if (stat((entry.path() / "ns" / "net").c_str(), &net) != 0) continue;
+      if (net.st_dev == ns.st_dev && net.st_ino == ns.st_ino) pids.push_back(pid);
+    }
+    return pids;
+  }
+
+  // Host h dies: SIGKILL to every process in its namespace, until none is
+  // left (a zombie still counts until its parent reaps it, so reaped ones
+  // only); returns those killed.
+  std::vector<pid_t> KillEveryProcess(int host) const {
+    std::vector<pid_t> killed;
+    for (int round = 0; round < 50; ++round) {
+      const std::vector<pid_t> pids = Pids(host);
+      if (pids.empty()) break;
+      for (pid_t pid : pids) {
+        if (kill(pid, SIGKILL) == 0 && std::find(killed.begin(), killed.end(), pid) == killed.end()) {
+          killed.push_back(pid);
+        }
+      }
+      absl::SleepFor(absl::Milliseconds(100));
+    }
+    return killed;
+  }
+
   static std::string Address(int host) { return absl::StrCat("10.77.0.", host + 1); }
   static std::string Subnet() { return "10.77.0.0/24"; }
   const std::string& Namespace(int host) const { return names_[host]; }
@@ -162,7 +198,8 @@ class TwoHostsTest : public ::testing::Test {
                                      TwoHosts::Address(0), "--", BinaryPath("tools/worker/tpserve-worker"),
                                      "--coordinator", coordinator, "--cluster-secret-file", secret_};
     argv.insert(argv.end(), extra.begin(), extra.end());
-    return std::make_unique<Process>(hosts_.In(host, argv), absl::StrCat(dir_.path(), "/launch", host, ".log"));
+    return std::make_unique<Process>(hosts_.In(host, argv),
+                                     absl::StrCat(dir_.path(), "/launch", host, "-", launches_++, ".log"));
   }
 
   std::unique_ptr<v1::Generation::Stub> Stub() const {
@@ -179,6 +216,7 @@ class TwoHostsTest : public ::testing::Test {
   TwoHosts hosts_;
   std::string model_, api_, secret_;
   std::unique_ptr<Process> coordinator_;
+  int launches_ = 0;
 };
 
 TEST_F(TwoHostsTest, GreedyTokensAcrossTheVethEqualOneHost) {  // tp 4: two ranks on each host
@@ -316,35 +354,57 @@ TEST_F(TwoHostsTest, MpirunWithAHostListPlacesOneRankOnEachHost) {
   EXPECT_EQ(across.tokens, reference.tokens) << "tp 2 by mpirun across two hosts equals tp 2 on one";
 }
 
-TEST_F(TwoHostsTest, AHostThatDiesMidStreamFailsTheStreamNamingItsRank) {
+// Host 1 dies mid-stream: every process in its namespace (its launcher and
+// its worker) is killed at once while a request streams. The stream ends
+// UNAVAILABLE naming rank 1 and host 1 within seconds; host 0's rank, the
+// group's survivor, is sent away (its launcher exits); new requests are told
+// to start a new group; once both hosts' launchers are back the coordinator
+// serves again, the same greedy tokens as before (README, "A host that dies
+// mid-stream").
+TEST_F(TwoHostsTest, AHostThatDiesMidStreamFailsTheStreamNamingItAndTheGroupRecoversWhenItReturns) {
   const std::string workers = StartCoordinatorOnHost0();
   ASSERT_FALSE(workers.empty());
   std::unique_ptr<Process> host0 = Launch(0, workers, 0), host1 = Launch(1, workers, 1);
   AwaitLine(*coordinator_, "tpserve-coordinator: ready");
-  const std::string rank1 = AwaitLine(*coordinator_, "tpserve-coordinator: worker connected: rank 1: ");
-  const size_t at = rank1.rfind("(pid ");
-  int pid = 0;
-  ASSERT_TRUE(at != std::string::npos && absl::SimpleAtoi(rank1.substr(at + 5, rank1.size() - at - 6), &pid))
-      << rank1;
   auto stub = Stub();
+  const GenerateOutcome before = Generate(*stub, Request(16));
+  ASSERT_TRUE(before.status.ok()) << before.status.error_message();
   grpc::ClientContext context;
   context.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(90)));
   auto stream = stub->Generate(&context, Request(4000));
   v1::GenerateResponse response;
   ASSERT_TRUE(stream->Read(&response)) << "the stream starts";
-  ASSERT_EQ(kill(pid, SIGKILL), 0) << "host 1's worker, pid " << pid;
+  const size_t mark = coordinator_->Log().size();
+  const std::vector<pid_t> killed_pids = hosts_.KillEveryProcess(1);
   const absl::Time killed = absl::Now();
+  EXPECT_NE(std::find(killed_pids.begin(), killed_pids.end(), host1->pid()), killed_pids.end())
+      << "host 1's launcher was among its processes";
+  EXPECT_GE(killed_pids.size(), 2u) << "its launcher and its worker";
+  EXPECT_TRUE(hosts_.Pids(1).empty()) << "nothing of host 1 is left";
   {
-    WaitingFor waiting("the stream to end after host 1's worker was killed");
+    WaitingFor waiting("the stream to end after host 1's processes were killed");
     while (stream->Read(&response)) {
     }
   }
   const grpc::Status lost = stream->Finish();
   EXPECT_EQ(lost.error_code(), grpc::StatusCode::UNAVAILABLE) << lost.error_message();
-  EXPECT_NE(lost.error_message().find("worker rank 1"), std::string::npos) << lost.error_message();
+  EXPECT_NE(lost.error_message().find("worker rank 1 (" + TwoHosts::Name(1) + ", pid "), std::string::npos)
+      << lost.error_message();
   // Well before the 90 s deadline: a lost host is noticed, not waited out.
   EXPECT_LT(absl::Now() - killed, absl::Seconds(30));
-  EXPECT_NE(host1->Wait(absl::Seconds(30)), -1) << "host 1's launcher exits once its rank died";
+  EXPECT_NE(host0->Wait(absl::Seconds(30)), -1) << "host 0's rank, the survivor, is sent away and its launcher exits";
+
+  const GenerateOutcome waiting = Generate(*stub, Request(4), absl::Seconds(20));
+  EXPECT_EQ(waiting.status.error_code(), grpc::StatusCode::UNAVAILABLE) << waiting.status.error_message();
+  EXPECT_NE(waiting.status.error_message().find("start a new group of 2 workers"), std::string::npos)
+      << waiting.status.error_message();
+
+  host0 = Launch(0, workers, 0);
+  host1 = Launch(1, workers, 1);
+  AwaitLine(*coordinator_, "tpserve-coordinator: ready (recovered", absl::Seconds(90), mark);
+  const GenerateOutcome after = Generate(*stub, Request(16));
+  ASSERT_TRUE(after.status.ok()) << after.status.error_message();
+  EXPECT_EQ(after.tokens, before.tokens) << "the new group across both hosts gives the old one's tokens";
 }
 
 }  // namespace
