@@ -158,6 +158,35 @@ absl::Status StepBatch::AssignPaddedDecode(const StepMetadata& step, int32_t buc
   return absl::OkStatus();
 }
 
+absl::Status StepBatch::AssignWithColumns(const StepMetadata& step, int32_t max_blocks_per_seq,
+                                          int32_t block_size) {
+  Clear();
+  if (block_size < 1) return Invalid("block_size is ", block_size, "; it must be at least 1");
+  const size_t S = static_cast<size_t>(std::max(step.num_seqs(), 0));
+  if (step.query_start.size() != S + 1 || step.seq_lens.size() != S ||
+      step.block_tables.size() != S * static_cast<size_t>(std::max(step.max_blocks_per_seq, 0))) {
+    return Invalid("a step of ", S, " sequences needs ", S + 1, " query_start entries, ", S, " seq_lens and ", S,
+                   " block-table rows of max_blocks_per_seq = ", step.max_blocks_per_seq, " entries");
+  }
+  CopyFrom(step);
+  const size_t M = static_cast<size_t>(std::max(max_blocks_per_seq, 0));
+  a_.max_blocks_per_seq = max_blocks_per_seq;
+  a_.block_tables.assign(S * M, -1);
+  for (size_t s = 0; s < S; ++s) {
+    const int32_t seq_len = step.seq_lens[s];
+    const int64_t used = (int64_t{seq_len} + block_size - 1) / block_size;
+    if (seq_len < 1 || used > max_blocks_per_seq || used > step.max_blocks_per_seq) {
+      Clear();
+      return Invalid("sequence ", s, " has seq_len ", seq_len, ", which needs ", used, " blocks of ", block_size,
+                     " tokens; the step has ", step.max_blocks_per_seq, " block-table columns and the re-laid step ",
+                     max_blocks_per_seq);
+    }
+    const auto row = step.block_tables.begin() + static_cast<std::ptrdiff_t>(s) * step.max_blocks_per_seq;
+    std::copy_n(row, used, a_.block_tables.begin() + static_cast<std::ptrdiff_t>(s * M));
+  }
+  return absl::OkStatus();
+}
+
 void StepBatch::CopyFrom(const StepMetadata& step) {
   a_.num_prefill_seqs = step.num_prefill_seqs;
   a_.num_decode_seqs = step.num_decode_seqs;

@@ -106,6 +106,16 @@ class StepBatch {
   absl::Status AssignPaddedDecode(const StepMetadata& step, int32_t bucket, int32_t max_blocks_per_seq,
                                   int32_t block_size);
 
+  // Replaces the contents with `step` (any step) re-laid to
+  // `max_blocks_per_seq` block-table columns: each row keeps the blocks its
+  // seq_len uses, the rest -1; every other array as it is. What a
+  // verification graph replays (worker/decode_graphs.h): the kernels read the
+  // table with the captured stride and only below each context, so the
+  // values they read are the step's own. INVALID_ARGUMENT when block_size <
+  // 1, the arrays' sizes disagree with the sequence counts, or a sequence's
+  // seq_len needs more blocks than either table has; the batch is then empty.
+  absl::Status AssignWithColumns(const StepMetadata& step, int32_t max_blocks_per_seq, int32_t block_size);
+
   // Replaces the contents with a copy of `step`'s arrays as they are (no
   // checks: a backend validates before it copies).
   void CopyFrom(const StepMetadata& step);

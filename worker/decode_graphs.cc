@@ -1,6 +1,7 @@
 #include "worker/decode_graphs.h"
 
 #include <algorithm>
+#include <string>
 
 #include "absl/strings/str_cat.h"
 #include "base/status_macros.h"
@@ -40,56 +41,106 @@ StepCapacity ReservedCapacityFor(const Model& model, int32_t block_size) {
   return c;
 }
 
+int32_t VerifyGraphProposals(const Model& model) {
+  const int64_t extra = model.max_logits_rows() - model.options().max_num_seqs;
+  const int64_t k = std::min<int64_t>({extra, kMaxVerifyGraphProposals, model.options().max_num_tokens - 1});
+  return static_cast<int32_t>(std::max<int64_t>(k, 0));
+}
+
 bool DecodeGraphs::Supported(const Backend& backend, const Communicator& comm, const Model& model) {
   return backend.SupportsGraphs() && comm.SupportsGraphCapture() && !model.has_intermediate_hook();
 }
 
-DecodeGraphs::DecodeGraphs(Model& model, KvCache& cache, Backend& backend, const StepCapacity& capacity)
+DecodeGraphs::DecodeGraphs(Model& model, KvCache& cache, Backend& backend, const StepCapacity& capacity,
+                           int32_t max_proposals)
     : model_(model),
       cache_(cache),
       backend_(backend),
       capacity_(capacity),
-      sizes_(DecodeGraphBatchSizes(capacity.max_seqs, capacity.max_tokens)) {}
+      sizes_(DecodeGraphBatchSizes(capacity.max_seqs, capacity.max_tokens)) {
+  for (int32_t k = 1; k <= max_proposals; ++k) proposals_.push_back(k);
+}
+
+absl::StatusOr<std::unique_ptr<BackendGraph>> DecodeGraphs::CaptureCurrent(absl::string_view what) {
+  auto fail = [&](const absl::Status& st) {
+    return absl::Status(st.code(), absl::StrCat("capturing the ", what, ": ", st.message()));
+  };
+  // Once eagerly: anything initialised lazily (cuBLAS heuristics, module
+  // loading) happens outside the capture.
+  if (absl::Status st = model_.Enqueue(); !st.ok()) return fail(st);
+  if (absl::StatusOr<std::optional<Logits>> warm = model_.ReadLogits(0); !warm.ok()) return fail(warm.status());
+  // The step is still current: capture its ops.
+  if (absl::Status st = backend_.BeginCapture(); !st.ok()) return fail(st);
+  const absl::Status enqueued = model_.Enqueue();
+  absl::StatusOr<std::unique_ptr<BackendGraph>> graph = backend_.EndCapture();
+  if (!enqueued.ok()) return fail(enqueued);
+  if (!graph.ok()) return fail(graph.status());
+  return graph;
+}
 
 absl::Status DecodeGraphs::Capture(DeviceSampler* sampler) {
   graphs_.clear();
-  std::vector<std::unique_ptr<BackendGraph>> graphs;
+  verify_graphs_.clear();
+  std::vector<std::unique_ptr<BackendGraph>> graphs, verify_graphs;
   const StepBatch none;  // no real sequences: every row is padding
   for (int32_t bucket : sizes_) {
+    const std::string what = absl::StrCat("decode graph for batch size ", bucket);
     TPSERVE_RETURN_IF_ERROR(
         padded_.AssignPaddedDecode(none.view(), bucket, capacity_.max_blocks_per_seq(), cache_.block_size()));
-    auto fail = [&](const absl::Status& st) {
-      return absl::Status(st.code(), absl::StrCat("capturing the decode graph for batch size ", bucket, ": ",
-                                                  st.message()));
-    };
-    // Once eagerly: anything initialised lazily (cuBLAS heuristics, module
-    // loading) happens outside the capture.
-    if (absl::Status st = model_.BeginStep(padded_.view(), cache_); !st.ok()) return fail(st);
-    if (absl::Status st = model_.Enqueue(); !st.ok()) return fail(st);
-    if (absl::StatusOr<std::optional<Logits>> warm = model_.ReadLogits(0); !warm.ok()) return fail(warm.status());
-    // The step is still current: capture its ops.
-    if (absl::Status st = backend_.BeginCapture(); !st.ok()) return fail(st);
-    const absl::Status enqueued = model_.Enqueue();
-    absl::StatusOr<std::unique_ptr<BackendGraph>> graph = backend_.EndCapture();
-    if (!enqueued.ok()) return fail(enqueued);
-    if (!graph.ok()) return fail(graph.status());
-    graphs.push_back(*std::move(graph));
+    if (absl::Status st = model_.BeginStep(padded_.view(), cache_); !st.ok()) {
+      return absl::Status(st.code(), absl::StrCat("capturing the ", what, ": ", st.message()));
+    }
+    TPSERVE_ASSIGN_OR_RETURN(std::unique_ptr<BackendGraph> graph, CaptureCurrent(what));
+    graphs.push_back(std::move(graph));
     if (sampler != nullptr && model_.device_logits().data != nullptr) {
       if (absl::Status st = sampler->PrepareBatch(model_.device_logits(), model_.config().vocab_size); !st.ok()) {
-        return fail(st);
+        return absl::Status(st.code(), absl::StrCat("capturing the ", what, ": ", st.message()));
       }
     }
   }
+  // One all-padding sequence of 1 + k tokens: nothing stored, every key read
+  // from block 0 (in range, finite: the cache is zero-filled at allocation).
+  const std::vector<int32_t> zeros(static_cast<size_t>(std::max(capacity_.max_blocks_per_seq(), 1)), 0);
+  for (int32_t k : proposals_) {
+    const std::string what = absl::StrCat("verification graph for 1 sequence with ", k, " proposals");
+    const std::vector<int32_t> tokens(static_cast<size_t>(k) + 1, 0);
+    const StepSequence seq{tokens, 0, zeros, k + 1};
+    absl::Status st = padded_.Assign({&seq, 1}, cache_.block_size(), StepBatch::StoreKv::kNo);
+    if (st.ok()) st = model_.BeginStep(padded_.view(), cache_);
+    if (!st.ok()) return absl::Status(st.code(), absl::StrCat("capturing the ", what, ": ", st.message()));
+    TPSERVE_ASSIGN_OR_RETURN(std::unique_ptr<BackendGraph> graph, CaptureCurrent(what));
+    verify_graphs.push_back(std::move(graph));
+  }
   graphs_ = std::move(graphs);
+  verify_graphs_ = std::move(verify_graphs);
   return absl::OkStatus();
 }
 
 absl::StatusOr<std::optional<Logits>> DecodeGraphs::Forward(const StepMetadata& step) {
   if (absl::Status st = Run(step); !st.ok()) return st;
-  return model_.ReadLogits(step.num_seqs());
+  return model_.ReadLogits(step.num_logits_rows());
+}
+
+int32_t DecodeGraphs::VerifyGraphFor(const StepMetadata& step) const {
+  const int32_t k = step.num_tokens() - 1;
+  if (verify_graphs_.empty() || step.num_prefill_seqs != 1 || step.num_decode_seqs != 0 || k < 1 ||
+      step.num_logits_rows() != step.num_tokens() || !std::binary_search(proposals_.begin(), proposals_.end(), k)) {
+    return 0;
+  }
+  return k;
 }
 
 absl::Status DecodeGraphs::Run(const StepMetadata& step) {
+  if (const int32_t k = VerifyGraphFor(step); k > 0) {
+    if (!padded_.AssignWithColumns(step, capacity_.max_blocks_per_seq(), cache_.block_size()).ok()) {
+      return model_.Compute(step, cache_);
+    }
+    TPSERVE_RETURN_IF_ERROR(model_.BeginStep(padded_.view(), cache_));
+    verify_graphs_[static_cast<size_t>(k - proposals_.front())]->Replay();
+    ++replays_;
+    ++verify_replays_;
+    return absl::OkStatus();
+  }
   const int32_t bucket = DecodeGraphBucket(sizes_, step.num_seqs());
   if (graphs_.empty() || step.num_prefill_seqs != 0 || step.num_seqs() < 1 || bucket == 0 ||
       !padded_.AssignPaddedDecode(step, bucket, capacity_.max_blocks_per_seq(), cache_.block_size()).ok()) {

@@ -23,6 +23,24 @@
 // copied out. Every op is row-wise in the batch (GEMM rows, norms, attention
 // per query row), so padding rows do not disturb the real ones.
 //
+// Verification steps (speculative decoding, issue 27; backend/step.h): one
+// sequence carrying its last token and k proposals, 1 + k query rows at
+// consecutive positions and 1 + k logits rows, is replayed from a graph of
+// its own, keyed by (sequences, k) exactly: captured for one sequence (the
+// batch speculation targets) and k = 1 .. VerifyGraphProposals(model). Not
+// padded at all: the replay is the eager step's kernels with the eager step's
+// by-value arguments (T = R = 1 + k, S = 1, one prefill tile per 64 rows, the
+// tiles themselves uploaded by BeginStep), so its logits are the eager
+// step's, bit for bit; only the block table is re-laid to the capacity's
+// columns (StepBatch::AssignWithColumns: the stride the kernels read it
+// with). Keyed by total rows instead, a step of other sequence makeups would
+// need padding sequences whose rows change the GEMMs' row count (not bit
+// for bit outside the deterministic mode) and whose attention tiles follow
+// their own positions; keyed by (B, k) for B > 1, every sequence of a step
+// would need the same k, which the per-sequence policy rarely gives: both
+// left for later. Other steps with proposals (batch > 1, a prefill beside
+// them) run eagerly.
+//
 // A graph holds the KV cache's and the model's buffers by address: recapture
 // (a new DecodeGraphs) after the cache is reallocated or Reserve runs again.
 #pragma once
@@ -33,6 +51,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "backend/backend.h"
 #include "backend/step_batch.h"
 #include "comm/communicator.h"
@@ -60,15 +79,26 @@ StepCapacity StepCapacityFor(const Model& model, int32_t block_size);
 // StepCapacityFor: their batch sizes stop at max_num_seqs.
 StepCapacity ReservedCapacityFor(const Model& model, int32_t block_size);
 
+// The most proposals per sequence (k) the verification graphs cover for
+// `model`: its extra logits rows (max_logits_rows - max_num_seqs, the
+// workers' Load.max_num_draft_tokens), at most kMaxVerifyGraphProposals and
+// max_num_tokens - 1; 0 without speculative decoding.
+inline constexpr int32_t kMaxVerifyGraphProposals = 8;  // the k range issue 27 measures
+int32_t VerifyGraphProposals(const Model& model);
+
 class DecodeGraphs {
  public:
   // Whether graphs can run: the backend captures, the communicator's
   // collectives are capturable, and no intermediate hook is set on the model.
   static bool Supported(const Backend& backend, const Communicator& comm, const Model& model);
 
-  // For `model` over `cache`; Backend::Reserve(capacity) must have run. Nothing
-  // is captured until Capture.
-  DecodeGraphs(Model& model, KvCache& cache, Backend& backend, const StepCapacity& capacity);
+  // For `model` over `cache`; Backend::Reserve(capacity) must have run (with
+  // room for 1 + max_proposals logits rows when max_proposals > 0:
+  // ReservedCapacityFor). max_proposals: verification graphs for one
+  // sequence with k = 1 .. max_proposals proposals (0: none; see above).
+  // Nothing is captured until Capture.
+  DecodeGraphs(Model& model, KvCache& cache, Backend& backend, const StepCapacity& capacity,
+               int32_t max_proposals = 0);
 
   // Runs each bucket's all-padding step once eagerly (lazy initialisation
   // outside the capture), then captures it. Every rank of the model must call
@@ -79,11 +109,15 @@ class DecodeGraphs {
   // sampler->PrepareBatch(device_logits(), vocab_size) lets it capture its own
   // graph for the bucket's logits (cuda/cuda_sampler.h says why sampling is
   // not part of the forward's graph); its error is returned like a capture's.
+  // Then the verification graphs the same way, each over an all-padding
+  // sequence of 1 + k tokens (slots -1, every block-table entry 0), without
+  // the sampler (a verification step samples on the host).
   absl::Status Capture(DeviceSampler* sampler = nullptr);
 
   // Model::Forward(step, cache), through a graph when the step is a pure decode
-  // of at most the largest bucket and graphs were captured. Same results and
-  // errors as Model::Forward.
+  // of at most the largest bucket, or a verification step of one sequence
+  // whose k proposals have a graph, and graphs were captured. Same results
+  // and errors as Model::Forward (all R = step.num_logits_rows() rows).
   absl::StatusOr<std::optional<Logits>> Forward(const StepMetadata& step);
   // Forward without reading the logits back: they stay in the model's
   // device_logits() (rows past step.num_seqs() are the graph's padding), for a
@@ -91,18 +125,29 @@ class DecodeGraphs {
   absl::Status Run(const StepMetadata& step);
 
   const std::vector<int32_t>& batch_sizes() const { return sizes_; }
+  // The k of the verification graphs (1 .. max_proposals), ascending.
+  const std::vector<int32_t>& verify_proposals() const { return proposals_; }
   bool captured() const { return !graphs_.empty(); }
-  int64_t replays() const { return replays_; }  // steps that ran as a graph
+  int64_t replays() const { return replays_; }  // steps that ran as a graph (verifications included)
+  int64_t verify_replays() const { return verify_replays_; }  // verification steps that ran as a graph
 
  private:
+  // Runs the current step (model_.BeginStep done) once eagerly, then captures
+  // its ops; the graph, or the error naming `what`.
+  absl::StatusOr<std::unique_ptr<BackendGraph>> CaptureCurrent(absl::string_view what);
+  // The k of a verification step a graph covers, or 0.
+  int32_t VerifyGraphFor(const StepMetadata& step) const;
+
   Model& model_;
   KvCache& cache_;
   Backend& backend_;
   StepCapacity capacity_;
   std::vector<int32_t> sizes_;                         // buckets, ascending
+  std::vector<int32_t> proposals_;                     // verification graphs' k, ascending
   std::vector<std::unique_ptr<BackendGraph>> graphs_;  // [buckets] once captured
+  std::vector<std::unique_ptr<BackendGraph>> verify_graphs_;  // [proposals_] once captured
   StepBatch padded_;                                   // the step being replayed
-  int64_t replays_ = 0;
+  int64_t replays_ = 0, verify_replays_ = 0;
 };
 
 }  // namespace tpserve

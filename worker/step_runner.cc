@@ -62,7 +62,8 @@ absl::Status StepRunner::WarmUp() {
     return absl::OkStatus();
   }
   auto graphs = std::make_unique<DecodeGraphs>(model_, cache_, model_.backend(),
-                                               StepCapacityFor(model_, cache_.block_size()));
+                                               StepCapacityFor(model_, cache_.block_size()),
+                                               VerifyGraphProposals(model_));
   TPSERVE_RETURN_IF_ERROR(graphs->Capture(rank_ == 0 ? options_.sampler : nullptr));
   graphs_ = std::move(graphs);
   return absl::OkStatus();

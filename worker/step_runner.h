@@ -147,6 +147,8 @@ class StepRunner {
   bool uses_graphs() const { return graphs_ != nullptr && graphs_->captured(); }
   // Steps that ran as a graph so far.
   int64_t graph_replays() const { return graphs_ ? graphs_->replays() : 0; }
+  // Of those, verification steps (one sequence with proposals, worker/decode_graphs.h).
+  int64_t verify_graph_replays() const { return graphs_ ? graphs_->verify_replays() : 0; }
 
   // Applies `plan` and runs it. Every rank returns one token per sampled
   // sequence, in `order`: with its log-probs (and logits, keep_logits) on

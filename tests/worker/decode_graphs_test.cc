@@ -4,7 +4,8 @@
 // as the unpadded step while its padding rows write nothing to the KV cache.
 // Then the whole DecodeGraphs flow (warm-up, capture, BeginStep + Replay, copy
 // of the real rows) through a CPU backend that records ops instead of running
-// them while "capturing" and replays them later.
+// them while "capturing" and replays them later, for decode steps and for
+// verification steps (one sequence with k speculative proposals).
 #include "worker/decode_graphs.h"
 
 #include <cstring>
@@ -131,11 +132,13 @@ class DecodeGraphsModelTest : public ::testing::Test {
   }
   static void TearDownTestSuite() { delete dir_; }
 
-  std::unique_ptr<Model> Load(Backend& backend, const std::string& name) {
+  // extra_logits_rows: the rows speculative proposals may add to a step.
+  std::unique_ptr<Model> Load(Backend& backend, const std::string& name, int64_t extra_logits_rows = 0) {
     ModelOptions options;
     options.max_num_tokens = 512;
     options.max_num_seqs = 32;
     options.max_position = 96;  // 24 block-table columns of 4 tokens
+    options.max_num_logits_rows = options.max_num_seqs + extra_logits_rows;
     absl::StatusOr<std::unique_ptr<Model>> m = Model::Load(dir_->path() / name, backend, *comm_, options);
     EXPECT_TRUE(m.ok()) << m.status();
     return m.ok() ? *std::move(m) : nullptr;
@@ -416,6 +419,119 @@ TEST_F(DecodeGraphsModelTest, ReplayedDecodeStepsMatchEagerSteps) {
     EXPECT_EQ(recording.replays() - replays_before, kDecodeSteps);
     EXPECT_EQ(graphs.replays(), kDecodeSteps);
   }
+}
+
+TEST(VerifyGraphProposals, TheModelsExtraLogitsRowsUpToEight) {
+  TempDir dir;
+  testing_util::MakeModel(dir.path() / "m", "--arch qwen3 --hidden 32 --intermediate 48 --layers 1 --heads 2 "
+                                            "--kv-heads 1 --head-dim 16 --vocab 263 --dtype f32 --seed 3");
+  std::unique_ptr<Backend> cpu = MakeCpuBackend();
+  std::unique_ptr<Communicator> comm = MakeSoloCommunicator();
+  auto proposals = [&](int64_t max_tokens, int64_t max_seqs, int64_t logits_rows) {
+    ModelOptions o{.max_num_tokens = max_tokens, .max_num_seqs = max_seqs, .max_position = 64,
+                   .max_num_logits_rows = logits_rows};
+    absl::StatusOr<std::unique_ptr<Model>> m = Model::Load(dir.path() / "m", *cpu, *comm, o);
+    EXPECT_TRUE(m.ok()) << m.status();
+    return m.ok() ? VerifyGraphProposals(**m) : -1;
+  };
+  EXPECT_EQ(proposals(64, 8, 0), 0);        // no speculation: no verification graphs
+  EXPECT_EQ(proposals(64, 8, 8 + 3), 3);    // the extra rows
+  EXPECT_EQ(proposals(64, 8, 8 + 32), 8);   // at most kMaxVerifyGraphProposals
+  EXPECT_EQ(proposals(5, 8, 8 + 32), 4);    // 1 + k tokens fit the step
+}
+
+TEST(AssignWithColumns, RelaysTheBlockTableAndKeepsTheRest) {
+  const std::vector<int32_t> tokens{4, 5, 6};
+  const std::vector<int32_t> table{7, 2, 9};
+  const StepSequence seq{tokens, 5, table, 3};  // positions 5..7: blocks 7 and 2 of 4 tokens
+  absl::StatusOr<StepBatch> step = StepBatch::Build({&seq, 1}, 4);
+  ASSERT_TRUE(step.ok()) << step.status();
+  StepBatch wide;
+  ASSERT_TRUE(wide.AssignWithColumns(step->view(), 5, 4).ok());
+  EXPECT_EQ(wide.arrays().max_blocks_per_seq, 5);
+  EXPECT_EQ(wide.arrays().block_tables, (std::vector<int32_t>{7, 2, -1, -1, -1}));
+  EXPECT_EQ(wide.arrays().token_ids, step->arrays().token_ids);
+  EXPECT_EQ(wide.arrays().positions, step->arrays().positions);
+  EXPECT_EQ(wide.arrays().slot_mapping, step->arrays().slot_mapping);
+  EXPECT_EQ(wide.arrays().logits_indices, (std::vector<int32_t>{0, 1, 2}));
+  EXPECT_EQ(wide.arrays().num_prefill_seqs, 1);
+  EXPECT_EQ(wide.AssignWithColumns(step->view(), 1, 4).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(wide.num_seqs(), 0);  // emptied
+  EXPECT_EQ(wide.AssignWithColumns(step->view(), 5, 0).code(), absl::StatusCode::kInvalidArgument);
+}
+
+// Verification steps through the graph path: one sequence with k = 1..4
+// proposals replays the captured (1, k) graph and gives every one of its
+// 1 + k logits rows the eager step's bits; k = 5 (beyond the graphs) and a
+// step of two verifying sequences run eagerly. The caches stay equal bit for
+// bit (the all-padding warm-up of each verification graph stores nothing).
+TEST_F(DecodeGraphsModelTest, ReplayedVerificationStepsMatchEagerSteps) {
+  const uint32_t seed = testing_util::TestSeed();
+  SCOPED_TRACE(testing::Message() << "seed " << seed);
+  std::mt19937 rng(seed);
+  constexpr int kProposals = 4;
+  RecordingBackend recording;
+  std::unique_ptr<Backend> cpu = MakeCpuBackend();
+  std::unique_ptr<Model> graph_model = Load(recording, "qwen3", 2 * (kProposals + 1));
+  std::unique_ptr<Model> eager_model = Load(*cpu, "qwen3", 2 * (kProposals + 1));
+  ASSERT_NE(graph_model, nullptr);
+  ASSERT_NE(eager_model, nullptr);
+  const int S = 2;
+  absl::StatusOr<KvCache> gcache = KvCache::Allocate(recording, graph_model->kv_cache_shape(S * kBlocksPerSeq, kBlockSize));
+  absl::StatusOr<KvCache> ecache = KvCache::Allocate(*cpu, eager_model->kv_cache_shape(S * kBlocksPerSeq, kBlockSize));
+  ASSERT_TRUE(gcache.ok() && ecache.ok());
+  const StepCapacity capacity = StepCapacityFor(*graph_model, kBlockSize);
+  ASSERT_TRUE(recording.Reserve(ReservedCapacityFor(*graph_model, kBlockSize)).ok());
+  DecodeGraphs graphs(*graph_model, *gcache, recording, capacity, kProposals);
+  ASSERT_TRUE(graphs.Capture().ok());
+  EXPECT_EQ(graphs.verify_proposals(), (std::vector<int32_t>{1, 2, 3, 4}));
+
+  std::mt19937 rng_copy = rng;
+  std::vector<std::vector<int32_t>> tables, etables;
+  std::vector<int32_t> last, elast;
+  std::vector<int32_t> lens = Prefill(*graph_model, *gcache, S, rng, tables, last);
+  Prefill(*eager_model, *ecache, S, rng_copy, etables, elast);
+  ASSERT_EQ(tables, etables);
+  int64_t replayed = 0;
+  for (int step = 0; step < 8; ++step) {
+    SCOPED_TRACE(testing::Message() << "step " << step);
+    // Steps 0-4: sequence 0 alone with k = 1 + step % 5; step 5 onwards both
+    // sequences, k = 2 each (no graph: batch 2).
+    const int k = step < 5 ? 1 + step : 2;
+    const int n = step < 5 ? 1 : S;
+    std::vector<std::vector<int32_t>> tokens(static_cast<size_t>(n));
+    std::vector<StepSequence> seqs;
+    for (size_t s = 0; s < static_cast<size_t>(n); ++s) {
+      if (lens[s] + k + 1 > kBlocksPerSeq * kBlockSize) lens[s] = kBlocksPerSeq * kBlockSize - k - 1;  // rewind: stay in the table
+      tokens[s].push_back(last[s]);
+      for (int i = 0; i < k; ++i) tokens[s].push_back(static_cast<int32_t>(rng() % 250));
+      seqs.push_back({tokens[s], lens[s], tables[s], k + 1});
+    }
+    absl::StatusOr<StepBatch> batch = StepBatch::Build(seqs, kBlockSize);
+    ASSERT_TRUE(batch.ok()) << batch.status();
+    const int64_t replays_before = graphs.verify_replays();
+    absl::StatusOr<std::optional<Logits>> g = graphs.Forward(batch->view());
+    absl::StatusOr<std::optional<Logits>> e = eager_model->Forward(batch->view(), *ecache);
+    ASSERT_TRUE(g.ok()) << g.status();
+    ASSERT_TRUE(e.ok()) << e.status();
+    ASSERT_EQ((*g)->num_seqs, n * (k + 1));  // every verification row comes back
+    ASSERT_EQ((*g)->values.size(), (*e)->values.size());
+    EXPECT_EQ(0, std::memcmp((*g)->values.data(), (*e)->values.data(), (*g)->values.size() * sizeof(float)))
+        << "the verification step's logits differ in their bits";
+    const bool graph = n == 1 && k <= kProposals;
+    EXPECT_EQ(graphs.verify_replays() - replays_before, graph ? 1 : 0);
+    replayed += graph ? 1 : 0;
+    // Accept a random prefix, as the sampler would: the rejected K/V stay in
+    // their slots, unread, until a later step writes them anew.
+    for (size_t s = 0; s < static_cast<size_t>(n); ++s) {
+      const int accepted = static_cast<int>(rng() % static_cast<uint32_t>(k + 1));
+      lens[s] += 1 + accepted;
+      last[s] = static_cast<int32_t>(testing_util::Argmax((*e)->row(static_cast<int64_t>(s) * (k + 1) + accepted)));
+    }
+  }
+  EXPECT_EQ(replayed, 4);
+  EXPECT_EQ(graphs.replays(), replayed);
+  EXPECT_EQ(Snapshot(*gcache), Snapshot(*ecache));
 }
 
 }  // namespace
