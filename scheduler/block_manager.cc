@@ -1,6 +1,7 @@
 #include "scheduler/block_manager.h"
 
 #include <algorithm>
+#include <bit>
 
 #include "base/check.h"
 #include "base/random.h"
@@ -25,10 +26,43 @@ BlockManagerStats BlockManager::stats() const {
   return s;
 }
 
+namespace {
+
+// Token pair w (tokens 2w and 2w+1, the second 0 past the end) of `tokens`,
+// as one 64-bit word: two 32-bit ids side by side, so no two pairs share one.
+uint64_t TokenPair(std::span<const int32_t> tokens, size_t w) {
+  const uint64_t lo = static_cast<uint32_t>(tokens[2 * w]);
+  const uint64_t hi = 2 * w + 1 < tokens.size() ? static_cast<uint32_t>(tokens[2 * w + 1]) : 0;
+  return lo | hi << 32;
+}
+
+// A block's tokens, digested without its parent: kHashLanes independent
+// SplitMix64 chains (lane l takes token pairs l, l + kHashLanes, ...; each
+// seeded with its index and the token count, which tells a short block from
+// one ending in token 0), joined in a tree. The lanes' rounds do not wait on
+// each other, nor on the parent's hash, so a CPU runs them side by side.
+uint64_t TokenDigest(std::span<const int32_t> tokens) {
+  constexpr size_t kHashLanes = 4;
+  constexpr uint64_t kLaneSeed[kHashLanes] = {SplitMix64(0x6c616e6530), SplitMix64(0x6c616e6531),
+                                              SplitMix64(0x6c616e6532), SplitMix64(0x6c616e6533)};
+  const size_t pairs = (tokens.size() + 1) / 2;
+  uint64_t lane[kHashLanes];
+  for (size_t l = 0; l < kHashLanes; ++l) lane[l] = kLaneSeed[l] ^ tokens.size();
+  size_t w = 0;
+  for (; w + kHashLanes <= pairs; w += kHashLanes) {
+    for (size_t l = 0; l < kHashLanes; ++l) lane[l] = SplitMix64(lane[l] ^ TokenPair(tokens, w + l));
+  }
+  for (size_t l = 0; w + l < pairs; ++l) lane[l] = SplitMix64(lane[l] ^ TokenPair(tokens, w + l));
+  return SplitMix64(SplitMix64(lane[0] ^ std::rotl(lane[1], 17)) ^
+                    std::rotl(SplitMix64(lane[2] ^ std::rotl(lane[3], 17)), 32));
+}
+
+}  // namespace
+
 uint64_t BlockManager::HashBlock(uint64_t parent, std::span<const int32_t> tokens) {
-  uint64_t h = SplitMix64(parent ^ 0x7470736572766531ull);
-  for (int32_t t : tokens) h = SplitMix64(h ^ static_cast<uint32_t>(t));
-  return h;
+  // Only this last round waits on the parent: a prompt's chain costs one
+  // round a block in sequence, the digests overlapping around it.
+  return SplitMix64(parent ^ TokenDigest(tokens) ^ 0x7470736572766531ull);
 }
 
 std::optional<BlockId> BlockManager::Lookup(uint64_t parent, uint64_t hash,

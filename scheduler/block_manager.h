@@ -85,7 +85,9 @@ class BlockManager {
   }
   int64_t BlocksFor(int64_t num_tokens) const { return BlocksFor(num_tokens, block_size_); }
   // The prefix cache's hash of a full block of `tokens` after the block whose
-  // hash is `parent` (0 for a prompt's first block).
+  // hash is `parent` (0 for a prompt's first block): the tokens digested in
+  // four independent lanes, the parent mixed in last (docs/architecture.md,
+  // "Prefix cache"). Published in KV events; not stable across versions.
   static uint64_t HashBlock(uint64_t parent, std::span<const int32_t> tokens);
   // Appends to `hashes` (the chained hashes of `tokens`' first hashes.size()
   // full blocks) those of its next full blocks, up to `max_blocks` in all: the
