@@ -1,0 +1,229 @@
+// Verification steps as CUDA graphs (worker/decode_graphs.h, issue 27 item 2)
+// never change a token: two StepRunners over the CUDA backend, one with its
+// decode and verification graphs captured at WarmUp, one with enforce_eager,
+// are given the same plans (a sequence generated one token per step, then
+// again with up to 4 proposals a step from that output, each wrong with
+// probability 0.3), greedy and seeded, and must return the same tokens and
+// log-probs, every bit, step for step; the graphs must have replayed the
+// verification steps (one sequence, k = 1..4). (That a verification gives
+// the one-token steps' tokens is the CPU backend's exact property,
+// tests/worker/speculative_step_runner_test.cc; in bf16 on the CUDA backend
+// a verification row follows the one-token step's to rounding, so it is not
+// asserted here.) Rank 0 has the device sampler, as served: decode steps sample
+// on the device, verification steps on the host. The fast and the reference
+// kernel set. tp 1 only: at tp 2 the emulated ranks talk over gloo, which
+// cannot capture, so both runners would be eager. Skips without a GPU; the
+// emulated run (label cuda-emu) takes fewer tokens.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstring>
+#include <filesystem>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "comm/communicator.h"
+#include "cuda/cuda_backend.h"
+#include "cuda/cuda_sampler.h"
+#include "scheduler/block_manager.h"
+#include "tests/cuda/gpu_test_util.h"
+#include "tests/cuda/test_model.h"
+#include "tests/cuda/test_sizes.h"
+#include "tests/testing/seed.h"
+#include "worker/step_runner.h"
+
+namespace tpserve {
+namespace {
+
+constexpr int32_t kVocab = 263;
+constexpr int32_t kBlockSize = 4;
+constexpr int64_t kNumBlocks = 64;
+constexpr int kProposals = 4;  // the most a step proposes, and the verification graphs' k
+constexpr int64_t kTokens = cuda_test::kEmulated ? 24 : 64;
+
+// One rank-0 StepRunner over its own CUDA backend, model, cache and sampler.
+struct Runner {
+  std::unique_ptr<Backend> backend;
+  std::unique_ptr<Communicator> comm = MakeSoloCommunicator();
+  std::unique_ptr<cuda::CudaSampler> sampler;
+  std::unique_ptr<Model> model;
+  std::unique_ptr<KvCache> cache;
+  std::unique_ptr<StepRunner> runner;
+
+  static std::unique_ptr<Runner> Make(const std::filesystem::path& dir, cuda::KernelSet kernels, bool eager) {
+    auto r = std::make_unique<Runner>();
+    r->backend = MakeCudaBackend(0, kernels);
+    cuda::CudaSampler::Options so;
+    so.max_seqs = 4;
+    so.vocab_size = kVocab;
+    so.max_logprobs = 2;
+    so.kernels = kernels;
+    absl::StatusOr<std::unique_ptr<cuda::CudaSampler>> sampler =
+        cuda::CudaSampler::Create(so, static_cast<cudaStream_t>(r->backend->stream()));
+    EXPECT_TRUE(sampler.ok()) << sampler.status();
+    if (!sampler.ok()) return nullptr;
+    r->sampler = *std::move(sampler);
+    ModelOptions mo;
+    mo.max_num_tokens = 64;
+    mo.max_num_seqs = 4;
+    mo.max_position = 128;
+    mo.max_num_logits_rows = mo.max_num_seqs + kProposals;  // the workers' Load.max_num_draft_tokens
+    absl::StatusOr<std::unique_ptr<Model>> model = Model::Load(dir, *r->backend, *r->comm, mo);
+    EXPECT_TRUE(model.ok()) << model.status();
+    if (!model.ok()) return nullptr;
+    r->model = *std::move(model);
+    absl::StatusOr<KvCache> cache = KvCache::Allocate(*r->backend, r->model->kv_cache_shape(kNumBlocks, kBlockSize));
+    EXPECT_TRUE(cache.ok()) << cache.status();
+    if (!cache.ok()) return nullptr;
+    r->cache = std::make_unique<KvCache>(*std::move(cache));
+    StepRunnerOptions ro;
+    ro.enforce_eager = eager;
+    ro.sampler = r->sampler.get();
+    r->runner = std::make_unique<StepRunner>(*r->model, *r->cache, /*rank=*/0, ro);
+    const absl::Status warm = r->runner->WarmUp();
+    EXPECT_TRUE(warm.ok()) << warm;
+    return warm.ok() ? std::move(r) : nullptr;
+  }
+};
+
+// The two runners, planned together: the same plan to each, the same result
+// expected from each.
+class SpeculativeGraphTest : public ::testing::TestWithParam<cuda::KernelSet> {
+ protected:
+  void SetUp() override {
+    TPSERVE_REQUIRE_GPU();
+    dir_ = cuda_test::MakeTestModel("tpserve_speculative_graph", "qwen3",
+                                    "--arch qwen3 --hidden 64 --intermediate 96 --layers 2 --heads 2 --kv-heads 1 "
+                                    "--head-dim 64 --vocab 263 --dtype bf16 --tie 0 --seed 47 --max-pos 128");
+    graphs_ = Runner::Make(dir_, GetParam(), /*eager=*/false);
+    eager_ = Runner::Make(dir_, GetParam(), /*eager=*/true);
+    ASSERT_NE(graphs_, nullptr);
+    ASSERT_NE(eager_, nullptr);
+    ASSERT_TRUE(graphs_->runner->uses_graphs());
+    ASSERT_FALSE(eager_->runner->uses_graphs());
+    for (int32_t b = 0; b < kNumBlocks; ++b) free_.push_back(b);
+  }
+  void TearDown() override {
+    if (!dir_.empty()) std::filesystem::remove_all(dir_);
+  }
+
+  // Runs `plan` on both runners; their tokens, which must agree bit for bit.
+  std::vector<StepToken> Run(const StepPlan& plan) {
+    absl::StatusOr<std::vector<StepToken>> g = graphs_->runner->Run(plan);
+    absl::StatusOr<std::vector<StepToken>> e = eager_->runner->Run(plan);
+    EXPECT_TRUE(g.ok()) << g.status();
+    EXPECT_TRUE(e.ok()) << e.status();
+    if (!g.ok() || !e.ok()) return {};
+    EXPECT_EQ(g->size(), e->size());
+    for (size_t i = 0; i < std::min(g->size(), e->size()); ++i) {
+      EXPECT_EQ((*g)[i].sampled.token, (*e)[i].sampled.token) << "token " << i;
+      EXPECT_EQ(0, std::memcmp(&(*g)[i].sampled.logprob, &(*e)[i].sampled.logprob, sizeof(float)))
+          << "token " << i << ": log-prob " << (*g)[i].sampled.logprob << " against " << (*e)[i].sampled.logprob;
+    }
+    return *e;
+  }
+
+  // Blocks so that `table` holds `tokens` positions; the ids added.
+  std::vector<int32_t> Grow(std::vector<int32_t>& table, int64_t tokens) {
+    std::vector<int32_t> added;
+    while (std::ssize(table) < BlockManager::BlocksFor(tokens, kBlockSize) && !free_.empty()) {
+      added.push_back(free_.back());
+      table.push_back(free_.back());
+      free_.pop_back();
+    }
+    return added;
+  }
+
+  // Generates `n` tokens for sequence `id` on both runners; with `oracle`,
+  // each step after the first proposes up to kProposals of its next tokens.
+  std::vector<int32_t> Generate(uint64_t id, const std::vector<int32_t>& prompt, const SamplingParams& sampling,
+                                const std::vector<int32_t>* oracle, std::mt19937_64& rng) {
+    std::vector<int32_t> out, table;
+    StepPlan first;
+    first.finished.swap(done_);
+    first.new_sequences.push_back(NewSequencePlan{.seq_id = id, .prompt = prompt, .token_ids = prompt,
+                                                  .block_ids = Grow(table, std::ssize(prompt)),
+                                                  .sampling = sampling, .sample = true});
+    first.order = {id};
+    std::vector<StepToken> got = Run(first);
+    if (got.empty()) return out;
+    out.push_back(got[0].sampled.token);
+    int64_t computed = std::ssize(prompt);
+    for (int64_t step = 0; std::ssize(out) < kTokens && !::testing::Test::HasFailure(); ++step) {
+      ContinuingSequencePlan c{.seq_id = id, .sample = true, .decode_sampled = true};
+      if (oracle != nullptr) {
+        const int64_t room =
+            std::min<int64_t>(1 + static_cast<int64_t>(rng() % kProposals), kTokens - std::ssize(out) - 1);
+        for (int64_t i = 0; i < room; ++i) {
+          int32_t t = (*oracle)[static_cast<size_t>(std::ssize(out) + i)];
+          if (std::bernoulli_distribution(0.3)(rng)) t = (t + 1) % kVocab;
+          c.draft_token_ids.push_back(t);
+        }
+        verifications_ += c.draft_token_ids.empty() ? 0 : 1;
+      }
+      c.new_block_ids = Grow(table, computed + 1 + std::ssize(c.draft_token_ids));
+      StepPlan plan;
+      plan.continuing.push_back(c);
+      plan.order = {id};
+      got = Run(plan);
+      if (got.empty()) return out;
+      accepted_ += std::ssize(got) - 1;
+      for (const StepToken& t : got) out.push_back(t.sampled.token);
+      computed += std::ssize(got);
+      while (std::ssize(table) > BlockManager::BlocksFor(computed, kBlockSize)) {  // Scheduler::OnStepDone
+        free_.push_back(table.back());
+        table.pop_back();
+      }
+    }
+    done_.push_back(id);
+    free_.insert(free_.end(), table.begin(), table.end());
+    return out;
+  }
+
+  std::filesystem::path dir_;
+  std::unique_ptr<Runner> graphs_, eager_;
+  std::vector<int32_t> free_;
+  std::vector<uint64_t> done_;
+  int64_t verifications_ = 0;  // steps that carried proposals
+  int64_t accepted_ = 0;       // proposals kept
+};
+
+TEST_P(SpeculativeGraphTest, ReplayedVerificationStepsGiveTheEagerTokens) {
+  const uint64_t seed = testing_util::TestSeed();
+  SCOPED_TRACE(testing::Message() << "seed " << seed << " (TPSERVE_TEST_SEED replays it)");
+  std::mt19937_64 rng(seed);
+  for (int round = 0; round < 2; ++round) {
+    SCOPED_TRACE(testing::Message() << (round == 0 ? "greedy" : "seeded"));
+    std::vector<int32_t> prompt(static_cast<size_t>(3 + rng() % 6));
+    for (int32_t& t : prompt) t = static_cast<int32_t>(rng() % kVocab);
+    SamplingParams sampling;
+    sampling.logprobs = 0;
+    sampling.temperature = 0;
+    if (round == 1) {
+      sampling.temperature = 0.9f;
+      sampling.top_p = 0.95f;
+      sampling.seed = rng();
+    }
+    const uint64_t id = 10 + 2 * static_cast<uint64_t>(round);
+    const std::vector<int32_t> plain = Generate(id, prompt, sampling, nullptr, rng);
+    const std::vector<int32_t> spec = Generate(id + 1, prompt, sampling, &plain, rng);
+    ASSERT_FALSE(HasFailure());
+    EXPECT_EQ(std::ssize(spec), kTokens);
+  }
+  EXPECT_GT(verifications_, 0);
+  EXPECT_GT(accepted_, 0) << "no proposal was kept: the verification rows were never used past the first";
+  const int64_t replayed = graphs_->runner->verify_graph_replays();
+  EXPECT_EQ(replayed, verifications_) << "every verification step (one sequence, k <= 4) replays a graph";
+  EXPECT_EQ(eager_->runner->graph_replays(), 0);
+}
+
+INSTANTIATE_TEST_SUITE_P(KernelSets, SpeculativeGraphTest,
+                         ::testing::Values(cuda::KernelSet::kFast, cuda::KernelSet::kReference),
+                         [](const ::testing::TestParamInfo<cuda::KernelSet>& info) {
+                           return std::string(info.param == cuda::KernelSet::kFast ? "fast" : "reference");
+                         });
+
+}  // namespace
+}  // namespace tpserve
