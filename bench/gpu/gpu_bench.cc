@@ -12,6 +12,10 @@
 //     (weight bytes + KV bytes read) / device-to-device copy bandwidth;
 //   * prefill tokens/s for 1 × 1024 and 16 × 512 prompts, against the TFLOP/s of
 //     a large cuBLAS bf16 GEMM (2 · params · tokens FLOPs, attention excluded);
+//   * a batch-1 verification step (speculative decoding: the last token and
+//     k = 1, 4, 8 proposals at the decode prompt's context) replayed from its
+//     CUDA graph beside the same step eager, and its cost against the graph's
+//     one-token decode step (c(k));
 //   * decode attention alone at batch 64 with a 1K context (Qwen3-0.6B's
 //     attention geometry) as a share of the copy bandwidth;
 //   * decode attention, the fast kernel (cuda/decode_attention.cuh) beside the
@@ -112,6 +116,7 @@
 #include "model/dtype.h"
 #include "sampling/sampler.h"
 #include "tools/make_model/make_model.h"
+#include "worker/decode_graphs.h"
 #include "worker/engine.h"
 #include "worker/kv_cache.h"
 #include "worker/model.h"
@@ -414,6 +419,56 @@ absl::Status DeterministicDecodeRows(const Sizes& z, const std::filesystem::path
   return absl::OkStatus();
 }
 
+// A batch-1 verification step (speculative decoding, issue 27: the last
+// token and k proposals at context z.decode_prompt) replayed from its graph
+// (worker/decode_graphs.h) against the same step run eagerly, for k = 1, 4,
+// 8 (the smoke run: 1 and 4), with the graph's one-token decode step for the
+// cost ratio c(k). The cache holds zeros: timing only.
+absl::Status VerifyGraphRows(const Sizes& z, const std::filesystem::path& dir, const std::string& name,
+                             std::ostream& table) {
+  std::unique_ptr<Backend> backend = MakeCudaBackend(0);
+  std::unique_ptr<Communicator> solo = MakeSoloCommunicator();
+  const int32_t max_k = z.smoke ? 4 : kMaxVerifyGraphProposals;
+  ModelOptions options{.max_num_tokens = 64, .max_num_seqs = 8, .max_position = z.decode_prompt + 64,
+                       .max_num_logits_rows = 8 + max_k};
+  absl::StatusOr<std::unique_ptr<Model>> model = Model::Load(dir, *backend, *solo, options);
+  if (!model.ok()) return model.status();
+  Model& m = **model;
+  const int32_t blocks = static_cast<int32_t>((options.max_position + kBlockSize - 1) / kBlockSize);
+  absl::StatusOr<KvCache> cache = KvCache::Allocate(*backend, m.kv_cache_shape(blocks, kBlockSize));
+  if (!cache.ok()) return cache.status();
+  TPSERVE_RETURN_IF_ERROR(backend->Reserve(ReservedCapacityFor(m, kBlockSize)));
+  DecodeGraphs graphs(m, *cache, *backend, StepCapacityFor(m, kBlockSize), VerifyGraphProposals(m));
+  TPSERVE_RETURN_IF_ERROR(graphs.Capture());
+  std::vector<int32_t> table_ids(static_cast<size_t>(blocks));
+  for (int32_t b = 0; b < blocks; ++b) table_ids[static_cast<size_t>(b)] = b;
+  auto step_of = [&](int32_t k) {
+    const std::vector<int32_t> tokens(static_cast<size_t>(k) + 1, 7);
+    const StepSequence seq{tokens, z.decode_prompt, table_ids, k + 1};
+    return StepBatch::Build({&seq, 1}, kBlockSize);
+  };
+  absl::StatusOr<StepBatch> one = step_of(0);
+  if (!one.ok()) return one.status();
+  const double decode = TimeIt([&] { (void)graphs.Forward(one->view()); }, z.warmup, z.iters);
+  for (int32_t k : z.smoke ? std::vector<int32_t>{1, 4} : std::vector<int32_t>{1, 4, 8}) {
+    absl::StatusOr<StepBatch> step = step_of(k);
+    if (!step.ok()) return step.status();
+    const int64_t before = graphs.verify_replays();
+    const double graph = TimeIt([&] { (void)graphs.Forward(step->view()); }, z.warmup, z.iters);
+    if (graphs.verify_replays() == before) {
+      return absl::InternalError(absl::StrCat("verification step with k = ", k, " did not replay a graph"));
+    }
+    const double eager = TimeIt([&] { (void)m.Forward(step->view(), *cache); }, z.warmup, z.iters);
+    char line[320];
+    std::snprintf(line, sizeof line,
+                  "| %s | verification step batch 1, k %d, ctx %d: graph vs eager (c(k) = graph / graph decode "
+                  "%.2f) | %.3f ms | %.3f ms eager | %.0f%% |\n",
+                  name.c_str(), k, z.decode_prompt, graph / decode, graph * 1e3, eager * 1e3, 100 * graph / eager);
+    table << line;
+  }
+  return absl::OkStatus();
+}
+
 // Decode and prefill of whole models next to their floors (see the top).
 absl::Status ModelSection(const Sizes& z, const std::filesystem::path& dir, const std::string& name, double bw,
                           double flops, std::ostream& table) {
@@ -472,6 +527,7 @@ absl::Status ModelSection(const Sizes& z, const std::filesystem::path& dir, cons
                   name.c_str(), bytes / s / 1e9, s * 1e6, bw / 1e9, 100 * bytes / s / bw);
     table << line;
   }
+  TPSERVE_RETURN_IF_ERROR(VerifyGraphRows(z, dir, name, table));
   return DeterministicDecodeRows(z, dir, name, bw, weight_bytes, table);
 }
 
