@@ -4,14 +4,15 @@
 // are given the same plans (a sequence generated one token per step, then
 // again with up to 4 proposals a step from that output, each wrong with
 // probability 0.3), greedy and seeded, and must return the same tokens and
-// log-probs, every bit, step for step; the graphs must have replayed the
+// log-probs, every bit, step for step, and every logits row a verification
+// step sampled from (keep_logits) the same bits; the graphs must have replayed the
 // verification steps (one sequence, k = 1..4). (That a verification gives
 // the one-token steps' tokens is the CPU backend's exact property,
 // tests/worker/speculative_step_runner_test.cc; in bf16 on the CUDA backend
 // a verification row follows the one-token step's to rounding, so it is not
 // asserted here.) Rank 0 has the device sampler, as served: decode steps sample
 // on the device, verification steps on the host. The fast and the reference
-// kernel set. tp 1 only: at tp 2 the emulated ranks talk over gloo, which
+// kernel set, and deterministic mode. tp 1 only: at tp 2 the emulated ranks talk over gloo, which
 // cannot capture, so both runners would be eager. Skips without a GPU; the
 // emulated run (label cuda-emu) takes fewer tokens.
 #include <gtest/gtest.h>
@@ -20,6 +21,7 @@
 #include <cstring>
 #include <filesystem>
 #include <memory>
+#include <ostream>
 #include <random>
 #include <string>
 #include <vector>
@@ -43,6 +45,14 @@ constexpr int64_t kNumBlocks = 64;
 constexpr int kProposals = 4;  // the most a step proposes, and the verification graphs' k
 constexpr int64_t kTokens = cuda_test::kEmulated ? 24 : 64;
 
+// A backend configuration the test runs under.
+struct Config {
+  const char* name;
+  cuda::KernelSet kernels;
+  bool deterministic;
+};
+void PrintTo(const Config& c, std::ostream* os) { *os << c.name; }
+
 // One rank-0 StepRunner over its own CUDA backend, model, cache and sampler.
 struct Runner {
   std::unique_ptr<Backend> backend;
@@ -52,14 +62,18 @@ struct Runner {
   std::unique_ptr<KvCache> cache;
   std::unique_ptr<StepRunner> runner;
 
-  static std::unique_ptr<Runner> Make(const std::filesystem::path& dir, cuda::KernelSet kernels, bool eager) {
+  static std::unique_ptr<Runner> Make(const std::filesystem::path& dir, const Config& config, bool eager) {
     auto r = std::make_unique<Runner>();
-    r->backend = MakeCudaBackend(0, kernels);
+    CudaBackendOptions bo;
+    bo.kernels = config.kernels;
+    bo.deterministic = config.deterministic;
+    r->backend = MakeCudaBackend(0, bo);
     cuda::CudaSampler::Options so;
     so.max_seqs = 4;
     so.vocab_size = kVocab;
     so.max_logprobs = 2;
-    so.kernels = kernels;
+    // As rank/ makes it: deterministic mode samples one block per row.
+    so.kernels = config.deterministic ? cuda::KernelSet::kReference : config.kernels;
     absl::StatusOr<std::unique_ptr<cuda::CudaSampler>> sampler =
         cuda::CudaSampler::Create(so, static_cast<cudaStream_t>(r->backend->stream()));
     EXPECT_TRUE(sampler.ok()) << sampler.status();
@@ -81,6 +95,7 @@ struct Runner {
     StepRunnerOptions ro;
     ro.enforce_eager = eager;
     ro.sampler = r->sampler.get();
+    ro.keep_logits = true;  // the host-sampled (verification) rows come back
     r->runner = std::make_unique<StepRunner>(*r->model, *r->cache, /*rank=*/0, ro);
     const absl::Status warm = r->runner->WarmUp();
     EXPECT_TRUE(warm.ok()) << warm;
@@ -90,7 +105,7 @@ struct Runner {
 
 // The two runners, planned together: the same plan to each, the same result
 // expected from each.
-class SpeculativeGraphTest : public ::testing::TestWithParam<cuda::KernelSet> {
+class SpeculativeGraphTest : public ::testing::TestWithParam<Config> {
  protected:
   void SetUp() override {
     TPSERVE_REQUIRE_GPU();
@@ -121,6 +136,11 @@ class SpeculativeGraphTest : public ::testing::TestWithParam<cuda::KernelSet> {
       EXPECT_EQ((*g)[i].sampled.token, (*e)[i].sampled.token) << "token " << i;
       EXPECT_EQ(0, std::memcmp(&(*g)[i].sampled.logprob, &(*e)[i].sampled.logprob, sizeof(float)))
           << "token " << i << ": log-prob " << (*g)[i].sampled.logprob << " against " << (*e)[i].sampled.logprob;
+      const std::vector<float>& gl = (*g)[i].logits;
+      const std::vector<float>& el = (*e)[i].logits;
+      EXPECT_TRUE(gl.size() == el.size() && std::memcmp(gl.data(), el.data(), gl.size() * sizeof(float)) == 0)
+          << "token " << i << ": the logits row it was sampled from differs in its bits";
+      logits_rows_ += gl.empty() ? 0 : 1;
     }
     return *e;
   }
@@ -188,6 +208,7 @@ class SpeculativeGraphTest : public ::testing::TestWithParam<cuda::KernelSet> {
   std::vector<uint64_t> done_;
   int64_t verifications_ = 0;  // steps that carried proposals
   int64_t accepted_ = 0;       // proposals kept
+  int64_t logits_rows_ = 0;    // host-sampled rows compared
 };
 
 TEST_P(SpeculativeGraphTest, ReplayedVerificationStepsGiveTheEagerTokens) {
@@ -214,16 +235,17 @@ TEST_P(SpeculativeGraphTest, ReplayedVerificationStepsGiveTheEagerTokens) {
   }
   EXPECT_GT(verifications_, 0);
   EXPECT_GT(accepted_, 0) << "no proposal was kept: the verification rows were never used past the first";
+  EXPECT_GE(logits_rows_, verifications_) << "every verification step samples at least one row on the host";
   const int64_t replayed = graphs_->runner->verify_graph_replays();
   EXPECT_EQ(replayed, verifications_) << "every verification step (one sequence, k <= 4) replays a graph";
   EXPECT_EQ(eager_->runner->graph_replays(), 0);
 }
 
 INSTANTIATE_TEST_SUITE_P(KernelSets, SpeculativeGraphTest,
-                         ::testing::Values(cuda::KernelSet::kFast, cuda::KernelSet::kReference),
-                         [](const ::testing::TestParamInfo<cuda::KernelSet>& info) {
-                           return std::string(info.param == cuda::KernelSet::kFast ? "fast" : "reference");
-                         });
+                         ::testing::Values(Config{"fast", cuda::KernelSet::kFast, false},
+                                           Config{"reference", cuda::KernelSet::kReference, false},
+                                           Config{"deterministic", cuda::KernelSet::kFast, true}),
+                         [](const ::testing::TestParamInfo<Config>& info) { return std::string(info.param.name); });
 
 }  // namespace
 }  // namespace tpserve
