@@ -49,7 +49,7 @@ class HttpAttackTest : public ::testing::Test {
                        "--header-timeout", "2s", "--body-timeout", "2s", "--idle-timeout", "2s"},
                       dir_->path() + "/http.log", &base)
                 .release();
-    absl::SimpleAtoi(base.substr(base.rfind(':') + 1), &port_);
+    ASSERT_TRUE(absl::SimpleAtoi(base.substr(base.rfind(':') + 1), &port_)) << "tpserve-http said: " << base;
   }
   static void TearDownTestSuite() {
     delete http_;
