@@ -43,7 +43,8 @@ StepCapacity ReservedCapacityFor(const Model& model, int32_t block_size) {
 
 int32_t VerifyGraphProposals(const Model& model) {
   const int64_t extra = model.max_logits_rows() - model.options().max_num_seqs;
-  const int64_t k = std::min<int64_t>({extra, kMaxVerifyGraphProposals, model.options().max_num_tokens - 1});
+  const int64_t k = std::min<int64_t>(
+      {extra, kMaxVerifyGraphProposals, model.options().max_num_tokens - 1, model.max_position() - 1});
   return static_cast<int32_t>(std::max<int64_t>(k, 0));
 }
 

@@ -81,8 +81,9 @@ StepCapacity ReservedCapacityFor(const Model& model, int32_t block_size);
 
 // The most proposals per sequence (k) the verification graphs cover for
 // `model`: its extra logits rows (max_logits_rows - max_num_seqs, the
-// workers' Load.max_num_draft_tokens), at most kMaxVerifyGraphProposals and
-// max_num_tokens - 1; 0 without speculative decoding.
+// workers' Load.max_num_draft_tokens), at most kMaxVerifyGraphProposals,
+// max_num_tokens - 1 and max_position() - 1 (1 + k tokens fit a step and a
+// sequence); 0 without speculative decoding.
 inline constexpr int32_t kMaxVerifyGraphProposals = 8;  // the k range issue 27 measures
 int32_t VerifyGraphProposals(const Model& model);
 

@@ -427,8 +427,8 @@ TEST(VerifyGraphProposals, TheModelsExtraLogitsRowsUpToEight) {
                                             "--kv-heads 1 --head-dim 16 --vocab 263 --dtype f32 --seed 3");
   std::unique_ptr<Backend> cpu = MakeCpuBackend();
   std::unique_ptr<Communicator> comm = MakeSoloCommunicator();
-  auto proposals = [&](int64_t max_tokens, int64_t max_seqs, int64_t logits_rows) {
-    ModelOptions o{.max_num_tokens = max_tokens, .max_num_seqs = max_seqs, .max_position = 64,
+  auto proposals = [&](int64_t max_tokens, int64_t max_seqs, int64_t logits_rows, int64_t max_position = 64) {
+    ModelOptions o{.max_num_tokens = max_tokens, .max_num_seqs = max_seqs, .max_position = max_position,
                    .max_num_logits_rows = logits_rows};
     absl::StatusOr<std::unique_ptr<Model>> m = Model::Load(dir.path() / "m", *cpu, *comm, o);
     EXPECT_TRUE(m.ok()) << m.status();
@@ -438,6 +438,7 @@ TEST(VerifyGraphProposals, TheModelsExtraLogitsRowsUpToEight) {
   EXPECT_EQ(proposals(64, 8, 8 + 3), 3);    // the extra rows
   EXPECT_EQ(proposals(64, 8, 8 + 32), 8);   // at most kMaxVerifyGraphProposals
   EXPECT_EQ(proposals(5, 8, 8 + 32), 4);    // 1 + k tokens fit the step
+  EXPECT_EQ(proposals(64, 8, 8 + 32, 6), 5);  // and the sequence
 }
 
 TEST(AssignWithColumns, RelaysTheBlockTableAndKeepsTheRest) {
