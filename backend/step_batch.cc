@@ -138,22 +138,13 @@ absl::Status StepBatch::AssignPaddedDecode(const StepMetadata& step, int32_t buc
   }
   a_.query_start[B] = bucket;
   for (size_t s = 0; s < static_cast<size_t>(step.num_seqs()); ++s) {
-    const int32_t seq_len = step.seq_lens[s];
-    const int64_t used = (int64_t{seq_len} + block_size - 1) / block_size;
-    if (seq_len < 1 || used > max_blocks_per_seq || used > step.max_blocks_per_seq) {
-      Clear();
-      return Invalid("sequence ", s, " has seq_len ", seq_len, ", which needs ", used, " blocks of ", block_size,
-                     " tokens; the step has ", step.max_blocks_per_seq, " block-table columns and the padded step ",
-                     max_blocks_per_seq);
-    }
+    // Only the blocks the context uses (at least one: it replaces the
+    // padding's block 0); the rest stay -1.
+    if (absl::Status st = CopyBlockRow(step, s, M, block_size, "padded"); !st.ok()) return st;
     a_.token_ids[s] = step.token_ids[s];
     a_.positions[s] = step.positions[s];
     a_.slot_mapping[s] = step.slot_mapping[s];
-    a_.seq_lens[s] = seq_len;
-    // Only the blocks the context uses (at least one: it replaces the
-    // padding's block 0); the rest stay -1.
-    const auto row = step.block_tables.begin() + static_cast<std::ptrdiff_t>(s) * step.max_blocks_per_seq;
-    std::copy_n(row, used, a_.block_tables.begin() + static_cast<std::ptrdiff_t>(s * M));
+    a_.seq_lens[s] = step.seq_lens[s];
   }
   return absl::OkStatus();
 }
@@ -173,17 +164,23 @@ absl::Status StepBatch::AssignWithColumns(const StepMetadata& step, int32_t max_
   a_.max_blocks_per_seq = max_blocks_per_seq;
   a_.block_tables.assign(S * M, -1);
   for (size_t s = 0; s < S; ++s) {
-    const int32_t seq_len = step.seq_lens[s];
-    const int64_t used = (int64_t{seq_len} + block_size - 1) / block_size;
-    if (seq_len < 1 || used > max_blocks_per_seq || used > step.max_blocks_per_seq) {
-      Clear();
-      return Invalid("sequence ", s, " has seq_len ", seq_len, ", which needs ", used, " blocks of ", block_size,
-                     " tokens; the step has ", step.max_blocks_per_seq, " block-table columns and the re-laid step ",
-                     max_blocks_per_seq);
-    }
-    const auto row = step.block_tables.begin() + static_cast<std::ptrdiff_t>(s) * step.max_blocks_per_seq;
-    std::copy_n(row, used, a_.block_tables.begin() + static_cast<std::ptrdiff_t>(s * M));
+    if (absl::Status st = CopyBlockRow(step, s, M, block_size, "re-laid"); !st.ok()) return st;
   }
+  return absl::OkStatus();
+}
+
+absl::Status StepBatch::CopyBlockRow(const StepMetadata& step, size_t s, size_t M, int32_t block_size,
+                                     const char* kind) {
+  const int32_t seq_len = step.seq_lens[s];
+  const int64_t used = (int64_t{seq_len} + block_size - 1) / block_size;
+  if (seq_len < 1 || used > static_cast<int64_t>(M) || used > step.max_blocks_per_seq) {
+    Clear();
+    return Invalid("sequence ", s, " has seq_len ", seq_len, ", which needs ", used, " blocks of ", block_size,
+                   " tokens; the step has ", step.max_blocks_per_seq, " block-table columns and the ", kind,
+                   " step ", M);
+  }
+  const auto row = step.block_tables.begin() + static_cast<std::ptrdiff_t>(s) * step.max_blocks_per_seq;
+  std::copy_n(row, used, a_.block_tables.begin() + static_cast<std::ptrdiff_t>(s * M));
   return absl::OkStatus();
 }
 

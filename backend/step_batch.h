@@ -119,6 +119,10 @@ class StepBatch {
   // Replaces the contents with a copy of `step`'s arrays as they are (no
   // checks: a backend validates before it copies).
   void CopyFrom(const StepMetadata& step);
+  // Sequence s's block-table row into a_.block_tables of M columns: the blocks its
+  // seq_len uses, the rest left as they are; INVALID_ARGUMENT (and Clear) when
+  // they do not fit M or the step's columns. `kind` names the layout in the error.
+  absl::Status CopyBlockRow(const StepMetadata& step, size_t s, size_t M, int32_t block_size, const char* kind);
 
   // The StepMetadata over this batch's arrays.
   StepMetadata view() const;
