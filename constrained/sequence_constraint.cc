@@ -38,9 +38,19 @@ bool SequenceConstraint::IsStop(int32_t token) const {
 }
 
 bool SequenceConstraint::FillMask(std::span<uint32_t> words) {
+  grammar::MaskRange all{0, words.size()};
+  return FillMask(words, all);
+}
+
+bool SequenceConstraint::FillMask(std::span<uint32_t> words, grammar::MaskRange& range) {
   if (phase_ == Phase::kReasoning) return false;
-  matcher_.FillMask(words);
-  if (phase_ == Phase::kFirst) words[static_cast<size_t>(think_start_ / 32)] |= 1u << (think_start_ % 32);
+  range = matcher_.FillMask(words, range);
+  if (phase_ == Phase::kFirst) {
+    const auto w = static_cast<size_t>(think_start_ / 32);
+    words[w] |= 1u << (think_start_ % 32);
+    range = range.begin < range.end ? grammar::MaskRange{std::min(range.begin, w), std::max(range.end, w + 1)}
+                                    : grammar::MaskRange{w, w + 1};
+  }
   return true;
 }
 

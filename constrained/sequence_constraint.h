@@ -40,6 +40,10 @@ class SequenceConstraint {
   // The next token's mask into `words` ([grammar::MaskWords(V)]); false, and
   // `words` untouched, while the output is free (in its reasoning).
   bool FillMask(std::span<uint32_t> words);
+  // The same into a buffer whose bits are clear outside `range`
+  // (grammar::Matcher::FillMask(words, dirty)); on true `range` is the words
+  // the mask's allowed tokens lie in, on false it is untouched as `words` is.
+  bool FillMask(std::span<uint32_t> words, grammar::MaskRange& range);
   // Advances past the sampled token; false (and no change) when the grammar
   // does not allow it.
   bool Accept(int32_t token);

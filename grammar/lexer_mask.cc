@@ -203,7 +203,12 @@ std::shared_ptr<const LexerMask> Finish(std::vector<uint32_t> words, std::vector
   auto mask = std::make_shared<LexerMask>();
   mask->scanned = walk.scanned;
   mask->covered = walk.covered;
-  for (uint32_t w : words) mask->count += __builtin_popcount(w);
+  for (size_t w = 0; w < words.size(); ++w) {
+    if (words[w] == 0) continue;
+    if (mask->count == 0) mask->word_begin = w;
+    mask->word_end = w + 1;
+    mask->count += __builtin_popcount(words[w]);
+  }
   mask->ends = GroupEnds(end_nodes, trie);
   mask->end_nodes = std::move(end_nodes);
   if (mask->count * 32 > vocab_size) {  // ids would take more than the bits / 8
@@ -241,7 +246,7 @@ void ClearTokens(const TokenTrie& trie, int32_t node, uint32_t* words) {
 
 void LexerMask::OrInto(uint32_t* out) const {
   if (!words.empty()) {
-    for (size_t w = 0; w < words.size(); ++w) out[w] |= words[w];
+    for (size_t w = word_begin; w < word_end; ++w) out[w] |= words[w];
   } else {
     for (int32_t t : tokens) out[t / 32] |= 1u << (t % 32);
   }

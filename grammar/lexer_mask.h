@@ -36,10 +36,14 @@ struct LexerMask {
   int64_t covered = 0;
   std::vector<uint32_t> words;    // [MaskWords(V)] the allowed tokens, when many (else empty)
   std::vector<int32_t> tokens;    // the allowed tokens, when few (words empty)
+  // Words [word_begin, word_end) hold every allowed token (empty when none):
+  // OrInto touches no word outside them.
+  size_t word_begin = 0, word_end = 0;
   std::vector<int32_t> end_nodes; // the trie nodes of `ends` (parents of its children), in preorder
   Ends ends;                      // children empty: the lexeme never ends inside a token
 
-  // Sets the allowed tokens' bits in `words` ([MaskWords(V)]).
+  // Sets the allowed tokens' bits in `out` ([MaskWords(V)]), reading and
+  // writing words [word_begin, word_end) only.
   void OrInto(uint32_t* out) const;
   size_t MemoryBytes() const {
     return sizeof(*this) + words.size() * 4 + tokens.size() * 4 + end_nodes.size() * 4 + ends.children.size() * 4;

@@ -82,7 +82,8 @@ Matcher::~Matcher() = default;
 Matcher::Matcher(Matcher&&) noexcept = default;
 Matcher& Matcher::operator=(Matcher&&) noexcept = default;
 
-void Matcher::FillMask(std::span<uint32_t> words) { state_->FillMask(words); }
+void Matcher::FillMask(std::span<uint32_t> words) { state_->FillMask(words, {0, words.size()}); }
+MaskRange Matcher::FillMask(std::span<uint32_t> words, MaskRange dirty) { return state_->FillMask(words, dirty); }
 bool Matcher::Accept(int32_t token) { return state_->Accept(token); }
 
 void Matcher::Rollback(size_t n) {
@@ -108,7 +109,7 @@ std::optional<int32_t> Matcher::ForcedToken() {
   std::optional<int32_t> result;
   if (!s.stopped) {
     s.scratch_words.resize(MaskWords(s.vocabulary.size()));
-    s.FillMask(s.scratch_words);
+    s.FillMask(s.scratch_words, {0, s.scratch_words.size()});
     int found = 0;
     for (size_t w = 0; w < s.scratch_words.size() && found < 2; ++w) {
       for (uint32_t bits = s.scratch_words[w]; bits != 0 && found < 2; bits &= bits - 1) {

@@ -56,6 +56,11 @@ absl::StatusOr<std::shared_ptr<const CompiledGrammar>> CompileGrammar(const Gram
 // Words of a mask over `vocab_size` tokens: bit t % 32 of word t / 32.
 inline size_t MaskWords(int32_t vocab_size) { return (static_cast<size_t>(vocab_size) + 31) / 32; }
 
+// Words [begin, end) of a mask: every set bit lies inside (empty: none).
+struct MaskRange {
+  size_t begin = 0, end = 0;
+};
+
 class Matcher {
  public:
   explicit Matcher(std::shared_ptr<const CompiledGrammar> grammar);
@@ -65,6 +70,13 @@ class Matcher {
 
   // words: [MaskWords(V)], overwritten.
   void FillMask(std::span<uint32_t> words);
+  // The same mask into `words` ([MaskWords(V)]) whose bits are all clear
+  // outside `dirty` (the range this returned for the buffer's last mask, or
+  // {0, words.size()} for a buffer of any content): only `dirty` is cleared,
+  // and the words the allowed tokens lie in are returned. A buffer reused
+  // from mask to mask then costs what the masks span, not the vocabulary
+  // (FillMask clears all V / 32 words).
+  MaskRange FillMask(std::span<uint32_t> words, MaskRange dirty);
   // Advances past `token`; false, and no change, when it is not allowed.
   bool Accept(int32_t token);
   // Undoes the last `n` accepted tokens (n <= accepted()).

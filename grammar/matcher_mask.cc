@@ -14,17 +14,6 @@ using internal::Completion;
 using internal::LexerMask;
 using internal::TrieNode;
 
-namespace {
-
-void SetBits(const TrieNode& node, const int32_t* token_ids, uint32_t* words) {
-  for (int32_t k = 0; k < node.num_tokens; ++k) {
-    const int32_t t = token_ids[node.token_begin + k];
-    words[t / 32] |= 1u << (t % 32);
-  }
-}
-
-}  // namespace
-
 void Matcher::State::Walk(const internal::TokenTrie& trie, int32_t node, std::span<const LexEntry> entries,
                           uint32_t* words) {
   const std::vector<TrieNode>& nodes = trie.nodes();
@@ -35,7 +24,7 @@ void Matcher::State::Walk(const internal::TokenTrie& trie, int32_t node, std::sp
   done.clear();
   Advance(entries, n.byte, next, done);
   if (next.empty() && done.empty()) return;
-  SetBits(n, trie.token_ids(), words);
+  for (int32_t k = 0; k < n.num_tokens; ++k) Allow(trie.token_ids()[n.token_begin + k], words);
   if (n.skip == node + 1) return;  // no children
   const size_t mark = chart.size();
   if (!done.empty()) Boundary(done, next);
@@ -83,21 +72,28 @@ void Matcher::State::ApplyLexerMask(internal::TrieKind kind, uint32_t* words) {
   }
   for (const MaskGroup& g : mask_groups) {
     g.mask->OrInto(words);
+    if (g.mask->word_begin < g.mask->word_end) {
+      touched.begin = std::min(touched.begin, g.mask->word_begin);
+      touched.end = std::max(touched.end, g.mask->word_end);
+    }
     if (!g.mask->ends.children.empty()) WalkEnds(trie, g.completions, g.mask->ends, words);
   }
 }
 
-void Matcher::State::FillMask(std::span<uint32_t> words) {
+MaskRange Matcher::State::FillMask(std::span<uint32_t> words, MaskRange dirty) {
   TPSERVE_CHECK(words.size() >= MaskWords(vocabulary.size()));
   uint32_t* w = words.data();
-  std::memset(w, 0, words.size() * sizeof(uint32_t));
+  dirty.end = std::min(dirty.end, words.size());
+  if (dirty.begin < dirty.end) std::memset(w + dirty.begin, 0, (dirty.end - dirty.begin) * sizeof(uint32_t));
+  touched = {words.size(), 0};
   if (!stopped) {
     ApplyLexerMask(internal::TrieKind::kShort, w);
     ApplyLexerMask(internal::TrieKind::kLong, w);
   }
   if (Complete()) {
-    for (int32_t t : vocabulary.stop_ids()) w[t / 32] |= 1u << (t % 32);
+    for (int32_t t : vocabulary.stop_ids()) Allow(t, w);
   }
+  return touched.begin < touched.end ? touched : MaskRange{};
 }
 
 }  // namespace tpserve::grammar

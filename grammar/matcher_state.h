@@ -4,6 +4,7 @@
 // matcher_mask.cc.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <memory>
 #include <optional>
@@ -37,7 +38,15 @@ struct Matcher::State {
   bool Accept(int32_t token);
 
   // ---- the mask (matcher_mask.cc) ----
-  void FillMask(std::span<uint32_t> words);
+  // Matcher::FillMask(words, dirty).
+  MaskRange FillMask(std::span<uint32_t> words, MaskRange dirty);
+  // Sets token t's bit and widens `touched` to its word.
+  void Allow(int32_t t, uint32_t* words) {
+    const auto w = static_cast<size_t>(t / 32);
+    words[w] |= 1u << (t % 32);
+    touched.begin = std::min(touched.begin, w);
+    touched.end = std::max(touched.end, w + 1);
+  }
   // The active lexemes' lexer masks over one trie, then the tokens that end a
   // lexeme inside them.
   void ApplyLexerMask(internal::TrieKind kind, uint32_t* words);
@@ -69,6 +78,7 @@ struct Matcher::State {
 
   std::optional<std::optional<int32_t>> forced;  // ForcedToken at this position, once computed
   std::vector<uint32_t> scratch_words;            // ForcedToken's mask
+  MaskRange touched;                              // FillMask: the words set so far (begin > end: none)
   // ApplyLexerMask's active lexemes grouped by their mask: (automaton id, class).
   struct MaskGroup {
     std::pair<uint64_t, int32_t> key;

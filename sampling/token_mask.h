@@ -34,37 +34,57 @@ inline void ApplyTokenMask(std::span<const uint32_t> words, std::span<float> row
   }
 }
 
-// The first allowed token at or after `from`, wrapping around past the last
-// of `vocab` ids (word by word, not bit by bit); -1 when none is allowed.
+// Bits of word w of a mask over `vocab` ids that are tokens (those past
+// the vocabulary in its last word never count).
+inline uint32_t TokenMaskBits(std::span<const uint32_t> words, int64_t w, int32_t vocab) {
+  uint32_t bits = words[static_cast<size_t>(w)];
+  if (w == TokenMaskWords(vocab) - 1 && vocab % 32 != 0) bits &= (1u << (vocab % 32)) - 1;
+  return bits;
+}
+
+// The first allowed token at or after `from` (in [0, vocab)), wrapping around
+// past the last of `vocab` ids; -1 when none is allowed. Every bit outside
+// words [lo, hi) is known to be clear, so it reads those words only (at most
+// twice: from `from` on, then from lo), word by word, not bit by bit.
 //   words: [TokenMaskWords(vocab)]
-inline int32_t NextAllowedToken(std::span<const uint32_t> words, int32_t from, int32_t vocab) {
-  const int64_t n = TokenMaskWords(vocab);
-  for (int64_t k = 0; k <= n; ++k) {
-    const int64_t w = (from / 32 + k) % n;
-    uint32_t bits = words[static_cast<size_t>(w)];
-    if (k == 0) bits &= ~0u << (from % 32);                             // ids before `from` in its word come last
-    if (k == n) bits = words[static_cast<size_t>(w)] & ~(~0u << (from % 32));  // ... here
-    if (w == n - 1 && vocab % 32 != 0) bits &= (1u << (vocab % 32)) - 1;  // past the vocabulary
+inline int32_t NextAllowedToken(std::span<const uint32_t> words, int32_t from, int32_t vocab, int64_t lo,
+                                int64_t hi) {
+  hi = std::min({hi, TokenMaskWords(vocab), static_cast<int64_t>(words.size())});
+  lo = std::max<int64_t>(lo, 0);
+  const int64_t at = from / 32;
+  const uint32_t from_on = ~0u << (from % 32);  // in word `at`: ids >= from
+  for (int64_t w = std::max(at, lo); w < hi; ++w) {
+    const uint32_t bits = TokenMaskBits(words, w, vocab) & (w == at ? from_on : ~0u);
+    if (bits != 0) return static_cast<int32_t>(w * 32 + __builtin_ctz(bits));
+  }
+  for (int64_t w = lo; w < hi && w <= at; ++w) {  // wrapped: ids before `from`
+    const uint32_t bits = TokenMaskBits(words, w, vocab) & (w == at ? ~from_on : ~0u);
     if (bits != 0) return static_cast<int32_t>(w * 32 + __builtin_ctz(bits));
   }
   return -1;
 }
+inline int32_t NextAllowedToken(std::span<const uint32_t> words, int32_t from, int32_t vocab) {
+  return NextAllowedToken(words, from, vocab, 0, TokenMaskWords(vocab));
+}
 
 // Jump-forward: the one token the mask allows, or -1 when it allows none or
-// more than one (ids at or past `vocab` do not count). Stops at the second
-// allowed word, so a wide mask costs a few words, a forced one the whole mask.
+// more than one (ids at or past `vocab` do not count). Reads words [lo, hi)
+// only (every bit outside is known to be clear) and stops at the second
+// allowed word, so a wide mask costs a few words, a forced one its range.
 //   words: [TokenMaskWords(vocab)]
-inline int32_t SoleAllowedToken(std::span<const uint32_t> words, int32_t vocab) {
+inline int32_t SoleAllowedToken(std::span<const uint32_t> words, int32_t vocab, int64_t lo, int64_t hi) {
   int32_t found = -1;
-  const int64_t n = std::min<int64_t>(TokenMaskWords(vocab), static_cast<int64_t>(words.size()));
-  for (int64_t w = 0; w < n; ++w) {
-    uint32_t bits = words[static_cast<size_t>(w)];
-    if (w == TokenMaskWords(vocab) - 1 && vocab % 32 != 0) bits &= (1u << (vocab % 32)) - 1;  // past the vocabulary
+  hi = std::min({hi, TokenMaskWords(vocab), static_cast<int64_t>(words.size())});
+  for (int64_t w = std::max<int64_t>(lo, 0); w < hi; ++w) {
+    const uint32_t bits = TokenMaskBits(words, w, vocab);
     if (bits == 0) continue;
     if (found >= 0 || (bits & (bits - 1)) != 0) return -1;
     found = static_cast<int32_t>(w * 32 + __builtin_ctz(bits));
   }
   return found;
+}
+inline int32_t SoleAllowedToken(std::span<const uint32_t> words, int32_t vocab) {
+  return SoleAllowedToken(words, vocab, 0, TokenMaskWords(vocab));
 }
 
 }  // namespace tpserve

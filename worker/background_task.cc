@@ -1,12 +1,18 @@
 #include "worker/background_task.h"
 
+#include <pthread.h>
+
 #include <utility>
 
 #include "base/check.h"
 
 namespace tpserve {
 
-BackgroundTask::BackgroundTask() : thread_([this] { Loop(); }) {}
+BackgroundTask::BackgroundTask(std::string name)
+    : thread_([this, name = std::move(name)] {
+        if (!name.empty()) pthread_setname_np(pthread_self(), name.substr(0, 15).c_str());
+        Loop();
+      }) {}
 
 BackgroundTask::~BackgroundTask() {
   Wait();
@@ -27,6 +33,14 @@ void BackgroundTask::Start(absl::AnyInvocable<void() &&> task) {
 void BackgroundTask::Wait() {
   absl::MutexLock lock(&mu_);
   mu_.Await(absl::Condition(this, &BackgroundTask::Idle));
+}
+
+bool BackgroundTask::CancelUnstarted() {
+  absl::MutexLock lock(&mu_);
+  if (task_ == nullptr) return false;
+  task_ = nullptr;
+  busy_ = false;
+  return true;
 }
 
 void BackgroundTask::Loop() {

@@ -4,6 +4,7 @@
 // output"). Reused step after step (no thread per step).
 #pragma once
 
+#include <string>
 #include <thread>
 
 #include "absl/base/thread_annotations.h"
@@ -14,7 +15,8 @@ namespace tpserve {
 
 class BackgroundTask {
  public:
-  BackgroundTask();
+  // `name`: the thread's name (at most 15 characters; ps, /proc, profilers), or none.
+  explicit BackgroundTask(std::string name = "");
   ~BackgroundTask();  // after the running task, if any; joins the thread
   BackgroundTask(const BackgroundTask&) = delete;
   BackgroundTask& operator=(const BackgroundTask&) = delete;
@@ -23,6 +25,11 @@ class BackgroundTask {
   void Start(absl::AnyInvocable<void() &&> task) ABSL_LOCKS_EXCLUDED(mu_);
   // Returns once the started task has run (at once when none was started).
   void Wait() ABSL_LOCKS_EXCLUDED(mu_);
+  // Drops the started task if the thread has not begun it (true: it never
+  // runs, and Wait returns at once); false when it has begun or none was
+  // started. The owner that does the task's work itself meanwhile need not
+  // wait for a thread the scheduler has not run yet.
+  bool CancelUnstarted() ABSL_LOCKS_EXCLUDED(mu_);
 
  private:
   void Loop() ABSL_LOCKS_EXCLUDED(mu_);

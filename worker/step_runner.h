@@ -64,6 +64,7 @@
 // is returned as it came, also without changing the state.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <optional>
@@ -220,8 +221,10 @@ class StepRunner {
   // last step's AcceptTokens; WaitMasks waits for them (INTERNAL when a
   // deferred token was one the grammar refused: a sampler bug).
   void StartMasks();
-  // On a mask thread: masks k = first, first + stride, ... of the step.
-  void FillMasks(size_t first, size_t stride, bool simulated, int32_t vocab);
+  // On a mask thread, and on this one once the forward is done: the step's
+  // masks not taken yet, one at a time (next_mask_), until none is left.
+  void FillMasks(bool simulated, int32_t vocab);
+  void FillMask(size_t k, bool simulated, int32_t vocab);
   absl::Status WaitMasks();
   // Entry `e`'s mask, when it has one this step.
   std::span<const uint32_t> MaskOf(const Entry& e) const;
@@ -299,7 +302,11 @@ class StepRunner {
   // and whether each constrains ([masks]: 0 while its sequence reasons), the
   // thread that fills them, and a logits row to mask (host sampling).
   absl::flat_hash_map<uint64_t, std::unique_ptr<SequenceConstraint>> pending_;
+  // [rows, words] the step's masks, row k for its k-th; rows only grow and
+  // are reused from step to step, each clear outside mask_ranges_[k], the
+  // words its last mask spanned (a fill clears those alone, not V / 32).
   std::vector<uint32_t> mask_words_;
+  std::vector<grammar::MaskRange> mask_ranges_;  // [rows]
   std::vector<uint8_t> mask_on_;  // [masks] 1 a mask, 0 free (reasoning), 2 a refused deferred token
   std::vector<SequenceConstraint*> mask_jobs_;  // [masks] whose mask each row is
   std::vector<int32_t> mask_picks_;             // [masks] simulated steps: the token each samples
@@ -307,6 +314,7 @@ class StepRunner {
   int64_t forced_tokens_ = 0;                   // tokens given without the sampler (forced_tokens())
   int64_t words_per_mask_ = 0;
   std::vector<std::unique_ptr<BackgroundTask>> mask_tasks_;  // StepRunnerOptions::mask_threads, made on first use
+  std::atomic<size_t> next_mask_{0};                         // the next of mask_jobs_ to take (FillMasks)
   std::vector<float> masked_row_;
   std::vector<PromptRows> prompt_rows_;             // ScorePrompts' rows, reused
   std::vector<PromptLogprobs> prompt_logprobs_;     // rank 0: the last Run's

@@ -66,11 +66,15 @@ absl::Status StepRunner::PrepareConstraints(const StepPlan& plan) {
 void StepRunner::StartMasks() {
   int32_t n = 0;
   for (Entry& e : entries_) e.mask = e.sample && e.constraint != nullptr ? n++ : -1;
+  mask_jobs_.clear();
+  next_mask_.store(0, std::memory_order_relaxed);
   if (n == 0) return;
   words_per_mask_ = TokenMaskWords(model_.config().vocab_size);
-  mask_words_.resize(static_cast<size_t>(n * words_per_mask_));
+  if (mask_ranges_.size() < static_cast<size_t>(n)) {  // new rows come zeroed
+    mask_words_.resize(static_cast<size_t>(n * words_per_mask_));
+    mask_ranges_.resize(static_cast<size_t>(n));
+  }
   mask_on_.assign(static_cast<size_t>(n), 0);
-  mask_jobs_.clear();
   mask_picks_.clear();
   mask_forced_.clear();
   const int32_t vocab = model_.config().vocab_size;
@@ -85,36 +89,48 @@ void StepRunner::StartMasks() {
   }
   if (mask_tasks_.empty()) {
     const int threads = options_.mask_threads > 0 ? options_.mask_threads : DefaultMaskThreads();
-    for (int t = 0; t < threads; ++t) mask_tasks_.push_back(std::make_unique<BackgroundTask>());
+    for (int t = 0; t < threads; ++t) {
+      mask_tasks_.push_back(std::make_unique<BackgroundTask>(absl::StrCat("tpserve-mask-", t)));
+    }
   }
-  // Reads mask_jobs_, writes the masks; this thread touches neither meanwhile,
-  // and each task only its own rows k = t, t + stride, ...
-  const size_t stride = std::min(mask_tasks_.size(), mask_jobs_.size());
-  for (size_t t = 0; t < stride; ++t) {
-    mask_tasks_[t]->Start([this, t, stride, simulated, vocab] { FillMasks(t, stride, simulated, vocab); });
+  // The tasks read mask_jobs_ and write the rows they take (each row once,
+  // next_mask_); this thread touches neither until the forward is done.
+  const size_t tasks = std::min(mask_tasks_.size(), mask_jobs_.size());
+  for (size_t t = 0; t < tasks; ++t) mask_tasks_[t]->Start([this, simulated, vocab] { FillMasks(simulated, vocab); });
+}
+
+void StepRunner::FillMasks(bool simulated, int32_t vocab) {
+  for (size_t k; (k = next_mask_.fetch_add(1, std::memory_order_relaxed)) < mask_jobs_.size();) {
+    FillMask(k, simulated, vocab);
   }
 }
 
-// Each matcher first takes the token its last step sampled (AcceptTokens
+// The matcher first takes the token its last step sampled (AcceptTokens
 // deferred it), then gives the next mask.
-void StepRunner::FillMasks(size_t first, size_t stride, bool simulated, int32_t vocab) {
-  for (size_t k = first; k < mask_jobs_.size(); k += stride) {
-    const std::span<uint32_t> words(mask_words_.data() + k * static_cast<size_t>(words_per_mask_),
-                                    static_cast<size_t>(words_per_mask_));
-    if (!mask_jobs_[k]->AcceptDeferred()) {
-      mask_on_[k] = kMaskRefusedToken;
-      continue;
-    }
-    mask_on_[k] = mask_jobs_[k]->FillMask(words) ? 1 : 0;
-    if (mask_forced_[k] == 0) mask_forced_[k] = mask_on_[k] == 1 ? SoleAllowedToken(words, vocab) : -1;
-    if (simulated && mask_on_[k] == 1) {  // SampleSimulated's pick, here rather than on the critical path
-      mask_picks_[k] = std::max(NextAllowedToken(words, mask_picks_[k], vocab), 0);
-    }
+void StepRunner::FillMask(size_t k, bool simulated, int32_t vocab) {
+  const std::span<uint32_t> words(mask_words_.data() + k * static_cast<size_t>(words_per_mask_),
+                                  static_cast<size_t>(words_per_mask_));
+  if (!mask_jobs_[k]->AcceptDeferred()) {
+    mask_on_[k] = kMaskRefusedToken;
+    return;
+  }
+  grammar::MaskRange& range = mask_ranges_[k];  // in: the row's dirty words; out: this mask's
+  mask_on_[k] = mask_jobs_[k]->FillMask(words, range) ? 1 : 0;
+  const auto lo = static_cast<int64_t>(range.begin), hi = static_cast<int64_t>(range.end);
+  if (mask_forced_[k] == 0) mask_forced_[k] = mask_on_[k] == 1 ? SoleAllowedToken(words, vocab, lo, hi) : -1;
+  if (simulated && mask_on_[k] == 1) {  // SampleSimulated's pick, here rather than on the critical path
+    mask_picks_[k] = std::max(NextAllowedToken(words, mask_picks_[k], vocab, lo, hi), 0);
   }
 }
 
+// The forward is done: this thread takes the masks no task has taken yet,
+// and a task the scheduler has not run by then is dropped, not waited for
+// (on a busy machine its wake-up can outlast the masks themselves).
 absl::Status StepRunner::WaitMasks() {
-  for (const std::unique_ptr<BackgroundTask>& task : mask_tasks_) task->Wait();  // at once when not started
+  FillMasks(options_.simulated_step > absl::ZeroDuration(), model_.config().vocab_size);
+  for (const std::unique_ptr<BackgroundTask>& task : mask_tasks_) {
+    if (!task->CancelUnstarted()) task->Wait();  // at once when none was started
+  }
   for (const Entry& e : entries_) {
     if (e.mask >= 0 && mask_on_[static_cast<size_t>(e.mask)] == kMaskRefusedToken) {
       return absl::InternalError(absl::StrCat("step: sequence ", e.id, ": the token its last step sampled is one its "
@@ -134,17 +150,30 @@ int32_t StepRunner::ForcedOf(const Entry& e) const {
   return MaskOf(e).empty() ? -1 : mask_forced_[static_cast<size_t>(e.mask)];
 }
 
+// A forced row is masked too, though not sampled: then the masked rows are
+// usually mask rows 0, 1, ... in order, and mask_words_ goes to the sampler
+// as it is, not copied (64 masks of a 152k vocabulary are 1.2 MB); only a
+// step with a sequence in its reasoning (no mask) gathers the others.
 absl::Status StepRunner::MaskOnDevice() {
   std::vector<int32_t> rows;
-  std::vector<uint32_t> words;
+  bool in_place = true;  // rows[k]'s mask is mask row k
   for (size_t s = 0; s < entries_.size(); ++s) {
-    const std::span<const uint32_t> mask = MaskOf(entries_[s]);
-    if (mask.empty() || ForcedOf(entries_[s]) >= 0) continue;  // a forced row is not sampled
+    if (MaskOf(entries_[s]).empty()) continue;
+    in_place = in_place && entries_[s].mask == std::ssize(rows);
     rows.push_back(static_cast<int32_t>(s));
-    words.insert(words.end(), mask.begin(), mask.end());
   }
   if (rows.empty()) return absl::OkStatus();
-  return options_.sampler->MaskRows(model_.device_logits(), model_.config().vocab_size, rows, words);
+  const int32_t vocab = model_.config().vocab_size;
+  if (in_place) {
+    const size_t n = rows.size() * static_cast<size_t>(words_per_mask_);
+    return options_.sampler->MaskRows(model_.device_logits(), vocab, rows, std::span(mask_words_.data(), n));
+  }
+  std::vector<uint32_t> words;
+  for (int32_t s : rows) {
+    const std::span<const uint32_t> mask = MaskOf(entries_[static_cast<size_t>(s)]);
+    words.insert(words.end(), mask.begin(), mask.end());
+  }
+  return options_.sampler->MaskRows(model_.device_logits(), vocab, rows, words);
 }
 
 absl::Status StepRunner::AcceptTokens(const std::vector<StepToken>& tokens) {

@@ -2,6 +2,8 @@
 // format; a sequence's constraint lets the reasoning through free and
 // constrains the answer after it; replay reaches the same state; the
 // compiler caches by key and refuses what the engine refuses.
+#include <algorithm>
+#include <array>
 #include <cmath>
 #include <random>
 #include <string>
@@ -257,6 +259,129 @@ TEST(TokenMask, SoleAllowedTokenIsTheOnlySetBit) {
           << "V=" << vocab << " allowed " << allowed << " seed " << seed;
     }
   }
+}
+
+// The range versions of NextAllowedToken and SoleAllowedToken (what the
+// step runner calls with the words its mask spans) give what the whole-mask
+// versions give when every bit outside [lo, hi) is clear, and read nothing
+// outside: with those words then filled with set bits they answer the same.
+TEST(TokenMask, RangeVersionsReadOnlyTheRange) {
+  const uint64_t seed = testing_util::TestSeed();
+  std::mt19937_64 rng(seed);
+  for (int32_t vocab : {1, 31, 33, 95, 257, 4099}) {
+    const int64_t n = TokenMaskWords(vocab);
+    for (int trial = 0; trial < 12; ++trial) {
+      const auto lo = static_cast<int64_t>(rng() % static_cast<uint64_t>(n));
+      const int64_t hi = lo + static_cast<int64_t>(rng() % static_cast<uint64_t>(n - lo + 1));
+      const int density = std::array{0, 1, 8, 64}[trial % 4];  // allowed ids per 64, inside the range
+      std::vector<uint32_t> words(static_cast<size_t>(n), 0);
+      for (int32_t t = static_cast<int32_t>(lo * 32); t < std::min<int64_t>(hi * 32, vocab); ++t) {
+        if (static_cast<int>(rng() % 64) < density) words[static_cast<size_t>(t / 32)] |= 1u << (t % 32);
+      }
+      if (trial % 4 == 1 && hi > lo) {  // one allowed id alone: a forced mask
+        std::fill(words.begin(), words.end(), 0u);
+        const int32_t t = static_cast<int32_t>(lo * 32 + static_cast<int64_t>(rng() % 32));
+        if (t < vocab) words[static_cast<size_t>(t / 32)] |= 1u << (t % 32);
+      }
+      std::vector<uint32_t> dirty = words;  // the same mask, garbage outside the range
+      for (int64_t w = 0; w < n; ++w) {
+        if (w < lo || w >= hi) dirty[static_cast<size_t>(w)] = static_cast<uint32_t>(rng()) | 1u;
+      }
+      EXPECT_EQ(SoleAllowedToken(dirty, vocab, lo, hi), SoleAllowedToken(words, vocab))
+          << "V=" << vocab << " [" << lo << ", " << hi << ") seed " << seed;
+      for (int32_t from = 0; from < vocab; from += 1 + static_cast<int32_t>(rng() % 7)) {
+        ASSERT_EQ(NextAllowedToken(dirty, from, vocab, lo, hi), NextAllowedToken(words, from, vocab))
+            << "V=" << vocab << " [" << lo << ", " << hi << ") from " << from << " seed " << seed;
+      }
+    }
+  }
+}
+
+// A vocabulary laid out as real ones are: the bytes, a few hundred longer
+// tokens, the think tokens, then ids with no token up to 9,000 (a model's
+// padded LM head) and the stop id last, far from the rest.
+std::shared_ptr<const grammar::Vocabulary> PaddedVocabulary(int32_t& think, int32_t& end_think) {
+  std::vector<std::string> tokens;
+  for (int b = 0; b < 256; ++b) tokens.push_back(std::string(1, static_cast<char>(b)));
+  for (const char* t : {"{\"", "\":", "\",\"", "\"}", "true", "false", "null", "[{", "}]", "},{", "\"name", "age",
+                        "ab", "abc", "12", "345", ", ", "\\\"", "yes", "no"}) {
+    tokens.push_back(t);
+  }
+  for (int k = 0; k < 300; ++k) tokens.push_back(std::string(1, static_cast<char>('a' + k % 26)) + std::to_string(k));
+  think = static_cast<int32_t>(tokens.size());
+  tokens.push_back("<think>");
+  end_think = think + 1;
+  tokens.push_back("</think>");
+  tokens.resize(9000);
+  std::vector<bool> special(tokens.size(), false);
+  special[static_cast<size_t>(think)] = special[static_cast<size_t>(end_think)] = special[8999] = true;
+  return *grammar::Vocabulary::Create(tokens, {8999}, special);
+}
+
+// SequenceConstraint::FillMask(words, range) into one buffer that masks of
+// other sequences dirtied (the step runner's rows) gives, at every token, the
+// bits of FillMask into a fresh buffer, and every set bit lies in the range
+// it returns. Sequences walk random allowed tokens to their stop id.
+TEST(MaskRange, ReusedBufferGivesTheWholeMask) {
+  const uint64_t seed = testing_util::TestSeed();
+  std::mt19937_64 rng(seed);
+  int32_t think = 0, end_think = 0;
+  const std::shared_ptr<const grammar::Vocabulary> vocab = PaddedVocabulary(think, end_think);
+  ConstraintCompiler compiler([&] { return vocab; });
+  const std::vector<OutputConstraint> cs = {
+      {.kind = K::kJsonSchema, .text = R"({"type":"array","minItems":2,"items":{"type":"object","properties":)"
+                                       R"({"name":{"type":"string","maxLength":6},"age":{"type":"integer"}},)"
+                                       R"("required":["name","age"],"additionalProperties":false}})"},
+      {.kind = K::kRegex, .text = "(yes|no|[a-c]{1,4}[0-9]+)", .think_start = think, .think_end = end_think},
+      {.kind = K::kJsonObject},
+      {.kind = K::kChoice, .choices = {"true", "false", "null"}}};
+  const size_t n = grammar::MaskWords(vocab->size());
+  std::vector<uint32_t> shared(n, 0u), fresh(n);
+  grammar::MaskRange dirty;  // of `shared`, by whichever sequence filled it last
+  int64_t masks = 0, narrow = 0;
+  for (int round = 0; round < 8; ++round) {
+    std::vector<std::unique_ptr<SequenceConstraint>> seqs;
+    for (const OutputConstraint& c : cs) {
+      auto g = compiler.Compile(c);
+      ASSERT_TRUE(g.ok()) << g.status();
+      seqs.push_back(*SequenceConstraint::Create(*g, vocab, c));
+    }
+    std::vector<bool> done(seqs.size(), false);
+    for (int step = 0; step < 120; ++step) {
+      for (size_t i = 0; i < seqs.size(); ++i) {
+        if (done[i]) continue;
+        grammar::MaskRange range = dirty;
+        const bool masked = seqs[i]->FillMask(shared, range);
+        std::fill(fresh.begin(), fresh.end(), 0xA5A5A5A5u);
+        ASSERT_EQ(seqs[i]->FillMask(fresh), masked);
+        std::vector<int32_t> allowed;
+        if (masked) {
+          dirty = range;
+          ++masks;
+          narrow += range.end - range.begin < n / 4 ? 1 : 0;
+          ASSERT_EQ(shared, fresh) << "sequence " << i << " step " << step << " seed " << seed;
+          for (size_t w = 0; w < n; ++w) {
+            if (w < range.begin || w >= range.end) {
+              ASSERT_EQ(shared[w], 0u) << "word " << w << " seed " << seed;
+            }
+          }
+          for (int32_t t = 0; t < vocab->size(); ++t) {
+            if ((shared[static_cast<size_t>(t / 32)] >> (t % 32)) & 1u) allowed.push_back(t);
+          }
+        } else {  // reasoning: anything, its end more often
+          allowed = {'x', ' ', end_think, end_think};
+        }
+        ASSERT_FALSE(allowed.empty()) << "sequence " << i << " step " << step << " seed " << seed;
+        // The stop id only now and then, so that outputs grow past it.
+        int32_t t = allowed[rng() % allowed.size()];
+        if (t == 8999 && allowed.size() > 1 && rng() % 4 != 0) t = allowed[rng() % (allowed.size() - 1)];
+        ASSERT_TRUE(seqs[i]->Accept(t)) << "token " << t << " seed " << seed;
+        done[i] = t == 8999;
+      }
+    }
+  }
+  // Most masks span a few words of the 282: the point of the range.
+  EXPECT_GT(narrow, masks / 2) << narrow << " of " << masks << " seed " << seed;
 }
 
 }  // namespace
