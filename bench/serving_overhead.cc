@@ -1,8 +1,8 @@
 // serving_overhead: what the process split costs, next to baselines measured
 // in the same run (issue 9, "Benchmarks").
 //
-//   serving_overhead [--quick] [--json FILE] [--only batch-1|full-batch] [--coordinator FILE]
-//                    [--coordinator-flag FLAG]... [--compare FILE]
+//   serving_overhead [--quick] [--json FILE] [--only batch-1|full-batch|constrained] [--coordinator FILE]
+//                    [--coordinator-flag FLAG]... [--compare FILE] [--compare-worker FILE]
 //
 // (--coordinator: another build's tpserve-coordinator, to compare builds
 // under the same conditions; the workers are always this build's.
@@ -25,7 +25,11 @@
 // 3. The full-batch rows and the gRPC floor (serving_full_batch.h): the
 //    coordinator's CPU per output token at batch 64, 256 and 1024 with a 2 ms
 //    stand-in step, next to what gRPC alone costs to stream the same messages.
-// --only batch-1 runs 1 and 2, --only full-batch runs 3.
+// 4. Constrained output (serving_constrained.h): batch 64 with every request
+//    held to a JSON Schema against 64 free ones, the 300 us stand-in step,
+//    and the CPU one mask costs (--compare-worker: another build's
+//    tpserve-worker alongside).
+// --only batch-1 runs 1 and 2, --only full-batch runs 3, --only constrained runs 4.
 // Each figure is the median of 3 repetitions (--quick: 1, and shorter runs).
 // Both modes' coordinators are up at once and the repetitions alternate
 // (engine, overlap, no-overlap, ...), so that load from elsewhere on a shared
@@ -58,6 +62,7 @@
 #include "absl/strings/str_join.h"
 #include "bench/grpc_floor.h"
 #include "bench/serving_bench_util.h"
+#include "bench/serving_constrained.h"
 #include "bench/serving_full_batch.h"
 #include "nlohmann/json.hpp"
 #include "tpserve/v1/generation.grpc.pb.h"
@@ -353,9 +358,10 @@ int main(int argc, char** argv) {
   std::string json_path;
   std::string only;     // one section, or all
   std::string compare;  // full batch: another build's tpserve-coordinator, alongside
+  std::string compare_worker;  // constrained: another build's tpserve-worker, alongside
   const std::string usage =
-      "usage: serving_overhead [--quick] [--json FILE] [--only batch-1|full-batch] [--coordinator FILE] "
-      "[--coordinator-flag FLAG]... [--compare FILE]";
+      "usage: serving_overhead [--quick] [--json FILE] [--only batch-1|full-batch|constrained] [--coordinator FILE] "
+      "[--coordinator-flag FLAG]... [--compare FILE] [--compare-worker FILE]";
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     if (a == "--quick") {
@@ -367,11 +373,13 @@ int main(int argc, char** argv) {
       SetCoordinatorBinary(argv[++i]);
     } else if (a == "--compare" && i + 1 < argc) {
       compare = argv[++i];
+    } else if (a == "--compare-worker" && i + 1 < argc) {
+      compare_worker = argv[++i];
     } else if (a == "--coordinator-flag" && i + 1 < argc) {
       AddCoordinatorFlag(argv[++i]);
     } else if (a == "--only" && i + 1 < argc) {
       only = argv[++i];
-      if (only != "batch-1" && only != "full-batch") Die(usage);
+      if (only != "batch-1" && only != "full-batch" && only != "constrained") Die(usage);
     } else {
       Die(absl::StrCat("unknown argument ", a, "; ", usage));
     }
@@ -409,6 +417,11 @@ int main(int argc, char** argv) {
     const FullBatchSettings fb{
         .repetitions = st.repetitions, .scratch = st.scratch, .model = model, .self = argv[0], .compare_binary = compare};
     j["full_batch"] = RunFullBatch(fb);
+  }
+  if (only.empty() || only == "constrained") {
+    const ConstrainedSettings cs{
+        .repetitions = st.repetitions, .scratch = st.scratch, .compare_worker = compare_worker};
+    j["constrained"] = RunConstrained(cs);
   }
   const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
   j["wall_seconds"] = seconds;
