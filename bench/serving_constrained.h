@@ -11,9 +11,10 @@
 // constrained-array-schema.json: an array of at least 100 objects, which
 // cannot end within 400 tokens), alternating. Per run: each request's steps
 // per second ((n - 1) / (last - first chunk), section 2's measure), the
-// median over the batch; the CPU the worker's mask threads spent (threads
-// named tpserve-mask-N) per mask, with the accept of the token before it;
-// and the CPU of the coordinator and the worker per step. From those: the
+// median over the batch; the CPU of the coordinator, the worker and this
+// client per step; and the worker CPU one mask costs with the accept of the
+// token before it (constrained minus free, over the batch: the mask threads,
+// tpserve-mask-N, and the step thread share the masks). From those: the
 // mask work of one step and the cores the goal needs (the free run's CPU
 // per step plus the masks', against a 300 us step). With --compare-worker
 // FILE a second coordinator spawns that tpserve-worker, its runs alternating
