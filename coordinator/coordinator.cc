@@ -537,6 +537,8 @@ StartupOptions Coordinator::MakeStartupOptions(const WorkerGroup& group) const {
   startup.enforce_eager = options_.enforce_eager;
   startup.simulated_step_us = options_.simulate_step_us;
   startup.max_num_draft_tokens = options_.speculation.enabled() ? static_cast<uint32_t>(MaxNumDraftTokens(options_)) : 0;
+  startup.num_speculative_tokens =
+      options_.speculation.enabled() ? static_cast<uint32_t>(options_.speculation.num_speculative_tokens) : 0;
   // The collectives wait past the step timeout, so the watchdog names a
   // stalled rank before a peer's collective gives up on it.
   startup.collective_timeout_ms =

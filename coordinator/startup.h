@@ -26,6 +26,7 @@ struct StartupOptions {
   uint32_t collective_timeout_ms = 0;  // the workers' communicators (worker.proto Load)
   uint32_t simulated_step_us = 0;     // benchmarks: workers sleep instead of computing (worker.proto Load)
   uint32_t max_num_draft_tokens = 0;  // speculative decoding: proposed tokens per step (worker.proto Load)
+  uint32_t num_speculative_tokens = 0;  // and per sequence (k): verification graphs up to it (worker.proto Load)
 };
 
 struct StartupResult {

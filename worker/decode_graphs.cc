@@ -41,10 +41,11 @@ StepCapacity ReservedCapacityFor(const Model& model, int32_t block_size) {
   return c;
 }
 
-int32_t VerifyGraphProposals(const Model& model) {
+int32_t VerifyGraphProposals(const Model& model, int32_t max_per_sequence) {
   const int64_t extra = model.max_logits_rows() - model.options().max_num_seqs;
-  const int64_t k = std::min<int64_t>(
+  int64_t k = std::min<int64_t>(
       {extra, kMaxVerifyGraphProposals, model.options().max_num_tokens - 1, model.max_position() - 1});
+  if (max_per_sequence > 0) k = std::min<int64_t>(k, max_per_sequence);
   return static_cast<int32_t>(std::max<int64_t>(k, 0));
 }
 

@@ -83,9 +83,11 @@ StepCapacity ReservedCapacityFor(const Model& model, int32_t block_size);
 // `model`: its extra logits rows (max_logits_rows - max_num_seqs, the
 // workers' Load.max_num_draft_tokens), at most kMaxVerifyGraphProposals,
 // max_num_tokens - 1 and max_position() - 1 (1 + k tokens fit a step and a
-// sequence); 0 without speculative decoding.
+// sequence), and at most `max_per_sequence` when it is > 0 (the workers'
+// Load.num_speculative_tokens: no sequence proposes more, so a graph past it
+// would never replay); 0 without speculative decoding.
 inline constexpr int32_t kMaxVerifyGraphProposals = 8;  // the k range issue 27 measures
-int32_t VerifyGraphProposals(const Model& model);
+int32_t VerifyGraphProposals(const Model& model, int32_t max_per_sequence = 0);
 
 class DecodeGraphs {
  public:

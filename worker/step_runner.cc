@@ -63,7 +63,7 @@ absl::Status StepRunner::WarmUp() {
   }
   auto graphs = std::make_unique<DecodeGraphs>(model_, cache_, model_.backend(),
                                                StepCapacityFor(model_, cache_.block_size()),
-                                               VerifyGraphProposals(model_));
+                                               VerifyGraphProposals(model_, options_.num_speculative_tokens));
   TPSERVE_RETURN_IF_ERROR(graphs->Capture(rank_ == 0 ? options_.sampler : nullptr));
   graphs_ = std::move(graphs);
   return absl::OkStatus();

@@ -120,6 +120,11 @@ struct StepRunnerOptions {
   // Not for a sequence with log-probs or token-level controls
   // (ForcedTokenSamplesAlike). false: every token sampled (tests).
   bool jump_forward = true;
+  // Speculative decoding: the most proposals one sequence carries in a step
+  // (worker.proto Load.num_speculative_tokens, the coordinator's k). WarmUp
+  // captures verification graphs for k up to it (VerifyGraphProposals);
+  // 0: up to the model's extra logits rows.
+  int32_t num_speculative_tokens = 0;
 };
 
 // One mask thread per 4 cores of this machine, 1 to 4: a 2-core CPU worker
@@ -150,6 +155,10 @@ class StepRunner {
   int64_t graph_replays() const { return graphs_ ? graphs_->replays() : 0; }
   // Of those, verification steps (one sequence with proposals, worker/decode_graphs.h).
   int64_t verify_graph_replays() const { return graphs_ ? graphs_->verify_replays() : 0; }
+  // The k of the verification graphs captured, ascending (empty without graphs).
+  std::vector<int32_t> verify_graph_proposals() const {
+    return uses_graphs() ? graphs_->verify_proposals() : std::vector<int32_t>{};
+  }
 
   // Applies `plan` and runs it. Every rank returns one token per sampled
   // sequence, in `order`: with its log-probs (and logits, keep_logits) on

@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 
 #include "absl/strings/str_cat.h"
@@ -130,6 +131,7 @@ absl::Status CommandHandler::Load(const iv1::Load& load, iv1::Loaded& out) {
   block_size_ = load.block_size() > 0 ? static_cast<int32_t>(load.block_size()) : 16;
   enforce_eager_ = load.enforce_eager();
   simulated_step_ = absl::Microseconds(load.simulated_step_us());
+  num_speculative_tokens_ = static_cast<int32_t>(std::min<uint32_t>(load.num_speculative_tokens(), 1u << 16));
 
   const uint64_t before = UsedBytes();
   TPSERVE_ASSIGN_OR_RETURN(model_, Model::Load(load.model_dir(), *rank_.backend, *rank_.comm, options));
@@ -213,7 +215,8 @@ absl::Status CommandHandler::AllocateKv(const iv1::AllocateKv& allocate) {
                                          StepRunnerOptions{.enforce_eager = enforce_eager_,
                                                            .sampler = rank_.sampler.get(),
                                                            .simulated_step = simulated_step_,
-                                                           .constraints = constraints_.get()});
+                                                           .constraints = constraints_.get(),
+                                                           .num_speculative_tokens = num_speculative_tokens_});
   return absl::OkStatus();
 }
 

@@ -75,6 +75,7 @@ class CommandHandler {
   int32_t block_size_ = 16;
   bool enforce_eager_ = false;  // Load's enforce_eager: no CUDA graphs
   absl::Duration simulated_step_ = absl::ZeroDuration();  // Load's simulated_step_us (benchmarks)
+  int32_t num_speculative_tokens_ = 0;  // Load's: the verification graphs' largest k (0: the extra rows bound it)
   // Destroyed in reverse order: the runner and cache before the model, the
   // model before the rank's sampler, communicator and backend.
   RankResources rank_;

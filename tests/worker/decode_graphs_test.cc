@@ -11,9 +11,12 @@
 #include <cstring>
 #include <functional>
 #include <random>
+#include <utility>
+#include <vector>
 
 #include "backend/cpu_backend.h"
 #include "backend/step_batch.h"
+#include "worker/step_runner.h"
 #include "gtest/gtest.h"
 #include "tests/worker/worker_test_util.h"
 #include "tests/testing/seed.h"
@@ -427,18 +430,48 @@ TEST(VerifyGraphProposals, TheModelsExtraLogitsRowsUpToEight) {
                                             "--kv-heads 1 --head-dim 16 --vocab 263 --dtype f32 --seed 3");
   std::unique_ptr<Backend> cpu = MakeCpuBackend();
   std::unique_ptr<Communicator> comm = MakeSoloCommunicator();
-  auto proposals = [&](int64_t max_tokens, int64_t max_seqs, int64_t logits_rows, int64_t max_position = 64) {
+  auto proposals = [&](int64_t max_tokens, int64_t max_seqs, int64_t logits_rows, int64_t max_position = 64,
+                       int32_t max_per_sequence = 0) {
     ModelOptions o{.max_num_tokens = max_tokens, .max_num_seqs = max_seqs, .max_position = max_position,
                    .max_num_logits_rows = logits_rows};
     absl::StatusOr<std::unique_ptr<Model>> m = Model::Load(dir.path() / "m", *cpu, *comm, o);
     EXPECT_TRUE(m.ok()) << m.status();
-    return m.ok() ? VerifyGraphProposals(**m) : -1;
+    return m.ok() ? VerifyGraphProposals(**m, max_per_sequence) : -1;
   };
   EXPECT_EQ(proposals(64, 8, 0), 0);        // no speculation: no verification graphs
   EXPECT_EQ(proposals(64, 8, 8 + 3), 3);    // the extra rows
   EXPECT_EQ(proposals(64, 8, 8 + 32), 8);   // at most kMaxVerifyGraphProposals
   EXPECT_EQ(proposals(5, 8, 8 + 32), 4);    // 1 + k tokens fit the step
   EXPECT_EQ(proposals(64, 8, 8 + 32, 6), 5);  // and the sequence
+  // Load.num_speculative_tokens: no sequence carries more, so no graph past it.
+  EXPECT_EQ(proposals(64, 8, 8 + 32, 64, 3), 3);
+  EXPECT_EQ(proposals(64, 8, 8 + 32, 64, 12), 8);
+  EXPECT_EQ(proposals(64, 8, 8 + 2, 64, 5), 2);
+  EXPECT_EQ(proposals(64, 8, 0, 64, 4), 0);
+}
+
+// The worker's path: Load.num_speculative_tokens reaches the StepRunner,
+// whose WarmUp captures verification graphs up to it and no further, while
+// the extra logits rows (Load.max_num_draft_tokens: 8 k) would allow 8.
+TEST_F(DecodeGraphsModelTest, StepRunnerCapturesVerificationGraphsUpToItsK) {
+  RecordingBackend recording;
+  std::unique_ptr<Model> model = Load(recording, "qwen3", 8 * 3);
+  ASSERT_NE(model, nullptr);
+  absl::StatusOr<KvCache> cache = KvCache::Allocate(recording, model->kv_cache_shape(kBlocksPerSeq, kBlockSize));
+  ASSERT_TRUE(cache.ok()) << cache.status();
+  const std::vector<std::pair<int32_t, std::vector<int32_t>>> cases = {
+      {3, {1, 2, 3}}, {1, {1}}, {0, {1, 2, 3, 4, 5, 6, 7, 8}}, {16, {1, 2, 3, 4, 5, 6, 7, 8}}};
+  for (const auto& [k, want] : cases) {
+    SCOPED_TRACE(testing::Message() << "num_speculative_tokens " << k);
+    StepRunner runner(*model, *cache, 0, StepRunnerOptions{.num_speculative_tokens = k});
+    const absl::Status warm = runner.WarmUp();
+    ASSERT_TRUE(warm.ok()) << warm;
+    ASSERT_TRUE(runner.uses_graphs());
+    EXPECT_EQ(runner.verify_graph_proposals(), want);
+  }
+  StepRunner eager(*model, *cache, 0, StepRunnerOptions{.enforce_eager = true, .num_speculative_tokens = 3});
+  ASSERT_TRUE(eager.WarmUp().ok());
+  EXPECT_TRUE(eager.verify_graph_proposals().empty());
 }
 
 TEST(AssignWithColumns, RelaysTheBlockTableAndKeepsTheRest) {
