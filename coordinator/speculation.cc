@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <array>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "base/status_macros.h"
@@ -23,20 +24,14 @@ constexpr std::array<double, 9> kCostPacked = {1.0, 2.00, 2.53, 2.80, 3.26, 4.35
 }  // namespace
 
 absl::Status ValidateSpeculationOptions(const SpeculationOptions& o) {
-  if (o.method != "off" && o.method != "ngram" && o.method != "suffix") {
-    return absl::InvalidArgumentError(absl::StrCat("--speculative-method: \"", o.method,
-                                                   "\" is none of ngram, suffix, off"));
-  }
-  if (o.num_speculative_tokens < 1 || o.num_speculative_tokens > 16) {
-    return absl::InvalidArgumentError(absl::StrCat("--num-speculative-tokens: ", o.num_speculative_tokens,
-                                                   " is outside [1, 16]"));
-  }
-  if (o.method == "ngram") {
-    TPSERVE_RETURN_IF_ERROR(speculative::ValidateNgramOptions({.prompt_lookup_min = o.prompt_lookup_min,
-                                                               .prompt_lookup_max = o.prompt_lookup_max,
-                                                               .num_speculative_tokens = o.num_speculative_tokens}));
-  }
-  return absl::OkStatus();
+  return speculative::ValidateProposerConfig(ProposerConfigOf(o));
+}
+
+speculative::ProposerConfig ProposerConfigOf(const SpeculationOptions& o) {
+  return {.method = o.method,
+          .num_speculative_tokens = o.num_speculative_tokens,
+          .prompt_lookup_min = o.prompt_lookup_min,
+          .prompt_lookup_max = o.prompt_lookup_max};
 }
 
 std::span<const double> VerificationCost(int32_t batch) {
@@ -44,47 +39,27 @@ std::span<const double> VerificationCost(int32_t batch) {
   return batch <= 8 ? std::span<const double>(kCostBatch8) : std::span<const double>(kCostPacked);
 }
 
-SpeculativeDrafter::SpeculativeDrafter(const SpeculationOptions& options, CoordinatorMetrics* metrics)
-    : options_(options), metrics_(metrics) {}
+SpeculativeDrafter::SpeculativeDrafter(const SpeculationOptions& options, CoordinatorMetrics* metrics,
+                                       speculative::ProposerSet proposers)
+    : options_(options), metrics_(metrics), proposers_(std::move(proposers)) {}
 
 absl::StatusOr<std::unique_ptr<SpeculativeDrafter>> SpeculativeDrafter::Create(const SpeculationOptions& options,
                                                                                 CoordinatorMetrics* metrics) {
   TPSERVE_RETURN_IF_ERROR(ValidateSpeculationOptions(options));
-  std::unique_ptr<SpeculativeDrafter> d(new SpeculativeDrafter(options, metrics));
-  if (options.method == "suffix") {
-    TPSERVE_ASSIGN_OR_RETURN(speculative::SuffixCache cache, speculative::SuffixCache::Create({}));
-    d->suffix_cache_ = std::make_unique<speculative::SuffixCache>(std::move(cache));
-  }
-  TPSERVE_RETURN_IF_ERROR(d->MakeProposer().status());  // the proposers' options, checked once
-  return d;
-}
-
-absl::StatusOr<std::unique_ptr<speculative::Proposer>> SpeculativeDrafter::MakeProposer() {
-  if (options_.method == "suffix") {
-    speculative::SuffixOptions o;
-    o.num_speculative_tokens = options_.num_speculative_tokens;
-    TPSERVE_ASSIGN_OR_RETURN(speculative::SuffixProposer p, speculative::SuffixProposer::Create(o, suffix_cache_.get()));
-    return speculative::MakeProposer(std::move(p));
-  }
-  TPSERVE_ASSIGN_OR_RETURN(speculative::NgramProposer p,
-                           speculative::NgramProposer::Create({.prompt_lookup_min = options_.prompt_lookup_min,
-                                                               .prompt_lookup_max = options_.prompt_lookup_max,
-                                                               .num_speculative_tokens = options_.num_speculative_tokens}));
-  return speculative::MakeProposer(std::move(p));
+  TPSERVE_ASSIGN_OR_RETURN(speculative::ProposerSet proposers,
+                           speculative::ProposerSet::Create(ProposerConfigOf(options)));
+  return std::unique_ptr<SpeculativeDrafter>(new SpeculativeDrafter(options, metrics, std::move(proposers)));
 }
 
 void SpeculativeDrafter::Add(uint64_t seq_id, int64_t limit) {
-  absl::StatusOr<std::unique_ptr<speculative::Proposer>> proposer = MakeProposer();
-  if (!proposer.ok()) return;  // checked by Create: cannot fail
+  proposers_.Add(seq_id);
   speculative::PolicyOptions policy;
   policy.max_speculative_tokens = options_.num_speculative_tokens;
-  seqs_.insert_or_assign(seq_id, State{.proposer = std::move(*proposer),
-                                       .policy = speculative::SpeculationPolicy(policy),
-                                       .limit = limit});
+  seqs_.insert_or_assign(seq_id, State{.policy = speculative::SpeculationPolicy(policy), .limit = limit});
 }
 
 void SpeculativeDrafter::Remove(uint64_t seq_id, std::span<const int32_t> output) {
-  if (seqs_.erase(seq_id) > 0 && suffix_cache_ != nullptr && !output.empty()) suffix_cache_->AddOutput(output);
+  if (seqs_.erase(seq_id) > 0) proposers_.Remove(seq_id, output);
 }
 
 void SpeculativeDrafter::Observe(uint64_t seq_id, int32_t proposed, int32_t accepted) {
@@ -111,15 +86,12 @@ int32_t SpeculativeDrafter::Propose(const Sequence& seq, std::span<int32_t> out)
   if (it == seqs_.end()) return 0;
   State& st = it->second;
   const int64_t known = std::ssize(seq.tokens);
-  if (st.fed < known) {
-    st.proposer->Append(std::span<const int32_t>(seq.tokens).subspan(static_cast<size_t>(st.fed)));
-    st.fed = known;
-  }
+  proposers_.Extend(seq.id, seq.tokens);
   // A step keeps at most k + 1 tokens: propose none that would land past the limit.
   const int64_t room = std::min<int64_t>({std::ssize(out), std::max(st.decided, 0), st.limit - known - 1});
   st.decided = -1;
   if (room <= 0) return 0;
-  return st.proposer->Propose(out.first(static_cast<size_t>(room)));
+  return proposers_.Propose(seq.id, out.first(static_cast<size_t>(room)));
 }
 
 }  // namespace tpserve

@@ -29,7 +29,7 @@
 #include "absl/status/statusor.h"
 #include "scheduler/scheduler.h"
 #include "speculative/policy.h"
-#include "speculative/proposer.h"
+#include "speculative/proposer_set.h"
 
 namespace tpserve {
 
@@ -48,6 +48,8 @@ struct SpeculationOptions {
 
 // INVALID_ARGUMENT naming the flag (--speculative-method, --num-speculative-tokens, ...).
 absl::Status ValidateSpeculationOptions(const SpeculationOptions& options);
+// The proposers' part of the options (speculative::ProposerSet).
+speculative::ProposerConfig ProposerConfigOf(const SpeculationOptions& options);
 
 // c(k) for k = 0..8 at `batch` running sequences: a verification step with k
 // proposed tokens per sequence over the one-token step (README, "Speculative
@@ -80,18 +82,16 @@ class SpeculativeDrafter final : public Drafter {
 
  private:
   struct State {
-    std::unique_ptr<speculative::Proposer> proposer;
     speculative::SpeculationPolicy policy;
-    int64_t fed = 0;      // tokens of the sequence appended to the proposer
     int64_t limit = 0;
     int32_t decided = -1;  // the k Speculates chose and Propose has not used yet; -1 none
   };
-  SpeculativeDrafter(const SpeculationOptions& options, CoordinatorMetrics* metrics);
-  absl::StatusOr<std::unique_ptr<speculative::Proposer>> MakeProposer();
+  SpeculativeDrafter(const SpeculationOptions& options, CoordinatorMetrics* metrics,
+                     speculative::ProposerSet proposers);
 
   SpeculationOptions options_;
   CoordinatorMetrics* metrics_;
-  std::unique_ptr<speculative::SuffixCache> suffix_cache_;  // method "suffix"
+  speculative::ProposerSet proposers_;  // one proposer per sequence of seqs_, and the suffix cache
   absl::flat_hash_map<uint64_t, State> seqs_;
 };
 
