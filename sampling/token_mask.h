@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <limits>
 #include <span>
+#include <vector>
 
 
 namespace tpserve {
@@ -32,6 +33,36 @@ inline void ApplyTokenMask(std::span<const uint32_t> words, std::span<float> row
       }
     }
   }
+}
+
+// ApplyTokenMask on a copy, in one pass: out[t] = row[t] where bit t is set,
+// -inf elsewhere. Every bit outside words [lo, hi) is known to be clear, so
+// the logits there are not read, only -inf written (a mask of a few words
+// costs one fill of the row, not a copy and a second pass).
+//   words: [TokenMaskWords(row.size())] or fewer; row: [V]; out: resized to [V]
+inline void CopyMaskedRow(std::span<const uint32_t> words, int64_t lo, int64_t hi, std::span<const float> row,
+                          std::vector<float>& out) {
+  constexpr float kMasked = -std::numeric_limits<float>::infinity();
+  const auto vocab = static_cast<int64_t>(row.size());
+  out.resize(row.size());
+  hi = std::min({hi, TokenMaskWords(vocab), static_cast<int64_t>(words.size())});
+  lo = std::clamp<int64_t>(lo, 0, std::max<int64_t>(hi, 0));
+  float* o = out.data();
+  std::fill(o, o + std::min(lo * 32, vocab), kMasked);
+  for (int64_t w = lo; w < hi; ++w) {
+    const int64_t first = w * 32, n = std::min<int64_t>(32, vocab - first);
+    const uint32_t bits = words[static_cast<size_t>(w)];
+    if (bits == 0) {
+      std::fill(o + first, o + first + n, kMasked);
+    } else if (bits == ~0u) {
+      std::copy(row.data() + first, row.data() + first + n, o + first);
+    } else {
+      for (int64_t b = 0; b < n; ++b) {
+        o[first + b] = ((bits >> b) & 1u) != 0 ? row[static_cast<size_t>(first + b)] : kMasked;
+      }
+    }
+  }
+  std::fill(o + std::min(std::max<int64_t>(hi, lo) * 32, vocab), o + vocab, kMasked);
 }
 
 // Bits of word w of a mask over `vocab` ids that are tokens (those past

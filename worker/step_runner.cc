@@ -342,9 +342,9 @@ std::vector<StepToken> StepRunner::SampleOnHost(const std::vector<Entry>& entrie
       continue;
     }
     std::span<const float> to_sample = row;
-    if (const std::span<const uint32_t> mask = MaskOf(e); !mask.empty()) {
-      masked_row_.assign(row.begin(), row.end());
-      ApplyTokenMask(mask, masked_row_);
+    if (const std::span<const uint32_t> mask = MaskOf(e); !mask.empty()) {  // one pass, not a copy and a mask
+      const grammar::MaskRange& range = mask_ranges_[static_cast<size_t>(e.mask)];
+      CopyMaskedRow(mask, static_cast<int64_t>(range.begin), static_cast<int64_t>(range.end), row, masked_row_);
       to_sample = masked_row_;
     }
     std::vector<SampledToken> got =

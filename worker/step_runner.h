@@ -51,8 +51,9 @@
 // constraint that does not compile, or output it refuses, is INVALID_ARGUMENT
 // like any bad plan). Each step then fills the masks of its sampled
 // constrained sequences on BackgroundTasks while this thread runs the
-// forward (and then takes those no task has begun), applies them to the logits (host: ApplyTokenMask on a copy of the
-// row; device: DeviceSampler::MaskRows), samples, and Accepts each token into
+// forward (and then takes those no task has begun), applies them to the
+// logits (host: CopyMaskedRow, the masked row in one pass; device:
+// DeviceSampler::MaskRows), samples, and Accepts each token into
 // its matcher. The coordinator needs nothing of this: a grammar that is
 // complete allows its stop ids and, terminated, only them, so the output ends
 // with EOS like any other, and the overlapped pipeline (decode_sampled) stays

@@ -297,6 +297,39 @@ TEST(TokenMask, RangeVersionsReadOnlyTheRange) {
   }
 }
 
+// CopyMaskedRow (the host sampler's masked row, one pass, the logits outside
+// the mask's words not read) against ApplyTokenMask on a copy: odd
+// vocabularies, ranges anywhere, set bits outside the range (never read),
+// a mask shorter than the row.
+TEST(TokenMask, CopyMaskedRowIsApplyTokenMaskOnACopy) {
+  const uint64_t seed = testing_util::TestSeed();
+  std::mt19937_64 rng(seed);
+  std::vector<float> got;
+  for (int32_t vocab : {1, 31, 33, 95, 257, 4099}) {
+    const int64_t n = TokenMaskWords(vocab);
+    for (int trial = 0; trial < 16; ++trial) {
+      const auto lo = static_cast<int64_t>(rng() % static_cast<uint64_t>(n));
+      const int64_t hi = lo + static_cast<int64_t>(rng() % static_cast<uint64_t>(n - lo + 1));
+      std::vector<uint32_t> words(static_cast<size_t>(n), 0);
+      for (int64_t w = lo; w < hi; ++w) {
+        const int pick = static_cast<int>(rng() % 3);
+        words[static_cast<size_t>(w)] = pick == 0 ? 0u : pick == 1 ? ~0u : static_cast<uint32_t>(rng());
+      }
+      if (trial % 5 == 4 && words.size() > 1) words.pop_back();  // ids past the mask are masked
+      std::vector<uint32_t> dirty = words;
+      for (int64_t w = 0; w < std::ssize(dirty); ++w) {
+        if (w < lo || w >= hi) dirty[static_cast<size_t>(w)] = static_cast<uint32_t>(rng()) | 1u;
+      }
+      std::vector<float> row(static_cast<size_t>(vocab));
+      for (float& x : row) x = static_cast<float>(static_cast<int64_t>(rng() % 2001) - 1000) / 100.0f;
+      std::vector<float> want = row;
+      ApplyTokenMask(words, want);
+      CopyMaskedRow(dirty, lo, hi, row, got);
+      ASSERT_EQ(got, want) << "V=" << vocab << " [" << lo << ", " << hi << ") seed " << seed;
+    }
+  }
+}
+
 // A vocabulary laid out as real ones are: the bytes, a few hundred longer
 // tokens, the think tokens, then ids with no token up to 9,000 (a model's
 // padded LM head) and the stop id last, far from the rest.
