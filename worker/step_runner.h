@@ -110,9 +110,10 @@ struct StepRunnerOptions {
   // constrained sequence is INVALID_ARGUMENT.
   ConstraintCompiler* constraints = nullptr;
   // Rank 0: threads that fill a step's grammar masks while the forward runs,
-  // each taking every mask_threads-th constrained sequence (a sequence's
-  // matcher stays on one thread within a step; the compiled grammars and
-  // their caches are shared and thread-safe). 0: DefaultMaskThreads().
+  // each taking the step's next constrained sequence not taken yet (a
+  // sequence's matcher is on one thread within a step; the compiled grammars
+  // and their caches are shared and thread-safe); the step's own thread takes
+  // those left once the forward is done. 0: DefaultMaskThreads().
   int mask_threads = 0;
   // Rank 0, jump-forward: a constrained sequence whose mask allows exactly
   // one token gets it without the sampler's pass over its row (nor its row
