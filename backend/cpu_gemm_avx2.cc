@@ -1,7 +1,7 @@
 // The AVX2 kernel of the CPU GEMM (cpu_gemm.h, cpu_gemm_kernel.h): a register
 // tile of 4 x rows by 24 columns (12 accumulators, 3 panel vectors and a
 // broadcast: the 16 ymm registers); panels packed by 8 x 8 transposes in
-// registers, which up to 16 rows of x (4 at a time) take straight into their
+// registers, which up to 8 rows of x (4 at a time) take straight into their
 // multiply-adds instead. Built with -mavx2 -mfma (backend/CMakeLists.txt);
 // cpu_gemm.cc calls it only on a CPU that has both. Includes nothing but the
 // intrinsics (cpu_gemm_kernel.h says why).
@@ -67,7 +67,10 @@ void V::PackPanel(const float* w, int64_t ldw, int rows, int64_t kc, float* out)
     for (; k + 8 <= kc; k += 8) {
       for (int q = 0; q < kVecs; ++q) {
         __m256 r[8];
-        for (int i = 0; i < 8; ++i) r[i] = Load(w + (8 * q + i) * ldw + k);
+        for (int i = 0; i < 8; ++i) {
+          __builtin_prefetch(w + (8 * q + i) * ldw + k + 64);  // as TransposedTile: P rows are P streams
+          r[i] = Load(w + (8 * q + i) * ldw + k);
+        }
         Transpose8(r);
         for (int j = 0; j < 8; ++j) Store(out + (k + j) * P + 8 * q, r[j]);
       }

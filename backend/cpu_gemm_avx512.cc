@@ -1,7 +1,7 @@
 // The AVX-512 kernel of the CPU GEMM (cpu_gemm.h, cpu_gemm_kernel.h): a
 // register tile of 8 x rows by 48 columns (24 accumulators, 3 panel vectors
 // and a broadcast of the 32 zmm registers); panels packed by 16 x 16
-// transposes in registers, which up to 32 rows of x (8 at a time) take
+// transposes in registers, which up to 16 rows of x (8 at a time) take
 // straight into their multiply-adds instead. Built with -mavx512f
 // (backend/CMakeLists.txt); cpu_gemm.cc calls it only on a CPU that has
 // AVX-512F. Includes nothing but the intrinsics (cpu_gemm_kernel.h says why).
@@ -83,7 +83,10 @@ void V::PackPanel(const float* w, int64_t ldw, int rows, int64_t kc, float* out)
     for (; k + 16 <= kc; k += 16) {
       for (int q = 0; q < kVecs; ++q) {
         __m512 r[16];
-        for (int i = 0; i < 16; ++i) r[i] = Load(w + (16 * q + i) * ldw + k);
+        for (int i = 0; i < 16; ++i) {
+          __builtin_prefetch(w + (16 * q + i) * ldw + k + 64);  // as TransposedTile: P rows are P streams
+          r[i] = Load(w + (16 * q + i) * ldw + k);
+        }
         Transpose16(r);
         for (int j = 0; j < 16; ++j) Store(out + (k + j) * P + 16 * q, r[j]);
       }

@@ -17,7 +17,11 @@
 // kLanes k is transposed in registers and goes straight into the multiply-adds
 // of V::kSmallRows rows (TransposedTile), the same operations in the same
 // order without a store and a reload of every weight; more rows take the
-// same K block of those w rows again, V::kSmallRows at a time, from L1.
+// same K block of those w rows again, V::kSmallRows at a time, from L1. Past
+// that, up to kPanelRows rows (a verification step at batch 8 with 2 to 15
+// proposals, a short prefill), one panel at a time is packed for each K block
+// and every row tile of x passes over it while it sits in L1: each weight is
+// still read from memory and transposed once per call.
 //
 // A translation unit defines `V`, the ISA's traits, before including this:
 //   using Reg = ...;                               kLanes floats
@@ -196,8 +200,11 @@ inline void TransposedTile(const float* x, int64_t ldx, const float* w, int64_t 
 
 // The most groups of V::kSmallRows rows that SmallRows takes: past that,
 // transposing each w block again for every group costs more than packing it
-// once (measured on the Qwen3-0.6B shape: README, "Speculative decoding").
-inline constexpr int kTransposedGroups = 4;
+// once into a panel that every row tile reads from L1 (bench/cpu_gemm_bench on
+// the Qwen3-0.6B shape: at 24 and 32 rows the panel took 0.9 and 0.8 of the
+// time of 3 and 4 groups, and 16 rows cost the same either way; README,
+// "Speculative decoding").
+inline constexpr int kTransposedGroups = 2;
 
 // TransposedTile for the M rows of x in groups of V::kSmallRows (the last
 // shorter) over one block of `rows` w rows by kc k: the first group reads the
@@ -238,9 +245,16 @@ inline void SmallRows(const float* x, int64_t K, const float* w, float* y, int64
   }
 }
 
+// The most rows of x that pass over one packed panel at a time: a panel's K
+// block (P columns by block_k: 48 KB with AVX-512) stays in L1 while every row
+// tile reads it, and x (M x K, read again for each panel) in L2 up to K = 3072
+// (1.5 MB); past that, slabs of kSlabPanels panels read x a slab at a time
+// (README, "Speculative decoding", measured on the Qwen3-0.6B shape).
+inline constexpr int64_t kPanelRows = 128;
+
 // cpu_gemm_internal::GemmColumnsFn over V. Up to kTransposedGroups ·
 // V::kSmallRows rows of x: SmallRows. Else slabs of w rows are packed, and every row tile of x passes
-// over a slab: for up to 16 rows a slab is one panel, taken through every K
+// over a slab: for up to kPanelRows rows a slab is one panel, taken through every K
 // block in turn (each panel's rows stream once); for more, kSlabPanels panels
 // of one K block at a time, the K blocks in order.
 inline void GemmColumns(const float* x, const float* w, float* y, int64_t M, int64_t ldy, int64_t K,
@@ -251,7 +265,7 @@ inline void GemmColumns(const float* x, const float* w, float* y, int64_t M, int
   if constexpr (V::kSmallRows > 0) {
     if (M <= kTransposedGroups * V::kSmallRows) return SmallRows(x, K, w, y, ldy, M, n0, n1, block_k);
   }
-  if (M <= 16) {
+  if (M <= kPanelRows) {
     for (int64_t c0 = n0; c0 < n1; c0 += P) {
       const int rows = n1 - c0 < P ? static_cast<int>(n1 - c0) : P;
       for (int64_t k0 = 0; k0 < K; k0 += block_k) {

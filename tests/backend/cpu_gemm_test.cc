@@ -79,16 +79,18 @@ TEST_F(CpuGemmTest, TheSelectedKernelIsTheWidestTheCpuHas) {
 }
 
 // Every supported kernel gives the reference's bits: sizes around each
-// kernel's tile (1-8 rows), its transposed groups (up to 16 or 32 rows, 4 or
-// 8 at a time; the packed path past them), panel (8, 24 or 48 columns; a last
-// partial one) and 16 x 16 or 8 x 8 packing blocks (K tails), one K block
-// exactly and several with a short last one.
+// kernel's tile (1-8 rows), its transposed groups (up to 8 or 16 rows, 4 or
+// 8 at a time), the one-panel packed path past them (up to 128 rows) and the
+// slab path past that, panel (8, 24 or 48 columns; a last partial one) and
+// 16 x 16 or 8 x 8 packing blocks (K tails), one K block exactly and several
+// with a short last one.
 TEST_F(CpuGemmTest, EveryKernelSumsInTheDocumentedOrder) {
   TRACE_SEED;
   const int64_t sizes[][3] = {{1, 1, 1},    {1, 7, 3},    {2, 48, 17},    {3, 13, 64},  {4, 24, 100},
                               {5, 97, 31},  {7, 49, 256}, {8, 50, 257},   {9, 61, 513}, {1, 145, 1024 + 5},
                               {13, 9, 775}, {17, 96, 40}, {20, 401, 33}, {16, 33, 300}, {24, 47, 260},
-                              {31, 18, 129}, {32, 65, 519}, {33, 20, 70}};
+                              {31, 18, 129}, {32, 65, 519}, {33, 20, 70}, {40, 97, 300}, {64, 48, 513},
+                              {65, 50, 257}, {127, 61, 33}, {128, 145, 260}, {129, 49, 300}, {200, 100, 17}};
   CpuGemmThreads threads(3);
   for (CpuGemmKernel kernel : SupportedKernels()) {
     for (const auto& s : sizes) {
@@ -116,7 +118,7 @@ TEST_F(CpuGemmTest, EveryKernelSumsInTheDocumentedOrder) {
 // chunks) and many (chunks of several panels).
 TEST_F(CpuGemmTest, ThreadsSplitColumnsWithoutChangingABit) {
   TRACE_SEED;
-  const int64_t shapes[][3] = {{6, 25, 1100}, {6, 97, 1100}, {6, 301, 1100}, {40, 1000, 300}};
+  const int64_t shapes[][3] = {{6, 25, 1100}, {6, 97, 1100}, {6, 301, 1100}, {40, 1000, 300}, {130, 500, 260}};
   for (const auto& shape : shapes) {
     const int64_t M = shape[0], N = shape[1], K = shape[2];
     SCOPED_TRACE(::testing::Message() << "M=" << M << " N=" << N << " K=" << K);
@@ -161,10 +163,12 @@ TEST(CpuGemmThreadsTest, EveryItemOfASharedQueueIsTakenOnceRunAfterRun) {
 }
 
 // Batch invariance itself: each row computed alone has the bits it has in
-// every batch of 2 to 64 rows, at every position, for every kernel.
+// every batch of 2 to 160 rows (every path: transposed groups up to 16, one
+// panel up to 128, slabs past it), at every position, for every kernel. N
+// holds a whole panel of every kernel and a partial one.
 TEST_F(CpuGemmTest, ARowHasTheSameBitsAloneAndInAnyBatch) {
   TRACE_SEED;
-  constexpr int64_t kMaxM = 64, N = 29;
+  constexpr int64_t kMaxM = 160, N = 61;
   CpuGemmThreads threads(2);
   for (CpuGemmKernel kernel : SupportedKernels()) {
     for (const int64_t K : {7, 64, 1031}) {
@@ -175,7 +179,7 @@ TEST_F(CpuGemmTest, ARowHasTheSameBitsAloneAndInAnyBatch) {
         CpuGemmWith(kernel, &x[r * K], w.data(), bias.data(), &alone[r * N], 1, N, K);
       }
       std::uniform_int_distribution<int64_t> pick(0, kMaxM - 1);
-      for (const int64_t M : {2, 3, 4, 5, 7, 8, 9, 13, 16, 17, 24, 31, 32, 33, 64}) {
+      for (int64_t M = 2; M <= kMaxM; ++M) {
         // M rows drawn from the kMaxM, in a random order (repeats allowed).
         std::vector<int64_t> rows(static_cast<size_t>(M));
         for (int64_t& r : rows) r = pick(rng_);
