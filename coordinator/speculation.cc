@@ -12,13 +12,16 @@ namespace tpserve {
 namespace {
 
 // README, "Speculative decoding" (2026-12-03, CPU backend, Qwen3-0.6B shape):
-// the medians of c(k). Up to 32 rows a step's GEMMs read each weight once
-// (backend/cpu_gemm_kernel.h, SmallRows); past that they pack. Batch 1: up to
-// k = 8 (9 rows) in 1.0-1.3 steps. Batch 8 since the 32-row path: k <= 3
-// (32 rows) measured again, the packed k >= 4 as before. Past batch 8 every
-// verification packs, as batch 8 did at every k before: that row.
+// the medians of c(k). A step's GEMMs read each weight from memory once at
+// any row count (backend/cpu_gemm_kernel.h: up to 16 rows transposed in
+// registers, 17 to 128 one packed panel at a time, more in slabs). Batch 1: up
+// to k = 8 (9 rows) in 1.0-1.4 steps. Batch 8 with the 17-128-row panel path
+// (four runs): k = 1..8 in 1.4-3.9 steps, about 0.3 a step per proposal past
+// k = 2. Past batch 8: the packed GEMM's batch-8 row from before those paths,
+// kept as an upper bound (after them batch 16 measured 1.58, 2.01, 2.51, 2.99
+// for k = 1-4 and batch 64 1.72, 2.53 for k = 1-2, one run each).
 constexpr std::array<double, 9> kCostBatch1 = {1.0, 1.04, 1.19, 1.26, 1.30, 1.24, 1.17, 1.19, 1.28};
-constexpr std::array<double, 9> kCostBatch8 = {1.0, 1.41, 2.02, 2.44, 3.26, 4.35, 4.92, 5.21, 5.00};
+constexpr std::array<double, 9> kCostBatch8 = {1.0, 1.39, 1.95, 2.24, 2.54, 2.84, 3.27, 3.53, 3.85};
 constexpr std::array<double, 9> kCostPacked = {1.0, 2.00, 2.53, 2.80, 3.26, 4.35, 4.92, 5.21, 5.00};
 
 }  // namespace

@@ -54,10 +54,10 @@ speculative::ProposerConfig ProposerConfigOf(const SpeculationOptions& options);
 // c(k) for k = 0..8 at `batch` running sequences: a verification step with k
 // proposed tokens per sequence over the one-token step (README, "Speculative
 // decoding": the CPU backend, Qwen3-0.6B shape). Batch 1 uses the batch-1
-// row; 2 to 8 the batch-8 row (up to 3 proposals a sequence at 1.4-2.4 steps,
-// so a sequence that is mostly right still proposes); past 8 the packed
-// GEMM's row, where a proposed token costs nearly a one-token step and the
-// policy therefore proposes nothing.
+// row; 2 to 8 the batch-8 row (1 to 8 proposals a sequence at 1.4-3.9 steps:
+// a sequence right half the time proposes 1, one right 80% of the time 4);
+// past 8 the packed GEMM's batch-8 row from before the panel path (c(1) = 2),
+// an upper bound there, so only a sequence right 80% of the time proposes.
 std::span<const double> VerificationCost(int32_t batch);
 
 class SpeculativeDrafter final : public Drafter {
