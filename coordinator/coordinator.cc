@@ -537,8 +537,12 @@ StartupOptions Coordinator::MakeStartupOptions(const WorkerGroup& group) const {
   startup.enforce_eager = options_.enforce_eager;
   startup.simulated_step_us = options_.simulate_step_us;
   startup.max_num_draft_tokens = options_.speculation.enabled() ? static_cast<uint32_t>(MaxNumDraftTokens(options_)) : 0;
-  startup.num_speculative_tokens =
-      options_.speculation.enabled() ? static_cast<uint32_t>(options_.speculation.num_speculative_tokens) : 0;
+  if (options_.speculation.enabled()) {
+    startup.num_speculative_tokens = static_cast<uint32_t>(options_.speculation.num_speculative_tokens);
+    startup.speculative_method = options_.speculation.method;
+    startup.prompt_lookup_min = static_cast<uint32_t>(options_.speculation.prompt_lookup_min);
+    startup.prompt_lookup_max = static_cast<uint32_t>(options_.speculation.prompt_lookup_max);
+  }
   // The collectives wait past the step timeout, so the watchdog names a
   // stalled rank before a peer's collective gives up on it.
   startup.collective_timeout_ms =
@@ -603,7 +607,6 @@ void Coordinator::StartEngine(WorkerGroup& group, int64_t num_blocks) {
   engine_options.overlap = options_.overlap;
   engine_options.speculation = options_.speculation;
   if (options_.speculation.enabled()) {
-    engine_options.scheduler.num_speculative_tokens = options_.speculation.num_speculative_tokens;
     engine_options.scheduler.max_num_draft_tokens = MaxNumDraftTokens(options_);
   }
   engine_options.metrics = metrics_.get();

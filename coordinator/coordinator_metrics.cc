@@ -80,6 +80,8 @@ CoordinatorMetrics::CoordinatorMetrics(int64_t max_model_len, int tp, int dp)
   spec_drafts_ = &registry_.Counter("tpserve:spec_decode_num_drafts", "Number of spec decoding drafts.");
   spec_draft_tokens_ = &registry_.Counter("tpserve:spec_decode_num_draft_tokens", "Number of draft tokens.");
   spec_accepted_ = &registry_.Counter("tpserve:spec_decode_num_accepted_tokens", "Number of accepted tokens.");
+  spec_pipelined_ = &registry_.Counter("tpserve:spec_decode_num_pipelined_drafts",
+                                       "Drafts verified by a step sent while the sequence's step before it was in flight.");
   for (int pos = 0; pos < kSpecPositions; ++pos) {
     spec_accepted_at_.push_back(&registry_.Counter("tpserve:spec_decode_num_accepted_tokens_per_pos",
                                                    "Accepted tokens per draft position.",
@@ -129,9 +131,10 @@ void CoordinatorMetrics::OnStep(double seconds, int64_t sequences, int64_t token
   iteration_tokens_.Observe(static_cast<double>(tokens));
 }
 
-void CoordinatorMetrics::OnSpeculation(int64_t proposed, int64_t accepted) {
+void CoordinatorMetrics::OnSpeculation(int64_t proposed, int64_t accepted, bool pipelined) {
   if (proposed <= 0) return;
   spec_drafts_->Increment();
+  if (pipelined) spec_pipelined_->Increment();
   spec_draft_tokens_->Increment(static_cast<double>(proposed));
   spec_accepted_->Increment(static_cast<double>(accepted));
   int64_t longest = spec_longest_draft_.load();
@@ -205,6 +208,7 @@ CoordinatorMetrics::Totals CoordinatorMetrics::totals() const {
   t.spec_drafts = count(*spec_drafts_);
   t.spec_draft_tokens = count(*spec_draft_tokens_);
   t.spec_accepted_tokens = count(*spec_accepted_);
+  t.spec_pipelined_drafts = count(*spec_pipelined_);
   const int64_t positions = std::min<int64_t>(spec_longest_draft_.load(), kSpecPositions);
   for (int64_t pos = 0; pos < positions; ++pos) {
     t.spec_accepted_per_pos.push_back(count(*spec_accepted_at_[static_cast<size_t>(pos)]));

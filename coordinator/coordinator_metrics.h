@@ -65,8 +65,10 @@ class CoordinatorMetrics {
   void OnNextToken(double gap_seconds);
   void OnStep(double seconds, int64_t sequences, int64_t tokens);
   // Speculative decoding, vLLM's spec_decode counters: one draft of
-  // `proposed` tokens verified for one sequence, its first `accepted` kept.
-  void OnSpeculation(int64_t proposed, int64_t accepted);
+  // `proposed` tokens verified for one sequence, its first `accepted` kept;
+  // `pipelined`: its step was sent while the sequence's step before it was
+  // in flight (tpserve:spec_decode_num_pipelined_drafts).
+  void OnSpeculation(int64_t proposed, int64_t accepted, bool pipelined = false);
   // A group's engine state after an iteration: its {dp_rank} gauges, and the
   // totals the counters follow. The totals grow, or start again from 0 when
   // the engine is rebuilt for a new worker group.
@@ -93,6 +95,7 @@ class CoordinatorMetrics {
     uint64_t requests_failed = 0, prompt_tokens = 0, generation_tokens = 0, preemptions = 0,
              prefix_cache_queries = 0, prefix_cache_hits = 0;
     uint64_t spec_drafts = 0, spec_draft_tokens = 0, spec_accepted_tokens = 0;  // speculative decoding
+    uint64_t spec_pipelined_drafts = 0;  // of spec_drafts, those one step ahead
     // [positions] drafts whose token at position i (from 0) was accepted, for
     // the positions of the longest draft so far (at most 16): vLLM's
     // num_accepted_tokens_per_pos; divided by spec_drafts, its per-position rate.
@@ -127,6 +130,7 @@ class CoordinatorMetrics {
   // and _num_accepted_tokens_per_pos{position} for positions [0, kSpecPositions).
   static constexpr int kSpecPositions = 16;
   MetricCounter *spec_drafts_ = nullptr, *spec_draft_tokens_ = nullptr, *spec_accepted_ = nullptr;
+  MetricCounter* spec_pipelined_ = nullptr;  // tpserve:spec_decode_num_pipelined_drafts
   std::vector<MetricCounter*> spec_accepted_at_;  // [kSpecPositions]
   std::atomic<int64_t> spec_longest_draft_{0};    // tokens of the longest draft so far
   void AddGroups(int dp);  // the constructor's: dp groups' gauges

@@ -313,7 +313,7 @@ void EngineLoop::Finish(uint64_t seq_id, StopReason reason, absl::Status status)
                 .first_scheduled = it->second->first_scheduled,
                 .cached_tokens = seq ? static_cast<uint32_t>(seq->num_cached_tokens) : 0};
   live_.erase(it);
-  if (drafter_ != nullptr) drafter_->Remove(seq_id, seq ? seq->output_tokens() : std::span<const int32_t>());
+  if (drafter_ != nullptr) drafter_->Remove(seq_id);
   scheduler_->Finish(seq_id);
   {
     absl::MutexLock lock(&mu_);
@@ -548,15 +548,15 @@ void EngineLoop::OnStepDone(const ScheduledStep& step, uint64_t step_id, std::ve
   size_t k = 0;
   for (const ScheduledSequence& s : step.sequences) {
     if (!s.sample) continue;
-    // One token, or 1 to k + 1 for a sequence that verified k drafts (in order).
+    // One token, or 1 to p + 1 for a sequence that verified p <= slots proposals (in order).
     std::span<const StepToken> run = runs[k++];
-    run = run.first(std::min(run.size(), s.drafts.size() + 1));
+    run = run.first(std::min(run.size(), static_cast<size_t>(s.draft_slots) + 1));
     if (run.empty()) {
       missing.push_back(s.id);
       continue;
     }
-    if (!s.drafts.empty() && drafter_ != nullptr) {
-      drafter_->Observe(s.id, static_cast<int32_t>(s.drafts.size()), static_cast<int32_t>(run.size()) - 1);
+    if (const int32_t proposed = std::min(run.front().num_proposed, s.draft_slots); proposed > 0 && drafter_ != nullptr) {
+      drafter_->Observe(s.id, proposed, static_cast<int32_t>(run.size()) - 1, s.pipelined);
     }
     for (const StepToken& token : run) {
       sampled_.emplace_back(s.id, token.sampled.token);

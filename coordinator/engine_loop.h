@@ -25,7 +25,9 @@
 // overlap each step is received before the next is scheduled (lock-step).
 //
 // Speculative decoding (EngineLoopOptions::speculation): a SpeculativeDrafter
-// (coordinator/speculation.h) proposes for the scheduler; a step's result may
+// (coordinator/speculation.h) tells the scheduler which sequences speculate
+// and how many proposals to ask of rank 0 (which makes them, worker.proto
+// Load.speculative_method); a step's result may
 // give a sequence several tokens, each through TokenStops and on to its
 // output thread in order, so nothing after a stop is streamed.
 //
@@ -89,8 +91,8 @@ struct EngineLoopOptions {
   // (coordinator/kv_events.h), when set; must outlive the loop.
   KvEventPublisher* kv_events = nullptr;
   // Speculative decoding (coordinator/speculation.h; off by default). With a
-  // method, scheduler.num_speculative_tokens and max_num_draft_tokens bound
-  // the proposals.
+  // method, num_speculative_tokens bounds each sequence's proposals and
+  // scheduler.max_num_draft_tokens a step's.
   SpeculationOptions speculation;
 };
 

@@ -42,6 +42,7 @@ void FillTotals(const CoordinatorMetrics::Totals& t, v1::ServerInfo& info) {
   info.set_spec_decode_num_drafts(t.spec_drafts);
   info.set_spec_decode_num_draft_tokens(t.spec_draft_tokens);
   info.set_spec_decode_num_accepted_tokens(t.spec_accepted_tokens);
+  info.set_spec_decode_num_pipelined_drafts(t.spec_pipelined_drafts);
   for (uint64_t n : t.spec_accepted_per_pos) info.add_spec_decode_num_accepted_tokens_per_pos(n);
   for (const CoordinatorMetrics::Totals::Histogram& h : t.histograms) {
     v1::HistogramTotals* out = info.add_histograms();

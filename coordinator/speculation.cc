@@ -42,59 +42,36 @@ std::span<const double> VerificationCost(int32_t batch) {
   return batch <= 8 ? std::span<const double>(kCostBatch8) : std::span<const double>(kCostPacked);
 }
 
-SpeculativeDrafter::SpeculativeDrafter(const SpeculationOptions& options, CoordinatorMetrics* metrics,
-                                       speculative::ProposerSet proposers)
-    : options_(options), metrics_(metrics), proposers_(std::move(proposers)) {}
-
 absl::StatusOr<std::unique_ptr<SpeculativeDrafter>> SpeculativeDrafter::Create(const SpeculationOptions& options,
                                                                                 CoordinatorMetrics* metrics) {
   TPSERVE_RETURN_IF_ERROR(ValidateSpeculationOptions(options));
-  TPSERVE_ASSIGN_OR_RETURN(speculative::ProposerSet proposers,
-                           speculative::ProposerSet::Create(ProposerConfigOf(options)));
-  return std::unique_ptr<SpeculativeDrafter>(new SpeculativeDrafter(options, metrics, std::move(proposers)));
+  // Rank 0 makes the proposers from the same options: a set here checks them as Load will.
+  TPSERVE_RETURN_IF_ERROR(speculative::ProposerSet::Create(ProposerConfigOf(options)).status());
+  return std::unique_ptr<SpeculativeDrafter>(new SpeculativeDrafter(options, metrics));
 }
 
 void SpeculativeDrafter::Add(uint64_t seq_id, int64_t limit) {
-  proposers_.Add(seq_id);
   speculative::PolicyOptions policy;
   policy.max_speculative_tokens = options_.num_speculative_tokens;
   seqs_.insert_or_assign(seq_id, State{.policy = speculative::SpeculationPolicy(policy), .limit = limit});
 }
 
-void SpeculativeDrafter::Remove(uint64_t seq_id, std::span<const int32_t> output) {
-  if (seqs_.erase(seq_id) > 0) proposers_.Remove(seq_id, output);
-}
+void SpeculativeDrafter::Remove(uint64_t seq_id) { seqs_.erase(seq_id); }
 
-void SpeculativeDrafter::Observe(uint64_t seq_id, int32_t proposed, int32_t accepted) {
+void SpeculativeDrafter::Observe(uint64_t seq_id, int32_t proposed, int32_t accepted, bool pipelined) {
   if (auto it = seqs_.find(seq_id); it != seqs_.end()) it->second.policy.Observe(proposed, accepted);
-  if (metrics_ != nullptr) metrics_->OnSpeculation(proposed, accepted);
+  if (metrics_ != nullptr) metrics_->OnSpeculation(proposed, accepted, pipelined);
 }
 
-bool SpeculativeDrafter::Speculates(const Sequence& seq, int32_t batch) {
-  auto it = seqs_.find(seq.id);
-  if (it == seqs_.end()) return false;
-  State& st = it->second;
-  // Tokens past the limit are never kept: proposals need room for two more (one kept, one after it).
-  if (st.limit - seq.length() < 2) return false;
-  if (st.decided < 0) {
-    st.decided = options_.policy ? st.policy.Choose(VerificationCost(batch)) : options_.num_speculative_tokens;
-  }
-  if (st.decided > 0) return true;  // kept for Propose (the sequence may first wait for its token)
-  st.decided = -1;                  // a plain decode this step
-  return false;
-}
-
-int32_t SpeculativeDrafter::Propose(const Sequence& seq, std::span<int32_t> out) {
+int32_t SpeculativeDrafter::Proposals(const Sequence& seq, int32_t batch) {
   auto it = seqs_.find(seq.id);
   if (it == seqs_.end()) return 0;
   State& st = it->second;
-  const int64_t known = std::ssize(seq.tokens);
-  proposers_.Extend(seq.id, seq.tokens);
-  // A step keeps at most k + 1 tokens: propose none that would land past the limit.
-  const int64_t room = std::min<int64_t>({std::ssize(out), std::max(st.decided, 0), st.limit - known - 1});
-  st.decided = -1;
+  // The next step keeps at most k + 1 tokens after seq.length(): none past the limit.
+  const int64_t room = st.limit - seq.length() - 1;
   if (room <= 0) return 0;
-  return proposers_.Propose(seq.id, out.first(static_cast<size_t>(room)));
+  const int32_t k = options_.policy ? st.policy.Choose(VerificationCost(batch)) : options_.num_speculative_tokens;
+  return static_cast<int32_t>(std::min<int64_t>(k, room));
 }
 
 }  // namespace tpserve

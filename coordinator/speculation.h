@@ -1,20 +1,12 @@
 // Speculative decoding in the serving path (docs/architecture.md,
-// "Speculative decoding"): the coordinator's Drafter. One proposer per
-// speculating sequence (prompt lookup or suffix decoding, speculative/),
-// fed the sequence's tokens as the scheduler learns them, and one
-// SpeculationPolicy per sequence choosing k from its recent acceptance and
-// the measured cost of a verification step at the step's batch size, so a
-// large batch (where each proposed token costs nearly a one-token step)
-// speculates not at all.
-//
-// Why on the coordinator and not on rank 0 beside the sampler (the issue's
-// plan): proposals here need nothing new on the workers but the verification
-// itself, and the scheduler sees every proposal when it budgets the step. The
-// price: a speculating sequence waits for its last token before its next step
-// (Scheduler's Drafter contract), so it is not pipelined one step ahead; at
-// the batch sizes where the policy lets speculation run (1 to a few) a step
-// costs tens of ms on a CPU worker and the coordinator's turn-around is tens
-// of µs. Sequences that do not speculate keep the overlapped pipeline.
+// "Speculative decoding"): the coordinator's Drafter. The proposers live on
+// rank 0 beside the sampler (worker/step_runner.h, one per speculating
+// sequence, made from Load's method: ProposerConfigOf); here, per sequence,
+// its SpeculationPolicy choosing k from its recent acceptance (learned from
+// the step results) and the measured cost of a verification step at the
+// step's batch size, so a large batch (where each proposed token costs
+// nearly a one-token step) speculates not at all, and its limit (no proposal
+// past max_tokens or the model's length).
 //
 // Engine thread only (thread-compatible).
 #pragma once
@@ -70,13 +62,14 @@ class SpeculativeDrafter final : public Drafter {
   // max_tokens, at most the model's length) is ever kept, so none is proposed
   // there.
   void Add(uint64_t seq_id, int64_t limit);
-  // It ended; with suffix decoding its output joins the server's recent outputs.
-  void Remove(uint64_t seq_id, std::span<const int32_t> output);
-  // A verification's outcome: `proposed` tokens, `accepted` of them kept.
-  void Observe(uint64_t seq_id, int32_t proposed, int32_t accepted);
+  // It ended (rank 0 drops its proposer with the next step's `finished`).
+  void Remove(uint64_t seq_id);
+  // A verification's outcome: `proposed` tokens, `accepted` of them kept;
+  // `pipelined`: its step was planned one step ahead (ScheduledSequence).
+  void Observe(uint64_t seq_id, int32_t proposed, int32_t accepted, bool pipelined);
 
-  bool Speculates(const Sequence& seq, int32_t batch) override;
-  int32_t Propose(const Sequence& seq, std::span<int32_t> out) override;
+  bool Holds(uint64_t seq_id) const override { return seqs_.contains(seq_id); }
+  int32_t Proposals(const Sequence& seq, int32_t batch) override;
 
   int64_t num_sequences() const { return static_cast<int64_t>(seqs_.size()); }
 
@@ -84,14 +77,12 @@ class SpeculativeDrafter final : public Drafter {
   struct State {
     speculative::SpeculationPolicy policy;
     int64_t limit = 0;
-    int32_t decided = -1;  // the k Speculates chose and Propose has not used yet; -1 none
   };
-  SpeculativeDrafter(const SpeculationOptions& options, CoordinatorMetrics* metrics,
-                     speculative::ProposerSet proposers);
+  SpeculativeDrafter(const SpeculationOptions& options, CoordinatorMetrics* metrics)
+      : options_(options), metrics_(metrics) {}
 
   SpeculationOptions options_;
   CoordinatorMetrics* metrics_;
-  speculative::ProposerSet proposers_;  // one proposer per sequence of seqs_, and the suffix cache
   absl::flat_hash_map<uint64_t, State> seqs_;
 };
 

@@ -34,6 +34,9 @@ absl::StatusOr<StartupResult> StartWorkers(WorkerPool& pool, const StartupOption
   l->set_simulated_step_us(options.simulated_step_us);
   l->set_max_num_draft_tokens(options.max_num_draft_tokens);
   l->set_num_speculative_tokens(options.num_speculative_tokens);
+  l->set_speculative_method(options.speculative_method);
+  l->set_prompt_lookup_min(options.prompt_lookup_min);
+  l->set_prompt_lookup_max(options.prompt_lookup_max);
   l->set_collective_timeout_ms(options.collective_timeout_ms);
   auto loaded = pool.RunOnAll(load);
   if (!loaded.ok()) return InPhase("loading the model on the workers", loaded.status());

@@ -27,6 +27,9 @@ struct StartupOptions {
   uint32_t simulated_step_us = 0;     // benchmarks: workers sleep instead of computing (worker.proto Load)
   uint32_t max_num_draft_tokens = 0;  // speculative decoding: proposed tokens per step (worker.proto Load)
   uint32_t num_speculative_tokens = 0;  // and per sequence (k): verification graphs up to it (worker.proto Load)
+  std::string speculative_method;       // rank 0's proposers: ngram, suffix, or empty (worker.proto Load)
+  uint32_t prompt_lookup_min = 0;       // ngram's n range (worker.proto Load)
+  uint32_t prompt_lookup_max = 0;
 };
 
 struct StartupResult {

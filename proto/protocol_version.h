@@ -18,6 +18,11 @@ namespace tpserve {
 // blocks the coordinator freed.
 // 8: Hello.dp_rank (the data-parallel group a worker joins): a coordinator
 // that ignored it would admit a worker for group 1 into group 0.
-inline constexpr uint32_t kWorkerProtocolVersion = 8;
+// 9: rank 0 proposes (Load.speculative_method, NewSequence.speculate and
+// num_proposals, ContinuingSequence.num_draft_slots replacing draft_token_ids,
+// Step.preempted, SampledToken.num_proposed): a worker of 8 would compute no
+// proposals where the coordinator planned slots, and a coordinator of 8
+// would send proposals a worker of 9 ignores.
+inline constexpr uint32_t kWorkerProtocolVersion = 9;
 
 }  // namespace tpserve

@@ -1,11 +1,18 @@
 #include "proto/step_convert.h"
 
+#include <algorithm>
+
 #include "absl/strings/str_cat.h"
 
 namespace tpserve {
 namespace iv1 = tpserve::internal::v1;
 
 namespace {
+
+// Proposals per sequence and step a plan may name: far above any k
+// (--num-speculative-tokens <= 16), so a counter off the wire cannot size an
+// allocation; the runner checks the slots against its own limits.
+constexpr uint32_t kMaxProposals = 1024;
 
 iv1::OutputConstraint ConstraintToProto(const OutputConstraint& c) {
   iv1::OutputConstraint p;
@@ -102,6 +109,7 @@ iv1::Step StepPlanToProto(const StepPlan& plan, uint64_t step_id) {
   iv1::Step out;
   out.set_step_id(step_id);
   out.mutable_finished()->Add(plan.finished.begin(), plan.finished.end());
+  out.mutable_preempted()->Add(plan.preempted.begin(), plan.preempted.end());
   for (const BlockCopyPlan& c : plan.block_copies) {
     iv1::BlockCopy* copy = out.add_block_copies();
     copy->set_src(c.src);
@@ -117,15 +125,19 @@ iv1::Step StepPlanToProto(const StepPlan& plan, uint64_t step_id) {
     n->mutable_block_ids()->Add(s.block_ids.begin(), s.block_ids.end());
     *n->mutable_sampling() = SamplingToProto(s.sampling);
     n->set_sample(s.sample);
+    n->set_speculate(s.speculate);
+    n->set_num_proposals(static_cast<uint32_t>(s.num_proposals));
   }
   for (const ContinuingSequencePlan& s : plan.continuing) {
     iv1::ContinuingSequence* c = out.add_continuing();
     c->set_seq_id(s.seq_id);
+    if (s.keep_blocks >= 0) c->set_keep_blocks(static_cast<uint32_t>(s.keep_blocks));
     c->mutable_new_block_ids()->Add(s.new_block_ids.begin(), s.new_block_ids.end());
     c->mutable_token_ids()->Add(s.token_ids.begin(), s.token_ids.end());
     c->set_sample(s.sample);
     c->set_decode_sampled(s.decode_sampled);
-    c->mutable_draft_token_ids()->Add(s.draft_token_ids.begin(), s.draft_token_ids.end());
+    c->set_num_draft_slots(static_cast<uint32_t>(s.num_draft_slots));
+    c->set_num_proposals(static_cast<uint32_t>(s.num_proposals));
     for (const BlockReplacement& r : s.replaced_blocks) {
       iv1::BlockReplacement* out_r = c->add_replaced_blocks();
       out_r->set_index(static_cast<uint32_t>(r.index));
@@ -139,6 +151,7 @@ iv1::Step StepPlanToProto(const StepPlan& plan, uint64_t step_id) {
 absl::StatusOr<StepPlan> StepPlanFromProto(const iv1::Step& step) {
   StepPlan plan;
   plan.finished.assign(step.finished().begin(), step.finished().end());
+  plan.preempted.assign(step.preempted().begin(), step.preempted().end());
   plan.order.assign(step.order().begin(), step.order().end());
   for (const iv1::BlockCopy& c : step.block_copies()) {
     plan.block_copies.push_back(BlockCopyPlan{.src = c.src(), .dst = c.dst()});
@@ -158,6 +171,8 @@ absl::StatusOr<StepPlan> StepPlanFromProto(const iv1::Step& step) {
         .block_ids = {s.block_ids().begin(), s.block_ids().end()},
         .sampling = SamplingFromProto(s.sampling()),
         .sample = s.sample(),
+        .speculate = s.speculate(),
+        .num_proposals = static_cast<int32_t>(std::min<uint32_t>(s.num_proposals(), kMaxProposals)),
     });
   }
   plan.continuing.reserve(static_cast<size_t>(step.continuing_size()));
@@ -168,12 +183,14 @@ absl::StatusOr<StepPlan> StepPlanFromProto(const iv1::Step& step) {
     }
     plan.continuing.push_back(ContinuingSequencePlan{
         .seq_id = s.seq_id(),
+        .keep_blocks = s.has_keep_blocks() ? static_cast<int64_t>(s.keep_blocks()) : -1,
         .new_block_ids = {s.new_block_ids().begin(), s.new_block_ids().end()},
         .replaced_blocks = std::move(replaced),
         .token_ids = {s.token_ids().begin(), s.token_ids().end()},
         .sample = s.sample(),
         .decode_sampled = s.decode_sampled(),
-        .draft_token_ids = {s.draft_token_ids().begin(), s.draft_token_ids().end()},
+        .num_draft_slots = static_cast<int32_t>(std::min<uint32_t>(s.num_draft_slots(), kMaxProposals)),
+        .num_proposals = static_cast<int32_t>(std::min<uint32_t>(s.num_proposals(), kMaxProposals)),
     });
   }
   return plan;
@@ -185,6 +202,7 @@ void AppendTokens(std::span<const StepToken> tokens, iv1::StepResult& result) {
     out->set_seq_id(t.seq_id);
     out->set_token_id(t.sampled.token);
     out->set_logprob(t.sampled.logprob);
+    out->set_num_proposed(static_cast<uint32_t>(t.num_proposed));
     for (const auto& [id, logprob] : t.sampled.top) {
       out->add_top_ids(id);
       out->add_top_logprobs(logprob);
@@ -196,7 +214,8 @@ std::vector<StepToken> TokensFromProto(const iv1::StepResult& result) {
   std::vector<StepToken> tokens;
   tokens.reserve(static_cast<size_t>(result.tokens_size()));
   for (const iv1::SampledToken& t : result.tokens()) {
-    StepToken token{.seq_id = t.seq_id(), .sampled = {.token = t.token_id(), .logprob = t.logprob(), .top = {}}};
+    StepToken token{.seq_id = t.seq_id(), .sampled = {.token = t.token_id(), .logprob = t.logprob(), .top = {}},
+                    .num_proposed = static_cast<int32_t>(std::min<uint32_t>(t.num_proposed(), kMaxProposals))};
     for (int k = 0; k < t.top_ids_size() && k < t.top_logprobs_size(); ++k) {
       token.sampled.top.emplace_back(t.top_ids(k), t.top_logprobs(k));
     }

@@ -73,6 +73,9 @@ void Scheduler::ReleaseBlocks(Sequence* seq) {
   seq->on_workers = false;
   seq->blocks_on_workers = 0;
   seq->workers_hold_next_input = false;
+  seq->proposals_asked = 0;
+  seq->num_inflight_tokens = 0;
+  seq->workers_table_longer = false;
 }
 
 void Scheduler::Preempt(Sequence* seq) {
@@ -84,6 +87,7 @@ void Scheduler::Preempt(Sequence* seq) {
       reserved_forks_ -= static_cast<int32_t>(seq->forks.size());  // reserved again at readmission
     }
   }
+  if (seq->on_workers) preempted_.push_back(seq->id);
   ReleaseBlocks(seq);
   seq->status = SequenceStatus::kWaiting;
   ++seq->num_preemptions;
@@ -125,7 +129,7 @@ void Scheduler::PromoteFork(Sequence* parent, bool was_running) {
 }
 
 ScheduledSequence Scheduler::Plan(Sequence* seq, int64_t num_tokens, std::vector<BlockCopy> copies,
-                                  std::vector<int32_t> drafts) {
+                                  int32_t draft_slots) {
   ScheduledSequence s;
   s.copies = std::move(copies);
   s.seq = seq;
@@ -133,18 +137,29 @@ ScheduledSequence Scheduler::Plan(Sequence* seq, int64_t num_tokens, std::vector
   s.start = seq->num_computed_tokens;
   s.num_tokens = num_tokens;
   s.is_new = !seq->on_workers;
+  if (!s.is_new && seq->workers_table_longer) s.keep_blocks = static_cast<int64_t>(seq->blocks_on_workers);
+  seq->workers_table_longer = false;
   const size_t known = s.is_new ? 0 : seq->blocks_on_workers;
   s.new_blocks.assign(seq->block_table.begin() + static_cast<ptrdiff_t>(known),
                       seq->block_table.end());
-  s.sample = s.start + num_tokens - std::ssize(drafts) == seq->length();
-  s.drafts = std::move(drafts);
+  s.sample = s.start + num_tokens - draft_slots == seq->length();
+  s.draft_slots = draft_slots;
   s.decode_sampled = !s.is_new && seq->workers_hold_next_input;
   s.preemptions = seq->num_preemptions;
   seq->on_workers = true;
   seq->blocks_on_workers = seq->block_table.size();
   seq->workers_hold_next_input = s.sample;
   seq->num_computed_tokens += num_tokens;
-  if (s.sample) ++seq->num_pending_tokens;
+  seq->num_inflight_tokens += num_tokens;
+  s.pipelined = draft_slots > 0 && seq->num_pending_tokens > 0;  // counted before this step's own
+  if (s.sample) {
+    ++seq->num_pending_tokens;
+    seq->num_pending_slots += draft_slots;
+  }
+  const bool holds = drafter_ != nullptr && drafter_->Holds(seq->id);
+  s.speculate = s.is_new && holds;
+  seq->proposals_asked = s.sample && holds ? std::max(drafter_->Proposals(*seq, num_running()), 0) : 0;
+  s.num_proposals = seq->proposals_asked;
   return s;
 }
 
@@ -195,24 +210,23 @@ ScheduledStep Scheduler::Schedule() {
   for (size_t i = 0; i < running_.size() && budget > 0;) {
     Sequence* seq = running_[i];
     const int64_t remaining = seq->length() - seq->num_computed_tokens;
-    // Nothing to compute until the service appends a token, or a speculating
-    // sequence waits for the token a step in flight samples for it.
-    if (remaining <= 0 || WaitsForDrafts(seq)) {
+    // Nothing to compute until the service appends a token.
+    if (remaining <= 0) {
       ++i;
       continue;
     }
-    std::vector<int32_t> drafts = Drafts(seq, budget);
-    int64_t n = std::min(remaining, budget) + std::ssize(drafts);
+    int32_t slots = DraftSlots(seq, budget);
+    int64_t n = std::min(remaining, budget) + slots;
     bool scheduled = true;
     std::vector<BlockCopy> copies;
-    if (!drafts.empty() && !blocks_.PrepareWrite(seq->block_table, seq->num_computed_tokens,
-                                                 seq->num_computed_tokens + n, copies)) {
-      draft_rows_left_ += static_cast<int32_t>(drafts.size());  // not enough blocks: a plain decode
-      drafts.clear();
+    if (slots > 0 && !blocks_.PrepareWrite(seq->block_table, seq->num_computed_tokens,
+                                           seq->num_computed_tokens + n, copies)) {
+      draft_rows_left_ += slots;  // not enough blocks: a plain decode
+      slots = 0;
       n = 1;
     }
-    while (drafts.empty() && !blocks_.PrepareWrite(seq->block_table, seq->num_computed_tokens, seq->num_computed_tokens + n,
-                                 copies)) {
+    while (slots == 0 && !blocks_.PrepareWrite(seq->block_table, seq->num_computed_tokens, seq->num_computed_tokens + n,
+                                               copies)) {
       Sequence* victim = running_.back();  // the most recently admitted
       running_.pop_back();
       Preempt(victim);
@@ -223,7 +237,7 @@ ScheduledStep Scheduler::Schedule() {
       }
     }
     if (!scheduled) break;
-    add(Plan(seq, n, std::move(copies), std::move(drafts)));
+    add(Plan(seq, n, std::move(copies), slots));
     budget -= n;
     ++i;
   }
@@ -274,43 +288,44 @@ ScheduledStep Scheduler::Schedule() {
   std::move(decodes.begin(), decodes.end(), std::back_inserter(step.sequences));
   step.dropped = std::move(dropped_);
   dropped_.clear();
+  step.preempted = std::move(preempted_);
+  preempted_.clear();
   return step;
 }
 
-bool Scheduler::WaitsForDrafts(const Sequence* seq) {
-  return drafter_ != nullptr && seq->num_pending_tokens > 0 && seq->num_computed_tokens >= seq->num_prompt_tokens &&
-         drafter_->Speculates(*seq, num_running());
-}
-
-std::vector<int32_t> Scheduler::Drafts(Sequence* seq, int64_t budget) {
+int32_t Scheduler::DraftSlots(Sequence* seq, int64_t budget) {
   const int64_t c = seq->num_computed_tokens;
-  // A decode of a known output token the workers hold (decode_sampled).
-  if (drafter_ == nullptr || seq->num_pending_tokens > 0 || !seq->on_workers || !seq->workers_hold_next_input ||
-      c + 1 != std::ssize(seq->tokens) || c < seq->num_prompt_tokens) {
-    return {};
+  // A decode of the token its last step samples, which the workers hold
+  // (decode_sampled), with proposals asked for it; that step may be in flight.
+  if (drafter_ == nullptr || seq->proposals_asked <= 0 || !seq->on_workers || !seq->workers_hold_next_input ||
+      seq->length() - c != 1 || c < seq->num_prompt_tokens) {
+    return 0;
   }
-  int64_t k = std::min<int64_t>({config_.num_speculative_tokens, draft_rows_left_, budget - 1});
-  // The blocks the proposals need beyond the decode's, one spare for a copy-on-write.
+  int64_t k = std::min<int64_t>({seq->proposals_asked, draft_rows_left_, budget - 1});
+  // The blocks the slots need beyond the decode's, one spare for a copy-on-write.
   const int64_t free = blocks_.num_free_blocks() - 1;
   while (k > 0 && blocks_.BlocksFor(c + 1 + k) - std::ssize(seq->block_table) > free) --k;
-  if (k <= 0 || !drafter_->Speculates(*seq, num_running())) return {};
-  std::vector<int32_t> drafts(static_cast<size_t>(k));
-  drafts.resize(static_cast<size_t>(std::clamp<int64_t>(drafter_->Propose(*seq, drafts), 0, k)));
-  draft_rows_left_ -= static_cast<int32_t>(drafts.size());
-  return drafts;
+  if (k <= 0) return 0;
+  draft_rows_left_ -= static_cast<int32_t>(k);
+  return static_cast<int32_t>(k);
 }
 
 void Scheduler::RewindRejected(Sequence* seq, const ScheduledSequence& s, int32_t accepted) {
-  seq->num_computed_tokens = s.start + 1 + accepted;
-  blocks_.Truncate(seq->block_table, static_cast<size_t>(blocks_.BlocksFor(seq->num_computed_tokens)));
-  seq->blocks_on_workers = std::min(seq->blocks_on_workers, seq->block_table.size());
+  seq->num_computed_tokens -= s.draft_slots - accepted;
+  const auto keep = static_cast<size_t>(blocks_.BlocksFor(seq->num_computed_tokens));
+  if (keep >= seq->block_table.size()) return;
+  blocks_.Truncate(seq->block_table, keep);
+  if (seq->blocks_on_workers > keep) {
+    seq->blocks_on_workers = keep;
+    seq->workers_table_longer = true;  // the next plan cuts the workers' table
+  }
 }
 
 void Scheduler::OnStepDone(const ScheduledStep& step,
                            std::span<const std::pair<uint64_t, int32_t>> sampled) {
   // The tokens first: a sequence that verified drafts has a + 1 in a row.
   const bool verified = std::any_of(step.sequences.begin(), step.sequences.end(),
-                                    [](const ScheduledSequence& s) { return !s.drafts.empty(); });
+                                    [](const ScheduledSequence& s) { return s.draft_slots > 0; });
   absl::flat_hash_map<uint64_t, int32_t> got;  // tokens per sequence, when some verified drafts
   for (size_t i = 0; i < sampled.size(); ++i) {
     const auto& [id, token] = sampled[i];
@@ -326,16 +341,16 @@ void Scheduler::OnStepDone(const ScheduledStep& step,
     auto it = sequences_.find(s.id);
     if (it == sequences_.end()) continue;  // finished since it was scheduled
     Sequence* seq = it->second.get();
+    if (s.sample) seq->num_pending_slots -= s.draft_slots;  // its tokens are in
     if (seq->num_preemptions != s.preemptions) continue;  // its blocks were freed since
-    int64_t end = s.start + s.num_tokens;
-    if (!s.drafts.empty()) {  // no later step of it is in flight (WaitsForDrafts)
-      const auto accepted = static_cast<int32_t>(std::clamp<int64_t>(got[s.id] - 1, 0, std::ssize(s.drafts)));
-      RewindRejected(seq, s, accepted);
-      end = seq->num_computed_tokens;
+    seq->num_inflight_tokens -= s.num_tokens;
+    if (s.draft_slots > 0) {
+      RewindRejected(seq, s, static_cast<int32_t>(std::clamp<int64_t>(got[s.id] - 1, 0, s.draft_slots)));
     }
-    // Every input of the step is known by now: a decode's input was the
-    // previous step's sample, whose result came first.
-    const int64_t computed = std::min(end, static_cast<int64_t>(seq->tokens.size()));
+    // Every input of the steps back is known by now: a decode's input was the
+    // previous step's sample, whose result came first. Only blocks full of
+    // positions known computed (accepted tokens) join the prefix cache.
+    const int64_t computed = std::min(seq->num_known_computed(), static_cast<int64_t>(seq->tokens.size()));
     blocks_.CommitFullBlocks(seq->tokens, computed, seq->block_table, seq->hash_chain);
   }
 }
@@ -361,6 +376,8 @@ bool Scheduler::Finish(uint64_t id) {
     }
   }
   if (!was_running) waiting_.erase(std::find(waiting_.begin(), waiting_.end(), seq));
+  // Preempted since the last step and ended now: it does not come back.
+  preempted_.erase(std::remove(preempted_.begin(), preempted_.end(), id), preempted_.end());
   ReleaseBlocks(seq);
   sequences_.erase(it);
   return true;

@@ -46,26 +46,34 @@ struct SchedulerConfig {
   int64_t max_num_batched_tokens = 2048;  // token budget of one step
   int32_t max_num_seqs = 256;             // running sequences at once
   int32_t max_queue = 1024;               // waiting sequences beyond this are refused
-  // Speculative decoding (with a Drafter): most proposed tokens per sequence
-  // (k) and per step (the workers' extra logits rows, Load.max_num_draft_tokens).
-  int32_t num_speculative_tokens = 0;
+  // Speculative decoding (with a Drafter): most draft slots per step (the
+  // workers' extra logits rows, Load.max_num_draft_tokens); per sequence the
+  // Drafter's Proposals bound them.
   int32_t max_num_draft_tokens = 0;
 };
 
-// Speculative decoding (docs/architecture.md, "Speculative decoding"): the
-// proposals for decoding sequences. A sequence that Speculates is scheduled
-// only once every token of it is known (no step in flight samples it), so
-// its proposal follows its real last token; it then computes that token and
-// up to k proposed ones in one step (k + 1 logits rows), and the step's
-// result says how many were accepted (Scheduler::OnStepDone). Engine thread.
+// Speculative decoding (docs/architecture.md, "Speculative decoding"): which
+// sequences speculate and how much. Rank 0 holds their proposers: when a
+// step samples a speculating sequence, it proposes up to the number the plan
+// asked (Proposals, chosen when that step is planned) for the sequence's next
+// step, which then has as many draft slots (fewer when the step's budget,
+// rows or free blocks do not hold them): 1 + slots tokens budgeted, blocks
+// for them, and the result says how many proposals were used and accepted
+// (Scheduler::OnStepDone). Such a step is planned while the step that samples
+// its input is still in flight, as any decode is (one step ahead): until that
+// step's result, the sequence's length and computed count are the worst case
+// (every slot of the step in flight kept, Sequence::num_pending_slots), and so
+// are its blocks; the result gives back the positions it did not keep, and the
+// blocks past every position a step still in flight may write. Engine thread.
 class Drafter {
  public:
   virtual ~Drafter() = default;
-  // Whether `seq` speculates now (its request allows it, its policy wants
-  // proposals at this batch size). `batch`: sequences running.
-  virtual bool Speculates(const Sequence& seq, int32_t batch) = 0;
-  // Up to out.size() tokens to follow seq.tokens; how many were written.
-  virtual int32_t Propose(const Sequence& seq, std::span<int32_t> out) = 0;
+  // Whether rank 0 keeps a proposer for sequence `id` (its request speculates).
+  virtual bool Holds(uint64_t id) const = 0;
+  // The tokens rank 0 is to propose for `seq`'s next step, asked as a step
+  // that samples it is planned (seq.length() counts that token): its policy's
+  // k at `batch` running sequences, none past its limit; 0: none.
+  virtual int32_t Proposals(const Sequence& seq, int32_t batch) = 0;
 };
 
 // One sequence of a step. `seq` is valid until the scheduler next changes
@@ -84,10 +92,18 @@ struct ScheduledSequence {
   // `dst`, a copy of the shared `src` (BlockManager::PrepareWrite).
   std::vector<BlockCopy> copies;
   int32_t preemptions = 0;          // seq->num_preemptions when scheduled
-  // Speculative decoding: the proposed tokens computed after its last token
-  // (decode_sampled), the last drafts.size() of num_tokens; the result gives
-  // 1 to drafts.size() + 1 tokens for it.
-  std::vector<int32_t> drafts;
+  // Speculative decoding: room for rank 0's proposals after its last token
+  // (decode_sampled), the last draft_slots of num_tokens (their blocks held);
+  // the result gives 1 to draft_slots + 1 tokens for it.
+  int32_t draft_slots = 0;
+  // The workers cut the sequence's table to this many blocks before adding
+  // new_blocks (slots' blocks freed since its last step); -1: as it is.
+  int64_t keep_blocks = -1;
+  // Draft slots planned while a step that samples it was in flight (one step
+  // ahead: on that step's worst case).
+  bool pipelined = false;
+  bool speculate = false;     // is_new and rank 0 keeps a proposer for it (Drafter::Holds)
+  int32_t num_proposals = 0;  // sample: rank 0 proposes up to this many for its next step
 };
 
 struct ScheduledStep {
@@ -95,6 +111,7 @@ struct ScheduledStep {
   int32_t num_prefills = 0;
   int64_t num_tokens = 0;
   std::vector<uint64_t> dropped;     // finished, aborted or preempted since the last step
+  std::vector<uint64_t> preempted;   // those of `dropped` preempted (they come back)
   std::vector<uint64_t> unservable;  // too long for the whole KV cache: finish them with an error
   bool empty() const { return sequences.empty() && dropped.empty(); }
 };
@@ -133,8 +150,9 @@ class Scheduler {
   // are skipped, and so are the blocks of those preempted since. A sequence
   // that verified drafts has its tokens consecutive in `sampled` (a + 1 for
   // a accepted): its computed count goes back to start + 1 + a and the
-  // blocks past it are freed (the workers drop them the same way,
-  // worker/step_runner.h), so rejected proposals leave no trace.
+  // blocks past it (held for slots that were not used or not accepted) are
+  // freed (the workers drop them the same way, worker/step_runner.h), so
+  // rejected proposals leave no trace.
   void OnStepDone(const ScheduledStep& step, std::span<const std::pair<uint64_t, int32_t>> sampled);
 
   // Ends a sequence (finished, aborted, cancelled): frees its blocks now; the
@@ -158,15 +176,14 @@ class Scheduler {
  private:
   void Preempt(Sequence* seq);
   void ReleaseBlocks(Sequence* seq);
-  ScheduledSequence Plan(Sequence* seq, int64_t num_tokens, std::vector<BlockCopy> copies,
-                         std::vector<int32_t> drafts = {});
-  // Speculative decoding: whether `seq` waits this step for its pending token
-  // (it speculates), and the proposals for a decode whose tokens are all
-  // known, within `budget` tokens, the step's draft rows left and the free
-  // blocks.
-  bool WaitsForDrafts(const Sequence* seq);
-  std::vector<int32_t> Drafts(Sequence* seq, int64_t budget);
-  // OnStepDone for a sequence that verified drafts: `accepted` of them kept.
+  ScheduledSequence Plan(Sequence* seq, int64_t num_tokens, std::vector<BlockCopy> copies, int32_t draft_slots = 0);
+  // Speculative decoding: the draft slots of a decode of the token its last
+  // step samples (known or in flight): what that step asked rank 0 for,
+  // within `budget` tokens, the step's draft rows left and the free blocks.
+  int32_t DraftSlots(Sequence* seq, int64_t budget);
+  // OnStepDone for a sequence that had draft slots: `accepted` proposals kept.
+  // The positions of the slots not kept leave the worst case, and the blocks
+  // past it go back (no step in flight writes them: its positions lie below).
   void RewindRejected(Sequence* seq, const ScheduledSequence& s, int32_t accepted);
   // Starts `parent`'s forks from its prompt blocks (see above); it must hold them.
   void Fork(Sequence* parent);
@@ -188,6 +205,7 @@ class Scheduler {
   std::vector<Sequence*> running_;  // arrival order
   std::deque<Sequence*> waiting_;   // arrival order; preempted sequences go to the front
   std::vector<uint64_t> dropped_;
+  std::vector<uint64_t> preempted_;  // of dropped_, the preempted ones
   int32_t reserved_forks_ = 0;  // forks of running sequences: slots taken before they run
   int64_t num_preemptions_ = 0;
   Drafter* drafter_ = nullptr;

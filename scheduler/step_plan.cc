@@ -12,6 +12,7 @@ SamplingParams ChoiceSampling(SamplingParams sampling, int32_t index) {
 StepPlan BuildStepPlan(const ScheduledStep& step, const SamplingLookup& sampling) {
   StepPlan plan;
   plan.finished = step.dropped;
+  plan.preempted = step.preempted;
   for (const ScheduledSequence& s : step.sequences) {
     const Sequence& seq = *s.seq;
     // The tokens to compute; none for decode_sampled (the workers hold it, and
@@ -19,7 +20,7 @@ StepPlan BuildStepPlan(const ScheduledStep& step, const SamplingLookup& sampling
     std::vector<int32_t> compute;
     if (!s.decode_sampled) {
       const auto begin = seq.tokens.begin() + s.start;
-      compute.assign(begin, begin + (s.num_tokens - std::ssize(s.drafts)));
+      compute.assign(begin, begin + (s.num_tokens - s.draft_slots));
     }
     const auto prompt_end = seq.tokens.begin() + seq.num_prompt_tokens;
     // Blocks the workers knew before the step; a copy beyond them is a new block.
@@ -39,16 +40,20 @@ StepPlan BuildStepPlan(const ScheduledStep& step, const SamplingLookup& sampling
           .block_ids = s.new_blocks,
           .sampling = sampling(seq.id),
           .sample = s.sample,
+          .speculate = s.speculate,
+          .num_proposals = s.num_proposals,
       });
     } else {
       plan.continuing.push_back(ContinuingSequencePlan{
           .seq_id = seq.id,
+          .keep_blocks = s.keep_blocks,
           .new_block_ids = s.new_blocks,
           .replaced_blocks = std::move(replaced),
           .token_ids = std::move(compute),
           .sample = s.sample,
           .decode_sampled = s.decode_sampled,
-          .draft_token_ids = s.drafts,
+          .num_draft_slots = s.draft_slots,
+          .num_proposals = s.num_proposals,
       });
     }
     plan.order.push_back(seq.id);

@@ -27,6 +27,11 @@ struct NewSequencePlan {
   std::vector<int32_t> block_ids;  // its block table so far
   SamplingParams sampling;
   bool sample = false;             // false for a non-final prefill chunk
+  // Speculative decoding: rank 0 holds a proposer for it (fed prompt, output
+  // and every token sampled for it), and after this step samples it proposes
+  // up to num_proposals tokens for its next step (worker.proto NewSequence).
+  bool speculate = false;
+  int32_t num_proposals = 0;
 };
 
 // Copy-on-write (BlockManager::PrepareWrite): every layer's K and V of block
@@ -46,6 +51,10 @@ struct BlockReplacement {
 // A sequence the workers know: what changed since its last step.
 struct ContinuingSequencePlan {
   uint64_t seq_id = 0;
+  // >= 0: its block table is cut to this many entries first (blocks a step's
+  // draft slots held and its result did not need, freed by the coordinator
+  // once no step in flight could write them); -1: kept as it is.
+  int64_t keep_blocks = -1;
   std::vector<int32_t> new_block_ids;  // appended to its block table
   std::vector<BlockReplacement> replaced_blocks;  // entries of its table that are now copies
   std::vector<int32_t> token_ids;      // the next prefill chunk (empty with decode_sampled)
@@ -54,17 +63,22 @@ struct ContinuingSequencePlan {
   // holds that token (rank 0 broadcasts what it samples), so the plan does
   // not carry it and may be built before the token is known.
   bool decode_sampled = false;
-  // Speculative decoding: tokens proposed after its last one (with
-  // decode_sampled only), computed in the same step with a logits row each.
-  // Rank 0 samples row by row and keeps a proposed token while it equals
-  // the token sampled before it; the step yields 1 to k + 1 tokens for the
-  // sequence, consecutive in the result, and every rank keeps only the
-  // accepted positions computed (and the blocks that hold them).
-  std::vector<int32_t> draft_token_ids;
+  // Speculative decoding (with decode_sampled only): up to this many of the
+  // proposals rank 0 made when its previous step sampled it are computed
+  // after its input, with a logits row each (its blocks hold 1 + slots
+  // positions). Rank 0 samples row by row and keeps a proposed token while it
+  // equals the token sampled before it; the step yields 1 to p + 1 tokens for
+  // the sequence (p <= slots proposals used: StepToken::num_proposed),
+  // consecutive in the result, and every rank keeps only the accepted
+  // positions computed; the blocks past them stay in its table until a plan's
+  // keep_blocks cuts it (a later step may already have been planned on them).
+  int32_t num_draft_slots = 0;
+  int32_t num_proposals = 0;  // as NewSequencePlan::num_proposals
 };
 
 struct StepPlan {
   std::vector<uint64_t> finished;  // dropped first; unknown ids are ignored
+  std::vector<uint64_t> preempted;  // those of `finished` that come back (rank 0's suffix cache skips their output)
   std::vector<BlockCopyPlan> block_copies;  // then these copies, in order, before the forward
   std::vector<NewSequencePlan> new_sequences;
   std::vector<ContinuingSequencePlan> continuing;
@@ -75,6 +89,9 @@ struct StepToken {
   uint64_t seq_id = 0;
   SampledToken sampled;  // token, and log-probs when the sequence asked for them
   std::vector<float> logits;  // [V] the row it was sampled from, with StepRunnerOptions::keep_logits
+  // The first token of a sequence that verified proposals: how many (the
+  // run's other tokens are the accepted ones and the token after them).
+  int32_t num_proposed = 0;
 };
 
 // The prompt log-probs (SamplingParams::prompt_logprobs) one step computed

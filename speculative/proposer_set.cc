@@ -25,21 +25,23 @@ absl::Status ValidateProposerConfig(const ProposerConfig& c) {
   return absl::OkStatus();
 }
 
-absl::StatusOr<ProposerSet> ProposerSet::Create(const ProposerConfig& config) {
+absl::StatusOr<ProposerSet> ProposerSet::Create(const ProposerConfig& config, ProposerFactory factory) {
   TPSERVE_RETURN_IF_ERROR(ValidateProposerConfig(config));
   if (config.method == "off") {
     return absl::InvalidArgumentError("ProposerSet: method \"off\" proposes nothing; make no set for it");
   }
   ProposerSet set(config);
-  if (config.method == "suffix") {
+  set.factory_ = std::move(factory);
+  if (config.method == "suffix" && !set.factory_) {
     TPSERVE_ASSIGN_OR_RETURN(SuffixCache cache, SuffixCache::Create({}));
     set.suffix_cache_ = std::make_unique<SuffixCache>(std::move(cache));
   }
-  TPSERVE_RETURN_IF_ERROR(set.MakeOne().status());  // the proposers' own options, checked once
+  if (!set.factory_) TPSERVE_RETURN_IF_ERROR(set.MakeOne(0).status());  // the proposers' own options, checked once
   return set;
 }
 
-absl::StatusOr<std::unique_ptr<Proposer>> ProposerSet::MakeOne() {
+absl::StatusOr<std::unique_ptr<Proposer>> ProposerSet::MakeOne(uint64_t seq_id) {
+  if (factory_) return factory_(seq_id);
   if (config_.method == "suffix") {
     SuffixOptions o;
     o.num_speculative_tokens = config_.num_speculative_tokens;
@@ -54,8 +56,8 @@ absl::StatusOr<std::unique_ptr<Proposer>> ProposerSet::MakeOne() {
 }
 
 void ProposerSet::Add(uint64_t seq_id) {
-  absl::StatusOr<std::unique_ptr<Proposer>> proposer = MakeOne();
-  if (!proposer.ok()) return;  // checked by Create: cannot fail
+  absl::StatusOr<std::unique_ptr<Proposer>> proposer = MakeOne(seq_id);
+  if (!proposer.ok() || *proposer == nullptr) return;  // checked by Create: cannot fail
   seqs_.insert_or_assign(seq_id, State{.proposer = *std::move(proposer)});
 }
 
@@ -63,13 +65,11 @@ void ProposerSet::Remove(uint64_t seq_id, std::span<const int32_t> output) {
   if (seqs_.erase(seq_id) > 0 && suffix_cache_ != nullptr && !output.empty()) suffix_cache_->AddOutput(output);
 }
 
-void ProposerSet::Extend(uint64_t seq_id, std::span<const int32_t> tokens) {
+void ProposerSet::Append(uint64_t seq_id, std::span<const int32_t> tokens) {
   auto it = seqs_.find(seq_id);
-  if (it == seqs_.end()) return;
-  State& st = it->second;
-  if (st.fed >= std::ssize(tokens)) return;
-  st.proposer->Append(tokens.subspan(static_cast<size_t>(st.fed)));
-  st.fed = std::ssize(tokens);
+  if (it == seqs_.end() || tokens.empty()) return;
+  it->second.proposer->Append(tokens);
+  it->second.fed += std::ssize(tokens);
 }
 
 int32_t ProposerSet::Propose(uint64_t seq_id, std::span<int32_t> out) {

@@ -2,20 +2,18 @@
 // the server-wide SuffixCache they share (suffix decoding), made from one
 // ProposerConfig (docs/architecture.md, "Speculative decoding").
 //
-// Each sequence's proposer is fed the sequence's tokens as they become known
-// (Extend takes the whole token list and appends only what the proposer has
-// not seen), so a caller that learns tokens in runs of any size (a prompt, a
-// prefill chunk, the accepted tokens of a verification) feeds them the same
-// way; a sequence whose tokens must be replayed (preemption by recompute) is
+// Each sequence's proposer is fed the sequence's tokens as they become known,
+// in runs of any size (a prompt, the accepted tokens of a verification); a
+// sequence whose tokens must be replayed (preemption by recompute) is
 // removed and added again and then fed from its first token. A sequence that
 // ends hands its output to the SuffixCache (Remove), so later sequences find
 // continuations in the server's recent outputs.
 //
-// Today on the coordinator's engine thread (coordinator/speculation.h); the
-// same set is what rank 0 would hold beside its sampler. Thread-compatible.
+// Rank 0 holds one beside its sampler (worker/step_runner.h). Thread-compatible.
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <span>
 #include <string>
@@ -38,10 +36,16 @@ struct ProposerConfig {
 // valid here (its k is checked like the others'); ProposerSet refuses it.
 absl::Status ValidateProposerConfig(const ProposerConfig& config);
 
+// Makes one sequence's proposer (tests: a scripted one; see ProposerSet::Create).
+using ProposerFactory = std::function<std::unique_ptr<Proposer>(uint64_t seq_id)>;
+
 class ProposerSet {
  public:
   // INVALID_ARGUMENT as ValidateProposerConfig, and for method "off".
-  static absl::StatusOr<ProposerSet> Create(const ProposerConfig& config);
+  // `factory` (tests: proposals they choose, right and wrong) makes each
+  // sequence's proposer instead of the config's method, which then only
+  // bounds k; the suffix cache is not used.
+  static absl::StatusOr<ProposerSet> Create(const ProposerConfig& config, ProposerFactory factory = nullptr);
 
   // Sequence `seq_id` speculates from now on: a fresh proposer, fed nothing
   // yet. Adding a held id replaces its proposer (a recompute starts over).
@@ -49,10 +53,9 @@ class ProposerSet {
   // It ended: its proposer goes and, when `output` is not empty and the
   // method is suffix, `output` joins the SuffixCache. Unknown ids are ignored.
   void Remove(uint64_t seq_id, std::span<const int32_t> output = {});
-  // `tokens`: every token of the sequence so far (prompt, then output); the
-  // proposer is fed those past the ones it has. A shorter list than it was
-  // fed is ignored (tokens are never taken back). Unknown ids are ignored.
-  void Extend(uint64_t seq_id, std::span<const int32_t> tokens);
+  // `tokens` follow those `seq_id` was fed (the prompt, a recompute's
+  // output, each step's accepted tokens). Unknown ids are ignored.
+  void Append(uint64_t seq_id, std::span<const int32_t> tokens);
   // Up to out.size() (at most k) tokens to follow what `seq_id` was fed; how
   // many were written (0 for an unknown id or no match).
   int32_t Propose(uint64_t seq_id, std::span<int32_t> out);
@@ -71,9 +74,10 @@ class ProposerSet {
     int64_t fed = 0;  // tokens of the sequence appended to the proposer
   };
   explicit ProposerSet(const ProposerConfig& config) : config_(config) {}
-  absl::StatusOr<std::unique_ptr<Proposer>> MakeOne();
+  absl::StatusOr<std::unique_ptr<Proposer>> MakeOne(uint64_t seq_id);
 
   ProposerConfig config_;
+  ProposerFactory factory_;
   // Method suffix; a unique_ptr so the proposers' pointers to it survive a move of the set.
   std::unique_ptr<SuffixCache> suffix_cache_;
   absl::flat_hash_map<uint64_t, State> seqs_;

@@ -6,6 +6,7 @@
 #include <span>
 
 #include "absl/strings/str_cat.h"
+#include "base/check.h"
 #include "base/status_macros.h"
 #include "sampling/token_mask.h"
 
@@ -46,6 +47,15 @@ int32_t SimulatedToken(uint64_t seq_id, int64_t position, int32_t vocab_size) {
   uint64_t h = seq_id * 0x9E3779B97F4A7C15ull ^ static_cast<uint64_t>(position) * 0xC2B2AE3D27D4EB4Full;
   h ^= h >> 29;
   return static_cast<int32_t>(h % static_cast<uint64_t>(vocab_size));
+}
+
+StepRunner::StepRunner(Model& model, KvCache& cache, int rank, StepRunnerOptions options)
+    : model_(model), cache_(cache), rank_(rank), options_(std::move(options)) {
+  if (rank_ == 0 && options_.proposers.method != "off") {
+    absl::StatusOr<speculative::ProposerSet> set = speculative::ProposerSet::Create(options_.proposers, options_.make_proposer);
+    TPSERVE_CHECK(set.ok(), "StepRunner: ", set.status().message());  // the worker's Load checked the config
+    proposers_.emplace(*std::move(set));
+  }
 }
 
 absl::Status StepRunner::Reserve() {
@@ -91,11 +101,17 @@ absl::Status StepRunner::CheckPlan(const StepPlan& plan) {
                                                         : "is continuing but the worker does not hold it; "
                                                           "send it as a new sequence");
     }
-    if (!s.draft_token_ids.empty() && (!s.decode_sampled || !s.sample)) {
-      return Invalid(s.seq_id, "carries draft_token_ids without decode_sampled and sample; proposals follow "
+    if (s.num_draft_slots > 0 && (!s.decode_sampled || !s.sample)) {
+      return Invalid(s.seq_id, "has num_draft_slots without decode_sampled and sample; proposals follow "
                                "the token its last step sampled");
     }
-    const int32_t next_input = seqs_.at(s.seq_id).next_input;
+    const Sequence& held = seqs_.at(s.seq_id);
+    if (s.keep_blocks >= 0 && (s.keep_blocks > std::ssize(held.block_table) ||
+                               s.keep_blocks * cache_.block_size() < held.num_computed)) {
+      return Invalid(s.seq_id, "keep_blocks ", s.keep_blocks, " must lie within its ", held.block_table.size(),
+                     " blocks and keep its ", held.num_computed, " computed positions");
+    }
+    const int32_t next_input = held.next_input;
     if (s.decode_sampled && (next_input < 0 || !s.token_ids.empty())) {
       return Invalid(s.seq_id, next_input < 0 ? "is decode_sampled but its last step sampled no token; "
                                                 "send its token in token_ids"
@@ -104,7 +120,14 @@ absl::Status StepRunner::CheckPlan(const StepPlan& plan) {
   }
   TPSERVE_RETURN_IF_ERROR(FillEntries(plan));
   num_drafts_ = 0;
+  num_proposals_ = 0;
+  const int32_t max_proposals = std::max(options_.proposers.num_speculative_tokens, 0);
   for (Entry& e : entries_) {  // entries_ no longer moves: point at each input
+    if (e.num_proposals > max_proposals) {
+      return Invalid(e.id, "asks num_proposals ", e.num_proposals, " but Load's num_speculative_tokens is ",
+                     max_proposals, "; ask at most that many");
+    }
+    if (e.sample) num_proposals_ += e.num_proposals;
     if (e.input >= 0) e.tokens = std::span<const int32_t>(&e.input, 1);
     if (!e.drafts.empty()) {  // its input, then the proposals: one logits row each
       e.verified.assign(e.tokens.begin(), e.tokens.end());
@@ -129,7 +152,7 @@ absl::Status StepRunner::CheckCopies(const StepPlan& plan) const {
     }
   }
   for (const ContinuingSequencePlan& s : plan.continuing) {
-    const int64_t held = std::ssize(seqs_.at(s.seq_id).block_table);
+    const int64_t held = s.keep_blocks >= 0 ? s.keep_blocks : std::ssize(seqs_.at(s.seq_id).block_table);
     for (const BlockReplacement& r : s.replaced_blocks) {
       if (r.index < 0 || r.index >= held || !in_cache(r.block_id)) {
         return Invalid(s.seq_id, "replaced block entry ", r.index, " -> ", r.block_id, " must name one of its ", held,
@@ -158,16 +181,20 @@ absl::Status StepRunner::FillEntries(const StepPlan& plan) {
     Entry* e = slot(s.seq_id);
     if (e == nullptr) return Invalid(s.seq_id, "is new but not in order, or appears twice");
     *e = Entry{.id = s.seq_id, .added = &s, .tokens = s.token_ids, .table = s.block_ids,
-               .num_computed = s.num_computed_tokens, .sample = s.sample};
+               .num_computed = s.num_computed_tokens, .sample = s.sample, .num_proposals = s.num_proposals};
   }
   for (const ContinuingSequencePlan& s : plan.continuing) {
     const Sequence& held = seqs_.at(s.seq_id);
     Entry* e = slot(s.seq_id);
     if (e == nullptr) return Invalid(s.seq_id, "is continuing but not in order, or is both new and continuing");
+    // Draft slots take the proposals rank 0 made when its last step sampled it (fewer, or none).
+    const size_t p = s.decode_sampled ? std::min(held.drafts.size(), static_cast<size_t>(std::max(s.num_draft_slots, 0))) : 0;
     *e = Entry{.id = s.seq_id, .cont = &s, .tokens = s.token_ids,
-               .table_before = std::ssize(held.block_table), .num_computed = held.num_computed,
+               .table_before = s.keep_blocks >= 0 ? s.keep_blocks : std::ssize(held.block_table),
+               .num_computed = held.num_computed,
                .sample = s.sample, .input = s.decode_sampled ? held.next_input : -1,
-               .drafts = s.draft_token_ids};
+               .slots = s.num_draft_slots, .drafts = {held.drafts.begin(), held.drafts.begin() + static_cast<ptrdiff_t>(p)},
+               .num_proposals = s.num_proposals};
   }
   return absl::OkStatus();
 }
@@ -204,6 +231,8 @@ void StepRunner::StageBlocks() {
   for (Entry& e : entries_) {
     if (e.cont == nullptr) continue;
     std::vector<int32_t>& table = seqs_.at(e.id).block_table;
+    e.cut.assign(table.begin() + e.table_before, table.end());  // keep_blocks: its freed slots' blocks
+    table.resize(static_cast<size_t>(e.table_before));
     for (const BlockReplacement& r : e.cont->replaced_blocks) {
       int32_t& entry = table[static_cast<size_t>(r.index)];
       e.replaced_before.push_back(entry);
@@ -222,6 +251,7 @@ void StepRunner::UnstageBlocks() {
     for (size_t i = e.replaced_before.size(); i-- > 0;) {
       table[static_cast<size_t>(e.cont->replaced_blocks[i].index)] = e.replaced_before[i];
     }
+    table.insert(table.end(), e.cut.begin(), e.cut.end());
   }
 }
 
@@ -256,6 +286,7 @@ absl::StatusOr<std::optional<Logits>> StepRunner::Forward(bool on_device) {
 }
 
 void StepRunner::Commit(const StepPlan& plan) {
+  AddProposers(plan);  // rank 0: drops first (their outputs), then the new speculating sequences
   for (uint64_t id : plan.finished) seqs_.erase(id);
   for (const Entry& e : entries_) {
     const int64_t n = std::ssize(e.tokens);
@@ -277,6 +308,7 @@ void StepRunner::Commit(const StepPlan& plan) {
       // where the first run stopped, so a seeded request gives the same tokens.
       for (size_t i = 0; i < s.output.size(); ++i) seq.sampling->NextUniform();
       if (auto it = pending_.find(e.id); it != pending_.end()) seq.constraint = std::move(it->second);
+      if (proposers_ && s.speculate && proposers_->suffix_cache() != nullptr) seq.output = s.output;
     }
     seqs_[e.id] = std::move(seq);
   }
@@ -313,6 +345,7 @@ void StepRunner::SampleVerified(const Entry& e, const Logits& logits, int64_t ro
                                                     std::span<SequenceSamplingState* const>(&state, 1));
     const int32_t token = got[0].token;
     StepToken out{.seq_id = e.id, .sampled = std::move(got[0])};
+    if (i == 0) out.num_proposed = static_cast<int32_t>(e.drafts.size());
     if (options_.keep_logits) out.logits.assign(values.begin(), values.end());
     tokens.push_back(std::move(out));
     if (i == e.drafts.size() || token != e.drafts[i]) break;  // a correction, or the bonus token
@@ -328,7 +361,7 @@ std::vector<StepToken> StepRunner::SampleOnHost(const std::vector<Entry>& entrie
     const int64_t first_row = next_row;
     next_row += 1 + std::ssize(e.drafts);
     if (!e.sample) continue;
-    if (!e.drafts.empty()) {  // no constraint: the coordinator proposes for free sequences only
+    if (!e.drafts.empty()) {  // no constraint: only free sequences speculate
       SampleVerified(e, logits, first_row, tokens);
       continue;
     }
@@ -367,6 +400,7 @@ std::vector<StepToken> StepRunner::SampleSimulated(const std::vector<Entry>& ent
       int32_t id = SimulatedToken(e.id, first + static_cast<int64_t>(i), vocab);
       if (!MaskOf(e).empty()) id = mask_picks_[static_cast<size_t>(e.mask)];  // the next allowed id (StartMasks)
       tokens.push_back(StepToken{.seq_id = e.id, .sampled = {.token = id, .logprob = 0.0f, .top = {}}});
+      if (i == 0) tokens.back().num_proposed = static_cast<int32_t>(e.drafts.size());
       if (i == e.drafts.size() || id != e.drafts[i]) break;
     }
   }
@@ -378,8 +412,9 @@ std::vector<StepToken> StepRunner::Sample(const std::vector<Entry>& entries, con
   return logits ? SampleOnHost(entries, *logits) : SampleOnDevice(entries);
 }
 
-absl::Status StepRunner::ShareTokens(const std::vector<Entry>& entries, std::vector<StepToken>& tokens) {
-  if (verifies()) {
+absl::Status StepRunner::ShareTokens(std::vector<Entry>& entries, std::vector<StepToken>& tokens) {
+  if (rank_ == 0) Propose(entries, tokens);
+  if (shares_counts()) {
     TPSERVE_RETURN_IF_ERROR(ShareVerified(entries, tokens));
     KeepAccepted(entries, tokens);
     return absl::OkStatus();
@@ -413,17 +448,57 @@ absl::Status StepRunner::ShareTokens(const std::vector<Entry>& entries, std::vec
   return absl::OkStatus();
 }
 
-absl::Status StepRunner::ShareVerified(const std::vector<Entry>& entries, std::vector<StepToken>& tokens) {
-  // Slots per sampled entry: how many tokens it got, then room for 1 + k.
+void StepRunner::Propose(std::vector<Entry>& entries, const std::vector<StepToken>& tokens) {
+  if (!proposers_) return;
+  size_t k = 0;
+  for (Entry& e : entries) {
+    if (!e.sample) continue;
+    const size_t begin = k;
+    while (k < tokens.size() && tokens[k].seq_id == e.id) ++k;
+    if (k == begin || !proposers_->contains(e.id)) continue;
+    run_.clear();
+    for (size_t i = begin; i < k; ++i) run_.push_back(tokens[i].sampled.token);
+    proposers_->Append(e.id, run_);
+    if (proposers_->suffix_cache() != nullptr) {
+      std::vector<int32_t>& output = seqs_.at(e.id).output;
+      output.insert(output.end(), run_.begin(), run_.end());
+    }
+    if (e.num_proposals <= 0) continue;
+    e.proposed.assign(static_cast<size_t>(e.num_proposals), 0);
+    e.proposed.resize(static_cast<size_t>(std::max(proposers_->Propose(e.id, e.proposed), 0)));
+  }
+}
+
+void StepRunner::AddProposers(const StepPlan& plan) {
+  if (!proposers_) return;
+  for (uint64_t id : plan.finished) {
+    const auto it = seqs_.find(id);
+    const bool back = std::find(plan.preempted.begin(), plan.preempted.end(), id) != plan.preempted.end();
+    proposers_->Remove(id, it == seqs_.end() || back ? std::span<const int32_t>() : it->second.output);
+  }
+  for (const NewSequencePlan& s : plan.new_sequences) {
+    if (!s.speculate) continue;
+    proposers_->Add(s.seq_id);
+    proposers_->Append(s.seq_id, s.prompt);
+    proposers_->Append(s.seq_id, s.output);
+  }
+}
+
+absl::Status StepRunner::ShareVerified(std::vector<Entry>& entries, std::vector<StepToken>& tokens) {
+  // Slots per sampled entry: how many tokens it got and room for 1 + p, then
+  // how many proposals it made and room for num_proposals.
+  auto slots_of = [](const Entry& e) { return 3 + std::ssize(e.drafts) + e.num_proposals; };
   int64_t slots = 0;
   for (const Entry& e : entries) {
-    if (e.sample) slots += 2 + std::ssize(e.drafts);
+    if (e.sample) slots += slots_of(e);
   }
   Communicator& comm = model_.comm();
   if (comm.world_size() == 1) return absl::OkStatus();
   Backend& backend = model_.backend();
   const ModelOptions& o = model_.options();
-  const int64_t capacity = 2 * std::max<int64_t>(1, o.max_num_seqs) + std::max<int64_t>(1, o.max_num_tokens);
+  const int64_t max_seqs = std::max<int64_t>(1, o.max_num_seqs);
+  const int64_t capacity = (3 + std::max(options_.proposers.num_speculative_tokens, 0)) * max_seqs +
+                           std::max<int64_t>(1, o.max_num_tokens);
   if (shared_verified_.empty()) shared_verified_ = backend.Allocate(DType::kF32, {capacity});
   if (slots > capacity) {
     return absl::InternalError(absl::StrCat("step: ", slots, " token slots to share, room for ", capacity));
@@ -438,7 +513,10 @@ absl::Status StepRunner::ShareVerified(const std::vector<Entry>& entries, std::v
       while (k < tokens.size() && tokens[k].seq_id == e.id) ++k;
       shared_host_[at] = static_cast<float>(k - begin);
       for (size_t i = begin; i < k; ++i) shared_host_[at + 1 + i - begin] = static_cast<float>(tokens[i].sampled.token);
-      at += 2 + e.drafts.size();
+      const size_t made = at + 2 + e.drafts.size();  // the proposals' count, then the proposals
+      shared_host_[made] = static_cast<float>(e.proposed.size());
+      for (size_t i = 0; i < e.proposed.size(); ++i) shared_host_[made + 1 + i] = static_cast<float>(e.proposed[i]);
+      at += static_cast<size_t>(slots_of(e));
     }
     backend.CopyFromHost(shared_host_.data(), DType::kF32, staged);
   }
@@ -446,33 +524,39 @@ absl::Status StepRunner::ShareVerified(const std::vector<Entry>& entries, std::v
   if (rank_ != 0) {
     backend.CopyToHostF32(staged, shared_host_.data());
     size_t at = 0;
-    for (const Entry& e : entries) {
+    for (Entry& e : entries) {
       if (!e.sample) continue;
       const auto got = static_cast<size_t>(shared_host_[at]);
       for (size_t i = 0; i < got; ++i) {
         tokens.push_back(StepToken{.seq_id = e.id, .sampled = {.token = static_cast<int32_t>(shared_host_[at + 1 + i])}});
       }
-      at += 2 + e.drafts.size();
+      const size_t made = at + 2 + e.drafts.size();
+      e.proposed.resize(static_cast<size_t>(shared_host_[made]));
+      for (size_t i = 0; i < e.proposed.size(); ++i) e.proposed[i] = static_cast<int32_t>(shared_host_[made + 1 + i]);
+      at += static_cast<size_t>(slots_of(e));
     }
   }
   return absl::OkStatus();
 }
 
-void StepRunner::KeepAccepted(const std::vector<Entry>& entries, const std::vector<StepToken>& tokens) {
+void StepRunner::KeepAccepted(std::vector<Entry>& entries, const std::vector<StepToken>& tokens) {
   size_t k = 0;
-  for (const Entry& e : entries) {
+  for (Entry& e : entries) {
     if (!e.sample) continue;
     const size_t begin = k;
     while (k < tokens.size() && tokens[k].seq_id == e.id) ++k;
     if (k == begin) continue;  // rank 0 failed to sample: reported already
     Sequence& seq = seqs_.at(e.id);
     seq.next_input = tokens[k - 1].sampled.token;
-    if (e.drafts.empty()) continue;
+    seq.drafts = std::move(e.proposed);  // for its next step's draft slots (none when none were asked)
+    e.proposed.clear();
+    if (e.slots <= 0) continue;
     // Its input and the accepted proposals are computed; the rejected ones'
-    // K/V stays unread in slots the next steps write again, and the blocks
-    // past the accepted positions go back (Scheduler::OnStepDone frees them).
+    // K/V stays unread in slots the next steps write again. The blocks past
+    // the accepted positions stay in its table: the coordinator may have
+    // planned its next step on them already, and frees them (keep_blocks)
+    // once its result says no step in flight needs them.
     seq.num_computed = e.num_computed + static_cast<int64_t>(k - begin);
-    seq.block_table.resize(static_cast<size_t>(BlockManager::BlocksFor(seq.num_computed, cache_.block_size())));
   }
 }
 

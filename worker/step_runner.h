@@ -25,15 +25,24 @@
 //      rows in bounded passes, worker/prompt_logprobs.h); rank 0 keeps them
 //      for prompt_logprobs().
 //
-// Speculative decoding: a continuing decode_sampled sequence may carry
-// draft_token_ids (k proposals, scheduler/step_plan.h): it computes its input
-// and the k proposals (a multi-token sequence of the prefill group) with k + 1
-// logits rows, rank 0 samples them on the host row by row with the sequence's
-// own sampling state (SampleVerified: a proposal is kept while it equals the
-// token sampled at the row before it), every rank learns how many tokens each
-// such sequence got (ShareVerified) and keeps the accepted positions computed
-// and the blocks that hold them, no more (KeepAccepted), as the coordinator's
-// Scheduler::OnStepDone does.
+// Speculative decoding: rank 0 holds a proposer for each sequence sent with
+// speculate (options.proposers: prompt lookup or suffix decoding, one
+// ProposerSet with the suffix cache), fed its prompt and output when it
+// arrives and every token sampled for it; dropped with `finished` (its output
+// joins the suffix cache unless it was `preempted`). When a step samples such
+// a sequence and its plan asks num_proposals, rank 0 proposes up to that many
+// tokens to follow, and every rank holds them (shared with the sampled
+// tokens: ShareVerified) for the sequence's next step. A continuing
+// decode_sampled sequence with num_draft_slots computes its input and the
+// first p <= slots of those proposals (a multi-token sequence of the prefill
+// group) with p + 1 logits rows; rank 0 samples them on the host row by row
+// with the sequence's own sampling state (SampleVerified: a proposal is kept
+// while it equals the token sampled at the row before it), every rank learns
+// how many tokens each such sequence got (ShareVerified) and keeps the
+// accepted positions computed (KeepAccepted), as the coordinator's
+// Scheduler::OnStepDone does; the blocks the slots held past them stay in its
+// table (the coordinator may have planned the next step on them already)
+// until a plan's keep_blocks cuts it.
 //
 // Step layout (backend/step_batch.h): sequences in `order`; those up to and including
 // the last one with more than one token to compute form the prefill group, the
@@ -86,6 +95,7 @@
 #include "worker/prompt_logprobs.h"
 #include "sampling/sampler.h"
 #include "scheduler/step_plan.h"
+#include "speculative/proposer_set.h"
 
 namespace tpserve {
 
@@ -127,6 +137,13 @@ struct StepRunnerOptions {
   // captures verification graphs for k up to it (VerifyGraphProposals);
   // 0: up to the model's extra logits rows.
   int32_t num_speculative_tokens = 0;
+  // Rank 0: the proposers of speculating sequences (NewSequencePlan::speculate),
+  // method "off": none (a plan's num_proposals then gets no proposals).
+  // Checked by the worker's Load (speculative::ValidateProposerConfig).
+  speculative::ProposerConfig proposers{.method = "off", .num_speculative_tokens = 0};
+  // Tests: each speculating sequence's proposer (speculative::ProposerSet::Create),
+  // for proposals they choose; proposers' method (not "off") and k still apply.
+  speculative::ProposerFactory make_proposer;
 };
 
 // One mask thread per 4 cores of this machine, 1 to 4: a 2-core CPU worker
@@ -141,8 +158,7 @@ int32_t SimulatedToken(uint64_t seq_id, int64_t position, int32_t vocab_size);
 class StepRunner {
  public:
   // `model` and `cache` must outlive the runner. `rank` 0 samples.
-  StepRunner(Model& model, KvCache& cache, int rank, StepRunnerOptions options = {})
-      : model_(model), cache_(cache), rank_(rank), options_(options) {}
+  StepRunner(Model& model, KvCache& cache, int rank, StepRunnerOptions options = {});
 
   // Sizes the backend's step buffers for the model and cache once
   // (Backend::Reserve) and, unless enforce_eager or the backend or
@@ -175,10 +191,21 @@ class StepRunner {
   // Sequences currently held (for tests and the worker's log).
   int64_t num_sequences() const { return static_cast<int64_t>(seqs_.size()); }
   bool contains(uint64_t seq_id) const { return seqs_.contains(seq_id); }
-  // Forgets every sequence.
-  void Clear() { seqs_.clear(); }
+  // Forgets every sequence (and rank 0's proposers of them).
+  void Clear() {
+    if (proposers_) {
+      for (const auto& [id, seq] : seqs_) proposers_->Remove(id);
+    }
+    seqs_.clear();
+  }
   // Rank 0: tokens given without the sampler so far (jump_forward).
   int64_t forced_tokens() const { return forced_tokens_; }
+  // Speculative decoding: the proposals held for `seq_id`'s next step (rank 0
+  // made them when its last step sampled it; every rank holds them). Tests.
+  std::vector<int32_t> drafts(uint64_t seq_id) const {
+    const auto it = seqs_.find(seq_id);
+    return it == seqs_.end() ? std::vector<int32_t>() : it->second.drafts;
+  }
 
  private:
   struct Sequence {
@@ -189,6 +216,10 @@ class StepRunner {
     std::unique_ptr<SequenceConstraint> constraint;   // rank 0, constrained sequences only
     int32_t prompt_logprobs = -1;      // SamplingParams::prompt_logprobs (every rank: the head's passes pair up)
     std::vector<int32_t> prompt;       // with prompt_logprobs >= 0: the prompt, whose tokens are scored
+    // Speculative decoding, every rank: the proposals rank 0 made when its
+    // last step sampled it, for the draft slots of its next step.
+    std::vector<int32_t> drafts;
+    std::vector<int32_t> output;       // rank 0, speculating with suffix decoding: for the suffix cache at its end
   };
 
   // One scheduled sequence of a plan, checked.
@@ -198,15 +229,19 @@ class StepRunner {
     const ContinuingSequencePlan* cont = nullptr;  // a continuing one
     std::span<const int32_t> tokens;               // [n] to compute (into `input` for decode_sampled)
     std::span<const int32_t> table;                // block table after this step (valid once staged)
-    int64_t table_before = 0;                      // blocks held before this step (0 for a new one)
+    int64_t table_before = 0;                      // blocks kept before this step (0 for a new one; cont->keep_blocks)
+    std::vector<int32_t> cut;                      // the entries keep_blocks cut off (UnstageBlocks puts them back)
     int64_t num_computed = 0;                      // before this step
     bool sample = false;
     int32_t input = -1;                            // decode_sampled: the token its last step sampled
     std::vector<int32_t> replaced_before;          // [cont->replaced_blocks] the entries they replace (UnstageBlocks)
     SequenceConstraint* constraint = nullptr;      // rank 0: its constraint (held, or new in pending_)
     int32_t mask = -1;                             // its row of mask_words_ this step, -1 = none
-    std::span<const int32_t> drafts;               // [k] proposed tokens after its input (cont->draft_token_ids)
-    std::vector<int32_t> verified;                 // [1 + k] with drafts: its input, then the drafts (`tokens`)
+    int32_t slots = 0;                             // cont->num_draft_slots
+    std::vector<int32_t> drafts;                   // [p <= slots] proposed tokens after its input (its held drafts)
+    std::vector<int32_t> verified;                 // [1 + p] with drafts: its input, then the drafts (`tokens`)
+    int32_t num_proposals = 0;                     // sample: proposals asked for its next step
+    std::vector<int32_t> proposed;                 // [<= num_proposals] made after sampling it (rank 0), or shared
   };
 
   absl::Status Reserve();
@@ -267,7 +302,7 @@ class StepRunner {
   // Rank 0's sampled ids to every rank (other ranks get `tokens` with ids
   // only), then each sampled sequence's next_input. An error leaves the
   // ranks out of step.
-  absl::Status ShareTokens(const std::vector<Entry>& entries, std::vector<StepToken>& tokens);
+  absl::Status ShareTokens(std::vector<Entry>& entries, std::vector<StepToken>& tokens);
   // Speculative decoding: entry `e`'s tokens from its logits rows [row, row + 1 + k):
   // sampled row by row, each proposed token kept while it equals the token
   // sampled at the row before it (for a greedy row the target's argmax; with
@@ -275,14 +310,22 @@ class StepRunner {
   // probability of it, else the token sampled from the rest), then the row
   // after the last kept one. One sampler draw per token, as without drafts.
   void SampleVerified(const Entry& e, const Logits& logits, int64_t row, std::vector<StepToken>& tokens);
-  // ShareTokens when the step verified drafts: a count and the tokens per
-  // sampled entry, so every rank learns how many each kept.
-  absl::Status ShareVerified(const std::vector<Entry>& entries, std::vector<StepToken>& tokens);
+  // Rank 0, after sampling: each speculating entry's proposer fed the
+  // tokens sampled for it, then its proposals for its next step (`proposed`).
+  void Propose(std::vector<Entry>& entries, const std::vector<StepToken>& tokens);
+  // ShareTokens when the step verified drafts or made proposals: per sampled
+  // entry a count and the tokens, then a count and the proposals, so every
+  // rank learns how many each kept and what it computes next.
+  absl::Status ShareVerified(std::vector<Entry>& entries, std::vector<StepToken>& tokens);
   // Every rank, once the tokens are shared: each sampled entry's next input
-  // (its last token) and, for one that verified drafts, its computed count
-  // and block table cut back to the accepted positions.
-  void KeepAccepted(const std::vector<Entry>& entries, const std::vector<StepToken>& tokens);
+  // (its last token) and proposals and, for one with draft slots, its
+  // computed count back to the accepted positions.
+  void KeepAccepted(std::vector<Entry>& entries, const std::vector<StepToken>& tokens);
+  // Rank 0: a new speculating sequence's proposer (fed its prompt and output),
+  // and the drops of `finished` (their output to the suffix cache).
+  void AddProposers(const StepPlan& plan);
   bool verifies() const { return num_drafts_ > 0; }
+  bool shares_counts() const { return num_drafts_ > 0 || num_proposals_ > 0; }
   // Step 5 above, after Commit: prompt_logprobs_ (rank 0) from the entries
   // of the sequences that asked for them. A failed collective as it came.
   absl::Status ScorePrompts();
@@ -302,12 +345,16 @@ class StepRunner {
   absl::flat_hash_map<uint64_t, int32_t> index_;
   std::vector<StepSequence> step_seqs_;
   int64_t num_drafts_ = 0;  // proposed tokens in the current step (its logits rows beyond one per sequence)
+  int64_t num_proposals_ = 0;  // proposals the current step asks of rank 0 for the next
+  std::optional<speculative::ProposerSet> proposers_;  // rank 0, options_.proposers' method not "off"
   absl::flat_hash_map<uint64_t, Sequence> seqs_;
   // [max_num_seqs] f32 in the backend's memory: the sampled ids travel through
   // it (NCCL broadcasts device buffers; ids as floats, exact below 2^24).
   Buffer shared_tokens_;
-  Buffer shared_verified_;  // [2 * max_num_seqs + max_num_tokens] f32: ShareVerified's counts and tokens
+  // [(3 + k) max_num_seqs + max_num_tokens] f32: ShareVerified's counts, tokens and proposals
+  Buffer shared_verified_;
   std::vector<float> shared_host_;        // its host side, reused
+  std::vector<int32_t> run_;              // Propose: one entry's sampled tokens, reused
   // Rank 0, constrained output: the constraints of this plan's new sequences
   // (moved into seqs_ by Commit), the masks of this step ([masks, words])
   // and whether each constrains ([masks]: 0 while its sequence reasons), the

@@ -99,6 +99,25 @@ CommandHandler::Outcome CommandHandler::Handle(const iv1::CoordinatorMessage& co
   return outcome;
 }
 
+namespace {
+
+// Load's speculative decoding fields as rank 0's ProposerConfig, checked
+// (INVALID_ARGUMENT naming the coordinator's flag); method "off" when unset.
+absl::StatusOr<speculative::ProposerConfig> ProposersOf(const iv1::Load& load) {
+  speculative::ProposerConfig c;
+  c.method = load.speculative_method().empty() ? "off" : load.speculative_method();
+  c.num_speculative_tokens = static_cast<int32_t>(std::min<uint32_t>(load.num_speculative_tokens(), 1u << 16));
+  if (c.method == "off" && c.num_speculative_tokens == 0) return c;  // no speculation, or graphs bounded by rows
+  if (load.prompt_lookup_min() > 0) c.prompt_lookup_min = static_cast<int32_t>(std::min<uint32_t>(load.prompt_lookup_min(), 1u << 16));
+  if (load.prompt_lookup_max() > 0) c.prompt_lookup_max = static_cast<int32_t>(std::min<uint32_t>(load.prompt_lookup_max(), 1u << 16));
+  if (absl::Status s = speculative::ValidateProposerConfig(c); !s.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("Load: ", s.message()));
+  }
+  return c;
+}
+
+}  // namespace
+
 absl::Status CommandHandler::Load(const iv1::Load& load, iv1::Loaded& out) {
   if (model_ != nullptr) return absl::FailedPreconditionError("Load: a model is already loaded; start a new worker");
   const int world = options_.rank.world_size;
@@ -131,7 +150,7 @@ absl::Status CommandHandler::Load(const iv1::Load& load, iv1::Loaded& out) {
   block_size_ = load.block_size() > 0 ? static_cast<int32_t>(load.block_size()) : 16;
   enforce_eager_ = load.enforce_eager();
   simulated_step_ = absl::Microseconds(load.simulated_step_us());
-  num_speculative_tokens_ = static_cast<int32_t>(std::min<uint32_t>(load.num_speculative_tokens(), 1u << 16));
+  TPSERVE_ASSIGN_OR_RETURN(proposers_, ProposersOf(load));
 
   const uint64_t before = UsedBytes();
   TPSERVE_ASSIGN_OR_RETURN(model_, Model::Load(load.model_dir(), *rank_.backend, *rank_.comm, options));
@@ -216,7 +235,8 @@ absl::Status CommandHandler::AllocateKv(const iv1::AllocateKv& allocate) {
                                                            .sampler = rank_.sampler.get(),
                                                            .simulated_step = simulated_step_,
                                                            .constraints = constraints_.get(),
-                                                           .num_speculative_tokens = num_speculative_tokens_});
+                                                           .num_speculative_tokens = proposers_.num_speculative_tokens,
+                                                           .proposers = proposers_});
   return absl::OkStatus();
 }
 

@@ -75,7 +75,9 @@ class CommandHandler {
   int32_t block_size_ = 16;
   bool enforce_eager_ = false;  // Load's enforce_eager: no CUDA graphs
   absl::Duration simulated_step_ = absl::ZeroDuration();  // Load's simulated_step_us (benchmarks)
-  int32_t num_speculative_tokens_ = 0;  // Load's: the verification graphs' largest k (0: the extra rows bound it)
+  // Load's speculative decoding: rank 0's proposers (method "off": none);
+  // their k is the verification graphs' largest (0: the extra rows bound them).
+  speculative::ProposerConfig proposers_{.method = "off", .num_speculative_tokens = 0};
   // Destroyed in reverse order: the runner and cache before the model, the
   // model before the rank's sampler, communicator and backend.
   RankResources rank_;

@@ -170,18 +170,20 @@ TEST(CoordinatorMetrics, RecordsARequestsPhasesAndTotals) {
 // its tokens, the accepted ones, and per position how often it was accepted.
 TEST(CoordinatorMetrics, SpecDecodeCountersFollowVllm) {
   CoordinatorMetrics m(/*max_model_len=*/128, /*tp=*/1);
-  m.OnSpeculation(4, 2);
+  m.OnSpeculation(4, 2, /*pipelined=*/true);
   m.OnSpeculation(3, 3);
-  m.OnSpeculation(0, 0);  // no proposal: no draft
+  m.OnSpeculation(0, 0, /*pipelined=*/true);  // no proposal: no draft
   const CoordinatorMetrics::Totals t = m.totals();
   EXPECT_EQ(t.spec_drafts, 2u);
   EXPECT_EQ(t.spec_draft_tokens, 7u);
   EXPECT_EQ(t.spec_accepted_tokens, 5u);
+  EXPECT_EQ(t.spec_pipelined_drafts, 1u);
   // Positions of the longest draft (4): accepted at 0 by both, at 1 by both, at 2 by the second.
   EXPECT_EQ(t.spec_accepted_per_pos, (std::vector<uint64_t>{2, 2, 1, 0}));
   const std::string text = m.registry().Render();
   for (const char* line : {"tpserve:spec_decode_num_drafts 2\n", "tpserve:spec_decode_num_draft_tokens 7\n",
                            "tpserve:spec_decode_num_accepted_tokens 5\n",
+                           "tpserve:spec_decode_num_pipelined_drafts 1\n",
                            "tpserve:spec_decode_num_accepted_tokens_per_pos{position=\"0\"} 2\n",
                            "tpserve:spec_decode_num_accepted_tokens_per_pos{position=\"1\"} 2\n",
                            "tpserve:spec_decode_num_accepted_tokens_per_pos{position=\"2\"} 1\n",

@@ -23,9 +23,12 @@
 #include <memory>
 #include <ostream>
 #include <random>
+#include <span>
 #include <string>
+#include <utility>
 #include <vector>
 
+#include "base/random.h"
 #include "comm/communicator.h"
 #include "cuda/cuda_backend.h"
 #include "cuda/cuda_sampler.h"
@@ -46,6 +49,39 @@ constexpr int kProposals = 4;  // the most a step proposes, and the verification
 constexpr int64_t kTokens = cuda_test::kEmulated ? 24 : 64;
 
 // A backend configuration the test runs under.
+// The proposals of the sequence being generated: its plain run's output, 1 to
+// kProposals of the tokens after what rank 0 was fed, each wrong with
+// probability 0.3 by a hash of its position (so both runners' proposers,
+// fed the same tokens, propose the same).
+struct Oracle {
+  const std::vector<int32_t>* tokens = nullptr;  // null: no proposals
+  int64_t prompt = 0;
+  uint64_t seed = 0;
+};
+
+class OracleProposer final : public speculative::Proposer {
+ public:
+  explicit OracleProposer(const Oracle* oracle) : oracle_(oracle) {}
+  void Append(std::span<const int32_t> tokens) override { fed_ += std::ssize(tokens); }
+  int32_t Propose(std::span<int32_t> out) override {
+    if (oracle_->tokens == nullptr) return 0;
+    const int64_t have = fed_ - oracle_->prompt;
+    const uint64_t h = SplitMix64(oracle_->seed ^ static_cast<uint64_t>(have));
+    const int64_t n = std::clamp<int64_t>(std::min<int64_t>(1 + static_cast<int64_t>(h % kProposals),
+                                                            kTokens - have - 1), 0, std::ssize(out));
+    for (int64_t i = 0; i < n; ++i) {
+      int32_t t = (*oracle_->tokens)[static_cast<size_t>(have + i)];
+      if (SplitMix64(h + static_cast<uint64_t>(i)) % 10 < 3) t = (t + 1) % kVocab;
+      out[static_cast<size_t>(i)] = t;
+    }
+    return static_cast<int32_t>(n);
+  }
+
+ private:
+  const Oracle* oracle_;
+  int64_t fed_ = 0;
+};
+
 struct Config {
   const char* name;
   cuda::KernelSet kernels;
@@ -62,7 +98,8 @@ struct Runner {
   std::unique_ptr<KvCache> cache;
   std::unique_ptr<StepRunner> runner;
 
-  static std::unique_ptr<Runner> Make(const std::filesystem::path& dir, const Config& config, bool eager) {
+  static std::unique_ptr<Runner> Make(const std::filesystem::path& dir, const Config& config, bool eager,
+                                      const Oracle* oracle) {
     auto r = std::make_unique<Runner>();
     CudaBackendOptions bo;
     bo.kernels = config.kernels;
@@ -96,6 +133,9 @@ struct Runner {
     ro.enforce_eager = eager;
     ro.sampler = r->sampler.get();
     ro.keep_logits = true;  // the host-sampled (verification) rows come back
+    ro.num_speculative_tokens = kProposals;
+    ro.proposers = {.method = "ngram", .num_speculative_tokens = kProposals};
+    ro.make_proposer = [oracle](uint64_t) { return std::make_unique<OracleProposer>(oracle); };
     r->runner = std::make_unique<StepRunner>(*r->model, *r->cache, /*rank=*/0, ro);
     const absl::Status warm = r->runner->WarmUp();
     EXPECT_TRUE(warm.ok()) << warm;
@@ -112,8 +152,8 @@ class SpeculativeGraphTest : public ::testing::TestWithParam<Config> {
     dir_ = cuda_test::MakeTestModel("tpserve_speculative_graph", "qwen3",
                                     "--arch qwen3 --hidden 64 --intermediate 96 --layers 2 --heads 2 --kv-heads 1 "
                                     "--head-dim 64 --vocab 263 --dtype bf16 --tie 0 --seed 47 --max-pos 128");
-    graphs_ = Runner::Make(dir_, GetParam(), /*eager=*/false);
-    eager_ = Runner::Make(dir_, GetParam(), /*eager=*/true);
+    graphs_ = Runner::Make(dir_, GetParam(), /*eager=*/false, &oracle_);
+    eager_ = Runner::Make(dir_, GetParam(), /*eager=*/true, &oracle_);
     ASSERT_NE(graphs_, nullptr);
     ASSERT_NE(eager_, nullptr);
     ASSERT_TRUE(graphs_->runner->uses_graphs());
@@ -157,33 +197,34 @@ class SpeculativeGraphTest : public ::testing::TestWithParam<Config> {
   }
 
   // Generates `n` tokens for sequence `id` on both runners; with `oracle`,
-  // each step after the first proposes up to kProposals of its next tokens.
+  // it speculates: after each step rank 0 proposes 1 to kProposals of its
+  // next tokens (OracleProposer), and the next step has kProposals slots.
   std::vector<int32_t> Generate(uint64_t id, const std::vector<int32_t>& prompt, const SamplingParams& sampling,
                                 const std::vector<int32_t>* oracle, std::mt19937_64& rng) {
+    oracle_ = Oracle{.tokens = oracle, .prompt = std::ssize(prompt), .seed = rng()};
+    const int32_t ask = oracle != nullptr ? kProposals : 0;
     std::vector<int32_t> out, table;
     StepPlan first;
     first.finished.swap(done_);
     first.new_sequences.push_back(NewSequencePlan{.seq_id = id, .prompt = prompt, .token_ids = prompt,
                                                   .block_ids = Grow(table, std::ssize(prompt)),
-                                                  .sampling = sampling, .sample = true});
+                                                  .sampling = sampling, .sample = true,
+                                                  .speculate = oracle != nullptr, .num_proposals = ask});
     first.order = {id};
     std::vector<StepToken> got = Run(first);
     if (got.empty()) return out;
     out.push_back(got[0].sampled.token);
     int64_t computed = std::ssize(prompt);
+    int64_t keep = -1;  // the next plan's keep_blocks: the table was cut since
     for (int64_t step = 0; std::ssize(out) < kTokens && !::testing::Test::HasFailure(); ++step) {
-      ContinuingSequencePlan c{.seq_id = id, .sample = true, .decode_sampled = true};
+      ContinuingSequencePlan c{.seq_id = id, .sample = true, .decode_sampled = true, .num_proposals = ask};
       if (oracle != nullptr) {
-        const int64_t room =
-            std::min<int64_t>(1 + static_cast<int64_t>(rng() % kProposals), kTokens - std::ssize(out) - 1);
-        for (int64_t i = 0; i < room; ++i) {
-          int32_t t = (*oracle)[static_cast<size_t>(std::ssize(out) + i)];
-          if (std::bernoulli_distribution(0.3)(rng)) t = (t + 1) % kVocab;
-          c.draft_token_ids.push_back(t);
-        }
-        verifications_ += c.draft_token_ids.empty() ? 0 : 1;
+        c.num_draft_slots = static_cast<int32_t>(std::clamp<int64_t>(kTokens - std::ssize(out) - 1, 0, kProposals));
+        verifications_ += graphs_->runner->drafts(id).empty() || c.num_draft_slots == 0 ? 0 : 1;
+        EXPECT_EQ(graphs_->runner->drafts(id), eager_->runner->drafts(id));
       }
-      c.new_block_ids = Grow(table, computed + 1 + std::ssize(c.draft_token_ids));
+      c.keep_blocks = std::exchange(keep, -1);
+      c.new_block_ids = Grow(table, computed + 1 + c.num_draft_slots);
       StepPlan plan;
       plan.continuing.push_back(c);
       plan.order = {id};
@@ -192,9 +233,12 @@ class SpeculativeGraphTest : public ::testing::TestWithParam<Config> {
       accepted_ += std::ssize(got) - 1;
       for (const StepToken& t : got) out.push_back(t.sampled.token);
       computed += std::ssize(got);
-      while (std::ssize(table) > BlockManager::BlocksFor(computed, kBlockSize)) {  // Scheduler::OnStepDone
-        free_.push_back(table.back());
-        table.pop_back();
+      if (std::ssize(table) > BlockManager::BlocksFor(computed, kBlockSize)) {  // Scheduler::OnStepDone
+        while (std::ssize(table) > BlockManager::BlocksFor(computed, kBlockSize)) {
+          free_.push_back(table.back());
+          table.pop_back();
+        }
+        keep = std::ssize(table);
       }
     }
     done_.push_back(id);
@@ -206,6 +250,7 @@ class SpeculativeGraphTest : public ::testing::TestWithParam<Config> {
   std::unique_ptr<Runner> graphs_, eager_;
   std::vector<int32_t> free_;
   std::vector<uint64_t> done_;
+  Oracle oracle_;               // the proposals of the sequence being generated
   int64_t verifications_ = 0;  // steps that carried proposals
   int64_t accepted_ = 0;       // proposals kept
   int64_t logits_rows_ = 0;    // host-sampled rows compared

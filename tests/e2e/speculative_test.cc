@@ -11,7 +11,9 @@
 //   the CPU backend is batch-invariant and a verification row has the bits
 //   of the one-token step, docs/architecture.md) and end the same way; every
 //   block is free at the end; proposals were accepted (the comparison is not
-//   vacuous). Each proposer, overlap on and off, tp 1 and 2.
+//   vacuous); with overlap, drafts were verified by steps sent one step ahead
+//   (tpserve:spec_decode_num_pipelined_drafts), without it none. Each
+//   proposer, overlap on and off, tp 1 and 2.
 // * A stop inside an accepted run: the greedy output of one request, then
 //   the same request ended by a stop id at a token of it, and by max_tokens:
 //   each ends exactly there, nothing after it streamed.
@@ -194,12 +196,20 @@ TEST_P(SpeculativeTest, SpeculatedRequestsStreamWhatUnspeculatedOnesDo) {
   EXPECT_GT(info.spec_decode_num_accepted_tokens(), 0u) << "nothing accepted: the comparison proves nothing";
   EXPECT_LT(info.spec_decode_num_accepted_tokens(), info.spec_decode_num_draft_tokens());
   ExpectPerPositionAddsUp(info, 4);
+  // With overlap a speculating sequence is pipelined like any other: drafts
+  // verified by steps sent while the sequence's step before was in flight.
+  if (m.overlap) {
+    EXPECT_GT(info.spec_decode_num_pipelined_drafts(), 0u) << "no speculating step was sent one step ahead";
+  } else {
+    EXPECT_EQ(info.spec_decode_num_pipelined_drafts(), 0u);
+  }
   EXPECT_GT(info.num_preemptions_total(), 0u) << "the small pool preempted nothing";
   EXPECT_GT(stopped, 0) << "no request ended by a stop";
   EXPECT_EQ(info.free_blocks(), info.num_blocks()) << "blocks still held after every request ended";
   std::cout << "accepted " << info.spec_decode_num_accepted_tokens() << " of "
             << info.spec_decode_num_draft_tokens() << " proposed tokens in " << info.spec_decode_num_drafts()
-            << " drafts; " << info.num_preemptions_total() << " preemptions\n";
+            << " drafts (" << info.spec_decode_num_pipelined_drafts() << " one step ahead); "
+            << info.num_preemptions_total() << " preemptions\n";
 }
 
 INSTANTIATE_TEST_SUITE_P(Modes, SpeculativeTest,

@@ -41,6 +41,7 @@ void ExpectSameSampling(const SamplingParams& got, const SamplingParams& want) {
 TEST(StepConvertTest, APlanSurvivesTheWireFieldForField) {
   StepPlan plan;
   plan.finished = {3, 5};
+  plan.preempted = {5};
   plan.new_sequences.push_back(NewSequencePlan{.seq_id = 7,
                                                .prompt = {11, 12, 13, 14, 15, 16, 17},
                                                .output = {18, 19},
@@ -48,7 +49,9 @@ TEST(StepConvertTest, APlanSurvivesTheWireFieldForField) {
                                                .num_computed_tokens = 4,
                                                .block_ids = {8, 2, 6},
                                                .sampling = Seeded(),
-                                               .sample = true});
+                                               .sample = true,
+                                               .speculate = true,
+                                               .num_proposals = 3});
   plan.new_sequences.push_back(NewSequencePlan{.seq_id = 9, .prompt = {1}, .output = {}, .token_ids = {1},
                                                .num_computed_tokens = 0, .block_ids = {4},
                                                .sampling = SamplingParams{}, .sample = true});
@@ -56,8 +59,9 @@ TEST(StepConvertTest, APlanSurvivesTheWireFieldForField) {
                                                    .replaced_blocks = {{.index = 1, .block_id = 31}},
                                                    .token_ids = {4, 5}, .sample = false});
   plan.block_copies = {{.src = 12, .dst = 31}, {.src = 12, .dst = 33}};
-  plan.continuing.push_back(ContinuingSequencePlan{.seq_id = 2, .new_block_ids = {}, .token_ids = {40},
-                                                   .sample = true});
+  plan.continuing.push_back(ContinuingSequencePlan{.seq_id = 2, .new_block_ids = {}, .sample = true,
+                                                   .decode_sampled = true, .num_draft_slots = 4,
+                                                   .num_proposals = 2});
   plan.order = {7, 1, 9, 2};
 
   const iv1::Step proto = StepPlanToProto(plan, 42);
@@ -66,6 +70,7 @@ TEST(StepConvertTest, APlanSurvivesTheWireFieldForField) {
   absl::StatusOr<StepPlan> back = StepPlanFromProto(proto);
   ASSERT_TRUE(back.ok()) << back.status();
   EXPECT_EQ(back->finished, plan.finished);
+  EXPECT_EQ(back->preempted, plan.preempted);
   EXPECT_EQ(back->order, plan.order);
   ASSERT_EQ(back->new_sequences.size(), 2u);
   for (size_t i = 0; i < 2; ++i) {
@@ -78,6 +83,8 @@ TEST(StepConvertTest, APlanSurvivesTheWireFieldForField) {
     EXPECT_EQ(got.num_computed_tokens, want.num_computed_tokens);
     EXPECT_EQ(got.block_ids, want.block_ids);
     EXPECT_EQ(got.sample, want.sample);
+    EXPECT_EQ(got.speculate, want.speculate);
+    EXPECT_EQ(got.num_proposals, want.num_proposals);
     ExpectSameSampling(got.sampling, want.sampling);
   }
   ASSERT_EQ(back->continuing.size(), 2u);
@@ -86,6 +93,9 @@ TEST(StepConvertTest, APlanSurvivesTheWireFieldForField) {
     EXPECT_EQ(back->continuing[i].new_block_ids, plan.continuing[i].new_block_ids);
     EXPECT_EQ(back->continuing[i].token_ids, plan.continuing[i].token_ids);
     EXPECT_EQ(back->continuing[i].sample, plan.continuing[i].sample);
+    EXPECT_EQ(back->continuing[i].decode_sampled, plan.continuing[i].decode_sampled);
+    EXPECT_EQ(back->continuing[i].num_draft_slots, plan.continuing[i].num_draft_slots);
+    EXPECT_EQ(back->continuing[i].num_proposals, plan.continuing[i].num_proposals);
     ASSERT_EQ(back->continuing[i].replaced_blocks.size(), plan.continuing[i].replaced_blocks.size());
     for (size_t r = 0; r < plan.continuing[i].replaced_blocks.size(); ++r) {
       EXPECT_EQ(back->continuing[i].replaced_blocks[r].index, plan.continuing[i].replaced_blocks[r].index);
@@ -133,7 +143,8 @@ TEST(StepConvertTest, ANewSequenceWithoutSamplingIsRefusedByName) {
 
 TEST(StepConvertTest, SampledTokensSurviveTheWire) {
   const std::vector<StepToken> tokens = {
-      {.seq_id = 4, .sampled = {.token = 17, .logprob = -0.25f, .top = {{17, -0.25f}, {3, -2.5f}}}, .logits = {}},
+      {.seq_id = 4, .sampled = {.token = 17, .logprob = -0.25f, .top = {{17, -0.25f}, {3, -2.5f}}}, .logits = {},
+       .num_proposed = 3},
       {.seq_id = 2, .sampled = {.token = 0, .logprob = 0, .top = {}}, .logits = {}}};
   iv1::StepResult result;
   AppendTokens(tokens, result);
@@ -144,6 +155,7 @@ TEST(StepConvertTest, SampledTokensSurviveTheWire) {
     EXPECT_EQ(back[i].sampled.token, tokens[i].sampled.token);
     EXPECT_EQ(back[i].sampled.logprob, tokens[i].sampled.logprob);
     EXPECT_EQ(back[i].sampled.top, tokens[i].sampled.top);
+    EXPECT_EQ(back[i].num_proposed, tokens[i].num_proposed);
   }
 }
 

@@ -1,8 +1,9 @@
 // ProposerSet: every sequence's proposals equal those of a proposer of its own
-// fed the same tokens (however the set is fed: runs of any size, repeated
-// lists), with suffix decoding's SuffixCache holding the outputs of the
-// sequences that ended; Add starts a sequence over (a recompute), Remove
-// without output leaves the cache alone; the options' errors name the flag.
+// fed the same tokens (the set fed in runs of any size, empty ones too), with
+// suffix decoding's SuffixCache holding the outputs of the sequences that
+// ended; Add starts a sequence over (a recompute), Remove without output
+// leaves the cache alone; a factory replaces the method's proposers; the
+// options' errors name the flag.
 #include "speculative/proposer_set.h"
 
 #include <algorithm>
@@ -92,12 +93,12 @@ TEST_P(ProposerSetTest, ProposesWhatItsOwnProposerFedTheSameTokensProposes) {
     Seq& s = seqs[rng() % seqs.size()];
     ++turns;
     const size_t to = std::min(s.tokens.size(), s.fed + 1 + rng() % 7);
-    const std::span<const int32_t> known(s.tokens.data(), to);
-    set->Extend(s.id, known);
-    if (rng() % 4 == 0) set->Extend(s.id, known);  // nothing new: ignored
-    s.alone->Append(known.subspan(s.fed));
+    const std::span<const int32_t> run(s.tokens.data() + s.fed, to - s.fed);
+    set->Append(s.id, run);
+    if (rng() % 4 == 0) set->Append(s.id, {});  // nothing new
+    s.alone->Append(run);
     s.fed = to;
-    ASSERT_EQ(set->fed(s.id), std::ssize(known));
+    ASSERT_EQ(set->fed(s.id), static_cast<int64_t>(to));
     const auto room = static_cast<size_t>(rng() % (kK + 3));
     std::vector<int32_t> got(room, -1), want(room, -1);
     const int32_t n = set->Propose(s.id, got);
@@ -153,17 +154,17 @@ TEST_P(ProposerSetTest, AddStartsOverAndUnknownIdsAreIgnored) {
   };
   std::vector<int32_t> out(kK, -1);
   set->Add(7);
-  set->Extend(7, a);
+  set->Append(7, a);
   EXPECT_EQ(Proposal(set->Propose(7, out), out), alone(a));
   EXPECT_FALSE(alone(a).empty()) << "a repeats: a match";
   set->Add(7);  // starts over: fed from its first token again
   EXPECT_EQ(set->fed(7), 0);
-  set->Extend(7, b);
+  set->Append(7, b);
   EXPECT_EQ(set->fed(7), std::ssize(b));
   EXPECT_EQ(Proposal(set->Propose(7, out), out), alone(b));
 
   EXPECT_EQ(set->Propose(8, out), 0);
-  set->Extend(8, a);
+  set->Append(8, a);
   EXPECT_EQ(set->fed(8), 0);
   set->Remove(8, a);  // unknown: nothing joins the cache
   EXPECT_FALSE(set->contains(8));
@@ -175,6 +176,30 @@ TEST_P(ProposerSetTest, AddStartsOverAndUnknownIdsAreIgnored) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Methods, ProposerSetTest, ::testing::Values("ngram", "suffix"));
+
+// A factory's proposers replace the method's (tests of the verification
+// choose their proposals): each sequence gets its own, fed like any other.
+TEST(ProposerSetCreateTest, AFactoryMakesTheProposers) {
+  std::vector<uint64_t> made;
+  absl::StatusOr<ProposerSet> set = ProposerSet::Create(Config("suffix"), [&](uint64_t id) {
+    made.push_back(id);
+    return Alone(Config("ngram"), nullptr);
+  });
+  ASSERT_TRUE(set.ok()) << set.status();
+  EXPECT_EQ(set->suffix_cache(), nullptr) << "the factory's proposers use no suffix cache";
+  set->Add(4);
+  set->Add(5);
+  EXPECT_EQ(made, (std::vector<uint64_t>{4, 5}));
+  const std::vector<int32_t> a = {1, 2, 3, 1, 2, 3, 1, 2};
+  set->Append(4, a);
+  std::vector<int32_t> out(kK, -1);
+  std::unique_ptr<Proposer> ngram = Alone(Config("ngram"), nullptr);
+  ngram->Append(a);
+  std::vector<int32_t> want(kK, -1);
+  const int32_t m = ngram->Propose(want);
+  EXPECT_EQ(Proposal(set->Propose(4, out), out), Proposal(m, want));
+  EXPECT_GT(m, 0);
+}
 
 TEST(ProposerSetCreateTest, ErrorsNameTheFlag) {
   absl::StatusOr<ProposerSet> off = ProposerSet::Create(Config("off"));

@@ -28,6 +28,7 @@
 #include <iostream>
 #include <memory>
 #include <span>
+#include <utility>
 #include <vector>
 
 #include "backend/cpu_backend.h"
@@ -55,6 +56,26 @@ constexpr double kFalseAlarm = 1e-6;
 
 const std::vector<int32_t> kAllowed = {7, 31, 64, 130, 255};  // sorted, unique
 const std::vector<int32_t> kPrompt = {31, 12, 7, 200, 64, 31, 9};
+
+// Rank 0's proposer here: the fixed proposals at the positions after what it
+// was fed (the prompt, then each token sampled), up to kDrafts and kLength.
+class FixedProposer final : public speculative::Proposer {
+ public:
+  explicit FixedProposer(const std::vector<int32_t>* const* drafts) : drafts_(drafts) {}
+  void Append(std::span<const int32_t> tokens) override { fed_ += std::ssize(tokens); }
+  int32_t Propose(std::span<int32_t> out) override {
+    const int64_t have = fed_ - std::ssize(kPrompt);  // output tokens so far
+    const std::vector<int32_t>* drafts = *drafts_;
+    if (drafts == nullptr) return 0;
+    const int64_t n = std::clamp<int64_t>(std::min<int64_t>(kDrafts, kLength - have), 0, std::ssize(out));
+    for (int64_t i = 0; i < n; ++i) out[static_cast<size_t>(i)] = (*drafts)[static_cast<size_t>(have + i)];
+    return static_cast<int32_t>(n);
+  }
+
+ private:
+  const std::vector<int32_t>* const* drafts_;  // the test's proposals of the arm being generated
+  int64_t fed_ = 0;
+};
 
 struct Arm {
   std::vector<int64_t> cells;        // [5^kLength] samples per output
@@ -85,7 +106,10 @@ class SpeculativeDistributionTest : public ::testing::Test {
     absl::StatusOr<KvCache> cache = KvCache::Allocate(*backend_, model_->kv_cache_shape(kNumBlocks, kBlockSize));
     ASSERT_TRUE(cache.ok()) << cache.status();
     cache_ = std::make_unique<KvCache>(*std::move(cache));
-    runner_ = std::make_unique<StepRunner>(*model_, *cache_, /*rank=*/0);
+    StepRunnerOptions o;
+    o.proposers = {.method = "ngram", .num_speculative_tokens = kDrafts};
+    o.make_proposer = [this](uint64_t) { return std::make_unique<FixedProposer>(&drafts_); };
+    runner_ = std::make_unique<StepRunner>(*model_, *cache_, /*rank=*/0, std::move(o));
     for (int32_t b = 0; b < kNumBlocks; ++b) free_.push_back(b);
     controls_ = std::make_shared<TokenControls>();
     controls_->allowed_token_ids = kAllowed;
@@ -97,6 +121,7 @@ class SpeculativeDistributionTest : public ::testing::Test {
     std::vector<int32_t> tokens;  // generated
     int64_t computed = 0;         // positions in the cache
     bool decoding = false;        // past its prefill
+    int64_t keep = -1;            // the next plan's keep_blocks: its table was cut since
   };
 
   // Blocks so that `table` holds `positions`; the ids added.
@@ -112,11 +137,13 @@ class SpeculativeDistributionTest : public ::testing::Test {
   }
 
   // Generates kLength tokens (or one more: a step's last) from kPrompt for each
-  // of `seeds` (at most kBatch), side by side. With `drafts`, every step after
-  // the prefill proposes the tokens of `drafts` at the positions it computes,
-  // up to kDrafts, none past kLength.
+  // of `seeds` (at most kBatch), side by side. With `drafts`, they speculate:
+  // after each step rank 0 proposes the tokens of `drafts` at the positions
+  // that follow (FixedProposer), up to kDrafts, none past kLength, and the
+  // next step has that many draft slots.
   std::vector<std::vector<int32_t>> Generate(const SamplingParams& sampling, std::span<const uint64_t> seeds,
                                              const std::vector<int32_t>* drafts, Arm* arm) {
+    drafts_ = drafts;
     std::vector<Live> live(seeds.size());
     StepPlan plan;
     plan.finished.swap(done_);
@@ -127,7 +154,8 @@ class SpeculativeDistributionTest : public ::testing::Test {
       p.controls = controls_;
       plan.new_sequences.push_back(NewSequencePlan{.seq_id = live[i].id, .prompt = kPrompt, .token_ids = kPrompt,
                                                    .block_ids = Grow(live[i].table, std::ssize(kPrompt)),
-                                                   .sampling = p, .sample = true});
+                                                   .sampling = p, .sample = true, .speculate = drafts != nullptr,
+                                                   .num_proposals = drafts != nullptr ? int32_t{kDrafts} : 0});
       plan.order.push_back(live[i].id);
       live[i].computed = std::ssize(kPrompt);
     }
@@ -140,16 +168,21 @@ class SpeculativeDistributionTest : public ::testing::Test {
       for (uint64_t id : plan.order) {
         Live& s = *std::find_if(live.begin(), live.end(), [&](const Live& l) { return l.id == id; });
         const size_t first = next;
+        if (arm != nullptr && next < got->size() && (*got)[next].seq_id == id) arm->proposed += (*got)[next].num_proposed;
         while (next < got->size() && (*got)[next].seq_id == id) s.tokens.push_back((*got)[next++].sampled.token);
         const int64_t accepted = static_cast<int64_t>(next - first) - 1;
         if (arm != nullptr && accepted > 0) {
           for (int64_t a = 0; a < accepted; ++a) ++arm->kept_at[static_cast<size_t>(a)];
         }
         if (s.decoding) s.computed += accepted + 1;  // its input token and the proposals kept
-        // As Scheduler::OnStepDone: the blocks past the computed positions go back.
-        while (std::ssize(s.table) > BlockManager::BlocksFor(s.computed, kBlockSize)) {
-          free_.push_back(s.table.back());
-          s.table.pop_back();
+        // As Scheduler::OnStepDone: the blocks past the computed positions go
+        // back, and the next plan cuts the runner's table to match.
+        if (std::ssize(s.table) > BlockManager::BlocksFor(s.computed, kBlockSize)) {
+          while (std::ssize(s.table) > BlockManager::BlocksFor(s.computed, kBlockSize)) {
+            free_.push_back(s.table.back());
+            s.table.pop_back();
+          }
+          s.keep = std::ssize(s.table);
         }
       }
       plan = StepPlan{};
@@ -162,14 +195,13 @@ class SpeculativeDistributionTest : public ::testing::Test {
           continue;
         }
         ContinuingSequencePlan c{.seq_id = s.id, .sample = true, .decode_sampled = true};
-        const int64_t have = std::ssize(s.tokens);
-        if (drafts != nullptr) {
-          for (int64_t i = have; i < std::min(have + kDrafts, kLength); ++i) {
-            c.draft_token_ids.push_back((*drafts)[static_cast<size_t>(i)]);
-          }
-          if (arm != nullptr) arm->proposed += std::ssize(c.draft_token_ids);
+        if (drafts != nullptr) {  // as many slots as rank 0 proposed: kDrafts, none past kLength
+          c.num_draft_slots = static_cast<int32_t>(std::min<int64_t>(kDrafts, kLength - std::ssize(s.tokens)));
+          c.num_proposals = static_cast<int32_t>(kDrafts);
+          EXPECT_EQ(std::ssize(runner_->drafts(s.id)), c.num_draft_slots);
         }
-        c.new_block_ids = Grow(s.table, s.computed + 1 + std::ssize(c.draft_token_ids));
+        c.keep_blocks = std::exchange(s.keep, -1);
+        c.new_block_ids = Grow(s.table, s.computed + 1 + c.num_draft_slots);
         s.decoding = true;
         plan.continuing.push_back(std::move(c));
       }
@@ -177,7 +209,7 @@ class SpeculativeDistributionTest : public ::testing::Test {
       // Multi-token sequences (those verifying proposals) first, as the scheduler orders them.
       for (bool with_drafts : {true, false}) {
         for (const ContinuingSequencePlan& c : plan.continuing) {
-          if (c.draft_token_ids.empty() != with_drafts) plan.order.push_back(c.seq_id);
+          if (runner_->drafts(c.seq_id).empty() != with_drafts) plan.order.push_back(c.seq_id);
         }
       }
     }
@@ -254,6 +286,7 @@ class SpeculativeDistributionTest : public ::testing::Test {
   std::shared_ptr<TokenControls> controls_;
   std::vector<int32_t> free_;
   std::vector<uint64_t> done_;  // generated, to be dropped by the next plan
+  const std::vector<int32_t>* drafts_ = nullptr;  // the proposals of the arm being generated (FixedProposer)
   uint64_t next_id_ = 1;
 };
 

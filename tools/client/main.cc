@@ -390,6 +390,7 @@ int Info(v1::Generation::Stub& stub) {
   s["spec_decode_num_drafts"] = server.spec_decode_num_drafts();
   s["spec_decode_num_draft_tokens"] = server.spec_decode_num_draft_tokens();
   s["spec_decode_num_accepted_tokens"] = server.spec_decode_num_accepted_tokens();
+  s["spec_decode_num_pipelined_drafts"] = server.spec_decode_num_pipelined_drafts();
   s["spec_decode_num_accepted_tokens_per_pos"] =
       std::vector<uint64_t>(server.spec_decode_num_accepted_tokens_per_pos().begin(),
                             server.spec_decode_num_accepted_tokens_per_pos().end());
