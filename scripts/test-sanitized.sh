@@ -6,10 +6,15 @@
 #   scripts/test-sanitized.sh -L unit      pass ctest arguments instead of the default labels
 #   TPSERVE_ASAN_BUILD_DIR=DIR             build somewhere else than build-asan
 #   TPSERVE_ASAN_CXX=clang++               compile with clang instead of GCC: at -O0 with ASan it
-#                                          compiled 6 random files in 58% of GCC's CPU time, but
-#                                          two grammar_matcher_test cases then ran past ctest's
-#                                          300 s where GCC's build takes 45 s (2026-12-03), so
-#                                          GCC stays the default
+#                                          compiled 6 random files in 58% of GCC's CPU time. Its
+#                                          first run had two grammar_matcher_test cases past
+#                                          ctest's 300 s: clang 14 does not define GCC's
+#                                          __SANITIZE_ADDRESS__, so the tests that scale their work
+#                                          down under ASan ran their full workload (5x the rounds);
+#                                          they ask base/sanitizers.h now (TPSERVE_ASAN), and the two
+#                                          take 39 + 7 s with clang, 30 + 6 with GCC (2026-12-03).
+#                                          GCC stays the default until a whole clang run (build CPU
+#                                          time against the tests' ~1.3x) is measured
 #
 # Every process the tests start (the tests themselves, and the tpserve-coordinator,
 # tpserve-worker and tpserve-generate binaries the e2e harness spawns from the same

@@ -14,15 +14,13 @@
 #include <string_view>
 #include <vector>
 
-#if defined(__SANITIZE_ADDRESS__)
+#include "base/sanitizers.h"
+#if TPSERVE_ASAN
 #include <sanitizer/asan_interface.h>
 #include <sanitizer/common_interface_defs.h>
-#define TPSERVE_EMU_ASAN 1
-#else
-#define TPSERVE_EMU_ASAN 0
 #endif
 
-#if TPSERVE_EMU_ASAN
+#if TPSERVE_ASAN
 // A failed launch abandons its threads' stacks mid-kernel (what they own leaks
 // by design), so leak checking would fail the tests that expect a failure.
 extern "C" const char* __asan_default_options() { return "detect_leaks=0"; }
@@ -72,7 +70,7 @@ namespace {
 
 // Bytes of stack per emulated thread (ASan's redzones need more); the lowest
 // page of each is a guard page, so an overflow faults instead of corrupting.
-constexpr size_t kStackBytes = TPSERVE_EMU_ASAN ? 256 * 1024 : 64 * 1024;
+constexpr size_t kStackBytes = TPSERVE_ASAN ? 256 * 1024 : 64 * 1024;
 
 enum class State { kRunnable, kBarrier, kWarpOp, kDone };
 
@@ -185,11 +183,11 @@ Block& CurrentBlock() {
 // Switches from the running fiber back to the scheduler.
 void YieldToScheduler(Block& b, bool dying = false) {
   Fiber& f = *b.current;
-#if TPSERVE_EMU_ASAN
+#if TPSERVE_ASAN
   __sanitizer_start_switch_fiber(dying ? nullptr : &f.fake_stack, b.scheduler_stack, b.scheduler_stack_size);
 #endif
   tpserve_emu_switch(&f.sp, b.scheduler_sp);
-#if TPSERVE_EMU_ASAN
+#if TPSERVE_ASAN
   __sanitizer_finish_switch_fiber(f.fake_stack, nullptr, nullptr);
 #endif
   (void)dying;
@@ -214,7 +212,7 @@ void YieldToScheduler(Block& b, bool dying = false) {
 
 void FiberMain() {
   Block& b = *t_block;
-#if TPSERVE_EMU_ASAN
+#if TPSERVE_ASAN
   __sanitizer_finish_switch_fiber(nullptr, &b.scheduler_stack, &b.scheduler_stack_size);
 #endif
   (*b.body)();
@@ -226,12 +224,12 @@ void FiberMain() {
 
 void Resume(Block& b, Fiber& f) {
   b.current = &f;
-#if TPSERVE_EMU_ASAN
+#if TPSERVE_ASAN
   void* fake = nullptr;
   __sanitizer_start_switch_fiber(&fake, f.stack, kStackBytes);
 #endif
   tpserve_emu_switch(&b.scheduler_sp, f.sp);
-#if TPSERVE_EMU_ASAN
+#if TPSERVE_ASAN
   __sanitizer_finish_switch_fiber(fake, nullptr, nullptr);
 #endif
   b.current = nullptr;
@@ -451,7 +449,7 @@ void RunBlock(Block& b, uint3 block_idx) {
     }
   }
   Schedule(b);
-#if TPSERVE_EMU_ASAN
+#if TPSERVE_ASAN
   // A failed block leaves its threads' frames, and ASan's poisoned redzones in
   // them, on stacks the next launch reuses.
   if (!b.error.empty()) {

@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "base/sanitizers.h"
 #include "cuda/mma.cuh"
 #include "cuda/reduce.cuh"
 #include "cuda/simt.cuh"
@@ -389,7 +390,7 @@ __global__ void SharedOnePastTheEnd(int* out) {
 }
 
 TEST(SimtDeathTest, OutOfBoundsGlobalAndSharedAccessesAreReported) {
-#if !defined(__SANITIZE_ADDRESS__)
+#if !TPSERVE_ASAN
   GTEST_SKIP() << "built without AddressSanitizer (no runtime found at configure): bounds are not checked";
 #endif
   GTEST_FLAG_SET(death_test_style, "threadsafe");

@@ -12,6 +12,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "base/sanitizers.h"
 #include "nlohmann/json.hpp"
 #include "tests/e2e/harness.h"
 #include "tests/httpd/raw_client.h"
@@ -30,11 +31,7 @@ constexpr int64_t kRssSlackKb = 64 << 10;
 // Under AddressSanitizer freed memory waits in its quarantine (256 MB) rather
 // than going back: the memory bounds are checked in the normal build only,
 // and the slow attacks are shorter.
-#if defined(__SANITIZE_ADDRESS__)
-constexpr bool kSanitized = true;
-#else
-constexpr bool kSanitized = false;
-#endif
+constexpr bool kSanitized = kAddressSanitizer;
 
 class HttpAttackTest : public ::testing::Test {
  protected:

@@ -13,6 +13,7 @@
 #include <gtest/gtest.h>
 
 #include "absl/strings/str_cat.h"
+#include "base/sanitizers.h"
 #include "grammar/compiled_grammar.h"
 #include "grammar/ebnf.h"
 #include "grammar/grammar.h"
@@ -144,7 +145,7 @@ std::string ToGbnf(const RefGrammar& g) {
 // These tests hold languages to the reference, not time to a limit: the
 // compile gets minutes, and a sanitized build (about ten times slower) runs
 // fewer rounds of each test (a round is one random grammar and its walk).
-#if defined(__SANITIZE_ADDRESS__)
+#if TPSERVE_ASAN
 constexpr int kRoundScale = 5;
 #else
 constexpr int kRoundScale = 1;

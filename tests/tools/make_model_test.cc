@@ -17,6 +17,7 @@
 #include <set>
 #include <sstream>
 
+#include "base/sanitizers.h"
 #include "model/config.h"
 #include "model/safetensors.h"
 #include "nlohmann/json.hpp"
@@ -512,7 +513,7 @@ int64_t PeakRss(const std::vector<std::string>& argv) {
 }
 
 TEST(MakeModelTest, WritesShardByShard) {
-#if defined(__SANITIZE_ADDRESS__)
+#if TPSERVE_ASAN
   GTEST_SKIP() << "AddressSanitizer keeps freed shards in its quarantine, so peak RSS says nothing here";
 #endif
   // ~400 MB of bf16 weights in files of at most 50 MB: the generator must not hold them all.

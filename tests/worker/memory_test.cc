@@ -16,6 +16,7 @@
 // layers mapped (estimated ~150 MB) exceeds the bound (~125 MB).
 #include <fstream>
 
+#include "base/sanitizers.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
 #include "tests/worker/worker_test_util.h"
@@ -49,18 +50,6 @@ uint64_t FolderBytes(const std::filesystem::path& dir, const std::string& ext) {
 // AddressSanitizer keeps freed blocks in quarantine and pads every allocation, so
 // the peak RSS of a sanitized build (scripts/test-sanitized.sh) says nothing about
 // the bound; the normal build checks it.
-#if defined(__SANITIZE_ADDRESS__)
-constexpr bool kAddressSanitizer = true;
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer)
-constexpr bool kAddressSanitizer = true;
-#else
-constexpr bool kAddressSanitizer = false;
-#endif
-#else
-constexpr bool kAddressSanitizer = false;
-#endif
-
 TEST(MemoryTest, EachRankAtTp4HoldsAboutAQuarterOfTheWeights) {
   if (kAddressSanitizer) GTEST_SKIP() << "peak RSS under AddressSanitizer includes its quarantine and redzones";
   TempDir dir;
