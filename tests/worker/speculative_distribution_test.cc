@@ -33,9 +33,9 @@
 
 #include "backend/cpu_backend.h"
 #include "gtest/gtest.h"
-#include "scheduler/block_manager.h"
 #include "tests/testing/chi_square.h"
 #include "tests/testing/seed.h"
+#include "tests/testing/step_runner_fixture.h"
 #include "tests/worker/worker_test_util.h"
 #include "worker/step_runner.h"
 
@@ -94,47 +94,26 @@ class SpeculativeDistributionTest : public ::testing::Test {
   static void TearDownTestSuite() { delete dir_; }
 
   void SetUp() override {
-    backend_ = MakeCpuBackend();
-    comm_ = MakeSoloCommunicator();
+    stack_.backend = MakeCpuBackend();
     ModelOptions options;
     options.max_num_tokens = 128;
     options.max_num_seqs = kBatch;
     options.max_num_logits_rows = kBatch * (1 + kDrafts);
-    absl::StatusOr<std::unique_ptr<Model>> model = Model::Load(dir_->path() / "m", *backend_, *comm_, options);
-    ASSERT_TRUE(model.ok()) << model.status();
-    model_ = *std::move(model);
-    absl::StatusOr<KvCache> cache = KvCache::Allocate(*backend_, model_->kv_cache_shape(kNumBlocks, kBlockSize));
-    ASSERT_TRUE(cache.ok()) << cache.status();
-    cache_ = std::make_unique<KvCache>(*std::move(cache));
+    const absl::Status loaded = stack_.Load(dir_->path() / "m", options, kNumBlocks, kBlockSize);
+    ASSERT_TRUE(loaded.ok()) << loaded;
     StepRunnerOptions o;
     o.proposers = {.method = "ngram", .num_speculative_tokens = kDrafts};
     o.make_proposer = [this](uint64_t) { return std::make_unique<FixedProposer>(&drafts_); };
-    runner_ = std::make_unique<StepRunner>(*model_, *cache_, /*rank=*/0, std::move(o));
-    for (int32_t b = 0; b < kNumBlocks; ++b) free_.push_back(b);
+    stack_.MakeRunner(std::move(o));
     controls_ = std::make_shared<TokenControls>();
     controls_->allowed_token_ids = kAllowed;
   }
 
   struct Live {
-    uint64_t id = 0;
-    std::vector<int32_t> table;   // its blocks
-    std::vector<int32_t> tokens;  // generated
-    int64_t computed = 0;         // positions in the cache
-    bool decoding = false;        // past its prefill
-    int64_t keep = -1;            // the next plan's keep_blocks: its table was cut since
+    testing_util::PlannedSequence seq;  // its id, blocks and positions in the cache
+    std::vector<int32_t> tokens;        // generated
+    bool decoding = false;              // past its prefill
   };
-
-  // Blocks so that `table` holds `positions`; the ids added.
-  std::vector<int32_t> Grow(std::vector<int32_t>& table, int64_t positions) {
-    std::vector<int32_t> added;
-    while (std::ssize(table) < BlockManager::BlocksFor(positions, kBlockSize)) {
-      EXPECT_FALSE(free_.empty());
-      added.push_back(free_.back());
-      table.push_back(free_.back());
-      free_.pop_back();
-    }
-    return added;
-  }
 
   // Generates kLength tokens (or one more: a step's last) from kPrompt for each
   // of `seeds` (at most kBatch), side by side. With `drafts`, they speculate:
@@ -148,25 +127,22 @@ class SpeculativeDistributionTest : public ::testing::Test {
     StepPlan plan;
     plan.finished.swap(done_);
     for (size_t i = 0; i < seeds.size(); ++i) {
-      live[i].id = next_id_++;
+      live[i].seq.id = next_id_++;
       SamplingParams p = sampling;
       p.seed = seeds[i];
       p.controls = controls_;
-      plan.new_sequences.push_back(NewSequencePlan{.seq_id = live[i].id, .prompt = kPrompt, .token_ids = kPrompt,
-                                                   .block_ids = Grow(live[i].table, std::ssize(kPrompt)),
-                                                   .sampling = p, .sample = true, .speculate = drafts != nullptr,
-                                                   .num_proposals = drafts != nullptr ? int32_t{kDrafts} : 0});
-      plan.order.push_back(live[i].id);
-      live[i].computed = std::ssize(kPrompt);
+      plan.new_sequences.push_back(live[i].seq.Prefill(pool_, kPrompt, p, /*speculate=*/drafts != nullptr,
+                                                       drafts != nullptr ? int32_t{kDrafts} : 0));
+      plan.order.push_back(live[i].seq.id);
     }
     for (;;) {
-      absl::StatusOr<std::vector<StepToken>> got = runner_->Run(plan);
+      absl::StatusOr<std::vector<StepToken>> got = stack_.runner->Run(plan);
       EXPECT_TRUE(got.ok()) << got.status();
       if (!got.ok()) return {};
       // The step's tokens, each sequence's consecutive, in the plan's order.
       size_t next = 0;
       for (uint64_t id : plan.order) {
-        Live& s = *std::find_if(live.begin(), live.end(), [&](const Live& l) { return l.id == id; });
+        Live& s = *std::find_if(live.begin(), live.end(), [&](const Live& l) { return l.seq.id == id; });
         const size_t first = next;
         if (arm != nullptr && next < got->size() && (*got)[next].seq_id == id) arm->proposed += (*got)[next].num_proposed;
         while (next < got->size() && (*got)[next].seq_id == id) s.tokens.push_back((*got)[next++].sampled.token);
@@ -174,42 +150,31 @@ class SpeculativeDistributionTest : public ::testing::Test {
         if (arm != nullptr && accepted > 0) {
           for (int64_t a = 0; a < accepted; ++a) ++arm->kept_at[static_cast<size_t>(a)];
         }
-        if (s.decoding) s.computed += accepted + 1;  // its input token and the proposals kept
-        // As Scheduler::OnStepDone: the blocks past the computed positions go
-        // back, and the next plan cuts the runner's table to match.
-        if (std::ssize(s.table) > BlockManager::BlocksFor(s.computed, kBlockSize)) {
-          while (std::ssize(s.table) > BlockManager::BlocksFor(s.computed, kBlockSize)) {
-            free_.push_back(s.table.back());
-            s.table.pop_back();
-          }
-          s.keep = std::ssize(s.table);
-        }
+        // A decode computed its input token and the proposals kept; the blocks past them go back.
+        s.seq.Computed(pool_, s.decoding ? accepted + 1 : 0);
       }
       plan = StepPlan{};
       for (Live& s : live) {
-        if (s.table.empty()) continue;  // done before
+        if (s.seq.table.empty()) continue;  // done before
         if (std::ssize(s.tokens) >= kLength) {
-          plan.finished.push_back(s.id);
-          free_.insert(free_.end(), s.table.begin(), s.table.end());
-          s.table.clear();
+          plan.finished.push_back(s.seq.id);
+          pool_.Release(s.seq.table);
           continue;
         }
-        ContinuingSequencePlan c{.seq_id = s.id, .sample = true, .decode_sampled = true};
+        int32_t slots = 0, ask = 0;
         if (drafts != nullptr) {  // as many slots as rank 0 proposed: kDrafts, none past kLength
-          c.num_draft_slots = static_cast<int32_t>(std::min<int64_t>(kDrafts, kLength - std::ssize(s.tokens)));
-          c.num_proposals = static_cast<int32_t>(kDrafts);
-          EXPECT_EQ(std::ssize(runner_->drafts(s.id)), c.num_draft_slots);
+          slots = static_cast<int32_t>(std::min<int64_t>(kDrafts, kLength - std::ssize(s.tokens)));
+          ask = static_cast<int32_t>(kDrafts);
+          EXPECT_EQ(std::ssize(stack_.runner->drafts(s.seq.id)), slots);
         }
-        c.keep_blocks = std::exchange(s.keep, -1);
-        c.new_block_ids = Grow(s.table, s.computed + 1 + c.num_draft_slots);
+        plan.continuing.push_back(s.seq.Decode(pool_, slots, ask));
         s.decoding = true;
-        plan.continuing.push_back(std::move(c));
       }
       if (plan.continuing.empty()) break;
       // Multi-token sequences (those verifying proposals) first, as the scheduler orders them.
       for (bool with_drafts : {true, false}) {
         for (const ContinuingSequencePlan& c : plan.continuing) {
-          if (runner_->drafts(c.seq_id).empty() != with_drafts) plan.order.push_back(c.seq_id);
+          if (stack_.runner->drafts(c.seq_id).empty() != with_drafts) plan.order.push_back(c.seq_id);
         }
       }
     }
@@ -278,13 +243,9 @@ class SpeculativeDistributionTest : public ::testing::Test {
   }
 
   static TempDir* dir_;
-  std::unique_ptr<Backend> backend_;
-  std::unique_ptr<Communicator> comm_;
-  std::unique_ptr<Model> model_;
-  std::unique_ptr<KvCache> cache_;
-  std::unique_ptr<StepRunner> runner_;
+  testing_util::StepRunnerStack stack_;
   std::shared_ptr<TokenControls> controls_;
-  std::vector<int32_t> free_;
+  testing_util::BlockPool pool_{kNumBlocks, kBlockSize};
   std::vector<uint64_t> done_;  // generated, to be dropped by the next plan
   const std::vector<int32_t>* drafts_ = nullptr;  // the proposals of the arm being generated (FixedProposer)
   uint64_t next_id_ = 1;

@@ -19,8 +19,8 @@
 
 #include "backend/cpu_backend.h"
 #include "gtest/gtest.h"
-#include "scheduler/block_manager.h"
 #include "tests/testing/seed.h"
+#include "tests/testing/step_runner_fixture.h"
 #include "tests/worker/worker_test_util.h"
 #include "worker/step_runner.h"
 
@@ -87,34 +87,17 @@ class SpeculativeStepRunnerTest : public ::testing::Test {
   static void TearDownTestSuite() { delete dir_; }
 
   void SetUp() override {
-    backend_ = MakeCpuBackend();
-    comm_ = MakeSoloCommunicator();
+    stack_.backend = MakeCpuBackend();
     ModelOptions options;
     options.max_num_tokens = 64;
     options.max_num_seqs = 8;
     options.max_num_logits_rows = 8 + 16;
-    absl::StatusOr<std::unique_ptr<Model>> model = Model::Load(dir_->path() / "m", *backend_, *comm_, options);
-    ASSERT_TRUE(model.ok()) << model.status();
-    model_ = *std::move(model);
-    absl::StatusOr<KvCache> cache = KvCache::Allocate(*backend_, model_->kv_cache_shape(kNumBlocks, kBlockSize));
-    ASSERT_TRUE(cache.ok()) << cache.status();
-    cache_ = std::make_unique<KvCache>(*std::move(cache));
+    const absl::Status loaded = stack_.Load(dir_->path() / "m", options, kNumBlocks, kBlockSize);
+    ASSERT_TRUE(loaded.ok()) << loaded;
     StepRunnerOptions o;
     o.proposers = {.method = "ngram", .num_speculative_tokens = kK};
     o.make_proposer = [this](uint64_t) { return std::make_unique<ScriptedProposer>(&script_); };
-    runner_ = std::make_unique<StepRunner>(*model_, *cache_, /*rank=*/0, std::move(o));
-    for (int32_t b = 0; b < kNumBlocks; ++b) free_.push_back(b);
-  }
-
-  // Blocks so that `table` holds `tokens` positions; the ids added.
-  std::vector<int32_t> Grow(std::vector<int32_t>& table, int64_t tokens) {
-    std::vector<int32_t> added;
-    while (std::ssize(table) < BlockManager::BlocksFor(tokens, kBlockSize) && !free_.empty()) {
-      added.push_back(free_.back());
-      table.push_back(free_.back());
-      free_.pop_back();
-    }
-    return added;
+    stack_.MakeRunner(std::move(o));
   }
 
   // Generates `n` tokens for sequence `id`; with `oracle`, it speculates: each
@@ -128,15 +111,12 @@ class SpeculativeStepRunnerTest : public ::testing::Test {
     const auto ask = [&] {  // proposals for the next step, never past n
       return oracle == nullptr ? 0 : static_cast<int32_t>(std::clamp<int64_t>(n - std::ssize(g.tokens) - 2, 0, kK));
     };
-    std::vector<int32_t> table;
+    testing_util::PlannedSequence seq{.id = id};
     StepPlan first;
     first.finished.swap(done_);  // the sequences generated before: their blocks are free again
-    const std::vector<int32_t> blocks = Grow(table, std::ssize(prompt));
-    first.new_sequences.push_back(NewSequencePlan{.seq_id = id, .prompt = prompt, .token_ids = prompt,
-                                                  .block_ids = blocks, .sampling = sampling, .sample = true,
-                                                  .speculate = oracle != nullptr, .num_proposals = ask()});
+    first.new_sequences.push_back(seq.Prefill(pool_, prompt, sampling, /*speculate=*/oracle != nullptr, ask()));
     first.order = {id};
-    absl::StatusOr<std::vector<StepToken>> got = runner_->Run(first);
+    absl::StatusOr<std::vector<StepToken>> got = stack_.runner->Run(first);
     EXPECT_TRUE(got.ok()) << got.status();
     if (!got.ok()) return g;
     auto keep = [&](const StepToken& t) {
@@ -144,23 +124,18 @@ class SpeculativeStepRunnerTest : public ::testing::Test {
       g.logprobs.push_back(t.sampled.logprob);
     };
     keep((*got)[0]);
-    int64_t computed = std::ssize(prompt);  // the last sampled token is not computed yet
     int32_t asked = first.new_sequences[0].num_proposals;  // what the last step asked for this one
-    int64_t keep_blocks = -1;  // its table's blocks when the last step's slots held more, else -1
     while (std::ssize(g.tokens) < n) {
       // Slots: what was asked, or one fewer (a step may hold fewer than rank 0 made).
       const int32_t slots = std::min<int32_t>(asked, static_cast<int32_t>(n - std::ssize(g.tokens) - 1)) -
                             (asked > 1 && rng() % 4 == 0 ? 1 : 0);
-      ContinuingSequencePlan c{.seq_id = id, .sample = true, .decode_sampled = true,
-                               .num_draft_slots = std::max(slots, 0), .num_proposals = ask()};
-      const std::vector<int32_t> drafts = runner_->drafts(id);
+      const ContinuingSequencePlan c = seq.Decode(pool_, std::max(slots, 0), ask());
+      const std::vector<int32_t> drafts = stack_.runner->drafts(id);
       const size_t k = std::min(drafts.size(), static_cast<size_t>(c.num_draft_slots));
-      c.keep_blocks = std::exchange(keep_blocks, -1);
-      c.new_block_ids = Grow(table, computed + 1 + c.num_draft_slots);
       StepPlan plan;
       plan.continuing.push_back(c);
       plan.order = {id};
-      got = runner_->Run(plan);
+      got = stack_.runner->Run(plan);
       EXPECT_TRUE(got.ok()) << got.status();
       if (!got.ok()) return g;
       EXPECT_GE(got->size(), 1u);
@@ -175,16 +150,7 @@ class SpeculativeStepRunnerTest : public ::testing::Test {
       g.proposed += static_cast<int64_t>(k);
       g.accepted += std::ssize(*got) - 1;
       for (const StepToken& t : *got) keep(t);
-      computed += std::ssize(*got);
-      // As Scheduler::OnStepDone: the blocks past the accepted positions go
-      // back, and the next plan cuts the runner's table to match.
-      if (std::ssize(table) > BlockManager::BlocksFor(computed, kBlockSize)) {
-        while (std::ssize(table) > BlockManager::BlocksFor(computed, kBlockSize)) {
-          free_.push_back(table.back());
-          table.pop_back();
-        }
-        keep_blocks = std::ssize(table);
-      }
+      seq.Computed(pool_, std::ssize(*got));  // the accepted positions; the blocks past them go back
     }
     if (oracle != nullptr) {  // rank 0's proposer was fed the prompt and every token sampled, in order
       std::vector<int32_t> all = prompt;
@@ -193,17 +159,13 @@ class SpeculativeStepRunnerTest : public ::testing::Test {
       EXPECT_GT(script_.proposals, 0);
     }
     done_.push_back(id);
-    free_.insert(free_.end(), table.begin(), table.end());
+    pool_.Release(seq.table);
     return g;
   }
 
   static TempDir* dir_;
-  std::unique_ptr<Backend> backend_;
-  std::unique_ptr<Communicator> comm_;
-  std::unique_ptr<Model> model_;
-  std::unique_ptr<KvCache> cache_;
-  std::unique_ptr<StepRunner> runner_;
-  std::vector<int32_t> free_;
+  testing_util::StepRunnerStack stack_;
+  testing_util::BlockPool pool_{kNumBlocks, kBlockSize};
   std::vector<uint64_t> done_;  // generated, to be dropped by the next plan
   Script script_;               // the proposer of the sequence being generated
 };
@@ -246,14 +208,14 @@ TEST_F(SpeculativeStepRunnerTest, VerifiedDraftsGiveTheOneTokenStepsOutput) {
 TEST_F(SpeculativeStepRunnerTest, RankZeroProposesWhatTheProposerMakesFromTheSameTokens) {
   StepRunnerOptions o;
   o.proposers = {.method = "ngram", .num_speculative_tokens = kK, .prompt_lookup_min = 1, .prompt_lookup_max = 3};
-  StepRunner runner(*model_, *cache_, /*rank=*/0, std::move(o));
+  StepRunner runner(*stack_.model, *stack_.cache, /*rank=*/0, std::move(o));
   const std::vector<int32_t> prompt = {7, 8, 9, 10, 7, 8, 9, 11, 7, 8};
   SamplingParams greedy;
   greedy.temperature = 0;
   std::vector<int32_t> table;
   StepPlan first;
   first.new_sequences.push_back(NewSequencePlan{.seq_id = 3, .prompt = prompt, .token_ids = prompt,
-                                                .block_ids = Grow(table, std::ssize(prompt)),
+                                                .block_ids = pool_.Grow(table, std::ssize(prompt)),
                                                 .sampling = greedy, .sample = true, .speculate = true,
                                                 .num_proposals = kK});
   first.order = {3};
@@ -273,7 +235,7 @@ TEST_F(SpeculativeStepRunnerTest, RankZeroProposesWhatTheProposerMakesFromTheSam
     StepPlan plan;
     const int64_t keep = std::ssize(table);  // cut to the blocks of its computed positions (below)
     plan.continuing.push_back(ContinuingSequencePlan{.seq_id = 3, .keep_blocks = keep,
-                                                     .new_block_ids = Grow(table, computed + 1 + kK),
+                                                     .new_block_ids = pool_.Grow(table, computed + 1 + kK),
                                                      .sample = true, .decode_sampled = true,
                                                      .num_draft_slots = kK, .num_proposals = kK});
     plan.order = {3};
@@ -281,10 +243,7 @@ TEST_F(SpeculativeStepRunnerTest, RankZeroProposesWhatTheProposerMakesFromTheSam
     ASSERT_TRUE(got.ok()) << got.status();
     EXPECT_EQ(got->front().num_proposed, std::ssize(want));
     computed += std::ssize(*got);
-    while (std::ssize(table) > BlockManager::BlocksFor(computed, kBlockSize)) {
-      free_.push_back(table.back());
-      table.pop_back();
-    }
+    pool_.Trim(table, computed);
   }
   EXPECT_GT(proposed, 0) << "the prompt repeats: the n-gram proposer matched";
 }
@@ -293,28 +252,28 @@ TEST_F(SpeculativeStepRunnerTest, DraftsWithoutDecodeSampledAreRefused) {
   std::vector<int32_t> table;
   StepPlan first;
   first.new_sequences.push_back(NewSequencePlan{.seq_id = 1, .prompt = {5, 6, 7}, .token_ids = {5, 6, 7},
-                                                .block_ids = Grow(table, 3), .sample = true});
+                                                .block_ids = pool_.Grow(table, 3), .sample = true});
   first.order = {1};
-  absl::StatusOr<std::vector<StepToken>> got = runner_->Run(first);
+  absl::StatusOr<std::vector<StepToken>> got = stack_.runner->Run(first);
   ASSERT_TRUE(got.ok()) << got.status();
   StepPlan bad;
-  bad.continuing.push_back(ContinuingSequencePlan{.seq_id = 1, .new_block_ids = Grow(table, 6),
+  bad.continuing.push_back(ContinuingSequencePlan{.seq_id = 1, .new_block_ids = pool_.Grow(table, 6),
                                                   .token_ids = {(*got)[0].sampled.token}, .sample = true,
                                                   .num_draft_slots = 2});
   bad.order = {1};
-  const absl::StatusOr<std::vector<StepToken>> refused = runner_->Run(bad);
+  const absl::StatusOr<std::vector<StepToken>> refused = stack_.runner->Run(bad);
   ASSERT_FALSE(refused.ok());
   EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_NE(refused.status().message().find("num_draft_slots"), std::string::npos) << refused.status();
   bad.continuing[0].token_ids.clear();
   bad.continuing[0].decode_sampled = true;
   bad.continuing[0].num_proposals = kK + 1;
-  const absl::StatusOr<std::vector<StepToken>> too_many = runner_->Run(bad);
+  const absl::StatusOr<std::vector<StepToken>> too_many = stack_.runner->Run(bad);
   ASSERT_FALSE(too_many.ok());
   EXPECT_NE(too_many.status().message().find("num_speculative_tokens"), std::string::npos) << too_many.status();
   // Nothing changed: the same step asking at most k runs.
   bad.continuing[0].num_proposals = kK;
-  EXPECT_TRUE(runner_->Run(bad).ok());
+  EXPECT_TRUE(stack_.runner->Run(bad).ok());
 }
 
 }  // namespace
