@@ -1,5 +1,6 @@
 #include "tests/testing/step_runner_fixture.h"
 
+#include <algorithm>
 #include <iterator>
 
 #include "gtest/gtest.h"
@@ -76,6 +77,73 @@ ContinuingSequencePlan PlannedSequence::Decode(BlockPool& pool, int32_t num_draf
 void PlannedSequence::Computed(BlockPool& pool, int64_t n) {
   computed += n;
   if (pool.Trim(table, computed)) keep = std::ssize(table);
+}
+
+StepPlan ChunkPlanner::Plan(std::span<const Chunk> chunks, std::vector<uint64_t> finished) {
+  StepPlan plan;
+  plan.finished = std::move(finished);
+  std::vector<Chunk> order(chunks.begin(), chunks.end());
+  std::stable_partition(order.begin(), order.end(), [](const Chunk& c) { return c.second > 1; });
+  for (auto& [seq, n] : order) {
+    const int64_t end = seq->computed + n;
+    AllocateBlocks(*seq, end);
+    std::vector<int32_t> tokens;
+    for (int64_t p = seq->computed; p < end; ++p) tokens.push_back(seq->at(p));
+    const bool sample = end == seq->all_size();
+    if (!seq->known) {
+      plan.new_sequences.push_back(NewSequencePlan{.seq_id = seq->id, .prompt = seq->prompt, .output = seq->output,
+                                                   .token_ids = std::move(tokens),
+                                                   .num_computed_tokens = seq->computed, .block_ids = seq->blocks,
+                                                   .sampling = seq->sampling, .sample = sample});
+    } else {
+      ContinuingSequencePlan s;
+      s.seq_id = seq->id;
+      s.new_block_ids.assign(seq->blocks.begin() + static_cast<std::ptrdiff_t>(seq->blocks_sent), seq->blocks.end());
+      s.decode_sampled = decode_sampled && seq->sampled_last;
+      if (!s.decode_sampled) s.token_ids = std::move(tokens);
+      s.sample = sample;
+      plan.continuing.push_back(std::move(s));
+    }
+    plan.order.push_back(seq->id);
+  }
+  return plan;
+}
+
+void ChunkPlanner::Commit(std::span<const Chunk> chunks) {
+  for (const auto& [seq, n] : chunks) {
+    seq->known = true;
+    seq->blocks_sent = seq->blocks.size();
+    seq->computed += n;
+    seq->sampled_last = seq->computed == seq->all_size();
+  }
+}
+
+void ChunkPlanner::AllocateBlocks(ChunkedSequence& seq, int64_t positions) {
+  while (std::ssize(seq.blocks) * block_size_ < positions) seq.blocks.push_back(next_block_++);
+}
+
+std::vector<std::vector<int32_t>> EngineTokens(const std::filesystem::path& model_dir, Backend& backend,
+                                               Communicator& comm, std::span<const ChunkedSequence> seqs,
+                                               const EngineOptions& options) {
+  std::vector<GenerationRequest> reqs;
+  for (const ChunkedSequence& s : seqs) {
+    GenerationRequest r;
+    r.prompt = s.prompt;
+    r.sampling = s.sampling;
+    r.max_tokens = s.max_tokens;
+    r.ignore_eos = true;
+    reqs.push_back(r);
+  }
+  absl::StatusOr<std::unique_ptr<Engine>> engine = Engine::Create(model_dir, backend, comm, options);
+  EXPECT_TRUE(engine.ok()) << engine.status();
+  if (!engine.ok()) return {};
+  absl::StatusOr<std::vector<GenerationResult>> out = (*engine)->Generate(reqs);
+  EXPECT_TRUE(out.ok()) << out.status();
+  std::vector<std::vector<int32_t>> tokens;
+  if (out.ok()) {
+    for (const GenerationResult& r : *out) tokens.push_back(r.tokens);
+  }
+  return tokens;
 }
 
 }  // namespace tpserve::testing_util

@@ -1,6 +1,7 @@
 // What the tests that drive a StepRunner as the coordinator does share
-// (tests/worker speculative_step_runner and speculative_distribution): the
-// runner and what it runs on, the coordinator's KV blocks, and the plans of a
+// (tests/worker step_runner, speculative_step_runner and
+// speculative_distribution; tests/worker_service worker_process): the runner
+// and what it runs on, the coordinator's KV blocks, and the plans of a
 // sequence's steps. Tensor shapes are the model's
 // and the cache's (worker/model.h, worker/kv_cache.h); here only counts.
 //
@@ -12,11 +13,16 @@
 //   PlannedSequence     one sequence generated on rank 0: its prefill plan (the
 //                       whole prompt), then decode plans (decode_sampled, draft
 //                       slots, keep_blocks after its table was cut).
+//   ChunkedSequence,    the coordinator's view of sequences scheduled in
+//   ChunkPlanner        chunks (chunked prefill, cached prefix, preemption):
+//                       the plan of a step computing n more tokens of each.
+//   EngineTokens        the offline engine's tokens for such sequences.
 #pragma once
 
 #include <cstdint>
 #include <filesystem>
 #include <memory>
+#include <span>
 #include <utility>
 #include <vector>
 
@@ -25,6 +31,7 @@
 #include "comm/communicator.h"
 #include "sampling/sampler.h"
 #include "scheduler/step_plan.h"
+#include "worker/engine.h"
 #include "worker/kv_cache.h"
 #include "worker/model.h"
 #include "worker/step_runner.h"
@@ -94,5 +101,62 @@ struct PlannedSequence {
   // positions go back, and the next Decode cuts the runner's table to match.
   void Computed(BlockPool& pool, int64_t n);
 };
+
+// What the coordinator knows of one sequence scheduled in chunks.
+struct ChunkedSequence {
+  uint64_t id = 0;
+  std::vector<int32_t> prompt;
+  std::vector<int32_t> output;
+  int64_t computed = 0;         // tokens in the KV cache
+  std::vector<int32_t> blocks;  // block table
+  size_t blocks_sent = 0;       // entries of `blocks` the workers have
+  bool known = false;           // the workers hold it
+  bool sampled_last = false;    // its last step sampled: the workers hold output.back()
+  SamplingParams sampling;
+  int64_t max_tokens = 0;
+
+  int64_t all_size() const { return std::ssize(prompt) + std::ssize(output); }
+  int32_t at(int64_t p) const {  // (prompt + output)[p]
+    return p < std::ssize(prompt) ? prompt[static_cast<size_t>(p)]
+                                  : output[static_cast<size_t>(p - std::ssize(prompt))];
+  }
+  bool done() const { return std::ssize(output) >= max_tokens; }
+};
+
+// (sequence, n): compute n more tokens of it.
+using Chunk = std::pair<ChunkedSequence*, int64_t>;
+
+// Plans steps of chunks. Block ids count up from `first_block` (an odd start
+// shows they are the coordinator's, not 0 .. n).
+class ChunkPlanner {
+ public:
+  ChunkPlanner(int32_t block_size, int32_t first_block) : block_size_(block_size), next_block_(first_block) {}
+
+  // The step computing each chunk's n tokens, multi-token chunks first (as the
+  // scheduler orders them), dropping `finished`. A sequence the workers do not
+  // hold is a NewSequencePlan with its prompt, output and cached prefix; one
+  // they hold sends its new blocks and, for the token its last step sampled
+  // when `decode_sampled` is on, decode_sampled instead of the token. Sampled
+  // when the chunk reaches the sequence's end. Only the sequences' block
+  // tables change (AllocateBlocks); Commit records that the step ran.
+  StepPlan Plan(std::span<const Chunk> chunks, std::vector<uint64_t> finished = {});
+  // The step of `chunks` ran: each sequence is known, its blocks sent, n more
+  // computed, sampled_last when it reached its end. (Tokens are the caller's.)
+  static void Commit(std::span<const Chunk> chunks);
+  // Blocks appended to `seq` until they hold `positions` positions.
+  void AllocateBlocks(ChunkedSequence& seq, int64_t positions);
+
+  bool decode_sampled = true;  // off: a decode always names its token
+
+ private:
+  int32_t block_size_;
+  int32_t next_block_;
+};
+
+// The offline engine's tokens for `seqs` (prompt, sampling, max_tokens; EOS
+// ignored) on `backend`; a failure fails the calling test and returns {}.
+std::vector<std::vector<int32_t>> EngineTokens(const std::filesystem::path& model_dir, Backend& backend,
+                                               Communicator& comm, std::span<const ChunkedSequence> seqs,
+                                               const EngineOptions& options);
 
 }  // namespace tpserve::testing_util

@@ -16,10 +16,12 @@
 #include "tests/worker/worker_test_util.h"
 #include "worker/engine.h"
 #include "tests/testing/seed.h"
+#include "tests/testing/step_runner_fixture.h"
 
 namespace tpserve {
 namespace {
 
+using testing_util::Chunk;
 using testing_util::TempDir;
 
 constexpr int32_t kVocab = 301;
@@ -29,23 +31,7 @@ constexpr int64_t kNumBlocks = 97;
 using testing_util::TestSeed;
 
 // What the coordinator knows of one sequence (a miniature of its scheduler).
-struct Seq {
-  uint64_t id = 0;
-  std::vector<int32_t> prompt;
-  std::vector<int32_t> output;
-  int64_t computed = 0;         // tokens in the KV cache
-  std::vector<int32_t> blocks;  // block table
-  size_t blocks_sent = 0;       // entries of `blocks` the workers have
-  bool known = false;           // the workers hold it
-  bool sampled_last = false;    // its last step sampled: the workers hold output.back()
-  SamplingParams sampling;
-  int64_t max_tokens = 0;
-  int64_t all_size() const { return std::ssize(prompt) + std::ssize(output); }
-  int32_t at(int64_t p) const {
-    return p < std::ssize(prompt) ? prompt[static_cast<size_t>(p)] : output[static_cast<size_t>(p - std::ssize(prompt))];
-  }
-  bool done() const { return std::ssize(output) >= max_tokens; }
-};
+using Seq = testing_util::ChunkedSequence;
 
 class StepRunnerTest : public ::testing::Test {
  protected:
@@ -60,18 +46,13 @@ class StepRunnerTest : public ::testing::Test {
   void SetUp() override {
     seed_ = TestSeed();
     rng_.seed(seed_);
-    backend_ = MakeCpuBackend();
-    comm_ = MakeSoloCommunicator();
+    stack_.backend = MakeCpuBackend();
     ModelOptions options;
     options.max_num_tokens = 64;
     options.max_num_seqs = 8;
-    absl::StatusOr<std::unique_ptr<Model>> model = Model::Load(dir_->path() / "m", *backend_, *comm_, options);
-    ASSERT_TRUE(model.ok()) << model.status();
-    model_ = *std::move(model);
-    absl::StatusOr<KvCache> cache = KvCache::Allocate(*backend_, model_->kv_cache_shape(kNumBlocks, kBlockSize));
-    ASSERT_TRUE(cache.ok()) << cache.status();
-    cache_ = std::make_unique<KvCache>(*std::move(cache));
-    runner_ = std::make_unique<StepRunner>(*model_, *cache_, /*rank=*/0);
+    const absl::Status loaded = stack_.Load(dir_->path() / "m", options, kNumBlocks, kBlockSize);
+    ASSERT_TRUE(loaded.ok()) << loaded;
+    stack_.MakeRunner();
   }
 
   std::vector<int32_t> RandomTokens(int n) {
@@ -82,80 +63,24 @@ class StepRunnerTest : public ::testing::Test {
 
   // The offline engine's tokens for `seqs` (prompts, sampling, max_tokens).
   std::vector<std::vector<int32_t>> EngineTokens(const std::vector<Seq>& seqs) {
-    std::vector<GenerationRequest> reqs;
-    for (const Seq& s : seqs) {
-      GenerationRequest r;
-      r.prompt = s.prompt;
-      r.sampling = s.sampling;
-      r.max_tokens = s.max_tokens;
-      r.ignore_eos = true;
-      reqs.push_back(r);
-    }
     EngineOptions options;
     options.block_size = 16;
-    absl::StatusOr<std::unique_ptr<Engine>> engine = Engine::Create(dir_->path() / "m", *backend_, *comm_, options);
-    EXPECT_TRUE(engine.ok()) << engine.status();
-    if (!engine.ok()) return {};
-    absl::StatusOr<std::vector<GenerationResult>> out = (*engine)->Generate(reqs);
-    EXPECT_TRUE(out.ok()) << out.status();
-    std::vector<std::vector<int32_t>> tokens;
-    if (out.ok()) {
-      for (const GenerationResult& r : *out) tokens.push_back(r.tokens);
-    }
-    return tokens;
+    return testing_util::EngineTokens(dir_->path() / "m", *stack_.backend, *stack_.comm, seqs, options);
   }
 
   // Builds the step that computes `n` more tokens of each scheduled sequence
   // (allocating the blocks they need), runs it and appends the sampled tokens.
   // Returns the number of tokens sampled.
-  size_t Step(const std::vector<std::pair<Seq*, int64_t>>& scheduled, std::vector<uint64_t> finished = {}) {
-    StepPlan plan;
-    plan.finished = std::move(finished);
-    std::vector<std::pair<Seq*, int64_t>> order = scheduled;
-    std::stable_partition(order.begin(), order.end(), [](const auto& p) { return p.second > 1; });
-    for (auto& [seq, n] : order) {
-      const int64_t end = seq->computed + n;
-      while (std::ssize(seq->blocks) * kBlockSize < end) seq->blocks.push_back(next_block_++);
-      std::vector<int32_t> tokens;
-      for (int64_t p = seq->computed; p < end; ++p) tokens.push_back(seq->at(p));
-      const bool sample = end == seq->all_size();
-      if (!seq->known) {
-        NewSequencePlan s;
-        s.seq_id = seq->id;
-        s.prompt = seq->prompt;
-        s.output = seq->output;
-        s.token_ids = tokens;
-        s.num_computed_tokens = seq->computed;
-        s.block_ids = seq->blocks;
-        s.sampling = seq->sampling;
-        s.sample = sample;
-        plan.new_sequences.push_back(std::move(s));
-      } else {
-        ContinuingSequencePlan s;
-        s.seq_id = seq->id;
-        s.new_block_ids.assign(seq->blocks.begin() + static_cast<std::ptrdiff_t>(seq->blocks_sent), seq->blocks.end());
-        // A decode of the token its last step sampled goes without it, as
-        // the coordinator sends it, unless the test sends tokens explicitly.
-        s.decode_sampled = seq->sampled_last && !send_sampled_tokens_;
-        if (!s.decode_sampled) s.token_ids = tokens;
-        s.sample = sample;
-        plan.continuing.push_back(std::move(s));
-      }
-      plan.order.push_back(seq->id);
-    }
-    absl::StatusOr<std::vector<StepToken>> got = runner_->Run(plan);
+  size_t Step(const std::vector<Chunk>& scheduled, std::vector<uint64_t> finished = {}) {
+    absl::StatusOr<std::vector<StepToken>> got = stack_.runner->Run(planner_.Plan(scheduled, std::move(finished)));
     EXPECT_TRUE(got.ok()) << got.status();
     if (!got.ok()) return 0;
-    for (auto& [seq, n] : order) {
-      seq->known = true;
-      seq->blocks_sent = seq->blocks.size();
-      seq->computed += n;
-      seq->sampled_last = seq->computed == seq->all_size();
-    }
+    testing_util::ChunkPlanner::Commit(scheduled);
     for (const StepToken& t : *got) {
-      auto it = std::find_if(order.begin(), order.end(), [&](const auto& p) { return p.first->id == t.seq_id; });
-      EXPECT_NE(it, order.end()) << "token for unscheduled sequence " << t.seq_id;
-      if (it == order.end()) continue;
+      auto it = std::find_if(scheduled.begin(), scheduled.end(),
+                             [&](const Chunk& c) { return c.first->id == t.seq_id; });
+      EXPECT_NE(it, scheduled.end()) << "token for unscheduled sequence " << t.seq_id;
+      if (it == scheduled.end()) continue;
       EXPECT_EQ(it->first->computed, it->first->all_size()) << "sequence " << t.seq_id << " sampled mid-prefill";
       it->first->output.push_back(t.sampled.token);
     }
@@ -167,7 +92,7 @@ class StepRunnerTest : public ::testing::Test {
   void DecodeToEnd(std::vector<Seq*> seqs) {
     std::vector<uint64_t> finished;
     for (int guard = 0; guard < 100; ++guard) {
-      std::vector<std::pair<Seq*, int64_t>> scheduled;
+      std::vector<Chunk> scheduled;
       for (Seq* s : seqs) {
         if (s->done()) {
           if (s->known) {
@@ -187,13 +112,10 @@ class StepRunnerTest : public ::testing::Test {
   static TempDir* dir_;
   uint64_t seed_ = 0;
   std::mt19937_64 rng_;
-  std::unique_ptr<Backend> backend_;
-  std::unique_ptr<Communicator> comm_;
-  std::unique_ptr<Model> model_;
-  std::unique_ptr<KvCache> cache_;
-  std::unique_ptr<StepRunner> runner_;
-  int32_t next_block_ = 3;  // odd start: block ids are the coordinator's, not 0..n
-  bool send_sampled_tokens_ = false;  // decodes carry their token instead of decode_sampled
+  testing_util::StepRunnerStack stack_;
+  // Block ids from 3 (odd start: they are the coordinator's, not 0..n); with
+  // decode_sampled off, decodes carry their token.
+  testing_util::ChunkPlanner planner_{kBlockSize, /*first_block=*/3};
 };
 TempDir* StepRunnerTest::dir_ = nullptr;
 
@@ -220,9 +142,9 @@ TEST_F(StepRunnerTest, ChunkedPrefillCachedPrefixAndDecodesMatchTheEngine) {
   c.blocks.assign(a.blocks.begin(), a.blocks.begin() + 2);
   c.computed = 8;
   EXPECT_EQ(Step({{&a, 1}, {&b, 10}, {&c, 6}, {&d, 1}}), 4u);
-  EXPECT_EQ(runner_->num_sequences(), 4);
+  EXPECT_EQ(stack_.runner->num_sequences(), 4);
   DecodeToEnd({&a, &b, &c, &d});
-  EXPECT_EQ(runner_->num_sequences(), 0);
+  EXPECT_EQ(stack_.runner->num_sequences(), 0);
 
   EXPECT_EQ(a.output, want[0]) << "a: whole prompt, then decodes";
   EXPECT_EQ(b.output, want[1]) << "b: prefill in three chunks";
@@ -253,7 +175,7 @@ TEST_F(StepRunnerTest, PreemptedSeededSequenceResumesWithTheSameTokens) {
   s.blocks.clear();
   s.blocks_sent = 0;
   EXPECT_EQ(Step({}, {s.id}), 0u);
-  EXPECT_FALSE(runner_->contains(s.id));
+  EXPECT_FALSE(stack_.runner->contains(s.id));
   EXPECT_EQ(Step({{&s, 6}}), 0u);
   EXPECT_EQ(Step({{&s, s.all_size() - 6}}), 1u);
   DecodeToEnd({&s});
@@ -275,7 +197,7 @@ TEST_F(StepRunnerTest, ADeviceSamplerSamplesTheModelsLogitsAndOnlyTheRowsToSampl
   ASSERT_EQ(want.size(), 2u);
 
   testing_util::DeviceLogitsSampler sampler;
-  runner_ = std::make_unique<StepRunner>(*model_, *cache_, /*rank=*/0, StepRunnerOptions{.sampler = &sampler});
+  stack_.MakeRunner(StepRunnerOptions{.sampler = &sampler});
   EXPECT_EQ(Step({{&b, 10}, {&a, 13}}), 1u);  // b's first chunk is not sampled
   EXPECT_EQ(Step({{&a, 1}, {&b, 11}}), 2u);
   DecodeToEnd({&a, &b});
@@ -294,7 +216,7 @@ TEST_F(StepRunnerTest, BadPlansAreRejectedAndChangeNothing) {
   Step({{&a, 8}});
   ASSERT_EQ(a.output.size(), 1u);
   // Its first decode (position 8) needs a third block.
-  while (std::ssize(a.blocks) * kBlockSize < 9) a.blocks.push_back(next_block_++);
+  planner_.AllocateBlocks(a, 9);
   const std::vector<int32_t> new_blocks(a.blocks.begin() + static_cast<std::ptrdiff_t>(a.blocks_sent), a.blocks.end());
   auto decode = [&] {
     StepPlan plan;
@@ -303,7 +225,7 @@ TEST_F(StepRunnerTest, BadPlansAreRejectedAndChangeNothing) {
     return plan;
   };
   auto expect_invalid = [&](const StepPlan& plan, const std::string& needle) {
-    absl::StatusOr<std::vector<StepToken>> got = runner_->Run(plan);
+    absl::StatusOr<std::vector<StepToken>> got = stack_.runner->Run(plan);
     ASSERT_FALSE(got.ok()) << "accepted a plan that should fail with: " << needle;
     EXPECT_EQ(got.status().code(), absl::StatusCode::kInvalidArgument) << got.status();
     EXPECT_NE(got.status().message().find(needle), std::string::npos) << got.status();
@@ -355,14 +277,14 @@ TEST_F(StepRunnerTest, BadPlansAreRejectedAndChangeNothing) {
   p = decode();
   p.continuing[0].replaced_blocks = {{.index = 0, .block_id = -1}};
   expect_invalid(p, "replaced block entry 0");
-  EXPECT_EQ(runner_->num_sequences(), 1);
-  EXPECT_FALSE(runner_->contains(500));
+  EXPECT_EQ(stack_.runner->num_sequences(), 1);
+  EXPECT_FALSE(stack_.runner->contains(500));
 
   // The state is untouched: the real decode continues as the engine does.
   DecodeToEnd({&a});
   EXPECT_EQ(a.output, want[0]);
   // Unknown finished ids are ignored.
-  absl::StatusOr<std::vector<StepToken>> got = runner_->Run(StepPlan{.finished = {12345}});
+  absl::StatusOr<std::vector<StepToken>> got = stack_.runner->Run(StepPlan{.finished = {12345}});
   EXPECT_TRUE(got.ok()) << got.status();
 }
 
@@ -381,20 +303,21 @@ TEST_F(StepRunnerTest, KeepLogitsReturnsTheRowEachTokenWasSampledFrom) {
     return p;
   };
   // Without the option the tokens carry no logits.
-  absl::StatusOr<std::vector<StepToken>> plain = runner_->Run(plan());
+  absl::StatusOr<std::vector<StepToken>> plain = stack_.runner->Run(plan());
   ASSERT_TRUE(plain.ok()) << plain.status();
   ASSERT_EQ(plain->size(), 2u);
   EXPECT_TRUE((*plain)[0].logits.empty());
 
   // The same step straight through the model, on a cache of its own.
-  absl::StatusOr<KvCache> cache = KvCache::Allocate(*backend_, model_->kv_cache_shape(kNumBlocks, kBlockSize));
+  absl::StatusOr<KvCache> cache =
+      KvCache::Allocate(*stack_.backend, stack_.model->kv_cache_shape(kNumBlocks, kBlockSize));
   ASSERT_TRUE(cache.ok()) << cache.status();
   absl::StatusOr<StepBatch> step = StepBatch::Build(std::vector<StepSequence>{{pa, 0, ta}, {pb, 0, tb}}, kBlockSize);
   ASSERT_TRUE(step.ok()) << step.status();
-  absl::StatusOr<std::optional<Logits>> want = model_->Forward(step->view(), *cache);
+  absl::StatusOr<std::optional<Logits>> want = stack_.model->Forward(step->view(), *cache);
   ASSERT_TRUE(want.ok() && want->has_value()) << want.status();
 
-  StepRunner keeping(*model_, *cache_, /*rank=*/0, StepRunnerOptions{.keep_logits = true});
+  StepRunner keeping(*stack_.model, *stack_.cache, /*rank=*/0, StepRunnerOptions{.keep_logits = true});
   absl::StatusOr<std::vector<StepToken>> got = keeping.Run(plan());
   ASSERT_TRUE(got.ok()) << got.status();
   ASSERT_EQ(got->size(), 2u);
@@ -413,8 +336,7 @@ TEST_F(StepRunnerTest, KeepLogitsReturnsTheRowEachTokenWasSampledFrom) {
 // The benchmarks' stand-in for a GPU: no forward, a sleep, and the hash token
 // of each sampled sequence's position, fed back by decode_sampled as usual.
 TEST_F(StepRunnerTest, ASimulatedStepSamplesTheHashTokenOfEachPosition) {
-  runner_ = std::make_unique<StepRunner>(*model_, *cache_, /*rank=*/0,
-                                         StepRunnerOptions{.simulated_step = absl::Microseconds(200)});
+  stack_.MakeRunner(StepRunnerOptions{.simulated_step = absl::Microseconds(200)});
   Seq a{.id = 21, .prompt = RandomTokens(5), .max_tokens = 4};
   Seq b{.id = 22, .prompt = RandomTokens(7), .max_tokens = 4};
   EXPECT_EQ(Step({{&a, 5}, {&b, 7}}), 2u);
@@ -442,13 +364,13 @@ TEST_F(StepRunnerTest, DecodeSampledUsesTheTokenTheRunnerSampled) {
   StepPlan plan;
   plan.continuing.push_back({.seq_id = b.id, .sample = false, .decode_sampled = true});
   plan.order = {b.id};
-  absl::StatusOr<std::vector<StepToken>> got = runner_->Run(plan);
+  absl::StatusOr<std::vector<StepToken>> got = stack_.runner->Run(plan);
   EXPECT_EQ(got.status().code(), absl::StatusCode::kInvalidArgument) << got.status();
   EXPECT_NE(got.status().message().find("its last step sampled no token"), std::string::npos) << got.status();
   Step({{&a, 1}, {&b, 8}});  // a: decode_sampled
-  send_sampled_tokens_ = true;
+  planner_.decode_sampled = false;
   Step({{&a, 1}, {&b, 1}});  // both name their token
-  send_sampled_tokens_ = false;
+  planner_.decode_sampled = true;
   DecodeToEnd({&a, &b});
   EXPECT_EQ(a.output, want[0]);
   EXPECT_EQ(b.output, want[1]);

@@ -20,6 +20,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "proto/protocol_version.h"
+#include "proto/step_convert.h"
 #include "backend/cpu_backend.h"
 #include "gtest/gtest.h"
 #include "tests/launcher/test_process.h"
@@ -27,6 +28,7 @@
 #include "tests/worker_service/fake_coordinator.h"
 #include "worker/engine.h"
 #include "tests/testing/seed.h"
+#include "tests/testing/step_runner_fixture.h"
 
 namespace tpserve::worker_service_test {
 namespace {
@@ -117,61 +119,18 @@ class WorkerProcessTest : public ::testing::Test {
 };
 TempDir* WorkerProcessTest::dir_ = nullptr;
 
-// What the stand-in coordinator knows of a sequence.
-struct Seq {
-  uint64_t id = 0;
-  std::vector<int32_t> prompt, output;
-  int64_t computed = 0;
-  std::vector<int32_t> blocks;
-  size_t blocks_sent = 0;
-  bool known = false;
-  int64_t max_tokens = 0;
-  int64_t size() const { return std::ssize(prompt) + std::ssize(output); }
-  int32_t at(int64_t p) const {
-    return p < std::ssize(prompt) ? prompt[static_cast<size_t>(p)] : output[static_cast<size_t>(p - std::ssize(prompt))];
-  }
-};
+// What the stand-in coordinator knows of a sequence (its sampling: Wire()).
+using Seq = testing_util::ChunkedSequence;
+using testing_util::Chunk;
 
-// Builds the Step that computes n more tokens of each scheduled sequence
-// (multi-token ones first) and allocates their blocks.
-iv1::CoordinatorMessage BuildStep(uint64_t step_id, std::vector<std::pair<Seq*, int64_t>> scheduled,
-                                  const std::vector<uint64_t>& finished, int32_t& next_block) {
-  iv1::CoordinatorMessage m;
-  iv1::Step* step = m.mutable_step();
-  step->set_step_id(step_id);
-  for (uint64_t id : finished) step->add_finished(id);
-  std::stable_partition(scheduled.begin(), scheduled.end(), [](const auto& p) { return p.second > 1; });
-  for (auto& [seq, n] : scheduled) {
-    const int64_t end = seq->computed + n;
-    while (std::ssize(seq->blocks) * kBlockSize < end) seq->blocks.push_back(next_block++);
-    const bool sample = end == seq->size();
-    if (!seq->known) {
-      iv1::NewSequence* s = step->add_new_sequences();
-      s->set_seq_id(seq->id);
-      for (int32_t t : seq->prompt) s->add_prompt_token_ids(t);
-      for (int32_t t : seq->output) s->add_output_token_ids(t);
-      for (int64_t p = seq->computed; p < end; ++p) s->add_token_ids(seq->at(p));
-      s->set_num_computed_tokens(static_cast<uint32_t>(seq->computed));
-      for (int32_t b : seq->blocks) s->add_block_ids(b);
-      s->mutable_sampling()->set_temperature(0);
-      s->mutable_sampling()->set_top_p(1);
-      s->mutable_sampling()->set_top_k(-1);
-      s->mutable_sampling()->set_repetition_penalty(1);
-      s->mutable_sampling()->set_logprobs(2);
-      s->set_sample(sample);
-    } else {
-      iv1::ContinuingSequence* s = step->add_continuing();
-      s->set_seq_id(seq->id);
-      for (size_t b = seq->blocks_sent; b < seq->blocks.size(); ++b) s->add_new_block_ids(seq->blocks[b]);
-      for (int64_t p = seq->computed; p < end; ++p) s->add_token_ids(seq->at(p));
-      s->set_sample(sample);
-    }
-    step->add_order(seq->id);
-    seq->known = true;
-    seq->blocks_sent = seq->blocks.size();
-    seq->computed = end;
-  }
-  return m;
+// The sampling every sequence is sent with: greedy, two alternatives, no seed,
+// and prompt_logprobs 0 (proto3's default, what this test always sent).
+SamplingParams Wire() {
+  SamplingParams s;
+  s.temperature = 0;
+  s.logprobs = 2;
+  s.prompt_logprobs = 0;
+  return s;
 }
 
 // Two ranks under the stand-in coordinator: each command goes to both, and
@@ -179,7 +138,9 @@ iv1::CoordinatorMessage BuildStep(uint64_t step_id, std::vector<std::pair<Seq*, 
 class TwoRanks {
  public:
   TwoRanks(FakeCoordinator& coordinator, std::string log0, std::string log1)
-      : coordinator_(coordinator), log0_(std::move(log0)), log1_(std::move(log1)) {}
+      : coordinator_(coordinator), log0_(std::move(log0)), log1_(std::move(log1)) {
+    planner_.decode_sampled = false;  // every decode names its token
+  }
 
   std::vector<iv1::WorkerMessage> Run(iv1::CoordinatorMessage m) {
     absl::StatusOr<std::vector<iv1::WorkerMessage>> replies = coordinator_.RunOnAll(std::move(m));
@@ -220,9 +181,11 @@ class TwoRanks {
 
   // One Step computing n more tokens of each scheduled sequence of `seqs`;
   // rank 0's sampled tokens are appended to their outputs.
-  void Step(std::vector<std::pair<Seq*, int64_t>> scheduled, std::span<Seq* const> seqs,
-            std::vector<uint64_t> finished = {}) {
-    std::vector<iv1::WorkerMessage> r = Run(BuildStep(++step_id_, std::move(scheduled), finished, next_block_));
+  void Step(const std::vector<Chunk>& scheduled, std::span<Seq* const> seqs, std::vector<uint64_t> finished = {}) {
+    iv1::CoordinatorMessage m;
+    *m.mutable_step() = StepPlanToProto(planner_.Plan(scheduled, std::move(finished)), ++step_id_);
+    testing_util::ChunkPlanner::Commit(scheduled);
+    std::vector<iv1::WorkerMessage> r = Run(std::move(m));
     ExpectOk(r, "Step");
     if (r.size() != 2) return;
     EXPECT_EQ(r[1].step().tokens_size(), 0) << "only rank 0 samples";
@@ -231,7 +194,7 @@ class TwoRanks {
       auto it = std::find_if(seqs.begin(), seqs.end(), [&](const Seq* s) { return s->id == t.seq_id(); });
       ASSERT_NE(it, seqs.end()) << "token for unknown sequence " << t.seq_id();
       Seq* seq = *it;
-      EXPECT_EQ(seq->computed, seq->size()) << "sampled mid-prefill";
+      EXPECT_EQ(seq->computed, seq->all_size()) << "sampled mid-prefill";
       EXPECT_EQ(t.top_ids_size(), 2) << "logprobs = 2 asks for two alternatives";
       EXPECT_EQ(t.top_ids(0), t.token_id()) << "greedy takes the most likely token";
       EXPECT_LE(t.logprob(), 0.0f);
@@ -244,7 +207,7 @@ class TwoRanks {
   void DecodeToTheEnd(std::span<Seq* const> seqs) {
     std::vector<uint64_t> finished;
     for (int guard = 0; guard < 20; ++guard) {
-      std::vector<std::pair<Seq*, int64_t>> scheduled;
+      std::vector<Chunk> scheduled;
       for (Seq* s : seqs) {
         if (std::ssize(s->output) < s->max_tokens) {
           scheduled.emplace_back(s, 1);
@@ -261,31 +224,20 @@ class TwoRanks {
  private:
   FakeCoordinator& coordinator_;
   std::string log0_, log1_;
-  int32_t next_block_ = 1;
+  testing_util::ChunkPlanner planner_{static_cast<int32_t>(kBlockSize), /*first_block=*/1};
   uint64_t step_id_ = 0;
 };
 
 // The offline engine's greedy tokens for the sequences' prompts (one process, tp = 1).
 std::vector<std::vector<int32_t>> EngineGreedyTokens(const std::filesystem::path& model, std::span<Seq* const> seqs) {
+  std::vector<Seq> greedy;
+  for (const Seq* s : seqs) {
+    greedy.push_back(Seq{.prompt = s->prompt, .max_tokens = s->max_tokens});
+    greedy.back().sampling.temperature = 0;
+  }
   std::unique_ptr<Backend> backend = MakeCpuBackend();
   std::unique_ptr<Communicator> comm = MakeSoloCommunicator();
-  absl::StatusOr<std::unique_ptr<Engine>> engine = Engine::Create(model, *backend, *comm, {});
-  EXPECT_TRUE(engine.ok()) << engine.status();
-  if (!engine.ok()) return {};
-  std::vector<GenerationRequest> reqs(seqs.size());
-  for (size_t i = 0; i < seqs.size(); ++i) {
-    reqs[i].prompt = seqs[i]->prompt;
-    reqs[i].sampling.temperature = 0;
-    reqs[i].ignore_eos = true;
-    reqs[i].max_tokens = seqs[i]->max_tokens;
-  }
-  absl::StatusOr<std::vector<GenerationResult>> out = (*engine)->Generate(reqs);
-  EXPECT_TRUE(out.ok()) << out.status();
-  std::vector<std::vector<int32_t>> tokens;
-  if (out.ok()) {
-    for (const GenerationResult& r : *out) tokens.push_back(r.tokens);
-  }
-  return tokens;
+  return testing_util::EngineTokens(model, *backend, *comm, greedy, {});
 }
 
 void ExpectHellos(const std::vector<iv1::Hello>& hellos, pid_t rank0, pid_t rank1) {
@@ -320,8 +272,8 @@ TEST_F(WorkerProcessTest, TwoRanksServeStepsWithTheEnginesGreedyTokens) {
     for (int32_t& x : t) x = static_cast<int32_t>(rng() % kVocab);
     return t;
   };
-  Seq a{.id = 11, .prompt = random_tokens(13), .max_tokens = 6};
-  Seq b{.id = 4, .prompt = random_tokens(23), .max_tokens = 8};
+  Seq a{.id = 11, .prompt = random_tokens(13), .sampling = Wire(), .max_tokens = 6};
+  Seq b{.id = 4, .prompt = random_tokens(23), .sampling = Wire(), .max_tokens = 8};
   Seq* const seqs[] = {&a, &b};
   const std::vector<std::vector<int32_t>> want = EngineGreedyTokens(dir_->path() / "m", seqs);
   ASSERT_EQ(want.size(), 2u);
