@@ -24,7 +24,6 @@ namespace {
 namespace fs = std::filesystem;
 using nlohmann::json;
 
-constexpr int kStepUs = 300;
 constexpr int kVocab = 151936;  // Qwen3's logits ids
 constexpr int kMaxModelLen = 512;
 
@@ -101,7 +100,7 @@ RunFigures RunBatch(Side& side, const ConstrainedSettings& st, const std::string
 
 void Print(const std::vector<Side>& sides, const ConstrainedSettings& st) {
   std::printf("\nconstrained output: batch %d, --simulate-step-us %d, %d tokens a request, %d logits ids "
-              "(median [min-max] of %d repetitions)\n", st.batch, kStepUs, st.tokens, kVocab, st.repetitions);
+              "(median [min-max] of %d repetitions)\n", st.batch, st.step_us, st.tokens, kVocab, st.repetitions);
   std::printf("%-16s %-18s %-18s %-8s %-22s %-22s %s\n", "worker", "free steps/s", "constrained", "c/free",
               "CPU/step free (us)", "CPU/step constrained", "CPU per mask (us)");
   for (const Side& s : sides) {
@@ -114,8 +113,8 @@ void Print(const std::vector<Side>& sides, const ConstrainedSettings& st) {
     const double free_busy = Median(s.free_cpu_us) * Median(s.free_steps) / 1e6;
     std::printf("  %s: one step's masks %.0f us of CPU against the %d us step; the free run keeps %.2f cores busy "
                 "(coordinator, worker, client); hiding the masks needs %.2f more: %.1f cores in all, %u here\n",
-                s.name.c_str(), mask_step_us, kStepUs, free_busy, mask_step_us / kStepUs,
-                free_busy + mask_step_us / kStepUs, std::max(1u, std::thread::hardware_concurrency()));
+                s.name.c_str(), mask_step_us, st.step_us, free_busy, mask_step_us / st.step_us,
+                free_busy + mask_step_us / st.step_us, std::max(1u, std::thread::hardware_concurrency()));
   }
 }
 
@@ -140,7 +139,7 @@ json RunConstrained(const ConstrainedSettings& st) {
   if (RunToEnd(make, st.scratch / "make_model_151936.log") != 0) Die(ReadFile(st.scratch / "make_model_151936.log"));
   const std::string schema = ReadFile(fs::path(TPSERVE_SOURCE_DIR) / "bench/results/constrained-array-schema.json");
   const std::vector<std::string> flags = {
-      "--simulate-step-us", std::to_string(kStepUs), "--max-model-len", std::to_string(kMaxModelLen),
+      "--simulate-step-us", std::to_string(st.step_us), "--max-model-len", std::to_string(kMaxModelLen),
       "--max-num-seqs", std::to_string(st.batch), "--num-gpu-blocks-override",
       std::to_string(st.batch * (kMaxModelLen / 16) + 64)};
   std::vector<Side> sides(st.compare_worker.empty() ? 1 : 2);
@@ -154,7 +153,7 @@ json RunConstrained(const ConstrainedSettings& st) {
   }
   int salt = 0;
   for (Side& s : sides) {  // warm-up: the schema compiled, its first masks cached
-    const ConstrainedSettings warm{.batch = st.batch, .tokens = 24};
+    const ConstrainedSettings warm{.batch = st.batch, .tokens = 24, .step_us = st.step_us};
     RunBatch(s, warm, "", &salt);
     RunBatch(s, warm, schema, &salt);
   }
@@ -171,7 +170,7 @@ json RunConstrained(const ConstrainedSettings& st) {
     }
   }
   Print(sides, st);
-  json out = {{"batch", st.batch}, {"tokens", st.tokens}, {"simulate_step_us", kStepUs}, {"vocab", kVocab},
+  json out = {{"batch", st.batch}, {"tokens", st.tokens}, {"simulate_step_us", st.step_us}, {"vocab", kVocab},
               {"load_average_end", LoadAverage()}};
   for (const Side& s : sides) out["by_worker"].push_back(SideJson(s));
   return out;

@@ -32,6 +32,7 @@ struct ConstrainedSettings {
   int repetitions = 3;
   int batch = 64;
   int tokens = 400;  // per request
+  int step_us = 300;  // the stand-in step (--simulate-step-us)
   std::filesystem::path scratch;
   std::string compare_worker;  // another build's tpserve-worker, measured alongside ("" = none)
 };

@@ -3,6 +3,7 @@
 //
 //   serving_overhead [--quick] [--json FILE] [--only batch-1|full-batch|constrained] [--coordinator FILE]
 //                    [--coordinator-flag FLAG]... [--compare FILE] [--compare-worker FILE]
+//                    [--constrained-step-us N]
 //
 // (--coordinator: another build's tpserve-coordinator, to compare builds
 // under the same conditions; the workers are always this build's.
@@ -28,7 +29,8 @@
 // 4. Constrained output (serving_constrained.h): batch 64 with every request
 //    held to a JSON Schema against 64 free ones, the 300 us stand-in step,
 //    and the CPU one mask costs (--compare-worker: another build's
-//    tpserve-worker alongside).
+//    tpserve-worker alongside; --constrained-step-us: another stand-in step,
+//    e.g. 1000 to see the masks with cores to spare on a small machine).
 // --only batch-1 runs 1 and 2, --only full-batch runs 3, --only constrained runs 4.
 // Each figure is the median of 3 repetitions (--quick: 1, and shorter runs).
 // Both modes' coordinators are up at once and the repetitions alternate
@@ -359,9 +361,10 @@ int main(int argc, char** argv) {
   std::string only;     // one section, or all
   std::string compare;  // full batch: another build's tpserve-coordinator, alongside
   std::string compare_worker;  // constrained: another build's tpserve-worker, alongside
+  int constrained_step_us = 300;  // constrained: the stand-in step
   const std::string usage =
       "usage: serving_overhead [--quick] [--json FILE] [--only batch-1|full-batch|constrained] [--coordinator FILE] "
-      "[--coordinator-flag FLAG]... [--compare FILE] [--compare-worker FILE]";
+      "[--coordinator-flag FLAG]... [--compare FILE] [--compare-worker FILE] [--constrained-step-us N]";
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     if (a == "--quick") {
@@ -375,6 +378,10 @@ int main(int argc, char** argv) {
       compare = argv[++i];
     } else if (a == "--compare-worker" && i + 1 < argc) {
       compare_worker = argv[++i];
+    } else if (a == "--constrained-step-us" && i + 1 < argc) {
+      if (!absl::SimpleAtoi(argv[++i], &constrained_step_us) || constrained_step_us <= 0) {
+        Die(absl::StrCat("--constrained-step-us takes a positive number of microseconds; ", usage));
+      }
     } else if (a == "--coordinator-flag" && i + 1 < argc) {
       AddCoordinatorFlag(argv[++i]);
     } else if (a == "--only" && i + 1 < argc) {
@@ -420,7 +427,8 @@ int main(int argc, char** argv) {
   }
   if (only.empty() || only == "constrained") {
     const ConstrainedSettings cs{
-        .repetitions = st.repetitions, .scratch = st.scratch, .compare_worker = compare_worker};
+        .repetitions = st.repetitions, .step_us = constrained_step_us, .scratch = st.scratch,
+        .compare_worker = compare_worker};
     j["constrained"] = RunConstrained(cs);
   }
   const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
