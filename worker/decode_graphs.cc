@@ -1,7 +1,10 @@
 #include "worker/decode_graphs.h"
 
 #include <algorithm>
+#include <iterator>
+#include <span>
 #include <string>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "base/status_macros.h"
@@ -49,6 +52,19 @@ int32_t VerifyGraphProposals(const Model& model, int32_t max_per_sequence) {
   return static_cast<int32_t>(std::max<int64_t>(k, 0));
 }
 
+std::vector<VerifyGraphShape> VerifyGraphShapes(int64_t max_seqs, int32_t max_proposals, int64_t max_extra_rows,
+                                                int64_t max_tokens) {
+  std::vector<VerifyGraphShape> shapes;
+  const int64_t seqs = std::min<int64_t>(max_seqs, kMaxVerifyGraphSeqs);
+  for (int64_t s = 1; max_proposals >= 1 && s <= seqs; ++s) {
+    const int64_t last = std::min({s + s * max_proposals, s + max_extra_rows, max_tokens});
+    for (int64_t t = s + 1; t <= last; ++t) {
+      shapes.push_back({static_cast<int32_t>(s), static_cast<int32_t>(t)});
+    }
+  }
+  return shapes;
+}
+
 bool DecodeGraphs::Supported(const Backend& backend, const Communicator& comm, const Model& model) {
   return backend.SupportsGraphs() && comm.SupportsGraphCapture() && !model.has_intermediate_hook();
 }
@@ -61,6 +77,8 @@ DecodeGraphs::DecodeGraphs(Model& model, KvCache& cache, Backend& backend, const
       capacity_(capacity),
       sizes_(DecodeGraphBatchSizes(capacity.max_seqs, capacity.max_tokens)) {
   for (int32_t k = 1; k <= max_proposals; ++k) proposals_.push_back(k);
+  shapes_ = VerifyGraphShapes(capacity.max_seqs, max_proposals,
+                              model.max_logits_rows() - model.options().max_num_seqs, capacity.max_tokens);
 }
 
 absl::StatusOr<std::unique_ptr<BackendGraph>> DecodeGraphs::CaptureCurrent(absl::string_view what) {
@@ -100,14 +118,23 @@ absl::Status DecodeGraphs::Capture(DeviceSampler* sampler) {
       }
     }
   }
-  // One all-padding sequence of 1 + k tokens: nothing stored, every key read
+  // All-padding sequences sharing T tokens: nothing stored, every key read
   // from block 0 (in range, finite: the cache is zero-filled at allocation).
   const std::vector<int32_t> zeros(static_cast<size_t>(std::max(capacity_.max_blocks_per_seq(), 1)), 0);
-  for (int32_t k : proposals_) {
-    const std::string what = absl::StrCat("verification graph for 1 sequence with ", k, " proposals");
-    const std::vector<int32_t> tokens(static_cast<size_t>(k) + 1, 0);
-    const StepSequence seq{tokens, 0, zeros, k + 1};
-    absl::Status st = padded_.Assign({&seq, 1}, cache_.block_size(), StepBatch::StoreKv::kNo);
+  for (const VerifyGraphShape& shape : shapes_) {
+    const std::string what =
+        absl::StrCat("verification graph for ", shape.seqs, " sequences of ", shape.tokens, " tokens");
+    const std::vector<int32_t> tokens(static_cast<size_t>(shape.tokens), 0);
+    std::vector<StepSequence> seqs;
+    for (int32_t s = 0, at = 0; s < shape.seqs; ++s) {
+      // The later sequences take the remainder, so the last has 2 or more
+      // tokens and every sequence is in the prefill group.
+      const int32_t n = shape.tokens / shape.seqs + (s >= shape.seqs - shape.tokens % shape.seqs ? 1 : 0);
+      seqs.push_back({std::span<const int32_t>(tokens).subspan(static_cast<size_t>(at), static_cast<size_t>(n)), 0,
+                      zeros, n});
+      at += n;
+    }
+    absl::Status st = padded_.Assign(seqs, cache_.block_size(), StepBatch::StoreKv::kNo);
     if (st.ok()) st = model_.BeginStep(padded_.view(), cache_);
     if (!st.ok()) return absl::Status(st.code(), absl::StrCat("capturing the ", what, ": ", st.message()));
     TPSERVE_ASSIGN_OR_RETURN(std::unique_ptr<BackendGraph> graph, CaptureCurrent(what));
@@ -123,22 +150,30 @@ absl::StatusOr<std::optional<Logits>> DecodeGraphs::Forward(const StepMetadata& 
   return model_.ReadLogits(step.num_logits_rows());
 }
 
-int32_t DecodeGraphs::VerifyGraphFor(const StepMetadata& step) const {
-  const int32_t k = step.num_tokens() - 1;
-  if (verify_graphs_.empty() || step.num_prefill_seqs != 1 || step.num_decode_seqs != 0 || k < 1 ||
-      step.num_logits_rows() != step.num_tokens() || !std::binary_search(proposals_.begin(), proposals_.end(), k)) {
-    return 0;
+int64_t DecodeGraphs::VerifyGraphFor(const StepMetadata& step) const {
+  const int32_t S = step.num_seqs(), T = step.num_tokens();
+  if (verify_graphs_.empty() || step.num_decode_seqs != 0 || S < 1 || T <= S ||
+      step.num_logits_rows() != T || std::ssize(step.query_start) != S + 1) {
+    return -1;
   }
-  return k;
+  for (int32_t s = 0; s < S; ++s) {  // at most K proposals each (one prefill tile each on the CUDA backend)
+    if (step.query_start[static_cast<size_t>(s) + 1] - step.query_start[static_cast<size_t>(s)] - 1 >
+        proposals_.back()) {
+      return -1;
+    }
+  }
+  const VerifyGraphShape shape{S, T};
+  auto it = std::lower_bound(shapes_.begin(), shapes_.end(), shape);
+  return it != shapes_.end() && *it == shape ? it - shapes_.begin() : -1;
 }
 
 absl::Status DecodeGraphs::Run(const StepMetadata& step) {
-  if (const int32_t k = VerifyGraphFor(step); k > 0) {
+  if (const int64_t index = VerifyGraphFor(step); index >= 0) {
     if (!padded_.AssignWithColumns(step, capacity_.max_blocks_per_seq(), cache_.block_size()).ok()) {
       return model_.Compute(step, cache_);
     }
     TPSERVE_RETURN_IF_ERROR(model_.BeginStep(padded_.view(), cache_));
-    verify_graphs_[static_cast<size_t>(k - proposals_.front())]->Replay();
+    verify_graphs_[static_cast<size_t>(index)]->Replay();
     ++replays_;
     ++verify_replays_;
     return absl::OkStatus();

@@ -23,28 +23,33 @@
 // copied out. Every op is row-wise in the batch (GEMM rows, norms, attention
 // per query row), so padding rows do not disturb the real ones.
 //
-// Verification steps (speculative decoding, issue 27; backend/step.h): one
-// sequence carrying its last token and k proposals, 1 + k query rows at
-// consecutive positions and 1 + k logits rows, is replayed from a graph of
-// its own, keyed by (sequences, k) exactly: captured for one sequence (the
-// batch speculation targets) and k = 1 .. VerifyGraphProposals(model). Not
-// padded at all: the replay is the eager step's kernels with the eager step's
-// by-value arguments (T = R = 1 + k, S = 1, one prefill tile per 64 rows, the
-// tiles themselves uploaded by BeginStep), so its logits are the eager
-// step's, bit for bit; only the block table is re-laid to the capacity's
-// columns (StepBatch::AssignWithColumns: the stride the kernels read it
-// with). Keyed by total rows instead, a step of other sequence makeups would
-// need padding sequences whose rows change the GEMMs' row count (not bit
-// for bit outside the deterministic mode) and whose attention tiles follow
-// their own positions; keyed by (B, k) for B > 1, every sequence of a step
-// would need the same k, which the per-sequence policy rarely gives: both
-// left for later. Other steps with proposals (batch > 1, a prefill beside
-// them) run eagerly.
+// Verification steps (speculative decoding, issue 27; backend/step.h): S
+// sequences, each carrying its last token and k_s <= K proposals (k_s = 0
+// for one that got none: one row), every one of the T = S + sum k_s tokens a
+// logits row, all of them in the prefill group (the last sequence of the
+// order verifies: it has more than one row), replay a graph of their own,
+// keyed by (S, T) exactly (VerifyGraphShapes: S = 1 .. 8, the batches the
+// speculation policy proposes at, and every T from S + 1 to S + S K). Not
+// padded at all: the replay is the eager step's kernels with the eager
+// step's by-value arguments, which such a step fixes by (S, T) alone (T
+// tokens and logits rows, S sequences; on the CUDA backend one prefill tile
+// per sequence, 1 + k_s <= 9 rows, its tile's contents and every position,
+// context and block uploaded by BeginStep to addresses fixed by (T, S)), so
+// its logits are the eager step's, bit for bit, however the T rows are
+// shared among the S sequences; only the block table is re-laid to the
+// capacity's columns (StepBatch::AssignWithColumns: the stride the kernels
+// read it with). Padding a step to a common k (vLLM pads a uniform decode
+// batch to its token count) would change the GEMMs' row count, so the same
+// bits only in deterministic mode, and padding rows' positions past a
+// sequence's slots would need blocks the plan never reserved. Steps with
+// proposals outside these shapes (more than 8 sequences, a one-token decode
+// after the last verifying sequence, a prefill beside them) run eagerly.
 //
 // A graph holds the KV cache's and the model's buffers by address: recapture
 // (a new DecodeGraphs) after the cache is reallocated or Reserve runs again.
 #pragma once
 
+#include <compare>
 #include <cstdint>
 #include <memory>
 #include <optional>
@@ -89,6 +94,24 @@ StepCapacity ReservedCapacityFor(const Model& model, int32_t block_size);
 inline constexpr int32_t kMaxVerifyGraphProposals = 8;  // the k range issue 27 measures
 int32_t VerifyGraphProposals(const Model& model, int32_t max_per_sequence = 0);
 
+// A verification graph's key: a step of `seqs` sequences and `tokens` tokens,
+// every token a logits row (see above).
+struct VerifyGraphShape {
+  int32_t seqs = 0;    // S
+  int32_t tokens = 0;  // T = S + the step's proposals
+  friend bool operator==(const VerifyGraphShape&, const VerifyGraphShape&) = default;
+  friend auto operator<=>(const VerifyGraphShape&, const VerifyGraphShape&) = default;
+};
+inline constexpr int32_t kMaxVerifyGraphSeqs = 8;  // the batches the speculation policy proposes at
+// The shapes captured for up to `max_seqs` sequences (at most
+// kMaxVerifyGraphSeqs) with up to `max_proposals` proposals each, at most
+// `max_extra_rows` proposals a step (the model's extra logits rows) and
+// `max_tokens` tokens: every (S, T) with S + 1 <= T <= S + min(S K, extra)
+// and T <= max_tokens, ascending (S first). Empty when max_proposals < 1.
+// At K = 4 (the default k) and 8 sequences: 4 + 8 + 12 + ... + 32 = 144.
+std::vector<VerifyGraphShape> VerifyGraphShapes(int64_t max_seqs, int32_t max_proposals, int64_t max_extra_rows,
+                                                int64_t max_tokens);
+
 class DecodeGraphs {
  public:
   // Whether graphs can run: the backend captures, the communicator's
@@ -96,10 +119,11 @@ class DecodeGraphs {
   static bool Supported(const Backend& backend, const Communicator& comm, const Model& model);
 
   // For `model` over `cache`; Backend::Reserve(capacity) must have run (with
-  // room for 1 + max_proposals logits rows when max_proposals > 0:
-  // ReservedCapacityFor). max_proposals: verification graphs for one
-  // sequence with k = 1 .. max_proposals proposals (0: none; see above).
-  // Nothing is captured until Capture.
+  // room for the model's logits rows when max_proposals > 0:
+  // ReservedCapacityFor). max_proposals: verification graphs for steps of
+  // up to kMaxVerifyGraphSeqs sequences with up to max_proposals proposals
+  // each (VerifyGraphShapes; 0: none; see above). Nothing is captured until
+  // Capture.
   DecodeGraphs(Model& model, KvCache& cache, Backend& backend, const StepCapacity& capacity,
                int32_t max_proposals = 0);
 
@@ -113,13 +137,14 @@ class DecodeGraphs {
   // graph for the bucket's logits (cuda/cuda_sampler.h says why sampling is
   // not part of the forward's graph); its error is returned like a capture's.
   // Then the verification graphs the same way, each over an all-padding
-  // sequence of 1 + k tokens (slots -1, every block-table entry 0), without
-  // the sampler (a verification step samples on the host).
+  // step of its S sequences sharing its T tokens (the later sequences one
+  // more when they do not share evenly; slots -1, every block-table entry
+  // 0), without the sampler (a verification step samples on the host).
   absl::Status Capture(DeviceSampler* sampler = nullptr);
 
   // Model::Forward(step, cache), through a graph when the step is a pure decode
-  // of at most the largest bucket, or a verification step of one sequence
-  // whose k proposals have a graph, and graphs were captured. Same results
+  // of at most the largest bucket, or a verification step whose shape has a
+  // graph (above), and graphs were captured. Same results
   // and errors as Model::Forward (all R = step.num_logits_rows() rows).
   absl::StatusOr<std::optional<Logits>> Forward(const StepMetadata& step);
   // Forward without reading the logits back: they stay in the model's
@@ -130,6 +155,8 @@ class DecodeGraphs {
   const std::vector<int32_t>& batch_sizes() const { return sizes_; }
   // The k of the verification graphs (1 .. max_proposals), ascending.
   const std::vector<int32_t>& verify_proposals() const { return proposals_; }
+  // Their shapes (VerifyGraphShapes), ascending: one graph each once captured.
+  const std::vector<VerifyGraphShape>& verify_shapes() const { return shapes_; }
   bool captured() const { return !graphs_.empty(); }
   int64_t replays() const { return replays_; }  // steps that ran as a graph (verifications included)
   int64_t verify_replays() const { return verify_replays_; }  // verification steps that ran as a graph
@@ -138,8 +165,8 @@ class DecodeGraphs {
   // Runs the current step (model_.BeginStep done) once eagerly, then captures
   // its ops; the graph, or the error naming `what`.
   absl::StatusOr<std::unique_ptr<BackendGraph>> CaptureCurrent(absl::string_view what);
-  // The k of a verification step a graph covers, or 0.
-  int32_t VerifyGraphFor(const StepMetadata& step) const;
+  // The index in shapes_ of the verification graph that replays `step`, or -1.
+  int64_t VerifyGraphFor(const StepMetadata& step) const;
 
   Model& model_;
   KvCache& cache_;
@@ -147,8 +174,9 @@ class DecodeGraphs {
   StepCapacity capacity_;
   std::vector<int32_t> sizes_;                         // buckets, ascending
   std::vector<int32_t> proposals_;                     // verification graphs' k, ascending
+  std::vector<VerifyGraphShape> shapes_;               // verification graphs' keys, ascending
   std::vector<std::unique_ptr<BackendGraph>> graphs_;  // [buckets] once captured
-  std::vector<std::unique_ptr<BackendGraph>> verify_graphs_;  // [proposals_] once captured
+  std::vector<std::unique_ptr<BackendGraph>> verify_graphs_;  // [shapes_] once captured
   StepBatch padded_;                                   // the step being replayed
   int64_t replays_ = 0, verify_replays_ = 0;
 };

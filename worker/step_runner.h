@@ -171,7 +171,7 @@ class StepRunner {
   bool uses_graphs() const { return graphs_ != nullptr && graphs_->captured(); }
   // Steps that ran as a graph so far.
   int64_t graph_replays() const { return graphs_ ? graphs_->replays() : 0; }
-  // Of those, verification steps (one sequence with proposals, worker/decode_graphs.h).
+  // Of those, verification steps (up to 8 sequences with proposals, worker/decode_graphs.h).
   int64_t verify_graph_replays() const { return graphs_ ? graphs_->verify_replays() : 0; }
   // The k of the verification graphs captured, ascending (empty without graphs).
   std::vector<int32_t> verify_graph_proposals() const {

@@ -5,9 +5,11 @@
 // Then the whole DecodeGraphs flow (warm-up, capture, BeginStep + Replay, copy
 // of the real rows) through a CPU backend that records ops instead of running
 // them while "capturing" and replays them later, for decode steps and for
-// verification steps (one sequence with k speculative proposals).
+// verification steps (1 to 8 sequences with their own k speculative
+// proposals, keyed by the step's sequences and tokens).
 #include "worker/decode_graphs.h"
 
+#include <algorithm>
 #include <cstring>
 #include <functional>
 #include <random>
@@ -494,48 +496,91 @@ TEST(AssignWithColumns, RelaysTheBlockTableAndKeepsTheRest) {
   EXPECT_EQ(wide.AssignWithColumns(step->view(), 5, 0).code(), absl::StatusCode::kInvalidArgument);
 }
 
-// Verification steps through the graph path: one sequence with k = 1..4
-// proposals replays the captured (1, k) graph and gives every one of its
-// 1 + k logits rows the eager step's bits; k = 5 (beyond the graphs) and a
-// step of two verifying sequences run eagerly. The caches stay equal bit for
-// bit (the all-padding warm-up of each verification graph stores nothing).
+TEST(VerifyGraphShapes, EveryTokenCountOfUpToEightSequences) {
+  const std::vector<VerifyGraphShape> shapes = VerifyGraphShapes(32, 4, 8 * 4, 512);
+  EXPECT_EQ(shapes.size(), 144u);  // 4 + 8 + ... + 32: the default k for 8 sequences
+  ASSERT_FALSE(shapes.empty());
+  EXPECT_EQ(shapes.front(), (VerifyGraphShape{1, 2}));
+  EXPECT_EQ(shapes.back(), (VerifyGraphShape{8, 40}));
+  EXPECT_TRUE(std::is_sorted(shapes.begin(), shapes.end()));
+  for (int32_t s = 1; s <= 8; ++s) {  // every T from S + 1 to S + 4 S
+    for (int32_t t = s; t <= 5 * s + 1; ++t) {
+      const bool want = t > s && t <= 5 * s;
+      EXPECT_EQ(std::binary_search(shapes.begin(), shapes.end(), VerifyGraphShape{s, t}), want)
+          << s << " sequences of " << t << " tokens";
+    }
+  }
+  // The extra logits rows bound a step's proposals: 4 rows, T <= S + 4.
+  EXPECT_EQ(VerifyGraphShapes(4, 4, 4, 512).size(), 16u);
+  EXPECT_EQ(VerifyGraphShapes(4, 4, 4, 512).back(), (VerifyGraphShape{4, 8}));
+  // max_tokens bounds T; fewer than 8 sequences bound S; no k, no graphs.
+  for (const VerifyGraphShape& shape : VerifyGraphShapes(32, 2, 64, 10)) EXPECT_LE(shape.tokens, 10);
+  EXPECT_EQ(VerifyGraphShapes(32, 2, 64, 10).back(), (VerifyGraphShape{8, 10}));
+  EXPECT_EQ(VerifyGraphShapes(3, 2, 64, 512).back(), (VerifyGraphShape{3, 9}));
+  EXPECT_TRUE(VerifyGraphShapes(8, 0, 64, 512).empty());
+}
+
+// Verification steps through the graph path: steps of 1 to 8 sequences, each
+// with its own k = 0..4 proposals (the last of the order at least 1), replay
+// the captured (S, T) graph and give every one of their T logits rows the
+// eager step's bits, however the rows are shared. Steps without a graph run
+// eagerly with the same bits: a sequence with k = 5 (past the graphs' K), 9
+// sequences (past 8), a one-token sequence after the last verifying one (a
+// decode group), every k = 0 (a plain decode: the decode graph). The caches
+// stay equal bit for bit (the all-padding warm-ups store nothing).
 TEST_F(DecodeGraphsModelTest, ReplayedVerificationStepsMatchEagerSteps) {
   const uint32_t seed = testing_util::TestSeed();
   SCOPED_TRACE(testing::Message() << "seed " << seed);
   std::mt19937 rng(seed);
   constexpr int kProposals = 4;
+  constexpr int kSeqs = 9;
   RecordingBackend recording;
   std::unique_ptr<Backend> cpu = MakeCpuBackend();
-  std::unique_ptr<Model> graph_model = Load(recording, "qwen3", 2 * (kProposals + 1));
-  std::unique_ptr<Model> eager_model = Load(*cpu, "qwen3", 2 * (kProposals + 1));
+  std::unique_ptr<Model> graph_model = Load(recording, "qwen3", kSeqs * (kProposals + 1));
+  std::unique_ptr<Model> eager_model = Load(*cpu, "qwen3", kSeqs * (kProposals + 1));
   ASSERT_NE(graph_model, nullptr);
   ASSERT_NE(eager_model, nullptr);
-  const int S = 2;
-  absl::StatusOr<KvCache> gcache = KvCache::Allocate(recording, graph_model->kv_cache_shape(S * kBlocksPerSeq, kBlockSize));
-  absl::StatusOr<KvCache> ecache = KvCache::Allocate(*cpu, eager_model->kv_cache_shape(S * kBlocksPerSeq, kBlockSize));
+  absl::StatusOr<KvCache> gcache = KvCache::Allocate(recording, graph_model->kv_cache_shape(kSeqs * kBlocksPerSeq, kBlockSize));
+  absl::StatusOr<KvCache> ecache = KvCache::Allocate(*cpu, eager_model->kv_cache_shape(kSeqs * kBlocksPerSeq, kBlockSize));
   ASSERT_TRUE(gcache.ok() && ecache.ok());
   const StepCapacity capacity = StepCapacityFor(*graph_model, kBlockSize);
   ASSERT_TRUE(recording.Reserve(ReservedCapacityFor(*graph_model, kBlockSize)).ok());
   DecodeGraphs graphs(*graph_model, *gcache, recording, capacity, kProposals);
   ASSERT_TRUE(graphs.Capture().ok());
   EXPECT_EQ(graphs.verify_proposals(), (std::vector<int32_t>{1, 2, 3, 4}));
+  EXPECT_EQ(graphs.verify_shapes().size(), 144u);
 
   std::mt19937 rng_copy = rng;
   std::vector<std::vector<int32_t>> tables, etables;
   std::vector<int32_t> last, elast;
-  std::vector<int32_t> lens = Prefill(*graph_model, *gcache, S, rng, tables, last);
-  Prefill(*eager_model, *ecache, S, rng_copy, etables, elast);
+  std::vector<int32_t> lens = Prefill(*graph_model, *gcache, kSeqs, rng, tables, last);
+  Prefill(*eager_model, *ecache, kSeqs, rng_copy, etables, elast);
   ASSERT_EQ(tables, etables);
-  int64_t replayed = 0;
-  for (int step = 0; step < 8; ++step) {
-    SCOPED_TRACE(testing::Message() << "step " << step);
-    // Steps 0-4: sequence 0 alone with k = 1 + step % 5; step 5 onwards both
-    // sequences, k = 2 each (no graph: batch 2).
-    const int k = step < 5 ? 1 + step : 2;
-    const int n = step < 5 ? 1 : S;
-    std::vector<std::vector<int32_t>> tokens(static_cast<size_t>(n));
+  // Each step's k per sequence: for S = 1..8 one step with the last verifying
+  // and one drawn freely, then the eager cases.
+  auto draw = [&](int n, bool last_verifies) {
+    std::vector<int> ks;
+    for (int s = 0; s < n; ++s) ks.push_back(static_cast<int>(rng() % (kProposals + 1)));
+    if (last_verifies) ks.back() = 1 + static_cast<int>(rng() % kProposals);
+    return ks;
+  };
+  std::vector<std::vector<int>> steps;
+  for (int n = 1; n <= 8; ++n) {
+    steps.push_back(draw(n, true));
+    steps.push_back(draw(n, false));
+  }
+  for (const std::vector<int>& ks : std::vector<std::vector<int>>{
+           {kProposals + 1}, {2, kProposals + 1, 1}, draw(kSeqs, true), {3, 1, 0}, {0, 0, 0}, {2, 0, 3}}) {
+    steps.push_back(ks);
+  }
+  int64_t verified = 0, decoded = 0;
+  for (size_t step = 0; step < steps.size(); ++step) {
+    const std::vector<int>& ks = steps[step];
+    SCOPED_TRACE(testing::Message() << "step " << step << ": " << ks.size() << " sequences");
+    std::vector<std::vector<int32_t>> tokens(ks.size());
     std::vector<StepSequence> seqs;
-    for (size_t s = 0; s < static_cast<size_t>(n); ++s) {
+    for (size_t s = 0; s < ks.size(); ++s) {
+      const int k = ks[s];
       if (lens[s] + k + 1 > kBlocksPerSeq * kBlockSize) lens[s] = kBlocksPerSeq * kBlockSize - k - 1;  // rewind: stay in the table
       tokens[s].push_back(last[s]);
       for (int i = 0; i < k; ++i) tokens[s].push_back(static_cast<int32_t>(rng() % 250));
@@ -543,28 +588,33 @@ TEST_F(DecodeGraphsModelTest, ReplayedVerificationStepsMatchEagerSteps) {
     }
     absl::StatusOr<StepBatch> batch = StepBatch::Build(seqs, kBlockSize);
     ASSERT_TRUE(batch.ok()) << batch.status();
-    const int64_t replays_before = graphs.verify_replays();
+    const int64_t verify_before = graphs.verify_replays(), replays_before = graphs.replays();
     absl::StatusOr<std::optional<Logits>> g = graphs.Forward(batch->view());
     absl::StatusOr<std::optional<Logits>> e = eager_model->Forward(batch->view(), *ecache);
     ASSERT_TRUE(g.ok()) << g.status();
     ASSERT_TRUE(e.ok()) << e.status();
-    ASSERT_EQ((*g)->num_seqs, n * (k + 1));  // every verification row comes back
+    ASSERT_EQ((*g)->num_seqs, batch->num_tokens());  // every verification row comes back
     ASSERT_EQ((*g)->values.size(), (*e)->values.size());
     EXPECT_EQ(0, std::memcmp((*g)->values.data(), (*e)->values.data(), (*g)->values.size() * sizeof(float)))
         << "the verification step's logits differ in their bits";
-    const bool graph = n == 1 && k <= kProposals;
-    EXPECT_EQ(graphs.verify_replays() - replays_before, graph ? 1 : 0);
-    replayed += graph ? 1 : 0;
+    const bool all_decode = std::all_of(ks.begin(), ks.end(), [](int k) { return k == 0; });
+    const bool graph = ks.size() <= 8 && ks.back() >= 1 && *std::max_element(ks.begin(), ks.end()) <= kProposals;
+    EXPECT_EQ(graphs.verify_replays() - verify_before, graph ? 1 : 0);
+    EXPECT_EQ(graphs.replays() - replays_before, graph || all_decode ? 1 : 0);
+    verified += graph ? 1 : 0;
+    decoded += all_decode ? 1 : 0;
     // Accept a random prefix, as the sampler would: the rejected K/V stay in
     // their slots, unread, until a later step writes them anew.
-    for (size_t s = 0; s < static_cast<size_t>(n); ++s) {
-      const int accepted = static_cast<int>(rng() % static_cast<uint32_t>(k + 1));
+    int64_t row = 0;  // sequence s's first logits row
+    for (size_t s = 0; s < ks.size(); ++s) {
+      const int accepted = static_cast<int>(rng() % static_cast<uint32_t>(ks[s] + 1));
       lens[s] += 1 + accepted;
-      last[s] = static_cast<int32_t>(testing_util::Argmax((*e)->row(static_cast<int64_t>(s) * (k + 1) + accepted)));
+      last[s] = static_cast<int32_t>(testing_util::Argmax((*e)->row(row + accepted)));
+      row += ks[s] + 1;
     }
   }
-  EXPECT_EQ(replayed, 4);
-  EXPECT_EQ(graphs.replays(), replayed);
+  EXPECT_GE(verified, 9);  // the 8 steps whose last sequence verifies, and {2, 0, 3}
+  EXPECT_EQ(graphs.replays(), verified + decoded);
   EXPECT_EQ(Snapshot(*gcache), Snapshot(*ecache));
 }
 
