@@ -6,7 +6,11 @@
 // probability 0.3), greedy and seeded, and must return the same tokens and
 // log-probs, every bit, step for step, and every logits row a verification
 // step sampled from (keep_logits) the same bits; the graphs must have replayed the
-// verification steps (one sequence, k = 1..4). (That a verification gives
+// verification steps (one sequence, k = 1..4). Then batches of 2 to 8
+// sequences generated together the same way, each sequence with its own k a
+// step (up to kBatchProposals), greedy and seeded ones side by side: every
+// step whose last sequence verifies replays its (S, T) graph, the others (a
+// one-token sequence last) run eagerly, all with the eager runner's bits. (That a verification gives
 // the one-token steps' tokens is the CPU backend's exact property,
 // tests/worker/speculative_step_runner_test.cc; in bf16 on the CUDA backend
 // a verification row follows the one-token step's to rounding, so it is not
@@ -18,8 +22,10 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cstdint>
 #include <cstring>
 #include <filesystem>
+#include <map>
 #include <memory>
 #include <ostream>
 #include <random>
@@ -44,19 +50,29 @@ namespace {
 
 constexpr int32_t kVocab = 263;
 constexpr int32_t kBlockSize = 4;
-constexpr int64_t kNumBlocks = 64;
+constexpr int64_t kNumBlocks = 160;
 constexpr int kProposals = 4;  // the most a step proposes, and the verification graphs' k
 constexpr int64_t kTokens = cuda_test::kEmulated ? 24 : 64;
+constexpr int64_t kBatchTokens = cuda_test::kEmulated ? 8 : 32;  // per sequence of a batch
+constexpr int32_t kMaxBatch = 8;  // the verification graphs' most sequences (kMaxVerifyGraphSeqs)
+// The batches' k, and the verification graphs' K for them: 4 on a GPU (144
+// graphs, as served at the default k); 2 emulated (72 graphs, with at most
+// 3 rows a sequence), where k = 4 and 12 tokens a sequence made the batch
+// test about 100 s over the three kernel sets (load 3; 26 s of it capturing
+// the 144 graphs), against 41 s now (load 1.4).
+constexpr int kBatchProposals = cuda_test::kEmulated ? 2 : kProposals;
 
-// A backend configuration the test runs under.
 // The proposals of the sequence being generated: its plain run's output, 1 to
-// kProposals of the tokens after what rank 0 was fed, each wrong with
+// max_k of the tokens after what rank 0 was fed, each wrong with
 // probability 0.3 by a hash of its position (so both runners' proposers,
 // fed the same tokens, propose the same).
 struct Oracle {
   const std::vector<int32_t>* tokens = nullptr;  // null: no proposals
   int64_t prompt = 0;
   uint64_t seed = 0;
+  int64_t length = kTokens;  // tokens the sequence generates: no proposal past them
+  int64_t max_k = kProposals;  // the most it proposes a step
+  bool may_skip = false;       // after its first step, 0 to max_k (none one time in max_k + 1)
 };
 
 class OracleProposer final : public speculative::Proposer {
@@ -67,8 +83,9 @@ class OracleProposer final : public speculative::Proposer {
     if (oracle_->tokens == nullptr) return 0;
     const int64_t have = fed_ - oracle_->prompt;
     const uint64_t h = SplitMix64(oracle_->seed ^ static_cast<uint64_t>(have));
-    const int64_t n = std::clamp<int64_t>(std::min<int64_t>(1 + static_cast<int64_t>(h % kProposals),
-                                                            kTokens - have - 1), 0, std::ssize(out));
+    const int64_t k = oracle_->may_skip && have > 1 ? static_cast<int64_t>(h % (oracle_->max_k + 1))
+                                                    : 1 + static_cast<int64_t>(h % oracle_->max_k);
+    const int64_t n = std::clamp<int64_t>(std::min<int64_t>(k, oracle_->length - have - 1), 0, std::ssize(out));
     for (int64_t i = 0; i < n; ++i) {
       int32_t t = (*oracle_->tokens)[static_cast<size_t>(have + i)];
       if (SplitMix64(h + static_cast<uint64_t>(i)) % 10 < 3) t = (t + 1) % kVocab;
@@ -82,6 +99,7 @@ class OracleProposer final : public speculative::Proposer {
   int64_t fed_ = 0;
 };
 
+// A backend configuration the test runs under.
 struct Config {
   const char* name;
   cuda::KernelSet kernels;
@@ -98,15 +116,19 @@ struct Runner {
   std::unique_ptr<KvCache> cache;
   std::unique_ptr<StepRunner> runner;
 
+  // max_seqs sequences a step, each with up to `proposals` proposals (the
+  // coordinator's k) and extra_rows proposals a step in all (the workers'
+  // Load.max_num_draft_tokens).
   static std::unique_ptr<Runner> Make(const std::filesystem::path& dir, const Config& config, bool eager,
-                                      const Oracle* oracle) {
+                                      std::map<uint64_t, Oracle>* oracles, int32_t max_seqs, int32_t proposals,
+                                      int32_t extra_rows) {
     auto r = std::make_unique<Runner>();
     CudaBackendOptions bo;
     bo.kernels = config.kernels;
     bo.deterministic = config.deterministic;
     r->backend = MakeCudaBackend(0, bo);
     cuda::CudaSampler::Options so;
-    so.max_seqs = 4;
+    so.max_seqs = max_seqs;
     so.vocab_size = kVocab;
     so.max_logprobs = 2;
     // As rank/ makes it: deterministic mode samples one block per row.
@@ -118,9 +140,9 @@ struct Runner {
     r->sampler = *std::move(sampler);
     ModelOptions mo;
     mo.max_num_tokens = 64;
-    mo.max_num_seqs = 4;
+    mo.max_num_seqs = max_seqs;
     mo.max_position = 128;
-    mo.max_num_logits_rows = mo.max_num_seqs + kProposals;  // the workers' Load.max_num_draft_tokens
+    mo.max_num_logits_rows = mo.max_num_seqs + extra_rows;
     absl::StatusOr<std::unique_ptr<Model>> model = Model::Load(dir, *r->backend, *r->comm, mo);
     EXPECT_TRUE(model.ok()) << model.status();
     if (!model.ok()) return nullptr;
@@ -133,9 +155,9 @@ struct Runner {
     ro.enforce_eager = eager;
     ro.sampler = r->sampler.get();
     ro.keep_logits = true;  // the host-sampled (verification) rows come back
-    ro.num_speculative_tokens = kProposals;
-    ro.proposers = {.method = "ngram", .num_speculative_tokens = kProposals};
-    ro.make_proposer = [oracle](uint64_t) { return std::make_unique<OracleProposer>(oracle); };
+    ro.num_speculative_tokens = proposals;
+    ro.proposers = {.method = "ngram", .num_speculative_tokens = proposals};
+    ro.make_proposer = [oracles](uint64_t id) { return std::make_unique<OracleProposer>(&(*oracles)[id]); };
     r->runner = std::make_unique<StepRunner>(*r->model, *r->cache, /*rank=*/0, ro);
     const absl::Status warm = r->runner->WarmUp();
     EXPECT_TRUE(warm.ok()) << warm;
@@ -152,24 +174,29 @@ class SpeculativeGraphTest : public ::testing::TestWithParam<Config> {
     dir_ = cuda_test::MakeTestModel("tpserve_speculative_graph", "qwen3",
                                     "--arch qwen3 --hidden 64 --intermediate 96 --layers 2 --heads 2 --kv-heads 1 "
                                     "--head-dim 64 --vocab 263 --dtype bf16 --tie 0 --seed 47 --max-pos 128");
-    graphs_ = Runner::Make(dir_, GetParam(), /*eager=*/false, &oracle_);
-    eager_ = Runner::Make(dir_, GetParam(), /*eager=*/true, &oracle_);
+    for (int32_t b = 0; b < kNumBlocks; ++b) free_.push_back(b);
+  }
+  // The two runners (see Runner::Make).
+  void MakeRunners(int32_t max_seqs, int32_t proposals, int32_t extra_rows) {
+    graphs_ = Runner::Make(dir_, GetParam(), /*eager=*/false, &oracles_, max_seqs, proposals, extra_rows);
+    eager_ = Runner::Make(dir_, GetParam(), /*eager=*/true, &oracles_, max_seqs, proposals, extra_rows);
     ASSERT_NE(graphs_, nullptr);
     ASSERT_NE(eager_, nullptr);
     ASSERT_TRUE(graphs_->runner->uses_graphs());
     ASSERT_FALSE(eager_->runner->uses_graphs());
-    for (int32_t b = 0; b < kNumBlocks; ++b) free_.push_back(b);
   }
   void TearDown() override {
     if (!dir_.empty()) std::filesystem::remove_all(dir_);
   }
 
   // Runs `plan` on both runners; their tokens, which must agree bit for bit.
-  std::vector<StepToken> Run(const StepPlan& plan) {
-    absl::StatusOr<std::vector<StepToken>> g = graphs_->runner->Run(plan);
+  // eager_only: on the eager runner alone (its tokens).
+  std::vector<StepToken> Run(const StepPlan& plan, bool eager_only = false) {
     absl::StatusOr<std::vector<StepToken>> e = eager_->runner->Run(plan);
-    EXPECT_TRUE(g.ok()) << g.status();
     EXPECT_TRUE(e.ok()) << e.status();
+    if (eager_only) return e.ok() ? *std::move(e) : std::vector<StepToken>();
+    absl::StatusOr<std::vector<StepToken>> g = graphs_->runner->Run(plan);
+    EXPECT_TRUE(g.ok()) << g.status();
     if (!g.ok() || !e.ok()) return {};
     EXPECT_EQ(g->size(), e->size());
     for (size_t i = 0; i < std::min(g->size(), e->size()); ++i) {
@@ -196,12 +223,24 @@ class SpeculativeGraphTest : public ::testing::TestWithParam<Config> {
     return added;
   }
 
+  // As Scheduler::OnStepDone: the blocks of `table` past `computed` positions
+  // (slots of rejected proposals) back to the pool; the table's new length,
+  // the next plan's keep_blocks, or -1 when nothing was cut.
+  int64_t Trim(std::vector<int32_t>& table, int64_t computed) {
+    if (std::ssize(table) <= BlockManager::BlocksFor(computed, kBlockSize)) return -1;
+    while (std::ssize(table) > BlockManager::BlocksFor(computed, kBlockSize)) {
+      free_.push_back(table.back());
+      table.pop_back();
+    }
+    return std::ssize(table);
+  }
+
   // Generates `n` tokens for sequence `id` on both runners; with `oracle`,
   // it speculates: after each step rank 0 proposes 1 to kProposals of its
   // next tokens (OracleProposer), and the next step has kProposals slots.
   std::vector<int32_t> Generate(uint64_t id, const std::vector<int32_t>& prompt, const SamplingParams& sampling,
                                 const std::vector<int32_t>* oracle, std::mt19937_64& rng) {
-    oracle_ = Oracle{.tokens = oracle, .prompt = std::ssize(prompt), .seed = rng()};
+    oracles_[id] = Oracle{.tokens = oracle, .prompt = std::ssize(prompt), .seed = rng()};
     const int32_t ask = oracle != nullptr ? kProposals : 0;
     std::vector<int32_t> out, table;
     StepPlan first;
@@ -233,16 +272,91 @@ class SpeculativeGraphTest : public ::testing::TestWithParam<Config> {
       accepted_ += std::ssize(got) - 1;
       for (const StepToken& t : got) out.push_back(t.sampled.token);
       computed += std::ssize(got);
-      if (std::ssize(table) > BlockManager::BlocksFor(computed, kBlockSize)) {  // Scheduler::OnStepDone
-        while (std::ssize(table) > BlockManager::BlocksFor(computed, kBlockSize)) {
-          free_.push_back(table.back());
-          table.pop_back();
-        }
-        keep = std::ssize(table);
-      }
+      if (const int64_t cut = Trim(table, computed); cut >= 0) keep = cut;
     }
     done_.push_back(id);
     free_.insert(free_.end(), table.begin(), table.end());
+    return out;
+  }
+
+  // Generates kBatchTokens tokens for each sequence ids[i] (prompts[i],
+  // sampling[i]) together on both runners, as Generate does for one: a
+  // sequence leaves the batch when it has its tokens. With `oracle`, sequence
+  // i speculates on (*oracle)[i]; a step with proposals is counted in
+  // batch_verifications_ when its last sequence used some (every sequence is
+  // then in the prefill group: a verification graph's shape), else in
+  // eager_verifications_. Without, the eager runner alone generates (the
+  // oracle's tokens: plain decode steps, which sampler_graph_test holds to
+  // their graphs; it halves the emulated run's steps).
+  std::vector<std::vector<int32_t>> GenerateBatch(const std::vector<uint64_t>& ids,
+                                                  const std::vector<std::vector<int32_t>>& prompts,
+                                                  const std::vector<SamplingParams>& sampling,
+                                                  const std::vector<std::vector<int32_t>>* oracle,
+                                                  std::mt19937_64& rng) {
+    const size_t n = ids.size();
+    const int32_t ask = oracle != nullptr ? kBatchProposals : 0;
+    const bool eager_only = oracle == nullptr;
+    std::vector<std::vector<int32_t>> out(n), tables(n);
+    std::vector<int64_t> computed(n), keep(n, -1);
+    StepPlan first;
+    if (!eager_only) first.finished.swap(done_);  // else both runners finish them in the next plan
+    for (size_t i = 0; i < n; ++i) {
+      oracles_[ids[i]] = Oracle{.tokens = oracle != nullptr ? &(*oracle)[i] : nullptr,
+                                .prompt = std::ssize(prompts[i]), .seed = rng(), .length = kBatchTokens,
+                                .max_k = kBatchProposals, .may_skip = true};
+      first.new_sequences.push_back(NewSequencePlan{.seq_id = ids[i], .prompt = prompts[i], .token_ids = prompts[i],
+                                                    .block_ids = Grow(tables[i], std::ssize(prompts[i])),
+                                                    .sampling = sampling[i], .sample = true,
+                                                    .speculate = oracle != nullptr, .num_proposals = ask});
+      first.order.push_back(ids[i]);
+      computed[i] = std::ssize(prompts[i]);
+    }
+    std::vector<StepToken> got = Run(first, eager_only);
+    if (got.size() != n) return out;
+    for (size_t i = 0; i < n; ++i) out[i].push_back(got[i].sampled.token);
+    while (!::testing::Test::HasFailure()) {
+      StepPlan plan;
+      std::vector<size_t> live;
+      for (size_t i = 0; i < n; ++i) {
+        if (std::ssize(out[i]) >= kBatchTokens) continue;
+        ContinuingSequencePlan c{.seq_id = ids[i], .sample = true, .decode_sampled = true, .num_proposals = ask};
+        if (oracle != nullptr) {
+          c.num_draft_slots =
+              static_cast<int32_t>(std::clamp<int64_t>(kBatchTokens - std::ssize(out[i]) - 1, 0, kBatchProposals));
+          EXPECT_EQ(graphs_->runner->drafts(ids[i]), eager_->runner->drafts(ids[i]));
+        }
+        c.keep_blocks = std::exchange(keep[i], -1);
+        c.new_block_ids = Grow(tables[i], computed[i] + 1 + c.num_draft_slots);
+        plan.continuing.push_back(std::move(c));
+        plan.order.push_back(ids[i]);
+        live.push_back(i);
+      }
+      if (live.empty()) break;
+      got = Run(plan, eager_only);
+      if (got.empty()) return out;
+      std::map<uint64_t, int32_t> proposed;  // each sequence's num_proposed (its first token's)
+      for (const StepToken& t : got) proposed.emplace(t.seq_id, t.num_proposed);
+      if (proposed[ids[live.back()]] > 0) {
+        ++batch_verifications_[live.size()];
+      } else if (std::any_of(proposed.begin(), proposed.end(), [](const auto& p) { return p.second > 0; })) {
+        ++eager_verifications_;
+      }
+      for (size_t i : live) {
+        int64_t tokens = 0;
+        for (const StepToken& t : got) {
+          if (t.seq_id != ids[i]) continue;
+          out[i].push_back(t.sampled.token);
+          ++tokens;
+        }
+        computed[i] += tokens;
+        accepted_ += std::max<int64_t>(tokens - 1, 0);
+        if (const int64_t cut = Trim(tables[i], computed[i]); cut >= 0) keep[i] = cut;
+      }
+    }
+    for (size_t i = 0; i < n; ++i) {
+      done_.push_back(ids[i]);
+      free_.insert(free_.end(), tables[i].begin(), tables[i].end());
+    }
     return out;
   }
 
@@ -250,13 +364,16 @@ class SpeculativeGraphTest : public ::testing::TestWithParam<Config> {
   std::unique_ptr<Runner> graphs_, eager_;
   std::vector<int32_t> free_;
   std::vector<uint64_t> done_;
-  Oracle oracle_;               // the proposals of the sequence being generated
+  std::map<uint64_t, Oracle> oracles_;  // each sequence's proposals, by id
+  std::map<size_t, int64_t> batch_verifications_;  // verification steps whose last sequence verified, by batch
+  int64_t eager_verifications_ = 0;  // steps with proposals whose last sequence had none
   int64_t verifications_ = 0;  // steps that carried proposals
   int64_t accepted_ = 0;       // proposals kept
   int64_t logits_rows_ = 0;    // host-sampled rows compared
 };
 
 TEST_P(SpeculativeGraphTest, ReplayedVerificationStepsGiveTheEagerTokens) {
+  ASSERT_NO_FATAL_FAILURE(MakeRunners(1, kProposals, kProposals));  // one sequence at a time: 4 graphs
   const uint64_t seed = testing_util::TestSeed();
   SCOPED_TRACE(testing::Message() << "seed " << seed << " (TPSERVE_TEST_SEED replays it)");
   std::mt19937_64 rng(seed);
@@ -283,6 +400,59 @@ TEST_P(SpeculativeGraphTest, ReplayedVerificationStepsGiveTheEagerTokens) {
   EXPECT_GE(logits_rows_, verifications_) << "every verification step samples at least one row on the host";
   const int64_t replayed = graphs_->runner->verify_graph_replays();
   EXPECT_EQ(replayed, verifications_) << "every verification step (one sequence, k <= 4) replays a graph";
+  EXPECT_EQ(eager_->runner->graph_replays(), 0);
+}
+
+// Batches of 2 to 8 sequences speculating together, each with its own k a
+// step (1 to kBatchProposals proposals at first, then 0 to kBatchProposals,
+// fewer near its end), every other one seeded: the graph runner's tokens,
+// log-probs and logits rows equal the eager runner's, every verification
+// step whose last sequence verified replays a graph (its (S, T)), and each
+// batch size had one; the steps whose last sequence had no proposals ran
+// eagerly, with the same bits.
+TEST_P(SpeculativeGraphTest, BatchedVerificationStepsGiveTheEagerTokens) {
+  ASSERT_NO_FATAL_FAILURE(MakeRunners(kMaxBatch, kBatchProposals, kMaxBatch * kBatchProposals));
+  std::vector<int32_t> ks;
+  for (int32_t k = 1; k <= kBatchProposals; ++k) ks.push_back(k);
+  ASSERT_EQ(graphs_->runner->verify_graph_proposals(), ks);
+  const uint64_t seed = testing_util::TestSeed();
+  SCOPED_TRACE(testing::Message() << "seed " << seed << " (TPSERVE_TEST_SEED replays it)");
+  std::mt19937_64 rng(seed);
+  for (int32_t batch = 2; batch <= kMaxBatch; ++batch) {
+    SCOPED_TRACE(testing::Message() << "batch " << batch);
+    std::vector<uint64_t> ids, spec_ids;
+    std::vector<std::vector<int32_t>> prompts;
+    std::vector<SamplingParams> sampling;
+    for (int32_t i = 0; i < batch; ++i) {
+      ids.push_back(100 + 20 * static_cast<uint64_t>(batch) + static_cast<uint64_t>(i));
+      spec_ids.push_back(ids.back() + 10);
+      std::vector<int32_t> prompt(static_cast<size_t>(3 + rng() % 6));
+      for (int32_t& t : prompt) t = static_cast<int32_t>(rng() % kVocab);
+      prompts.push_back(std::move(prompt));
+      SamplingParams p;
+      p.logprobs = 0;
+      p.temperature = 0;
+      if (i % 2 == 1) {
+        p.temperature = 0.9f;
+        p.top_p = 0.95f;
+        p.seed = rng();
+      }
+      sampling.push_back(p);
+    }
+    const std::vector<std::vector<int32_t>> plain = GenerateBatch(ids, prompts, sampling, nullptr, rng);
+    const std::vector<std::vector<int32_t>> spec = GenerateBatch(spec_ids, prompts, sampling, &plain, rng);
+    ASSERT_FALSE(HasFailure());
+    for (const std::vector<int32_t>& out : spec) EXPECT_EQ(std::ssize(out), kBatchTokens);
+    // Its first step after the prefill: every sequence has 1 to kBatchProposals proposals.
+    EXPECT_GE(batch_verifications_[static_cast<size_t>(batch)], 1);
+  }
+  EXPECT_GT(accepted_, 0) << "no proposal was kept";
+  int64_t verifications = 0;
+  for (const auto& [batch, steps] : batch_verifications_) verifications += steps;
+  EXPECT_EQ(graphs_->runner->verify_graph_replays(), verifications)
+      << "every step whose last sequence verifies replays its graph ("
+      << eager_verifications_ << " others ran eagerly)";
+  EXPECT_GT(eager_verifications_, 0) << "no verification step without a graph was compared";
   EXPECT_EQ(eager_->runner->graph_replays(), 0);
 }
 
