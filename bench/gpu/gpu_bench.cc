@@ -15,7 +15,8 @@
 //   * a batch-1 verification step (speculative decoding: the last token and
 //     k = 1, 4, 8 proposals at the decode prompt's context) replayed from its
 //     CUDA graph beside the same step eager, and its cost against the graph's
-//     one-token decode step (c(k));
+//     one-token decode step (c(k)); the same at batch 8 (k = 4 each, and
+//     mixed k), against the graph's batch-8 decode step;
 //   * decode attention alone at batch 64 with a 1K context (Qwen3-0.6B's
 //     attention geometry) as a share of the copy bandwidth;
 //   * decode attention, the fast kernel (cuda/decode_attention.cuh) beside the
@@ -98,6 +99,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "backend/step_batch.h"
 #include "base/check.h"
@@ -419,52 +421,102 @@ absl::Status DeterministicDecodeRows(const Sizes& z, const std::filesystem::path
   return absl::OkStatus();
 }
 
-// A batch-1 verification step (speculative decoding, issue 27: the last
-// token and k proposals at context z.decode_prompt) replayed from its graph
-// (worker/decode_graphs.h) against the same step run eagerly, for k = 1, 4,
-// 8 (the smoke run: 1 and 4), with the graph's one-token decode step for the
-// cost ratio c(k). The cache holds zeros: timing only.
+// What WarmUp's graphs cost (worker/decode_graphs.h): `graphs` captured
+// (each step once eagerly, captured, instantiated), the seconds per graph
+// and the device memory they took (cudaMemGetInfo before and after: the
+// executable graphs, and anything the first eager runs allocate lazily).
+absl::Status CaptureRow(const Sizes& z, const std::string& name, DecodeGraphs& graphs, std::ostream& table) {
+  size_t free_before = 0, free_after = 0, total = 0;
+  CUDA_CHECK(cudaMemGetInfo(&free_before, &total));
+  const auto t0 = std::chrono::steady_clock::now();
+  TPSERVE_RETURN_IF_ERROR(graphs.Capture());
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  CUDA_CHECK(cudaMemGetInfo(&free_after, &total));
+  const size_t n = graphs.batch_sizes().size() + graphs.verify_shapes().size();
+  const double mb = (static_cast<double>(free_before) - static_cast<double>(free_after)) / (1 << 20);
+  char line[320];
+  std::snprintf(line, sizeof line,
+                "| %s | capturing %zu decode + %zu verification graphs (K = %zu), ctx %d | %.2f ms per graph "
+                "| %.2f s in all | %.1f MB device memory |\n",
+                name.c_str(), graphs.batch_sizes().size(), graphs.verify_shapes().size(),
+                graphs.verify_proposals().size(), z.decode_prompt, 1e3 * seconds / static_cast<double>(n), seconds,
+                mb);
+  table << line;
+  return absl::OkStatus();
+}
+
+// Verification steps (speculative decoding, issue 27: each sequence's last
+// token and k proposals at context z.decode_prompt) replayed from their
+// graphs (worker/decode_graphs.h) against the same steps run eagerly: batch 1
+// with k = 1, 4, 8 (the smoke run: 1 and 4) against the graph's one-token
+// decode step (c(k)), and batch 8 with k = 4 each and with mixed k (the smoke
+// run: one proposal for 4 of the 8) against the graph's batch-8 decode step;
+// first what capturing the graphs cost (CaptureRow). The cache holds zeros:
+// timing only.
 absl::Status VerifyGraphRows(const Sizes& z, const std::filesystem::path& dir, const std::string& name,
                              std::ostream& table) {
   std::unique_ptr<Backend> backend = MakeCudaBackend(0);
   std::unique_ptr<Communicator> solo = MakeSoloCommunicator();
   const int32_t max_k = z.smoke ? 4 : kMaxVerifyGraphProposals;
-  ModelOptions options{.max_num_tokens = 64, .max_num_seqs = 8, .max_position = z.decode_prompt + 64,
-                       .max_num_logits_rows = 8 + max_k};
+  // The smoke run allows max_k proposals a step (few graphs for the
+  // emulator to capture), the real one 8 k, as the workers do.
+  const int32_t extra = z.smoke ? max_k : kMaxVerifyGraphSeqs * max_k;
+  ModelOptions options{.max_num_tokens = 64, .max_num_seqs = kMaxVerifyGraphSeqs,
+                       .max_position = z.decode_prompt + 64, .max_num_logits_rows = kMaxVerifyGraphSeqs + extra};
   absl::StatusOr<std::unique_ptr<Model>> model = Model::Load(dir, *backend, *solo, options);
   if (!model.ok()) return model.status();
   Model& m = **model;
-  const int32_t blocks = static_cast<int32_t>((options.max_position + kBlockSize - 1) / kBlockSize);
-  absl::StatusOr<KvCache> cache = KvCache::Allocate(*backend, m.kv_cache_shape(blocks, kBlockSize));
+  const int32_t per_seq = static_cast<int32_t>((options.max_position + kBlockSize - 1) / kBlockSize);
+  absl::StatusOr<KvCache> cache = KvCache::Allocate(*backend, m.kv_cache_shape(kMaxVerifyGraphSeqs * per_seq, kBlockSize));
   if (!cache.ok()) return cache.status();
   TPSERVE_RETURN_IF_ERROR(backend->Reserve(ReservedCapacityFor(m, kBlockSize)));
   DecodeGraphs graphs(m, *cache, *backend, StepCapacityFor(m, kBlockSize), VerifyGraphProposals(m));
-  TPSERVE_RETURN_IF_ERROR(graphs.Capture());
-  std::vector<int32_t> table_ids(static_cast<size_t>(blocks));
-  for (int32_t b = 0; b < blocks; ++b) table_ids[static_cast<size_t>(b)] = b;
-  auto step_of = [&](int32_t k) {
-    const std::vector<int32_t> tokens(static_cast<size_t>(k) + 1, 7);
-    const StepSequence seq{tokens, z.decode_prompt, table_ids, k + 1};
-    return StepBatch::Build({&seq, 1}, kBlockSize);
+  TPSERVE_RETURN_IF_ERROR(CaptureRow(z, name, graphs, table));
+  std::vector<std::vector<int32_t>> tables(kMaxVerifyGraphSeqs);  // sequence s: blocks [s per_seq, (s + 1) per_seq)
+  for (size_t s = 0; s < tables.size(); ++s) {
+    for (int32_t b = 0; b < per_seq; ++b) tables[s].push_back(static_cast<int32_t>(s) * per_seq + b);
+  }
+  auto step_of = [&](const std::vector<int32_t>& ks) {  // sequence s with ks[s] proposals
+    std::vector<std::vector<int32_t>> tokens;
+    std::vector<StepSequence> seqs;
+    for (int32_t k : ks) tokens.emplace_back(static_cast<size_t>(k) + 1, 7);
+    for (size_t s = 0; s < ks.size(); ++s) seqs.push_back({tokens[s], z.decode_prompt, tables[s], ks[s] + 1});
+    return StepBatch::Build(seqs, kBlockSize);
   };
-  absl::StatusOr<StepBatch> one = step_of(0);
-  if (!one.ok()) return one.status();
-  const double decode = TimeIt([&] { (void)graphs.Forward(one->view()); }, z.warmup, z.iters);
-  for (int32_t k : z.smoke ? std::vector<int32_t>{1, 4} : std::vector<int32_t>{1, 4, 8}) {
-    absl::StatusOr<StepBatch> step = step_of(k);
+  // One row: the step of `ks` through its graph and eagerly, against `decode`.
+  auto row = [&](const std::vector<int32_t>& ks, double decode, const std::string& what) -> absl::Status {
+    absl::StatusOr<StepBatch> step = step_of(ks);
     if (!step.ok()) return step.status();
     const int64_t before = graphs.verify_replays();
     const double graph = TimeIt([&] { (void)graphs.Forward(step->view()); }, z.warmup, z.iters);
     if (graphs.verify_replays() == before) {
-      return absl::InternalError(absl::StrCat("verification step with k = ", k, " did not replay a graph"));
+      return absl::InternalError(absl::StrCat("verification step ", what, " did not replay a graph"));
     }
     const double eager = TimeIt([&] { (void)m.Forward(step->view(), *cache); }, z.warmup, z.iters);
     char line[320];
     std::snprintf(line, sizeof line,
-                  "| %s | verification step batch 1, k %d, ctx %d: graph vs eager (c(k) = graph / graph decode "
-                  "%.2f) | %.3f ms | %.3f ms eager | %.0f%% |\n",
-                  name.c_str(), k, z.decode_prompt, graph / decode, graph * 1e3, eager * 1e3, 100 * graph / eager);
+                  "| %s | verification step %s, ctx %d: graph vs eager (graph / graph decode %.2f) "
+                  "| %.3f ms | %.3f ms eager | %.0f%% |\n",
+                  name.c_str(), what.c_str(), z.decode_prompt, graph / decode, graph * 1e3, eager * 1e3,
+                  100 * graph / eager);
     table << line;
+    return absl::OkStatus();
+  };
+  auto decode_of = [&](size_t batch) -> absl::StatusOr<double> {  // the graph's one-token step
+    absl::StatusOr<StepBatch> one = step_of(std::vector<int32_t>(batch, 0));
+    if (!one.ok()) return one.status();
+    return TimeIt([&] { (void)graphs.Forward(one->view()); }, z.warmup, z.iters);
+  };
+  TPSERVE_ASSIGN_OR_RETURN(const double decode1, decode_of(1));
+  for (int32_t k : z.smoke ? std::vector<int32_t>{1, 4} : std::vector<int32_t>{1, 4, 8}) {
+    TPSERVE_RETURN_IF_ERROR(row({k}, decode1, absl::StrCat("batch 1, k ", k, " (c(k))")));
+  }
+  TPSERVE_ASSIGN_OR_RETURN(const double decode8, decode_of(kMaxVerifyGraphSeqs));
+  const std::vector<std::vector<int32_t>> batch8 =
+      z.smoke ? std::vector<std::vector<int32_t>>{{1, 0, 1, 0, 1, 0, 0, 1}}
+              : std::vector<std::vector<int32_t>>{{4, 4, 4, 4, 4, 4, 4, 4}, {4, 0, 2, 4, 1, 3, 4, 2}};
+  for (const std::vector<int32_t>& ks : batch8) {
+    TPSERVE_RETURN_IF_ERROR(row(ks, decode8, absl::StrCat("batch 8, k ", absl::StrJoin(ks, "/"))));
   }
   return absl::OkStatus();
 }
