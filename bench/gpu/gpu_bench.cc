@@ -16,7 +16,8 @@
 //     k = 1, 4, 8 proposals at the decode prompt's context) replayed from its
 //     CUDA graph beside the same step eager, and its cost against the graph's
 //     one-token decode step (c(k)); the same at batch 8 (k = 4 each, and
-//     mixed k), against the graph's batch-8 decode step;
+//     mixed k), against the graph's batch-8 decode step; before them, what
+//     capturing those graphs took (ms per graph, device memory);
 //   * decode attention alone at batch 64 with a 1K context (Qwen3-0.6B's
 //     attention geometry) as a share of the copy bandwidth;
 //   * decode attention, the fast kernel (cuda/decode_attention.cuh) beside the
