@@ -91,10 +91,12 @@ int32_t HostToken(const T* data, const Logits& g, int s, const RowParams& p) {
                                      static_cast<int64_t>(g.rows) * g.shard_vocab, g.shard_vocab, g.vocab};
   std::vector<uint32_t> seen((g.vocab + 31) / 32);
   int32_t counter = 0;
-  sampling::TopLogprob top[1];
+  // Room for the row's top log-probs however many p asks (a one-entry array was
+  // enough for the rows here, but GCC 12 at -O3 cannot see that: -Warray-bounds).
+  std::vector<sampling::TopLogprob> top(static_cast<size_t>(std::max<int64_t>(1, p.num_logprobs)));
   sampling::RowSampler<sampling::SerialBlock, T> sampler(block, row, nullptr, 0, p,
                                                          sampling::RowScratch{seen.data(), &counter});
-  return sampler.Run(top).token;
+  return sampler.Run(top.data()).token;
 }
 
 int32_t HostToken(const Logits& g, int s, const RowParams& p) {
