@@ -16,9 +16,12 @@
 # fails; scripts/lib/stage-times.sh), and compiles through ccache when it is
 # installed, in a cache outside the tree (scripts/lib/ccache.sh: CCACHE_DIR,
 # TPSERVE_CCACHE=0), so a second run on the same machine skips unchanged compiles.
-# TPSERVE_DEBUG_INFO=lines (.ci/run sets it) builds build/ with line tables only
+# TPSERVE_DEBUG_INFO=lines builds build/ with line tables only
 # (-g1: file and line in backtraces, no variables for a debugger): the same code
 # and warnings, 26% less compile time (14 of its files, picked at random).
+# TPSERVE_BUILD_TYPE (default RelWithDebInfo) is build/'s CMake build type; .ci/run
+# sets Release, the demo build's own flags (-O3, no debug info), so that the demo
+# build below compiles nothing that build/ has not already put in the cache.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/lib/stage-times.sh
@@ -52,13 +55,15 @@ stage_run fetch-json-schema-suite scripts/fetch-json-schema-suite.sh \
 
 jobs=$(nproc)
 build=${TPSERVE_BUILD_DIR:-build}
-debug_info_args RelWithDebInfo
+build_type=${TPSERVE_BUILD_TYPE:-RelWithDebInfo}
+debug_info_args "$build_type"
 # TPSERVE_CUDA_ARCHITECTURES (.ci/run: 90) compiles the CUDA code for those
 # architectures only, not the default 80 and 90: CI has no GPU, and nvcc took 45%
 # less CPU for one (gemv.cu, sampling.cu). scripts/gpu-check.sh builds its own.
 cuda_archs=()
 [[ -n ${TPSERVE_CUDA_ARCHITECTURES:-} ]] && cuda_archs=(-DCMAKE_CUDA_ARCHITECTURES="$TPSERVE_CUDA_ARCHITECTURES")
-stage_run configure cmake -S . -B "$build" -G Ninja -DTPSERVE_WERROR=ON "${debug_info[@]}" "${cuda_archs[@]}" >/dev/null
+stage_run configure cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE="$build_type" -DTPSERVE_WERROR=ON \
+  "${debug_info[@]}" "${cuda_archs[@]}" >/dev/null
 stage_run build cmake --build "$build" -j "$jobs"
 
 # scripts/demo.sh's own build (Release: GCC at -O3 warns where the -O2 build

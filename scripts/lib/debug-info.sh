@@ -6,7 +6,7 @@
 # build/ (14 files at -O2), 10% in build-asan/ (8 files at -O0, 2026-12-03).
 #
 #   debug_info_args BUILD_TYPE   sets the array debug_info to the CMake arguments
-#                                for that build type (RelWithDebInfo or Debug):
+#                                for that build type (RelWithDebInfo, Debug, Release):
 #                                empty unless TPSERVE_DEBUG_INFO=lines
 debug_info_args() {
   debug_info=()
@@ -14,6 +14,7 @@ debug_info_args() {
   case $1 in
     RelWithDebInfo) debug_info=(-DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O2 -g1 -DNDEBUG") ;;
     Debug) debug_info=(-DCMAKE_CXX_FLAGS_DEBUG="-g1") ;;
+    Release | MinSizeRel) ;;  # no debug information to trim
     *) echo "debug_info_args: unknown build type '$1'" >&2; return 2 ;;
   esac
 }
