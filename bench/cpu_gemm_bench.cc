@@ -16,12 +16,12 @@
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
-#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "backend/cpu_gemm.h"
+#include "bench/list_flag.h"
 
 namespace {
 
@@ -32,13 +32,6 @@ struct Shape {
 };
 constexpr Shape kLayer[] = {{4096, 1024}, {1024, 2048}, {6144, 1024}, {1024, 3072}};
 
-std::vector<int64_t> ParseInts(const std::string& s) {
-  std::vector<int64_t> out;
-  std::stringstream ss(s);
-  std::string item;
-  while (std::getline(ss, item, ',')) out.push_back(std::stoll(item));
-  return out;
-}
 
 // Values in [-1, 1) from a 64-bit LCG (the bits do not matter, only that
 // they are not zeros).
@@ -60,7 +53,7 @@ int main(int argc, char** argv) {
   CpuGemmKernel kernel = CpuGemmSelected();
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string flag = argv[i], value = argv[i + 1];
-    if (flag == "--ms") ms = ParseInts(value);
+    if (flag == "--ms") ms = tpserve::bench::ParseListFlag<int64_t>(flag, value);
     else if (flag == "--reps") reps = std::stoi(value);
     else if (flag == "--layers") layers = std::stoi(value);
     else if (flag == "--threads") num_threads = std::stoi(value);

@@ -18,24 +18,17 @@
 #include <filesystem>
 #include <fstream>
 #include <random>
-#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "bench/list_flag.h"
 #include "nlohmann/json.hpp"
 
 namespace {
 
 std::string Tool(const char* rel) { return std::string(TPSERVE_BINARY_DIR) + "/tools/" + rel; }
 
-std::vector<int> ParseList(const std::string& s) {
-  std::vector<int> out;
-  std::stringstream ss(s);
-  std::string item;
-  while (std::getline(ss, item, ',')) out.push_back(std::stoi(item));
-  return out;
-}
 
 int Run(const std::string& cmd) {
   const int status = std::system(cmd.c_str());
@@ -57,8 +50,8 @@ int main(int argc, char** argv) {
     if (flag == "--cache") cache = value;
     else if (flag == "--prompt-len") prompt_len = std::stoi(value);
     else if (flag == "--steps") steps = std::stoi(value);
-    else if (flag == "--batches") batches = ParseList(value);
-    else if (flag == "--tps") tps = ParseList(value);
+    else if (flag == "--batches") batches = tpserve::bench::ParseListFlag<int>(flag, value);
+    else if (flag == "--tps") tps = tpserve::bench::ParseListFlag<int>(flag, value);
     else {
       std::fprintf(stderr, "engine_cpu_bench: unknown option %s\n", flag.c_str());
       return 2;

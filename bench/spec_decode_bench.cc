@@ -37,13 +37,13 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
-#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "backend/cpu_backend.h"
 #include "backend/step_batch.h"
+#include "bench/list_flag.h"
 #include "comm/communicator.h"
 #include "worker/kv_cache.h"
 #include "worker/model.h"
@@ -54,18 +54,6 @@ namespace {
 
 using namespace tpserve;
 
-std::vector<double> ParseList(const std::string& s) {
-  std::vector<double> out;
-  std::stringstream ss(s);
-  std::string item;
-  while (std::getline(ss, item, ',')) out.push_back(std::stod(item));
-  return out;
-}
-std::vector<int> ParseInts(const std::string& s) {
-  std::vector<int> out;
-  for (double v : ParseList(s)) out.push_back(static_cast<int>(v));
-  return out;
-}
 
 // The model engine_cpu_bench uses, generated the same way when missing.
 bool EnsureModel(const std::filesystem::path& model) {
@@ -195,11 +183,11 @@ int main(int argc, char** argv) {
     const std::string flag = argv[i], value = argv[i + 1];
     if (flag == "--cache") cache_dir = value;
     else if (flag == "--context") context = std::stoi(value);
-    else if (flag == "--batches") batches = ParseInts(value);
-    else if (flag == "--ks") ks = ParseInts(value);
+    else if (flag == "--batches") batches = tpserve::bench::ParseListFlag<int>(flag, value);
+    else if (flag == "--ks") ks = tpserve::bench::ParseListFlag<int>(flag, value);
     else if (flag == "--replay-tokens") replay_tokens = std::stoi(value);
     else if (flag == "--replay-k") replay_k = std::stoi(value);
-    else if (flag == "--replay-p") replay_ps = ParseList(value);
+    else if (flag == "--replay-p") replay_ps = tpserve::bench::ParseListFlag<double>(flag, value);
     else if (flag == "--reps") reps = std::max(1, std::stoi(value));
     else if (flag == "--threads") threads = std::max(1, std::stoi(value));
     else {

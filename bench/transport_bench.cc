@@ -29,13 +29,13 @@
 #include <fstream>
 #include <functional>
 #include <iterator>
-#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
+#include "bench/list_flag.h"
 #include "transport/shm_channel.h"
 #include "transport_bench_echo.grpc.pb.h"
 
@@ -53,13 +53,6 @@ struct Options {
   size_t ring = size_t{1} << 20;
 };
 
-std::vector<int> ParseList(const std::string& s) {
-  std::vector<int> out;
-  std::stringstream ss(s);
-  std::string item;
-  while (std::getline(ss, item, ',')) out.push_back(std::stoi(item));
-  return out;
-}
 
 [[noreturn]] void Die(const std::string& what) {
   std::fprintf(stderr, "transport_bench: %s\n", what.c_str());
@@ -264,8 +257,8 @@ Options Parse(int argc, char** argv) {
     const std::string flag = argv[i];
     const std::string value = argv[i + 1];
     if (flag == "--iterations") o.iterations = std::max(1, std::stoi(value));
-    else if (flag == "--spins") o.spins_us = ParseList(value);
-    else if (flag == "--sizes") o.sizes = ParseList(value);
+    else if (flag == "--spins") o.spins_us = tpserve::bench::ParseListFlag<int>(flag, value);
+    else if (flag == "--sizes") o.sizes = tpserve::bench::ParseListFlag<int>(flag, value);
     else if (flag == "--ring") o.ring = std::stoul(value);
     else Die("unknown flag " + flag + "; see the comment at the top of bench/transport_bench.cc");
   }
