@@ -4,17 +4,16 @@
 #
 #   scripts/test-sanitized.sh              the unit, tp and e2e labels
 #   scripts/test-sanitized.sh -L unit      pass ctest arguments instead of the default labels
-#   TPSERVE_ASAN_BUILD_DIR=DIR             build somewhere else than build-asan
-#   TPSERVE_ASAN_CXX=clang++               compile with clang instead of GCC: at -O0 with ASan it
-#                                          compiled 6 random files in 58% of GCC's CPU time. Its
-#                                          first run had two grammar_matcher_test cases past
-#                                          ctest's 300 s: clang 14 does not define GCC's
-#                                          __SANITIZE_ADDRESS__, so the tests that scale their work
-#                                          down under ASan ran their full workload (5x the rounds);
-#                                          they ask base/sanitizers.h now (TPSERVE_ASAN), and the two
-#                                          take 39 + 7 s with clang, 30 + 6 with GCC (2026-12-03).
-#                                          GCC stays the default until a whole clang run (build CPU
-#                                          time against the tests' ~1.3x) is measured
+#   TPSERVE_ASAN_BUILD_DIR=DIR             build somewhere else than build-asan (build-asan-clang
+#                                          with clang)
+#   TPSERVE_ASAN_CXX=clang++               compile with clang instead of GCC (.ci/run does): a
+#                                          fresh clone's whole sanitized stage, cold cache, at
+#                                          657daf2 (2026-12-04): build 407 s / 802 CPU-s with
+#                                          clang against GCC's 679 s / 1,336 (at 64e960c), tests
+#                                          449 s against 417, every test passing, no report. The
+#                                          tests that scale their work down under ASan ask
+#                                          base/sanitizers.h (clang 14 defines no
+#                                          __SANITIZE_ADDRESS__). GCC stays the plain default
 #
 # Every process the tests start (the tests themselves, and the tpserve-coordinator,
 # tpserve-worker and tpserve-generate binaries the e2e harness spawns from the same
@@ -28,7 +27,9 @@ source scripts/lib/ccache.sh
 source scripts/lib/debug-info.sh
 stage_table_on_exit
 
-build=${TPSERVE_ASAN_BUILD_DIR:-build-asan}
+asan_dir=build-asan
+[[ $(basename "${TPSERVE_ASAN_CXX:-}") == clang++* ]] && asan_dir=build-asan-clang  # a folder per compiler
+build=${TPSERVE_ASAN_BUILD_DIR:-$asan_dir}
 jobs=$(nproc)
 ctest_args=("$@")
 [[ ${#ctest_args[@]} -eq 0 ]] && ctest_args=(-L 'unit|tp|e2e')
