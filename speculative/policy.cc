@@ -1,6 +1,7 @@
 #include "speculative/policy.h"
 
 #include <algorithm>
+#include <cmath>
 
 namespace tpserve::speculative {
 
@@ -14,6 +15,12 @@ double SpeculationPolicy::Gain(int32_t k, std::span<const double> cost) const {
   double expected = 1, term = 1;
   for (int32_t i = 0; i < k; ++i) expected += (term *= a);
   return expected / std::max(1.0, cost[static_cast<size_t>(k)]);
+}
+
+int32_t SpeculationPolicy::ProbeInterval(std::span<const double> cost) const {
+  const double extra = cost.size() > 1 ? std::max(0.0, cost[1] - 1) : 0;  // one probe's cost over a plain step
+  const double spaced = options_.max_probe_cost > 0 ? std::ceil(extra / options_.max_probe_cost) : 0;
+  return static_cast<int32_t>(std::clamp(spaced, static_cast<double>(options_.probe_every), 1e6));
 }
 
 int32_t SpeculationPolicy::Choose(std::span<const double> cost) {
@@ -31,7 +38,7 @@ int32_t SpeculationPolicy::Choose(std::span<const double> cost) {
     idle_steps_ = 0;
     return best;
   }
-  if (++idle_steps_ >= options_.probe_every) {
+  if (++idle_steps_ >= ProbeInterval(cost)) {
     idle_steps_ = 0;
     return 1;  // a probe
   }

@@ -14,7 +14,12 @@
 //   E(k)      expected tokens of a step proposing k: 1 + alpha + ... + alpha^k
 //   choice    the k in [1, max] with the largest E(k) / c(k) if that is at
 //             least min_gain, else 0; a sequence at 0 proposes 1 token every
-//             probe_every steps, so a change in what it generates is noticed
+//             probe_every steps, so a change in what it generates is noticed,
+//             or more rarely where a probe costs more: every
+//             ceil((c(1) - 1) / max_probe_cost) steps, so that probes that are
+//             never accepted add at most max_probe_cost to the steps on average
+//             (at batch 64, where c(1) is about 2, every 80 steps: 1.25%, where
+//             every 8 would have cost 12.5%)
 //
 // Thread-compatible; one per sequence.
 #pragma once
@@ -30,8 +35,9 @@ struct PolicyOptions {
   double prior_weight = 2;             // how many trials the prior counts as
   double decay = 0.9;                  // per step: the weight left on older steps
   double min_gain = 1.05;              // E(k) / c(k) needed to propose at all
-  int32_t probe_every = 8;             // steps at 0 before a 1-token probe (at c(1) = 1.1: +1.25% when
-                                       // nothing is ever accepted)
+  int32_t probe_every = 8;             // the fewest steps at 0 before a 1-token probe
+  double max_probe_cost = 0.0125;      // the most never-accepted probes may add, on average, to the
+                                       // steps: a probe every max(probe_every, (c(1) - 1) / this)
 };
 
 class SpeculationPolicy {
@@ -47,6 +53,8 @@ class SpeculationPolicy {
   double alpha() const { return successes_ / trials_; }
   // E(k) / c(k) for the current alpha.
   double Gain(int32_t k, std::span<const double> cost) const;
+  // Steps at 0 between two probes at these costs (see above).
+  int32_t ProbeInterval(std::span<const double> cost) const;
 
  private:
   PolicyOptions options_;

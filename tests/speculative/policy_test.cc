@@ -46,6 +46,28 @@ TEST(SpeculationPolicyTest, NothingAcceptedTurnsItOffAndProbes) {
   for (size_t i = 8; i < ks.size(); ++i) EXPECT_LE(ks[i], 1);
 }
 
+// Probes that are never accepted cost at most max_probe_cost on average
+// whatever c(1) is: at batch 8 (c(1) = 2) one every 80 steps, not every 8.
+TEST(SpeculationPolicyTest, ProbesSpaceOutAsTheyCostMore) {
+  for (const std::vector<double>* cost : {&kBatch1, &kBatch8}) {
+    SpeculationPolicy p({.max_speculative_tokens = 4, .prior_acceptance = 0.2, .probe_every = 8});
+    double extra = 0;
+    const int kSteps = 800;
+    for (int i = 0; i < kSteps + 20; ++i) {
+      const int32_t k = p.Choose(*cost);
+      if (i >= 20) extra += (*cost)[static_cast<size_t>(k)] - 1;  // past the first steps' learning
+      p.Observe(k, 0);
+    }
+    EXPECT_LE(extra / kSteps, 0.0125 + 1e-9) << "c(1) = " << (*cost)[1];
+    EXPECT_GT(extra, 0) << "it still probes at c(1) = " << (*cost)[1];
+  }
+  SpeculationPolicy p({.probe_every = 8, .max_probe_cost = 0.0125});
+  EXPECT_EQ(p.ProbeInterval(kBatch1), 8);   // (1.04 - 1) / 0.0125 = 3.2: the floor
+  EXPECT_EQ(p.ProbeInterval(kBatch8), 80);  // (2.00 - 1) / 0.0125
+  const std::vector<double> noisy{1, 0.9};
+  EXPECT_EQ(p.ProbeInterval(noisy), 8);
+}
+
 TEST(SpeculationPolicyTest, ACostMeasuredBelowOneCountsAsOne) {
   SpeculationPolicy p({.prior_acceptance = 0.01, .prior_weight = 100});
   const std::vector<double> noisy{1, 0.9, 0.85};  // a loaded machine's k = 0 step ran slow
