@@ -30,6 +30,7 @@ source scripts/lib/stage-times.sh
 source scripts/lib/ccache.sh
 source scripts/lib/debug-info.sh
 stage_table_on_exit
+ccache_setup
 
 build="${1:-build}"
 build="${build%/}-fuzz"
@@ -44,6 +45,7 @@ stage_run "fuzz build: configure" cmake -S . -B "$build" -G Ninja -DCMAKE_C_COMP
   -DCMAKE_CXX_COMPILER=clang++ -DTPSERVE_FUZZ=ON -DTPSERVE_CUDA=OFF -DTPSERVE_BUILD_TESTS=OFF \
   -DTPSERVE_BUILD_BENCH=OFF "${debug_info[@]}" >/dev/null
 stage_run "fuzz build" cmake --build "$build" --target "${targets[@]}"
+ccache_note "fuzz build"
 
 mkdir -p "$work"
 python3 scripts/fuzz_seeds.py "$work"

@@ -26,6 +26,7 @@ source scripts/lib/stage-times.sh
 source scripts/lib/ccache.sh
 source scripts/lib/debug-info.sh
 stage_table_on_exit
+ccache_setup
 
 asan_dir=build-asan
 [[ $(basename "${TPSERVE_ASAN_CXX:-}") == clang++* ]] && asan_dir=build-asan-clang  # a folder per compiler
@@ -46,6 +47,7 @@ stage_run "ASan build: configure" cmake -S . -B "$build" -G Ninja -DTPSERVE_WERR
   "${compilers[@]}" \
   -DTPSERVE_CUDA=OFF -DTPSERVE_BUILD_BENCH=OFF -DCMAKE_BUILD_TYPE=Debug "${debug_info[@]}" >/dev/null
 stage_run "ASan build" cmake --build "$build" -j "$jobs"
+ccache_note "ASan build"
 
 logs="$PWD/$build/sanitizer-logs"
 rm -rf "$logs"

@@ -14,8 +14,9 @@
 #
 # Every run ends with a table of its stages' wall and CPU seconds (also when a stage
 # fails; scripts/lib/stage-times.sh), and compiles through ccache when it is
-# installed, in a cache outside the tree (scripts/lib/ccache.sh: CCACHE_DIR,
-# TPSERVE_CCACHE=0), so a second run on the same machine skips unchanged compiles.
+# installed (once scripts/install-deps.sh has run), in a cache outside the tree
+# (scripts/lib/ccache.sh: CCACHE_DIR, TPSERVE_CCACHE=0): the demo build takes what
+# build/ compiled, and a second run on the same machine skips unchanged compiles.
 # TPSERVE_DEBUG_INFO=lines builds build/ with line tables only
 # (-g1: file and line in backtraces, no variables for a debugger): the same code
 # and warnings, 26% less compile time (14 of its files, picked at random).
@@ -46,6 +47,7 @@ while [[ $# -gt 0 ]]; do
 done
 
 stage_run install-deps scripts/install-deps.sh
+ccache_setup  # after install-deps: on a fresh machine ccache comes with it
 stage_run fetch-tokenizers scripts/fetch-tokenizers.sh \
   || echo "test.sh: real tokenizers unavailable; conformance tests will skip"
 stage_run fetch-openai-client scripts/fetch-openai-client.sh \
@@ -65,6 +67,7 @@ cuda_archs=()
 stage_run configure cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE="$build_type" -DTPSERVE_WERROR=ON \
   "${debug_info[@]}" "${cuda_archs[@]}" >/dev/null
 stage_run build cmake --build "$build" -j "$jobs"
+ccache_note build
 
 # scripts/demo.sh's own build (Release: GCC at -O3 warns where the -O2 build
 # above does not), its four programs only, with warnings as errors: the first
@@ -74,6 +77,7 @@ source scripts/lib/demo-build.sh
 release=${TPSERVE_RELEASE_BUILD_DIR:-build-release}
 stage_run "demo build: configure" cmake -S . -B "$release" "${demo_cmake_args[@]}" -DTPSERVE_WERROR=ON >/dev/null
 stage_run "demo build" cmake --build "$release" -j "$jobs" --target "${demo_targets[@]}"
+ccache_note "demo build"
 
 stage_ctest ctest "$build" --output-on-failure -j "$jobs" "${ctest_args[@]}"
 
