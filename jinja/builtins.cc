@@ -470,7 +470,8 @@ const std::map<std::string, std::string, std::less<>>& FilterAliases() {
 
 Value BoundMethod(const Value& self, const std::string& name, std::function<Value(const Value&, CallArgs&)> fn) {
   return Value::MakeFunction({std::string(self.TypeName()) + "." + name,
-                              [self, fn = std::move(fn)](CallArgs& a) { return fn(self, a); }});
+                              [self, fn = std::move(fn)](CallArgs& a) { return fn(self, a); }},
+                             &self);
 }
 
 bool StartsOrEnds(const Value& self, CallArgs& a, bool starts) {

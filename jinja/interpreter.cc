@@ -77,6 +77,19 @@ Interpreter::Interpreter(const RenderLimits& limits, Frame globals) : limits_(li
   frames_.push_back(std::move(globals));
 }
 
+Interpreter::~Interpreter() {
+  for (const Value& ns : namespaces_) ns.mutable_namespace().Clear();
+}
+
+void Interpreter::KeepNamespace(const Value& ns) {
+  if (namespace_set_.count(&ns.dict()) != 0) return;
+  if (static_cast<int64_t>(namespaces_.size()) >= limits_.max_namespaces) {
+    Fail("more than " + std::to_string(limits_.max_namespaces) + " namespace() objects (render limit)");
+  }
+  namespace_set_.insert(&ns.dict());
+  namespaces_.push_back(ns);
+}
+
 Text Interpreter::Run(const Program& program) {
   Text out;
   Exec(program.body, out);
@@ -265,7 +278,9 @@ Value Interpreter::EvalCall(const Expr& e) {
     Fail("'" + std::string(callee.TypeName()) + "' object is not callable");
   }
   CallArgs args = EvalArgs(e);
-  return callee.function().call(args);
+  Value result = callee.function().call(args);
+  if (result.is_namespace()) KeepNamespace(result);
+  return result;
 }
 
 Value Interpreter::EvalBinary(const Expr& e) {

@@ -4,6 +4,7 @@
 
 #include <string>
 #include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 #include "jinja/ast.h"
@@ -19,6 +20,10 @@ class Interpreter {
 
   // `globals`: the render's variables (the bottom frame, where top-level `set` writes too).
   Interpreter(const RenderLimits& limits, Frame globals);
+  // Empties every namespace the render made (see namespaces_).
+  ~Interpreter();
+  Interpreter(const Interpreter&) = delete;
+  Interpreter& operator=(const Interpreter&) = delete;
 
   Text Run(const Program& program);
   // The line of the expression or statement being evaluated, for error messages.
@@ -41,12 +46,21 @@ class Interpreter {
   CallArgs EvalArgs(const Expr& e);
   Value Lookup(const std::string& name) const;
   void Emit(Text& out, const Text& piece);
+  void KeepNamespace(const Value& ns);
 
   const RenderLimits limits_;
   std::vector<Frame> frames_;  // frames_[0]: globals; one more per loop iteration and macro call
   int64_t iterations_ = 0;
   int macro_depth_ = 0;
   int line_ = 0;
+  // Every namespace() the render made, held to its end. Namespaces are the only
+  // values that change after they are made, so every reference cycle runs
+  // through one (`set ns.a = ns`, `set ns.a = [ns]`): shared ownership alone
+  // would leak it. Held here, a namespace is never freed from inside another
+  // value, so freeing recurses at most Value::kMaxNesting deep however long a
+  // chain of namespaces a loop builds. ~Interpreter empties them all.
+  std::vector<Value> namespaces_;
+  std::unordered_set<const Dict*> namespace_set_;
 };
 
 }  // namespace tpserve::jinja

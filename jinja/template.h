@@ -10,7 +10,9 @@
 // not at the first request.
 //
 // Rendering is sandboxed: values expose only data and the listed methods,
-// output, loop iterations and macro recursion are bounded (RenderLimits), and
+// output, loop iterations, macro recursion and namespaces are bounded (RenderLimits),
+// lists and dicts nest at most Value::kMaxNesting deep, reference cycles
+// through namespaces are broken when a render ends, and
 // every error -- including the template's own raise_exception -- comes back as a
 // Status; nothing is thrown out of this interface.
 //
@@ -34,6 +36,7 @@ struct RenderLimits {
   size_t max_output_bytes = 8u << 20;      // the rendered text
   int64_t max_loop_iterations = 1000000;   // all for-loop iterations of one render together
   int max_macro_depth = 32;                // nested macro calls (recursion)
+  int64_t max_namespaces = 100000;         // namespace() objects made by one render
 };
 
 class Template {

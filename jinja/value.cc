@@ -5,6 +5,8 @@
 #include <charconv>
 #include <cmath>
 #include <cstdio>
+#include <span>
+#include <string>
 
 #include "jinja/error.h"
 
@@ -23,6 +25,13 @@ void Dict::Set(const std::string& key, Value v) {
   }
   index_.emplace(key, items_.size());
   items_.emplace_back(key, std::move(v));
+}
+
+void Dict::Clear() {
+  // Moved out first: freeing the values may free other dicts, never this one mid-change.
+  auto items = std::move(items_);
+  items_.clear();
+  index_.clear();
 }
 
 const Value* CallArgs::Named(std::string_view name) const {
@@ -66,9 +75,25 @@ Value Value::String(Text s) {
   v.text_ = std::make_shared<const Text>(std::move(s));
   return v;
 }
+namespace {
+
+// 1 + the deepest of `children`; RenderError past Value::kMaxNesting.
+template <typename Range, typename Get>
+int NestingAbove(const Range& children, Get get) {
+  int deepest = 0;
+  for (const auto& c : children) deepest = std::max(deepest, get(c).nesting());
+  if (deepest >= Value::kMaxNesting) {
+    Fail("a list or dict would be nested more than " + std::to_string(Value::kMaxNesting) + " levels deep (render limit)");
+  }
+  return deepest + 1;
+}
+
+}  // namespace
+
 Value Value::MakeList(List items, bool is_tuple) {
   Value v;
   v.kind_ = Kind::kList;
+  v.nesting_ = NestingAbove(items, [](const Value& e) -> const Value& { return e; });
   v.is_tuple_ = is_tuple;
   v.list_ = std::make_shared<const List>(std::move(items));
   return v;
@@ -77,12 +102,16 @@ Value Value::MakeDict(Dict d, bool is_namespace) {
   Value v;
   v.kind_ = Kind::kDict;
   v.is_namespace_ = is_namespace;
+  // A namespace is mutable, so its contents' nesting is not fixed; printing and
+  // comparing stop at it, and the interpreter frees namespaces flat (interpreter.h).
+  if (!is_namespace) v.nesting_ = NestingAbove(d.items(), [](const auto& kv) -> const Value& { return kv.second; });
   v.dict_ = std::make_shared<Dict>(std::move(d));
   return v;
 }
-Value Value::MakeFunction(Function f) {
+Value Value::MakeFunction(Function f, const Value* bound_to) {
   Value v;
   v.kind_ = Kind::kFunction;
+  if (bound_to != nullptr) v.nesting_ = NestingAbove(std::span(bound_to, 1), [](const Value& e) -> const Value& { return e; });
   v.fn_ = std::make_shared<const Function>(std::move(f));
   return v;
 }

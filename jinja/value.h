@@ -27,6 +27,8 @@ class Dict {
  public:
   const Value* Find(std::string_view key) const;
   void Set(const std::string& key, Value v);
+  // Drops every entry (the interpreter empties namespaces at the end of a render).
+  void Clear();
   const std::vector<std::pair<std::string, Value>>& items() const;
   size_t size() const;  // defined below Value: std::pair needs the complete type
 
@@ -60,15 +62,23 @@ class Value {
   static Value Int(int64_t i);
   static Value Float(double f);
   static Value String(Text s);
+  // Lists, dicts and bound methods nest at most kMaxNesting deep (a namespace and
+  // a scalar count 0): printing, comparing and freeing a value recurse through
+  // it, so a template that nests deeper (a loop of `set ns.a = [ns.a]`) gets
+  // RenderError instead of a stack overflow.
+  static constexpr int kMaxNesting = 512;
   static Value MakeList(List items, bool is_tuple = false);  // a tuple prints as (a, b)
   static Value MakeDict(Dict d, bool is_namespace = false);
-  static Value MakeFunction(Function f);
+  // `bound_to`: the value a bound method keeps (its `self`), nullptr for none.
+  static Value MakeFunction(Function f, const Value* bound_to = nullptr);
   // JSON -> Value: strings are data (untrusted) unless `trusted`; object key order kept.
   // Nesting deeper than kMaxJsonDepth throws RenderError.
   static Value FromJson(const nlohmann::ordered_json& j, bool trusted = false, int depth = 0);
   static constexpr int kMaxJsonDepth = 128;
 
   Kind kind() const { return kind_; }
+  // How deep lists, dicts and bound methods nest in this value; see kMaxNesting.
+  int nesting() const { return nesting_; }
   bool is_undefined() const { return kind_ == Kind::kUndefined; }
   bool is_none() const { return kind_ == Kind::kNone; }
   bool is_string() const { return kind_ == Kind::kString; }
@@ -103,6 +113,7 @@ class Value {
   bool b_ = false;
   bool is_namespace_ = false;
   bool is_tuple_ = false;
+  int nesting_ = 0;
   int64_t i_ = 0;
   double f_ = 0;
   std::string hint_;  // Undefined: what was looked up ("message.content")

@@ -192,7 +192,11 @@ def jinja_template(work):
                 "{% set ns = namespace(a=1) %}{% set ns.a = ns.a + 1 %}{{ ns.a }}",
                 "{% macro f(x, y=2) %}{{ x ~ y }}{% endmacro %}{{ f(1) }}{{ messages[::-1] | tojson(indent=2) }}",
                 "{%- if tools is not none -%}{{ tools[0].function.name.upper() }}{%- endif %}",
-                "{{ 'a b'.split() | join('-') }}{{ raise_exception('x') if false }}"]
+                "{{ 'a b'.split() | join('-') }}{{ raise_exception('x') if false }}",
+                # Found by fuzzing, kept so that every run replays them: a namespace holding
+                # itself (leaked) and a loop nesting a list 20000 deep (overflowed the stack).
+                "{% set ns = namespace(a=0) %}{% set ns.a = ns%} + 1 %}{{ ns.a }}",
+                "{% set ns = namespace(a=[]) %}{% for i in range(20000) %}{% set ns.a = [ns.a] %}{% endfor %}{{ ns.a }}"]
     for i, snippet in enumerate(snippets):
         seeds["snippet_%d" % i] = b"\x00" + snippet.encode()
     contents = [b"hello\x01<think>\nr\n</think>\n\nanswer\x01{\"a\": 1}", b"<|im_end|>\n<|im_start|>system",
