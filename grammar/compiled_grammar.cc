@@ -253,6 +253,7 @@ absl::StatusOr<std::shared_ptr<const CompiledGrammar>> Normalize(const Grammar& 
                                                    limits.max_memory_bytes, " (CompileLimits::max_memory_bytes)"));
   }
   compiled->initial = EarleyDeriver(compiled->tables).Initial();
+  compiled->max_mask_items = limits.max_mask_items;
   compiled->vocabulary = std::move(vocabulary);
   return std::shared_ptr<const CompiledGrammar>(std::move(compiled));
 }

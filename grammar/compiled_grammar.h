@@ -24,6 +24,7 @@ class CompiledGrammar {
   internal::ParserTables tables;
   std::shared_ptr<const internal::EarleySet> initial;  // the chart's set 0
   Grammar grammar;  // the normalized grammar (for dumps)
+  size_t max_mask_items = 0;  // CompileLimits::max_mask_items
 };
 
 namespace internal {

@@ -22,7 +22,10 @@ EarleyDeriver::EarleyDeriver(const ParserTables& tables)
 
 void EarleyDeriver::Add(int32_t pos, int32_t origin) {
   const uint64_t key = (static_cast<uint64_t>(static_cast<uint32_t>(pos)) << 32) | static_cast<uint32_t>(origin);
-  if (seen_.insert(key).second) items_.push_back({pos, origin});
+  if (seen_.insert(key).second) {
+    items_.push_back({pos, origin});
+    ++items_made_;
+  }
 }
 
 // Completion and prediction until nothing new; `out.complete` when the start

@@ -84,6 +84,8 @@ class EarleyDeriver {
   // will hold). Memoised in the origin set when there is one completion, in
   // the newest origin set when there are more.
   std::shared_ptr<const EarleySet> Derive(std::vector<ChartSet>& chart, std::span<const Completion> completions);
+  // Items this deriver has made in all (the work of its Derive calls: a memo hit makes none).
+  uint64_t items_made() const { return items_made_; }
 
  private:
   void Add(int32_t pos, int32_t origin);
@@ -95,6 +97,7 @@ class EarleyDeriver {
   absl::flat_hash_set<uint64_t> seen_;
   std::vector<uint32_t> predicted_;  // [R] generation stamp
   uint32_t generation_ = 0;
+  uint64_t items_made_ = 0;
 };
 
 // The items of `set` whose dot is before `symbol` (ParserTables::next encoding).

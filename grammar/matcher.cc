@@ -44,11 +44,12 @@ int32_t Matcher::State::Boundary(std::span<const Completion> done, std::vector<L
 }
 
 bool Matcher::State::Complete() const {
+  if (!status.ok()) return false;
   return stopped || (current >= 0 && chart[static_cast<size_t>(current)].set->complete);
 }
 
 bool Matcher::State::Accept(int32_t token) {
-  if (stopped || token < 0 || token >= vocabulary.size()) return false;
+  if (stopped || !status.ok() || token < 0 || token >= vocabulary.size()) return false;
   Saved saved{chart.size(), active, current, stopped};
   if (vocabulary.is_stop(token)) {
     if (!Complete()) return false;
@@ -99,6 +100,7 @@ void Matcher::Rollback(size_t n) {
   s.forced.reset();
 }
 
+const absl::Status& Matcher::status() const { return state_->status; }
 size_t Matcher::accepted() const { return state_->history.size(); }
 bool Matcher::IsComplete() const { return state_->Complete(); }
 bool Matcher::IsTerminated() const { return state_->stopped || (state_->Complete() && state_->active.empty()); }
@@ -107,7 +109,7 @@ std::optional<int32_t> Matcher::ForcedToken() {
   State& s = *state_;
   if (s.forced) return *s.forced;
   std::optional<int32_t> result;
-  if (!s.stopped) {
+  if (!s.stopped && s.status.ok()) {
     s.scratch_words.resize(MaskWords(s.vocabulary.size()));
     s.FillMask(s.scratch_words, {0, s.scratch_words.size()});
     int found = 0;
@@ -117,7 +119,7 @@ std::optional<int32_t> Matcher::ForcedToken() {
         ++found;
       }
     }
-    if (found != 1 || s.vocabulary.is_stop(*result)) result.reset();
+    if (found != 1 || s.vocabulary.is_stop(*result) || !s.status.ok()) result.reset();
   }
   s.forced = result;
   return result;

@@ -19,7 +19,8 @@
 //     vocabulary (a token trie walked with the lexer's state, and masks
 //     precomputed for states whose mask does not depend on the context).
 //     Targets, one thread, 128k-152k vocabularies: p50 <= 10 us, p99 <= 500 us;
-//     Compile p50 <= 2 ms for real JSON schemas.
+//     Compile p50 <= 2 ms for real JSON schemas. A mask's parser work is
+//     bounded (CompileLimits::max_mask_items; past it, status()).
 // A Matcher is used by one thread at a time; a CompiledGrammar is immutable
 // and shared freely.
 #pragma once
@@ -90,6 +91,13 @@ class Matcher {
   // The one token allowed next, when exactly one non-stop token is (jump-forward:
   // emitting it is what sampling would do).
   std::optional<int32_t> ForcedToken();
+
+  // OK until a mask would have made more parser items than the grammar's
+  // CompileLimits::max_mask_items (a grammar so ambiguous that its masks cost
+  // far more than real ones); then INVALID_ARGUMENT naming the limit, for good:
+  // that mask and every later one allow nothing, Accept refuses every token,
+  // IsComplete is false. The server ends such a sequence with this status.
+  const absl::Status& status() const;
 
  private:
   struct State;

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "absl/strings/str_cat.h"
 #include "base/check.h"
 #include "grammar/matcher_state.h"
 
@@ -16,6 +17,7 @@ using internal::TrieNode;
 
 void Matcher::State::Walk(const internal::TokenTrie& trie, int32_t node, std::span<const LexEntry> entries,
                           uint32_t* words) {
+  if (OverBudget()) return;
   const std::vector<TrieNode>& nodes = trie.nodes();
   const TrieNode& n = nodes[static_cast<size_t>(node)];
   std::vector<LexEntry>& next = walk_entries[n.depth];
@@ -34,6 +36,7 @@ void Matcher::State::Walk(const internal::TokenTrie& trie, int32_t node, std::sp
 
 void Matcher::State::WalkEnds(const internal::TokenTrie& trie, std::span<const Completion> completions,
                               const LexerMask::Ends& ends, uint32_t* words) {
+  if (OverBudget()) return;
   std::shared_ptr<const internal::EarleySet> set = deriver.Derive(chart, completions);
   if (set->terminals.empty()) return;
   const size_t mark = chart.size();
@@ -86,9 +89,22 @@ MaskRange Matcher::State::FillMask(std::span<uint32_t> words, MaskRange dirty) {
   dirty.end = std::min(dirty.end, words.size());
   if (dirty.begin < dirty.end) std::memset(w + dirty.begin, 0, (dirty.end - dirty.begin) * sizeof(uint32_t));
   touched = {words.size(), 0};
+  if (!status.ok()) return {};
+  const uint64_t made = deriver.items_made(), limit = compiled->max_mask_items;
+  mask_items_end = limit > UINT64_MAX - made ? UINT64_MAX : made + limit;  // a limit of SIZE_MAX: none
   if (!stopped) {
     ApplyLexerMask(internal::TrieKind::kShort, w);
     ApplyLexerMask(internal::TrieKind::kLong, w);
+  }
+  if (OverBudget()) {  // what was allowed so far is not the mask: none of it stays
+    status = absl::InvalidArgumentError(absl::StrCat(
+        "the grammar is too ambiguous to constrain this output: a token mask needed more than ",
+        compiled->max_mask_items, " parser items (CompileLimits::max_mask_items; real JSON schemas need a few hundred). "
+        "Its lexemes may end almost anywhere inside tokens (as in `x ::= [a-z]+ x?`): write such a run as one "
+        "terminal (`[a-z]+`), or put a separator between the lexemes"));
+    const size_t begin = std::min(dirty.begin, touched.begin), end = std::max(dirty.end, touched.end);
+    if (begin < end) std::memset(w + begin, 0, (end - begin) * sizeof(uint32_t));
+    return {};
   }
   if (Complete()) {
     for (int32_t t : vocabulary.stop_ids()) Allow(t, w);

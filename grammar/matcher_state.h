@@ -11,6 +11,7 @@
 #include <span>
 #include <vector>
 
+#include "absl/status/status.h"
 #include "grammar/compiled_grammar.h"
 #include "grammar/lexer_mask.h"
 #include "grammar/matcher.h"
@@ -57,6 +58,8 @@ struct Matcher::State {
   // nodes), the walk going on through the parser from the set after them.
   void WalkEnds(const internal::TokenTrie& trie, std::span<const internal::Completion> completions,
                 const internal::LexerMask::Ends& ends, uint32_t* words);
+  // This FillMask's walk has made more parser items than max_mask_items.
+  bool OverBudget() const { return deriver.items_made() > mask_items_end; }
 
   std::shared_ptr<const CompiledGrammar> compiled;
   const internal::VocabularyImpl& vocabulary;
@@ -67,6 +70,8 @@ struct Matcher::State {
   std::vector<LexEntry> active;           // lexemes in progress
   int32_t current = 0;                    // the set at the current position, -1 when no lexeme ends here
   bool stopped = false;                   // a stop id was accepted
+  absl::Status status;                    // Matcher::status(): not OK once a mask passed max_mask_items
+  uint64_t mask_items_end = 0;            // FillMask: the deriver's items_made() it may reach
 
   struct Saved {
     size_t chart_size;

@@ -47,6 +47,12 @@ struct CompileLimits {
   size_t max_rules = 20'000;             // rules + terminals after expansion
   size_t max_automaton_states = 100'000; // states of all terminal automata together
   size_t max_memory_bytes = 256 << 20;   // the compiled grammar's tables and caches
+  // Parser items one mask may make (Matcher::FillMask). Real schemas, tools and
+  // json.gbnf make at most 262 (bench/grammar_bench, 2026-12-04); an ambiguous
+  // grammar whose lexemes may end inside almost every token of a 152k
+  // vocabulary made 7 million (0.2 s a mask), which would stall every step of
+  // the server. Past this the Matcher gives up: Matcher::status().
+  size_t max_mask_items = 200'000;
 };
 
 }  // namespace tpserve::grammar

@@ -101,6 +101,7 @@ json CheckFile(const std::string& path, const tpserve::ModelVocabulary& model,
     } else {
       where["reason"] = "the end is not allowed: the output is incomplete";
     }
+    if (!check.gave_up.empty()) where["reason"] = check.gave_up;  // the mask there: the grammar gave up
     out["rejected"] = where;
   }
   out["mask_us"] = {{"count", check.mask_us.size()},
@@ -125,8 +126,14 @@ void PrintText(const json& report) {
     } else {
       const json& r = c["rejected"];
       std::cout << "rejected at token " << r["token_index"] << " (byte " << r["byte_offset"] << ")";
-      if (r.contains("token")) std::cout << ": id " << r["token_id"] << " " << Quoted(r["token"]) << " not allowed";
-      if (!r.contains("token")) std::cout << ": the end is not allowed (incomplete)";
+      const std::string reason = r["reason"].get<std::string>();
+      if (reason != "token not allowed" && reason.rfind("the end is not allowed", 0) != 0) {
+        std::cout << ": " << reason;  // the grammar gave up on the mask there
+      } else if (r.contains("token")) {
+        std::cout << ": id " << r["token_id"] << " " << Quoted(r["token"]) << " not allowed";
+      } else {
+        std::cout << ": the end is not allowed (incomplete)";
+      }
     }
     const json& m = c["mask_us"];
     std::cout << absl::StrFormat(", %d tokens; mask p50 %.1f us, p99 %.1f us, max %.1f us\n", c["tokens"].get<int>(),

@@ -20,14 +20,22 @@ TokenCheck CheckTokens(std::shared_ptr<const grammar::CompiledGrammar> grammar, 
     out.mask_us.push_back(std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - start).count());
     if (SoleAllowedToken(mask, vocab_size) >= 0) ++out.forced;
   };
+  auto gave_up = [&](size_t at) {
+    if (matcher.status().ok()) return false;
+    out.rejected_at = static_cast<int64_t>(at);
+    out.gave_up = std::string(matcher.status().message());
+    return true;
+  };
   for (size_t i = 0; i < ids.size(); ++i) {
     fill();
+    if (gave_up(i)) return out;
     if (!allowed(ids[i]) || !matcher.Accept(ids[i])) {
       out.rejected_at = static_cast<int64_t>(i);
       return out;
     }
   }
   fill();
+  if (gave_up(ids.size())) return out;
   out.accepted = matcher.IsComplete();
   if (!out.accepted) out.rejected_at = static_cast<int64_t>(ids.size());
   return out;

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <memory>
 #include <span>
+#include <string>
 #include <vector>
 
 #include "grammar/matcher.h"
@@ -22,6 +23,8 @@ struct TokenCheck {
   // Masks that allowed exactly one token: jump-forward gives it without
   // sampling (sampling/token_mask.h SoleAllowedToken; docs/architecture.md).
   int64_t forced = 0;
+  // The matcher gave up at mask rejected_at (grammar::Matcher::status()'s message).
+  std::string gave_up;
 };
 
 TokenCheck CheckTokens(std::shared_ptr<const grammar::CompiledGrammar> grammar, int32_t vocab_size,
