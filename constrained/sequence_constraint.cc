@@ -45,6 +45,7 @@ bool SequenceConstraint::FillMask(std::span<uint32_t> words) {
 bool SequenceConstraint::FillMask(std::span<uint32_t> words, grammar::MaskRange& range) {
   if (phase_ == Phase::kReasoning) return false;
   range = matcher_.FillMask(words, range);
+  if (!matcher_.status().ok()) return false;  // all clear, range empty
   if (phase_ == Phase::kFirst) {
     const auto w = static_cast<size_t>(think_start_ / 32);
     words[w] |= 1u << (think_start_ % 32);
@@ -55,6 +56,7 @@ bool SequenceConstraint::FillMask(std::span<uint32_t> words, grammar::MaskRange&
 }
 
 bool SequenceConstraint::Accept(int32_t token) {
+  if (!matcher_.status().ok()) return true;  // the sequence ends with status()
   switch (phase_) {
     case Phase::kReasoning:
       if (token == think_end_) phase_ = Phase::kAnswer;

@@ -42,8 +42,16 @@ class SequenceConstraint {
   bool FillMask(std::span<uint32_t> words);
   // The same into a buffer whose bits are clear outside `range`
   // (grammar::Matcher::FillMask(words, dirty)); on true `range` is the words
-  // the mask's allowed tokens lie in, on false it is untouched as `words` is.
+  // the mask's allowed tokens lie in, on false it is untouched as `words` is
+  // -- except when the grammar gave up (status()): then `words` is all clear
+  // and `range` empty.
   bool FillMask(std::span<uint32_t> words, grammar::MaskRange& range);
+  // Not OK once the grammar gave up on a mask (grammar::Matcher::status()):
+  // the sequence cannot be constrained further and must end with this error.
+  // FillMask then answers false and Accept and AcceptDeferred take any token
+  // without a change, so the step that finds it can still sample and share a
+  // token for the sequence like any other.
+  const absl::Status& status() const { return matcher_.status(); }
   // Advances past the sampled token; false (and no change) when the grammar
   // does not allow it.
   bool Accept(int32_t token);

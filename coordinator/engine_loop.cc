@@ -544,7 +544,7 @@ void EngineLoop::OnStepDone(const ScheduledStep& step, uint64_t step_id, std::ve
   const std::vector<std::span<const StepToken>> runs = TokenRunsInStepOrder(step, tokens);
   sampled_.clear();
   sampled_index_.clear();
-  std::vector<uint64_t> missing;
+  std::vector<std::pair<uint64_t, absl::Status>> failed;  // ended after Publish, as below
   size_t k = 0;
   for (const ScheduledSequence& s : step.sequences) {
     if (!s.sample) continue;
@@ -552,7 +552,12 @@ void EngineLoop::OnStepDone(const ScheduledStep& step, uint64_t step_id, std::ve
     std::span<const StepToken> run = runs[k++];
     run = run.first(std::min(run.size(), static_cast<size_t>(s.draft_slots) + 1));
     if (run.empty()) {
-      missing.push_back(s.id);
+      failed.emplace_back(s.id, absl::InternalError(absl::StrCat("step ", step_id,
+                                                                 ": rank 0 returned no token for this sequence")));
+      continue;
+    }
+    if (!run.front().error.empty()) {  // rank 0 gave up on its grammar: the token is not output
+      failed.emplace_back(s.id, absl::InvalidArgumentError(run.front().error));
       continue;
     }
     if (const int32_t proposed = std::min(run.front().num_proposed, s.draft_slots); proposed > 0 && drafter_ != nullptr) {
@@ -565,10 +570,7 @@ void EngineLoop::OnStepDone(const ScheduledStep& step, uint64_t step_id, std::ve
   }
   scheduler_->OnStepDone(step, sampled_);
   Publish();  // before any chunk goes out: a client reading one sees this step's blocks in use
-  for (uint64_t id : missing) {
-    End(id, absl::InternalError(absl::StrCat("step ", step_id,
-                                             ": rank 0 returned no token for this sequence")));
-  }
+  for (const auto& [id, status] : failed) End(id, status);
   const absl::Time now = absl::Now();
   for (size_t i = 0; i < sampled_.size(); ++i) {
     HandOn(sampled_[i].first, std::move(tokens[sampled_index_[i]].sampled), now);

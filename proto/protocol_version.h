@@ -23,6 +23,8 @@ namespace tpserve {
 // Step.preempted, SampledToken.num_proposed): a worker of 8 would compute no
 // proposals where the coordinator planned slots, and a coordinator of 8
 // would send proposals a worker of 9 ignores.
-inline constexpr uint32_t kWorkerProtocolVersion = 9;
+// 10: SampledToken.error (rank 0 gave up on a sequence's grammar mask): a
+// coordinator of 9 would stream that sequence's unconstrained token as output.
+inline constexpr uint32_t kWorkerProtocolVersion = 10;
 
 }  // namespace tpserve

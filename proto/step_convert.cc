@@ -203,6 +203,7 @@ void AppendTokens(std::span<const StepToken> tokens, iv1::StepResult& result) {
     out->set_token_id(t.sampled.token);
     out->set_logprob(t.sampled.logprob);
     out->set_num_proposed(static_cast<uint32_t>(t.num_proposed));
+    if (!t.error.empty()) out->set_error(t.error);
     for (const auto& [id, logprob] : t.sampled.top) {
       out->add_top_ids(id);
       out->add_top_logprobs(logprob);
@@ -215,7 +216,8 @@ std::vector<StepToken> TokensFromProto(const iv1::StepResult& result) {
   tokens.reserve(static_cast<size_t>(result.tokens_size()));
   for (const iv1::SampledToken& t : result.tokens()) {
     StepToken token{.seq_id = t.seq_id(), .sampled = {.token = t.token_id(), .logprob = t.logprob(), .top = {}},
-                    .num_proposed = static_cast<int32_t>(std::min<uint32_t>(t.num_proposed(), kMaxProposals))};
+                    .num_proposed = static_cast<int32_t>(std::min<uint32_t>(t.num_proposed(), kMaxProposals)),
+                    .error = t.error()};
     for (int k = 0; k < t.top_ids_size() && k < t.top_logprobs_size(); ++k) {
       token.sampled.top.emplace_back(t.top_ids(k), t.top_logprobs(k));
     }

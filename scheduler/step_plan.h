@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <functional>
 #include <span>
+#include <string>
 #include <vector>
 
 #include "sampling/sampler.h"
@@ -92,6 +93,10 @@ struct StepToken {
   // The first token of a sequence that verified proposals: how many (the
   // run's other tokens are the accepted ones and the token after them).
   int32_t num_proposed = 0;
+  // Non-empty: rank 0 gave up on this sequence's grammar (its mask passed a
+  // limit); `sampled` was drawn without the mask and is not output: the
+  // coordinator ends the sequence with this message.
+  std::string error;
 };
 
 // The prompt log-probs (SamplingParams::prompt_logprobs) one step computed

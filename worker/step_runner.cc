@@ -620,7 +620,10 @@ absl::StatusOr<std::vector<StepToken>> StepRunner::Run(const StepPlan& plan) {
   if (entries_.empty()) return tokens;
   absl::Status masked = absl::OkStatus();
   if (rank_ == 0 && !logits && options_.simulated_step <= absl::ZeroDuration()) masked = MaskOnDevice();
-  if (rank_ == 0 && masked.ok()) tokens = Sample(entries_, logits);
+  if (rank_ == 0 && masked.ok()) {
+    tokens = Sample(entries_, logits);
+    if (!mask_jobs_.empty()) MarkGivenUpMasks(tokens);
+  }
   TPSERVE_RETURN_IF_ERROR(ShareTokens(entries_, tokens));
   TPSERVE_RETURN_IF_ERROR(ScorePrompts());
   TPSERVE_RETURN_IF_ERROR(masked);

@@ -283,6 +283,9 @@ class StepRunner {
   // (SequenceConstraint::Defer), which takes it on the mask thread at the
   // sequence's next step: off the critical path.
   absl::Status AcceptTokens(const std::vector<StepToken>& tokens);
+  // Rank 0, after sampling: the tokens of each entry whose grammar gave up on
+  // its mask this step carry the grammar's error (StepToken::error).
+  void MarkGivenUpMasks(std::vector<StepToken>& tokens) const;
   // Appends each continuing entry's new blocks to its table (and points the
   // entry at it); UnstageBlocks takes them off again after a failed forward.
   void StageBlocks();
@@ -365,7 +368,7 @@ class StepRunner {
   // words its last mask spanned (a fill clears those alone, not V / 32).
   std::vector<uint32_t> mask_words_;
   std::vector<grammar::MaskRange> mask_ranges_;  // [rows]
-  std::vector<uint8_t> mask_on_;  // [masks] 1 a mask, 0 free (reasoning), 2 a refused deferred token
+  std::vector<uint8_t> mask_on_;  // [masks] 1 a mask, 0 free (reasoning), 2 a refused deferred token, 3 gave up
   std::vector<SequenceConstraint*> mask_jobs_;  // [masks] whose mask each row is
   std::vector<int32_t> mask_picks_;             // [masks] simulated steps: the token each samples
   std::vector<int32_t> mask_forced_;            // [masks] jump-forward: the sole allowed token, -1 none (or not wanted)

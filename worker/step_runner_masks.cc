@@ -14,8 +14,11 @@
 namespace tpserve {
 namespace {
 
-// mask_on_'s value for a sequence whose deferred token the grammar refused.
+// mask_on_'s value for a sequence whose deferred token the grammar refused,
+// and for one whose grammar gave up on its mask (SequenceConstraint::status():
+// it samples unmasked, and its token carries the error).
 constexpr uint8_t kMaskRefusedToken = 2;
+constexpr uint8_t kMaskGaveUp = 3;
 
 template <typename... Parts>
 absl::Status Invalid(uint64_t seq_id, const Parts&... parts) {
@@ -115,7 +118,7 @@ void StepRunner::FillMask(size_t k, bool simulated, int32_t vocab) {
     return;
   }
   grammar::MaskRange& range = mask_ranges_[k];  // in: the row's dirty words; out: this mask's
-  mask_on_[k] = mask_jobs_[k]->FillMask(words, range) ? 1 : 0;
+  mask_on_[k] = mask_jobs_[k]->FillMask(words, range) ? 1 : mask_jobs_[k]->status().ok() ? 0 : kMaskGaveUp;
   const auto lo = static_cast<int64_t>(range.begin), hi = static_cast<int64_t>(range.end);
   if (mask_forced_[k] == 0) mask_forced_[k] = mask_on_[k] == 1 ? SoleAllowedToken(words, vocab, lo, hi) : -1;
   if (simulated && mask_on_[k] == 1) {  // SampleSimulated's pick, here rather than on the critical path
@@ -174,6 +177,16 @@ absl::Status StepRunner::MaskOnDevice() {
     words.insert(words.end(), mask.begin(), mask.end());
   }
   return options_.sampler->MaskRows(model_.device_logits(), vocab, rows, words);
+}
+
+void StepRunner::MarkGivenUpMasks(std::vector<StepToken>& tokens) const {
+  for (const Entry& e : entries_) {
+    if (e.mask < 0 || mask_on_[static_cast<size_t>(e.mask)] != kMaskGaveUp) continue;
+    const std::string error(e.constraint->status().message());
+    for (StepToken& t : tokens) {
+      if (t.seq_id == e.id) t.error = error;
+    }
+  }
 }
 
 absl::Status StepRunner::AcceptTokens(const std::vector<StepToken>& tokens) {

@@ -368,6 +368,38 @@ TEST_F(ConstrainedGenerationTest, JumpForwardGivesTheTokensOfSampling) {
               static_cast<long long>(tokens_all));
 }
 
+// A grammar whose mask passes CompileLimits::max_mask_items (here 50; the
+// grammar makes a parser set at every letter of every word token) ends its
+// own sequence with the grammar's error at its first mask; the other
+// sequences of the same steps keep their masks and give valid output, in
+// both step modes.
+TEST_F(ConstrainedGenerationTest, AGrammarThatGivesUpEndsOnlyItsSequence) {
+  grammar::CompileLimits limits;
+  limits.max_mask_items = 50;
+  compiler_ = std::make_unique<ConstraintCompiler>(
+      []() -> absl::StatusOr<std::shared_ptr<const grammar::Vocabulary>> { return vocab_->vocabulary; }, limits);
+  const Case hostile = Gbnf("root ::= (w \" \"?)*+\nw ::= [a-z]+ | \"|\" root \")\"\n", "");
+  const Case fine = Regex("[a-z]{1,8}");
+  const Job jobs[] = {{&hostile, 1}, {&fine, 2}, {&hostile, 3}, {&fine, 4, 0.0f}};
+  for (const StepMode mode : {StepMode::kOverlap, StepMode::kLockStep}) {
+    const std::vector<ConstrainedOutput> outs = Generate(jobs, mode);
+    for (size_t i = 0; i < std::size(jobs); ++i) {
+      SCOPED_TRACE(::testing::Message() << "job " << i << ", overlap " << (mode == StepMode::kOverlap));
+      if (jobs[i].c == &hostile) {
+        EXPECT_NE(outs[i].error.find("more than 50 parser items (CompileLimits::max_mask_items"), std::string::npos)
+            << outs[i].error;
+        EXPECT_TRUE(outs[i].tokens.empty()) << "the token sampled without the mask is not output";
+        continue;
+      }
+      EXPECT_EQ(outs[i].error, "");
+      EXPECT_FALSE(outs[i].tokens.empty());
+      absl::StatusOr<std::shared_ptr<const grammar::CompiledGrammar>> g = compiler_->Compile(fine.constraint);
+      ASSERT_TRUE(g.ok()) << g.status();
+      EXPECT_TRUE(SequenceConstraint::Create(*g, vocab_->vocabulary, fine.constraint, outs[i].tokens).ok());
+    }
+  }
+}
+
 // A constraint the engine refuses is INVALID_ARGUMENT for the plan, naming
 // the sequence, and leaves the runner serving.
 TEST_F(ConstrainedGenerationTest, RefusedConstraintIsInvalidArgument) {

@@ -53,7 +53,11 @@ class FakeWorkers {
     } else {
       results_[ticket] = testing_util::RunFakeStep(model_, step);
       if (results_[ticket].ok()) {
-        for (const iv1::SampledToken& t : results_[ticket]->tokens()) ++sampled_[t.seq_id()];
+        for (iv1::SampledToken& t : *results_[ticket]->mutable_tokens()) {
+          ++sampled_[t.seq_id()];
+          const testing_util::FakeStepWorker::Sequence* seq = model_.Find(t.seq_id());
+          if (seq != nullptr && !seq->tokens.empty() && seq->tokens[0] == give_up_on_) t.set_error(kGaveUp);
+        }
       }
     }
     max_outstanding_ = std::max(max_outstanding_, static_cast<int>(results_.size()));
@@ -67,8 +71,12 @@ class FakeWorkers {
     return result;
   }
 
+  // What rank 0 says when it gave up on a sequence's grammar (SampledToken.error).
+  static constexpr char kGaveUp[] = "the grammar is too ambiguous to constrain this output";
+
   absl::Mutex mu_;
   testing_util::FakeStepWorker model_;
+  int32_t give_up_on_ = -1;  // the tokens of a sequence whose prompt starts with this carry kGaveUp
   absl::Status fail_next_;
   absl::Duration delay_;
   int steps_ = 0;
@@ -365,6 +373,28 @@ TEST_P(EngineLoopTest, QueueFullIsResourceExhausted) {
   EXPECT_NE(refused.message().find("--max-queue"), absl::string_view::npos);
   EXPECT_LE(qs.size(), 3u);  // one running at most, two queued
   for (auto& q : qs) EXPECT_TRUE(Drain(*q).end.ok());
+}
+
+// Rank 0 gave up on a sequence's grammar (SampledToken.error): that request
+// ends with INVALID_ARGUMENT and the error's text, its token never output,
+// while the request beside it in the same steps gets its whole output.
+TEST_P(EngineLoopTest, ATokenWithAnErrorEndsOnlyItsRequest) {
+  Start(64);
+  {
+    absl::MutexLock lock(&workers_.mu_);
+    workers_.give_up_on_ = 'g';
+  }
+  auto bad_q = Submit("bad", Request({'g', 'h'}, 6));
+  auto good_q = Submit("good", Request({'a', 'b'}, 6));
+  const Outcome bad = Drain(*bad_q);
+  const Outcome good = Drain(*good_q);
+  EXPECT_EQ(bad.end.code(), absl::StatusCode::kInvalidArgument) << bad.end;
+  EXPECT_EQ(bad.end.message(), FakeWorkers::kGaveUp);
+  EXPECT_TRUE(bad.tokens.empty()) << "the token sampled without the grammar's mask is not output";
+  EXPECT_FALSE(bad.completed);
+  EXPECT_TRUE(good.end.ok()) << good.end;
+  EXPECT_EQ(good.tokens, FakeContinuation({'a', 'b'}, 6));
+  ASSERT_TRUE(engine_->WaitIdle(absl::Now() + absl::Seconds(5)));
 }
 
 TEST_P(EngineLoopTest, AFailedStepIsInternalForItsRequestsAndTheEngineGoesOn) {

@@ -58,6 +58,12 @@ std::vector<ConstrainedOutput> RunConstrained(Model& model, KvCache& cache, cons
     if (!tokens.ok()) return out;
     for (const StepToken& t : *tokens) {
       const size_t i = t.seq_id - 1;
+      if (!t.error.empty()) {  // as the coordinator: the sequence ends with the error
+        out[i].error = t.error;
+        done[i] = true;
+        finished.push_back(t.seq_id);
+        continue;
+      }
       out[i].tokens.push_back(t.sampled.token);
       out[i].stopped = std::find(run.stop_ids.begin(), run.stop_ids.end(), t.sampled.token) != run.stop_ids.end();
       if (out[i].stopped || std::ssize(out[i].tokens) >= run.max_tokens) {

@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <memory>
 #include <span>
+#include <string>
 #include <vector>
 
 #include "sampling/output_constraint.h"
@@ -26,6 +27,7 @@ struct ConstrainedJob {
 struct ConstrainedOutput {
   std::vector<int32_t> tokens;  // the stop id included, when it ended with one
   bool stopped = false;
+  std::string error;  // rank 0 gave up on its grammar (StepToken::error): ended there, that token not output
 };
 
 enum class StepMode { kOverlap, kLockStep };
