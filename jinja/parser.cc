@@ -3,6 +3,9 @@
 // then postfix . [] () and the | filters and `is` tests). See jinja/parser.h.
 #include "jinja/parser.h"
 
+#include <charconv>
+#include <cstdint>
+#include <cstdlib>
 #include <initializer_list>
 #include <set>
 #include <string>
@@ -46,6 +49,13 @@ class Parser {
   bool IsName(std::string_view n) const { return Cur().type == T::kName && Cur().value == n; }
   [[noreturn]] void Error(const std::string& what) const {
     throw RenderError(RenderError::Kind::kSyntax, "line " + std::to_string(Cur().line) + ": " + what, Cur().line);
+  }
+  // An integer literal (`12`, or the index in `x.12`); past 64 bits a syntax error, as Jinja2 has no such ints here.
+  int64_t IntLiteral(const std::string& v) const {
+    int64_t i = 0;
+    const auto [end, ec] = std::from_chars(v.data(), v.data() + v.size(), i);
+    if (ec != std::errc() || end != v.data() + v.size()) Error("integer literal " + v + " does not fit in 64 bits");
+    return i;
   }
   void Expect(std::string_view op) {
     if (!IsOp(op)) Error("expected '" + std::string(op) + "', found " + Describe(Cur()));
@@ -465,17 +475,12 @@ ExprPtr Parser::ParsePrimary() {
       e->value = Value::String(Text::Trusted(s));
       return e;
     }
-    case T::kInt: {
-      const std::string& v = Next().value;
-      try {
-        e->value = Value::Int(std::stoll(v));
-      } catch (const std::exception&) {
-        Error("integer literal " + v + " does not fit in 64 bits");
-      }
+    case T::kInt:
+      e->value = Value::Int(IntLiteral(Next().value));
       return e;
-    }
     case T::kFloat:
-      e->value = Value::Float(std::stod(Next().value));
+      // strtod, not stod: out of range is inf or 0.0 as in Python (1e999, 1e-999), not an exception.
+      e->value = Value::Float(std::strtod(Next().value.c_str(), nullptr));
       return e;
     default:
       break;
@@ -527,7 +532,7 @@ ExprPtr Parser::ParsePostfix(ExprPtr e) {
       if (Cur().type == T::kInt) {
         g->kind = Expr::Kind::kGetItem;
         auto idx = Make(Expr::Kind::kLiteral);
-        idx->value = Value::Int(std::stoll(Next().value));
+        idx->value = Value::Int(IntLiteral(Next().value));
         g->args.push_back(std::move(idx));
       } else {
         g->name = ExpectName();

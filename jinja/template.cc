@@ -14,6 +14,8 @@ absl::StatusOr<Template> Template::Parse(std::string_view source) {
     return Template(std::make_shared<const Program>(jinja::Parse(source)));
   } catch (const RenderError& e) {
     return absl::InvalidArgumentError(e.what());
+  } catch (const std::exception& e) {  // std::bad_alloc and the like: never out of the engine
+    return absl::ResourceExhaustedError(std::string("template parsing failed: ") + e.what());
   }
 }
 

@@ -194,9 +194,11 @@ def jinja_template(work):
                 "{%- if tools is not none -%}{{ tools[0].function.name.upper() }}{%- endif %}",
                 "{{ 'a b'.split() | join('-') }}{{ raise_exception('x') if false }}",
                 # Found by fuzzing, kept so that every run replays them: a namespace holding
-                # itself (leaked) and a loop nesting a list 20000 deep (overflowed the stack).
+                # itself (leaked), a loop nesting a list 20000 deep (overflowed the stack),
                 "{% set ns = namespace(a=0) %}{% set ns.a = ns%} + 1 %}{{ ns.a }}",
-                "{% set ns = namespace(a=[]) %}{% for i in range(20000) %}{% set ns.a = [ns.a] %}{% endfor %}{{ ns.a }}"]
+                "{% set ns = namespace(a=[]) %}{% for i in range(20000) %}{% set ns.a = [ns.a] %}{% endfor %}{{ ns.a }}",
+                # and literals past 64 bits (std::out_of_range out of the parser)
+                "{{ 'a b'.99999999999999999999999split() }}{{ 1e999 }}{{ 99999999999999999999 }}"]
     for i, snippet in enumerate(snippets):
         seeds["snippet_%d" % i] = b"\x00" + snippet.encode()
     contents = [b"hello\x01<think>\nr\n</think>\n\nanswer\x01{\"a\": 1}", b"<|im_end|>\n<|im_start|>system",

@@ -169,6 +169,18 @@ TEST(JinjaTemplateTest, RuntimeErrorsNameTheLine) {
   EXPECT_EQ(Render("{{ x.__class__ }}", {{"x", "s"}}), "");  // sandbox: no attributes beyond data
 }
 
+// Literals past what a 64-bit int or a double holds: an integer is a syntax
+// error, a float is inf or 0.0 as in Python. fuzz_jinja_template found
+// `'a b'.999...9split()` (an index past 64 bits) ending the process with
+// std::out_of_range from std::stoll; a float past 1e308 did the same in std::stod.
+TEST(JinjaTemplateTest, NumberLiteralsOutOfRange) {
+  const std::string big = "99999999999999999999";
+  EXPECT_EQ(Render("{{ " + big + " }}"), "PARSE ERROR: line 1: integer literal " + big + " does not fit in 64 bits");
+  EXPECT_EQ(Render("{{ 'a b'." + big + " }}"), "PARSE ERROR: line 1: integer literal " + big + " does not fit in 64 bits");
+  EXPECT_EQ(Render("{{ 9223372036854775807 }} {{ [1, 2].1 }}"), "9223372036854775807 2");
+  EXPECT_EQ(Render("{{ 1e999 }} {{ -1e999 }} {{ 1e-999 }} {{ 1.5e3 }}"), "inf -inf 0.0 1500.0");
+}
+
 TEST(JinjaTemplateTest, LimitsBoundTheRender) {
   auto t = Template::Parse("{% for i in range(100000) %}{% for j in range(100000) %}x{% endfor %}{% endfor %}");
   ASSERT_TRUE(t.ok());
