@@ -13,7 +13,9 @@ these tools take fails instead of passing unchecked.
             the ssh below (TPSERVE_STANDIN_SSH) as its agent: a --host list of
             nodes no resolver knows has each node's daemon started here.
   ssh       [options] HOST COMMAND...: runs COMMAND here through sh, as ssh's
-            remote shell would on HOST (mpirun's daemon for that node).
+            remote shell would on HOST (mpirun's daemon for that node), with
+            TMPDIR a folder of HOST's own ($TMPDIR/node-HOST), as each node has
+            its own /tmp.
   scontrol  `show hostnames [LIST]`: LIST (default $SLURM_JOB_NODELIST) one name a
             line; node[1-3,5] ranges expand.
   srun      -n/--ntasks, -N/--nodes, --ntasks-per-node, -w/--nodelist,
@@ -125,7 +127,14 @@ def ssh(args):
         i += 2 if args[i] in ("-l", "-p", "-i", "-F", "-o", "-J") else 1
     if len(args) < i + 2:
         return refuse("ssh", "a call without a host and a command")
-    os.execv("/bin/sh", ["sh", "-c", " ".join(args[i + 1:])])
+    # Open MPI's daemons keep their session folders under TMPDIR
+    # (ompi.HOSTNAME.UID/jf.N/...); both "nodes" are this machine with one
+    # hostname, so with one TMPDIR they built the same tree at the same time,
+    # and in one CI-like run of the sanitized suite the second node's daemon
+    # failed "mkdir ... File exists" (session_dir.c) and the job never started.
+    tmp = os.path.join(os.environ.get("TMPDIR", "/tmp"), "node-" + re.sub(r"[^A-Za-z0-9._-]", "_", args[i]))
+    os.makedirs(tmp, exist_ok=True)
+    os.execve("/bin/sh", ["sh", "-c", " ".join(args[i + 1:])], dict(os.environ, TMPDIR=tmp))
     return 1
 
 
