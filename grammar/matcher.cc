@@ -109,7 +109,7 @@ std::optional<int32_t> Matcher::ForcedToken() {
   State& s = *state_;
   if (s.forced) return *s.forced;
   std::optional<int32_t> result;
-  if (!s.stopped && s.status.ok()) {
+  if (!s.stopped) {
     s.scratch_words.resize(MaskWords(s.vocabulary.size()));
     s.FillMask(s.scratch_words, {0, s.scratch_words.size()});
     int found = 0;
@@ -119,7 +119,7 @@ std::optional<int32_t> Matcher::ForcedToken() {
         ++found;
       }
     }
-    if (found != 1 || s.vocabulary.is_stop(*result) || !s.status.ok()) result.reset();
+    if (found != 1 || s.vocabulary.is_stop(*result)) result.reset();  // a mask that gave up allows nothing
   }
   s.forced = result;
   return result;

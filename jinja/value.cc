@@ -5,7 +5,6 @@
 #include <charconv>
 #include <cmath>
 #include <cstdio>
-#include <span>
 #include <string>
 
 #include "jinja/error.h"
@@ -77,11 +76,9 @@ Value Value::String(Text s) {
 }
 namespace {
 
-// 1 + the deepest of `children`; RenderError past Value::kMaxNesting.
-template <typename Range, typename Get>
-int NestingAbove(const Range& children, Get get) {
-  int deepest = 0;
-  for (const auto& c : children) deepest = std::max(deepest, get(c).nesting());
+// The nesting of a value whose deepest child has nesting `deepest`;
+// RenderError past Value::kMaxNesting.
+int NestingAbove(int deepest) {
   if (deepest >= Value::kMaxNesting) {
     Fail("a list or dict would be nested more than " + std::to_string(Value::kMaxNesting) + " levels deep (render limit)");
   }
@@ -93,7 +90,9 @@ int NestingAbove(const Range& children, Get get) {
 Value Value::MakeList(List items, bool is_tuple) {
   Value v;
   v.kind_ = Kind::kList;
-  v.nesting_ = NestingAbove(items, [](const Value& e) -> const Value& { return e; });
+  int deepest = 0;
+  for (const Value& e : items) deepest = std::max(deepest, e.nesting());
+  v.nesting_ = NestingAbove(deepest);
   v.is_tuple_ = is_tuple;
   v.list_ = std::make_shared<const List>(std::move(items));
   return v;
@@ -104,14 +103,18 @@ Value Value::MakeDict(Dict d, bool is_namespace) {
   v.is_namespace_ = is_namespace;
   // A namespace is mutable, so its contents' nesting is not fixed; printing and
   // comparing stop at it, and the interpreter frees namespaces flat (interpreter.h).
-  if (!is_namespace) v.nesting_ = NestingAbove(d.items(), [](const auto& kv) -> const Value& { return kv.second; });
+  if (!is_namespace) {
+    int deepest = 0;
+    for (const auto& [key, e] : d.items()) deepest = std::max(deepest, e.nesting());
+    v.nesting_ = NestingAbove(deepest);
+  }
   v.dict_ = std::make_shared<Dict>(std::move(d));
   return v;
 }
 Value Value::MakeFunction(Function f, const Value* bound_to) {
   Value v;
   v.kind_ = Kind::kFunction;
-  if (bound_to != nullptr) v.nesting_ = NestingAbove(std::span(bound_to, 1), [](const Value& e) -> const Value& { return e; });
+  if (bound_to != nullptr) v.nesting_ = NestingAbove(bound_to->nesting());
   v.fn_ = std::make_shared<const Function>(std::move(f));
   return v;
 }
